@@ -1,0 +1,98 @@
+"""The ``memmodel`` command line. Commands parse options, call the library, and render.
+
+Every failure leaves through :meth:`MemmodelGroup.main`: one line on stderr, exit code 2
+for bad input, 1 for runtime failures, 130 for Ctrl-C; ``--debug`` or ``MEMMODEL_DEBUG=1``
+re-raises so the traceback can go in a bug report.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..errors import MemmodelError
+
+
+def _debug_requested(args: list[str] | None) -> bool:
+    argv = sys.argv[1:] if args is None else list(args)
+    return "--debug" in argv or os.environ.get("MEMMODEL_DEBUG", "") not in ("", "0")
+
+
+class MemmodelGroup(click.Group):
+    """A click group whose errors are one line, whatever raised them."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, **extra: Any) -> Any:  # type: ignore[override]
+        from . import terminal
+
+        argv = list(args) if args is not None else None
+        debug = _debug_requested(argv)
+        try:
+            result = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            if debug:
+                raise
+            ctx = getattr(exc, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            terminal.error(f"{exc.format_message()}{where}")
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            terminal.error("interrupted")
+            sys.exit(130)
+        except KeyboardInterrupt:
+            terminal.error("interrupted")
+            sys.exit(130)
+        except MemmodelError as exc:
+            if debug:
+                raise
+            terminal.error(str(exc))
+            sys.exit(exc.exit_code)
+        except OverflowError as exc:
+            if debug:
+                raise
+            terminal.error(f"number too large: {exc}")
+            sys.exit(2)
+        except BrokenPipeError:
+            sys.exit(0)
+        except Exception as exc:  # the one place that turns bugs into a line
+            if debug:
+                raise
+            terminal.error(
+                f"internal error: {exc.__class__.__name__}: {exc} (run again with --debug and report it)"
+            )
+            sys.exit(1)
+        if isinstance(result, int) and result:
+            sys.exit(result)
+        return result
+
+
+@click.group(cls=MemmodelGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="memmodel")
+@click.option("--debug", is_flag=True, help="Show the full traceback of any error (or set MEMMODEL_DEBUG=1).")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Model the memory traffic of attention on a GPU: bytes per level, FLOPs and time,
+    for standard and FlashAttention-style (tiled) algorithms."""
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+
+
+def _register() -> None:
+    from .compare import compare_cmd
+    from .hardware import hardware_group
+
+    cli.add_command(compare_cmd)
+    cli.add_command(hardware_group)
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli.main(prog_name="memmodel")

@@ -1,0 +1,159 @@
+"""``memmodel hardware list|show|validate``."""
+
+from __future__ import annotations
+
+import click
+
+from .options import format_option
+
+
+@click.group("hardware")
+def hardware_group() -> None:
+    """List, show and validate GPU hardware profiles."""
+
+
+@hardware_group.command("list")
+@format_option(("table", "json"))
+def list_cmd(*, fmt: str) -> None:
+    """Every profile memmodel can find: bundled, user config folder, MEMMODEL_HARDWARE_PATH."""
+    from ..hardware import available, load_file
+    from ..units import format_bandwidth, format_bytes, format_rate
+    from . import terminal
+
+    rows = []
+    for name, (origin, path) in available().items():
+        try:
+            p = load_file(path, origin=origin)
+        except Exception as exc:  # a broken user profile must not hide the others
+            rows.append({"name": name, "origin": origin, "path": str(path), "error": str(exc)})
+            continue
+        rows.append(
+            {
+                "name": name,
+                "full_name": p.full_name,
+                "origin": origin,
+                "path": str(path),
+                "hbm_bytes": p.hbm.capacity_bytes,
+                "hbm_bandwidth_bytes_per_s": p.hbm.bandwidth_bytes_per_s,
+                "l2_bytes": p.l2.capacity_bytes,
+                "sram_per_sm_bytes": p.sram.capacity_per_sm_bytes,
+                "sm_count": p.sm_count,
+                "fp16_flops_per_s": p.compute_flops_per_s.get("fp16"),
+            }
+        )
+    if fmt == "json":
+        terminal.print_json(rows)
+        return
+    table_rows = []
+    for r in rows:
+        if "error" in r:
+            table_rows.append((r["name"], f"[red]invalid:[/] {r['error']}", "", "", "", "", "", r["origin"]))
+            continue
+        table_rows.append(
+            (
+                r["name"],
+                r["full_name"],
+                format_bytes(r["hbm_bytes"], digits=0),
+                format_bandwidth(r["hbm_bandwidth_bytes_per_s"]),
+                format_bytes(r["l2_bytes"], binary=True, digits=0),
+                f"{r['sram_per_sm_bytes'] / 1024:.0f} KiB × {r['sm_count']}",
+                format_rate(r["fp16_flops_per_s"], digits=0) if r["fp16_flops_per_s"] else "—",
+                r["origin"],
+            )
+        )
+    terminal.console().print(
+        terminal.table(
+            None,
+            [("name", "left"), ("GPU", "left"), ("HBM", "right"), ("HBM BW", "right"), ("L2", "right"), ("SRAM/SM × SMs", "right"), ("fp16", "right"), ("from", "left")],
+            table_rows,
+        )
+    )
+
+
+@hardware_group.command("show")
+@click.argument("name")
+@format_option(("table", "json"))
+def show_cmd(*, name: str, fmt: str) -> None:
+    """Every figure of one profile (NAME or a YAML path), with units and its source."""
+    from ..hardware import load_profile
+    from ..units import format_bandwidth, format_bytes, format_rate, format_time
+    from . import terminal
+
+    p = load_profile(name)
+    derived = {
+        "sram.aggregate_capacity": format_bytes(p.sram.capacity_bytes, binary=True),
+        "sram.aggregate_bandwidth": format_bandwidth(p.sram.bandwidth_bytes_per_s),
+    }
+    if fmt == "json":
+        terminal.print_json(
+            {
+                "name": p.name,
+                "full_name": p.full_name,
+                "vendor": p.vendor,
+                "architecture": p.architecture,
+                "origin": p.origin,
+                "path": str(p.path) if p.path else None,
+                "sm_count": p.sm_count,
+                "clock_hz": p.clock_hz,
+                "hbm": {"capacity_bytes": p.hbm.capacity_bytes, "bandwidth_bytes_per_s": p.hbm.bandwidth_bytes_per_s, "latency_s": p.hbm.latency_s},
+                "l2": {
+                    "capacity_bytes": p.l2.capacity_bytes,
+                    "effective_capacity_bytes": p.l2.effective_capacity_bytes,
+                    "bandwidth_bytes_per_s": p.l2.bandwidth_bytes_per_s,
+                    "latency_s": p.l2.latency_s,
+                },
+                "sram": {
+                    "capacity_per_sm_bytes": p.sram.capacity_per_sm_bytes,
+                    "bandwidth_per_sm_bytes_per_s": p.sram.bandwidth_per_sm_bytes_per_s,
+                    "latency_s": p.sram.latency_s,
+                    "capacity_bytes": p.sram.capacity_bytes,
+                    "bandwidth_bytes_per_s": p.sram.bandwidth_bytes_per_s,
+                },
+                "compute_flops_per_s": dict(p.compute_flops_per_s),
+                "exp_ops_per_s": p.exp_ops_per_s,
+                "provenance": {k: {"value": v.text, "source": v.source, "note": v.note} for k, v in p.provenance.items()},
+                "sources": {k: {"title": s.title, "url": s.url} for k, s in p.sources.items()},
+            }
+        )
+        return
+    con = terminal.console()
+    con.print(f"[bold]{p.full_name}[/] ({p.name}) · {p.vendor} {p.architecture} · from {p.origin}: {p.path}")
+    rows = []
+    for key, prov in p.provenance.items():
+        rows.append((key, prov.text, prov.source or "[red]none[/]", prov.note or ""))
+    rows.append(None)
+    for key, value in derived.items():
+        rows.append((key, value, "derived", "per-SM figure × sm_count"))
+    con.print(terminal.table(None, [("field", "left"), ("value", "right"), ("source", "left"), ("note", "left")], rows))
+    con.print()
+    con.print(
+        terminal.table(
+            "[bold]Sources[/]",
+            [("id", "left"), ("title", "left"), ("url", "left")],
+            [(s.id, s.title, s.url or "") for s in p.sources.values()],
+        )
+    )
+    _ = (format_rate, format_time)
+
+
+@hardware_group.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=str))
+def validate_cmd(*, files: tuple[str, ...]) -> None:
+    """Check YAML profiles; print one line per file; exit 2 if any is invalid."""
+    from ..errors import ProfileError
+    from ..hardware import load_file
+    from . import terminal
+
+    bad = 0
+    for f in files:
+        try:
+            p = load_file(f)
+        except ProfileError as exc:
+            bad += 1
+            terminal.error(str(exc))
+            continue
+        unsourced = [k for k, v in p.provenance.items() if v.source is None]
+        note = f" ({len(unsourced)} figures without a source: {', '.join(unsourced)})" if unsourced else ""
+        click.echo(f"ok: {f} ({p.name}, {p.full_name}){note}")
+    if bad:
+        raise SystemExit(2)

@@ -1,0 +1,23 @@
+"""Errors the library raises for bad input. The CLI turns each into one line on stderr."""
+
+from __future__ import annotations
+
+
+class MemmodelError(Exception):
+    """Base of every user-facing error. ``exit_code`` 2 = bad input/usage, 1 = runtime failure."""
+
+    exit_code = 2
+
+
+class ProfileError(MemmodelError):
+    """A hardware profile that cannot be found, read or validated."""
+
+
+class WorkloadError(MemmodelError):
+    """A workload or algorithm parameter outside what the model accepts."""
+
+
+class RuntimeFailure(MemmodelError):
+    """Something failed while running (GPU, files, external tools)."""
+
+    exit_code = 1

@@ -1,0 +1,379 @@
+"""Hardware profiles: load, validate and look up the YAML files in ``hardware/``.
+
+A profile is a :class:`Profile`, a frozen dataclass whose fields carry their units in
+their names (``bandwidth_bytes_per_s``). Every number in the YAML is written with its unit
+("2039 GB/s") and may name a source; :attr:`Profile.provenance` keeps, for each field path,
+the source id and note, so a printed number can be traced back to its datasheet.
+
+Lookup (:func:`load_profile`): anything with a path separator or a ``.yaml``/``.yml``
+suffix is a file; a bare name is searched in ``$MEMMODEL_HARDWARE_PATH`` (``os.pathsep``
+separated folders), then the user config folder (``$XDG_CONFIG_HOME/memmodel/hardware``,
+default ``~/.config/memmodel/hardware``), then the profiles bundled with memmodel.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import units
+from .errors import ProfileError
+
+SCHEMA = "memmodel.hardware/1"
+
+#: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
+COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """A memory level shared by the whole chip (HBM, L2)."""
+
+    name: str
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    #: Capacity that one data set can use (e.g. one L2 partition's share on H100/H200).
+    effective_capacity_bytes: float | None = None
+
+    @property
+    def usable_capacity_bytes(self) -> float:
+        return self.effective_capacity_bytes or self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class Sram:
+    """On-chip shared memory: figures are per SM; aggregates are derived, never stored."""
+
+    capacity_per_sm_bytes: float
+    bandwidth_per_sm_bytes_per_s: float
+    latency_s: float
+    sm_count: int
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_per_sm_bytes * self.sm_count
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_per_sm_bytes_per_s * self.sm_count
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str | None
+    note: str | None
+    text: str  # the value as written in the file
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    full_name: str
+    vendor: str
+    architecture: str
+    sm_count: int
+    clock_hz: float | None
+    hbm: MemoryLevel
+    l2: MemoryLevel
+    sram: Sram
+    #: dtype -> peak FLOP/s (dense). fp32 is the non-tensor rate; the others tensor-core rates.
+    compute_flops_per_s: Mapping[str, float]
+    #: exp() results per second on the special-function units, where known.
+    exp_ops_per_s: float | None
+    sources: Mapping[str, Source]
+    provenance: Mapping[str, Provenance] = field(repr=False)
+    path: Path | None = None
+    origin: str = "file"
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``; a :class:`ProfileError` if the GPU has none."""
+        try:
+            return self.compute_flops_per_s[dtype]
+        except KeyError:
+            have = ", ".join(self.compute_flops_per_s)
+            raise ProfileError(
+                f"{self.name} has no {dtype} compute peak in its profile (it has {have})"
+            ) from None
+
+    def levels(self) -> dict[str, float]:
+        """Bandwidth of each memory level, bytes/s (SRAM aggregated over SMs)."""
+        return {
+            "hbm": self.hbm.bandwidth_bytes_per_s,
+            "l2": self.l2.bandwidth_bytes_per_s,
+            "sram": self.sram.bandwidth_bytes_per_s,
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Schema: path -> (kind, required). Mappings not listed here are structure.
+
+_FIELDS: dict[str, tuple[units.Kind, bool]] = {
+    "sm_count": ("count", True),
+    "clock": ("frequency", False),
+    "memory.hbm.capacity": ("bytes", True),
+    "memory.hbm.bandwidth": ("bandwidth", True),
+    "memory.hbm.latency": ("time", True),
+    "memory.l2.capacity": ("bytes", True),
+    "memory.l2.effective_capacity": ("bytes", False),
+    "memory.l2.bandwidth": ("bandwidth", True),
+    "memory.l2.latency": ("time", True),
+    "memory.sram.capacity_per_sm": ("bytes", True),
+    "memory.sram.bandwidth_per_sm": ("bandwidth", True),
+    "memory.sram.latency": ("time", True),
+    "compute.fp32": ("flops", True),
+    "compute.tf32": ("flops", False),
+    "compute.fp16": ("flops", False),
+    "compute.bf16": ("flops", False),
+    "compute.fp8": ("flops", False),
+    "compute.exp": ("ops", False),
+}
+_TEXT_FIELDS = {"schema": False, "name": True, "full_name": True, "vendor": True, "architecture": True}
+_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "sources"}
+
+
+def _fail(where: str, field_path: str, message: str) -> ProfileError:
+    return ProfileError(f"{where} -> {field_path}: {message}" if field_path else f"{where}: {message}")
+
+
+def _allowed_children(prefix: str) -> set[str]:
+    names = set()
+    for path in [*_FIELDS, *_TEXT_FIELDS, *_SECTIONS]:
+        if prefix == "" and "." not in path:
+            names.add(path)
+        elif prefix and path.startswith(prefix + ".") and "." not in path[len(prefix) + 1 :]:
+            names.add(path[len(prefix) + 1 :])
+    return names
+
+
+def _walk(data: Mapping[str, Any], prefix: str, where: str) -> Iterator[tuple[str, Any]]:
+    """Yield (path, value) for every leaf; refuse unknown keys with a suggestion."""
+    allowed = _allowed_children(prefix)
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if path.startswith("sources"):
+            continue
+        if not isinstance(key, str) or key not in allowed:
+            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(sorted(allowed))})"
+            raise _fail(where, path, f"unknown key{extra}")
+        if path in _SECTIONS:
+            if not isinstance(value, Mapping):
+                raise _fail(where, path, "must be a mapping of fields")
+            yield from _walk(value, path, where)
+        else:
+            yield path, value
+
+
+def parse_profile(data: object, where: str = "<profile>", *, path: Path | None = None, origin: str = "file") -> Profile:
+    """Validate parsed YAML and build a :class:`Profile`. ``where`` names the file in errors."""
+    if not isinstance(data, Mapping):
+        raise _fail(where, "", "a profile must be a YAML mapping (name:, memory:, compute:, ...)")
+    sources = _parse_sources(data.get("sources"), where)
+    values: dict[str, float] = {}
+    texts: dict[str, str] = {}
+    provenance: dict[str, Provenance] = {}
+    for fpath, raw in _walk(data, "", where):
+        if fpath in _TEXT_FIELDS:
+            if not isinstance(raw, str) or not raw.strip():
+                raise _fail(where, fpath, "must be a non-empty string")
+            texts[fpath] = raw.strip()
+            continue
+        kind = _FIELDS[fpath][0]
+        source = note = None
+        if isinstance(raw, Mapping):
+            extra = set(raw) - {"value", "source", "note"}
+            if extra:
+                raise _fail(where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: value, source, note)")
+            if "value" not in raw:
+                raise _fail(where, fpath, "missing 'value'")
+            source, note, raw = raw.get("source"), raw.get("note"), raw["value"]
+            if source is not None and (not isinstance(source, str) or source not in sources):
+                known = ", ".join(sources) or "none are defined under 'sources'"
+                raise _fail(where, fpath, f"source {source!r} is not listed under 'sources' ({known})")
+            if note is not None and not isinstance(note, str):
+                raise _fail(where, fpath, "note must be a string")
+        try:
+            values[fpath] = units.parse(raw, kind)
+        except units.UnitError as exc:
+            raise _fail(where, fpath, str(exc)) from None
+        provenance[fpath] = Provenance(source=source, note=note, text=str(raw))
+    for fpath, (_, required) in _FIELDS.items():
+        if required and fpath not in values:
+            raise _fail(where, fpath, f"missing (expected {units.EXAMPLES[_FIELDS[fpath][0]]})")
+    for fpath, required in _TEXT_FIELDS.items():
+        if required and fpath not in texts:
+            raise _fail(where, fpath, "missing (a non-empty string)")
+    if "schema" in texts and texts["schema"] != SCHEMA:
+        raise _fail(where, "schema", f"{texts['schema']!r} is not supported (expected {SCHEMA!r})")
+
+    sm_count = int(values["sm_count"])
+    hbm = MemoryLevel("hbm", values["memory.hbm.capacity"], values["memory.hbm.bandwidth"], values["memory.hbm.latency"])
+    l2 = MemoryLevel(
+        "l2",
+        values["memory.l2.capacity"],
+        values["memory.l2.bandwidth"],
+        values["memory.l2.latency"],
+        values.get("memory.l2.effective_capacity"),
+    )
+    sram = Sram(
+        values["memory.sram.capacity_per_sm"],
+        values["memory.sram.bandwidth_per_sm"],
+        values["memory.sram.latency"],
+        sm_count,
+    )
+    _check_consistency(where, hbm, l2, sram)
+    compute = {d: values[f"compute.{d}"] for d in COMPUTE_DTYPES if f"compute.{d}" in values}
+    return Profile(
+        name=texts["name"],
+        full_name=texts["full_name"],
+        vendor=texts["vendor"],
+        architecture=texts["architecture"],
+        sm_count=sm_count,
+        clock_hz=values.get("clock"),
+        hbm=hbm,
+        l2=l2,
+        sram=sram,
+        compute_flops_per_s=compute,
+        exp_ops_per_s=values.get("compute.exp"),
+        sources=sources,
+        provenance=provenance,
+        path=path,
+        origin=origin,
+    )
+
+
+def _parse_sources(raw: object, where: str) -> dict[str, Source]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise _fail(where, "sources", "must map a source id to {title:, url:}")
+    out = {}
+    for key, entry in raw.items():
+        fpath = f"sources.{key}"
+        if isinstance(entry, str) and entry.strip():
+            out[str(key)] = Source(str(key), entry.strip())
+            continue
+        if not isinstance(entry, Mapping):
+            raise _fail(where, fpath, "must be a title string or {title:, url:}")
+        extra = set(entry) - {"title", "url"}
+        if extra:
+            raise _fail(where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: title, url)")
+        title, url = entry.get("title"), entry.get("url")
+        if not isinstance(title, str) or not title.strip():
+            raise _fail(where, f"{fpath}.title", "missing (a non-empty string)")
+        if url is not None and not isinstance(url, str):
+            raise _fail(where, f"{fpath}.url", "must be a string")
+        out[str(key)] = Source(str(key), title.strip(), url)
+    return out
+
+
+def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram) -> None:
+    if l2.capacity_bytes >= hbm.capacity_bytes:
+        raise _fail(where, "memory.l2.capacity", f"{units.format_bytes(l2.capacity_bytes)} is not smaller than HBM ({units.format_bytes(hbm.capacity_bytes)})")
+    if l2.effective_capacity_bytes is not None and l2.effective_capacity_bytes > l2.capacity_bytes:
+        raise _fail(where, "memory.l2.effective_capacity", "is larger than memory.l2.capacity")
+    if sram.capacity_per_sm_bytes >= l2.capacity_bytes:
+        raise _fail(where, "memory.sram.capacity_per_sm", f"{units.format_bytes(sram.capacity_per_sm_bytes, binary=True)} per SM is not smaller than L2 ({units.format_bytes(l2.capacity_bytes, binary=True)})")
+    for name, value in (("hbm", hbm.latency_s), ("l2", l2.latency_s), ("sram", sram.latency_s)):
+        if value > 1e-3:
+            raise _fail(where, f"memory.{name}.latency", f"{value * 1e9:.0f} ns is not a plausible memory latency (under 1 ms)")
+    if not math.isfinite(sram.bandwidth_bytes_per_s):  # pragma: no cover - parse() refuses inf
+        raise _fail(where, "memory.sram.bandwidth_per_sm", "must be finite")
+
+
+# ---------------------------------------------------------------------------------------
+# Files and lookup
+
+
+def load_file(path: str | os.PathLike[str], origin: str = "file") -> Profile:
+    """Read and validate one YAML profile file."""
+    import yaml  # local: keeps `import memmodel` light
+
+    p = Path(path)
+    where = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{where}: is a folder, not a YAML file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ProfileError(f"{where}: invalid YAML{line}: {problem}") from None
+    return parse_profile(data, where, path=p, origin=origin)
+
+
+def bundled_dir() -> Path:
+    """Folder of the profiles shipped with memmodel (in the wheel or the source tree)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "profiles", here.parent / "hardware"):
+        if candidate.is_dir() and any(candidate.glob("*.yaml")):
+            return candidate
+    raise ProfileError("the bundled hardware profiles are missing from this installation")  # pragma: no cover
+
+
+def user_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "memmodel" / "hardware"
+
+
+def search_dirs() -> list[tuple[str, Path]]:
+    """(origin, folder) in lookup order: $MEMMODEL_HARDWARE_PATH, user config, bundled."""
+    dirs: list[tuple[str, Path]] = []
+    for part in os.environ.get("MEMMODEL_HARDWARE_PATH", "").split(os.pathsep):
+        if part.strip():
+            dirs.append(("env", Path(part).expanduser()))
+    dirs.append(("user", user_dir()))
+    dirs.append(("bundled", bundled_dir()))
+    return dirs
+
+
+def available() -> dict[str, tuple[str, Path]]:
+    """Profile name (file stem) -> (origin, path); earlier folders shadow later ones."""
+    found: dict[str, tuple[str, Path]] = {}
+    for origin, folder in search_dirs():
+        if not folder.is_dir():
+            continue
+        for file in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            found.setdefault(file.stem, (origin, file))
+    return dict(sorted(found.items()))
+
+
+def is_path(spec: str) -> bool:
+    return os.sep in spec or "/" in spec or spec.endswith((".yaml", ".yml"))
+
+
+def load_profile(spec: str | os.PathLike[str]) -> Profile:
+    """A profile by bundled/user name (``a100``) or by path (``./mine.yaml``)."""
+    text = os.fspath(spec)
+    if is_path(text):
+        return load_file(text)
+    names = available()
+    key = text.strip().lower()
+    if key in names:
+        origin, file = names[key]
+        return load_file(file, origin=origin)
+    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.5)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ProfileError(
+        f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)"
+    )

@@ -1,0 +1,82 @@
+"""Exact integer arithmetic that broadcasts over numpy arrays.
+
+Scalars stay Python ints (exact at any size). Arrays are int64; every product is checked
+against a float64 shadow so a result past int64 raises :class:`OverflowError` instead of
+wrapping silently.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import numpy as np
+
+IntLike = Union[int, np.ndarray]
+
+_LIMIT = float(2**63 - 1)
+
+
+def as_int(value: object, name: str = "value") -> IntLike:
+    """A Python int, or an int64 array (from any integer-valued array)."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind in "iu":
+            return value.astype(np.int64, copy=False)
+        if value.dtype.kind == "f" and np.all(np.isfinite(value)) and np.all(value == np.round(value)):
+            return value.astype(np.int64)
+        raise TypeError(f"{name} must hold integers")
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, not a bool")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise TypeError(f"{name} must be an integer, got {value!r}")
+
+
+def is_array(*values: object) -> bool:
+    return any(isinstance(v, np.ndarray) for v in values)
+
+
+def mul(*factors: IntLike) -> IntLike:
+    """Product of integers; exact for scalars, overflow-checked int64 for arrays."""
+    if not is_array(*factors):
+        out = 1
+        for f in factors:
+            out *= int(f)
+        return out
+    shadow = np.ones((), dtype=np.float64)
+    out_arr = np.ones((), dtype=np.int64)
+    for f in factors:
+        shadow = shadow * np.asarray(f, dtype=np.float64)
+        out_arr = out_arr * np.asarray(f, dtype=np.int64)
+    if np.any(np.abs(shadow) >= _LIMIT):
+        raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
+    return out_arr
+
+
+def add(*terms: IntLike) -> IntLike:
+    if not is_array(*terms):
+        return sum(int(t) for t in terms)
+    shadow = sum(np.asarray(t, dtype=np.float64) for t in terms)
+    if np.any(np.abs(shadow) >= _LIMIT):
+        raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
+    out = np.zeros((), dtype=np.int64)
+    for t in terms:
+        out = out + np.asarray(t, dtype=np.int64)
+    return out
+
+
+def ceil_div(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return -(-int(a) // int(b))
+    return -(-np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64))
+
+
+def minimum(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return min(int(a), int(b))
+    return np.minimum(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+
+def to_float(value: IntLike) -> float | np.ndarray:
+    return float(value) if not isinstance(value, np.ndarray) else value.astype(np.float64)

@@ -1,0 +1,135 @@
+"""JSON and CSV views of a :class:`~memmodel.model.Comparison` (schema ``memmodel.compare/1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import __version__, intmath
+from ..model import COMPARE_SCHEMA, Comparison, Evaluated
+from ..timing import KernelTiming
+from ..traffic.ledger import ROLES, Kernel
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _intensity(flops: Any, nbytes: Any) -> Any:
+    b = np.asarray(intmath.to_float(nbytes))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(b > 0, np.asarray(intmath.to_float(flops)) / np.where(b > 0, b, 1), 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def _numbers(traffic: Any, flops_owner: Any) -> dict[str, Any]:
+    """The numeric keys shared by algorithms and kernels."""
+    return {
+        "hbm_read_bytes": _plain(traffic.bytes(level="hbm", direction="read")),
+        "hbm_write_bytes": _plain(traffic.bytes(level="hbm", direction="write")),
+        "hbm_bytes": _plain(traffic.bytes(level="hbm")),
+        "bytes_by_role": {role: _plain(traffic.bytes(level="hbm", role=role)) for role in ROLES},
+        "flops": _plain(flops_owner.flops),
+        "matmul_flops": _plain(flops_owner.matmul_flops),
+        "softmax_flops": _plain(_softmax(flops_owner)),
+        "exp_ops": _plain(flops_owner.exp_ops),
+        "arithmetic_intensity": _plain(_intensity(flops_owner.flops, traffic.bytes(level="hbm"))),
+    }
+
+
+def _softmax(owner: Any) -> Any:
+    if isinstance(owner, Kernel):
+        return owner.softmax_flops
+    return intmath.add(*(k.softmax_flops for k in owner.kernels))
+
+
+def _kernel_dict(kernel: Kernel, timing: KernelTiming) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": kernel.name, "pass": kernel.pass_}
+    out.update(_numbers(kernel, kernel))
+    out["predicted_time_s"] = _plain(timing.time_s)
+    out["bound"] = _plain(timing.bound)
+    out["time_terms_s"] = {k: _plain(v) for k, v in timing.terms.items()}
+    return out
+
+
+def algorithm_dict(ev: Evaluated) -> dict[str, Any]:
+    t = ev.traffic
+    out: dict[str, Any] = {"name": t.name, "variant": t.variant, "params": t.params}
+    out.update(_numbers(t, t))
+    out["predicted_time_s"] = _plain(ev.timing.time_s)
+    out["bound"] = _plain(ev.timing.bound)
+    out["kernels"] = [_kernel_dict(k, kt) for k, kt in zip(t.kernels, ev.timing.kernels)]
+    out["transfers"] = [x.to_dict() for x in t.transfers]
+    return out
+
+
+def compare_to_dict(c: Comparison) -> dict[str, Any]:
+    p = c.profile
+    return {
+        "schema": COMPARE_SCHEMA,
+        "memmodel_version": __version__,
+        "hardware": {
+            "name": p.name,
+            "full_name": p.full_name,
+            "origin": p.origin,
+            "path": str(p.path) if p.path else None,
+        },
+        "workload": c.workload.to_dict(),
+        "algorithms": [algorithm_dict(a) for a in c.algorithms],
+        "ratios": {k: _plain(v) for k, v in c.ratios().items()},
+        "assumptions": list(c.assumptions),
+        "warnings": list(c.warnings),
+    }
+
+
+#: Columns of ``memmodel compare --format csv``: one row per kernel, then a ``total`` row
+#: per algorithm. Stable: new columns are appended, never renamed.
+COMPARE_CSV_COLUMNS = (
+    "gpu",
+    "algorithm",
+    "variant",
+    "kernel",
+    "pass",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "hbm_bytes",
+    "input_bytes",
+    "intermediate_bytes",
+    "output_bytes",
+    "state_bytes",
+    "flops",
+    "exp_ops",
+    "arithmetic_intensity",
+    "predicted_time_s",
+    "bound",
+)
+
+
+def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
+    rows = []
+    for alg in compare_to_dict(c)["algorithms"]:
+        for item in [*alg["kernels"], {**alg, "name": "total", "pass": "all"}]:
+            rows.append(
+                {
+                    "gpu": c.profile.name,
+                    "algorithm": alg["name"],
+                    "variant": alg["variant"],
+                    "kernel": item["name"],
+                    "pass": item["pass"],
+                    "hbm_read_bytes": item["hbm_read_bytes"],
+                    "hbm_write_bytes": item["hbm_write_bytes"],
+                    "hbm_bytes": item["hbm_bytes"],
+                    **{f"{r}_bytes": item["bytes_by_role"][r] for r in ROLES},
+                    "flops": item["flops"],
+                    "exp_ops": item["exp_ops"],
+                    "arithmetic_intensity": item["arithmetic_intensity"],
+                    "predicted_time_s": item["predicted_time_s"],
+                    "bound": item["bound"],
+                }
+            )
+    return rows

@@ -1,0 +1,17 @@
+"""Traffic models: one module per algorithm, each returning a ledger of transfer records."""
+
+from .flash import BlockSizes, block_sizes, fa1_forward, fa2_forward
+from .ledger import ROLES, AlgorithmTraffic, Kernel, Transfer
+from .standard import standard_forward
+
+__all__ = [
+    "ROLES",
+    "AlgorithmTraffic",
+    "BlockSizes",
+    "Kernel",
+    "Transfer",
+    "block_sizes",
+    "fa1_forward",
+    "fa2_forward",
+    "standard_forward",
+]

@@ -1,0 +1,131 @@
+"""Transfer records and the ledgers that sum them.
+
+Every byte memmodel reports is a :class:`Transfer`; every total is a sum of transfers, so
+any printed number can be traced to the records (and the formulas) behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import intmath
+from ..intmath import IntLike
+
+ROLES = ("input", "intermediate", "output", "state")
+LEVELS = ("hbm", "l2", "sram")
+DIRECTIONS = ("read", "write")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """``bytes`` moved for ``tensor`` by ``kernel`` at memory ``level`` in ``direction``.
+
+    ``formula`` says how the count was made ("T_r · B·H·N_kv·d·e"), for humans.
+    """
+
+    kernel: str
+    tensor: str
+    role: str
+    level: str
+    direction: str
+    bytes: IntLike
+    formula: str = ""
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:  # pragma: no cover - programming error
+            raise ValueError(f"role {self.role!r} not in {ROLES}")
+        if self.level not in LEVELS:  # pragma: no cover
+            raise ValueError(f"level {self.level!r} not in {LEVELS}")
+        if self.direction not in DIRECTIONS:  # pragma: no cover
+            raise ValueError(f"direction {self.direction!r} not in {DIRECTIONS}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel,
+            "tensor": self.tensor,
+            "role": self.role,
+            "level": self.level,
+            "direction": self.direction,
+            "bytes": _plain(self.bytes),
+            "formula": self.formula,
+        }
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
+    """Sum of ``bytes`` over the transfers whose fields equal every ``match`` value."""
+    selected = [t.bytes for t in transfers if all(getattr(t, k) == v for k, v in match.items())]
+    return intmath.add(*selected) if selected else 0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel launch (or one fused loop nest) with its FLOPs and transfers.
+
+    ``matmul_flops`` are 2·m·n·k per matrix product (tensor cores for 16-bit and 8-bit
+    dtypes and tf32); ``softmax_flops`` the other elementwise and reduction arithmetic
+    (max, subtract, sum, divide, rescale) on the FP32 units; ``exp_ops`` the exponentials,
+    which run on the special-function units and are not included in ``flops``.
+    """
+
+    name: str
+    transfers: tuple[Transfer, ...]
+    matmul_flops: IntLike = 0
+    softmax_flops: IntLike = 0
+    exp_ops: IntLike = 0
+    pass_: str = "forward"
+
+    @property
+    def flops(self) -> IntLike:
+        return intmath.add(self.matmul_flops, self.softmax_flops)
+
+    def bytes(self, **match: str) -> IntLike:
+        return total(self.transfers, **match)
+
+
+@dataclass(frozen=True)
+class AlgorithmTraffic:
+    """The ledger of one algorithm on one workload: its kernels, in launch order."""
+
+    name: str  # "standard" | "tiled"
+    variant: str  # "algorithm0" | "fa1" | "fa2"
+    kernels: tuple[Kernel, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def transfers(self) -> tuple[Transfer, ...]:
+        return tuple(t for k in self.kernels for t in k.transfers)
+
+    def bytes(self, **match: str) -> IntLike:
+        return total(self.transfers, **match)
+
+    @property
+    def hbm_read_bytes(self) -> IntLike:
+        return self.bytes(level="hbm", direction="read")
+
+    @property
+    def hbm_write_bytes(self) -> IntLike:
+        return self.bytes(level="hbm", direction="write")
+
+    @property
+    def hbm_bytes(self) -> IntLike:
+        return self.bytes(level="hbm")
+
+    @property
+    def flops(self) -> IntLike:
+        return intmath.add(*(k.flops for k in self.kernels))
+
+    @property
+    def matmul_flops(self) -> IntLike:
+        return intmath.add(*(k.matmul_flops for k in self.kernels))
+
+    @property
+    def exp_ops(self) -> IntLike:
+        return intmath.add(*(k.exp_ops for k in self.kernels))

@@ -1,0 +1,118 @@
+"""The attention workload: shapes and dtype, scalars or numpy arrays (a grid in one call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from . import intmath
+from .errors import WorkloadError
+from .intmath import IntLike
+
+#: Bytes per element of Q, K, V, S, P, O for each supported dtype.
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: Softmax statistics (l, m, logsumexp) are kept in fp32 whatever the input dtype.
+STAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Multi-head attention O = softmax(QKᵀ/√d)V.
+
+    ``n`` is the query length, ``n_kv`` the key/value length (default ``n``), ``heads``
+    the query heads, ``kv_heads`` the key/value heads (default ``heads``; fewer is GQA/MQA).
+    Integer fields may be numpy arrays that broadcast together.
+    """
+
+    n: IntLike
+    d: IntLike
+    batch: IntLike = 1
+    heads: IntLike = 1
+    dtype: str = "fp32"
+    n_kv: IntLike | None = None
+    kv_heads: IntLike | None = None
+    causal: bool = False
+    _checked: bool = field(default=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._checked:
+            return
+        if self.dtype not in DTYPE_BYTES:
+            raise WorkloadError(f"unknown dtype {self.dtype!r}: accepted are {', '.join(DTYPE_BYTES)}")
+        values: dict[str, Any] = {}
+        for name in ("n", "d", "batch", "heads", "n_kv", "kv_heads"):
+            raw = getattr(self, name)
+            if raw is None:
+                continue
+            try:
+                value = intmath.as_int(raw, name)
+            except TypeError as exc:
+                raise WorkloadError(f"{name}: {exc}") from None
+            if np.any(np.asarray(value) < 1):
+                raise WorkloadError(f"{name} must be a positive integer (got {_show(value)})")
+            values[name] = value
+        values.setdefault("n_kv", values["n"])
+        values.setdefault("kv_heads", values["heads"])
+        if np.any(np.asarray(values["heads"]) % np.asarray(values["kv_heads"]) != 0):
+            raise WorkloadError(
+                f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})"
+            )
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "causal", bool(self.causal))
+        object.__setattr__(self, "_checked", True)
+
+    # Derived sizes ---------------------------------------------------------------------
+    @property
+    def element_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def n_kv_(self) -> IntLike:
+        assert self.n_kv is not None
+        return self.n_kv
+
+    @property
+    def kv_heads_(self) -> IntLike:
+        assert self.kv_heads is not None
+        return self.kv_heads
+
+    @property
+    def is_grid(self) -> bool:
+        return intmath.is_array(self.n, self.d, self.batch, self.heads, self.n_kv, self.kv_heads)
+
+    def q_bytes(self) -> IntLike:
+        """Q (and O): batch · heads · n · d · element bytes."""
+        return intmath.mul(self.batch, self.heads, self.n, self.d, self.element_bytes)
+
+    def kv_bytes(self) -> IntLike:
+        """One of K or V: batch · kv_heads · n_kv · d · element bytes."""
+        return intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.element_bytes)
+
+    def with_(self, **changes: Any) -> Workload:
+        return replace(self, _checked=False, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(v: IntLike | None) -> Any:
+            return v.tolist() if isinstance(v, np.ndarray) else v
+
+        return {
+            "batch": plain(self.batch),
+            "heads": plain(self.heads),
+            "kv_heads": plain(self.kv_heads),
+            "n": plain(self.n),
+            "n_kv": plain(self.n_kv),
+            "d": plain(self.d),
+            "dtype": self.dtype,
+            "element_bytes": self.element_bytes,
+            "causal": self.causal,
+        }
+
+
+def _show(value: IntLike) -> str:
+    if isinstance(value, np.ndarray):
+        flat = value.ravel()
+        return str(int(flat.min())) if flat.size else "[]"
+    return str(value)
