@@ -104,9 +104,7 @@ class Profile:
             return self.compute_flops_per_s[dtype]
         except KeyError:
             have = ", ".join(self.compute_flops_per_s)
-            raise ProfileError(
-                f"{self.name} has no {dtype} compute peak in its profile (it has {have})"
-            ) from None
+            raise ProfileError(f"{self.name} has no {dtype} compute peak in its profile (it has {have})") from None
 
     def levels(self) -> dict[str, float]:
         """Bandwidth of each memory level, bytes/s (SRAM aggregated over SMs)."""
@@ -220,7 +218,9 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         raise _fail(where, "schema", f"{texts['schema']!r} is not supported (expected {SCHEMA!r})")
 
     sm_count = int(values["sm_count"])
-    hbm = MemoryLevel("hbm", values["memory.hbm.capacity"], values["memory.hbm.bandwidth"], values["memory.hbm.latency"])
+    hbm = MemoryLevel(
+        "hbm", values["memory.hbm.capacity"], values["memory.hbm.bandwidth"], values["memory.hbm.latency"]
+    )
     l2 = MemoryLevel(
         "l2",
         values["memory.l2.capacity"],
@@ -282,14 +282,26 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
 
 def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram) -> None:
     if l2.capacity_bytes >= hbm.capacity_bytes:
-        raise _fail(where, "memory.l2.capacity", f"{units.format_bytes(l2.capacity_bytes)} is not smaller than HBM ({units.format_bytes(hbm.capacity_bytes)})")
+        raise _fail(
+            where,
+            "memory.l2.capacity",
+            f"{units.format_bytes(l2.capacity_bytes)} is not smaller than HBM "
+            f"({units.format_bytes(hbm.capacity_bytes)})",
+        )
     if l2.effective_capacity_bytes is not None and l2.effective_capacity_bytes > l2.capacity_bytes:
         raise _fail(where, "memory.l2.effective_capacity", "is larger than memory.l2.capacity")
     if sram.capacity_per_sm_bytes >= l2.capacity_bytes:
-        raise _fail(where, "memory.sram.capacity_per_sm", f"{units.format_bytes(sram.capacity_per_sm_bytes, binary=True)} per SM is not smaller than L2 ({units.format_bytes(l2.capacity_bytes, binary=True)})")
+        raise _fail(
+            where,
+            "memory.sram.capacity_per_sm",
+            f"{units.format_bytes(sram.capacity_per_sm_bytes, binary=True)} per SM is not smaller than L2 "
+            f"({units.format_bytes(l2.capacity_bytes, binary=True)})",
+        )
     for name, value in (("hbm", hbm.latency_s), ("l2", l2.latency_s), ("sram", sram.latency_s)):
         if value > 1e-3:
-            raise _fail(where, f"memory.{name}.latency", f"{value * 1e9:.0f} ns is not a plausible memory latency (under 1 ms)")
+            raise _fail(
+                where, f"memory.{name}.latency", f"{value * 1e9:.0f} ns is not a plausible memory latency (under 1 ms)"
+            )
     if not math.isfinite(sram.bandwidth_bytes_per_s):  # pragma: no cover - parse() refuses inf
         raise _fail(where, "memory.sram.bandwidth_per_sm", "must be finite")
 
@@ -374,6 +386,4 @@ def load_profile(spec: str | os.PathLike[str]) -> Profile:
         return load_file(file, origin=origin)
     close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.5)
     hint = f"did you mean {close[0]}? " if close else ""
-    raise ProfileError(
-        f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)"
-    )
+    raise ProfileError(f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)")

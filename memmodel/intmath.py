@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-IntLike = Union[int, np.ndarray]
+IntLike = Union[int, np.ndarray]  # noqa: UP007 (runtime alias, Python 3.10)
 
 _LIMIT = float(2**63 - 1)
 

@@ -24,8 +24,8 @@ from . import intmath
 from .hardware import Profile
 from .traffic.ledger import LEVELS, AlgorithmTraffic, Kernel
 
-Seconds = Union[float, np.ndarray]
-Label = Union[str, np.ndarray]
+Seconds = Union[float, np.ndarray]  # noqa: UP007
+Label = Union[str, np.ndarray]  # noqa: UP007
 
 #: dtype of the inputs -> key of the compute peak their matmuls run at
 MATMUL_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}

@@ -115,9 +115,13 @@ def parse(value: object, kind: Kind) -> float:
 
 def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
     """``318_767_104 -> '318.8 MB'`` (decimal by default, as vendors write)."""
-    base, units = (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]) if binary else (
-        1000.0,
-        ["B", "kB", "MB", "GB", "TB", "PB", "EB"],
+    base, units = (
+        (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"])
+        if binary
+        else (
+            1000.0,
+            ["B", "kB", "MB", "GB", "TB", "PB", "EB"],
+        )
     )
     value = float(n)
     for unit in units:

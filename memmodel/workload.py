@@ -56,9 +56,7 @@ class Workload:
         values.setdefault("n_kv", values["n"])
         values.setdefault("kv_heads", values["heads"])
         if np.any(np.asarray(values["heads"]) % np.asarray(values["kv_heads"]) != 0):
-            raise WorkloadError(
-                f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})"
-            )
+            raise WorkloadError(f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})")
         for name, value in values.items():
             object.__setattr__(self, name, value)
         object.__setattr__(self, "causal", bool(self.causal))

@@ -29,6 +29,7 @@ class MemmodelGroup(click.Group):
         from . import terminal
 
         argv = list(args) if args is not None else None
+        prog_name = prog_name or "memmodel"
         debug = _debug_requested(argv)
         try:
             result = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
@@ -62,9 +63,7 @@ class MemmodelGroup(click.Group):
         except Exception as exc:  # the one place that turns bugs into a line
             if debug:
                 raise
-            terminal.error(
-                f"internal error: {exc.__class__.__name__}: {exc} (run again with --debug and report it)"
-            )
+            terminal.error(f"internal error: {exc.__class__.__name__}: {exc} (run again with --debug and report it)")
             sys.exit(1)
         if isinstance(result, int) and result:
             sys.exit(result)

@@ -26,8 +26,12 @@ ROLE_LABELS = (
     show_default=True,
     help="Tiled algorithm: fa1 (paper Algorithm 1, outer loop over K/V) or fa2 (outer loop over Q).",
 )
-@click.option("--block-q", type=POSITIVE, default=None, help="Rows of Q per block, B_r (default: Algorithm 1's min(⌈M/4d⌉, d)).")
-@click.option("--block-kv", type=POSITIVE, default=None, help="Rows of K/V per block, B_c (default: Algorithm 1's ⌈M/4d⌉).")
+@click.option(
+    "--block-q", type=POSITIVE, default=None, help="Rows of Q per block, B_r (default: Algorithm 1's min(⌈M/4d⌉, d))."
+)
+@click.option(
+    "--block-kv", type=POSITIVE, default=None, help="Rows of K/V per block, B_c (default: Algorithm 1's ⌈M/4d⌉)."
+)
 @format_option()
 def compare_cmd(
     *,
@@ -86,12 +90,16 @@ def _print_table(result: Any) -> None:
         f"batch {w['batch']} · heads {w['heads']} · N {w['n']} · d {w['d']} · {w['dtype']}"
     )
     for alg in data["algorithms"]:
-        title = "Standard attention (FlashAttention paper Algorithm 0)" if alg["name"] == "standard" else _tiled_title(alg)
+        title = (
+            "Standard attention (FlashAttention paper Algorithm 0)" if alg["name"] == "standard" else _tiled_title(alg)
+        )
         rows: list[Any] = []
         for kernel in alg["kernels"]:
             for t in alg["transfers"]:
                 if t["kernel"] == kernel["name"]:
-                    rows.append((t["kernel"], t["tensor"], t["role"], t["direction"], format_bytes(t["bytes"]), t["formula"]))
+                    rows.append(
+                        (t["kernel"], t["tensor"], t["role"], t["direction"], format_bytes(t["bytes"]), t["formula"])
+                    )
             rows.append(
                 (
                     "",
@@ -104,10 +112,18 @@ def _print_table(result: Any) -> None:
             )
             rows.append(None)
         con.print()
+        con.print(f"[bold]{title}[/]", soft_wrap=True)
         con.print(
             terminal.table(
-                f"[bold]{title}[/]",
-                [("kernel", "left"), ("tensor", "left"), ("role", "left"), ("dir", "left"), ("HBM", "right"), ("count", "left")],
+                None,
+                [
+                    ("kernel", "left"),
+                    ("tensor", "left"),
+                    ("role", "left"),
+                    ("dir", "left"),
+                    ("HBM", "right"),
+                    ("formula", "left"),
+                ],
                 rows[:-1],
             )
         )
@@ -121,25 +137,51 @@ def _print_table(result: Any) -> None:
     summary = [role_row(role, label) for role, label in ROLE_LABELS]
     summary.append(None)  # type: ignore[arg-type]
     summary += [
-        ("HBM read", format_bytes(std["hbm_read_bytes"]), format_bytes(til["hbm_read_bytes"]), _ratio(std["hbm_read_bytes"], til["hbm_read_bytes"])),
-        ("HBM write", format_bytes(std["hbm_write_bytes"]), format_bytes(til["hbm_write_bytes"]), _ratio(std["hbm_write_bytes"], til["hbm_write_bytes"])),
-        ("[bold]HBM total[/]", f"[bold]{format_bytes(std['hbm_bytes'])}[/]", f"[bold]{format_bytes(til['hbm_bytes'])}[/]", f"[bold]{ratios['hbm_bytes']:.2f}×[/]"),
+        (
+            "HBM read",
+            format_bytes(std["hbm_read_bytes"]),
+            format_bytes(til["hbm_read_bytes"]),
+            _ratio(std["hbm_read_bytes"], til["hbm_read_bytes"]),
+        ),
+        (
+            "HBM write",
+            format_bytes(std["hbm_write_bytes"]),
+            format_bytes(til["hbm_write_bytes"]),
+            _ratio(std["hbm_write_bytes"], til["hbm_write_bytes"]),
+        ),
+        (
+            "[bold]HBM total[/]",
+            f"[bold]{format_bytes(std['hbm_bytes'])}[/]",
+            f"[bold]{format_bytes(til['hbm_bytes'])}[/]",
+            f"[bold]{ratios['hbm_bytes']:.2f}×[/]",
+        ),
         ("FLOPs", format_count(std["flops"]), format_count(til["flops"]), f"{ratios['flops']:.2f}×"),
-        ("exp", format_count(std["exp_ops"], "op"), format_count(til["exp_ops"], "op"), _ratio(std["exp_ops"], til["exp_ops"])),
+        (
+            "exp",
+            format_count(std["exp_ops"], "op"),
+            format_count(til["exp_ops"], "op"),
+            _ratio(std["exp_ops"], til["exp_ops"]),
+        ),
         ("intensity", f"{std['arithmetic_intensity']:.1f} FLOP/B", f"{til['arithmetic_intensity']:.1f} FLOP/B", ""),
-        ("[bold]predicted time[/]", f"[bold]{format_time(std['predicted_time_s'])}[/]", f"[bold]{format_time(til['predicted_time_s'])}[/]", f"[bold]{ratios['predicted_time_s']:.2f}×[/]"),
+        (
+            "[bold]predicted time[/]",
+            f"[bold]{format_time(std['predicted_time_s'])}[/]",
+            f"[bold]{format_time(til['predicted_time_s'])}[/]",
+            f"[bold]{ratios['predicted_time_s']:.2f}×[/]",
+        ),
         ("bound by", std["bound"], til["bound"], ""),
     ]
     con.print()
+    con.print("[bold]Totals[/]")
     con.print(
         terminal.table(
-            "[bold]Totals[/]",
+            None,
             [("", "left"), ("standard", "right"), (f"tiled ({til['variant']})", "right"), ("standard/tiled", "right")],
             summary,
         )
     )
     for line in data["warnings"]:
-        con.print(f"[yellow]warning:[/] {line}")
+        con.print(f"[yellow]warning:[/] {line}", soft_wrap=True)
 
 
 def _tiled_title(alg: dict[str, Any]) -> str:

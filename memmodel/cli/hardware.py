@@ -64,7 +64,16 @@ def list_cmd(*, fmt: str) -> None:
     terminal.console().print(
         terminal.table(
             None,
-            [("name", "left"), ("GPU", "left"), ("HBM", "right"), ("HBM BW", "right"), ("L2", "right"), ("SRAM/SM × SMs", "right"), ("fp16", "right"), ("from", "left")],
+            [
+                ("name", "left"),
+                ("GPU", "left"),
+                ("HBM", "right"),
+                ("HBM BW", "right"),
+                ("L2", "right"),
+                ("SRAM/SM × SMs", "right"),
+                ("fp16", "right"),
+                ("from", "left"),
+            ],
             table_rows,
         )
     )
@@ -95,7 +104,11 @@ def show_cmd(*, name: str, fmt: str) -> None:
                 "path": str(p.path) if p.path else None,
                 "sm_count": p.sm_count,
                 "clock_hz": p.clock_hz,
-                "hbm": {"capacity_bytes": p.hbm.capacity_bytes, "bandwidth_bytes_per_s": p.hbm.bandwidth_bytes_per_s, "latency_s": p.hbm.latency_s},
+                "hbm": {
+                    "capacity_bytes": p.hbm.capacity_bytes,
+                    "bandwidth_bytes_per_s": p.hbm.bandwidth_bytes_per_s,
+                    "latency_s": p.hbm.latency_s,
+                },
                 "l2": {
                     "capacity_bytes": p.l2.capacity_bytes,
                     "effective_capacity_bytes": p.l2.effective_capacity_bytes,
@@ -111,7 +124,9 @@ def show_cmd(*, name: str, fmt: str) -> None:
                 },
                 "compute_flops_per_s": dict(p.compute_flops_per_s),
                 "exp_ops_per_s": p.exp_ops_per_s,
-                "provenance": {k: {"value": v.text, "source": v.source, "note": v.note} for k, v in p.provenance.items()},
+                "provenance": {
+                    k: {"value": v.text, "source": v.source, "note": v.note} for k, v in p.provenance.items()
+                },
                 "sources": {k: {"title": s.title, "url": s.url} for k, s in p.sources.items()},
             }
         )

@@ -26,9 +26,19 @@ def error(message: str) -> None:
     sys.stderr.flush()
 
 
-def table(title: str | None, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]], caption: str | None = None) -> Table:
+def table(
+    title: str | None, columns: Sequence[tuple[str, str]], rows: Iterable[Sequence[Any]], caption: str | None = None
+) -> Table:
     """``columns`` is a list of (header, justify)."""
-    t = Table(title=title, caption=caption, title_justify="left", caption_justify="left", header_style="bold", pad_edge=False, box=None)
+    t = Table(
+        title=title,
+        caption=caption,
+        title_justify="left",
+        caption_justify="left",
+        header_style="bold",
+        pad_edge=False,
+        box=None,
+    )
     for header, justify in columns:
         t.add_column(header, justify=justify)  # type: ignore[arg-type]
     for row in rows:

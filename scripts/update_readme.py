@@ -1,0 +1,54 @@
+"""Regenerate the example output blocks of README.md from the tool itself.
+
+A block is written as
+
+    <!-- run: memmodel compare --n 4096 --d 768 -->
+    ```text
+    ...output...
+    ```
+
+and this script replaces the fenced block after each marker with the command's real
+output (NO_COLOR, 100 columns). ``--check`` exits 1 if any block is stale (the test suite
+runs it, so the README cannot drift from the tool).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+MARKER = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
+
+
+def run(cmd: str) -> str:
+    args = shlex.split(cmd)
+    assert args[0] == "memmodel", cmd
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"}
+    out = subprocess.run([sys.executable, "-m", "memmodel", *args[1:]], capture_output=True, text=True, env=env)
+    text = out.stdout + out.stderr
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def render(text: str) -> str:
+    return MARKER.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
+
+
+def main() -> int:
+    text = README.read_text(encoding="utf-8")
+    new = render(text)
+    if "--check" in sys.argv:
+        if new != text:
+            print("README.md example output is stale: run python scripts/update_readme.py", file=sys.stderr)
+            return 1
+        return 0
+    README.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

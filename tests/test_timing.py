@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import pytest
+
+from memmodel import Workload, compare, load_profile
+from memmodel.timing import kernel_time
+
+
+def test_handbook_example_times_on_a100():
+    c = compare(Workload(n=4096, d=768), load_profile("a100"))
+    qk, softmax, pv = c.standard.timing.kernels
+    # qk: 2·4096²·768 = 25.77 GFLOP at 19.5 TFLOP/s (fp32, no tensor cores) = 1.3215 ms;
+    # its 92.3 MB at 2.039 TB/s would take only 45 us, so it is matmul-bound
+    assert qk.time_s == pytest.approx(25_769_803_776 / 19.5e12)
+    assert qk.bound == "matmul"
+    # softmax: 134.2 MB at 2.039 TB/s = 65.8 us; 16.8 M exp at 2.44 T/s = 6.9 us: HBM-bound
+    assert softmax.time_s == pytest.approx(134_217_728 / 2.039e12)
+    assert softmax.bound == "hbm"
+    assert c.standard.timing.time_s == pytest.approx(qk.time_s + softmax.time_s + pv.time_s)
+    assert c.standard.timing.bound == "matmul"  # 2.64 of its 2.71 ms are matmul-bound
+    # FA2: 7.399 GB of K/V re-reads at 2.039 TB/s = 3.629 ms > 52.5 GFLOP / 19.5 TFLOP/s = 2.69 ms
+    (fa2,) = c.tiled.timing.kernels
+    assert fa2.time_s == pytest.approx(c.tiled.traffic.hbm_bytes / 2.039e12)
+    assert fa2.bound == "hbm"
+
+
+def test_fp16_uses_the_tensor_core_peak():
+    p = load_profile("a100")
+    c = compare(Workload(n=8192, d=128, batch=4, heads=16, dtype="fp16"), p)
+    qk = c.standard.traffic.kernels[0]
+    t = kernel_time(qk, p, "fp16")
+    assert t.terms["matmul"] == pytest.approx(qk.matmul_flops / 312e12)
+
+
+def test_exp_bound_when_the_sfu_is_the_slowest_unit():
+    p = load_profile("a100")
+    c = compare(Workload(n=4096, d=16, dtype="fp16", batch=8, heads=16), p, block_q=128, block_kv=128)
+    (k,) = c.tiled.timing.kernels
+    # d = 16: 4·N²·d matmul FLOPs = 64 FLOP per score at 312 TFLOP/s vs ~1 exp per score at 2.44 T/s
+    assert k.bound == "exp"
