@@ -82,11 +82,15 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def _register() -> None:
+    from .calibrate import calibrate_cmd
     from .compare import compare_cmd
     from .hardware import hardware_group
+    from .validate import validate_cmd
 
+    cli.add_command(calibrate_cmd)
     cli.add_command(compare_cmd)
     cli.add_command(hardware_group)
+    cli.add_command(validate_cmd)
 
 
 _register()

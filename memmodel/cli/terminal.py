@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -60,3 +61,24 @@ def print_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None
     for row in rows:
         writer.writerow({k: row.get(k, "") for k in columns})
     sys.stdout.write(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """A progress bar on stderr for ``total`` steps; yields ``update(done, description)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console(stderr=True),
+    )
+    with bar:
+        task = bar.add_task("", total=total)
+
+        def update(done: int, description: str) -> None:
+            bar.update(task, completed=done, description=description)
+
+        yield update

@@ -102,3 +102,67 @@ def parse_case(text: str) -> Case:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")
     return Case(**fields)
+
+
+def default_cases(*, with_triton: bool = True) -> list[Case]:
+    """The default validation set: fills an H100/H200-class GPU, runs in about 2 minutes.
+
+    N from 1k to 16k and one long sequence whose K/V (one head) exceed the L2, d 64 and 128,
+    fp16 and bf16, causal on and off, GQA, decode; standard attention in eager PyTorch,
+    FlashAttention-2 through PyTorch's SDPA, and our Triton kernel at several tile sizes.
+    """
+    specs = [
+        # standard attention (S, P in HBM)
+        "impl=standard,batch=16,heads=16,n=1024,d=64",
+        "impl=standard,batch=4,heads=16,n=4096,d=64",
+        "impl=standard,batch=2,heads=16,n=8192,d=128,dtype=bf16",
+        "impl=standard,batch=1,heads=16,n=16384,d=64",
+        "impl=standard,batch=4,heads=32,kv_heads=8,n=2048,d=128",
+        "impl=standard,batch=8,heads=32,kv_heads=8,n=1,n_kv=32768,d=128",
+        # FlashAttention-2 (PyTorch SDPA, flash backend)
+        "impl=sdpa-flash,batch=16,heads=16,n=1024,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=128",
+        "impl=sdpa-flash,batch=2,heads=16,n=8192,d=128,dtype=bf16",
+        "impl=sdpa-flash,batch=1,heads=16,n=16384,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=128,causal=1",
+        "impl=sdpa-flash,batch=1,heads=16,n=16384,d=128,dtype=bf16,causal=1",
+        "impl=sdpa-flash,batch=4,heads=32,kv_heads=8,n=4096,d=128",
+        "impl=sdpa-flash,batch=8,heads=32,kv_heads=8,n=1,n_kv=32768,d=128",
+        "impl=sdpa-flash,batch=1,heads=1,n=131072,d=128",
+    ]
+    if with_triton:
+        specs += [
+            "impl=triton,batch=4,heads=16,n=4096,d=64,block_q=128,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=64,block_q=64,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=128,block_q=128,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=128,causal=1,block_q=128,block_kv=64",
+            "impl=triton,batch=1,heads=1,n=131072,d=128,block_q=128,block_kv=64",
+            "impl=triton,batch=1,heads=1,n=131072,d=128,block_q=64,block_kv=64",
+        ]
+    return [parse_case(s) for s in specs]
+
+
+#: device name (as torch reports it) -> bundled profile
+DEVICE_PROFILES = (
+    ("H200", "h200"),
+    ("H100 PCIe", "h100-pcie"),
+    ("H100", "h100-sxm"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100", "a100"),
+    ("L40S", "l40s"),
+    ("L4", "l4"),
+    ("A10", "a10"),
+    ("RTX 4090", "rtx4090"),
+    ("V100", "v100"),
+    ("MI300X", "mi300x"),
+    ("B200", "b200"),
+)
+
+
+def profile_for_device(name: str) -> str | None:
+    for fragment, profile in DEVICE_PROFILES:
+        if fragment.lower() in name.lower():
+            return profile
+    return None

@@ -25,6 +25,11 @@ METRICS = (
     "dram__bytes_write.sum",
     "lts__t_bytes.sum",
     "gpu__time_duration.sum",
+    # launch statistics (no replay): how many CTAs ran at once
+    "launch__grid_size",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__waves_per_multiprocessor",
 )
 BEGIN = "memmodel_begin"
 END = "memmodel_end"

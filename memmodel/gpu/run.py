@@ -185,18 +185,21 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
     for _ in range(warmup):
         run_steps(steps)
     torch.cuda.synchronize()
-    per_step: dict[str, list[float]] = {name: [] for name, _ in steps}
-    totals: list[float] = []
-    for _ in range(reps):
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)]
-        events[0].record()
+    # Events are recorded around every step of every repetition with no host sync in
+    # between, so the GPU runs the repetitions back to back; one sync at the end.
+    events = [[torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] for _ in range(reps)]
+    for rep in range(reps):
+        events[rep][0].record()
         for i, (_, fn) in enumerate(steps):
             fn()
-            events[i + 1].record()
-        torch.cuda.synchronize()
+            events[rep][i + 1].record()
+    torch.cuda.synchronize()
+    per_step: dict[str, list[float]] = {name: [] for name, _ in steps}
+    totals: list[float] = []
+    for rep in range(reps):
         for i, (name, _) in enumerate(steps):
-            per_step[name].append(events[i].elapsed_time(events[i + 1]) * 1e-3)
-        totals.append(events[0].elapsed_time(events[-1]) * 1e-3)
+            per_step[name].append(events[rep][i].elapsed_time(events[rep][i + 1]) * 1e-3)
+        totals.append(events[rep][0].elapsed_time(events[rep][-1]) * 1e-3)
     del q, k, v, out
     torch.cuda.empty_cache()
     return {

@@ -176,7 +176,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     kv_req = _scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
-    kv_hbm = _kv_hbm(kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c)
+    kv_hbm = _kv_hbm(kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c, intmath.mul(w.batch, w.kv_heads_))
     # every warp of a CTA reads the whole K_j, V_j tile from shared memory (4 warps)
     k = KernelBuilder(name)
     k.read("Q", "input", q, q, "B·H·N·d·e")
@@ -201,7 +201,9 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     )
 
 
-def _kv_hbm(unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, causal: bool, l2: l2m.L2) -> IntLike:
+def _kv_hbm(
+    unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, causal: bool, l2: l2m.L2, groups: IntLike = 1
+) -> IntLike:
     """HBM reads of K/V re-read per Q block.
 
     Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`). Causal: each CTA
@@ -210,7 +212,7 @@ def _kv_hbm(unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, 
     hits, as with random replacement. This rule is fitted to one H200 measurement
     (N = 262,144, d = 128, one head: predicted 73.1 GB, measured 72.7 GB), a lead only.
     """
-    base = l2m.reread_hbm(unique, requested, sharing, ws, l2)
+    base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
     ok = l2m.fits(ws, l2)
@@ -257,10 +259,10 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
         ("lse", "state", stat, "B·H·N·4"),
         ("D", "state", stat, "B·H·N·4"),
     ):
-        main.read(tensor, role, req(nbytes), _kv_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c), "T_c · " + f)
+        main.read(tensor, role, req(nbytes), _kv_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c, bh), "T_c · " + f)
     # atomic adds to dQacc happen in L2: requests T_c times; HBM: read once, write back once if it fits
     acc_req = req(dq_acc)
-    acc_hbm = _kv_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c)
+    acc_hbm = _kv_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c, bh)
     main.read("dQacc", "state", acc_req, acc_hbm, "T_c · B·H·N·d·4 (atomic add)")
     main.write("dQacc", "state", acc_req, "T_c · B·H·N·d·4 (atomic add)", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")

@@ -65,18 +65,45 @@ def waves(ctas_sharing: IntLike, l2: L2) -> IntLike:
     return intmath.ceil_div(ctas_sharing, l2.concurrent_ctas)
 
 
-def reread_hbm(unique: IntLike, requested: IntLike, ctas_sharing: IntLike, working_set: IntLike, l2: L2) -> IntLike:
+def _waves_spanned(groups: int, per_group: int, concurrent: int) -> int:
+    """Σ over ``groups`` consecutive runs of ``per_group`` CTAs of the waves (runs of
+    ``concurrent`` CTAs) each one overlaps: ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1."""
+    from .blocks import floor_sum
+
+    t, c = per_group, concurrent
+    return floor_sum(groups, c, t, t - 1) - floor_sum(groups, c, t, 0) + groups
+
+
+_waves_spanned_vec = np.vectorize(_waves_spanned, otypes=[np.int64])
+
+
+def waves_spanned(groups: IntLike, per_group: IntLike, concurrent: IntLike) -> IntLike:
+    if intmath.is_array(groups, per_group, concurrent):
+        return _waves_spanned_vec(groups, per_group, concurrent)
+    return _waves_spanned(int(groups), int(per_group), int(concurrent))
+
+
+def reread_hbm(
+    unique: IntLike, requested: IntLike, ctas_sharing: IntLike, working_set: IntLike, l2: L2, groups: IntLike = 1
+) -> IntLike:
     """HBM bytes for a tensor of ``unique`` bytes that a kernel requests ``requested`` bytes of.
 
-    ``ctas_sharing`` CTAs (of one head, launched together) read the same ``working_set``.
-    Off: every request. Else: once if it fits in L2 or one wave covers all sharers, else
-    once per wave (never more than requested).
+    ``groups`` runs of ``ctas_sharing`` consecutive CTAs each share one ``working_set``
+    (one head's K/V, say); ``unique`` is summed over the groups. Off: every request.
+    Else: once if it fits in L2, else once for every wave of concurrently running CTAs a
+    run overlaps (a run that straddles a wave boundary is read in both waves); never more
+    than requested.
     """
     if l2.mode == "off":
         return requested
-    n_waves = waves(ctas_sharing, l2)
+    n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
     ok = fits(working_set, l2)
-    per_wave = intmath.mul(unique, n_waves)
+    if intmath.is_array(unique, n_waves, groups):
+        per_wave = np.round(
+            np.asarray(intmath.to_float(unique)) * np.asarray(n_waves) / np.asarray(intmath.to_float(groups))
+        ).astype(np.int64)
+    else:
+        per_wave = int(unique) * int(n_waves) // int(groups)
     if not intmath.is_array(unique, requested, ctas_sharing, working_set, n_waves) and not isinstance(ok, np.ndarray):
         return min(int(requested), int(unique) if ok else int(per_wave))
     return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))
