@@ -39,7 +39,9 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
 }
 
 
-def implementation_tiles(impl: str, d: int, causal: bool, block_q: int | None = None, block_kv: int | None = None) -> tuple[int, int]:
+def implementation_tiles(
+    impl: str, d: int, causal: bool, block_q: int | None = None, block_kv: int | None = None
+) -> tuple[int, int]:
     """(B_r, B_c) the measured implementation uses.
 
     PyTorch's FlashAttention-2 (sm80 kernels, also on sm90): 128×128 for d ≤ 64, 128×64 for
@@ -244,7 +246,14 @@ def time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
     for step, measured in entry["timing"]["kernels"].items():
         if step not in pred or measured <= 0:
             continue
-        out.append({"step": step, "predicted_s": pred[step], "measured_s": measured, "error": (pred[step] - measured) / measured})
+        out.append(
+            {
+                "step": step,
+                "predicted_s": pred[step],
+                "measured_s": measured,
+                "error": (pred[step] - measured) / measured,
+            }
+        )
     return out
 
 

@@ -10,13 +10,49 @@ from .options import format_option
 
 
 @click.command("validate")
-@click.option("--gpu", default=None, metavar="NAME|FILE", help="Profile to predict with (default: the one matching the GPU found; a calibrated profile is best).")
-@click.option("--case", "case_specs", multiple=True, metavar="SPEC", help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).")
-@click.option("--cases", "cases_file", type=click.Path(dir_okay=False, exists=True), default=None, help="A file of case specs, one per line.")
-@click.option("--impl", "impls", multiple=True, type=click.Choice(["standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"]), help="Keep only cases of these implementations (repeatable).")
-@click.option("--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model.")
-@click.option("--reps", type=click.IntRange(min=20), default=20, show_default=True, help="Timed repetitions per case (median reported).")
-@click.option("--output", type=click.Path(dir_okay=False), default=None, help="JSON record, rewritten after every case (always valid).")
+@click.option(
+    "--gpu",
+    default=None,
+    metavar="NAME|FILE",
+    help="Profile to predict with (default: the one matching the GPU found; a calibrated profile is best).",
+)
+@click.option(
+    "--case",
+    "case_specs",
+    multiple=True,
+    metavar="SPEC",
+    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).",
+)
+@click.option(
+    "--cases",
+    "cases_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A file of case specs, one per line.",
+)
+@click.option(
+    "--impl",
+    "impls",
+    multiple=True,
+    type=click.Choice(["standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"]),
+    help="Keep only cases of these implementations (repeatable).",
+)
+@click.option(
+    "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(min=20),
+    default=20,
+    show_default=True,
+    help="Timed repetitions per case (median reported).",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="JSON record, rewritten after every case (always valid).",
+)
 @click.option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
 @format_option(("table", "json"))
 def validate_cmd(
@@ -64,7 +100,9 @@ def validate_cmd(
 
         name = profile_for_device(device)
         if name is None:
-            raise ProfileError(f"no bundled profile matches {device!r}: run 'memmodel calibrate --output mygpu.yaml', then --gpu mygpu.yaml")
+            raise ProfileError(
+                f"no bundled profile matches {device!r}: run 'memmodel calibrate --output mygpu.yaml', then --gpu mygpu.yaml"
+            )
         gpu = name
     profile = load_profile(gpu)
     import sys
@@ -100,20 +138,56 @@ def _print_table(data: dict[str, Any]) -> None:
             rows.append((cid, e.get("status", "?"), e.get("reason", "")[:60], "", "", "", ""))
             continue
         for t in time_errors(e):
-            rows.append((cid, t["step"], format_time(t["predicted_s"]), format_time(t["measured_s"]), _pct(t["error"]), "", ""))
+            rows.append(
+                (cid, t["step"], format_time(t["predicted_s"]), format_time(t["measured_s"]), _pct(t["error"]), "", "")
+            )
         for b in e.get("bytes", []):
             meas = b["measured_hbm_read_bytes"] + b["measured_hbm_write_bytes"]
             pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
-            rows.append((cid, f"{b['kernel']} bytes", format_bytes(pred), format_bytes(meas), _pct(b["error"]), _pct(b["paper_error"]), _pct(b["compulsory_error"])))
-    con.print(terminal.table(None, [("case", "left"), ("kernel", "left"), ("predicted", "right"), ("measured", "right"), ("error", "right"), ("paper", "right"), ("compulsory", "right")], rows))
+            rows.append(
+                (
+                    cid,
+                    f"{b['kernel']} bytes",
+                    format_bytes(pred),
+                    format_bytes(meas),
+                    _pct(b["error"]),
+                    _pct(b["paper_error"]),
+                    _pct(b["compulsory_error"]),
+                )
+            )
+    con.print(
+        terminal.table(
+            None,
+            [
+                ("case", "left"),
+                ("kernel", "left"),
+                ("predicted", "right"),
+                ("measured", "right"),
+                ("error", "right"),
+                ("paper", "right"),
+                ("compulsory", "right"),
+            ],
+            rows,
+        )
+    )
     s = data["summary"]
     con.print()
-    for label, key in (("HBM bytes, model", "model"), ("HBM bytes, paper's formula", "paper"), ("HBM bytes, compulsory", "compulsory")):
+    for label, key in (
+        ("HBM bytes, model", "model"),
+        ("HBM bytes, paper's formula", "paper"),
+        ("HBM bytes, compulsory", "compulsory"),
+    ):
         st = s["hbm_bytes"].get(key)
         if st:
-            con.print(f"{label}: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels")
+            con.print(
+                f"{label}: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels"
+            )
     if s.get("time"):
         st = s["time"]
-        con.print(f"time: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels")
+        con.print(
+            f"time: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels"
+        )
     for sp in s.get("speedups", []):
-        con.print(f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×")
+        con.print(
+            f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×"
+        )

@@ -50,7 +50,9 @@ class Record:
     def save(self) -> None:
         self.data["summary"] = summarize_record(self.data)
         if self.path is not None:
-            write_atomic(self.path, json.dumps(self.data, indent=1, allow_nan=False, default=_nan_safe) + "\n", force=True)
+            write_atomic(
+                self.path, json.dumps(self.data, indent=1, allow_nan=False, default=_nan_safe) + "\n", force=True
+            )
 
 
 def _nan_safe(value: Any) -> Any:  # pragma: no cover - only for unexpected types
@@ -132,8 +134,13 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
         except ValueError as exc:
             entry["bytes_error"] = str(exc)
         entry["ncu_kernels"] = [
-            {"name": k.name, "dram_read_bytes": k.dram_read_bytes, "dram_write_bytes": k.dram_write_bytes,
-             "l2_bytes": k.l2_bytes, "time_s": k.time_s}
+            {
+                "name": k.name,
+                "dram_read_bytes": k.dram_read_bytes,
+                "dram_write_bytes": k.dram_write_bytes,
+                "l2_bytes": k.l2_bytes,
+                "time_s": k.time_s,
+            }
             for k in groups[case.id]
         ]
     record.save()

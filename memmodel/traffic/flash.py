@@ -176,7 +176,9 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     kv_req = _scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
-    kv_hbm = _kv_hbm(kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c, intmath.mul(w.batch, w.kv_heads_))
+    kv_hbm = _kv_hbm(
+        kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c, intmath.mul(w.batch, w.kv_heads_)
+    )
     # every warp of a CTA reads the whole K_j, V_j tile from shared memory (4 warps)
     k = KernelBuilder(name)
     k.read("Q", "input", q, q, "B·H·N·d·e")
