@@ -61,15 +61,29 @@ def implementation_tiles(
     return 128, 32
 
 
-def model_options(case: Any, l2: str) -> Options:
+def model_options(case: Any, l2: str, ctas_per_sm: int | None = None) -> Options:
+    """How to model a measured case: its implementation's tiles and, when Nsight Compute
+    reported it, the number of CTAs the kernel really ran per SM (its occupancy)."""
     if case.impl == "standard":
         return Options(l2=l2)
     bq, bkv = implementation_tiles(case.impl, case.d, case.causal, case.block_q, case.block_kv)
-    return Options(tiled="fa2", block_q=min(bq, case.n), block_kv=min(bkv, case.nkv), l2=l2)
+    return Options(tiled="fa2", block_q=min(bq, case.n), block_kv=min(bkv, case.nkv), l2=l2, ctas_per_sm=ctas_per_sm)
 
 
-def predicted_kernels(case: Any, profile: Profile, l2: str = "cold") -> list[Kernel]:
-    c = compare(case.workload(), profile, model_options(case, l2))
+def measured_ctas_per_sm(measured: list[Any], sm_count: int) -> int | None:
+    """CTAs per SM of the largest measured kernel: grid / (waves per SM × SMs)."""
+    best = max(measured, key=lambda k: k.metrics.get("launch__grid_size", 0), default=None)
+    if best is None:
+        return None
+    grid = best.metrics.get("launch__grid_size", 0.0)
+    waves = best.metrics.get("launch__waves_per_multiprocessor", 0.0)
+    if not grid or not waves or waves != waves:
+        return None
+    return max(1, round(grid / (waves * sm_count)))
+
+
+def predicted_kernels(case: Any, profile: Profile, l2: str = "cold", ctas_per_sm: int | None = None) -> list[Kernel]:
+    c = compare(case.workload(), profile, model_options(case, l2, ctas_per_sm))
     alg = c.standard if case.impl == "standard" else c.tiled
     return list(alg.traffic.kernels)
 
@@ -177,7 +191,8 @@ def match_kernels(impl: str, model: list[Kernel], measured: list[Any]) -> list[t
 
 
 def score_case(case: Any, measured: list[Any], profile: Profile) -> list[KernelScore]:
-    model = predicted_kernels(case, profile, "cold")
+    occupancy = None if case.impl == "standard" else measured_ctas_per_sm(measured, profile.sm_count)
+    model = predicted_kernels(case, profile, "cold", occupancy)
     paper = predicted_kernels(case, profile, "off")
     comp = compulsory_kernels(case, profile)
     out = []
@@ -221,9 +236,9 @@ def summary(scores: list[KernelScore]) -> dict[str, Any]:
 # Time
 
 
-def predicted_times(case: Any, profile: Profile) -> dict[str, Any]:
+def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None) -> dict[str, Any]:
     """The model's times for a case (L2 on: the timing loop runs warm), per measured step."""
-    c = compare(case.workload(), profile, model_options(case, "on"))
+    c = compare(case.workload(), profile, model_options(case, "on", ctas_per_sm))
     ev = c.standard if case.impl == "standard" else c.tiled
     kernels = {k.name: float(k.time_s) for k in ev.timing.kernels}
     steps = kernels if case.impl == "standard" else {"attention": float(ev.timing.time_s)}

@@ -54,7 +54,21 @@ from .options import format_option
     help="JSON record, rewritten after every case (always valid).",
 )
 @click.option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
-@format_option(("table", "json"))
+@click.option(
+    "--rescore",
+    "rescore_path",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv beside it is used when present.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
+)
+@format_option(("table", "json", "markdown"))
 def validate_cmd(
     *,
     gpu: str | None,
@@ -65,6 +79,8 @@ def validate_cmd(
     reps: int,
     output: str | None,
     list_only: bool,
+    rescore_path: str | None,
+    plot_path: str | None,
     fmt: str,
 ) -> None:
     """Run attention kernels on this machine's GPU (standard in eager PyTorch, FlashAttention
@@ -85,6 +101,9 @@ def validate_cmd(
     if list_only:
         for c in cases:
             click.echo(c.id)
+        return
+    if rescore_path:
+        _rescore(rescore_path, gpu, output, fmt, plot_path)
         return
     from ..fileio import check_writable
     from ..gpu.validate import Record, device_name, ensure_runnable, run_validation
@@ -114,10 +133,48 @@ def validate_cmd(
     except KeyboardInterrupt:
         record.save()
         raise
+    _emit(data, fmt, plot_path)
+
+
+def _emit(data: dict[str, Any], fmt: str, plot_path: str | None) -> None:
+    from . import terminal
+
+    if plot_path:
+        from ..report.validation import plot
+
+        plot(data, plot_path)
     if fmt == "json":
         terminal.print_json(data)
+    elif fmt == "markdown":
+        from ..report.validation import markdown
+
+        click.echo(markdown(data), nl=False)
     else:
         _print_table(data)
+
+
+def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path: str | None) -> None:
+    import json
+    from pathlib import Path
+
+    from ..errors import MemmodelError
+    from ..fileio import write_atomic
+    from ..gpu.validate import SCHEMA, rescore
+    from ..hardware import load_profile
+    from . import terminal
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MemmodelError(f"{path}: not a readable JSON record ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
+    csv_path = Path(path).with_suffix(".ncu.csv")
+    profile = load_profile(gpu or data["profile"]["name"])
+    new = rescore(data, csv_path.read_text(encoding="utf-8") if csv_path.exists() else None, profile)
+    if output:
+        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=True)
+    _emit(new, fmt, plot_path)
 
 
 def _pct(x: float | None) -> str:

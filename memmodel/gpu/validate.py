@@ -21,7 +21,7 @@ from .. import __version__
 from ..errors import RuntimeFailure
 from ..fileio import write_atomic
 from ..hardware import Profile
-from ..validation import predicted_times, score_case, summarize_record
+from ..validation import measured_ctas_per_sm, predicted_times, score_case, summarize_record
 from .cases import Case
 
 SCHEMA = "memmodel.validate/1"
@@ -133,6 +133,10 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
             entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
         except ValueError as exc:
             entry["bytes_error"] = str(exc)
+        if case.impl != "standard":
+            occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
+            entry["measured_ctas_per_sm"] = occupancy
+            entry["predicted"] = predicted_times(case, profile, occupancy)
         entry["ncu_kernels"] = [
             {
                 "name": k.name,
@@ -179,3 +183,34 @@ def ensure_runnable() -> None:
     require_cuda()
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         raise RuntimeFailure("CUDA_VISIBLE_DEVICES is empty: no GPU to validate on")
+
+
+def case_from_dict(data: dict[str, Any]) -> Case:
+    fields = {k: v for k, v in data.items() if k != "id"}
+    return Case(**fields)
+
+
+def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
+    """Score a record again (no GPU): new predictions from ``profile`` for the measured times
+    and, given the record's Nsight Compute trace, for the measured bytes."""
+    from .ncu import parse_csv, split_by_marker
+
+    out = {**data, "profile": {"name": profile.name, "path": str(profile.path) if profile.path else None}}
+    out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    cases = []
+    ok_cases = [case_from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
+    groups = split_by_marker(parse_csv(ncu_csv), [c.id for c in ok_cases]) if ncu_csv else {}
+    for entry in data["cases"]:
+        entry = dict(entry)
+        case = case_from_dict(entry["case"])
+        occupancy = None
+        if case.id in groups:
+            entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
+            if case.impl != "standard":
+                occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
+                entry["measured_ctas_per_sm"] = occupancy
+        entry["predicted"] = predicted_times(case, profile, occupancy)
+        cases.append(entry)
+    out["cases"] = cases
+    out["summary"] = summarize_record(out)
+    return out
