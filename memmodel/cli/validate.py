@@ -161,7 +161,6 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     from ..fileio import write_atomic
     from ..gpu.validate import SCHEMA, rescore
     from ..hardware import load_profile
-    from . import terminal
 
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))

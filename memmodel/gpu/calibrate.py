@@ -50,6 +50,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("hbm", "HBM read, write, copy"),
     ("l2", "L2 bandwidth"),
     ("l2_sweep", "L2 effective capacity"),
+    ("l2_split", "L2 partitions (SM groups)"),
     ("smem", "shared-memory bandwidth"),
     ("matmul", "matrix products"),
     ("exp", "exp throughput"),
@@ -443,6 +444,81 @@ def measure_l2_sweep(ctx: Context, hbm_read: float | None = None) -> dict[str, A
     return {"points": curves[FAR], **knee_summary(curves[FAR], hbm_read), "near_reader": near}
 
 
+def measure_l2_split(ctx: Context) -> dict[str, Any]:
+    """The capacity curve when two groups of SMs take turns over each half of the buffer.
+
+    If the groups are the two L2 partitions and each partition keeps its own copy of what its
+    SMs read, every block ends up cached twice and the knee moves to about half the L2. Which SMs
+    sit on which partition is not documented, so two guesses are measured: the lower and upper
+    half of the ``%smid`` values, and even and odd ``%smid``.
+    """
+    torch, k, p = ctx.torch, ctx.kernels, ctx.plan
+    fake = ctx.device != "cuda"  # CPU interpreter: %smid is faked
+    block, warps = 4096, 8
+    sms = ctx.info.sm_count
+    buf = torch.rand(max(p.sweep_sizes) // 4, device=ctx.device, dtype=torch.float32, generator=ctx.generator(10))
+    out = torch.empty(sms * 64, device=ctx.device, dtype=torch.float32)
+    counts = torch.zeros(sms * 64, device=ctx.device, dtype=torch.int32)
+    rank = torch.zeros(2, device=ctx.device, dtype=torch.int32)
+    table = torch.zeros(1024, device=ctx.device, dtype=torch.int32)
+    probe = k.split_read_kernel[(sms,)](
+        buf, out, counts, rank, table, 1, 0, sms, 0, BLOCK=block, FAKE=fake, num_warps=warps
+    )
+    ctx.sync()
+    grid = ctx.grid_for(probe, warps)
+    per_sm = grid // sms
+    ids = torch.full((sms * 32,), -1, device=ctx.device, dtype=torch.int32)
+    k.sm_id_kernel[(ids.numel(),)](ids, FAKE=fake, num_warps=1)
+    smids = sorted(set(int(i) for i in ids.tolist()))
+    if not smids or smids[0] < 0 or smids[-1] >= table.numel():
+        raise RuntimeFailure(f"unexpected %smid values {smids[:3]}..{smids[-3:]}")
+    rules = {
+        "smid_half": {s: int(i >= len(smids) // 2) for i, s in enumerate(smids)},
+        "smid_parity": {s: s % 2 for s in smids},
+    }
+    curves: dict[str, Any] = {}
+    for rule, groups in rules.items():
+        table.zero_()
+        for smid, group in groups.items():
+            table[smid] = group
+        sizes = [sum(1 for g in groups.values() if g == j) for j in (0, 1)]
+        n0, n1 = per_sm * sizes[0], per_sm * sizes[1]
+        points = []
+        for size in p.sweep_sizes:
+            n_half = max(1, size // BLOCK_BYTES // 2)
+            passes = max(1, round(p.sweep_bytes_per_call / (2 * n_half * BLOCK_BYTES)))
+
+            def launch(n_half: int = n_half, passes: int = passes, n0: int = n0, n1: int = n1) -> Any:
+                rank.zero_()
+                return k.split_read_kernel[(grid,)](
+                    buf, out, counts, rank, table, n_half, passes, n0, n1, BLOCK=block, FAKE=fake, num_warps=warps
+                )
+
+            times = ctx.timer(launch, p.sweep_reps, 1)
+            read = int(counts[:grid].sum()) * BLOCK_BYTES  # of the last launch: each launch reads the same
+            t = _median(times)
+            points.append(
+                {
+                    "bytes": 2 * n_half * BLOCK_BYTES,
+                    "bytes_per_s": read / t,
+                    "passes": passes,
+                    "spread": (max(times) - min(times)) / t,
+                    "check_every_block_once": read == passes * 2 * n_half * BLOCK_BYTES,
+                }
+            )
+        curves[rule] = {"points": points, **knee_summary(points), "sms_per_group": sizes}
+    return {
+        "curves": curves,
+        "grid": grid,
+        "programs_per_sm": per_sm,
+        "smid_count": len(smids),
+        "smid_min": smids[0],
+        "smid_max": smids[-1],
+        "method": "two groups of SMs (by %smid) read the two halves of a buffer and swap halves each pass "
+        "(.cg loads); knee as for l2_sweep",
+    }
+
+
 def knee_summary(points: Sequence[Mapping[str, float]], hbm_read: float | None = None) -> dict[str, Any]:
     """The knee (where the curve has fallen 10 % of the way to its floor) and the half-way point."""
     sizes = [pt["bytes"] for pt in points]
@@ -824,6 +900,8 @@ def run_calibration(
                 m["l2"] = measure_l2(ctx)
             elif key == "l2_sweep":
                 m["l2_sweep"] = measure_l2_sweep(ctx, m.get("hbm", {}).get("read", {}).get("rate"))
+            elif key == "l2_split":
+                m["l2_split"] = measure_l2_split(ctx)
             elif key == "smem":
                 m["smem"] = measure_smem(ctx)
             elif key == "matmul":
@@ -945,19 +1023,30 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
             f"pointer chase, one warp, random cycle over {b / 1e6:.1f} MB (1/4 L2) after a full lap; includes the "
             "loop's few instructions per load",
         )
-    sweep = m.get("l2_sweep", {})
-    if knee := _num(sweep, "knee_bytes"):
+    knees = {
+        name: curve
+        for name, curve in (
+            ("a different SM each pass", m.get("l2_sweep", {})),
+            ("%smid halves taking turns", m.get("l2_split", {}).get("curves", {}).get("smid_half", {})),
+            ("even/odd %smid taking turns", m.get("l2_split", {}).get("curves", {}).get("smid_parity", {})),
+        )
+        if _num(curve, "knee_bytes")
+    }
+    if knees:
+        name = min(knees, key=lambda n: _num(knees[n], "knee_bytes") or math.inf)
+        curve = knees[name]
+        knee = _num(curve, "knee_bytes") or 0.0
         cap = _num(result, "device", "l2_bytes")
-        half = _num(sweep, "half_drop_bytes")
         clamp = ""
         if cap and knee > cap:
             knee, clamp = cap, " (clamped to the L2 capacity)"
+        others = "; ".join(f"{n}: {(_num(c, 'knee_bytes') or 0) / 2**20:.1f} MiB" for n, c in knees.items())
         out["memory.l2.effective_capacity"] = (
             f"{math.floor(knee / 2**20 * 10) / 10:.1f} MiB",  # rounded down: never above the capacity
-            "knee of the bandwidth-vs-size curve of reads by all SMs (each block by a different SM in each pass): "
-            f"the last size still 90 % of the way up from {_tb(_num(sweep, 'floor_bytes_per_s') or 0)} at 2 x L2 "
-            f"to the plateau {_tb(_num(sweep, 'plateau_bytes_per_s') or 0)}{clamp}; half-way down at "
-            f"{f'{half / 2**20:.1f} MiB' if half else '?'}",
+            "smallest knee of the bandwidth-vs-size curves of buffers re-read by all SMs (the last size still 90 % "
+            f"of the way up from the level at 2 x L2 to the plateau){clamp}: {name}, plateau "
+            f"{_tb(_num(curve, 'plateau_bytes_per_s') or 0)}, {_tb(_num(curve, 'floor_bytes_per_s') or 0)} at "
+            f"2 x L2; knees: {others}",
         )
     if per_sm := _num(m, "smem", "per_sm_bytes_per_s"):
         agg = _num(m, "smem", "rate") or 0

@@ -81,6 +81,59 @@ def cached_read_kernel(x_ptr, out_ptr, n_blocks, passes, shift, BLOCK: tl.conste
 
 
 @triton.jit
+def sm_id_kernel(out_ptr, FAKE: tl.constexpr = False):
+    """Each program writes the id of the SM it runs on (``%smid``; ``FAKE``: pid % 132, for the CPU)."""
+    pid = tl.program_id(0)
+    if FAKE:
+        sm = pid % 132
+    else:
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=True, pack=1)
+    tl.store(out_ptr + pid, sm)
+
+
+@triton.jit
+def split_read_kernel(
+    x_ptr,
+    out_ptr,
+    count_ptr,
+    rank_ptr,
+    group_ptr,
+    n_half,
+    passes,
+    n0,
+    n1,
+    BLOCK: tl.constexpr,
+    FAKE: tl.constexpr = False,
+):
+    """Two groups of SMs read the two halves of a buffer and swap halves every pass.
+
+    ``group_ptr[smid]`` (0 or 1) puts each SM in a group; ``n0``/``n1`` are the programs in each
+    group (every SM holds the same number), ``rank_ptr[g]`` must be zero at launch (it hands out
+    ranks within the group). In pass p group g reads half (g + p) mod 2, each block once, so every
+    block is read by the two groups in turn. ``count_ptr[pid]``: blocks this program read.
+    """
+    pid = tl.program_id(0)
+    if FAKE:
+        sm = pid % 132
+    else:
+        sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=True, pack=1)
+    g = tl.load(group_ptr + sm)
+    rank = tl.atomic_add(rank_ptr + g, 1)
+    size = tl.where(g == 0, n0, n1)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], tl.float32)
+    count = 0
+    for p in range(passes):
+        base = ((g + p) % 2) * n_half
+        for b in range(rank, n_half, size):
+            start = tl.multiple_of((base + b) * BLOCK, BLOCK)
+            acc += tl.load(x_ptr + start + offs, cache_modifier=".cg")
+            count += 1
+    tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+    tl.store(count_ptr + pid, count)
+
+
+@triton.jit
 def exp_kernel(x_ptr, y_ptr, iters, BLOCK: tl.constexpr):
     """``4 × iters`` exp2 per element, in registers: x <- 2^-x stays in (0.5, 1] for x in [0, 1)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
