@@ -131,6 +131,18 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     assert p.clock_hz == base.clock_hz
 
 
+def test_effective_capacity_is_the_smallest_knee_of_the_curves():
+    result = fake_result()
+    sizes = [int(s) for s in cal.sweep_sizes(60 * MiB)]
+    halves = [{"bytes": s, "bytes_per_s": 9e12 if s <= 19 * MiB else 4.5e12} for s in sizes]
+    result["measurements"]["l2_split"] = {"curves": {"smid_half": {"points": halves, **cal.knee_summary(halves)}}}
+    p = cal.profile_data(result, base=load_profile("h200"))
+    eff = p["memory"]["l2"]["effective_capacity"]
+    # 18.88 MiB is the last point at 9 TB/s, 22.63 MiB the first at 4.5: 90 % of the way up a tenth along
+    assert eff["value"] == "19.2 MiB"
+    assert "%smid halves taking turns" in eff["note"] and "a different SM each pass" in eff["note"]
+
+
 def test_every_figure_has_a_value_a_source_and_a_note():
     data = yaml.safe_load(cal.profile_yaml(fake_result(), base=load_profile("h200")))
     leaves = [data["sm_count"], *data["memory"]["hbm"].values(), *data["memory"]["l2"].values()]
