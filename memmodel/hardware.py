@@ -40,6 +40,8 @@ class MemoryLevel:
     latency_s: float
     #: Capacity that one data set can use (e.g. one L2 partition's share on H100/H200).
     effective_capacity_bytes: float | None = None
+    #: Bandwidth for writes, where it differs from reads (measured by calibrate)
+    write_bandwidth_bytes_per_s: float | None = None
 
     @property
     def usable_capacity_bytes(self) -> float:
@@ -95,6 +97,9 @@ class Profile:
     exp_ops_per_s: float | None
     #: time from one kernel's end to the next one's start when launched back to back
     launch_overhead_s: float | None
+    #: named efficiencies, each a fraction of a roofline a kind of kernel reaches (measured
+    #: by calibrate): ``softmax`` = share of HBM bandwidth PyTorch's row softmax achieves
+    efficiency: Mapping[str, float]
     sources: Mapping[str, Source]
     provenance: Mapping[str, Provenance] = field(repr=False)
     path: Path | None = None
@@ -126,6 +131,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "launch_overhead": ("time", False),
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
+    "memory.hbm.write_bandwidth": ("bandwidth", False),
     "memory.hbm.latency": ("time", True),
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
@@ -140,9 +146,10 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "compute.bf16": ("flops", False),
     "compute.fp8": ("flops", False),
     "compute.exp": ("ops", False),
+    "efficiency.softmax": ("fraction", False),
 }
 _TEXT_FIELDS = {"schema": False, "name": True, "full_name": True, "vendor": True, "architecture": True}
-_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "sources"}
+_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "efficiency", "sources"}
 
 
 def _fail(where: str, field_path: str, message: str) -> ProfileError:
@@ -252,6 +259,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         compute_flops_per_s=compute,
         exp_ops_per_s=values.get("compute.exp"),
         launch_overhead_s=values.get("launch_overhead"),
+        efficiency={k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("efficiency.")},
         sources=sources,
         provenance=provenance,
         path=path,
