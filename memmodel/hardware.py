@@ -97,9 +97,6 @@ class Profile:
     exp_ops_per_s: float | None
     #: time from one kernel's end to the next one's start when launched back to back
     launch_overhead_s: float | None
-    #: named efficiencies, each a fraction of a roofline a kind of kernel reaches (measured
-    #: by calibrate): ``softmax`` = share of HBM bandwidth PyTorch's row softmax achieves
-    efficiency: Mapping[str, float]
     sources: Mapping[str, Source]
     provenance: Mapping[str, Provenance] = field(repr=False)
     path: Path | None = None
@@ -146,10 +143,9 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "compute.bf16": ("flops", False),
     "compute.fp8": ("flops", False),
     "compute.exp": ("ops", False),
-    "efficiency.softmax": ("fraction", False),
 }
 _TEXT_FIELDS = {"schema": False, "name": True, "full_name": True, "vendor": True, "architecture": True}
-_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "efficiency", "sources"}
+_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "sources"}
 
 
 def _fail(where: str, field_path: str, message: str) -> ProfileError:
@@ -259,7 +255,6 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         compute_flops_per_s=compute,
         exp_ops_per_s=values.get("compute.exp"),
         launch_overhead_s=values.get("launch_overhead"),
-        efficiency={k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("efficiency.")},
         sources=sources,
         provenance=provenance,
         path=path,

@@ -68,8 +68,6 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(f"{profile.name} gives no launch overhead: none is added.")
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
-    for name, value in profile.efficiency.items():
-        out.append(f"Kernels of kind '{name}' reach {value:.0%} of their memory rooflines (profile efficiency.{name}).")
     return out
 
 
@@ -81,7 +79,6 @@ def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
     }
     terms: dict[str, Seconds] = dict(compute)
     bandwidth = profile.levels()
-    scale = profile.efficiency.get(kernel.efficiency, 1.0) if kernel.efficiency else 1.0
     for level in LEVELS:
         moved = kernel.bytes(level=level)
         if not (isinstance(moved, np.ndarray) or moved):
@@ -90,9 +87,9 @@ def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
         if write_bw:
             reads = intmath.to_float(kernel.bytes(level=level, direction="read"))
             writes = intmath.to_float(kernel.bytes(level=level, direction="write"))
-            terms[level] = (reads / bandwidth[level] + writes / write_bw) / scale
+            terms[level] = reads / bandwidth[level] + writes / write_bw
         else:
-            terms[level] = intmath.to_float(moved) / bandwidth[level] / scale
+            terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
     if np.any(in_flight > 0):
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))

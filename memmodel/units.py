@@ -16,7 +16,7 @@ import math
 import re
 from typing import Literal
 
-Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count", "fraction"]
+Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count"]
 
 _SI = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -34,7 +34,6 @@ EXAMPLES: dict[str, str] = {
     "ops": "a rate such as '3.9 Top/s' or '2.4e12 op/s'",
     "frequency": "a frequency such as '1410 MHz' or '1.98 GHz'",
     "count": "a whole number such as 108",
-    "fraction": "a fraction in (0, 1] such as 0.31 or '31 %'",
 }
 
 
@@ -90,8 +89,6 @@ def parse(value: object, kind: Kind) -> float:
     """
     if isinstance(value, bool):
         raise UnitError(f"expected {EXAMPLES[kind]}, got {value!r}")
-    if kind == "fraction":
-        return _fraction(value)
     if isinstance(value, (int, float)):
         if kind != "count":
             raise UnitError(f"{value!r} has no unit; expected {EXAMPLES[kind]}")
@@ -114,25 +111,6 @@ def parse(value: object, kind: Kind) -> float:
     if kind == "count" and not float(result).is_integer():
         raise UnitError(f"expected {EXAMPLES[kind]}, got {value!r}")
     return result
-
-
-def _fraction(value: object) -> float:
-    if isinstance(value, (int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        percent = text.endswith("%")
-        try:
-            number = float(text.rstrip("%").strip())
-        except ValueError:
-            raise UnitError(f"cannot read {value!r}; expected {EXAMPLES['fraction']}") from None
-        if percent:
-            number /= 100.0
-    else:
-        raise UnitError(f"expected {EXAMPLES['fraction']}, got {type(value).__name__}")
-    if not math.isfinite(number) or not (0.0 < number <= 1.0):
-        raise UnitError(f"{value!r} is not {EXAMPLES['fraction']}")
-    return number
 
 
 def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:

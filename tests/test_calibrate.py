@@ -97,7 +97,10 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     path.write_text(cal.profile_yaml(fake_result(), base=base, name="h200-calibrated"), encoding="utf-8")
     p = load_file(path)
     assert p.name == "h200-calibrated"
-    assert p.hbm.bandwidth_bytes_per_s == 4.5e12  # the best of the six HBM figures: Triton read
+    assert p.hbm.bandwidth_bytes_per_s == 4.5e12  # reads: Triton read 4.5 beats torch sum 4.1
+    # writes: Triton write 4.3 beats torch fill_ 4.25
+    assert p.provenance["memory.hbm.write_bandwidth"].text == "4.3 TB/s"
+    assert p.provenance["memory.hbm.write_bandwidth"].source == "measured"
     assert p.l2.bandwidth_bytes_per_s == 10.5e12
     assert p.hbm.latency_s == pytest.approx(650e-9)
     assert p.l2.latency_s == pytest.approx(210e-9)
@@ -152,6 +155,24 @@ def test_every_figure_has_a_value_a_source_and_a_note():
         assert leaf["source"] in data["sources"]
     assert data["name"] == "h200-calibrated"  # default without a name: from the device
     assert data["full_name"] == "NVIDIA H200 (calibrated 2026-11-29)"
+
+
+def test_without_write_figures_the_bandwidth_is_the_best_of_all():
+    result = fake_result()
+    for key in ("write", "write_torch"):
+        del result["measurements"]["hbm"][key]
+    data = cal.profile_data(result, base=load_profile("h200"))
+    assert data["memory"]["hbm"]["bandwidth"]["value"] == "4.5 TB/s"
+    assert "write_bandwidth" not in data["memory"]["hbm"]
+
+
+def test_fields_calibrate_does_not_measure_are_carried_over(tmp_path):
+    base = load_profile("h200")
+    path = tmp_path / "out.yaml"
+    path.write_text(cal.profile_yaml(fake_result(), base=base), encoding="utf-8")
+    p = load_file(path)
+    assert p.sram.latency_s == base.sram.latency_s
+    assert "carried over from profile h200" in (p.provenance["memory.sram.latency"].note or "")
 
 
 def test_without_a_base_the_unmeasured_required_figure_is_named():

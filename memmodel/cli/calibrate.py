@@ -90,15 +90,15 @@ def calibrate_cmd(
     else:
         _print_table(result, base_profile)
     for step, message in result["errors"].items():
-        click.echo(f"memmodel: warning: step {step} failed: {' '.join(message.split())}", err=True)
+        terminal.warning(f"step {step} failed: {message}")
     if output:
         if profile_error is not None or text is None:
             raise profile_error or MemmodelError("no profile to write")
         write_atomic(output, text, force=force)
         if fmt != "json":
-            terminal.console(stderr=True).print(f"wrote {output}")
+            terminal.note(f"wrote {output}")
     elif profile_error is not None and fmt != "json":
-        terminal.console(stderr=True).print(f"(no profile: {profile_error})")
+        terminal.note(f"(no profile: {profile_error})")
 
 
 def _print_table(result: dict[str, Any], base: Any) -> None:
@@ -125,6 +125,8 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
         ("HBM read (Triton)", get("hbm", "read", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM write (Triton)", get("hbm", "write", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM copy, read + write (Triton)", get("hbm", "copy", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM read (torch sum)", get("hbm", "read_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM write (torch fill_)", get("hbm", "write_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM copy (torch copy_)", get("hbm", "copy_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("L2 read, 1/4 of L2", get("l2", "rate"), bw2, b and b.l2.bandwidth_bytes_per_s),
         ("L2 knee, any SM each pass", get("l2_sweep", "knee_bytes"), mb, b and b.l2.effective_capacity_bytes),

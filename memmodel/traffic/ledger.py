@@ -89,9 +89,6 @@ class Kernel:
     #: softmax arithmetic are issued by the same warps one after another (their times
     #: add) and overlap memory traffic
     overlap: str = "overlap"
-    #: name of the profile efficiency (``efficiency.<name>``) that scales this kernel's
-    #: memory terms, for library kernels known to run below the roofline
-    efficiency: str | None = None
 
     @property
     def flops(self) -> IntLike:

@@ -108,7 +108,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     k.read("S", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
     k.write("P", "intermediate", s, "B·H·N·N_kv·e")
     # row max, subtract, row sum, divide: 4 FP32 ops per score; exp counted apart
-    kernels.append(k.build(softmax_flops=intmath.mul(4, scores), exp_ops=scores, efficiency="softmax"))
+    kernels.append(k.build(softmax_flops=intmath.mul(4, scores), exp_ops=scores))
 
     z = intmath.mul(scores, 1)  # dropout mask, 1 byte per score
     if w.dropout > 0:
