@@ -108,12 +108,10 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     assert p.compute_flops_per_s["fp32"] == 50e12
     assert p.exp_ops_per_s == 3.9e12
     assert p.sram.bandwidth_per_sm_bytes_per_s == pytest.approx(30e12 / 132, rel=1e-3)
-    # the knee: the curve falls from 10 to 4.2 TB/s between the last point at or under 28 MiB and the
-    # next; 90 % of the way up is crossed a tenth of the way along (rounded down to 0.1 MiB)
-    sizes = cal.sweep_sizes(60 * MiB)
-    high = max(s for s in sizes if s <= 28 * MiB)
-    low = min(s for s in sizes if s > 28 * MiB)
-    assert high + 0.1 * (low - high) - 0.1 * MiB <= p.l2.effective_capacity_bytes <= high + 0.1 * (low - high)
+    # the base (h200) has an effective capacity measured with DRAM counters (30 MiB): it is kept,
+    # and the bandwidth knee goes into the note
+    assert p.l2.effective_capacity_bytes == 30 * MiB
+    assert "bandwidth knee measured by calibrate" in p.provenance["memory.l2.effective_capacity"].note
     # from the driver
     assert p.sm_count == 132
     assert p.l2.capacity_bytes == 60 * MiB
@@ -134,12 +132,21 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     assert p.clock_hz == base.clock_hz
 
 
+def _base_without_effective_capacity():
+    """The bundled h200 minus its effective capacity, so the measured knee is written."""
+    import dataclasses
+
+    base = load_profile("h200")
+    prov = {k: v for k, v in base.provenance.items() if k != "memory.l2.effective_capacity"}
+    return dataclasses.replace(base, provenance=prov, l2=dataclasses.replace(base.l2, effective_capacity_bytes=None))
+
+
 def test_effective_capacity_is_the_smallest_knee_of_the_curves():
     result = fake_result()
     sizes = [int(s) for s in cal.sweep_sizes(60 * MiB)]
     halves = [{"bytes": s, "bytes_per_s": 9e12 if s <= 19 * MiB else 4.5e12} for s in sizes]
     result["measurements"]["l2_split"] = {"curves": {"smid_half": {"points": halves, **cal.knee_summary(halves)}}}
-    p = cal.profile_data(result, base=load_profile("h200"))
+    p = cal.profile_data(result, base=_base_without_effective_capacity())
     eff = p["memory"]["l2"]["effective_capacity"]
     # 18.88 MiB is the last point at 9 TB/s, 22.63 MiB the first at 4.5: 90 % of the way up a tenth along
     assert eff["value"] == "19.2 MiB"
