@@ -15,6 +15,36 @@ from pathlib import Path
 from .errors import MemmodelError, RuntimeFailure
 
 
+def read_text(
+    path: str | os.PathLike[str],
+    *,
+    limit: int = 16 * 2**20,
+    what: str = "file",
+    error: type[MemmodelError] = MemmodelError,
+) -> str:
+    """The UTF-8 text of an input file, at most ``limit`` bytes (``/dev/zero`` never ends).
+
+    Raises ``error`` (exit 2), naming the file, if it is missing, a folder, unreadable, too
+    large or not UTF-8.
+    """
+    p = os.fspath(path)  # named as the user wrote it
+    try:
+        with open(p, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a folder, not a {what}") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise error(f"{p}: larger than {limit // 2**20} MiB, not a {what}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
 def check_writable(path: str | os.PathLike[str], *, force: bool) -> Path:
     """Fail early (before a long run) if ``path`` could not be written by :func:`write_atomic`.
 

@@ -167,7 +167,7 @@ def _walk(data: Mapping[str, Any], prefix: str, where: str) -> Iterator[tuple[st
     allowed = _allowed_children(prefix)
     for key, value in data.items():
         path = f"{prefix}.{key}" if prefix else str(key)
-        if path.startswith("sources"):
+        if path == "sources":  # checked by _parse_sources
             continue
         if not isinstance(key, str) or key not in allowed:
             hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
@@ -240,6 +240,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         values["memory.sram.latency"],
         sm_count,
     )
+    _check_floors(where, values, provenance)
     _check_consistency(where, hbm, l2, sram)
     compute = {d: values[f"compute.{d}"] for d in COMPUTE_DTYPES if f"compute.{d}" in values}
     return Profile(
@@ -287,6 +288,30 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
     return out
 
 
+#: Smallest figure of each kind a profile may give: far below any GPU, but enough that a tile
+#: fits in SRAM and that a time (count / rate) stays finite for any workload the CLI accepts.
+_FLOORS: dict[str, tuple[float, str]] = {
+    "bandwidth": (1e6, "1 MB/s"),
+    "flops": (1e6, "1 MFLOP/s"),
+    "ops": (1e6, "1 Mop/s"),
+    "frequency": (1e6, "1 MHz"),
+}
+
+
+def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[str, Provenance]) -> None:
+    for fpath, value in values.items():
+        floor = _FLOORS.get(_FIELDS[fpath][0])
+        if floor is not None and value < floor[0]:
+            raise _fail(where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure")
+    if values["memory.sram.capacity_per_sm"] < 1024:
+        text = provenance["memory.sram.capacity_per_sm"].text
+        raise _fail(
+            where,
+            "memory.sram.capacity_per_sm",
+            f"{text!r} cannot hold a tile (at least 1 KiB; GPUs have 16 KiB or more)",
+        )
+
+
 def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram) -> None:
     if l2.capacity_bytes >= hbm.capacity_bytes:
         raise _fail(
@@ -325,16 +350,11 @@ def load_file(path: str | os.PathLike[str], origin: str = "file") -> Profile:
     """Read and validate one YAML profile file."""
     import yaml  # local: keeps `import memmodel` light
 
+    from .fileio import read_text
+
     p = Path(path)
     where = str(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"{where}: no such file") from None
-    except IsADirectoryError:
-        raise ProfileError(f"{where}: is a folder, not a YAML file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"{where}: cannot read ({exc.__class__.__name__}: {exc})") from None
+    text = read_text(path, limit=2**20, what="YAML file", error=ProfileError)  # profiles are a few kB
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -342,7 +362,15 @@ def load_file(path: str | os.PathLike[str], origin: str = "file") -> Profile:
         line = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "not valid YAML"
         raise ProfileError(f"{where}: invalid YAML{line}: {problem}") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # PyYAML's constructors: 2024-13-45, !!int abc, 5000 digits
+        raise ProfileError(f"{where}: invalid YAML: a value cannot be read ({_shorten(str(exc))})") from None
     return parse_profile(data, where, path=p, origin=origin)
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def bundled_dir() -> Path:
@@ -395,6 +423,22 @@ def load_profile(spec: str | os.PathLike[str]) -> Profile:
     if key in names:
         origin, file = names[key]
         return load_file(file, origin=origin)
-    close = difflib.get_close_matches(key, list(names), n=1, cutoff=0.5)
-    hint = f"did you mean {close[0]}? " if close else ""
+    close = _suggest(key, list(names))
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise ProfileError(f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)")
+
+
+def _suggest(key: str, names: list[str]) -> list[str]:
+    """Names close to ``key``: the same but for separators (h100sxm), those it begins (h100 ->
+    h100-pcie, h100-sxm), else difflib's closest."""
+
+    def norm(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    same = [n for n in names if norm(n) == norm(key)]
+    if same:
+        return same[:1]
+    starts = [n for n in names if norm(key) and norm(n).startswith(norm(key))]
+    if 0 < len(starts) <= 3:
+        return starts
+    return difflib.get_close_matches(key, names, n=1, cutoff=0.5)

@@ -87,30 +87,43 @@ def parse(value: object, kind: Kind) -> float:
     strictly positive; anything else raises :class:`UnitError` with a message that says
     what is accepted.
     """
+    shown = _show(value)
     if isinstance(value, bool):
-        raise UnitError(f"expected {EXAMPLES[kind]}, got {value!r}")
+        raise UnitError(f"expected {EXAMPLES[kind]}, got {shown}")
     if isinstance(value, (int, float)):
         if kind != "count":
-            raise UnitError(f"{value!r} has no unit; expected {EXAMPLES[kind]}")
-        number, scale = float(value), 1.0
+            raise UnitError(f"{shown} has no unit; expected {EXAMPLES[kind]}")
         if isinstance(value, float) and not value.is_integer():
-            raise UnitError(f"expected {EXAMPLES[kind]}, got {value!r}")
+            raise UnitError(f"expected {EXAMPLES[kind]}, got {shown}")
+        try:
+            number, scale = float(value), 1.0
+        except OverflowError:
+            raise UnitError(f"{shown} is too large; expected {EXAMPLES[kind]}") from None
     elif isinstance(value, str):
         match = _RE.match(value)
         if not match:
-            raise UnitError(f"cannot read {value!r}; expected {EXAMPLES[kind]}")
+            raise UnitError(f"cannot read {shown}; expected {EXAMPLES[kind]}")
         found = _scale(match["unit"], kind)
         if found is None:
-            raise UnitError(f"unit {match['unit'] or '(none)'!r} in {value!r} is not {EXAMPLES[kind]}")
+            raise UnitError(f"unit {_show(match['unit'] or '(none)')} in {shown} is not {EXAMPLES[kind]}")
         number, scale = float(match["num"]), found
     else:
         raise UnitError(f"expected {EXAMPLES[kind]}, got {type(value).__name__}")
     result = number * scale
     if not math.isfinite(result) or result <= 0:
-        raise UnitError(f"{value!r} must be a positive, finite quantity")
+        raise UnitError(f"{shown} must be a positive, finite quantity")
     if kind == "count" and not float(result).is_integer():
-        raise UnitError(f"expected {EXAMPLES[kind]}, got {value!r}")
+        raise UnitError(f"expected {EXAMPLES[kind]}, got {shown}")
     return result
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut short: messages quote what was written, not 5000 digits of it."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's 4300-digit str() limit
+        return "a number too large to print"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
@@ -126,15 +139,23 @@ def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
     value = float(n)
     for unit in units:
         if abs(value) < base or unit == units[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.{digits}f} {unit}"
+            return f"{value:.0f} {unit}" if unit == "B" else f"{_number(value, digits)} {unit}"
         value /= base
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _number(value: float, digits: int) -> str:
+    """Fixed point, or scientific past a million of the largest unit: a float printed in full
+    shows digits it does not have (``8.0e42``, not ``7999999999999999121145662139227059385270272.0``)."""
+    if abs(value) >= 1e6:
+        return f"{value:.{max(digits, 1)}e}"
+    return f"{value:.{digits}f}"
 
 
 def _format_si(value: float, unit: str, digits: int) -> str:
     for prefix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(value) >= scale:
-            return f"{value / scale:.{digits}f} {prefix}{unit}"
+            return f"{_number(value / scale, digits)} {prefix}{unit}"
     return f"{value:.{digits}f} {unit}"
 
 
@@ -157,5 +178,5 @@ def format_time(seconds: float, digits: int = 3) -> str:
     """``1.234e-3 -> '1.234 ms'``."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(seconds) >= scale:
-            return f"{seconds / scale:.{digits}f} {unit}"
+            return f"{_number(seconds / scale, digits)} {unit}"
     return f"{seconds / 1e-9:.{digits}f} ns"

@@ -57,7 +57,10 @@ class Workload:
         values.setdefault("n_kv", values["n"])
         values.setdefault("kv_heads", values["heads"])
         if np.any(np.asarray(values["heads"]) % np.asarray(values["kv_heads"]) != 0):
-            raise WorkloadError(f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})")
+            raise WorkloadError(
+                f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})"
+                + _divisors_hint(values["heads"])
+            )
         if self.causal and np.any(np.asarray(values["n_kv"]) < np.asarray(values["n"])):
             raise WorkloadError(
                 f"causal attention with n_kv ({_show(values['n_kv'])}) < n ({_show(values['n'])}) is undefined: "
@@ -126,6 +129,14 @@ class Workload:
             "causal": self.causal,
             "dropout": self.dropout,
         }
+
+
+def _divisors_hint(heads: IntLike) -> str:
+    """``: one of 1, 2, 4, 8`` for a scalar with few divisors, else nothing."""
+    if isinstance(heads, np.ndarray) or heads > 10**6:
+        return ""
+    divisors = [k for k in range(1, heads + 1) if heads % k == 0]
+    return f": one of {', '.join(map(str, divisors))}" if len(divisors) <= 12 else ""
 
 
 def _show(value: IntLike) -> str:

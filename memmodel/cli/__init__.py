@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import click
@@ -17,9 +18,20 @@ from .. import __version__
 from ..errors import MemmodelError
 
 
-def _debug_requested(args: list[str] | None) -> bool:
+def _leading_options(args: list[str] | None) -> list[str]:
+    """The group's own options: the arguments before the command name (``--debug`` given as
+    an option's value, ``--l2 --debug``, is not a request for a traceback)."""
     argv = sys.argv[1:] if args is None else list(args)
-    return "--debug" in argv or os.environ.get("MEMMODEL_DEBUG", "") not in ("", "0")
+    out = []
+    for a in argv:
+        if not a.startswith("-") or a == "--":
+            break
+        out.append(a)
+    return out
+
+
+def _debug_requested(args: list[str] | None) -> bool:
+    return "--debug" in _leading_options(args) or os.environ.get("MEMMODEL_DEBUG", "") not in ("", "0")
 
 
 class MemmodelGroup(click.Group):
@@ -31,8 +43,13 @@ class MemmodelGroup(click.Group):
         argv = list(args) if args is not None else None
         prog_name = prog_name or "memmodel"
         debug = _debug_requested(argv)
+        terminal.set_quiet(False)  # not left over from an earlier call in this process; cli() sets --quiet
         try:
-            result = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
+            with warnings.catch_warnings():
+                # numpy reports overflow and invalid values as warnings: make them errors, so that
+                # no NaN or inf reaches an output and no warning text breaks the one-line rule
+                warnings.simplefilter("error", RuntimeWarning)
+                result = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
@@ -53,13 +70,19 @@ class MemmodelGroup(click.Group):
                 raise
             terminal.error(str(exc))
             sys.exit(exc.exit_code)
-        except OverflowError as exc:
+        except (OverflowError, FloatingPointError, RuntimeWarning) as exc:
             if debug:
                 raise
-            terminal.error(f"number too large: {exc}")
+            terminal.error(f"a result is too large to compute ({exc}); use smaller sizes")
             sys.exit(2)
         except BrokenPipeError:
             sys.exit(0)
+        except OSError as exc:  # the system refused: a full disk, stdout on /dev/full, ...
+            if debug:
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            terminal.error(f"{where}{exc.strerror or exc}")
+            sys.exit(1)
         except Exception as exc:  # the one place that turns bugs into a line
             if debug:
                 raise
@@ -73,10 +96,19 @@ class MemmodelGroup(click.Group):
 @click.group(cls=MemmodelGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="memmodel")
 @click.option("--debug", is_flag=True, help="Show the full traceback of any error (or set MEMMODEL_DEBUG=1).")
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Only results on stdout and errors on stderr: no progress bars, warnings or notes.",
+)
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, quiet: bool) -> None:
     """Model the memory traffic of attention on a GPU: bytes per level, FLOPs and time,
     for standard and FlashAttention-style (tiled) algorithms."""
+    from . import terminal
+
+    terminal.set_quiet(quiet)
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
 

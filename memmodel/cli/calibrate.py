@@ -147,7 +147,7 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
         ("shortest kernel (events)", get("launch", "min_kernel_s"), t, None),
         ("per kernel in a CUDA graph", get("launch", "graph_per_kernel_s"), t, None),
     ]
-    base_head = f"{b.name}" if b is not None else "base"
+    base_head = terminal.escape(b.name) if b is not None else "base"
     table_rows = []
     for label, value, fmt, ref in rows:
         table_rows.append(
@@ -161,9 +161,9 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
     con = terminal.console()
     how = result.get("base") or {}
     con.print(
-        f"[bold]{dev['name']}[/] · {dev['sm_count']} SMs · L2 {format_bytes(dev['l2_bytes'], binary=True)} · "
+        f"[bold]{terminal.escape(dev['name'])}[/] · {dev['sm_count']} SMs · L2 {format_bytes(dev['l2_bytes'], binary=True)} · "
         f"{result['date']} · {result['wall_s']:.0f} s{' (--quick)' if result.get('quick') else ''}"
-        + (f" · base {how.get('name')} ({how.get('how')})" if how else "")
+        + (f" · base {terminal.escape(how.get('name'))} ({how.get('how')})" if how else "")
     )
     con.print(
         terminal.table(

@@ -74,7 +74,7 @@ def _print_table(result: Any) -> None:
         if on
     ]
     con.print(
-        f"[bold]{data['hardware']['full_name']}[/] ({data['hardware']['name']}) · {shape}"
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · {shape}"
         + "".join(f" · {f}" for f in flags)
         + f" · L2 {o['l2']}",
         soft_wrap=True,
@@ -110,9 +110,9 @@ def _print_table(result: Any) -> None:
                     "",
                     "",
                     "",
-                    f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]",
-                    f"[dim]{format_count(kernel['flops'])}[/]",
-                    f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]",
+                    terminal.markup(f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]"),
+                    terminal.markup(f"[dim]{format_count(kernel['flops'])}[/]"),
+                    terminal.markup(f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]"),
                 )
             )
             rows.append(None)
@@ -142,17 +142,17 @@ def _print_table(result: Any) -> None:
         a, b = std["bytes_by_role"][role], til["bytes_by_role"][role]
         return (label, format_bytes(a), format_bytes(b), _ratio(a, b))
 
-    summary: list[Any] = [("[dim]HBM by role[/]", "", "", "")]
+    summary: list[Any] = [(terminal.markup("[dim]HBM by role[/]"), "", "", "")]
     summary += [role_row(role, label) for role, label in ROLE_LABELS]
     summary.append(None)
     summary += [
         row("HBM read", "hbm_read_bytes"),
         row("HBM write", "hbm_write_bytes"),
         (
-            "[bold]HBM total[/]",
-            f"[bold]{format_bytes(std['hbm_bytes'])}[/]",
-            f"[bold]{format_bytes(til['hbm_bytes'])}[/]",
-            f"[bold]{ratios['hbm_bytes']:.2f}×[/]",
+            terminal.markup("[bold]HBM total[/]"),
+            terminal.markup(f"[bold]{format_bytes(std['hbm_bytes'])}[/]"),
+            terminal.markup(f"[bold]{format_bytes(til['hbm_bytes'])}[/]"),
+            terminal.markup(f"[bold]{_times(ratios['hbm_bytes'])}[/]"),
         ),
         row("L2 read", "l2_read_bytes"),
         row("L2 write", "l2_write_bytes"),
@@ -167,10 +167,10 @@ def _print_table(result: Any) -> None:
             "",
         ),
         (
-            "[bold]predicted time[/]",
-            f"[bold]{format_time(std['predicted_time_s'])}[/]",
-            f"[bold]{format_time(til['predicted_time_s'])}[/]",
-            f"[bold]{ratios['predicted_time_s']:.2f}×[/]",
+            terminal.markup("[bold]predicted time[/]"),
+            terminal.markup(f"[bold]{format_time(std['predicted_time_s'])}[/]"),
+            terminal.markup(f"[bold]{format_time(til['predicted_time_s'])}[/]"),
+            terminal.markup(f"[bold]{_times(ratios['predicted_time_s'])}[/]"),
         ),
         ("bound by", std["bound"], til["bound"], ""),
     ]
@@ -193,7 +193,7 @@ def _print_table(result: Any) -> None:
         soft_wrap=True,
     )
     for line in data["warnings"]:
-        con.print(f"[yellow]warning:[/] {line}", soft_wrap=True)
+        con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
 
 
 def _title(alg: dict[str, Any]) -> str:
@@ -214,4 +214,9 @@ def _title(alg: dict[str, Any]) -> str:
 def _ratio(a: float, b: float) -> str:
     if b == 0:
         return "—" if a == 0 else "∞"
-    return f"{a / b:.2f}×"
+    return _times(a / b)
+
+
+def _times(x: float) -> str:
+    """``12.34×``; scientific past a million, where a float's last digits are noise."""
+    return f"{x:.2f}×" if abs(x) < 1e6 else f"{x:.2e}×"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import format_option
+from .options import complete_profile, format_option
 
 
 @click.group("hardware")
@@ -47,7 +47,8 @@ def list_cmd(*, fmt: str) -> None:
     table_rows = []
     for r in rows:
         if "error" in r:
-            table_rows.append((r["name"], f"[red]invalid:[/] {r['error']}", "", "", "", "", "", r["origin"]))
+            invalid = terminal.markup("[red]invalid:[/] ").append(r["error"])
+            table_rows.append((r["name"], invalid, "", "", "", "", "", r["origin"]))
             continue
         table_rows.append(
             (
@@ -80,7 +81,7 @@ def list_cmd(*, fmt: str) -> None:
 
 
 @hardware_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_profile)
 @format_option(("table", "json"))
 def show_cmd(*, name: str, fmt: str) -> None:
     """Every figure of one profile (NAME or a YAML path), with units and its source."""
@@ -132,10 +133,13 @@ def show_cmd(*, name: str, fmt: str) -> None:
         )
         return
     con = terminal.console()
-    con.print(f"[bold]{p.full_name}[/] ({p.name}) · {p.vendor} {p.architecture} · from {p.origin}: {p.path}")
+    e = terminal.escape
+    con.print(
+        f"[bold]{e(p.full_name)}[/] ({e(p.name)}) · {e(p.vendor)} {e(p.architecture)} · from {p.origin}: {e(p.path)}"
+    )
     rows = []
     for key, prov in p.provenance.items():
-        rows.append((key, prov.text, prov.source or "[red]none[/]", prov.note or ""))
+        rows.append((key, prov.text, prov.source or terminal.markup("[red]none[/]"), prov.note or ""))
     rows.append(None)
     for key, value in derived.items():
         rows.append((key, value, "derived", "per-SM figure × sm_count"))

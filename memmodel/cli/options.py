@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -11,7 +12,45 @@ from ..workload import DTYPE_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-POSITIVE = click.IntRange(min=1)
+#: The largest value an integer option takes. Byte and FLOP counts are exact Python ints at
+#: any size, but no GPU holds a dimension past int64, and times (floats) must stay finite.
+MAX_INT = 2**63 - 1
+
+
+class PositiveInt(click.IntRange):
+    """An integer in [1, 2^63 - 1], refused past that with a message naming the option."""
+
+    name = "integer"
+
+    def __init__(self) -> None:
+        super().__init__(min=1)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and len(value.strip()) > 40:  # do not echo a 5000-digit value back
+            text = value.strip()
+            shown = f"{text[:12]}… ({len(text)} characters)"
+            if text.lstrip("+").isdigit():
+                self.fail(f"{shown} is larger than {MAX_INT} (2^63 - 1)", param, ctx)
+            self.fail(f"{shown} is not a valid integer", param, ctx)
+        number = super().convert(value, param, ctx)
+        if number > MAX_INT:
+            self.fail(f"{number} is larger than {MAX_INT} (2^63 - 1)", param, ctx)
+        return number
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange refusing ``nan`` (which passes any range: every comparison with it is false)."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number; expected {self._describe_range()}", param, ctx)
+        return number
+
+
+POSITIVE = PositiveInt()
 
 
 def gpu_option(default: str | None = "a100", multiple: bool = False) -> Callable[[F], F]:
@@ -20,9 +59,21 @@ def gpu_option(default: str | None = "a100", multiple: bool = False) -> Callable
         default=default if not multiple else None,
         multiple=multiple,
         metavar="NAME|FILE",
+        shell_complete=complete_profile,
         help="Hardware profile: a bundled or user profile name (see 'memmodel hardware list') "
         f"or a path to a YAML file.{f' Default: {default}.' if default else ''}",
     )
+
+
+def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion: profile names, or files once the word looks like a path."""
+    from click.shell_completion import CompletionItem
+
+    from ..hardware import available, is_path
+
+    if is_path(incomplete) or incomplete.startswith("."):
+        return [CompletionItem(incomplete, type="file")]
+    return [CompletionItem(name) for name in available() if name.startswith(incomplete.lower())]
 
 
 def workload_options(func: F) -> F:
@@ -57,7 +108,7 @@ def workload_options(func: F) -> F:
         ),
         click.option(
             "--dropout",
-            type=click.FloatRange(0.0, 1.0, max_open=True),
+            type=FiniteFloatRange(0.0, 1.0, max_open=True),
             default=0.0,
             show_default=True,
             help="Dropout probability on P: extra passes and a mask for standard; none for tiled (RNG regenerated).",
@@ -152,3 +203,17 @@ def format_option(choices: tuple[str, ...] = ("table", "json", "csv")) -> Callab
         show_default=True,
         help="Output format: a table for people; JSON or CSV on stdout for programs.",
     )
+
+
+def require_module(module: str, purpose: str, *, extra: str) -> None:
+    """Fail at once, exit 1, if an optional dependency is missing (before any long work)."""
+    import importlib
+
+    from ..errors import RuntimeFailure
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise RuntimeFailure(
+            f"{purpose} needs {module}, which is not installed: pip install 'memmodel[{extra}]'"
+        ) from None

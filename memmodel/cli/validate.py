@@ -93,15 +93,26 @@ def validate_cmd(
 
     cases = [parse_case(s) for s in case_specs]
     if cases_file:
-        cases += [parse_case(line) for line in Path(cases_file).read_text().split() if line.strip()]
+        from ..fileio import read_text
+
+        cases += [parse_case(line) for line in read_text(cases_file, what="file of case specs").split() if line.strip()]
     if not cases:
         cases = default_cases()
     if impls:
         cases = [c for c in cases if c.impl in impls]
     if list_only:
-        for c in cases:
-            click.echo(c.id)
+        if fmt == "json":
+            terminal.print_json([c.to_dict() for c in cases])
+        else:
+            for c in cases:
+                click.echo(c.id)
         return
+    if plot_path:  # fail now, not after minutes of GPU work
+        from ..fileio import check_writable
+        from .options import require_module
+
+        require_module("matplotlib", "--plot", extra="plot")
+        check_writable(plot_path, force=True)
     if rescore_path:
         _rescore(rescore_path, gpu, output, fmt, plot_path)
         return
@@ -158,22 +169,53 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     from pathlib import Path
 
     from ..errors import MemmodelError
-    from ..fileio import write_atomic
+    from ..fileio import read_text, write_atomic
     from ..gpu.validate import SCHEMA, rescore
     from ..hardware import load_profile
 
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise MemmodelError(f"{path}: not a readable JSON record ({exc.__class__.__name__})") from None
+        data = json.loads(read_text(path, what="validate record"))
+    except json.JSONDecodeError as exc:
+        raise MemmodelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
+    problem = _record_problem(data, need_profile=gpu is None)
+    if problem:
+        raise MemmodelError(f"{path}: not a complete validate record: {problem}")
     csv_path = Path(path).with_suffix(".ncu.csv")
+    ncu_csv = read_text(csv_path, what="Nsight Compute CSV") if csv_path.exists() else None
     profile = load_profile(gpu or data["profile"]["name"])
-    new = rescore(data, csv_path.read_text(encoding="utf-8") if csv_path.exists() else None, profile)
+    # a record edited by hand or damaged: the fields _record_problem does not check are read
+    # deep inside rescoring and printing; say which file is at fault, not "internal error"
+    damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+    try:
+        new = rescore(data, ncu_csv, profile)
+    except damaged as exc:
+        raise MemmodelError(f"{path}: cannot rescore this record ({exc.__class__.__name__}: {exc})") from None
     if output:
         write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=True)
-    _emit(new, fmt, plot_path)
+    try:
+        _emit(new, fmt, plot_path)
+    except damaged as exc:
+        raise MemmodelError(f"{path}: cannot print this record ({exc.__class__.__name__}: {exc})") from None
+
+
+def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:
+    """What a record lacks that rescoring and printing read, or None."""
+    if need_profile and not (isinstance(data.get("profile"), dict) and isinstance(data["profile"].get("name"), str)):
+        return "no profile.name (give --gpu)"
+    for key in ("device", "memmodel_version"):
+        if not isinstance(data.get(key), str):
+            return f"no {key!r}"
+    cases = data.get("cases")
+    if not isinstance(cases, list):
+        return "no 'cases' list"
+    for i, entry in enumerate(cases):
+        if not (
+            isinstance(entry, dict) and isinstance(entry.get("case"), dict) and isinstance(entry["case"].get("id"), str)
+        ):
+            return f"cases[{i}] has no case.id"
+    return None
 
 
 def _pct(x: float | None) -> str:
@@ -186,12 +228,15 @@ def _print_table(data: dict[str, Any]) -> None:
     from . import terminal
 
     con = terminal.console()
-    con.print(f"[bold]{data['device']}[/] · profile {data['profile']['name']} · memmodel {data['memmodel_version']}")
+    e = terminal.escape
+    con.print(
+        f"[bold]{e(data['device'])}[/] · profile {e(data['profile']['name'])} · memmodel {e(data['memmodel_version'])}"
+    )
     rows = []
     for e in data["cases"]:
         cid = e["case"]["id"]
         if e.get("status") != "ok":
-            rows.append((cid, e.get("status", "?"), e.get("reason", "")[:60], "", "", "", ""))
+            rows.append((cid, e.get("status", "?"), str(e.get("reason", ""))[:60], "", "", "", ""))
             continue
         for t in time_errors(e):
             rows.append(
