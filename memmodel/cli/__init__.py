@@ -84,9 +84,11 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def _register() -> None:
     from .compare import compare_cmd
     from .hardware import hardware_group
+    from .roofline import roofline_cmd
 
     cli.add_command(compare_cmd)
     cli.add_command(hardware_group)
+    cli.add_command(roofline_cmd)
 
 
 _register()

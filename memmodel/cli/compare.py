@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .options import POSITIVE, format_option, gpu_option, workload_options
+from .options import format_option, gpu_option, tiled_options, workload_options
 
 ROLE_LABELS = (
     ("input", "inputs (Q, K, V)"),
@@ -19,19 +19,7 @@ ROLE_LABELS = (
 @click.command("compare")
 @workload_options
 @gpu_option()
-@click.option(
-    "--tiled",
-    type=click.Choice(["fa1", "fa2"]),
-    default="fa2",
-    show_default=True,
-    help="Tiled algorithm: fa1 (paper Algorithm 1, outer loop over K/V) or fa2 (outer loop over Q).",
-)
-@click.option(
-    "--block-q", type=POSITIVE, default=None, help="Rows of Q per block, B_r (default: Algorithm 1's min(⌈M/4d⌉, d))."
-)
-@click.option(
-    "--block-kv", type=POSITIVE, default=None, help="Rows of K/V per block, B_c (default: Algorithm 1's ⌈M/4d⌉)."
-)
+@tiled_options
 @format_option()
 def compare_cmd(
     *,
