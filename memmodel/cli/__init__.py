@@ -85,10 +85,12 @@ def _register() -> None:
     from .compare import compare_cmd
     from .hardware import hardware_group
     from .roofline import roofline_cmd
+    from .sweep import sweep_cmd
 
     cli.add_command(compare_cmd)
     cli.add_command(hardware_group)
     cli.add_command(roofline_cmd)
+    cli.add_command(sweep_cmd)
 
 
 _register()
