@@ -107,7 +107,7 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
     xs = [rp.intensity for r in rooflines for rp in r.ridge_points if rp.unit == "FLOP/B"]
     xs += [i for p in points for i in p.intensity.values() if i]
     ys = [c.value for roofs in flop_roofs for c in roofs] + [p.performance_flops_per_s for p in points]
-    x_lo, x_hi = 10 ** math.floor(math.log10(min(xs) / 2)), 10 ** math.ceil(math.log10(max(xs) * 2))
+    x_lo, x_hi = 10 ** math.floor(math.log10(min(xs) / 1.5)), 10 ** math.ceil(math.log10(max(xs) * 1.3))
     y_hi = 10 ** math.ceil(math.log10(max(ys) * 1.6))
     y_lo = max(10 ** math.floor(math.log10(min(ys) / 2)), y_hi / 1e6)
     ax.set_xscale("log")
@@ -122,6 +122,20 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
     ax.set_ylabel("Performance (FLOP/s)")
     several = len(rooflines) > 1
     mem_width = {"hbm": 2.2, "l2": 1.3, "sram": 1.0}
+    placed_labels: list[tuple[float, float, float, float]] = []
+    # every memory roof as (log10 x from, log10 x to, log10 bandwidth), for label placement
+    roof_lines = [
+        (math.log10(max(x_lo, y_lo / m.value)), math.log10(max(c.value for c in roofs) / m.value), math.log10(m.value))
+        for r, roofs in zip(rooflines, flop_roofs)
+        for m in r.memory_ceilings
+    ]
+    ridges = [
+        (c.value / m.value, c.value)
+        for r, roofs in zip(rooflines, flop_roofs)
+        for m in r.memory_ceilings
+        if m.name == "hbm"
+        for c in roofs
+    ]
     for g, (r, roofs) in enumerate(zip(rooflines, flop_roofs)):
         colour, style = COLOURS[g % len(COLOURS)], LINESTYLES[g % len(LINESTYLES)]
         top = max(c.value for c in roofs)
@@ -156,17 +170,22 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                 linewidth=mem_width.get(m.name, 1.0),
             )
             # label along the roof, low on it (several GPUs: staggered along their parallel roofs)
-            lx = x_start * (x_end / x_start) ** (0.08 + 0.3 * g)
+            # The first of several GPUs (the right-most roofs of a level) is labelled under its
+            # roofs, the others above theirs, staggered along the lines.
+            under = several and g == 0
+            first = 0.12 if under else 0.08 + 0.3 * g
+            fractions = [first + k * 0.04 for k in range(20)]
+            lx = _clear_spot(x_start, x_end, m.value, under, fractions, points, placed_labels, ridges, roof_lines)
             ax.text(
                 lx,
-                m.value * lx * 1.25,
+                m.value * lx * (1 / 1.3 if under else 1.25),
                 f"{LEVEL_LABELS.get(m.name, m.name)} {_si(m.value, 'B/s')}",
                 rotation=_angle(ax, lx, m.value * lx, lx * 10, m.value * lx * 10),
                 rotation_mode="anchor",
                 fontsize=7.5,
                 color=colour,
                 ha="left",
-                va="bottom",
+                va="top" if under else "bottom",
             )
         # Ridge points: every memory roof against every FLOP roof; the HBM ones annotated.
         for m in r.memory_ceilings:
@@ -218,20 +237,24 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                 x = p.intensity["hbm"]
                 assert x is not None
                 ax.plot(
-                    [x / 2.2, x * 2.2],
-                    [p.exp_ceiling_flops_per_s] * 2,
+                    [x / 1.6, x * 1.6],
+                    [exp_cap] * 2,
                     color="#555555",
                     linewidth=1.0,
                     linestyle=(0, (1, 1)),
                 )
+                # right of the dash when the text fits inside the chart, else left of it
+                right = x * 1.6 * 10**0.9 < x_hi
                 ax.annotate(
-                    f"exp unit limit ({p.kernel})",
-                    (x * 2.2, p.exp_ceiling_flops_per_s),
-                    xytext=(3, -2),
+                    f"exp unit cap ({p.kernel})",
+                    (x * 1.6 if right else x / 1.6, exp_cap),
+                    xytext=(3 if right else -3, 0),
                     textcoords="offset points",
                     fontsize=6.5,
                     color="#555555",
+                    ha="left" if right else "right",
                     va="center",
+                    bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
                 )
         for (alg, lx, ly), names in labels.items():
             below = alg == "standard"
@@ -314,10 +337,67 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
     notes = (
         "Performance = FLOPs / memmodel's predicted time. Memory roofs are aggregate bandwidths "
         "(SRAM = per-SM figure × SMs). The exp unit is rated in exp/s, not FLOP/s: where it caps a kernel "
-        "within 3× of its performance, a dotted dash marks the cap (exp rate × the kernel's FLOPs per exp)."
+        "within 3× of its performance, a dotted dash marks that cap (exp rate × the kernel's FLOPs per exp)."
     )
     fig.text(0.085, 0.015, textwrap.fill(notes, 150), fontsize=6.5, color="#444444", va="bottom")
     _save(fig, path)
+
+
+def _clear_spot(
+    x_start: float,
+    x_end: float,
+    bandwidth: float,
+    under: bool,
+    fractions: list[float],
+    points: Sequence[Any],
+    placed: list[tuple[float, float, float, float]],
+    ridges: Sequence[tuple[float, float]] = (),
+    lines: Sequence[tuple[float, float, float]] = (),
+) -> float:
+    """Where along a memory roof its label covers the fewest kernel points and names, ridge
+    values and other roof labels (the first such place in ``fractions`` of the roof's length).
+
+    Shapes are compared in (u, v) = (log10 x, log10 y/x), where a roof is a constant v and a
+    label along it a box about 0.5 decade long just above it (just under it when ``under``);
+    text written horizontally beside a point runs down-slope there (v falls as u grows).
+    ``placed`` collects the boxes of the labels placed so far.
+    """
+    b = math.log10(bandwidth)
+    band = (b - 0.22, b - 0.02) if under else (b + 0.02, b + 0.22)
+    # (u0, u1, v at u0 of the lower edge, height, slope of v in u)
+    shapes = []
+    for p in points:
+        for x in p.intensity.values():
+            if x:
+                u, v = math.log10(x), math.log10(p.performance_flops_per_s / x)
+                shapes.append((u - 0.06, u + 0.06, v - 0.08, 0.16, 0.0))  # the marker
+                shapes.append((u + 0.05, u + 0.75, v - 0.2, 0.16, -1.0))  # its name, down-right
+    for x, y in ridges:
+        u, v = math.log10(x), math.log10(y / x)
+        shapes.append((u - 0.03, u + 0.03, v - 0.03, 0.06, 0.0))
+        shapes.append((u + 0.02, u + 0.25, v - 0.12, 0.1, -1.0))  # its value
+    shapes += [(u0, u1, v0, v1 - v0, 0.0) for u0, u1, v0, v1 in placed]
+    shapes += [(u0, u1, v - 0.005, 0.01, 0.0) for u0, u1, v in lines if abs(v - b) > 1e-9]
+    best, best_hits = None, None
+    for f in fractions:
+        lx = x_start * (x_end / x_start) ** min(f, 0.9)
+        x0, x1 = math.log10(lx), math.log10(lx) + 0.4
+        hits = 0
+        for u0, u1, v0, h, slope in shapes:
+            lo, hi = max(x0, u0), min(x1, u1)
+            if lo >= hi:
+                continue
+            # v range of the shape over the shared u range
+            vs = [v0 + slope * (u - u0) for u in (lo, hi)]
+            if min(vs) < band[1] and band[0] < max(vs) + h:
+                hits += 1
+        if best_hits is None or hits < best_hits:
+            best, best_hits = lx, hits
+        if hits == 0:
+            break
+    assert best is not None
+    placed.append((math.log10(best), math.log10(best) + 0.4, *band))
+    return best
 
 
 def _tiled_variant(rooflines: Sequence[Roofline]) -> str:
@@ -393,13 +473,18 @@ def sweep_plot(result: SweepResult, path: str) -> None:
         a.set_axisbelow(True)
         for s_i, (label, idx) in enumerate(series.items()):
             colour = COLOURS[s_i % len(COLOURS)]
+            # earlier series are drawn wider, so a later one lying on top leaves them visible
+            wider = len(series) - 1 - s_i
             order = idx[np.argsort(result.columns[axis][idx], kind="stable")]
             x = result.columns[axis][order]
             if panel == "ratio":
                 rb = result.columns["ratio_hbm_bytes"][order]
                 rt = result.columns["ratio_predicted_time_s"][order]
-                a.plot(x, rb, color=colour, linestyle="-", marker="o", markersize=3.5, label=label)
-                a.plot(x, rt, color=colour, linestyle=":", marker="D", markersize=3.5, fillstyle="none")
+                width, size = 1.4 + 1.6 * wider, 3.5 + 2.5 * wider
+                a.plot(x, rb, color=colour, linestyle="-", linewidth=width, marker="o", markersize=size, label=label)
+                a.plot(
+                    x, rt, color=colour, linestyle=":", linewidth=width, marker="D", markersize=size, fillstyle="none"
+                )
                 for xc in sorted(set(_crossings(x, rb) + _crossings(x, rt))):
                     a.axvline(xc, color=colour, linewidth=0.8, linestyle=(0, (2, 2)))
                     a.annotate(
@@ -416,7 +501,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                 bound = cols["bound"][rows]
                 memory_bound = np.array([b in MEMORY_BOUND for b in bound])
                 linestyle = "-" if alg == "standard" else "--"
-                a.plot(x, y, color=colour, linestyle=linestyle, linewidth=1.4)
+                a.plot(x, y, color=colour, linestyle=linestyle, linewidth=1.4 + 1.6 * wider)
                 if panel == "predicted_time_s":
                     # filled marker: memory-bound; hollow: compute-bound
                     for mask, fill in ((memory_bound, "full"), (~memory_bound, "none")):
@@ -426,7 +511,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                                 y[mask],
                                 linestyle="none",
                                 marker=MARKERS[alg],
-                                markersize=5.5,
+                                markersize=5.5 + 2.5 * wider,
                                 color=colour,
                                 fillstyle=fill,
                                 markeredgecolor=colour,
@@ -447,7 +532,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                                 f"{label or alg}: {alg} {bound[i]}→{bound[i + 1]} at {_axis_name(axis)}≈{_si(xm)}"
                             )
                 else:
-                    a.plot(x, y, linestyle="none", marker=MARKERS[alg], markersize=5.5, color=colour)
+                    a.plot(x, y, linestyle="none", marker=MARKERS[alg], markersize=5.5 + 2.5 * wider, color=colour)
             # name the series at its right end (placed below, apart from each other)
             if panel != "ratio" and label:
                 ends.setdefault(id(a), (a, []))[1].append(
