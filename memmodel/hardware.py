@@ -93,6 +93,8 @@ class Profile:
     compute_flops_per_s: Mapping[str, float]
     #: exp() results per second on the special-function units, where known.
     exp_ops_per_s: float | None
+    #: time from one kernel's end to the next one's start when launched back to back
+    launch_overhead_s: float | None
     sources: Mapping[str, Source]
     provenance: Mapping[str, Provenance] = field(repr=False)
     path: Path | None = None
@@ -121,6 +123,7 @@ class Profile:
 _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "sm_count": ("count", True),
     "clock": ("frequency", False),
+    "launch_overhead": ("time", False),
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.latency": ("time", True),
@@ -248,6 +251,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         sram=sram,
         compute_flops_per_s=compute,
         exp_ops_per_s=values.get("compute.exp"),
+        launch_overhead_s=values.get("launch_overhead"),
         sources=sources,
         provenance=provenance,
         path=path,
@@ -290,6 +294,10 @@ def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram
         )
     if l2.effective_capacity_bytes is not None and l2.effective_capacity_bytes > l2.capacity_bytes:
         raise _fail(where, "memory.l2.effective_capacity", "is larger than memory.l2.capacity")
+    if sram.capacity_per_sm_bytes * sram.sm_count > 4 * l2.capacity_bytes + hbm.capacity_bytes:
+        raise _fail(
+            where, "memory.sram.capacity_per_sm", "times sm_count exceeds any plausible chip"
+        )  # pragma: no cover
     if sram.capacity_per_sm_bytes >= l2.capacity_bytes:
         raise _fail(
             where,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -11,13 +11,40 @@ from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
 from .timing import AlgorithmTiming, algorithm_time, assumptions
-from .traffic.flash import block_sizes, fa1_forward, fa2_forward
+from .traffic import l2 as l2m
+from .traffic.decode import choose_splits
+from .traffic.flash import block_sizes, fa1, fa2, tile_context
 from .traffic.ledger import AlgorithmTraffic
-from .traffic.standard import standard_forward
+from .traffic.standard import standard
 from .workload import Workload
 
 TILED_VARIANTS = ("fa1", "fa2")
 COMPARE_SCHEMA = "memmodel.compare/1"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to model: the tiled variant, its blocks, the L2 mode, which passes."""
+
+    tiled: str = "fa2"
+    block_q: int | None = None
+    block_kv: int | None = None
+    l2: str = "on"
+    backward: bool = False
+    splits: int | None = None
+    ctas_per_sm: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.tiled not in TILED_VARIANTS:
+            raise WorkloadError(f"unknown tiled variant {self.tiled!r}: accepted are {', '.join(TILED_VARIANTS)}")
+        if self.l2 not in l2m.L2_MODES:
+            raise WorkloadError(f"unknown L2 mode {self.l2!r}: accepted are {', '.join(l2m.L2_MODES)}")
+        for name in ("splits", "ctas_per_sm"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
+        if self.splits is not None and self.tiled != "fa2":
+            raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
 
 
 @dataclass(frozen=True)
@@ -36,6 +63,8 @@ class Comparison:
     tiled: Evaluated
     assumptions: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    options: Options = field(default_factory=Options)
+    bounds: dict[str, Any] = field(default_factory=dict)
 
     @property
     def algorithms(self) -> tuple[Evaluated, ...]:
@@ -46,7 +75,8 @@ class Comparison:
         s, t = self.standard, self.tiled
 
         def ratio(a: Any, b: Any) -> Any:
-            out = np.asarray(intmath.to_float(a)) / np.asarray(intmath.to_float(b))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out = np.asarray(intmath.to_float(a)) / np.asarray(intmath.to_float(b))
             return float(out) if out.ndim == 0 else out
 
         return {
@@ -56,35 +86,95 @@ class Comparison:
         }
 
 
-def tiled_traffic(
-    workload: Workload, profile: Profile, variant: str = "fa2", block_q: int | None = None, block_kv: int | None = None
-) -> AlgorithmTraffic:
-    if variant not in TILED_VARIANTS:
-        raise WorkloadError(f"unknown tiled variant {variant!r}: accepted are {', '.join(TILED_VARIANTS)}")
-    blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, block_q, block_kv)
-    return fa1_forward(workload, blocks) if variant == "fa1" else fa2_forward(workload, blocks)
+def l2_context(profile: Profile, mode: str) -> l2m.L2:
+    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes)
 
 
-def compare(
-    workload: Workload,
-    profile: Profile,
-    *,
-    tiled: str = "fa2",
-    block_q: int | None = None,
-    block_kv: int | None = None,
-) -> Comparison:
-    """Standard (Algorithm 0) and tiled attention on ``workload``, predicted on ``profile``."""
-    profile.peak_flops(workload.dtype if workload.dtype != "fp32" else "fp32")  # fail early, clearly
-    std = standard_forward(workload)
-    til = tiled_traffic(workload, profile, tiled, block_q, block_kv)
+def tiled_traffic(workload: Workload, profile: Profile, options: Options) -> AlgorithmTraffic:
+    blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
+    ctx = tile_context(workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm)
+    l2 = l2_context(profile, options.l2)
+    if options.tiled == "fa1":
+        return fa1(ctx, l2, backward=options.backward)
+    splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
+    if options.backward and not intmath.is_array(splits) and int(splits) > 1:
+        splits = 1  # training runs the plain forward kernel (it must save the logsumexp)
+    return fa2(ctx, l2, backward=options.backward, splits=splits)
+
+
+def compare(workload: Workload, profile: Profile, options: Options | None = None, **kwargs: Any) -> Comparison:
+    """Standard (Algorithm 0/3) and tiled attention on ``workload``, predicted on ``profile``.
+
+    ``options`` (or the same fields as keywords: ``tiled``, ``block_q``, ``block_kv``,
+    ``l2``, ``backward``, ``splits``, ``ctas_per_sm``) say how to model.
+    """
+    opts = options or Options(**kwargs)
+    profile.peak_flops(workload.dtype)  # fail early, clearly
+    std = standard(workload, l2_context(profile, opts.l2), backward=opts.backward)
+    til = tiled_traffic(workload, profile, opts)
     return Comparison(
         workload=workload,
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
         tiled=Evaluated(til, algorithm_time(til, profile, workload.dtype)),
-        assumptions=tuple(assumptions(profile)),
+        assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
         warnings=tuple(capacity_warnings(workload, profile)),
+        options=opts,
+        bounds=bounds(workload, profile, opts),
     )
+
+
+def model_assumptions(opts: Options) -> list[str]:
+    out = {
+        "on": [
+            "L2 mode 'on': a tiled kernel's re-reads hit in L2 while one head's re-read data fits "
+            "in the L2's effective capacity; past that, they are read from HBM once per wave of "
+            "concurrently running CTAs. A tensor the previous kernel wrote is read from L2 if it fits.",
+        ],
+        "cold": [
+            "L2 mode 'cold': each kernel starts with an empty L2 (as Nsight Compute measures by default); "
+            "re-reads within a kernel follow the same rules as mode 'on'.",
+        ],
+        "off": ["L2 mode 'off': no L2 reuse, every request is an HBM access (the FlashAttention paper's view)."],
+    }[opts.l2]
+    out.append(
+        "Causal masks align the last query with the last key (bottom-right); tiled kernels skip "
+        "fully masked blocks, the standard path writes the full S and P."
+    )
+    out.append("FlashAttention regenerates the dropout mask from the RNG state: no mask bytes.")
+    return out
+
+
+def bounds(workload: Workload, profile: Profile, opts: Options) -> dict[str, Any]:
+    """Reference points: compulsory bytes, the paper's count (no L2) and its lower bound."""
+    w = workload
+    q, kv = w.q_bytes(), w.kv_bytes()
+    compulsory = intmath.add(q, kv, kv, q)  # read Q, K, V; write O
+    if opts.backward:
+        # read Q, K, V, O, dO; write dQ, dK, dV
+        compulsory = intmath.add(compulsory, q, kv, kv, q, q, q, kv, kv)
+    paper = tiled_traffic(w, profile, Options(**{**opts.__dict__, "l2": "off"})).hbm_bytes
+    m = int(profile.sram.capacity_per_sm_bytes) // w.element_bytes
+    # Theorem 2: Θ(N²d²/M) element accesses per head, M = SRAM per SM (constant taken as 1)
+    n2d2 = intmath.mul(w.batch, w.heads, w.n, w.n_kv_, w.d, w.d, w.element_bytes)
+    theta = intmath.ceil_div(n2d2, m)
+    # Proposition 3 bounds the accesses to the slow memory from below by the same order,
+    # with M the fast memory in front of it: the L2 (effective) for HBM when L2 is modelled
+    m_fast = m if opts.l2 == "off" else max(1, int(profile.l2.usable_capacity_bytes) // w.element_bytes)
+    omega = intmath.ceil_div(n2d2, m_fast)
+    lower = np.maximum(np.asarray(compulsory, dtype=object if not w.is_grid else np.int64), np.asarray(omega))
+
+    def plain(v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            return v.item() if v.ndim == 0 else v
+        return v
+
+    return {
+        "compulsory_bytes": plain(compulsory),
+        "paper_bytes": plain(paper),
+        "theta_bytes": plain(theta),
+        "lower_bound_bytes": plain(lower),
+    }
 
 
 def capacity_warnings(workload: Workload, profile: Profile) -> list[str]:

@@ -44,6 +44,9 @@ ASSUMPTIONS = (
     "can sit slightly above its tensor-core roof.",
     "The exp unit's roof is in exp/s; a kernel's exp ceiling in FLOP/s is that rate times its FLOPs per exp.",
     "Memory roofs are aggregate bandwidths: SRAM is the per-SM figure times the SM count.",
+    "A kernel bound by 'compute' issues its matmuls, softmax and exponentials one after another "
+    "(FlashAttention's fused loop): it is placed against its matmul roof, below it by the time the others take.",
+    "A kernel bound by 'latency' keeps too few bytes in flight to reach the HBM bandwidth: its roof is HBM's.",
 )
 
 
@@ -191,7 +194,9 @@ def roof_of(bound: str, profile: Profile, dtype: str, roofs: tuple[Ceiling, ...]
     """The ceiling that the timing term ``bound`` runs against (see :mod:`memmodel.timing`)."""
     if bound in LEVELS:
         return bound
-    if bound == "matmul":
+    if bound == "latency":  # too few bytes in flight to reach HBM bandwidth (Little's law)
+        return "hbm"
+    if bound in ("matmul", "compute"):  # "compute": a fused kernel's matmul, softmax and exp in series
         wanted = MATMUL_PEAK[dtype]
     elif bound == "exp" and profile.exp_ops_per_s is not None:
         return "exp"

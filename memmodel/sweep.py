@@ -4,8 +4,9 @@ A grid is the cartesian product of values for ``n``, ``d``, ``batch``, ``heads``
 ``kv_heads`` (integers), times dtypes, GPUs and tiled variants. :func:`evaluate` groups it
 by (GPU, dtype, tiled variant) and hands each group to :func:`memmodel.compare` as one
 :class:`~memmodel.workload.Workload` whose fields are int64 arrays, in chunks of
-:data:`CHUNK` configurations (cache-sized arrays run about twice as fast as one huge call,
-and memory stays bounded on 10-million-configuration grids). The result is columnar:
+:data:`CHUNK` configurations (arrays of that size run faster than one huge call, and the
+working memory stays bounded on 10-million-configuration grids); large grids are shared
+out between one process per core. The result is columnar:
 one numpy array per column of :data:`SWEEP_COLUMNS`, one row per workload × algorithm.
 
 Grid syntax (:func:`parse_values`), for each integer option::
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import mmap
+import multiprocessing
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +42,7 @@ AXES = ("d", "batch", "heads", "kv_heads", "n")
 #: A grid larger than this is refused: its output alone would be gigabytes.
 MAX_CONFIGURATIONS = 10_000_000
 #: Configurations per call to :func:`memmodel.compare`.
-CHUNK = 8_192
+CHUNK = 32_768
 TILED_VARIANTS = ("fa1", "fa2")
 
 GRID_SYNTAX = "N, a list A,B,C, START:STOP:xFACTOR (geometric) or START:STOP:+STEP (arithmetic)"
@@ -284,8 +288,13 @@ def evaluate(
     profiles: Mapping[str, Profile] | None = None,
     *,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> SweepResult:
     """Every configuration of ``grid``: one :func:`memmodel.compare` call per group and chunk.
+
+    Chunks are shared out between ``workers`` forked processes that write the columns in
+    place (shared memory); by default one per core for grids of :data:`PARALLEL_MIN`
+    configurations or more, else none. Results do not depend on it.
 
     ``profiles`` maps the grid's GPU names to loaded profiles (loaded by name when missing).
     ``progress`` is called with the number of configurations just evaluated. A (GPU, dtype)
@@ -321,20 +330,28 @@ def evaluate(
     rows = 2 * count * len(runnable)
     small = max(max(grid.axis(a)) for a in AXES) < 2**31  # sizes fit int32: less memory to write
     dtypes = {**_COLUMN_DTYPES, **({c: np.int32 for c in _SMALL_INT_COLUMNS} if small else {})}
-    columns = {name: np.empty(rows, dtype=dtypes.get(name, np.int64)) for name in SWEEP_COLUMNS}
-    bounds: dict[str, int] = {}
-    at = 0
-    for gpu, dtype, tiled in runnable:
-        codes = {"gpu": grid.gpus.index(gpu), "dtype": grid.dtypes.index(dtype)}
-        for start in range(0, count, CHUNK):
-            chunk = {k: v[start : start + CHUNK] for k, v in mesh.items()}
-            size = len(chunk["n"])
-            _evaluate_chunk(chunk, loaded[gpu], dtype, tiled, codes, bounds, columns, at)
-            at += 2 * size
+    tasks = [(g, start) for g in range(len(runnable)) for start in range(0, count, CHUNK)]
+    if workers is None:
+        workers = min(os.cpu_count() or 1, len(tasks)) if count * len(runnable) >= PARALLEL_MIN else 1
+    parallel = workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods()
+    columns = _allocate(rows, dtypes, shared=parallel)
+    bounds: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
+    job = _Job(mesh, count, runnable, loaded, grid, columns)
+    done = False
+    if parallel:
+        try:
+            _run_parallel(job, tasks, workers, progress)
+            done = True
+        except _UnknownBound:  # a label outside BOUND_LABELS: codes must be assigned in order
+            columns = _allocate(rows, dtypes, shared=False)
+            job = _Job(mesh, count, runnable, loaded, grid, columns)
+    if not done:
+        for g, start in tasks:
+            size = job.run(g, start, bounds)
             if progress is not None:
                 progress(size)
-        if progress is not None and count == 0:
-            progress(0)
+    if progress is not None and count == 0:
+        progress(0)
     categories = {
         "gpu": grid.gpus,
         "dtype": grid.dtypes,
@@ -343,6 +360,74 @@ def evaluate(
         "bound": tuple(bounds),
     }
     return SweepResult(grid, columns, categories, notes)
+
+
+#: Timing terms that can bound an algorithm (memmodel.timing), coded in this order; a label
+#: outside this list is coded after them (the serial path).
+BOUND_LABELS = ("hbm", "l2", "sram", "latency", "matmul", "softmax", "exp", "compute")
+#: Grids from this many configurations are shared out between processes (one per core).
+PARALLEL_MIN = 100_000
+
+
+class _UnknownBound(Exception):
+    """A worker met a bound label outside BOUND_LABELS."""
+
+
+@dataclass
+class _Job:
+    """What every chunk needs; inherited by forked workers, never pickled."""
+
+    mesh: dict[str, np.ndarray]
+    count: int
+    runnable: list[tuple[str, str, str]]
+    profiles: dict[str, Profile]
+    grid: Grid
+    columns: dict[str, np.ndarray]
+
+    def run(self, g: int, start: int, bounds: dict[str, int]) -> int:
+        gpu, dtype, tiled = self.runnable[g]
+        chunk = {k: v[start : start + CHUNK] for k, v in self.mesh.items()}
+        codes = {"gpu": self.grid.gpus.index(gpu), "dtype": self.grid.dtypes.index(dtype)}
+        at = 2 * (g * self.count + start)
+        _evaluate_chunk(chunk, self.profiles[gpu], dtype, tiled, codes, bounds, self.columns, at)
+        return len(chunk["n"])
+
+
+def _allocate(rows: int, dtypes: dict[str, Any], *, shared: bool) -> dict[str, np.ndarray]:
+    """Output columns; ``shared``: in anonymous shared memory, written by forked workers in place."""
+    out = {}
+    for name in SWEEP_COLUMNS:
+        dtype = np.dtype(dtypes.get(name, np.int64))
+        if shared and rows:
+            buffer = mmap.mmap(-1, rows * dtype.itemsize)
+            out[name] = np.frombuffer(buffer, dtype=dtype, count=rows)
+        else:
+            out[name] = np.empty(rows, dtype=dtype)
+    return out
+
+
+_JOB: _Job | None = None  # set in the parent just before forking the workers
+
+
+def _work(task: tuple[int, int]) -> int:
+    assert _JOB is not None
+    fixed = {label: i for i, label in enumerate(BOUND_LABELS)}
+    size = _JOB.run(*task, fixed)
+    if len(fixed) > len(BOUND_LABELS):
+        raise _UnknownBound
+    return size
+
+
+def _run_parallel(job: _Job, tasks: list[tuple[int, int]], workers: int, progress: Progress | None) -> None:
+    global _JOB
+    _JOB = job
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for size in pool.imap_unordered(_work, tasks):
+                if progress is not None:
+                    progress(size)
+    finally:
+        _JOB = None
 
 
 _SMALL_INT_COLUMNS = ("batch", "heads", "kv_heads", "n", "d", "block_q", "block_kv")

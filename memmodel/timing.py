@@ -1,16 +1,22 @@
 """Predicted time of each kernel from its ledger and a hardware profile.
 
-Each kernel has one time term per unit that could bound it:
+Terms, each in seconds:
 
 * ``matmul``  — matmul FLOPs at the dtype's peak (tensor cores; fp32 uses the non-tensor FP32 peak)
 * ``softmax`` — other elementwise/reduction FLOPs at the FP32 peak
 * ``exp``     — exponentials at the special-function-unit rate (the FP32 peak when the
   profile gives none, stated in the assumptions)
 * ``hbm``, ``l2``, ``sram`` — bytes at that level over the level's bandwidth
+* ``latency`` — Little's law: with C CTAs each keeping b bytes in flight, HBM delivers at
+  most C·b / latency bytes per second; the term is HBM bytes over that rate. It binds
+  when too few CTAs run (decoding with few heads).
 
-Within a kernel the units overlap, so the kernel takes the largest term and is *bound* by
-it (the roofline assumption). Kernels run one after another, so an algorithm takes the
-sum of its kernels' times.
+Overlap, per kernel (``Kernel.overlap``): ``overlap`` kernels (GEMMs, elementwise) take
+the largest term; ``serial-compute`` kernels (FlashAttention's fused loops, where the same
+warps issue the matmuls, the exponentials and the rescaling one after another) take the
+largest of memory, latency and the *sum* of the compute terms. Every kernel then pays the
+profile's ``launch_overhead`` once (0 when the profile gives none). An algorithm's time
+is the sum of its kernels'.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ class KernelTiming:
     terms: dict[str, Seconds]
     time_s: Seconds
     bound: Label
-    #: Grids only: ``bound`` as an int array indexing ``list(terms)`` (cheaper than comparing labels).
+    #: Grids only: ``bound`` as an int array indexing ``bound_names`` (cheaper than comparing labels).
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
+    bound_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -53,41 +60,60 @@ class AlgorithmTiming:
 
 def assumptions(profile: Profile) -> list[str]:
     out = [
-        "Within a kernel compute units and memory levels overlap: a kernel takes its largest term (roofline).",
-        "Kernels run back to back: an algorithm's time is the sum of its kernels' times.",
-        "Peaks are the profile's dense figures; no launch overhead or latency term.",
+        "GEMM and elementwise kernels overlap compute and memory: they take their largest term (roofline).",
+        "FlashAttention kernels issue matmuls, exponentials and rescaling from the same warps: "
+        "those compute terms add, and overlap memory traffic.",
+        "Latency bound (Little's law): concurrent CTAs × one tile in flight each, over the HBM latency.",
+        "Kernels run back to back: an algorithm's time is the sum of its kernels' times, "
+        "each plus the profile's launch overhead.",
+        "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
     ]
     if profile.exp_ops_per_s is None:
         out.append(f"{profile.name} gives no exp rate: exponentials are counted at the FP32 peak.")
+    if profile.launch_overhead_s is None:
+        out.append(f"{profile.name} gives no launch overhead: none is added.")
     return out
 
 
 def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
-    terms: dict[str, Seconds] = {
+    compute: dict[str, Seconds] = {
         "matmul": intmath.to_float(kernel.matmul_flops) / profile.peak_flops(MATMUL_PEAK[dtype]),
         "softmax": intmath.to_float(kernel.softmax_flops) / profile.peak_flops("fp32"),
         "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
     }
+    terms: dict[str, Seconds] = dict(compute)
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
         if isinstance(moved, np.ndarray) or moved:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
-    names = list(terms)
-    stacked = np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in terms.values()))
-    table = np.stack(stacked)
-    time = table.max(axis=0)
+    in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
+    if np.any(in_flight > 0):
+        hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
+        terms["latency"] = float(lat) if lat.ndim == 0 else lat
+    candidates = {k: v for k, v in terms.items() if not (kernel.overlap == "serial-compute" and k in compute)}
+    if kernel.overlap == "serial-compute":
+        candidates["compute"] = sum((np.asarray(v, dtype=np.float64) for v in compute.values()), np.float64(0.0))
+        terms["compute"] = candidates["compute"] if np.ndim(candidates["compute"]) else float(candidates["compute"])
+    names = list(candidates)
+    table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
+    launch = profile.launch_overhead_s or 0.0
+    time = table.max(axis=0) + launch
     index = table.argmax(axis=0)
+    if launch:
+        terms["launch"] = launch
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
-    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index)
+    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))
 
 
 def _labels(k: KernelTiming) -> set[str]:
     """The labels that bound ``k`` somewhere (on grids, found from the index, not the labels)."""
     if k.bound_index is None:
         return {str(x) for x in np.ravel(np.asarray(k.bound, dtype=object))}
-    names = list(k.terms)
+    names = k.bound_names
     return {names[i] for i in np.flatnonzero(np.bincount(k.bound_index.ravel(), minlength=len(names)))}
 
 
@@ -95,7 +121,7 @@ def _bound_by(k: KernelTiming, label: str) -> object:
     """Where ``k`` is bound by ``label``: a bool (array)."""
     if k.bound_index is None:
         return np.asarray(k.bound, dtype=object) == label
-    names = list(k.terms)
+    names = k.bound_names
     return k.bound_index == names.index(label) if label in names else False
 
 

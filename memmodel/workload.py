@@ -34,6 +34,7 @@ class Workload:
     n_kv: IntLike | None = None
     kv_heads: IntLike | None = None
     causal: bool = False
+    dropout: float = 0.0
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,8 +58,20 @@ class Workload:
         values.setdefault("kv_heads", values["heads"])
         if np.any(np.asarray(values["heads"]) % np.asarray(values["kv_heads"]) != 0):
             raise WorkloadError(f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})")
+        if self.causal and np.any(np.asarray(values["n_kv"]) < np.asarray(values["n"])):
+            raise WorkloadError(
+                f"causal attention with n_kv ({_show(values['n_kv'])}) < n ({_show(values['n'])}) is undefined: "
+                "causal masking aligns the last query with the last key, so n_kv must be at least n"
+            )
+        try:
+            dropout = float(self.dropout)
+        except (TypeError, ValueError):
+            raise WorkloadError(f"dropout must be a number in [0, 1) (got {self.dropout!r})") from None
+        if not (0.0 <= dropout < 1.0):
+            raise WorkloadError(f"dropout must be in [0, 1) (got {self.dropout!r})")
         for name, value in values.items():
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "dropout", dropout)
         object.__setattr__(self, "causal", bool(self.causal))
         object.__setattr__(self, "_checked", True)
 
@@ -80,6 +93,11 @@ class Workload:
     @property
     def is_grid(self) -> bool:
         return intmath.is_array(self.n, self.d, self.batch, self.heads, self.n_kv, self.kv_heads)
+
+    @property
+    def group(self) -> IntLike:
+        """Query heads per K/V head (1 = MHA; heads = MQA)."""
+        return intmath.ceil_div(self.heads, self.kv_heads_)
 
     def q_bytes(self) -> IntLike:
         """Q (and O): batch · heads · n · d · element bytes."""
@@ -106,6 +124,7 @@ class Workload:
             "dtype": self.dtype,
             "element_bytes": self.element_bytes,
             "causal": self.causal,
+            "dropout": self.dropout,
         }
 
 

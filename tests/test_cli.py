@@ -20,7 +20,7 @@ def test_compare_table_shows_the_handbook_figures(run):
     out = r.output
     for figure in ("37.7 MB", "268.4 MB", "12.6 MB", "318.8 MB"):
         assert figure in out
-    assert "inputs (Q, K, V)" in out and "intermediates (S, P)" in out and "predicted time" in out
+    assert "inputs (Q, K, V" in out and "intermediates (S, P" in out and "predicted time" in out
 
 
 def test_compare_json_contract(run):
@@ -39,6 +39,7 @@ def test_compare_json_contract(run):
         "dtype": "fp32",
         "element_bytes": 4,
         "causal": False,
+        "dropout": 0.0,
     }
     std, til = data["algorithms"]
     assert (std["name"], std["variant"], til["name"], til["variant"]) == ("standard", "algorithm0", "tiled", "fa2")
@@ -57,7 +58,11 @@ def test_compare_json_contract(run):
             assert key in alg
         assert isinstance(alg["hbm_bytes"], int)
         assert alg["hbm_bytes"] == alg["hbm_read_bytes"] + alg["hbm_write_bytes"]
-        assert alg["hbm_bytes"] == sum(t["bytes"] for t in alg["transfers"])
+        assert alg["hbm_bytes"] == sum(t["bytes"] for t in alg["transfers"] if t["level"] == "hbm")
+        for level in ("l2", "sram"):
+            assert alg[f"{level}_bytes"] == alg[f"{level}_read_bytes"] + alg[f"{level}_write_bytes"]
+            assert alg[f"{level}_bytes"] == sum(t["bytes"] for t in alg["transfers"] if t["level"] == level)
+        assert alg["hbm_bytes"] <= alg["l2_bytes"] <= alg["sram_bytes"]
         assert alg["predicted_time_s"] == pytest.approx(sum(k["predicted_time_s"] for k in alg["kernels"]))
         for k in alg["kernels"]:
             assert {
@@ -71,9 +76,14 @@ def test_compare_json_contract(run):
             } <= set(k)
     roles = {}
     for t in std["transfers"]:
-        roles[t["role"]] = roles.get(t["role"], 0) + t["bytes"]
+        if t["level"] == "hbm":
+            roles[t["role"]] = roles.get(t["role"], 0) + t["bytes"]
     assert roles == {"input": 37_748_736, "intermediate": 268_435_456, "output": 12_582_912}
     assert data["ratios"]["hbm_bytes"] == pytest.approx(std["hbm_bytes"] / til["hbm_bytes"])
+    assert set(data["bounds"]) == {"compulsory_bytes", "paper_bytes", "theta_bytes", "lower_bound_bytes"}
+    assert data["bounds"]["compulsory_bytes"] == 4 * 12_582_912  # Q, K, V read, O written
+    assert data["bounds"]["paper_bytes"] == 7_398_768_640  # FA2 without L2: 293 passes over K and V
+    assert data["assumptions"] and data["options"]["l2"] == "on"
 
 
 def test_compare_csv_has_a_row_per_kernel_and_totals(run):
@@ -109,12 +119,14 @@ def test_compare_with_given_blocks_and_a_profile_path(run):
         "128",
         "--gpu",
         str(HARDWARE / "a100.yaml"),
+        "--l2",
+        "off",
         "--format",
         "json",
     )
     assert r.exit_code == 0
     til = json.loads(r.stdout)["algorithms"][1]
-    assert til["hbm_bytes"] == 328_704  # the hand count of tests/test_traffic.py
+    assert til["hbm_bytes"] == 328_704  # the hand count of tests/test_traffic.py (paper's view)
     assert til["params"]["blocks_from"] == "given"
 
 
@@ -161,7 +173,9 @@ def test_huge_sizes_are_exact(run):
     assert r.exit_code == 0
     std = json.loads(r.stdout)["algorithms"][0]
     # S written: 100_000 · (10^7)² · 2 B = 2·10^19, past int64, printed exactly
-    assert [t["bytes"] for t in std["transfers"] if t["tensor"] == "S" and t["direction"] == "write"] == [2 * 10**19]
+    assert [
+        t["bytes"] for t in std["transfers"] if t["tensor"] == "S" and t["direction"] == "write" and t["level"] == "hbm"
+    ] == [2 * 10**19]
     r = run("compare", "--n", "10000000", "--batch", "100000", "--d", "128", "--dtype", "fp16")
     assert "no single GPU runs this workload" in r.stdout
 

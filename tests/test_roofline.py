@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 
 from memmodel import Workload, compare, load_profile
 from memmodel.report.roofline import ROOFLINE_CSV_COLUMNS
-from memmodel.roofline import ceilings, ridge_points, roofline
+from memmodel.roofline import ceilings, ridge_points, roof_of, roofline
 
 from .conftest import REPO
 
@@ -56,8 +57,10 @@ def test_points_agree_with_the_compare_ledger_and_timing():
     timing = [k for ev in c.algorithms for k in ev.timing.kernels]
     for point, kernel, kt in zip(kernels, ledger, timing):
         assert point.flops == kernel.flops
-        assert point.bytes["hbm"] == kernel.bytes(level="hbm")
-        assert point.intensity["hbm"] == kernel.flops / kernel.bytes(level="hbm")
+        for level in ("hbm", "l2", "sram"):
+            moved = kernel.bytes(level=level)
+            assert point.bytes[level] == moved
+            assert point.intensity[level] == (kernel.flops / moved if moved else None)
         assert point.time_s == kt.time_s and point.bound == kt.bound
         assert point.performance_flops_per_s == pytest.approx(kernel.flops / kt.time_s)
     qk = kernels[0]
@@ -91,11 +94,29 @@ def test_roofs_that_bound_fp16_and_exp_bound_kernels():
     r = roofline(p, compare(Workload(n=8192, d=256, batch=4, heads=16, dtype="bf16"), p))
     qk = [x for x in r.points if x.kernel == "qk"][0]
     assert (qk.bound, qk.roof, qk.performance_flops_per_s) == ("matmul", "fp16/bf16", pytest.approx(312e12))
-    # d = 16: 64 matmul FLOPs per score at 312 TFLOP/s against one exp per score at 2.44 T/s
-    r = roofline(p, compare(Workload(n=4096, d=16, dtype="fp16", batch=8, heads=16), p, block_q=128, block_kv=128))
-    fa2 = [x for x in r.points if x.kernel == "fa2_fwd"][0]
-    assert (fa2.bound, fa2.roof) == ("exp", "exp")
-    assert fa2.exp_ceiling_flops_per_s == pytest.approx(fa2.performance_flops_per_s)
+    # every timing term has the roof it runs against
+    roofs = ceilings(p)
+    assert roof_of("matmul", p, "fp16", roofs) == "fp16/bf16"
+    assert roof_of("matmul", p, "tf32", roofs) == "tf32"
+    assert roof_of("compute", p, "bf16", roofs) == "fp16/bf16"  # fused matmul + softmax + exp, in series
+    assert roof_of("softmax", p, "fp16", roofs) == "fp32"
+    assert roof_of("exp", p, "fp16", roofs) == "exp"
+    assert roof_of("latency", p, "fp16", roofs) == "hbm"
+    assert [roof_of(level, p, "fp16", roofs) for level in ("hbm", "l2", "sram")] == ["hbm", "l2", "sram"]
+    no_exp = dataclasses.replace(p, exp_ops_per_s=None)
+    assert roof_of("exp", no_exp, "fp16", ceilings(no_exp)) == "fp32"  # timed at the FP32 peak then
+
+
+def test_the_fused_kernel_is_placed_against_its_matmul_roof():
+    p = load_profile("a100")
+    r = roofline(p, compare(Workload(n=4096, d=768), p))
+    (fa2,) = [x for x in r.points if x.kernel == "fa2_fwd"]
+    c = r.comparison
+    assert c is not None
+    assert fa2.bound == c.tiled.timing.kernels[0].bound
+    if fa2.bound == "compute":
+        assert fa2.roof == "fp32"  # fp32 matmuls run on the FP32 units
+        assert fa2.performance_flops_per_s < 19.5e12
 
 
 def test_roofline_table_shows_ceilings_ridges_chart_and_kernels(run, monkeypatch):
@@ -105,7 +126,6 @@ def test_roofline_table_shows_ceilings_ridges_chart_and_kernels(run, monkeypatch
     for text in ("Ceilings", "Ridge points", "Kernels", "153.0", "2.0 TB/s", "312.0 TFLOP/s", "279.3", "matmul (FP32)"):
         assert text in out
     assert "N 4096 · d 768 · fp32" in out  # the documented default workload
-    assert "—" in out  # no L2/SRAM bytes in the ledger yet
     for columns in ("80", "200"):  # the chart is at most 80 columns wide, whatever the terminal
         monkeypatch.setenv("COLUMNS", columns)
         out = run("roofline", "--gpu", "a100").stdout
@@ -132,9 +152,11 @@ def test_roofline_json_contract(run):
     for point, kernel in zip(points, kernels):
         assert point["kernel"] == kernel["name"]
         assert point["flops"] == kernel["flops"]
-        assert point["bytes"]["hbm"] == kernel["hbm_bytes"]
+        for level in ("hbm", "l2", "sram"):
+            assert point["bytes"][level] == kernel[f"{level}_bytes"]
+            expected = kernel["flops"] / kernel[f"{level}_bytes"] if kernel[f"{level}_bytes"] else None
+            assert point["intensity"][level] == (pytest.approx(expected) if expected else None)
         assert point["intensity"]["hbm"] == pytest.approx(kernel["arithmetic_intensity"])
-        assert point["intensity"]["l2"] is None
         assert point["predicted_time_s"] == kernel["predicted_time_s"]
         assert point["bound"] == kernel["bound"]
     assert data["assumptions"]
@@ -150,7 +172,8 @@ def test_roofline_csv_has_every_record(run):
     ridge = next(x for x in rows if x["record"] == "ridge" and x["name"] == "hbm/fp16/bf16")
     assert float(ridge["value"]) == pytest.approx(153.0, abs=0.05)
     qk = next(x for x in rows if x["record"] == "point" and x["kernel"] == "qk")
-    assert float(qk["hbm_intensity"]) == pytest.approx(279.27, abs=0.01) and qk["l2_intensity"] == ""
+    assert float(qk["hbm_intensity"]) == pytest.approx(279.27, abs=0.01)
+    assert float(qk["l2_intensity"]) == pytest.approx(int(qk["flops"]) / int(qk["l2_bytes"]))
 
 
 def test_roofline_of_two_gpus(run, tmp_path):
@@ -221,6 +244,8 @@ def test_roofline_workload_and_tiled_options(run):
         "64",
         "--block-kv",
         "128",
+        "--l2",
+        "off",
         "--format",
         "json",
     )
@@ -229,7 +254,7 @@ def test_roofline_workload_and_tiled_options(run):
     assert data["tiled"] == "fa1"
     assert (data["workload"]["batch"], data["workload"]["heads"]) == (2, 3)
     fa1 = [p for p in data["gpus"][0]["points"] if p["kernel"] == "fa1_fwd"][0]
-    # the hand count of tests/test_traffic.py (305_152 B for one head), × B·H = 6
+    # the hand count of tests/test_traffic.py (305_152 B for one head, the paper's view), × B·H = 6
     assert fa1["bytes"]["hbm"] == 6 * 305_152
     r = run("roofline", "--block-q", "4096", "--block-kv", "4096", "--d", "128", "--dtype", "fp16")
     assert r.exit_code == 2 and "choose smaller blocks" in r.stderr

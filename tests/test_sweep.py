@@ -94,14 +94,27 @@ def test_sweep_rows_match_scalar_compare_calls():
 
 
 def test_a_large_grid_is_chunked_and_still_exact():
+    import memmodel.sweep as sw
+
     p = load_profile("a100")
-    result = evaluate(Grid(n="1:20000:+1", d=(64,), dtypes=("fp16",)), {"a100": p})
-    assert len(result) == 40_000
-    for i in (0, 8191 * 2, 8192 * 2 + 1, 39_999):  # around the chunk boundary
+    n_max = sw.CHUNK + 5000
+    result = evaluate(Grid(n=f"1:{n_max}:+1", d=(64,), dtypes=("fp16",)), {"a100": p})
+    assert len(result) == 2 * n_max
+    for i in (0, 2 * (sw.CHUNK - 1), 2 * sw.CHUNK + 1, 2 * n_max - 1):  # around the chunk boundary
         row = next(result.rows(i, i + 1))
         one = compare(Workload(n=row["n"], d=64, dtype="fp16"), p)
         ev = one.standard if row["algorithm"] == "standard" else one.tiled
         assert row["hbm_bytes"] == ev.traffic.hbm_bytes and row["bound"] == ev.timing.bound
+
+
+def test_worker_processes_give_the_same_result():
+    p = {"a100": load_profile("a100"), "h200": load_profile("h200")}
+    grid = Grid(n="64:65536:+64", d=(64, 128), heads=(8, 32), dtypes=("fp16", "fp32"), gpus=("a100", "h200"))
+    one = evaluate(grid, p, workers=1)
+    two = evaluate(grid, p, workers=2)
+    for column in SWEEP_COLUMNS:
+        assert np.array_equal(one.column(column), two.column(column)), column
+    assert one.categories == two.categories
 
 
 def test_overflowing_sizes_are_refused_not_wrapped(run):
@@ -153,7 +166,7 @@ def test_sweep_table(run):
     assert r.exit_code == 0, r.stderr
     out = r.stdout
     assert out.startswith("Sweep · gpu a100 · dtype fp16 · batch 1 · heads 1 · tiled fa2")
-    assert "HBM std" in out and "bound s/t" in out and "hbm/hbm" in out
+    assert "HBM std" in out and "bound s/t" in out and "hbm/" in out
     assert len([line for line in out.splitlines() if re.match(r"\s*(64|128)\s+\d+", line)]) == 2 * 5
 
 

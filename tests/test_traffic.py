@@ -16,11 +16,11 @@ A100_SRAM = 164 * 1024  # bytes of shared memory per SM on the A100
 def test_handbook_example_n4096_d768_fp32():
     s = standard_forward(Workload(n=4096, d=768))
     # Q, K, V: 3 × 4096·768·4 = 3 × 12_582_912 = 37_748_736 B = 37.7 MB
-    assert s.bytes(role="input") == 37_748_736
+    assert s.bytes(level="hbm", role="input") == 37_748_736
     # S written, S read, P written, P read: 4 × 4096²·4 = 4 × 67_108_864 = 268_435_456 B = 268.4 MB
-    assert s.bytes(role="intermediate") == 268_435_456
+    assert s.bytes(level="hbm", role="intermediate") == 268_435_456
     # O: 4096·768·4 = 12_582_912 B = 12.6 MB
-    assert s.bytes(role="output") == 12_582_912
+    assert s.bytes(level="hbm", role="output") == 12_582_912
     # Algorithm 0 reads V once: 37.7 + 268.4 + 12.6 = 318.8 MB (the handbook's 331.4 MB reads V twice)
     assert s.hbm_bytes == 318_767_104
     assert s.hbm_bytes + 12_582_912 == 331_350_016  # the handbook's figure, V counted twice
@@ -32,9 +32,11 @@ def test_handbook_example_n4096_d768_fp32():
 def test_every_total_is_a_sum_of_transfer_records():
     c = compare(Workload(n=1000, d=96, batch=3, heads=5, dtype="bf16"), load_profile("a100"), tiled="fa1")
     for alg in (c.standard.traffic, c.tiled.traffic):
-        by_role = sum(alg.bytes(role=r) for r in ROLES)
+        by_role = sum(alg.bytes(level="hbm", role=r) for r in ROLES)
         assert by_role == alg.hbm_bytes == alg.hbm_read_bytes + alg.hbm_write_bytes
-        assert alg.hbm_bytes == sum(t.bytes for t in alg.transfers)
+        assert alg.hbm_bytes == sum(t.bytes for t in alg.transfers if t.level == "hbm")
+        for level in ("hbm", "l2", "sram"):
+            assert alg.bytes(level=level) == sum(k.bytes(level=level) for k in alg.kernels)
 
 
 def test_algorithm1_block_sizes_a100():
@@ -54,7 +56,7 @@ def test_fa2_small_case_by_hand():
     w = Workload(n=256, d=64, dtype="fp16")
     b = block_sizes(w, A100_SRAM, block_q=64, block_kv=128)  # T_r = 4, T_c = 2
     f = fa2_forward(w, b)
-    got = {(t.tensor, t.direction): t.bytes for t in f.transfers}
+    got = {(t.tensor, t.direction): t.bytes for t in f.transfers if t.level == "hbm"}
     assert got == {
         ("Q", "read"): 32_768,  # 256·64·2
         ("K", "read"): 131_072,  # T_r · 256·64·2 = 4 · 32_768
@@ -69,11 +71,12 @@ def test_fa2_small_case_by_hand():
 def test_fa1_small_case_by_hand():
     w = Workload(n=256, d=64, dtype="fp16")
     f = fa1_forward(w, block_sizes(w, A100_SRAM, block_q=64, block_kv=128))  # T_c = 2
-    assert f.bytes(tensor="K") == f.bytes(tensor="V") == 32_768  # read once
-    assert f.bytes(tensor="Q") == 65_536  # T_c · 32_768
-    assert f.bytes(tensor="O", direction="read") == 65_536  # T_c · 32_768
-    assert f.bytes(tensor="O", direction="write") == 98_304  # init + T_c · 32_768
-    assert f.bytes(tensor="l") == f.bytes(tensor="m") == 1_024 + 2 * 2 * 1_024  # init + T_c reads + T_c writes
+    hbm = lambda **m: f.bytes(level="hbm", **m)  # noqa: E731
+    assert hbm(tensor="K") == hbm(tensor="V") == 32_768  # read once
+    assert hbm(tensor="Q") == 65_536  # T_c · 32_768
+    assert hbm(tensor="O", direction="read") == 65_536  # T_c · 32_768
+    assert hbm(tensor="O", direction="write") == 98_304  # init + T_c · 32_768
+    assert hbm(tensor="l") == hbm(tensor="m") == 1_024 + 2 * 2 * 1_024  # init + T_c reads + T_c writes
     # 32_768·2 (K, V) + 65_536 (Q) + 65_536 + 98_304 (O) + 2 · 5_120 (l, m) = 305_152
     assert f.hbm_bytes == 305_152
 
@@ -105,11 +108,16 @@ def test_theorem2_scaling_standard_n_squared_tiled_n2_d2_over_m():
     assert tiled(65536, 256, 131072) / tiled(65536, 256, 65536) == pytest.approx(0.5, rel=0.02)
 
 
-def test_large_head_dim_makes_tiling_lose_on_hbm_bytes():
-    """Tiling saves HBM traffic only while d² ≪ M; the documented example is past that."""
-    c = compare(Workload(n=4096, d=768), load_profile("a100"))
+def test_large_head_dim_makes_tiling_lose_on_hbm_bytes_in_the_papers_view():
+    """Without L2, tiling saves HBM traffic only while d² ≪ M; the documented example is past that."""
+    c = compare(Workload(n=4096, d=768), load_profile("a100"), l2="off")
     assert c.tiled.traffic.hbm_bytes > c.standard.traffic.hbm_bytes
-    c = compare(Workload(n=4096, d=64, dtype="fp16"), load_profile("a100"))
+    c = compare(Workload(n=4096, d=64, dtype="fp16"), load_profile("a100"), l2="off")
+    assert c.tiled.traffic.hbm_bytes < c.standard.traffic.hbm_bytes
+    # with L2 (effective 20 MiB), the 293 Q blocks run in ⌈293 / 108⌉ = 3 waves, and K+V of
+    # the head (25.2 MB) does not fit: K and V are each read 3 times, 3 × 12.6 MB
+    c = compare(Workload(n=4096, d=768), load_profile("a100"))
+    assert c.tiled.traffic.bytes(level="hbm", tensor="K") == 3 * 12_582_912
     assert c.tiled.traffic.hbm_bytes < c.standard.traffic.hbm_bytes
 
 
@@ -147,13 +155,14 @@ def test_bytes_are_monotone_in_n(n, d, dtype, variant):
 @settings(max_examples=200, deadline=None)
 @given(n=sizes, d=head_dims, bq=st.integers(1, 64), bkv=st.integers(1, 64), variant=st.sampled_from(["fa1", "fa2"]))
 def test_bytes_are_proportional_to_dtype_size_except_fp32_statistics(n, d, bq, bkv, variant):
+    """In the paper's view (no L2); with L2, whether data fits depends on its size."""
     profile = load_profile("a100")
-    half = compare(Workload(n=n, d=d, dtype="fp16"), profile, tiled=variant, block_q=bq, block_kv=bkv)
-    full = compare(Workload(n=n, d=d, dtype="fp32"), profile, tiled=variant, block_q=bq, block_kv=bkv)
+    half = compare(Workload(n=n, d=d, dtype="fp16"), profile, tiled=variant, block_q=bq, block_kv=bkv, l2="off")
+    full = compare(Workload(n=n, d=d, dtype="fp32"), profile, tiled=variant, block_q=bq, block_kv=bkv, l2="off")
     assert full.standard.traffic.hbm_bytes == 2 * half.standard.traffic.hbm_bytes
-    data = lambda c: c.tiled.traffic.hbm_bytes - c.tiled.traffic.bytes(role="state")  # noqa: E731
+    data = lambda c: c.tiled.traffic.hbm_bytes - c.tiled.traffic.bytes(level="hbm", role="state")  # noqa: E731
     assert data(full) == 2 * data(half)
-    assert full.tiled.traffic.bytes(role="state") == half.tiled.traffic.bytes(role="state")
+    assert full.tiled.traffic.bytes(level="hbm", role="state") == half.tiled.traffic.bytes(level="hbm", role="state")
 
 
 def test_a_grid_is_one_call_and_matches_scalar_calls():
@@ -176,7 +185,7 @@ def test_scalars_are_exact_beyond_int64_and_grids_refuse_overflow():
     w = Workload(n=10_000_000, d=128, batch=100_000, dtype="fp16")
     s = standard_forward(w)
     # S alone: 100_000 · (10^7)² · 2 B = 2·10^19 B > 2^63 − 1 ≈ 9.22·10^18
-    assert s.bytes(tensor="S", direction="write") == 20_000_000_000_000_000_000
+    assert s.bytes(level="hbm", tensor="S", direction="write") == 20_000_000_000_000_000_000
     with pytest.raises(OverflowError, match="exceeds int64"):
         standard_forward(Workload(n=np.array([10_000_000]), d=128, batch=100_000, dtype="fp16"))
 

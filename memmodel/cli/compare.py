@@ -6,51 +6,34 @@ from typing import Any
 
 import click
 
-from .options import format_option, gpu_option, tiled_options, workload_options
+from .options import build_options, build_workload, format_option, gpu_option, model_options, workload_options
 
 ROLE_LABELS = (
-    ("input", "inputs (Q, K, V)"),
-    ("intermediate", "intermediates (S, P)"),
-    ("output", "outputs (O)"),
-    ("state", "state (l, m, lse)"),
+    ("input", "inputs (Q, K, V, dO)"),
+    ("intermediate", "intermediates (S, P, …)"),
+    ("output", "outputs (O, dQ, dK, dV)"),
+    ("state", "state (l, m, lse, masks)"),
 )
 
 
 @click.command("compare")
 @workload_options
 @gpu_option()
-@tiled_options
+@model_options
 @format_option()
-def compare_cmd(
-    *,
-    n: int,
-    d: int,
-    batch: int,
-    heads: int,
-    dtype: str,
-    gpu: str,
-    tiled: str,
-    block_q: int | None,
-    block_kv: int | None,
-    fmt: str,
-) -> None:
-    """Bytes moved through HBM, FLOPs and predicted time of standard attention
+def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
+    """Bytes moved through SRAM, L2 and HBM, FLOPs and predicted time of standard attention
     (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel.
 
     Example: memmodel compare --n 4096 --d 768
     """
     from .. import compare
     from ..hardware import load_profile
-    from ..workload import Workload
 
+    workload = build_workload(kw)
+    options = build_options(kw)
     profile = load_profile(gpu)
-    result = compare(
-        Workload(n=n, d=d, batch=batch, heads=heads, dtype=dtype),
-        profile,
-        tiled=tiled,
-        block_q=block_q,
-        block_kv=block_kv,
-    )
+    result = compare(workload, profile, options)
     from . import terminal
 
     if fmt == "json":
@@ -72,35 +55,67 @@ def _print_table(result: Any) -> None:
 
     data = compare_to_dict(result)
     w = data["workload"]
+    o = data["options"]
     con = terminal.console()
+    shape = f"batch {w['batch']} · heads {w['heads']}"
+    if w["kv_heads"] != w["heads"]:
+        shape += f" (kv {w['kv_heads']})"
+    shape += f" · N {w['n']}"
+    if w["n_kv"] != w["n"]:
+        shape += f" · N_kv {w['n_kv']}"
+    shape += f" · d {w['d']} · {w['dtype']}"
+    flags = [
+        x
+        for x, on in (
+            ("causal", w["causal"]),
+            (f"dropout {w['dropout']}", w["dropout"] > 0),
+            ("forward + backward", o["backward"]),
+        )
+        if on
+    ]
     con.print(
-        f"[bold]{data['hardware']['full_name']}[/] ({data['hardware']['name']}) · "
-        f"batch {w['batch']} · heads {w['heads']} · N {w['n']} · d {w['d']} · {w['dtype']}"
+        f"[bold]{data['hardware']['full_name']}[/] ({data['hardware']['name']}) · {shape}"
+        + "".join(f" · {f}" for f in flags)
+        + f" · L2 {o['l2']}",
+        soft_wrap=True,
     )
     for alg in data["algorithms"]:
-        title = (
-            "Standard attention (FlashAttention paper Algorithm 0)" if alg["name"] == "standard" else _tiled_title(alg)
-        )
+        con.print()
+        con.print(f"[bold]{_title(alg)}[/]", soft_wrap=True)
         rows: list[Any] = []
         for kernel in alg["kernels"]:
+            seen: dict[tuple[str, str, str], dict[str, Any]] = {}
             for t in alg["transfers"]:
-                if t["kernel"] == kernel["name"]:
-                    rows.append(
-                        (t["kernel"], t["tensor"], t["role"], t["direction"], format_bytes(t["bytes"]), t["formula"])
+                if t["kernel"] != kernel["name"] or t["level"] == "sram":
+                    continue
+                key = (t["tensor"], t["role"], t["direction"])
+                entry = seen.setdefault(key, {"l2": 0, "hbm": 0, "formula": t["formula"]})
+                entry[t["level"]] += t["bytes"]
+            for (tensor, role, direction), entry in seen.items():
+                rows.append(
+                    (
+                        kernel["name"],
+                        tensor,
+                        role,
+                        direction,
+                        format_bytes(entry["l2"]),
+                        format_bytes(entry["hbm"]),
+                        entry["formula"],
                     )
+                )
+            tag = f"{kernel['pass']}: " if kernel["pass"] != "forward" else ""
             rows.append(
                 (
                     "",
                     "",
                     "",
                     "",
+                    f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]",
                     f"[dim]{format_count(kernel['flops'])}[/]",
-                    f"[dim]{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]",
+                    f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]",
                 )
             )
             rows.append(None)
-        con.print()
-        con.print(f"[bold]{title}[/]", soft_wrap=True)
         con.print(
             terminal.table(
                 None,
@@ -109,8 +124,9 @@ def _print_table(result: Any) -> None:
                     ("tensor", "left"),
                     ("role", "left"),
                     ("dir", "left"),
+                    ("L2", "right"),
                     ("HBM", "right"),
-                    ("formula", "left"),
+                    ("count", "left"),
                 ],
                 rows[:-1],
             )
@@ -118,39 +134,38 @@ def _print_table(result: Any) -> None:
     std, til = data["algorithms"]
     ratios = data["ratios"]
 
+    def row(label: str, key: str, fmt: Any = format_bytes, ratio: bool = True) -> tuple[str, ...]:
+        a, b = std[key], til[key]
+        return (label, fmt(a), fmt(b), _ratio(a, b) if ratio else "")
+
     def role_row(role: str, label: str) -> tuple[str, ...]:
         a, b = std["bytes_by_role"][role], til["bytes_by_role"][role]
         return (label, format_bytes(a), format_bytes(b), _ratio(a, b))
 
-    summary = [role_row(role, label) for role, label in ROLE_LABELS]
-    summary.append(None)  # type: ignore[arg-type]
+    summary: list[Any] = [("[dim]HBM by role[/]", "", "", "")]
+    summary += [role_row(role, label) for role, label in ROLE_LABELS]
+    summary.append(None)
     summary += [
-        (
-            "HBM read",
-            format_bytes(std["hbm_read_bytes"]),
-            format_bytes(til["hbm_read_bytes"]),
-            _ratio(std["hbm_read_bytes"], til["hbm_read_bytes"]),
-        ),
-        (
-            "HBM write",
-            format_bytes(std["hbm_write_bytes"]),
-            format_bytes(til["hbm_write_bytes"]),
-            _ratio(std["hbm_write_bytes"], til["hbm_write_bytes"]),
-        ),
+        row("HBM read", "hbm_read_bytes"),
+        row("HBM write", "hbm_write_bytes"),
         (
             "[bold]HBM total[/]",
             f"[bold]{format_bytes(std['hbm_bytes'])}[/]",
             f"[bold]{format_bytes(til['hbm_bytes'])}[/]",
             f"[bold]{ratios['hbm_bytes']:.2f}×[/]",
         ),
-        ("FLOPs", format_count(std["flops"]), format_count(til["flops"]), f"{ratios['flops']:.2f}×"),
+        row("L2 read", "l2_read_bytes"),
+        row("L2 write", "l2_write_bytes"),
+        row("SRAM traffic", "sram_bytes"),
+        None,
+        row("FLOPs", "flops", format_count),
+        row("exp", "exp_ops", lambda v: format_count(v, "op")),
         (
-            "exp",
-            format_count(std["exp_ops"], "op"),
-            format_count(til["exp_ops"], "op"),
-            _ratio(std["exp_ops"], til["exp_ops"]),
+            "intensity (HBM)",
+            f"{std['arithmetic_intensity']:.1f} FLOP/B",
+            f"{til['arithmetic_intensity']:.1f} FLOP/B",
+            "",
         ),
-        ("intensity", f"{std['arithmetic_intensity']:.1f} FLOP/B", f"{til['arithmetic_intensity']:.1f} FLOP/B", ""),
         (
             "[bold]predicted time[/]",
             f"[bold]{format_time(std['predicted_time_s'])}[/]",
@@ -168,15 +183,32 @@ def _print_table(result: Any) -> None:
             summary,
         )
     )
+    b = data["bounds"]
+    con.print()
+    con.print(
+        f"[bold]Reference[/] (tiled HBM {format_bytes(til['hbm_bytes'])}): "
+        f"compulsory {format_bytes(b['compulsory_bytes'])} · "
+        f"paper's count, no L2 {format_bytes(b['paper_bytes'])} · lower bound max(compulsory, N²d²/M) "
+        f"{format_bytes(b['lower_bound_bytes'])}",
+        soft_wrap=True,
+    )
     for line in data["warnings"]:
         con.print(f"[yellow]warning:[/] {line}", soft_wrap=True)
 
 
-def _tiled_title(alg: dict[str, Any]) -> str:
+def _title(alg: dict[str, Any]) -> str:
+    if alg["name"] == "standard":
+        return "Standard attention (FlashAttention paper Algorithm 0" + (
+            ", Algorithm 3 backward)" if any(k["pass"] == "backward" for k in alg["kernels"]) else ")"
+        )
     p = alg["params"]
     name = "FA1 (paper Algorithm 1)" if alg["variant"] == "fa1" else "FA2 (outer loop over Q blocks)"
     src = "Algorithm 1's rule" if p["blocks_from"] == "algorithm1" else "given"
-    return f"Tiled attention, {name}: B_r={p['block_q']}, B_c={p['block_kv']} ({src}), T_r={p['t_r']}, T_c={p['t_c']}"
+    extra = f", {p['splits']} splits" if p.get("splits", 1) not in (1, None) else ""
+    return (
+        f"Tiled attention, {name}: B_r={p['block_q']}, B_c={p['block_kv']} ({src}), T_r={p['t_r']}, T_c={p['t_c']}, "
+        f"{p['concurrent_ctas']} CTAs at once{extra}"
+    )
 
 
 def _ratio(a: float, b: float) -> str:

@@ -26,28 +26,14 @@ def gpu_option(default: str | None = "a100", multiple: bool = False) -> Callable
 
 
 def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:
-    """--n, --d, --batch, --heads, --dtype. Bare (``@workload_options``) --n and --d are required;
-    ``@workload_options(n=4096, d=768)`` makes them optional with those defaults."""
+    """--n, --d, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
 
-    def decorate(f: F) -> F:
-        options = [
-            _size_option("--n", "n", n, "Sequence length N (query length)."),
-            _size_option("--d", "d", d, "Head dimension d."),
-            click.option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
-            click.option("--heads", type=POSITIVE, default=1, show_default=True, help="Attention heads H."),
-            click.option(
-                "--dtype",
-                type=click.Choice(list(DTYPE_BYTES)),
-                default="fp32",
-                show_default=True,
-                help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32).",
-            ),
-        ]
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return decorate(func) if func is not None else decorate
+    Bare (``@workload_options``) --n and --d are required; ``@workload_options(n=4096,
+    d=768)`` makes them optional with those defaults.
+    """
+    if func is None:
+        return lambda f: _workload_options(f, n, d)
+    return _workload_options(func, n, d)
 
 
 def _size_option(flag: str, name: str, default: int | None, help_text: str) -> Callable[[F], F]:
@@ -56,8 +42,51 @@ def _size_option(flag: str, name: str, default: int | None, help_text: str) -> C
     return click.option(flag, name, type=POSITIVE, default=default, show_default=True, help=help_text)
 
 
-def tiled_options(func: F) -> F:
-    """--tiled, --block-q, --block-kv: which tiled algorithm, and its blocks."""
+def _workload_options(func: F, n: int | None, d: int | None) -> F:
+    options = [
+        _size_option("--n", "n", n, "Sequence length N (query length)."),
+        _size_option("--d", "d", d, "Head dimension d."),
+        click.option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
+        click.option("--heads", type=POSITIVE, default=1, show_default=True, help="Attention heads H."),
+        click.option(
+            "--dtype",
+            type=click.Choice(list(DTYPE_BYTES)),
+            default="fp32",
+            show_default=True,
+            help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32).",
+        ),
+        click.option(
+            "--kv-heads",
+            type=POSITIVE,
+            default=None,
+            help="Key/value heads (GQA/MQA); must divide --heads. Default: --heads.",
+        ),
+        click.option(
+            "--n-kv",
+            type=POSITIVE,
+            default=None,
+            help="Key/value length (KV cache); default --n. Decode: --n 1 --n-kv 32768.",
+        ),
+        click.option(
+            "--causal",
+            is_flag=True,
+            help="Causal mask: tiled kernels skip masked blocks; standard still writes full S, P.",
+        ),
+        click.option(
+            "--dropout",
+            type=click.FloatRange(0.0, 1.0, max_open=True),
+            default=0.0,
+            show_default=True,
+            help="Dropout probability on P: extra passes and a mask for standard; none for tiled (RNG regenerated).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def model_options(func: F) -> F:
+    """How to model: tiled variant, blocks, L2, passes. Shared by compare and the roofline."""
     options = [
         click.option(
             "--tiled",
@@ -78,10 +107,57 @@ def tiled_options(func: F) -> F:
             default=None,
             help="Rows of K/V per block, B_c (default: Algorithm 1's ⌈M/4d⌉).",
         ),
+        click.option(
+            "--l2",
+            "l2",
+            type=click.Choice(["on", "cold", "off"]),
+            default="on",
+            show_default=True,
+            help="L2 reuse: on; cold (each kernel starts with an empty L2, as Nsight Compute measures); "
+            "off (the paper's view).",
+        ),
+        click.option("--backward", is_flag=True, help="Add the backward pass: totals cover the training step."),
+        click.option(
+            "--splits",
+            type=POSITIVE,
+            default=None,
+            help="Split-KV chunks for fa2 (default: FlashAttention-2's heuristic).",
+        ),
+        click.option(
+            "--ctas-per-sm",
+            type=POSITIVE,
+            default=None,
+            help="Tiled CTAs resident per SM (default: as the tile fits SRAM, at most 2).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def build_workload(kw: dict[str, Any]) -> Any:
+    """Pop the workload options out of a command's keyword arguments into a Workload."""
+    from ..workload import Workload
+
+    return Workload(
+        n=kw.pop("n"),
+        d=kw.pop("d"),
+        batch=kw.pop("batch"),
+        heads=kw.pop("heads"),
+        dtype=kw.pop("dtype"),
+        kv_heads=kw.pop("kv_heads"),
+        n_kv=kw.pop("n_kv"),
+        causal=kw.pop("causal"),
+        dropout=kw.pop("dropout"),
+    )
+
+
+def build_options(kw: dict[str, Any]) -> Any:
+    from ..model import Options
+
+    return Options(
+        **{k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
+    )
 
 
 def plot_option(func: F) -> F:

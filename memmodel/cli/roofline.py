@@ -6,29 +6,24 @@ from typing import Any
 
 import click
 
-from .options import format_option, gpu_option, plot_option, tiled_options, workload_options
+from .options import (
+    build_options,
+    build_workload,
+    format_option,
+    gpu_option,
+    model_options,
+    plot_option,
+    workload_options,
+)
 
 
 @click.command("roofline")
 @workload_options(n=4096, d=768)
 @gpu_option(multiple=True)
-@tiled_options
+@model_options
 @plot_option
 @format_option()
-def roofline_cmd(
-    *,
-    n: int,
-    d: int,
-    batch: int,
-    heads: int,
-    dtype: str,
-    gpu: tuple[str, ...],
-    tiled: str,
-    block_q: int | None,
-    block_kv: int | None,
-    plot: str | None,
-    fmt: str,
-) -> None:
+def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any) -> None:
     """Hierarchical roofline: memory roofs (HBM, L2, SRAM), compute roofs (FP32, TF32,
     FP16/BF16, FP8, exp unit), their ridge points, and the standard and tiled kernels of a
     workload at their arithmetic intensity per level, with predicted performance and time.
@@ -40,18 +35,17 @@ def roofline_cmd(
     from .. import compare
     from ..hardware import load_profile
     from ..roofline import roofline
-    from ..workload import Workload
 
     if plot:
         from ..report.plots import check_plot_path
 
         check_plot_path(plot)
-    workload = Workload(n=n, d=d, batch=batch, heads=heads, dtype=dtype)
+    workload = build_workload(kw)
+    options = build_options(kw)
     rooflines = []
     for spec in gpu or ("a100",):
         profile = load_profile(spec)
-        result = compare(workload, profile, tiled=tiled, block_q=block_q, block_kv=block_kv)
-        rooflines.append(roofline(profile, result))
+        rooflines.append(roofline(profile, compare(workload, profile, options)))
     from . import terminal
 
     if fmt == "json":
@@ -200,7 +194,7 @@ def _print_table(rooflines: list[Any]) -> None:
 
 
 def _roof_label(r: Any, name: str) -> str:
-    try:
-        return str(r.ceiling(name).label)
-    except KeyError:
-        return name
+    """Short roof names for the table: HBM, L2, SRAM, FP32, FP16/BF16, EXP ..."""
+    from ..roofline import LEVEL_LABELS
+
+    return LEVEL_LABELS.get(name, name.upper())

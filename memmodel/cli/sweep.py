@@ -150,7 +150,7 @@ def sweep_cmd(
     from ..hardware import load_profile
 
     profiles = {g: load_profile(g) for g in grid.gpus}
-    with terminal.progress(grid.size, "evaluating") as advance:
+    with terminal.counter(grid.size, "evaluating") as advance:
         result = evaluate(grid, profiles, progress=advance)
     for line in result.notes:
         terminal.note(f"note: {line}")
@@ -161,7 +161,7 @@ def sweep_cmd(
         from ..report.sweep import write_csv, write_jsonl
 
         writer = write_csv if fmt == "csv" else write_jsonl
-        with terminal.progress(len(result), "writing") as advance, files.output(output, force) as stream:
+        with terminal.counter(len(result), "writing") as advance, files.output(output, force) as stream:
             writer(result, stream, advance)
     if output:
         terminal.note(f"wrote {len(result):,} rows to {output}")

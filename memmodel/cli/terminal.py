@@ -173,7 +173,7 @@ def rich_console(stderr: bool = False) -> Any:
 
 
 @contextlib.contextmanager
-def progress(total: int, description: str, delay_s: float = 0.5) -> Iterator[Callable[[int], None]]:
+def counter(total: int, description: str, delay_s: float = 0.5) -> Iterator[Callable[[int], None]]:
     """A progress bar on stderr for work of ``total`` units; yields ``advance(units)``.
 
     The bar appears only when stderr is a terminal and the work is still running after
@@ -256,3 +256,24 @@ def print_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None
     for row in rows:
         writer.writerow({k: row.get(k, "") for k in columns})
     sys.stdout.write(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """A progress bar on stderr for ``total`` steps; yields ``update(done, description)``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=rich_console(stderr=True),
+    )
+    with bar:
+        task = bar.add_task("", total=total)
+
+        def update(done: int, description: str) -> None:
+            bar.update(task, completed=done, description=description)
+
+        yield update

@@ -27,12 +27,21 @@ def _intensity(flops: Any, nbytes: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+LEVEL_KEYS = tuple(f"{level}_{direction}_bytes" for level in ("hbm", "l2", "sram") for direction in ("read", "write"))
+
+
 def _numbers(traffic: Any, flops_owner: Any) -> dict[str, Any]:
     """The numeric keys shared by algorithms and kernels."""
+    levels = {
+        f"{level}_{direction}_bytes": _plain(traffic.bytes(level=level, direction=direction))
+        for level in ("hbm", "l2", "sram")
+        for direction in ("read", "write")
+    }
     return {
-        "hbm_read_bytes": _plain(traffic.bytes(level="hbm", direction="read")),
-        "hbm_write_bytes": _plain(traffic.bytes(level="hbm", direction="write")),
+        **levels,
         "hbm_bytes": _plain(traffic.bytes(level="hbm")),
+        "l2_bytes": _plain(traffic.bytes(level="l2")),
+        "sram_bytes": _plain(traffic.bytes(level="sram")),
         "bytes_by_role": {role: _plain(traffic.bytes(level="hbm", role=role)) for role in ROLES},
         "flops": _plain(flops_owner.flops),
         "matmul_flops": _plain(flops_owner.matmul_flops),
@@ -80,8 +89,18 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
             "path": str(p.path) if p.path else None,
         },
         "workload": c.workload.to_dict(),
+        "options": {
+            "tiled": c.options.tiled,
+            "block_q": c.options.block_q,
+            "block_kv": c.options.block_kv,
+            "l2": c.options.l2,
+            "backward": c.options.backward,
+            "splits": c.options.splits,
+            "ctas_per_sm": c.options.ctas_per_sm,
+        },
         "algorithms": [algorithm_dict(a) for a in c.algorithms],
         "ratios": {k: _plain(v) for k, v in c.ratios().items()},
+        "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
         "warnings": list(c.warnings),
     }
@@ -107,6 +126,10 @@ COMPARE_CSV_COLUMNS = (
     "arithmetic_intensity",
     "predicted_time_s",
     "bound",
+    "l2_read_bytes",
+    "l2_write_bytes",
+    "sram_read_bytes",
+    "sram_write_bytes",
 )
 
 
@@ -130,6 +153,7 @@ def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
                     "arithmetic_intensity": item["arithmetic_intensity"],
                     "predicted_time_s": item["predicted_time_s"],
                     "bound": item["bound"],
+                    **{k: item[k] for k in ("l2_read_bytes", "l2_write_bytes", "sram_read_bytes", "sram_write_bytes")},
                 }
             )
     return rows

@@ -201,8 +201,10 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                         fontsize=6.5,
                         color=colour,
                     )
-    # Kernels: standard's names below right of their markers, tiled's above left, so that
-    # coinciding points keep readable labels.
+    # Kernels: one marker per level with bytes (the fill says which level), joined by a thin
+    # line at the kernel's performance, and one name, at the HBM marker: standard's below
+    # right, tiled's above left, so coinciding kernels keep readable names. Names take the
+    # GPU's colour.
     levels_seen: list[str] = []
     for g, r in enumerate(rooflines):
         colour = COLOURS[g % len(COLOURS)]
@@ -210,14 +212,23 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
         for p in r.points:
             if p.is_total:
                 continue
-            for level, x in p.intensity.items():
-                if not x:
-                    continue
+            y = p.performance_flops_per_s
+            shown = {level: x for level, x in p.intensity.items() if x}
+            if len(shown) > 1:
+                ax.plot(
+                    [min(shown.values()), max(shown.values())],
+                    [y, y],
+                    color=colour,
+                    linewidth=0.8,
+                    alpha=0.6,
+                    zorder=3,
+                )
+            for level, x in shown.items():
                 if level not in levels_seen:
                     levels_seen.append(level)
                 ax.plot(
                     [x],
-                    [p.performance_flops_per_s],
+                    [y],
                     marker=MARKERS[p.algorithm],
                     markersize=8 if p.algorithm == "standard" else 7,
                     fillstyle=FILLS.get(level, "full"),
@@ -227,11 +238,12 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                     linestyle="none",
                     zorder=5 if p.algorithm == "tiled" else 4.5,
                 )
-                key = (p.algorithm, round(math.log10(x), 2), round(math.log10(p.performance_flops_per_s), 2))
-                name = p.kernel if level == "hbm" else f"{p.kernel} ({LEVEL_LABELS[level]})"
+            if shown:
+                x = shown.get("hbm") or next(iter(shown.values()))
+                key = (p.algorithm, round(math.log10(x), 2), round(math.log10(y), 2))
                 labels.setdefault(key, [])
-                if name not in labels[key]:
-                    labels[key].append(name)
+                if p.kernel not in labels[key]:
+                    labels[key].append(p.kernel)
             exp_cap = p.exp_ceiling_flops_per_s
             if exp_cap and exp_cap < 3 * p.performance_flops_per_s and y_lo < exp_cap < y_hi and p.intensity.get("hbm"):
                 x = p.intensity["hbm"]
@@ -259,12 +271,13 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
         for (alg, lx, ly), names in labels.items():
             below = alg == "standard"
             ax.annotate(
-                ", ".join(names) + (f" ({r.profile.name})" if several else ""),
+                ", ".join(names),
                 (10**lx, 10**ly),
                 xytext=(7, -12) if below else (-7, 7),
                 textcoords="offset points",
                 ha="left" if below else "right",
                 fontsize=7.5,
+                color="black" if not several else colour,
                 bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
                 zorder=6,
             )
@@ -307,7 +320,7 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                     markeredgecolor="black",
                     fillstyle=FILLS[level],
                     markersize=7,
-                    label=f"at {LEVEL_LABELS[level]} intensity",
+                    label=f"at {LEVEL_LABELS[level]} intensity" + (" (named)" if level == "hbm" else ""),
                 )
             )
     else:
@@ -446,8 +459,8 @@ def sweep_plot(result: SweepResult, path: str) -> None:
         series[label] = std[np.asarray([lb == label for lb in labels])]
     levels = [lv for lv in ("hbm", "l2", "sram") if np.any(result.columns[f"{lv}_bytes"] > 0)]
     panels = [*(f"{lv}_bytes" for lv in levels), "predicted_time_s", "ratio"]
-    heights = [1.0] * (len(panels) - 1) + [0.6]
-    fig = _figure(8.6, 2.6 * sum(heights) + 1.0)
+    heights = [1.0] * (len(panels) - 1) + [0.75]
+    fig = _figure(8.6, (2.6 if len(panels) <= 3 else 1.9) * sum(heights) + 1.0)
     axes = fig.subplots(len(panels), 1, sharex=True, gridspec_kw={"height_ratios": heights})
     fig.subplots_adjust(
         left=0.11,
@@ -465,6 +478,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
         fontsize=10,
     )
     transitions: list[str] = []
+    seen_at: dict[tuple[int, float], int] = {}
     ends: dict[int, tuple[Any, list[tuple[float, float, str, str]]]] = {}
     for a, panel in zip(axes, panels):
         a.set_xscale("log", base=2 if _powers_of_two(x_all) else 10)
@@ -480,7 +494,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
             if panel == "ratio":
                 rb = result.columns["ratio_hbm_bytes"][order]
                 rt = result.columns["ratio_predicted_time_s"][order]
-                width, size = 1.4 + 1.6 * wider, 3.5 + 2.5 * wider
+                width, size = 1.4 + 1.0 * wider, 3.5 + 1.5 * wider
                 a.plot(x, rb, color=colour, linestyle="-", linewidth=width, marker="o", markersize=size, label=label)
                 a.plot(
                     x, rt, color=colour, linestyle=":", linewidth=width, marker="D", markersize=size, fillstyle="none"
@@ -501,7 +515,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                 bound = cols["bound"][rows]
                 memory_bound = np.array([b in MEMORY_BOUND for b in bound])
                 linestyle = "-" if alg == "standard" else "--"
-                a.plot(x, y, color=colour, linestyle=linestyle, linewidth=1.4 + 1.6 * wider)
+                a.plot(x, y, color=colour, linestyle=linestyle, linewidth=1.4 + 1.0 * wider)
                 if panel == "predicted_time_s":
                     # filled marker: memory-bound; hollow: compute-bound
                     for mask, fill in ((memory_bound, "full"), (~memory_bound, "none")):
@@ -511,7 +525,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                                 y[mask],
                                 linestyle="none",
                                 marker=MARKERS[alg],
-                                markersize=5.5 + 2.5 * wider,
+                                markersize=5.5 + 1.5 * wider,
                                 color=colour,
                                 fillstyle=fill,
                                 markeredgecolor=colour,
@@ -520,19 +534,33 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                         if bound[i] != bound[i + 1]:
                             xm = math.sqrt(float(x[i]) * float(x[i + 1]))
                             a.axvline(xm, color=colour, linewidth=0.7, linestyle=(0, (1, 2)))
+                            # named along the line, from the top of the panel down (side by side
+                            # when several changes fall between the same two points)
+                            nth = seen_at.setdefault((id(a), round(xm, 6)), 0)
+                            seen_at[(id(a), round(xm, 6))] += 1
                             a.annotate(
                                 f"{alg}: {bound[i]}→{bound[i + 1]}",
-                                (xm, float(np.sqrt(y[i] * y[i + 1]))),
-                                xytext=(4, 8 if alg == "tiled" else -14),
+                                (xm, 1.0),
+                                xycoords=("data", "axes fraction"),
+                                xytext=(2 + 10 * nth, -3),
                                 textcoords="offset points",
-                                fontsize=7,
+                                rotation=90,
+                                ha="left",
+                                va="top",
+                                fontsize=6.5,
                                 color=colour,
+                                bbox={
+                                    "boxstyle": "square,pad=0.05",
+                                    "facecolor": "white",
+                                    "edgecolor": "none",
+                                    "alpha": 0.8,
+                                },
                             )
                             transitions.append(
                                 f"{label or alg}: {alg} {bound[i]}→{bound[i + 1]} at {_axis_name(axis)}≈{_si(xm)}"
                             )
                 else:
-                    a.plot(x, y, linestyle="none", marker=MARKERS[alg], markersize=5.5 + 2.5 * wider, color=colour)
+                    a.plot(x, y, linestyle="none", marker=MARKERS[alg], markersize=5.5 + 1.5 * wider, color=colour)
             # name the series at its right end (placed below, apart from each other)
             if panel != "ratio" and label:
                 ends.setdefault(id(a), (a, []))[1].append(
@@ -560,20 +588,13 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                     )
         if panel == "ratio":
             a.axhline(1.0, color="black", linewidth=0.9)
-            a.set_ylabel("standard / tiled")
+            a.set_ylabel("standard / tiled\n(above 1×: tiled wins)")
             lo, hi = a.get_ylim()
-            a.set_ylim(min(lo, 0.5), max(hi, 2.0) * 1.15)
+            lo, hi = min(lo, 0.5), max(hi, 2.0) * 1.15
+            a.set_ylim(lo, hi)
             a.yaxis.set_major_formatter(_ratio_formatter())
-            a.yaxis.set_minor_formatter(_ratio_formatter(minor=True))
-            a.text(
-                0.01,
-                0.04,
-                "above 1×: tiled moves fewer bytes / is faster",
-                transform=a.transAxes,
-                fontsize=7,
-                va="bottom",
-                color="#444444",
-            )
+            # minor labels (2×, 5×, ...) only while they have room
+            a.yaxis.set_minor_formatter(_ratio_formatter(minor=True) if hi / lo < 200 else _ratio_formatter(none=True))
         elif panel == "predicted_time_s":
             a.set_ylabel("predicted time")
             a.yaxis.set_major_formatter(_time_formatter())
@@ -667,11 +688,11 @@ def _size_formatter() -> Any:
     return FuncFormatter(fmt)
 
 
-def _ratio_formatter(minor: bool = False) -> Any:
+def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     def fmt(v: float, _: Any) -> str:
-        if minor and not any(math.isclose(v, m) for m in (0.5, 2, 3, 5, 20, 50)):
+        if none or (minor and not any(math.isclose(v, m) for m in (0.5, 2, 3, 5, 20, 50))):
             return ""
         return f"{v:g}×"
 

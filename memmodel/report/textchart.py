@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..roofline import LEVEL_LABELS, Roofline
 
@@ -89,7 +90,7 @@ class Canvas:
             c = round(self.col(10.0**e))
             ticks[c] = "┬"
             text = _si(10.0**e)
-            start = max(0, c - len(text) // 2)
+            start = min(max(0, c - len(text) // 2), self.width - len(text))  # within the chart's width
             if all(ch == " " for ch in labels[max(0, start - 1) : start + len(text) + 1]):
                 labels[start : start + len(text)] = list(text)
         out.append(" " * margin + "└" + "".join(ticks[: self.width]).replace(" ", "─"))
@@ -114,7 +115,7 @@ def roofline_chart(rooflines: Sequence[Roofline], width: int = 80, height: int =
     flop_roofs = [[c for c in r.compute_ceilings if c.unit == "FLOP/s"] for r in rooflines]
     points = [p for r in rooflines for p in r.points if not p.is_total]
     xs = [x for r in rooflines for x in (rp.intensity for rp in r.ridge_points if rp.unit == "FLOP/B")]
-    xs += [i for p in points for i in p.intensity.values() if i]
+    xs += [x for p in points for x in _shown(p).values()]
     ys = [c.value for roofs in flop_roofs for c in roofs]
     ys += [p.performance_flops_per_s for p in points if p.performance_flops_per_s > 0]
     x0, x1 = _window(min(xs), max(xs), 3)
@@ -138,9 +139,7 @@ def roofline_chart(rooflines: Sequence[Roofline], width: int = 80, height: int =
     gpu_index = {r.profile.name: g for g, r in enumerate(rooflines)}
     for p in sorted(points, key=lambda p: (gpu_index[p.gpu], p.algorithm)):
         marker = MARKERS[gpu_index[p.gpu] % len(MARKERS)].get(p.algorithm, "?")
-        for x in p.intensity.values():
-            if not x:
-                continue
+        for x in _shown(p).values():
             c, row = round(canvas.col(x)), round(canvas.row(p.performance_flops_per_s))
             while taken.get((c, row), marker) != marker:  # another marker there: step right
                 c += 1
@@ -167,12 +166,10 @@ def roofline_chart(rooflines: Sequence[Roofline], width: int = 80, height: int =
                     break
     names: dict[tuple[int, int], list[str]] = {}
     for p in points:
-        levels = [lv for lv, x in p.intensity.items() if x]
-        for level in levels:
-            x = p.intensity[level]
-            assert x is not None
+        shown = _shown(p)
+        for level, x in shown.items():
             key = (round(canvas.col(x)), round(canvas.row(p.performance_flops_per_s)))
-            tag = p.kernel if len(levels) == 1 else f"{p.kernel}@{level}"
+            tag = p.kernel if level == "hbm" else f"{p.kernel}@{level}"
             if tag not in names.setdefault(key, []):
                 names[key].append(tag)
     for (c, row), tags in names.items():
@@ -181,16 +178,29 @@ def roofline_chart(rooflines: Sequence[Roofline], width: int = 80, height: int =
         canvas.text(right + 1, row, label, 4) or canvas.text(c - len(label) - 1, row, label, 4)
     lines = canvas.lines("arithmetic intensity (FLOP/byte)", "performance (FLOP/s)", margin)
     if len(rooflines) == 1:
-        legend = "S standard kernel · T tiled kernel · + ridge point · / memory roof · ─ compute roof"
+        legend = (
+            "S standard kernel · T tiled kernel (at HBM intensity) · + ridge point · / memory roof · ─ compute roof"
+        )
     else:
         parts = []
         for g, r in enumerate(rooflines):
             mem, flop = ROOF_STYLES[g % len(ROOF_STYLES)]
             mk = MARKERS[g % len(MARKERS)]
             parts.append(f"{r.profile.name}: {mk['standard']} standard, {mk['tiled']} tiled, roofs {mem} {flop}")
-        legend = " · ".join([*parts, "+ ridge point", "memory roofs from the left: SRAM, L2, HBM"])
+        legend = " · ".join(
+            [*parts, "kernels at HBM intensity", "+ ridge point", "memory roofs from the left: SRAM, L2, HBM"]
+        )
     lines += _wrap(legend.split(" · "), " · ", width - margin - 1, " " * (margin + 1))
     return "\n".join(lines)
+
+
+def _shown(point: Any) -> dict[str, float]:
+    """The intensities a kernel is drawn at in text: HBM's (the first level with bytes when
+    it has none). With three points per kernel 80 columns get unreadable; the table lists all."""
+    for level, x in point.intensity.items():
+        if x:
+            return {level: x}
+    return {}
 
 
 def _wrap(parts: list[str], sep: str, width: int, indent: str) -> list[str]:

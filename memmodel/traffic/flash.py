@@ -1,18 +1,23 @@
-"""Tiled (FlashAttention-style) attention: FA1 (paper Algorithm 1) and FA2.
+"""Tiled (FlashAttention-style) attention: FA1 (paper Algorithms 1 and 4) and FA2.
 
 Block sizes follow Algorithm 1: with M the SRAM per SM in elements,
 B_c = ⌈M / 4d⌉ and B_r = min(B_c, d); or they are given. T_r = ⌈N / B_r⌉ query blocks,
 T_c = ⌈N_kv / B_c⌉ key/value blocks.
 
-FA1 (outer loop over K/V blocks, inner over Q blocks): K and V are read once; Q, O, l and m
-are read, and O, l, m written, once per outer step (T_c times), after O, l, m are
-initialised in HBM (Algorithm 1, line 2).
+**FA1** (Algorithm 1; one CTA per head, outer loop over K/V blocks, inner over Q blocks):
+K and V are requested once; Q, O, l, m are requested, and O, l, m written, once per outer
+step (T_c times), after O, l, m are initialised in HBM. Backward (Algorithm 4): K, V once;
+Q, O, dO, dQ, l, m requested and dQ written once per outer step; dK, dV written once.
 
-FA2 (outer loop over Q blocks, inner over K/V blocks): Q is read once, K and V once per Q
-block (T_r times), O and the logsumexp written once.
+**FA2** (grid = Q blocks × heads, the Q blocks of one head next to each other; each CTA
+loops over K/V blocks): Q requested once, K and V once per Q block (T_r times), O and the
+logsumexp written once. Backward (grid = K/V blocks × heads): K, V once; Q, dO, lse and
+D = rowsum(dO ⊙ O) once per K/V block; dQ accumulated in fp32 by atomic adds in L2, then
+converted; dK, dV written once (per query head with GQA, then summed over the group).
 
-These are the algorithms' own requests with no cache between SRAM and HBM — the paper's
-view. l, m and logsumexp are fp32.
+Causal: only the (Q block, K/V block) pairs on or below the diagonal are visited
+(bottom-right alignment). Dropout: FlashAttention regenerates the mask from the RNG state,
+so it adds no bytes. l, m and logsumexp are fp32. HBM reads follow :mod:`.l2`.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ from .. import intmath
 from ..errors import WorkloadError
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
-from .ledger import AlgorithmTraffic, Kernel, Transfer
+from . import l2 as l2m
+from .blocks import ctas_per_sm, visited_blocks
+from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
+
+ACC_BYTES = 4  # fp32 accumulators (dQ in FA2's backward, split-KV partial outputs)
 
 
 @dataclass(frozen=True)
@@ -70,13 +79,13 @@ def block_sizes(
 
     Raises :class:`WorkloadError` when given blocks (or a head dimension) do not fit.
     """
+    for name, value in (("block-q", block_q), ("block-kv", block_kv)):
+        if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
+            raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
     m = int(sram_bytes_per_sm) // w.element_bytes
     auto_c = intmath.ceil_div(m, intmath.mul(4, w.d))
     b_c = auto_c if block_kv is None else block_kv
     b_r = intmath.minimum(auto_c, w.d) if block_q is None else block_q
-    for name, value in (("block-q", block_q), ("block-kv", block_kv)):
-        if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
-            raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
     footprint = tile_footprint_bytes(b_r, b_c, w)
     too_big = np.asarray(footprint) > sram_bytes_per_sm
     if np.any(too_big):
@@ -108,71 +117,339 @@ def _first(value: IntLike, mask: Any) -> int:
     return int(arr[mask].flat[0]) if np.ndim(mask) else int(arr)
 
 
-def _hbm(kernel: str, tensor: str, role: str, direction: str, n: IntLike, formula: str) -> Transfer:
-    return Transfer(kernel, tensor, role, "hbm", direction, n, formula)
+@dataclass(frozen=True)
+class TileContext:
+    """What every tiled kernel of one workload shares."""
+
+    w: Workload
+    blocks: BlockSizes
+    visited: IntLike  # visited (Q block, K/V block) pairs per head
+    scores: IntLike  # computed scores over all heads (≈ visited · B_r · B_c)
+    ctas_per_sm: IntLike
+    concurrent: IntLike  # CTAs resident at once
 
 
-def fa2_forward(w: Workload, blocks: BlockSizes) -> AlgorithmTraffic:
+def tile_context(
+    w: Workload, blocks: BlockSizes, sm_count: int, sram_per_sm: float, given_ctas: int | None
+) -> TileContext:
+    visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    all_pairs = intmath.mul(blocks.t_r, blocks.t_c)
+    full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
+    if w.causal:
+        scores = np.minimum(
+            np.asarray(full, dtype=object if not intmath.is_array(full) else np.int64),
+            np.asarray(intmath.mul(w.batch, w.heads, visited, blocks.block_q, blocks.block_kv)),
+        )
+        scores = int(scores) if np.ndim(scores) == 0 else scores.astype(np.int64)
+    else:
+        scores = full
+    del all_pairs
+    per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
+    return TileContext(w, blocks, visited, scores, per_sm, intmath.mul(sm_count, per_sm))
+
+
+def _frac(ctx: TileContext) -> Any:
+    """Share of all (Q block, K/V block) pairs visited (1 unless causal)."""
+    return ctx.visited, intmath.mul(ctx.blocks.t_r, ctx.blocks.t_c)
+
+
+def _scaled(nbytes: IntLike, num: IntLike, den: IntLike) -> IntLike:
+    """nbytes · num / den, exact for scalars (num ≤ den)."""
+    if not intmath.is_array(nbytes, num, den):
+        return int(nbytes) * int(num) // int(den)
+    return (np.asarray(nbytes, dtype=np.float64) * np.asarray(num) / np.asarray(den)).round().astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------
+# FA2
+
+
+def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> Kernel:
+    w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    qo = intmath.mul(bh, w.n, w.d, e)
-    kv_once = intmath.mul(bh, w.n_kv_, w.d, e)
-    kv = intmath.mul(blocks.t_r, kv_once)
-    lse = intmath.mul(bh, w.n, STAT_BYTES)
-    scores = intmath.mul(bh, w.n, w.n_kv_)
-    name = "fa2_fwd"
-    kernel = Kernel(
-        name,
-        (
-            _hbm(name, "Q", "input", "read", qo, "B·H·N·d·e"),
-            _hbm(name, "K", "input", "read", kv, "T_r · B·H·N_kv·d·e"),
-            _hbm(name, "V", "input", "read", kv, "T_r · B·H·N_kv·d·e"),
-            _hbm(name, "O", "output", "write", qo, "B·H·N·d·e"),
-            _hbm(name, "lse", "state", "write", lse, "B·H·N·4"),
-        ),
-        matmul_flops=intmath.mul(4, scores, w.d),
-        # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d);
-        # at the end: divide O by l (N·d)
-        softmax_flops=intmath.add(
-            intmath.mul(3, scores), intmath.mul(bh, w.n, w.d, blocks.t_c), intmath.mul(bh, w.n, w.d)
-        ),
-        # one exp per score, plus exp(m_old − m_new) per row per K/V block
-        exp_ops=intmath.add(scores, intmath.mul(bh, w.n, blocks.t_c)),
+    q = intmath.mul(bh, w.n, w.d, e)
+    kv_unique = w.kv_bytes()
+    kv_head = intmath.mul(w.n_kv_, w.d, e)
+    visited, pairs = _frac(ctx)
+    # each query head's CTAs request its K/V head once per Q block, for the visited blocks
+    kv_req = _scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
+    l2c = l2.with_ctas(ctx.concurrent)
+    sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
+    kv_hbm = _kv_hbm(
+        kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c, intmath.mul(w.batch, w.kv_heads_)
     )
-    return AlgorithmTraffic("tiled", "fa2", (kernel,), params=blocks.to_dict())
+    # every warp of a CTA reads the whole K_j, V_j tile from shared memory (4 warps)
+    k = KernelBuilder(name)
+    k.read("Q", "input", q, q, "B·H·N·d·e")
+    k.read(
+        "K", "input", kv_req, kv_hbm, "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""), intmath.mul(4, kv_req)
+    )
+    k.read(
+        "V", "input", kv_req, kv_hbm, "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""), intmath.mul(4, kv_req)
+    )
+    k.write("O", "output", q, "B·H·N·d·e")
+    k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    t_c_visited = intmath.ceil_div(visited, b.t_r)
+    return k.build(
+        matmul_flops=intmath.mul(4, ctx.scores, w.d),
+        # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
+        # end divide O by l (N·d)
+        softmax_flops=intmath.add(intmath.mul(3, ctx.scores), intmath.mul(bh, w.n, w.d, intmath.add(t_c_visited, 1))),
+        exp_ops=intmath.add(ctx.scores, intmath.mul(bh, w.n, t_c_visited)),
+        concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
+        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
+        overlap="serial-compute",
+    )
 
 
-def fa1_forward(w: Workload, blocks: BlockSizes) -> AlgorithmTraffic:
+def _kv_hbm(
+    unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, causal: bool, l2: l2m.L2, groups: IntLike = 1
+) -> IntLike:
+    """HBM reads of K/V re-read per Q block.
+
+    Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`). Causal: each CTA
+    starts at its own diagonal, so CTAs in flight touch K/V blocks all over the sequence;
+    when one head's K/V does not fit, a share (whole L2)/(working set) of the requests
+    hits, as with random replacement. This rule is fitted to one H200 measurement
+    (N = 262,144, d = 128, one head: predicted 73.1 GB, measured 72.7 GB), a lead only.
+    """
+    base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
+    if not causal or l2.mode == "off":
+        return base
+    ok = l2m.fits(ws, l2)
+    single_wave = np.asarray(l2m.waves(sharing, l2)) <= 1
+    hit = np.minimum(1.0, l2.whole / np.maximum(np.asarray(intmath.to_float(ws)), 1.0))
+    miss = np.asarray(intmath.to_float(requested)) * (1.0 - hit)
+    spread = np.maximum(np.asarray(intmath.to_float(unique)), miss).round()
+    out = np.where(np.asarray(ok) | single_wave, np.asarray(intmath.to_float(base)), spread)
+    if np.ndim(out) == 0:
+        return int(out)
+    return out.astype(np.int64)
+
+
+def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    qo = intmath.mul(bh, w.n, w.d, e)
-    kv = intmath.mul(bh, w.n_kv_, w.d, e)
+    q = intmath.mul(bh, w.n, w.d, e)  # Q, O, dO, dQ
+    stat = intmath.mul(bh, w.n, STAT_BYTES)  # lse, D
+    dq_acc = intmath.mul(bh, w.n, w.d, ACC_BYTES)
+    kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V as read (and dK, dV as written) per query head
+    visited, pairs = _frac(ctx)
+    l2c = l2.with_ctas(ctx.concurrent)
+    kernels = []
+
+    pre = KernelBuilder("fa2_bwd_pre", "backward")
+    pre.read("O", "output", q, q, "B·H·N·d·e")
+    pre.read("dO", "input", q, q, "B·H·N·d·e")
+    pre.write("D", "state", stat, "B·H·N·4")
+    pre.write("dQacc", "state", dq_acc, "B·H·N·d·4 (zeroed)")
+    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d)))
+
+    # main kernel: CTAs over K/V blocks; each re-reads its head's Q, dO, lse, D per visited block
+    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    q_head = intmath.mul(w.n, w.d, e)
+    ws = intmath.add(intmath.mul(2, q_head), intmath.mul(w.n, w.d, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES))
+    sharing = b.t_c
+    main = KernelBuilder("fa2_bwd", "backward")
+    main.read("K", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
+    main.read("V", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
+    for tensor, role, nbytes, f in (
+        ("Q", "input", q, "B·H·N·d·e"),
+        ("dO", "input", q, "B·H·N·d·e"),
+        ("lse", "state", stat, "B·H·N·4"),
+        ("D", "state", stat, "B·H·N·4"),
+    ):
+        main.read(tensor, role, req(nbytes), _kv_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c, bh), "T_c · " + f)
+    # atomic adds to dQacc happen in L2: requests T_c times; HBM: read once, write back once if it fits
+    acc_req = req(dq_acc)
+    acc_hbm = _kv_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c, bh)
+    main.read("dQacc", "state", acc_req, acc_hbm, "T_c · B·H·N·d·4 (atomic add)")
+    main.write("dQacc", "state", acc_req, "T_c · B·H·N·d·4 (atomic add)", hbm=acc_hbm)
+    main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
+    main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+    kernels.append(
+        main.build(
+            # recompute S = QKᵀ, then dV += PᵀdO, dP = dO Vᵀ, dQ += dS K, dK += dSᵀQ: 5 matmuls
+            matmul_flops=intmath.mul(10, ctx.scores, w.d),
+            # dS = P ⊙ (dP − D): 2 per score; scale: 1
+            softmax_flops=intmath.mul(3, ctx.scores),
+            exp_ops=ctx.scores,
+            concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_c)),
+            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            overlap="serial-compute",
+        )
+    )
+
+    conv = KernelBuilder("fa2_bwd_dq", "backward")
+    conv.read("dQacc", "state", dq_acc, l2m.carried_over(dq_acc, l2), "B·H·N·d·4")
+    conv.write("dQ", "output", q, "B·H·N·d·e")
+    kernels.append(conv.build(softmax_flops=intmath.mul(bh, w.n, w.d)))
+
+    if not (np.all(np.asarray(w.group) == 1)):
+        kv = w.kv_bytes()
+        red = KernelBuilder("dkdv_group_sum", "backward")
+        red.read("dK", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
+        red.read("dV", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
+        red.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
+        red.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
+        kernels.append(red.build(softmax_flops=intmath.mul(2, bh, w.n_kv_, w.d)))
+    return kernels
+
+
+# ---------------------------------------------------------------------------------------
+# FA1
+
+
+def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
+    w, b = ctx.w, ctx.blocks
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    q = intmath.mul(bh, w.n, w.d, e)
+    kv = intmath.mul(bh, w.n_kv_, w.d, e)  # requested per query head
     stat = intmath.mul(bh, w.n, STAT_BYTES)
-    per_step_qo = intmath.mul(blocks.t_c, qo)
-    per_step_stat = intmath.mul(blocks.t_c, stat)
-    scores = intmath.mul(bh, w.n, w.n_kv_)
-    name = "fa1_fwd"
-    kernel = Kernel(
-        name,
-        (
-            _hbm(name, "O", "output", "write", qo, "init: B·H·N·d·e"),
-            _hbm(name, "l", "state", "write", stat, "init: B·H·N·4"),
-            _hbm(name, "m", "state", "write", stat, "init: B·H·N·4"),
-            _hbm(name, "K", "input", "read", kv, "B·H·N_kv·d·e"),
-            _hbm(name, "V", "input", "read", kv, "B·H·N_kv·d·e"),
-            _hbm(name, "Q", "input", "read", per_step_qo, "T_c · B·H·N·d·e"),
-            _hbm(name, "O", "output", "read", per_step_qo, "T_c · B·H·N·d·e"),
-            _hbm(name, "l", "state", "read", per_step_stat, "T_c · B·H·N·4"),
-            _hbm(name, "m", "state", "read", per_step_stat, "T_c · B·H·N·4"),
-            _hbm(name, "O", "output", "write", per_step_qo, "T_c · B·H·N·d·e"),
-            _hbm(name, "l", "state", "write", per_step_stat, "T_c · B·H·N·4"),
-            _hbm(name, "m", "state", "write", per_step_stat, "T_c · B·H·N·4"),
-        ),
-        matmul_flops=intmath.mul(4, scores, w.d),
+    visited, pairs = _frac(ctx)
+    steps = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    # one CTA per head: the heads in flight keep their Q, O, l, m in L2 if they fit together
+    heads_in_flight = intmath.minimum(bh, ctx.concurrent)
+    ws = intmath.mul(heads_in_flight, intmath.add(intmath.mul(2, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES)))
+    ok = l2m.fits(ws, l2)
+
+    def hbm(unique: IntLike, requested: IntLike) -> IntLike:
+        if isinstance(ok, np.ndarray):
+            return np.where(ok, unique, requested)
+        return unique if ok else requested
+
+    k = KernelBuilder("fa1_fwd")
+    k.write("O", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
+    k.write("l", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
+    k.write("m", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
+    k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
+    k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
+    k.read("Q", "input", steps(q), hbm(q, steps(q)), "T_c · B·H·N·d·e")
+    k.read("O", "output", steps(q), hbm(0, steps(q)), "T_c · B·H·N·d·e")
+    k.read("l", "state", steps(stat), hbm(0, steps(stat)), "T_c · B·H·N·4")
+    k.read("m", "state", steps(stat), hbm(0, steps(stat)), "T_c · B·H·N·4")
+    k.write("O", "output", steps(q), "T_c · B·H·N·d·e", hbm=hbm(q, steps(q)))
+    k.write("l", "state", steps(stat), "T_c · B·H·N·4", hbm=hbm(stat, steps(stat)))
+    k.write("m", "state", steps(stat), "T_c · B·H·N·4", hbm=hbm(stat, steps(stat)))
+    t_c_visited = intmath.ceil_div(visited, b.t_r)
+    return k.build(
+        matmul_flops=intmath.mul(4, ctx.scores, w.d),
         # per score: block max, subtract, block sum (3); per K/V block: the O update
         # diag(l_new)⁻¹(diag(l)·e^{m−m_new}·O + e^{m̃−m_new}·P̃V) costs 3 ops per element of O
-        softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(3, bh, w.n, w.d, blocks.t_c)),
+        softmax_flops=intmath.add(intmath.mul(3, ctx.scores), intmath.mul(3, bh, w.n, w.d, t_c_visited)),
         # one exp per score, plus two per row per K/V block (e^{m−m_new}, e^{m̃−m_new})
-        exp_ops=intmath.add(scores, intmath.mul(2, bh, w.n, blocks.t_c)),
+        exp_ops=intmath.add(ctx.scores, intmath.mul(2, bh, w.n, t_c_visited)),
+        concurrent_ctas=heads_in_flight,
+        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
+        overlap="serial-compute",
     )
-    return AlgorithmTraffic("tiled", "fa1", (kernel,), params=blocks.to_dict())
+
+
+def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
+    w, b = ctx.w, ctx.blocks
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    q = intmath.mul(bh, w.n, w.d, e)
+    kv = intmath.mul(bh, w.n_kv_, w.d, e)
+    stat = intmath.mul(bh, w.n, STAT_BYTES)
+    visited, pairs = _frac(ctx)
+    steps = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    heads_in_flight = intmath.minimum(bh, ctx.concurrent)
+    ws = intmath.mul(heads_in_flight, intmath.add(intmath.mul(4, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES)))
+    ok = l2m.fits(ws, l2)
+
+    def hbm(unique: IntLike, requested: IntLike) -> IntLike:
+        if isinstance(ok, np.ndarray):
+            return np.where(ok, unique, requested)
+        return unique if ok else requested
+
+    k = KernelBuilder("fa1_bwd", "backward")
+    k.write("dQ", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
+    k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e")
+    k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e")
+    for tensor, role, nbytes, f in (
+        ("Q", "input", q, "B·H·N·d·e"),
+        ("O", "output", q, "B·H·N·d·e"),
+        ("dO", "input", q, "B·H·N·d·e"),
+        ("l", "state", stat, "B·H·N·4"),
+        ("m", "state", stat, "B·H·N·4"),
+    ):
+        k.read(tensor, role, steps(nbytes), hbm(nbytes, steps(nbytes)), "T_c · " + f)
+    k.read("dQ", "output", steps(q), hbm(0, steps(q)), "T_c · B·H·N·d·e")
+    k.write("dQ", "output", steps(q), "T_c · B·H·N·d·e", hbm=hbm(q, steps(q)))
+    k.write("dK", "output", kv, "B·H·N_kv·d·e")
+    k.write("dV", "output", kv, "B·H·N_kv·d·e")
+    return k.build(
+        matmul_flops=intmath.mul(10, ctx.scores, w.d),
+        softmax_flops=intmath.add(intmath.mul(3, ctx.scores), intmath.mul(2, bh, w.n, w.d, b.t_c)),
+        exp_ops=ctx.scores,
+        concurrent_ctas=heads_in_flight,
+        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
+        overlap="serial-compute",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Entry points
+
+
+def _check_no_l2(l2: l2m.L2 | None) -> l2m.L2:
+    return l2 or l2m.L2("off", 0.0, 1)
+
+
+def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
+    from .decode import split_kv_kernels
+
+    if intmath.is_array(splits):
+        arr = np.asarray(splits)
+        if np.all(arr == 1):
+            splits = 1
+        elif np.any(arr == 1):
+            raise WorkloadError(
+                "this grid mixes workloads FA2 runs with split-KV (decoding, n = 1) and without: "
+                "sweep them separately, or give splits"
+            )
+    if intmath.is_array(splits) or int(splits) > 1:
+        kernels = split_kv_kernels(ctx, l2, splits)
+    else:
+        kernels = [fa2_forward_kernel(ctx, l2)]
+    if backward:
+        kernels += fa2_backward_kernels(ctx, l2)
+    params = {
+        **ctx.blocks.to_dict(),
+        "ctas_per_sm": _plain(ctx.ctas_per_sm),
+        "concurrent_ctas": _plain(ctx.concurrent),
+        "splits": _plain(splits),
+    }
+    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
+
+
+def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
+    kernels = [fa1_forward_kernel(ctx, l2)]
+    if backward:
+        kernels.append(fa1_backward_kernel(ctx, l2))
+    params = {**ctx.blocks.to_dict(), "ctas_per_sm": _plain(ctx.ctas_per_sm), "concurrent_ctas": _plain(ctx.concurrent)}
+    return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=params)
+
+
+def _plain(v: Any) -> Any:
+    return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def fa2_forward(
+    w: Workload, blocks: BlockSizes, l2: l2m.L2 | None = None, *, sm_count: int = 1, sram_per_sm: float = 0.0
+) -> AlgorithmTraffic:
+    """FA2 forward alone; without ``l2`` the paper's view (every request reaches HBM)."""
+    ctx = tile_context(w, blocks, sm_count, sram_per_sm or 1.0, 1)
+    return fa2(ctx, _check_no_l2(l2))
+
+
+def fa1_forward(
+    w: Workload, blocks: BlockSizes, l2: l2m.L2 | None = None, *, sm_count: int = 1, sram_per_sm: float = 0.0
+) -> AlgorithmTraffic:
+    """FA1 forward alone; without ``l2`` the paper's view (every request reaches HBM)."""
+    ctx = tile_context(w, blocks, sm_count, sram_per_sm or 1.0, 1)
+    return fa1(ctx, _check_no_l2(l2))

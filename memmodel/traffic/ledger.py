@@ -81,6 +81,14 @@ class Kernel:
     softmax_flops: IntLike = 0
     exp_ops: IntLike = 0
     pass_: str = "forward"
+    #: CTAs resident at once (for the latency bound); 0 = unknown / not latency-limited
+    concurrent_ctas: IntLike = 0
+    #: bytes one CTA keeps in flight from HBM (one tile load); 0 = unknown
+    bytes_in_flight_per_cta: IntLike = 0
+    #: "overlap": every term overlaps (roofline max); "serial-compute": matmul, exp and
+    #: softmax arithmetic are issued by the same warps one after another (their times
+    #: add) and overlap memory traffic
+    overlap: str = "overlap"
 
     @property
     def flops(self) -> IntLike:
@@ -88,6 +96,44 @@ class Kernel:
 
     def bytes(self, **match: str) -> IntLike:
         return total(self.transfers, **match)
+
+
+class KernelBuilder:
+    """Collects one kernel's transfers at the three levels.
+
+    For a read: ``l2`` bytes are the loads the loops request, ``hbm`` the part that
+    misses in L2, ``sram`` the bytes the compute then reads on chip (at least the
+    ``l2`` bytes; more where a tile held in shared memory is read by several warps).
+    The bytes arriving on chip are also counted as SRAM writes. For a write: ``l2``
+    bytes are the stores, ``hbm`` the write-backs, and the same bytes staged on chip.
+    """
+
+    def __init__(self, name: str, pass_: str = "forward") -> None:
+        self.name = name
+        self.pass_ = pass_
+        self.transfers: list[Transfer] = []
+
+    def read(
+        self, tensor: str, role: str, l2: IntLike, hbm: IntLike, formula: str, sram: IntLike | None = None
+    ) -> KernelBuilder:
+        self.transfers += [
+            Transfer(self.name, tensor, role, "sram", "write", l2, formula),
+            Transfer(self.name, tensor, role, "sram", "read", l2 if sram is None else sram, formula),
+            Transfer(self.name, tensor, role, "l2", "read", l2, formula),
+            Transfer(self.name, tensor, role, "hbm", "read", hbm, formula),
+        ]
+        return self
+
+    def write(self, tensor: str, role: str, l2: IntLike, formula: str, hbm: IntLike | None = None) -> KernelBuilder:
+        self.transfers += [
+            Transfer(self.name, tensor, role, "sram", "write", l2, formula),
+            Transfer(self.name, tensor, role, "l2", "write", l2, formula),
+            Transfer(self.name, tensor, role, "hbm", "write", l2 if hbm is None else hbm, formula),
+        ]
+        return self
+
+    def build(self, **fields: Any) -> Kernel:
+        return Kernel(self.name, tuple(self.transfers), pass_=self.pass_, **fields)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,180 @@
+"""``memmodel calibrate``: measure this GPU's ceilings and write them as a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .options import format_option
+
+
+@click.command("calibrate")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=str),
+    metavar="FILE.yaml",
+    help="Write the measured profile here (usable as --gpu FILE); written atomically, never over an "
+    "existing file without --force.",
+)
+@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
+@click.option(
+    "--base",
+    metavar="NAME|FILE",
+    help="Profile to carry over what calibrate does not measure (shared-memory latency, any step that "
+    "fails). Default: the bundled profile whose full name starts with the GPU's name, if exactly one does.",
+)
+@click.option("--name", help="Profile name written in the YAML. Default: the output file's name.")
+@click.option("--quick", is_flag=True, help="Smaller buffers and fewer repeats (a rougher, faster run).")
+@format_option(("table", "json"))
+def calibrate_cmd(
+    *, output: str | None, force: bool, base: str | None, name: str | None, quick: bool, fmt: str
+) -> None:
+    """Measure this GPU's ceilings: HBM and L2 bandwidth, L2 effective capacity, shared-memory
+    bandwidth, matmul TFLOP/s per dtype, exp rate, L2 and DRAM latency, launch overhead.
+
+    Needs PyTorch with CUDA and Triton. Prints the figures (next to --base's, if any) and, with
+    --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
+    """
+    from ..errors import MemmodelError
+    from ..fileio import check_writable, write_atomic
+    from ..gpu import calibrate as cal
+    from ..hardware import available, load_file, load_profile
+    from . import terminal
+
+    if output:
+        check_writable(output, force=force)
+    base_profile = load_profile(base) if base else None
+    ctx = cal.make_context(quick=quick)
+    base_how = "given" if base_profile is not None else None
+    if base_profile is None:
+        bundled = {n: p for n, (origin, p) in available().items() if origin == "bundled"}
+        names = {}
+        for n, path in bundled.items():
+            try:
+                names[n] = load_file(path).full_name
+            except MemmodelError:
+                continue
+        match = cal.match_bundled(ctx.info.name, names)
+        if match:
+            base_profile, base_how = load_file(bundled[match], origin="bundled"), "matched by the GPU's name"
+    if output and base_profile is None:
+        raise MemmodelError(
+            f"calibrate does not measure {', '.join(cal.NOT_MEASURED_REQUIRED)} and no bundled profile matches "
+            f"{ctx.info.name!r}: give --base PROFILE (a bundled name or a YAML file) to carry it over"
+        )
+
+    with terminal.progress(len(cal.STEPS)) as update:
+        result = cal.run_calibration(quick=quick, on_step=lambda done, total, what: update(done, what), context=ctx)
+
+    profile_name = name or (Path(output).stem if output else None)
+    result["base"] = (
+        {"name": base_profile.name, "path": str(base_profile.path) if base_profile.path else None, "how": base_how}
+        if base_profile is not None
+        else None
+    )
+    text: str | None = None
+    profile_error: MemmodelError | None = None
+    try:
+        result["profile"] = cal.profile_data(result, base=base_profile, name=profile_name)
+        text = cal.profile_yaml(result, base=base_profile, name=profile_name)
+    except MemmodelError as exc:
+        result["profile"], profile_error = None, exc
+    result["output"] = output
+
+    # the measurements go out first: a profile that cannot be written loses nothing
+    if fmt == "json":
+        terminal.print_json(result)
+    else:
+        _print_table(result, base_profile)
+    for step, message in result["errors"].items():
+        click.echo(f"memmodel: warning: step {step} failed: {' '.join(message.split())}", err=True)
+    if output:
+        if profile_error is not None or text is None:
+            raise profile_error or MemmodelError("no profile to write")
+        write_atomic(output, text, force=force)
+        if fmt != "json":
+            terminal.console(stderr=True).print(f"wrote {output}")
+    elif profile_error is not None and fmt != "json":
+        terminal.console(stderr=True).print(f"(no profile: {profile_error})")
+
+
+def _print_table(result: dict[str, Any], base: Any) -> None:
+    from ..units import format_bandwidth, format_bytes, format_rate, format_time
+    from . import terminal
+
+    m = result["measurements"]
+    dev = result["device"]
+
+    def get(*path: str) -> float | None:
+        cur: Any = m
+        for key in path:
+            if not isinstance(cur, dict) or key not in cur:
+                return None
+            cur = cur[key]
+        return float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else None
+
+    fl, t = (lambda v: format_rate(v, digits=1)), (lambda v: format_time(v, digits=1))
+    bw2 = lambda v: format_bandwidth(v, digits=2)  # noqa: E731
+    ex = lambda v: format_rate(v, "op/s", digits=2)  # noqa: E731
+    mb = lambda v: format_bytes(v, digits=1)  # noqa: E731
+    b = base
+    rows: list[tuple[str, float | None, Any, float | None]] = [
+        ("HBM read (Triton)", get("hbm", "read", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM write (Triton)", get("hbm", "write", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM copy, read + write (Triton)", get("hbm", "copy", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM copy (torch copy_)", get("hbm", "copy_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("L2 read, 1/4 of L2", get("l2", "rate"), bw2, b and b.l2.bandwidth_bytes_per_s),
+        ("L2 effective capacity (knee)", get("l2_sweep", "knee_bytes"), mb, b and b.l2.effective_capacity_bytes),
+        ("L2 plateau ends (90 %)", get("l2_sweep", "plateau_end_bytes"), mb, None),
+        ("shared memory, all SMs", get("smem", "rate"), bw2, b and b.sram.bandwidth_bytes_per_s),
+    ]
+    for dtype in ("fp16", "bf16", "tf32", "fp32", "fp8"):
+        peak = b.compute_flops_per_s.get(dtype) if b is not None else None
+        rows.append((f"matmul {dtype}", get("matmul", dtype, "rate"), fl, peak))
+    rows += [
+        ("exp2", get("exp", "rate"), ex, b and b.exp_ops_per_s),
+        ("L2 latency", get("latency", "l2", "latency_s"), t, b and b.l2.latency_s),
+        ("DRAM latency", get("latency", "dram", "latency_s"), t, b and b.hbm.latency_s),
+        ("launch, host per launch", get("launch", "host_per_launch_s"), t, None),
+        ("shortest kernel (events)", get("launch", "min_kernel_s"), t, None),
+        ("per kernel in a CUDA graph", get("launch", "graph_per_kernel_s"), t, None),
+    ]
+    base_head = f"{b.name}" if b is not None else "base"
+    table_rows = []
+    for label, value, fmt, ref in rows:
+        table_rows.append(
+            (
+                label,
+                fmt(value) if value else "—",
+                fmt(ref) if ref else "",
+                f"{value / ref:.0%}" if value and ref else "",
+            )
+        )
+    con = terminal.console()
+    how = result.get("base") or {}
+    con.print(
+        f"[bold]{dev['name']}[/] · {dev['sm_count']} SMs · L2 {format_bytes(dev['l2_bytes'], binary=True)} · "
+        f"{result['date']} · {result['wall_s']:.0f} s{' (--quick)' if result.get('quick') else ''}"
+        + (f" · base {how.get('name')} ({how.get('how')})" if how else "")
+    )
+    con.print(
+        terminal.table(
+            None,
+            [("figure", "left"), ("measured", "right"), (base_head, "right"), ("measured/base", "right")],
+            table_rows,
+        )
+    )
+    points = (m.get("l2_sweep") or {}).get("points") or []
+    if points:
+        top = max(pt["bytes_per_s"] for pt in points)
+        con.print()
+        con.print(
+            terminal.table(
+                "[bold]L2 capacity sweep[/] (all SMs re-reading a buffer)",
+                [("buffer", "right"), ("bandwidth", "right"), ("of plateau", "right")],
+                [(mb(pt["bytes"]), bw2(pt["bytes_per_s"]), f"{pt['bytes_per_s'] / top:.0%}") for pt in points],
+            )
+        )

@@ -1,0 +1,249 @@
+"""``memmodel validate``: run real kernels, compare predicted with measured times and bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .options import format_option
+
+
+@click.command("validate")
+@click.option(
+    "--gpu",
+    default=None,
+    metavar="NAME|FILE",
+    help="Profile to predict with (default: the one matching the GPU found; a calibrated profile is best).",
+)
+@click.option(
+    "--case",
+    "case_specs",
+    multiple=True,
+    metavar="SPEC",
+    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).",
+)
+@click.option(
+    "--cases",
+    "cases_file",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="A file of case specs, one per line.",
+)
+@click.option(
+    "--impl",
+    "impls",
+    multiple=True,
+    type=click.Choice(["standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"]),
+    help="Keep only cases of these implementations (repeatable).",
+)
+@click.option(
+    "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(min=20),
+    default=20,
+    show_default=True,
+    help="Timed repetitions per case (median reported).",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="JSON record, rewritten after every case (always valid).",
+)
+@click.option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
+@click.option(
+    "--rescore",
+    "rescore_path",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv beside it is used when present.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
+)
+@format_option(("table", "json", "markdown"))
+def validate_cmd(
+    *,
+    gpu: str | None,
+    case_specs: tuple[str, ...],
+    cases_file: str | None,
+    impls: tuple[str, ...],
+    ncu: bool,
+    reps: int,
+    output: str | None,
+    list_only: bool,
+    rescore_path: str | None,
+    plot_path: str | None,
+    fmt: str,
+) -> None:
+    """Run attention kernels on this machine's GPU (standard in eager PyTorch, FlashAttention
+    through PyTorch SDPA, memmodel's Triton kernel), check each against float32, time it, and
+    compare with the model's prediction; with --ncu also the HBM and L2 bytes."""
+    from pathlib import Path
+
+    from ..gpu.cases import default_cases, parse_case
+    from . import terminal
+
+    cases = [parse_case(s) for s in case_specs]
+    if cases_file:
+        cases += [parse_case(line) for line in Path(cases_file).read_text().split() if line.strip()]
+    if not cases:
+        cases = default_cases()
+    if impls:
+        cases = [c for c in cases if c.impl in impls]
+    if list_only:
+        for c in cases:
+            click.echo(c.id)
+        return
+    if rescore_path:
+        _rescore(rescore_path, gpu, output, fmt, plot_path)
+        return
+    from ..fileio import check_writable
+    from ..gpu.validate import Record, device_name, ensure_runnable, run_validation
+    from ..hardware import load_profile
+
+    if output:
+        check_writable(output, force=True)
+    ensure_runnable()
+    device = device_name()
+    if gpu is None:
+        from ..errors import ProfileError
+        from ..gpu.cases import profile_for_device
+
+        name = profile_for_device(device)
+        if name is None:
+            raise ProfileError(
+                f"no bundled profile matches {device!r}: run 'memmodel calibrate --output mygpu.yaml', then --gpu mygpu.yaml"
+            )
+        gpu = name
+    profile = load_profile(gpu)
+    import sys
+
+    record = Record(Path(output) if output else None, device, profile, "memmodel " + " ".join(sys.argv[1:]))
+    try:
+        with terminal.progress(len(cases) * (2 if ncu else 1)) as update:
+            data = run_validation(cases, profile, record=record, ncu=ncu, reps=reps, on_progress=update)
+    except KeyboardInterrupt:
+        record.save()
+        raise
+    _emit(data, fmt, plot_path)
+
+
+def _emit(data: dict[str, Any], fmt: str, plot_path: str | None) -> None:
+    from . import terminal
+
+    if plot_path:
+        from ..report.validation import plot
+
+        plot(data, plot_path)
+    if fmt == "json":
+        terminal.print_json(data)
+    elif fmt == "markdown":
+        from ..report.validation import markdown
+
+        click.echo(markdown(data), nl=False)
+    else:
+        _print_table(data)
+
+
+def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path: str | None) -> None:
+    import json
+    from pathlib import Path
+
+    from ..errors import MemmodelError
+    from ..fileio import write_atomic
+    from ..gpu.validate import SCHEMA, rescore
+    from ..hardware import load_profile
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MemmodelError(f"{path}: not a readable JSON record ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
+    csv_path = Path(path).with_suffix(".ncu.csv")
+    profile = load_profile(gpu or data["profile"]["name"])
+    new = rescore(data, csv_path.read_text(encoding="utf-8") if csv_path.exists() else None, profile)
+    if output:
+        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=True)
+    _emit(new, fmt, plot_path)
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:+.1f}%"
+
+
+def _print_table(data: dict[str, Any]) -> None:
+    from ..units import format_bytes, format_time
+    from ..validation import time_errors
+    from . import terminal
+
+    con = terminal.console()
+    con.print(f"[bold]{data['device']}[/] · profile {data['profile']['name']} · memmodel {data['memmodel_version']}")
+    rows = []
+    for e in data["cases"]:
+        cid = e["case"]["id"]
+        if e.get("status") != "ok":
+            rows.append((cid, e.get("status", "?"), e.get("reason", "")[:60], "", "", "", ""))
+            continue
+        for t in time_errors(e):
+            rows.append(
+                (cid, t["step"], format_time(t["predicted_s"]), format_time(t["measured_s"]), _pct(t["error"]), "", "")
+            )
+        for b in e.get("bytes", []):
+            meas = b["measured_hbm_read_bytes"] + b["measured_hbm_write_bytes"]
+            pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
+            rows.append(
+                (
+                    cid,
+                    f"{b['kernel']} bytes",
+                    format_bytes(pred),
+                    format_bytes(meas),
+                    _pct(b["error"]),
+                    _pct(b["paper_error"]),
+                    _pct(b["compulsory_error"]),
+                )
+            )
+    con.print(
+        terminal.table(
+            None,
+            [
+                ("case", "left"),
+                ("kernel", "left"),
+                ("predicted", "right"),
+                ("measured", "right"),
+                ("error", "right"),
+                ("paper", "right"),
+                ("compulsory", "right"),
+            ],
+            rows,
+        )
+    )
+    s = data["summary"]
+    con.print()
+    for label, key in (
+        ("HBM bytes, model", "model"),
+        ("HBM bytes, paper's formula", "paper"),
+        ("HBM bytes, compulsory", "compulsory"),
+    ):
+        st = s["hbm_bytes"].get(key)
+        if st:
+            con.print(
+                f"{label}: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels"
+            )
+    if s.get("time"):
+        st = s["time"]
+        con.print(
+            f"time: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels"
+        )
+    for sp in s.get("speedups", []):
+        con.print(
+            f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×"
+        )

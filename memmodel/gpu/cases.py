@@ -1,0 +1,168 @@
+"""Validation cases: which kernel on which workload. Plain data, planned on the CPU."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import WorkloadError
+from ..workload import Workload
+
+#: kernel implementations a case can run
+IMPLS = ("standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton")
+
+
+@dataclass(frozen=True)
+class Case:
+    impl: str
+    n: int
+    d: int
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    n_kv: int | None = None
+    dtype: str = "fp16"
+    causal: bool = False
+    block_q: int | None = None
+    block_kv: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.impl not in IMPLS:
+            raise WorkloadError(f"unknown kernel implementation {self.impl!r}: accepted are {', '.join(IMPLS)}")
+        self.workload()  # validates shapes
+
+    @property
+    def kvh(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def nkv(self) -> int:
+        return self.n_kv or self.n
+
+    @property
+    def id(self) -> str:
+        shape = f"b{self.batch}h{self.heads}"
+        if self.kvh != self.heads:
+            shape += f"kv{self.kvh}"
+        shape += f"n{self.n}"
+        if self.nkv != self.n:
+            shape += f"nkv{self.nkv}"
+        shape += f"d{self.d}"
+        extra = "-causal" if self.causal else ""
+        if self.block_q:
+            extra += f"-bq{self.block_q}bkv{self.block_kv}"
+        return f"{self.impl}/{shape}/{self.dtype}{extra}"
+
+    def workload(self) -> Workload:
+        return Workload(
+            n=self.n,
+            d=self.d,
+            batch=self.batch,
+            heads=self.heads,
+            kv_heads=self.kvh,
+            n_kv=self.nkv,
+            dtype=self.dtype,
+            causal=self.causal,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, **asdict(self)}
+
+    def input_bytes(self) -> int:
+        w = self.workload()
+        return int(w.q_bytes()) * 2 + int(w.kv_bytes()) * 2
+
+
+_SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
+
+
+def parse_case(text: str) -> Case:
+    """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1``."""
+    fields: dict[str, Any] = {}
+    for part in text.split(","):
+        m = _SPEC.match(part.strip())
+        if not m:
+            raise WorkloadError(f"cannot read case part {part!r} in {text!r}: expected key=value, e.g. n=4096")
+        key, value = m["key"], m["value"]
+        if key in ("impl", "dtype"):
+            fields[key] = value
+        elif key == "causal":
+            fields[key] = value.lower() in ("1", "true", "yes")
+        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv"):
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                raise WorkloadError(f"case {key}={value!r} is not an integer") from None
+        else:
+            raise WorkloadError(
+                f"unknown case key {key!r}: accepted are impl, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv"
+            )
+    if "n" not in fields or "d" not in fields:
+        raise WorkloadError(f"case {text!r} needs at least n= and d=")
+    fields.setdefault("impl", "sdpa-flash")
+    return Case(**fields)
+
+
+def default_cases(*, with_triton: bool = True) -> list[Case]:
+    """The default validation set: fills an H100/H200-class GPU, runs in about 2 minutes.
+
+    N from 1k to 16k and one long sequence whose K/V (one head) exceed the L2, d 64 and 128,
+    fp16 and bf16, causal on and off, GQA, decode; standard attention in eager PyTorch,
+    FlashAttention-2 through PyTorch's SDPA, and our Triton kernel at several tile sizes.
+    """
+    specs = [
+        # standard attention (S, P in HBM)
+        "impl=standard,batch=16,heads=16,n=1024,d=64",
+        "impl=standard,batch=4,heads=16,n=4096,d=64",
+        "impl=standard,batch=2,heads=16,n=8192,d=128,dtype=bf16",
+        "impl=standard,batch=1,heads=16,n=16384,d=64",
+        "impl=standard,batch=4,heads=32,kv_heads=8,n=2048,d=128",
+        "impl=standard,batch=8,heads=32,kv_heads=8,n=1,n_kv=32768,d=128",
+        # FlashAttention-2 (PyTorch SDPA, flash backend)
+        "impl=sdpa-flash,batch=16,heads=16,n=1024,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=128",
+        "impl=sdpa-flash,batch=2,heads=16,n=8192,d=128,dtype=bf16",
+        "impl=sdpa-flash,batch=1,heads=16,n=16384,d=64",
+        "impl=sdpa-flash,batch=4,heads=16,n=4096,d=128,causal=1",
+        "impl=sdpa-flash,batch=1,heads=16,n=16384,d=128,dtype=bf16,causal=1",
+        "impl=sdpa-flash,batch=4,heads=32,kv_heads=8,n=4096,d=128",
+        "impl=sdpa-flash,batch=8,heads=32,kv_heads=8,n=1,n_kv=32768,d=128",
+        "impl=sdpa-flash,batch=1,heads=1,n=131072,d=128",
+    ]
+    if with_triton:
+        specs += [
+            "impl=triton,batch=4,heads=16,n=4096,d=64,block_q=128,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=64,block_q=64,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=128,block_q=128,block_kv=64",
+            "impl=triton,batch=4,heads=16,n=4096,d=128,causal=1,block_q=128,block_kv=64",
+            "impl=triton,batch=1,heads=1,n=131072,d=128,block_q=128,block_kv=64",
+            "impl=triton,batch=1,heads=1,n=131072,d=128,block_q=64,block_kv=64",
+        ]
+    return [parse_case(s) for s in specs]
+
+
+#: device name (as torch reports it) -> bundled profile
+DEVICE_PROFILES = (
+    ("H200", "h200"),
+    ("H100 PCIe", "h100-pcie"),
+    ("H100", "h100-sxm"),
+    ("A100-SXM4-40GB", "a100-40gb"),
+    ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100", "a100"),
+    ("L40S", "l40s"),
+    ("L4", "l4"),
+    ("A10", "a10"),
+    ("RTX 4090", "rtx4090"),
+    ("V100", "v100"),
+    ("MI300X", "mi300x"),
+    ("B200", "b200"),
+)
+
+
+def profile_for_device(name: str) -> str | None:
+    for fragment, profile in DEVICE_PROFILES:
+        if fragment.lower() in name.lower():
+            return profile
+    return None

@@ -1,0 +1,131 @@
+"""Nsight Compute: the command line we run and the parsing of its CSV.
+
+We run ``ncu --csv --print-units base --clock-control none --metrics <METRICS>`` over a
+Python process that launches a tiny kernel named ``memmodel_begin`` before each case's
+measured kernels and ``memmodel_end`` after them; the kernels between belong to the case.
+
+What ncu measures (and how the comparison accounts for it):
+
+* By default (``--cache-control all``) ncu flushes and invalidates the caches before each
+  kernel it profiles, so every kernel starts with a cold L2: its reads are compulsory
+  DRAM reads, never hits on data a previous kernel left in L2.
+* Writes still dirty in L2 when a kernel ends are not counted as DRAM writes of that
+  kernel (they are written back later, during the next flush, which ncu does not count).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+METRICS = (
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_bytes.sum",
+    "gpu__time_duration.sum",
+    # launch statistics (no replay): how many CTAs ran at once
+    "launch__grid_size",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_shared_mem",
+    "launch__waves_per_multiprocessor",
+)
+BEGIN = "memmodel_begin"
+END = "memmodel_end"
+
+
+def command(python_args: list[str], *, cache_control: str = "all") -> list[str]:
+    return [
+        "ncu",
+        "--csv",
+        "--print-units",
+        "base",
+        "--clock-control",
+        "none",
+        "--cache-control",
+        cache_control,
+        "--metrics",
+        ",".join(METRICS),
+        *python_args,
+    ]
+
+
+@dataclass
+class MeasuredKernel:
+    id: int
+    name: str
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def dram_read_bytes(self) -> float:
+        return self.metrics.get("dram__bytes_read.sum", 0.0)
+
+    @property
+    def dram_write_bytes(self) -> float:
+        return self.metrics.get("dram__bytes_write.sum", 0.0)
+
+    @property
+    def l2_bytes(self) -> float:
+        return self.metrics.get("lts__t_bytes.sum", 0.0)
+
+    @property
+    def time_s(self) -> float:
+        # gpu__time_duration is in ns with --print-units base ("nsecond")
+        return self.metrics.get("gpu__time_duration.sum", 0.0) * 1e-9
+
+
+class NcuParseError(ValueError):
+    pass
+
+
+def _number(text: str) -> float:
+    cleaned = text.replace(",", "").strip()
+    if cleaned in ("", "n/a", "N/A"):
+        return float("nan")
+    return float(cleaned)
+
+
+def parse_csv(text: str) -> list[MeasuredKernel]:
+    """Kernels in launch order from ncu's ``--csv`` output (lines before the header ignored)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        raise NcuParseError('no ncu CSV header (a line starting with "ID") in the output')
+    reader = csv.DictReader(io.StringIO("\n".join(lines[start:])))
+    kernels: dict[int, MeasuredKernel] = {}
+    for row in reader:
+        try:
+            kid = int(row["ID"])
+            name = row["Kernel Name"]
+            metric = row["Metric Name"]
+            value = row["Metric Value"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NcuParseError(f"unexpected ncu CSV row: {row!r}") from exc
+        k = kernels.setdefault(kid, MeasuredKernel(kid, name))
+        try:
+            k.metrics[metric] = _number(value)
+        except ValueError as exc:
+            raise NcuParseError(f"kernel {kid} {metric}: not a number: {value!r}") from exc
+    return [kernels[i] for i in sorted(kernels)]
+
+
+def split_by_marker(kernels: Iterable[MeasuredKernel], case_ids: list[str]) -> dict[str, list[MeasuredKernel]]:
+    """The kernels between each begin/end marker pair, under the cases in launch order."""
+    groups: list[list[MeasuredKernel]] = []
+    current: list[MeasuredKernel] | None = None
+    for k in kernels:
+        if BEGIN in k.name:
+            if current is not None:
+                raise NcuParseError(f"kernel {k.id}: a begin marker inside an open case")
+            current = []
+        elif END in k.name:
+            if current is None:
+                raise NcuParseError(f"kernel {k.id}: an end marker without a begin marker")
+            groups.append(current)
+            current = None
+        elif current is not None:
+            current.append(k)
+    if len(groups) != len(case_ids):
+        raise NcuParseError(f"found {len(groups)} marked cases in the ncu output for {len(case_ids)} cases run")
+    return dict(zip(case_ids, groups))

@@ -1,0 +1,216 @@
+"""``memmodel validate`` on a GPU: time the cases, optionally measure bytes with ncu, score.
+
+The record (``--output FILE.json``) is rewritten atomically after every case, so it is
+valid JSON at any moment and keeps every finished case when a run fails or is interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import RuntimeFailure
+from ..fileio import write_atomic
+from ..hardware import Profile
+from ..validation import measured_ctas_per_sm, predicted_times, score_case, summarize_record
+from .cases import Case
+
+SCHEMA = "memmodel.validate/1"
+
+
+class Record:
+    def __init__(self, path: Path | None, device: str, profile: Profile, command: str) -> None:
+        self.path = path
+        self.data: dict[str, Any] = {
+            "schema": SCHEMA,
+            "memmodel_version": __version__,
+            "device": device,
+            "profile": {"name": profile.name, "path": str(profile.path) if profile.path else None},
+            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": command,
+            "cases": [],
+            "summary": {},
+        }
+
+    def case(self, case_id: str) -> dict[str, Any]:
+        for c in self.data["cases"]:
+            if c["case"]["id"] == case_id:
+                return c
+        raise KeyError(case_id)
+
+    def save(self) -> None:
+        self.data["summary"] = summarize_record(self.data)
+        if self.path is not None:
+            write_atomic(
+                self.path, json.dumps(self.data, indent=1, allow_nan=False, default=_nan_safe) + "\n", force=True
+            )
+
+
+def _nan_safe(value: Any) -> Any:  # pragma: no cover - only for unexpected types
+    return str(value)
+
+
+def run_validation(
+    cases: list[Case],
+    profile: Profile,
+    *,
+    record: Record,
+    ncu: bool,
+    reps: int,
+    on_progress: Callable[[int, str], None] | None = None,
+) -> dict[str, Any]:
+    from .run import require_cuda, time_case
+
+    torch = require_cuda()
+    total = len(cases) * (2 if ncu else 1)
+    done = 0
+    for case in cases:
+        if on_progress:
+            on_progress(done, f"time {case.impl}")
+        entry: dict[str, Any] = {"case": case.to_dict(), "predicted": predicted_times(case, profile)}
+        try:
+            entry["timing"] = time_case(case, reps=reps)
+            entry["status"] = "ok"
+        except torch.cuda.OutOfMemoryError as exc:
+            torch.cuda.empty_cache()
+            entry.update(status="skipped", reason=f"out of GPU memory: {str(exc).splitlines()[0]}")
+        except Exception as exc:  # a wrong or failing kernel is a failure, recorded
+            torch.cuda.empty_cache()
+            entry.update(status="failed", reason=f"{exc.__class__.__name__}: {exc}"[:500])
+        record.data["cases"].append(entry)
+        record.save()
+        done += 1
+    if ncu:
+        if on_progress:
+            on_progress(done, "Nsight Compute")
+        measure_bytes([c for c in cases if record.case(c.id)["status"] == "ok"], profile, record)
+    if on_progress:
+        on_progress(total, "done")
+    record.save()
+    return record.data
+
+
+def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
+    """One ncu process over all cases; scores attached to each case's entry."""
+    from .ncu import NcuParseError, command, parse_csv, split_by_marker
+
+    if shutil.which("ncu") is None:
+        record.data["ncu"] = {"status": "unavailable", "reason": "ncu (Nsight Compute) is not on PATH"}
+        record.save()
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        cases_file = Path(tmp) / "cases.txt"
+        cases_file.write_text("\n".join(_spec(c) for c in cases) + "\n")
+        env = {**os.environ, "MEMMODEL_CASES_FILE": str(cases_file)}
+        args = command([sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")])
+        proc = subprocess.run(args, capture_output=True, text=True, env=env)
+        if proc.returncode != 0 or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
+            reason = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            record.data["ncu"] = {"status": "failed", "reason": f"ncu exited {proc.returncode}: {reason[0][:300]}"}
+            record.save()
+            return
+        if record.path is not None:  # keep the raw trace beside the record, for re-analysis
+            write_atomic(record.path.with_suffix(".ncu.csv"), proc.stdout, force=True)
+        try:
+            groups = split_by_marker(parse_csv(proc.stdout), [c.id for c in cases])
+        except NcuParseError as exc:
+            record.data["ncu"] = {"status": "failed", "reason": str(exc)}
+            record.save()
+            return
+    record.data["ncu"] = {"status": "ok", "metrics": list(_metrics())}
+    for case in cases:
+        entry = record.case(case.id)
+        try:
+            entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
+        except ValueError as exc:
+            entry["bytes_error"] = str(exc)
+        if case.impl != "standard":
+            occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
+            entry["measured_ctas_per_sm"] = occupancy
+            entry["predicted"] = predicted_times(case, profile, occupancy)
+        entry["ncu_kernels"] = [
+            {
+                "name": k.name,
+                "dram_read_bytes": k.dram_read_bytes,
+                "dram_write_bytes": k.dram_write_bytes,
+                "l2_bytes": k.l2_bytes,
+                "time_s": k.time_s,
+            }
+            for k in groups[case.id]
+        ]
+    record.save()
+
+
+def _metrics() -> tuple[str, ...]:
+    from .ncu import METRICS
+
+    return METRICS
+
+
+def _spec(c: Case) -> str:
+    parts = [f"impl={c.impl}", f"n={c.n}", f"d={c.d}", f"batch={c.batch}", f"heads={c.heads}", f"dtype={c.dtype}"]
+    if c.kv_heads:
+        parts.append(f"kv_heads={c.kv_heads}")
+    if c.n_kv:
+        parts.append(f"n_kv={c.n_kv}")
+    if c.causal:
+        parts.append("causal=1")
+    if c.block_q:
+        parts += [f"block_q={c.block_q}", f"block_kv={c.block_kv}"]
+    return ",".join(parts)
+
+
+def device_name() -> str:
+    from .run import require_cuda
+
+    torch = require_cuda()
+    return str(torch.cuda.get_device_name())
+
+
+def ensure_runnable() -> None:
+    """Fail with one line before any work if torch/CUDA are missing."""
+    from .run import require_cuda
+
+    require_cuda()
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        raise RuntimeFailure("CUDA_VISIBLE_DEVICES is empty: no GPU to validate on")
+
+
+def case_from_dict(data: dict[str, Any]) -> Case:
+    fields = {k: v for k, v in data.items() if k != "id"}
+    return Case(**fields)
+
+
+def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
+    """Score a record again (no GPU): new predictions from ``profile`` for the measured times
+    and, given the record's Nsight Compute trace, for the measured bytes."""
+    from .ncu import parse_csv, split_by_marker
+
+    out = {**data, "profile": {"name": profile.name, "path": str(profile.path) if profile.path else None}}
+    out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    cases = []
+    ok_cases = [case_from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
+    groups = split_by_marker(parse_csv(ncu_csv), [c.id for c in ok_cases]) if ncu_csv else {}
+    for entry in data["cases"]:
+        entry = dict(entry)
+        case = case_from_dict(entry["case"])
+        occupancy = None
+        if case.id in groups:
+            entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
+            if case.impl != "standard":
+                occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
+                entry["measured_ctas_per_sm"] = occupancy
+        entry["predicted"] = predicted_times(case, profile, occupancy)
+        cases.append(entry)
+    out["cases"] = cases
+    out["summary"] = summarize_record(out)
+    return out

@@ -1,0 +1,151 @@
+"""Views of a ``memmodel validate`` record: a markdown summary and a predicted-vs-measured plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..units import format_bytes, format_time
+from ..validation import time_errors
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x * 100:+.1f}%"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    s = data["summary"]
+    lines = [
+        f"# Validation on {data['device']}",
+        "",
+        f"memmodel {data['memmodel_version']}, profile `{data['profile']['name']}`, started {data['started']}"
+        + (f", rescored {data['rescored']}" if data.get("rescored") else "")
+        + ".",
+        "",
+        f"Command: `{data['command']}`",
+        "",
+        "## Summary",
+        "",
+        "| quantity | median abs error | max abs error | kernels |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label, st in (
+        ("HBM bytes, memmodel", s["hbm_bytes"].get("model")),
+        ("HBM reads only, memmodel", s["hbm_bytes"].get("model_reads")),
+        ("HBM bytes, paper's formula (no L2)", s["hbm_bytes"].get("paper")),
+        ("HBM bytes, compulsory (each tensor once)", s["hbm_bytes"].get("compulsory")),
+        ("kernel time, memmodel", s.get("time")),
+    ):
+        if st:
+            lines.append(f"| {label} | {st['median_abs'] * 100:.1f}% | {st['max_abs'] * 100:.1f}% | {st['n']} |")
+    if s.get("speedups"):
+        lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
+        lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
+    lines += [
+        "",
+        "## HBM bytes per kernel (Nsight Compute, caches flushed before each kernel)",
+        "",
+        "Errors are (predicted − measured) / measured, with measured writes credited up to the L2 size "
+        "(lines still dirty in L2 when a kernel ends are not counted by Nsight Compute).",
+        "",
+        "| case | kernel | predicted | measured read + write | error | reads | paper | compulsory | CTAs/SM |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in data["cases"]:
+        for b in e.get("bytes", []):
+            pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
+            lines.append(
+                f"| {e['case']['id']} | {b['kernel']} | {format_bytes(pred)} | "
+                f"{format_bytes(b['measured_hbm_read_bytes'])} + {format_bytes(b['measured_hbm_write_bytes'])} | "
+                f"{_pct(b['error'])} | {_pct(b['read_error'])} | {_pct(b['paper_error'])} | {_pct(b['compulsory_error'])} | "
+                f"{e.get('measured_ctas_per_sm') or ''} |"
+            )
+    lines += [
+        "",
+        "## Time per kernel (CUDA events, median of repetitions)",
+        "",
+        "| case | step | predicted | measured | error | bound |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in data["cases"]:
+        if e.get("status") != "ok":
+            lines.append(f"| {e['case']['id']} | {e.get('status')} | {e.get('reason', '')} | | | |")
+            continue
+        for t in time_errors(e):
+            lines.append(
+                f"| {e['case']['id']} | {t['step']} | {format_time(t['predicted_s'])} | {format_time(t['measured_s'])} | "
+                f"{_pct(t['error'])} | {e['predicted'].get('bound', '')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    """Two log-log panels: HBM bytes and kernel time, predicted against measured."""
+    import importlib.util
+
+    from ..errors import MemmodelError
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MemmodelError("matplotlib is needed for --plot: pip install memmodel[plot]")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 5), dpi=100)
+    ax1, ax2 = fig.subplots(1, 2)
+    markers = {"standard": "s", "sdpa-flash": "o", "sdpa-cudnn": "D", "sdpa-efficient": "v", "triton": "^"}
+    seen: set[str] = set()
+    for e in data["cases"]:
+        impl = e["case"]["impl"]
+        for b in e.get("bytes", []):
+            meas = b["measured_hbm_read_bytes"] + b["measured_hbm_write_bytes"]
+            pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
+            paper = b["paper_hbm_bytes"]
+            label = impl if impl not in seen else None
+            seen.add(impl)
+            ax1.scatter(meas, pred, marker=markers.get(impl, "o"), facecolors="none", edgecolors="k", label=label)
+            ax1.scatter(
+                meas, paper, marker="x", color="0.6", label="paper's formula (no L2)" if "paper" not in seen else None
+            )
+            seen.add("paper")
+    for e in data["cases"]:
+        impl = e["case"]["impl"]
+        for t in time_errors(e):
+            ax2.scatter(
+                t["measured_s"], t["predicted_s"], marker=markers.get(impl, "o"), facecolors="none", edgecolors="k"
+            )
+    for ax, unit in ((ax1, "HBM bytes"), (ax2, "kernel time (s)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        lo, hi = ax.get_xlim()
+        lo2, hi2 = ax.get_ylim()
+        lo, hi = min(lo, lo2), max(hi, hi2)
+        ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8)
+        ax.fill_between(
+            [lo, hi],
+            [lo * 0.85, hi * 0.85],
+            [lo * 1.15, hi * 1.15],
+            color="0.9",
+            zorder=0,
+            label="±15%" if ax is ax1 else None,
+        )
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"measured {unit}")
+        ax.set_ylabel(f"predicted {unit}")
+        ax.grid(True, which="both", lw=0.3)
+    ax1.set_title("HBM bytes per kernel (Nsight Compute)")
+    ax2.set_title("Time per kernel (CUDA events)")
+    ax1.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"memmodel predictions on {data['device']} (profile {data['profile']['name']})")
+    fig.tight_layout()
+    import os
+
+    from ..errors import RuntimeFailure
+
+    tmp = f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
+    try:
+        fig.savefig(tmp, dpi=150)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise RuntimeFailure(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,119 @@
+"""Split-KV attention (Flash-Decoding): K/V cut into ``splits`` chunks processed by
+separate CTAs, each writing a partial O (fp32) and logsumexp; a combine kernel reduces them.
+
+Used by FA2 when the heuristic below (or ``--splits``) gives more than one split, which
+happens when batch × heads × Q blocks cannot fill the GPU: decoding (n = 1) and short
+prefills. For n = 1 with GQA the query heads of a group are processed as the rows of one
+Q block ("ngroups swapped"), so each K/V head is requested once, not once per query head.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import intmath
+from ..intmath import IntLike
+from ..workload import STAT_BYTES, Workload
+from . import l2 as l2m
+from .ledger import Kernel, KernelBuilder
+
+ACC_BYTES = 4
+
+
+def split_block_kv(d: int) -> int:
+    """K/V rows per block in FA2's split-KV kernels: 256 for d ≤ 64, 128 for d ≤ 128, else 64."""
+    return 256 if d <= 64 else (128 if d <= 128 else 64)
+
+
+def num_splits_heuristic(work_ctas: int, sm_slots: int, kv_blocks: int, max_splits: int = 128) -> int:
+    """Smallest split count whose wave efficiency is within 85 % of the best.
+
+    ``work_ctas`` = batch × heads × Q blocks; ``sm_slots`` = SMs × 2. With enough CTAs to
+    fill 80 % of the slots, 1. Split counts that give the same chunk length as one fewer
+    split are skipped. The wave efficiency of s splits is w / ⌈w⌉ with w = work·s / slots.
+    (FlashAttention-2's rule for its split-KV path, as documented in its sources.)
+    """
+    if work_ctas >= 0.8 * sm_slots:
+        return 1
+    limit = min(max_splits, sm_slots, kv_blocks)
+    if limit <= 1:
+        return 1
+
+    def eligible(s: int) -> bool:
+        return s == 1 or -(-kv_blocks // s) != -(-kv_blocks // (s - 1))
+
+    eff = {}
+    for s in range(1, limit + 1):
+        if eligible(s):
+            waves = work_ctas * s / sm_slots
+            eff[s] = waves / float(np.ceil(waves))
+    best = max(eff.values())
+    return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
+
+
+def choose_splits(w: Workload, sm_count: int, block_q: int = 64) -> IntLike:
+    """FA2's split count for ``w`` when decoding (n = 1); 1 otherwise (give ``splits`` to
+    model split-KV prefill)."""
+
+    def one(b: int, h: int, hk: int, n: int, nkv: int, d: int) -> int:
+        if n != 1:
+            return 1
+        rows, heads = (h // hk, hk) if h > hk else (n, h)
+        return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // split_block_kv(d)))
+
+    if w.is_grid:
+        # only decoding (n = 1) needs the heuristic: evaluate it there alone
+        arrays = np.broadcast_arrays(*(np.asarray(x) for x in (w.batch, w.heads, w.kv_heads_, w.n, w.n_kv_, w.d)))
+        out = np.ones(arrays[0].shape, dtype=np.int64)
+        decoding = arrays[3] == 1
+        if decoding.any():
+            out[decoding] = np.vectorize(one, otypes=[np.int64])(*(a[decoding] for a in arrays))
+        return out
+    return one(int(w.batch), int(w.heads), int(w.kv_heads_), int(w.n), int(w.n_kv_), int(w.d))
+
+
+def split_kv_kernels(ctx: object, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
+    from .flash import TileContext
+
+    assert isinstance(ctx, TileContext)
+    w = ctx.w
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    q = intmath.mul(bh, w.n, w.d, e)
+    swapped = np.asarray(w.n) == 1
+    kv_unique = w.kv_bytes()
+    # each (Q block of 64 rows, split) CTA requests its K/V chunk: per query head, once per
+    # Q block; with n = 1 and GQA the group's heads are one Q block of the K/V head
+    kv_per_q_head = intmath.mul(bh, w.n_kv_, w.d, e, intmath.ceil_div(w.n, 64))
+    kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
+    kv_req = int(kv_req) if np.ndim(kv_req) == 0 else kv_req.astype(np.int64)
+    partial_o = intmath.mul(bh, splits, w.n, w.d, ACC_BYTES)
+    partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
+    k = KernelBuilder("fa2_splitkv")
+    k.read("Q", "input", q, q, "B·H·N·d·e")
+    k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, "B·H_kv·N_kv·d·e (once across splits)")
+    k.read("V", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, "B·H_kv·N_kv·d·e (once across splits)")
+    k.write("O_partial", "intermediate", partial_o, "B·H·splits·N·d·4")
+    k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
+    scores = intmath.mul(bh, w.n, w.n_kv_)
+    heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
+    ctas = intmath.mul(
+        heads.astype(np.int64) if heads.ndim else int(heads),
+        splits,
+        intmath.ceil_div(intmath.mul(w.group, w.n) if np.all(swapped) else w.n, 64),
+    )
+    split = k.build(
+        matmul_flops=intmath.mul(4, scores, w.d),
+        softmax_flops=intmath.mul(4, scores),
+        exp_ops=scores,
+        concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
+        bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(int(np.max(w.d))), w.d, e),
+        overlap="serial-compute",
+    )
+    c = KernelBuilder("fa2_combine")
+    c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "B·H·splits·N·d·4")
+    c.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "B·H·splits·N·4")
+    c.write("O", "output", q, "B·H·N·d·e")
+    c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    combine = c.build(softmax_flops=intmath.mul(3, bh, splits, w.n, w.d), exp_ops=intmath.mul(bh, splits, w.n))
+    return [split, combine]

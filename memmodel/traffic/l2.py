@@ -1,0 +1,119 @@
+"""The L2 between SRAM and HBM: which of a kernel's requests reach HBM.
+
+Every read a kernel's loops request goes through L2 (level ``l2``); HBM traffic
+(level ``hbm``) is what misses. The rules, stated once and used by every algorithm:
+
+* **Compulsory**: the first touch of a tensor in a kernel reads it from HBM — unless the
+  L2 mode is ``on`` and the previous kernel left it in L2 (it fits in the effective
+  capacity), see :func:`carried_over`.
+* **Re-reads in lockstep**: a tiled kernel re-reads a tensor (K/V per Q block in FA2; Q, O
+  per K/V block in FA1; Q, dO per K/V block in the backward pass) from many thread
+  blocks (CTAs). CTAs that run at the same time and share the data read it from HBM once
+  (the first one misses, the others hit). Thread blocks of one head are launched next to
+  each other (the grid's fastest index is the block index within a head), so one head's
+  re-reads are served by ``waves = ⌈CTAs per head / concurrent CTAs⌉`` groups. Between
+  waves the data is re-read from HBM unless it stayed in L2: it does when the shared
+  data (one head's re-read tensor) fits in the L2's effective capacity.
+* **Effective capacity** is ``memory.l2.effective_capacity`` of the profile when given
+  (on H100/H200 the L2 is two partitions and data read by every SM is held in both, so
+  about half the L2 serves one data set), else the whole L2.
+* Writes all reach HBM eventually (write-back), whatever the mode.
+
+Modes: ``on`` (the above), ``cold`` (each kernel starts with an empty L2, as Nsight Compute
+measures by default), ``off`` (no L2 reuse at all: every request is an HBM access, the
+FlashAttention paper's view).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import intmath
+from ..intmath import IntLike
+
+L2_MODES = ("on", "cold", "off")
+
+
+@dataclass(frozen=True)
+class L2:
+    mode: str
+    capacity_bytes: float  # effective capacity for one data set read by every SM
+    concurrent_ctas: IntLike  # CTAs resident on the GPU at once for the kernel at hand
+    total_bytes: float = 0.0  # the whole L2 (for scattered re-reads); 0 = capacity_bytes
+
+    def with_ctas(self, ctas: IntLike) -> L2:
+        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes)
+
+    @property
+    def whole(self) -> float:
+        return self.total_bytes or self.capacity_bytes
+
+
+def fits(working_set: IntLike, l2: L2) -> IntLike | bool:
+    """True (or a boolean array) where ``working_set`` bytes stay in L2."""
+    if l2.mode == "off":
+        return False if not intmath.is_array(working_set) else np.zeros(np.shape(working_set), dtype=bool)
+    ws = np.asarray(intmath.to_float(working_set))
+    out = ws <= l2.capacity_bytes
+    return bool(out) if out.ndim == 0 else out
+
+
+def waves(ctas_sharing: IntLike, l2: L2) -> IntLike:
+    """Groups of concurrently running CTAs that one shared tensor is read by: ⌈n / concurrent⌉."""
+    return intmath.ceil_div(ctas_sharing, l2.concurrent_ctas)
+
+
+def _waves_spanned(groups: int, per_group: int, concurrent: int) -> int:
+    """Σ over ``groups`` consecutive runs of ``per_group`` CTAs of the waves (runs of
+    ``concurrent`` CTAs) each one overlaps: ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1."""
+    from .blocks import floor_sum
+
+    t, c = per_group, concurrent
+    return floor_sum(groups, c, t, t - 1) - floor_sum(groups, c, t, 0) + groups
+
+
+def waves_spanned(groups: IntLike, per_group: IntLike, concurrent: IntLike) -> IntLike:
+    if intmath.is_array(groups, per_group, concurrent):
+        from .blocks import floor_sum_array
+
+        g, t, c = (np.asarray(x, dtype=np.int64) for x in (groups, per_group, concurrent))
+        return floor_sum_array(g, c, t, t - 1) - floor_sum_array(g, c, t, 0) + g
+    return _waves_spanned(int(groups), int(per_group), int(concurrent))
+
+
+def reread_hbm(
+    unique: IntLike, requested: IntLike, ctas_sharing: IntLike, working_set: IntLike, l2: L2, groups: IntLike = 1
+) -> IntLike:
+    """HBM bytes for a tensor of ``unique`` bytes that a kernel requests ``requested`` bytes of.
+
+    ``groups`` runs of ``ctas_sharing`` consecutive CTAs each share one ``working_set``
+    (one head's K/V, say); ``unique`` is summed over the groups. Off: every request.
+    Else: once if it fits in L2, else once for every wave of concurrently running CTAs a
+    run overlaps (a run that straddles a wave boundary is read in both waves); never more
+    than requested.
+    """
+    if l2.mode == "off":
+        return requested
+    n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
+    ok = fits(working_set, l2)
+    if intmath.is_array(unique, n_waves, groups):
+        per_wave = np.round(
+            np.asarray(intmath.to_float(unique)) * np.asarray(n_waves) / np.asarray(intmath.to_float(groups))
+        ).astype(np.int64)
+    else:
+        per_wave = int(unique) * int(n_waves) // int(groups)
+    if not intmath.is_array(unique, requested, ctas_sharing, working_set, n_waves) and not isinstance(ok, np.ndarray):
+        return min(int(requested), int(unique) if ok else int(per_wave))
+    return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))
+
+
+def carried_over(nbytes: IntLike, l2: L2) -> IntLike:
+    """HBM read bytes of a tensor the previous kernel just wrote: 0 if it is still in L2 (mode on)."""
+    if l2.mode != "on":
+        return nbytes
+    ok = fits(nbytes, l2)
+    if isinstance(ok, np.ndarray):
+        return np.where(ok, 0, nbytes)
+    return 0 if ok else nbytes
