@@ -40,6 +40,8 @@ class MemoryLevel:
     latency_s: float
     #: Capacity that one data set can use (e.g. one L2 partition's share on H100/H200).
     effective_capacity_bytes: float | None = None
+    #: Bandwidth for writes, where it differs from reads (measured by calibrate)
+    write_bandwidth_bytes_per_s: float | None = None
 
     @property
     def usable_capacity_bytes(self) -> float:
@@ -126,6 +128,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "launch_overhead": ("time", False),
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
+    "memory.hbm.write_bandwidth": ("bandwidth", False),
     "memory.hbm.latency": ("time", True),
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),

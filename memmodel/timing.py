@@ -72,6 +72,8 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(f"{profile.name} gives no exp rate: exponentials are counted at the FP32 peak.")
     if profile.launch_overhead_s is None:
         out.append(f"{profile.name} gives no launch overhead: none is added.")
+    if profile.hbm.write_bandwidth_bytes_per_s:
+        out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
     return out
 
 
@@ -85,7 +87,14 @@ def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
-        if isinstance(moved, np.ndarray) or moved:
+        if not (isinstance(moved, np.ndarray) or moved):
+            continue
+        write_bw = profile.hbm.write_bandwidth_bytes_per_s if level == "hbm" else None
+        if write_bw:
+            reads = intmath.to_float(kernel.bytes(level=level, direction="read"))
+            writes = intmath.to_float(kernel.bytes(level=level, direction="write"))
+            terms[level] = reads / bandwidth[level] + writes / write_bw
+        else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
     if np.any(in_flight > 0):

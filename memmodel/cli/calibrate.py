@@ -90,15 +90,15 @@ def calibrate_cmd(
     else:
         _print_table(result, base_profile)
     for step, message in result["errors"].items():
-        click.echo(f"memmodel: warning: step {step} failed: {' '.join(message.split())}", err=True)
+        terminal.warning(f"step {step} failed: {message}")
     if output:
         if profile_error is not None or text is None:
             raise profile_error or MemmodelError("no profile to write")
         write_atomic(output, text, force=force)
         if fmt != "json":
-            terminal.console(stderr=True).print(f"wrote {output}")
+            terminal.note(f"wrote {output}")
     elif profile_error is not None and fmt != "json":
-        terminal.console(stderr=True).print(f"(no profile: {profile_error})")
+        terminal.note(f"(no profile: {profile_error})")
 
 
 def _print_table(result: dict[str, Any], base: Any) -> None:
@@ -125,10 +125,14 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
         ("HBM read (Triton)", get("hbm", "read", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM write (Triton)", get("hbm", "write", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM copy, read + write (Triton)", get("hbm", "copy", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM read (torch sum)", get("hbm", "read_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
+        ("HBM write (torch fill_)", get("hbm", "write_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("HBM copy (torch copy_)", get("hbm", "copy_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
         ("L2 read, 1/4 of L2", get("l2", "rate"), bw2, b and b.l2.bandwidth_bytes_per_s),
-        ("L2 effective capacity (knee)", get("l2_sweep", "knee_bytes"), mb, b and b.l2.effective_capacity_bytes),
-        ("L2 plateau ends (90 %)", get("l2_sweep", "plateau_end_bytes"), mb, None),
+        ("L2 knee, any SM each pass", get("l2_sweep", "knee_bytes"), mb, b and b.l2.effective_capacity_bytes),
+        ("L2 knee, near SM each pass", get("l2_sweep", "near_reader", "knee_bytes"), mb, None),
+        ("L2 knee, smid halves in turn", get("l2_split", "curves", "smid_half", "knee_bytes"), mb, None),
+        ("L2 knee, even/odd smid in turn", get("l2_split", "curves", "smid_parity", "knee_bytes"), mb, None),
         ("shared memory, all SMs", get("smem", "rate"), bw2, b and b.sram.bandwidth_bytes_per_s),
     ]
     for dtype in ("fp16", "bf16", "tf32", "fp32", "fp8"):
@@ -138,6 +142,7 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
         ("exp2", get("exp", "rate"), ex, b and b.exp_ops_per_s),
         ("L2 latency", get("latency", "l2", "latency_s"), t, b and b.l2.latency_s),
         ("DRAM latency", get("latency", "dram", "latency_s"), t, b and b.hbm.latency_s),
+        ("DRAM latency, 32 x L2 buffer", get("latency", "dram_large", "latency_s"), t, None),
         ("launch, host per launch", get("launch", "host_per_launch_s"), t, None),
         ("shortest kernel (events)", get("launch", "min_kernel_s"), t, None),
         ("per kernel in a CUDA graph", get("launch", "graph_per_kernel_s"), t, None),
@@ -167,14 +172,24 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
             table_rows,
         )
     )
-    points = (m.get("l2_sweep") or {}).get("points") or []
-    if points:
-        top = max(pt["bytes_per_s"] for pt in points)
+    sweep = m.get("l2_sweep") or {}
+    split = (m.get("l2_split") or {}).get("curves") or {}
+    curves = [
+        ("any SM", sweep.get("points")),
+        ("near SM", (sweep.get("near_reader") or {}).get("points")),
+        ("smid halves", (split.get("smid_half") or {}).get("points")),
+        ("smid even/odd", (split.get("smid_parity") or {}).get("points")),
+    ]
+    curves = [(name, pts) for name, pts in curves if pts]
+    if curves:
+        sizes = sorted({pt["bytes"] for _, pts in curves for pt in pts})
+        by_size = [{pt["bytes"]: pt["bytes_per_s"] for pt in pts} for _, pts in curves]
         con.print()
         con.print(
             terminal.table(
-                "[bold]L2 capacity sweep[/] (all SMs re-reading a buffer)",
-                [("buffer", "right"), ("bandwidth", "right"), ("of plateau", "right")],
-                [(mb(pt["bytes"]), bw2(pt["bytes_per_s"]), f"{pt['bytes_per_s'] / top:.0%}") for pt in points],
+                "[bold]L2 capacity sweep[/]: bandwidth of all SMs re-reading a buffer; in each pass a block is read "
+                "by any SM, a near SM, or the other of two SM groups",
+                [("buffer", "right")] + [(name, "right") for name, _ in curves],
+                [(mb(size), *(bw2(col[size]) if size in col else "" for col in by_size)) for size in sizes],
             )
         )
