@@ -5,7 +5,7 @@
 The same grid is evaluated two ways and both figures are printed:
 
 * vectorised: ``memmodel.sweep.evaluate(grid)`` — numpy, one ``compare`` call per
-  (GPU, dtype, tiled) group and chunk — timed whole (median of RUNS runs), in one process
+  (GPU, dtype, tiled) group and chunk — timed whole (median of RUNS runs, and the best), in one process
   and with the chunks shared out between one process per core (the default);
 * one by one: a random sample of SAMPLE configurations of the same grid, each through a
   scalar ``memmodel.compare`` call plus the same row fields, timed and extrapolated
@@ -51,13 +51,15 @@ def scalar_row(w: Workload, profile, tiled: str) -> list:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3, help="timed runs of the whole grid (median; default 3)")
+    parser.add_argument("--runs", type=int, default=5, help="timed runs of the whole grid (median; default 5)")
     parser.add_argument("--sample", type=int, default=2000, help="configurations evaluated one by one (default 2000)")
     args = parser.parse_args()
     profile = load_profile("a100")
     profiles = {"a100": profile}
     grid = Grid(gpus=("a100",), **GRID)
     print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on a100")
+    if hasattr(os, "getloadavg"):  # other work on the machine slows both paths down
+        print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
     evaluate(Grid(n="32:4096:+32", d="64", dtypes=("fp16",)), profiles)  # warm-up
     result = None
@@ -72,7 +74,7 @@ def main() -> int:
         seconds = statistics.median(times)
         rates[workers] = grid.size / seconds
         print(
-            f"vectorised, {what}: {seconds:.3f} s for the grid (median of {args.runs}) "
+            f"vectorised, {what}: {seconds:.3f} s for the grid (median of {args.runs}; best {min(times):.3f} s) "
             f"= {rates[workers]:,.0f} configurations/s"
         )
     vector_rate = rates[None]

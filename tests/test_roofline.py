@@ -140,6 +140,7 @@ def test_roofline_json_contract(run):
     data = json.loads(r.stdout)
     assert data["schema"] == "memmodel.roofline/1"
     assert data["workload"]["n"] == 2048 and data["tiled"] == "fa2"
+    assert data["options"]["l2"] == "on" and data["options"]["backward"] is False
     (gpu,) = data["gpus"]
     assert gpu["hardware"]["name"] == "a100"
     assert {c["name"] for c in gpu["ceilings"]} == {"hbm", "l2", "sram", "fp32", "tf32", "fp16/bf16", "exp"}

@@ -40,6 +40,7 @@ def roofline_to_dict(rooflines: Sequence[Roofline]) -> dict[str, Any]:
         "memmodel_version": __version__,
         "workload": first.workload.to_dict() if first else None,
         "tiled": first.tiled.traffic.variant if first else None,
+        "options": dict(vars(first.options)) if first else None,
         "gpus": gpus,
         "assumptions": assumptions,
     }

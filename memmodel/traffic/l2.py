@@ -96,8 +96,18 @@ def reread_hbm(
     """
     if l2.mode == "off":
         return requested
-    n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
     ok = fits(working_set, l2)
+    if isinstance(ok, np.ndarray) and intmath.is_array(groups, ctas_sharing, l2.concurrent_ctas):
+        # waves only matter where the working set does not fit: count them there alone
+        *factors, ok_b = np.broadcast_arrays(
+            *(np.asarray(x, dtype=np.int64) for x in (groups, ctas_sharing, l2.concurrent_ctas)), ok
+        )
+        n_waves = np.ones(ok_b.shape, dtype=np.int64)
+        if not ok_b.all():
+            need = ~ok_b
+            n_waves[need] = waves_spanned(*(f[need] for f in factors))
+    else:
+        n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
     if intmath.is_array(unique, n_waves, groups):
         per_wave = np.round(
             np.asarray(intmath.to_float(unique)) * np.asarray(n_waves) / np.asarray(intmath.to_float(groups))
