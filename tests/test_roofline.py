@@ -261,3 +261,19 @@ def test_roofline_workload_and_tiled_options(run):
     assert r.exit_code == 2 and "choose smaller blocks" in r.stderr
     r = run("roofline", "--dtype", "fp8")
     assert r.exit_code == 2 and "a100 has no fp8 compute peak" in r.stderr
+
+
+def test_roofline_takes_the_model_options_of_compare(run):
+    args = ["--n", "1", "--n-kv", "32768", "--d", "128", "--heads", "32", "--kv-heads", "8", "--dtype", "bf16"]
+    args += ["--gpu", "a100", "--l2", "cold", "--splits", "4", "--ctas-per-sm", "1"]
+    r = run("roofline", *args, "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["options"]["splits"] == 4 and data["options"]["l2"] == "cold"
+    compared = json.loads(run("compare", *args, "--format", "json").stdout)
+    kernels = [k["name"] for alg in compared["algorithms"] for k in alg["kernels"]]
+    points = [p for p in data["gpus"][0]["points"] if p["kernel"] != "total"]
+    assert [p["kernel"] for p in points] == kernels  # split-KV decode: fa2_splitkv and fa2_combine
+    r = run("roofline", "--n", "1024", "--d", "64", "--dtype", "fp16", "--causal", "--dropout", "0.1", "--backward")
+    assert r.exit_code == 0, r.stderr
+    assert "fa2_bwd" in r.stdout
