@@ -12,9 +12,10 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:+.1f}%"
 
 
-def markdown(data: dict[str, Any]) -> str:
+def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
+    """The record as markdown; ``brief``: the summary and the bytes table only (for the README)."""
     s = data["summary"]
-    lines = [
+    lines = [] if brief else [
         f"# Validation on {data['device']}",
         "",
         f"memmodel {data['memmodel_version']}, profile `{data['profile']['name']}`, started {data['started']}"
@@ -25,6 +26,8 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         "## Summary",
         "",
+    ]
+    lines += [
         "| quantity | median abs error | max abs error | kernels |",
         "| --- | --- | --- | --- |",
     ]
@@ -40,12 +43,14 @@ def markdown(data: dict[str, Any]) -> str:
     if s.get("speedups"):
         lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
         lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
-    lines += [
+    lines += [] if brief else [
         "",
         "## HBM bytes per kernel (Nsight Compute, caches flushed before each kernel)",
         "",
         "Errors are (predicted − measured) / measured, with measured writes credited up to the L2 size "
         "(lines still dirty in L2 when a kernel ends are not counted by Nsight Compute).",
+    ]
+    lines += [
         "",
         "| case | kernel | predicted | measured read + write | error | reads | paper | compulsory | CTAs/SM |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
