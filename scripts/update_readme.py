@@ -28,6 +28,8 @@ from pathlib import Path
 README = Path(__file__).resolve().parent.parent / "README.md"
 MARKER = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
 PLOT = re.compile(r"<!-- plot: (?P<cmd>memmodel .+?) -->")
+#: ``<!-- run-md: memmodel ... -->`` ... ``<!-- end -->``: the command prints markdown, pasted as is
+MARKDOWN = re.compile(r"(<!-- run-md: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
 
 def run(cmd: str) -> str:
@@ -42,7 +44,8 @@ def run(cmd: str) -> str:
 
 
 def render(text: str) -> str:
-    return MARKER.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
+    text = MARKER.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
+    return MARKDOWN.sub(lambda m: m.group(1) + run(m.group("cmd")) + m.group(4), text)
 
 
 def main() -> int:

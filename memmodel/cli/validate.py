@@ -68,7 +68,7 @@ from .options import format_option
     default=None,
     help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
 )
-@format_option(("table", "json", "markdown"))
+@format_option(("table", "json", "markdown", "summary"))
 def validate_cmd(
     *,
     gpu: str | None,
@@ -145,10 +145,10 @@ def _emit(data: dict[str, Any], fmt: str, plot_path: str | None) -> None:
         plot(data, plot_path)
     if fmt == "json":
         terminal.print_json(data)
-    elif fmt == "markdown":
+    elif fmt in ("markdown", "summary"):
         from ..report.validation import markdown
 
-        click.echo(markdown(data), nl=False)
+        click.echo(markdown(data, brief=fmt == "summary"), nl=False)
     else:
         _print_table(data)
 
@@ -169,7 +169,10 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
     csv_path = Path(path).with_suffix(".ncu.csv")
-    profile = load_profile(gpu or data["profile"]["name"])
+    recorded = data.get("profile") or {}
+    if gpu is None and recorded.get("path") and Path(recorded["path"]).is_file():
+        gpu = recorded["path"]
+    profile = load_profile(gpu or recorded.get("name") or "")
     new = rescore(data, csv_path.read_text(encoding="utf-8") if csv_path.exists() else None, profile)
     if output:
         write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=True)
