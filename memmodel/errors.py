@@ -21,3 +21,7 @@ class RuntimeFailure(MemmodelError):
     """Something failed while running (GPU, files, external tools)."""
 
     exit_code = 1
+
+
+class MissingDependency(MemmodelError):
+    """An optional extra (matplotlib, torch) that a requested feature needs is not installed."""

@@ -44,11 +44,15 @@ def mul(*factors: IntLike) -> IntLike:
         for f in factors:
             out *= int(f)
         return out
-    shadow = np.ones((), dtype=np.float64)
+    arrays = [np.asarray(f, dtype=np.int64) for f in factors]
     out_arr = np.ones((), dtype=np.int64)
+    for a in arrays:
+        out_arr = out_arr * a
+    if _bound(arrays, mul=True) < _EXACT_LIMIT:  # no product can reach 2^63: skip the shadow
+        return out_arr
+    shadow = np.ones((), dtype=np.float64)
     for f in factors:
         shadow = shadow * np.asarray(f, dtype=np.float64)
-        out_arr = out_arr * np.asarray(f, dtype=np.int64)
     if np.any(np.abs(shadow) >= _LIMIT):
         raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
     return out_arr
@@ -57,12 +61,26 @@ def mul(*factors: IntLike) -> IntLike:
 def add(*terms: IntLike) -> IntLike:
     if not is_array(*terms):
         return sum(int(t) for t in terms)
-    shadow = sum(np.asarray(t, dtype=np.float64) for t in terms)
-    if np.any(np.abs(shadow) >= _LIMIT):
-        raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
+    arrays = [np.asarray(t, dtype=np.int64) for t in terms]
+    if _bound(arrays, mul=False) >= _EXACT_LIMIT:  # a sum could reach 2^63: check with a float shadow
+        shadow = sum(np.asarray(t, dtype=np.float64) for t in terms)
+        if np.any(np.abs(shadow) >= _LIMIT):
+            raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
     out = np.zeros((), dtype=np.int64)
-    for t in terms:
-        out = out + np.asarray(t, dtype=np.int64)
+    for a in arrays:
+        out = out + a
+    return out
+
+
+_EXACT_LIMIT = 2**63 - 1
+
+
+def _bound(arrays: list[np.ndarray], *, mul: bool) -> int:
+    """An exact upper bound of |product| (or |sum|) of the arrays' elements, from their extremes."""
+    out = 1 if mul else 0
+    for a in arrays:
+        m = max(int(a.max()), -int(a.min())) if a.size else 0
+        out = out * m if mul else out + m
     return out
 
 

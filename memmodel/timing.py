@@ -21,7 +21,7 @@ is the sum of its kernels'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Union
 
 import numpy as np
@@ -43,6 +43,9 @@ class KernelTiming:
     terms: dict[str, Seconds]
     time_s: Seconds
     bound: Label
+    #: Grids only: ``bound`` as an int array indexing ``bound_names`` (cheaper than comparing labels).
+    bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
+    bound_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class AlgorithmTiming:
     kernels: tuple[KernelTiming, ...]
     time_s: Seconds
     bound: Label
+    #: Grids only: ``bound`` as an int array ``bound_index`` indexing ``bound_labels``.
+    bound_labels: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def assumptions(profile: Profile) -> list[str]:
@@ -109,18 +115,34 @@ def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
         terms["launch"] = launch
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
-    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index])
+    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))
+
+
+def _labels(k: KernelTiming) -> set[str]:
+    """The labels that bound ``k`` somewhere (on grids, found from the index, not the labels)."""
+    if k.bound_index is None:
+        return {str(x) for x in np.ravel(np.asarray(k.bound, dtype=object))}
+    names = k.bound_names
+    return {names[i] for i in np.flatnonzero(np.bincount(k.bound_index.ravel(), minlength=len(names)))}
+
+
+def _bound_by(k: KernelTiming, label: str) -> object:
+    """Where ``k`` is bound by ``label``: a bool (array)."""
+    if k.bound_index is None:
+        return np.asarray(k.bound, dtype=object) == label
+    names = k.bound_names
+    return k.bound_index == names.index(label) if label in names else False
 
 
 def algorithm_time(algorithm: AlgorithmTraffic, profile: Profile, dtype: str) -> AlgorithmTiming:
     kernels = tuple(kernel_time(k, profile, dtype) for k in algorithm.kernels)
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
-    labels = sorted({str(x) for k in kernels for x in np.ravel(np.asarray(k.bound, dtype=object))})
+    labels = sorted(set().union(*(_labels(k) for k in kernels)))
     share = np.stack(
         [
             sum(
-                (np.where(np.asarray(k.bound, dtype=object) == label, k.time_s, 0.0) for k in kernels),
+                (np.where(_bound_by(k, label), k.time_s, 0.0) for k in kernels),
                 np.float64(0.0),
             )
             * np.ones_like(total)
@@ -130,4 +152,4 @@ def algorithm_time(algorithm: AlgorithmTraffic, profile: Profile, dtype: str) ->
     best = share.argmax(axis=0)
     if np.ndim(total) == 0:
         return AlgorithmTiming(kernels, float(total), labels[int(best)])
-    return AlgorithmTiming(kernels, total, np.asarray(labels, dtype=object)[best])
+    return AlgorithmTiming(kernels, total, np.asarray(labels, dtype=object)[best], tuple(labels), best)

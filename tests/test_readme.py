@@ -16,7 +16,7 @@ def test_readme_example_output_is_generated_by_the_tool():
 def test_readme_set_up_commands_match_ci():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
-    test_command = "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest"
+    test_command = "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test,interpret]' && pytest"
     assert test_command in readme
     assert test_command in ci
     assert "pip install . && memmodel compare --n 4096 --d 768" in readme

@@ -117,11 +117,15 @@ def _register() -> None:
     from .calibrate import calibrate_cmd
     from .compare import compare_cmd
     from .hardware import hardware_group
+    from .roofline import roofline_cmd
+    from .sweep import sweep_cmd
     from .validate import validate_cmd
 
     cli.add_command(calibrate_cmd)
     cli.add_command(compare_cmd)
     cli.add_command(hardware_group)
+    cli.add_command(roofline_cmd)
+    cli.add_command(sweep_cmd)
     cli.add_command(validate_cmd)
 
 

@@ -76,10 +76,27 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
     return [CompletionItem(name) for name in available() if name.startswith(incomplete.lower())]
 
 
-def workload_options(func: F) -> F:
+def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:
+    """--n, --d, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
+
+    Bare (``@workload_options``) --n and --d are required; ``@workload_options(n=4096,
+    d=768)`` makes them optional with those defaults.
+    """
+    if func is None:
+        return lambda f: _workload_options(f, n, d)
+    return _workload_options(func, n, d)
+
+
+def _size_option(flag: str, name: str, default: int | None, help_text: str) -> Callable[[F], F]:
+    if default is None:
+        return click.option(flag, name, type=POSITIVE, required=True, help=help_text)
+    return click.option(flag, name, type=POSITIVE, default=default, show_default=True, help=help_text)
+
+
+def _workload_options(func: F, n: int | None, d: int | None) -> F:
     options = [
-        click.option("--n", "n", type=POSITIVE, required=True, help="Sequence length N (query length)."),
-        click.option("--d", "d", type=POSITIVE, required=True, help="Head dimension d."),
+        _size_option("--n", "n", n, "Sequence length N (query length)."),
+        _size_option("--d", "d", d, "Head dimension d."),
         click.option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
         click.option("--heads", type=POSITIVE, default=1, show_default=True, help="Attention heads H."),
         click.option(
@@ -192,6 +209,18 @@ def build_options(kw: dict[str, Any]) -> Any:
     return Options(
         **{k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
     )
+
+
+def plot_option(func: F) -> F:
+    return click.option(
+        "--plot",
+        "plot",
+        type=click.Path(dir_okay=False, writable=True, path_type=str),
+        default=None,
+        metavar="FILE",
+        help="Also draw the chart to FILE; the suffix picks the format: .png, .svg or .pdf (needs matplotlib: "
+        "pip install memmodel[plot]).",
+    )(func)
 
 
 def format_option(choices: tuple[str, ...] = ("table", "json", "csv")) -> Callable[[F], F]:

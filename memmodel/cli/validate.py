@@ -68,7 +68,7 @@ from .options import format_option
     default=None,
     help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
 )
-@format_option(("table", "json", "markdown"))
+@format_option(("table", "json", "markdown", "summary"))
 def validate_cmd(
     *,
     gpu: str | None,
@@ -156,10 +156,10 @@ def _emit(data: dict[str, Any], fmt: str, plot_path: str | None) -> None:
         plot(data, plot_path)
     if fmt == "json":
         terminal.print_json(data)
-    elif fmt == "markdown":
+    elif fmt in ("markdown", "summary"):
         from ..report.validation import markdown
 
-        click.echo(markdown(data), nl=False)
+        click.echo(markdown(data, brief=fmt == "summary"), nl=False)
     else:
         _print_table(data)
 
@@ -184,7 +184,10 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
         raise MemmodelError(f"{path}: not a complete validate record: {problem}")
     csv_path = Path(path).with_suffix(".ncu.csv")
     ncu_csv = read_text(csv_path, what="Nsight Compute CSV") if csv_path.exists() else None
-    profile = load_profile(gpu or data["profile"]["name"])
+    recorded = data.get("profile") or {}
+    if gpu is None and isinstance(recorded, dict) and recorded.get("path") and Path(str(recorded["path"])).is_file():
+        gpu = str(recorded["path"])
+    profile = load_profile(gpu or (recorded.get("name") if isinstance(recorded, dict) else None) or "")
     # a record edited by hand or damaged: the fields _record_problem does not check are read
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)

@@ -15,18 +15,22 @@ def _pct(x: float | None) -> str:
 def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     """The record as markdown; ``brief``: the summary and the bytes table only (for the README)."""
     s = data["summary"]
-    lines = [] if brief else [
-        f"# Validation on {data['device']}",
-        "",
-        f"memmodel {data['memmodel_version']}, profile `{data['profile']['name']}`, started {data['started']}"
-        + (f", rescored {data['rescored']}" if data.get("rescored") else "")
-        + ".",
-        "",
-        f"Command: `{data['command']}`",
-        "",
-        "## Summary",
-        "",
-    ]
+    lines = (
+        []
+        if brief
+        else [
+            f"# Validation on {data['device']}",
+            "",
+            f"memmodel {data['memmodel_version']}, profile `{data['profile']['name']}`, started {data['started']}"
+            + (f", rescored {data['rescored']}" if data.get("rescored") else "")
+            + ".",
+            "",
+            f"Command: `{data['command']}`",
+            "",
+            "## Summary",
+            "",
+        ]
+    )
     lines += [
         "| quantity | median abs error | max abs error | kernels |",
         "| --- | --- | --- | --- |",
@@ -43,13 +47,17 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     if s.get("speedups"):
         lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
         lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
-    lines += [] if brief else [
-        "",
-        "## HBM bytes per kernel (Nsight Compute, caches flushed before each kernel)",
-        "",
-        "Errors are (predicted − measured) / measured, with measured writes credited up to the L2 size "
-        "(lines still dirty in L2 when a kernel ends are not counted by Nsight Compute).",
-    ]
+    lines += (
+        []
+        if brief
+        else [
+            "",
+            "## HBM bytes per kernel (Nsight Compute, caches flushed before each kernel)",
+            "",
+            "Errors are (predicted − measured) / measured, with measured writes credited up to the L2 size "
+            "(lines still dirty in L2 when a kernel ends are not counted by Nsight Compute).",
+        ]
+    )
     lines += [
         "",
         "| case | kernel | predicted | measured read + write | error | reads | paper | compulsory | CTAs/SM |",
@@ -64,6 +72,8 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
                 f"{_pct(b['error'])} | {_pct(b['read_error'])} | {_pct(b['paper_error'])} | {_pct(b['compulsory_error'])} | "
                 f"{e.get('measured_ctas_per_sm') or ''} |"
             )
+    if brief:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         "## Time per kernel (CUDA events, median of repetitions)",

@@ -28,6 +28,32 @@ def floor_sum(n: int, m: int, a: int, b: int) -> int:
         m, a = a, m
 
 
+def floor_sum_array(n: Any, m: Any, a: Any, b: Any) -> np.ndarray:
+    """:func:`floor_sum` elementwise over arrays that broadcast, with the same steps run on
+    all the elements still unfinished at once (O(log) numpy passes, not a Python loop per
+    element). Exact: falls back to :func:`floor_sum` per element when int64 could overflow."""
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n, m, a, b)))
+    n, m, a, b = (x.ravel().copy() for x in arrays)
+    shape = arrays[0].shape
+    if n.size == 0:
+        return np.zeros(shape, dtype=np.int64)
+    if int(n.max()) ** 2 * (int(a.max()) + int(b.max()) + int(m.max()) + 1) >= 2**62:
+        return np.vectorize(floor_sum, otypes=[np.int64])(*arrays)
+    total = np.zeros(n.shape, dtype=np.int64)
+    idx = np.arange(n.size)
+    while idx.size:
+        nn, mm, aa, bb = n[idx], m[idx], a[idx], b[idx]
+        t = total[idx] + (nn - 1) * nn // 2 * (aa // mm) + nn * (bb // mm)
+        aa, bb = aa % mm, bb % mm
+        y = aa * nn + bb
+        total[idx] = t
+        going = y >= mm
+        idx, y, mm, aa = idx[going], y[going], mm[going], aa[going]
+        n[idx], b[idx] = y // mm, y % mm
+        m[idx], a[idx] = aa, mm
+    return total.reshape(shape)
+
+
 def _causal_visited_scalar(n: int, n_kv: int, b_r: int, b_c: int) -> int:
     """K/V blocks visited, summed over Q blocks, with bottom-right causal alignment
     (query row r sees keys ≤ r + n_kv − n; FlashAttention ≥ 2.1's convention)."""

@@ -62,7 +62,13 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64) -> IntLike:
         return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // split_block_kv(d)))
 
     if w.is_grid:
-        return np.vectorize(one, otypes=[np.int64])(w.batch, w.heads, w.kv_heads_, w.n, w.n_kv_, w.d)
+        # only decoding (n = 1) needs the heuristic: evaluate it there alone
+        arrays = np.broadcast_arrays(*(np.asarray(x) for x in (w.batch, w.heads, w.kv_heads_, w.n, w.n_kv_, w.d)))
+        out = np.ones(arrays[0].shape, dtype=np.int64)
+        decoding = arrays[3] == 1
+        if decoding.any():
+            out[decoding] = np.vectorize(one, otypes=[np.int64])(*(a[decoding] for a in arrays))
+        return out
     return one(int(w.batch), int(w.heads), int(w.kv_heads_), int(w.n), int(w.n_kv_), int(w.d))
 
 

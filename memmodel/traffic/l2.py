@@ -74,12 +74,12 @@ def _waves_spanned(groups: int, per_group: int, concurrent: int) -> int:
     return floor_sum(groups, c, t, t - 1) - floor_sum(groups, c, t, 0) + groups
 
 
-_waves_spanned_vec = np.vectorize(_waves_spanned, otypes=[np.int64])
-
-
 def waves_spanned(groups: IntLike, per_group: IntLike, concurrent: IntLike) -> IntLike:
     if intmath.is_array(groups, per_group, concurrent):
-        return _waves_spanned_vec(groups, per_group, concurrent)
+        from .blocks import floor_sum_array
+
+        g, t, c = (np.asarray(x, dtype=np.int64) for x in (groups, per_group, concurrent))
+        return floor_sum_array(g, c, t, t - 1) - floor_sum_array(g, c, t, 0) + g
     return _waves_spanned(int(groups), int(per_group), int(concurrent))
 
 
@@ -96,8 +96,18 @@ def reread_hbm(
     """
     if l2.mode == "off":
         return requested
-    n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
     ok = fits(working_set, l2)
+    if isinstance(ok, np.ndarray) and intmath.is_array(groups, ctas_sharing, l2.concurrent_ctas):
+        # waves only matter where the working set does not fit: count them there alone
+        *factors, ok_b = np.broadcast_arrays(
+            *(np.asarray(x, dtype=np.int64) for x in (groups, ctas_sharing, l2.concurrent_ctas)), ok
+        )
+        n_waves = np.ones(ok_b.shape, dtype=np.int64)
+        if not ok_b.all():
+            need = ~ok_b
+            n_waves[need] = waves_spanned(*(f[need] for f in factors))
+    else:
+        n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
     if intmath.is_array(unique, n_waves, groups):
         per_wave = np.round(
             np.asarray(intmath.to_float(unique)) * np.asarray(n_waves) / np.asarray(intmath.to_float(groups))

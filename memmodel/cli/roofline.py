@@ -1,0 +1,200 @@
+"""``memmodel roofline``: the hierarchical roofline of one or more GPUs, with a workload's kernels on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .options import (
+    build_options,
+    build_workload,
+    format_option,
+    gpu_option,
+    model_options,
+    plot_option,
+    workload_options,
+)
+
+
+@click.command("roofline")
+@workload_options(n=4096, d=768)
+@gpu_option(multiple=True)
+@model_options
+@plot_option
+@format_option()
+def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any) -> None:
+    """Hierarchical roofline: memory roofs (HBM, L2, SRAM), compute roofs (FP32, TF32,
+    FP16/BF16, FP8, exp unit), their ridge points, and the standard and tiled kernels of a
+    workload at their arithmetic intensity per level, with predicted performance and time.
+
+    --gpu may be repeated to compare GPUs on one chart.
+
+    Example: memmodel roofline --gpu a100 --gpu h100-sxm --n 4096 --d 64 --dtype fp16 --plot roofline.png
+    """
+    from .. import compare
+    from ..hardware import load_profile
+    from ..roofline import roofline
+
+    if plot:
+        from ..report.plots import check_plot_path
+
+        check_plot_path(plot)
+    workload = build_workload(kw)
+    options = build_options(kw)
+    rooflines = []
+    for spec in gpu or ("a100",):
+        profile = load_profile(spec)
+        rooflines.append(roofline(profile, compare(workload, profile, options)))
+    from . import terminal
+
+    if fmt == "json":
+        from ..report.roofline import roofline_to_dict
+
+        terminal.print_json(roofline_to_dict(rooflines))
+    elif fmt == "csv":
+        from ..report.roofline import ROOFLINE_CSV_COLUMNS, roofline_csv_rows
+
+        terminal.print_csv(ROOFLINE_CSV_COLUMNS, roofline_csv_rows(rooflines))
+    else:
+        _print_table(rooflines)
+    if plot:
+        from ..report.plots import roofline_plot
+
+        roofline_plot(rooflines, plot)
+        terminal.note(f"wrote {plot}")
+
+
+def _print_table(rooflines: list[Any]) -> None:
+    from ..report.textchart import roofline_chart
+    from ..roofline import LEVEL_LABELS
+    from ..traffic.ledger import LEVELS
+    from ..units import format_bandwidth, format_rate, format_time
+    from . import terminal
+
+    con = terminal.console()
+    w = rooflines[0].comparison.workload
+    gpus = " vs ".join(f"{r.profile.full_name} ({r.profile.name})" for r in rooflines)
+    con.print(
+        f"[bold]Roofline[/] · {gpus} · batch {w.batch} · heads {w.heads} · N {w.n} · d {w.d} · {w.dtype}",
+        soft_wrap=True,
+    )
+
+    # Ceilings: one row per roof, one column per GPU.
+    names: list[tuple[str, str, str]] = []
+    for r in rooflines:
+        for c in r.ceilings:
+            if (c.name, c.kind, c.label) not in names:
+                names.append((c.name, c.kind, c.label))
+    rows = []
+    for name, kind, label in names:
+        cells = []
+        for r in rooflines:
+            try:
+                c = r.ceiling(name)
+            except KeyError:
+                cells.append("—")
+                continue
+            if c.unit == "B/s":
+                cells.append(format_bandwidth(c.value))
+            elif c.unit == "exp/s":
+                cells.append(format_rate(c.value, "op/s"))
+            else:
+                cells.append(format_rate(c.value))
+        rows.append((label, kind, *cells))
+    con.print()
+    con.print("[bold]Ceilings[/]")
+    con.print(
+        terminal.table(
+            None,
+            [("roof", "left"), ("kind", "left"), *((r.profile.name, "right") for r in rooflines)],
+            rows,
+        )
+    )
+
+    # Ridge points: rows (GPU, memory level), columns compute roofs.
+    computes: list[str] = []
+    for r in rooflines:
+        for c in r.compute_ceilings:
+            if c.name not in computes:
+                computes.append(c.name)
+    rows = []
+    for r in rooflines:
+        for m in r.memory_ceilings:
+            cells = []
+            for name in computes:
+                try:
+                    cells.append(f"{r.ridge(m.name, name):.1f}")
+                except KeyError:
+                    cells.append("—")
+            rows.append(((r.profile.name,) if len(rooflines) > 1 else ()) + (LEVEL_LABELS[m.name], *cells))
+    headers = [("exp/B" if name == "exp" else name, "right") for name in computes]
+    con.print()
+    con.print(
+        "[bold]Ridge points[/] (FLOP/B at which a memory roof meets a compute roof; exp/B for the exp unit)",
+        soft_wrap=True,
+    )
+    con.print(
+        terminal.table(
+            None,
+            [*((("gpu", "left"),) if len(rooflines) > 1 else ()), ("memory", "left"), *headers],
+            rows,
+        )
+    )
+
+    con.print()
+    con.print(terminal.plain(roofline_chart(rooflines, width=min(terminal.width(), 80))))
+
+    # Kernel points.
+    rows = []
+    for r in rooflines:
+        for p in r.points:
+            if p.is_total and p.algorithm == "tiled" and sum(1 for q in r.points if q.algorithm == "tiled") == 2:
+                continue  # the tiled algorithm is one kernel: its total repeats it
+            intensities = [f"{p.intensity[lv]:.1f}" if p.intensity[lv] is not None else "—" for lv in LEVELS]
+            kernel = terminal.markup(f"[dim]{terminal.escape(p.kernel)}[/]") if p.is_total else p.kernel
+            rows.append(
+                ((r.profile.name,) if len(rooflines) > 1 else ())
+                + (
+                    p.algorithm if p.algorithm == "standard" else f"tiled ({p.variant})",
+                    kernel,
+                    *intensities,
+                    format_rate(p.performance_flops_per_s),
+                    format_time(p.time_s),
+                    f"{p.bound} ({_roof_label(r, p.roof)})" if p.bound != p.roof else _roof_label(r, p.roof),
+                )
+            )
+        if len(rooflines) > 1:
+            rows.append(None)
+    if rows and rows[-1] is None:
+        rows.pop()
+    con.print()
+    con.print(
+        "[bold]Kernels[/] (intensity I in FLOP/B per level; — where the ledger has no bytes at that level)",
+        soft_wrap=True,
+    )
+    con.print(
+        terminal.table(
+            None,
+            [
+                *((("gpu", "left"),) if len(rooflines) > 1 else ()),
+                ("algorithm", "left"),
+                ("kernel", "left"),
+                *((f"I {LEVEL_LABELS[lv]}", "right") for lv in LEVELS),
+                ("attainable", "right"),
+                ("time", "right"),
+                ("bound by", "left"),
+            ],
+            rows,
+        )
+    )
+    for r in rooflines:
+        for line in r.comparison.warnings:
+            con.print(f"[yellow]warning:[/] {line}", soft_wrap=True)
+
+
+def _roof_label(r: Any, name: str) -> str:
+    """Short roof names for the table: HBM, L2, SRAM, FP32, FP16/BF16, EXP ..."""
+    from ..roofline import LEVEL_LABELS
+
+    return LEVEL_LABELS.get(name, name.upper())

@@ -1,0 +1,253 @@
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from memmodel import Workload, compare, load_profile
+from memmodel.errors import WorkloadError
+from memmodel.sweep import MAX_CONFIGURATIONS, SWEEP_COLUMNS, Grid, evaluate, parse_values
+
+from .conftest import REPO
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("4096", (4096,)),
+        ("64,128", (64, 128)),
+        ("512:65536:x2", (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)),
+        ("512:4096:+512", (512, 1024, 1536, 2048, 2560, 3072, 3584, 4096)),
+        ("512:5000:x4", (512, 2048)),  # the stop is included only when reached
+        ("100:400:x1.5", (100, 150, 225, 338)),  # 100·1.5³ = 337.5, rounded
+        ("64,96:256:+32,64", (64, 96, 128, 160, 192, 224, 256)),  # duplicates dropped, order kept
+        (" 8 , 16 ", (8, 16)),
+    ],
+)
+def test_grid_syntax(text, values):
+    assert parse_values(text, "n") == values
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("abc", "n: cannot read 'abc' in 'abc'; use N, a list A,B,C, START:STOP:xFACTOR"),
+        ("512:65536", "cannot read '512:65536'"),
+        ("512:65536:y2", "cannot read '512:65536:y2'"),
+        ("64,,128", "cannot read ''"),
+        ("", "cannot read ''"),
+        ("4096:512:x2", "must run upwards"),
+        ("512:4096:x1", "factor of '512:4096:x1' must be greater than 1"),
+        ("512:4096:+0", "step of '512:4096:+0' must be a positive integer"),
+        ("512:4096:+1.5", "step of '512:4096:+1.5' must be a positive integer"),
+        ("0", "0 in '0' is not a positive integer"),
+        ("1:2000000:+1", "has more than 1,000,000 values"),
+    ],
+)
+def test_grid_syntax_errors(text, message):
+    with pytest.raises(WorkloadError, match=re.escape(message)):
+        parse_values(text, "n")
+
+
+def test_grid_size_limit():
+    Grid(n="1:1000000:+1", d="64:640:+64", dtypes="fp16")  # 10 × 1,000,000 = the limit: accepted
+    with pytest.raises(WorkloadError, match="the grid has 11,000,000 configurations .* the limit is 10,000,000"):
+        Grid(n="1:1000000:+1", d="64:704:+64", dtypes="fp16")
+    assert MAX_CONFIGURATIONS == 10_000_000
+
+
+def test_sweep_rows_match_scalar_compare_calls():
+    p = load_profile("a100")
+    grid = Grid(n=(100, 1000, 4096), d=(64, 128), batch=(1, 3), heads=(8,), kv_heads=(2, 8), dtypes=("fp16", "fp32"))
+    result = evaluate(grid, {"a100": p})
+    rows = list(result.rows())
+    assert len(rows) == 2 * grid.size == 2 * 3 * 2 * 2 * 2 * 2
+    assert [r["algorithm"] for r in rows[:4]] == ["standard", "tiled", "standard", "tiled"]
+    # n varies fastest, then kv_heads, heads, batch, d; then dtype
+    assert [r["n"] for r in rows[:6:2]] == [100, 1000, 4096]
+    for std, til in zip(rows[0::2], rows[1::2]):
+        w = Workload(
+            n=std["n"], d=std["d"], batch=std["batch"], heads=std["heads"], kv_heads=std["kv_heads"], dtype=std["dtype"]
+        )
+        one = compare(w, p)
+        for row, ev in ((std, one.standard), (til, one.tiled)):
+            for level in ("hbm", "l2", "sram"):
+                assert row[f"{level}_read_bytes"] == ev.traffic.bytes(level=level, direction="read")
+                assert row[f"{level}_write_bytes"] == ev.traffic.bytes(level=level, direction="write")
+                assert row[f"{level}_bytes"] == ev.traffic.bytes(level=level)
+            assert row["flops"] == ev.traffic.flops and row["exp_ops"] == ev.traffic.exp_ops
+            assert row["predicted_time_s"] == pytest.approx(ev.timing.time_s, rel=1e-12)
+            assert row["bound"] == ev.timing.bound
+            assert row["variant"] == ev.traffic.variant
+            for key, value in one.ratios().items():
+                assert row[f"ratio_{key}"] == pytest.approx(value, rel=1e-12)
+        assert (std["block_q"], std["block_kv"]) == (None, None)
+        assert (til["block_q"], til["block_kv"]) == (
+            one.tiled.traffic.params["block_q"],
+            one.tiled.traffic.params["block_kv"],
+        )
+
+
+def test_a_large_grid_is_chunked_and_still_exact():
+    import memmodel.sweep as sw
+
+    p = load_profile("a100")
+    n_max = sw.CHUNK + 5000
+    result = evaluate(Grid(n=f"1:{n_max}:+1", d=(64,), dtypes=("fp16",)), {"a100": p})
+    assert len(result) == 2 * n_max
+    for i in (0, 2 * (sw.CHUNK - 1), 2 * sw.CHUNK + 1, 2 * n_max - 1):  # around the chunk boundary
+        row = next(result.rows(i, i + 1))
+        one = compare(Workload(n=row["n"], d=64, dtype="fp16"), p)
+        ev = one.standard if row["algorithm"] == "standard" else one.tiled
+        assert row["hbm_bytes"] == ev.traffic.hbm_bytes and row["bound"] == ev.timing.bound
+
+
+def test_worker_processes_give_the_same_result():
+    p = {"a100": load_profile("a100"), "h200": load_profile("h200")}
+    grid = Grid(n="64:65536:+64", d=(64, 128), heads=(8, 32), dtypes=("fp16", "fp32"), gpus=("a100", "h200"))
+    one = evaluate(grid, p, workers=1)
+    two = evaluate(grid, p, workers=2)
+    for column in SWEEP_COLUMNS:
+        assert np.array_equal(one.column(column), two.column(column)), column
+    assert one.categories == two.categories
+
+
+def test_overflowing_sizes_are_refused_not_wrapped(run):
+    with pytest.raises(WorkloadError, match=r"past int64 \(9.2e18\), e.g. at n=10000000, d=128, batch=100000"):
+        evaluate(Grid(n=(4096, 10_000_000), d=(128,), batch=(100_000,), dtypes=("fp16",)))
+    r = run("sweep", "--n", "4096,10000000", "--batch", "100000", "--d", "128", "--dtype", "fp16")
+    assert r.exit_code == 2 and "past int64" in r.stderr and r.stdout == ""
+
+
+def test_sweep_csv_columns_are_stable_and_documented(run):
+    r = run("sweep", "--n", "1024,4096", "--d", "64", "--dtype", "fp16", "--format", "csv")
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert tuple(rows[0]) == SWEEP_COLUMNS
+    assert SWEEP_COLUMNS[:11] == (
+        "gpu",
+        "dtype",
+        "batch",
+        "heads",
+        "kv_heads",
+        "n",
+        "d",
+        "algorithm",
+        "variant",
+        "block_q",
+        "block_kv",
+    )
+    assert len(rows) == 4
+    assert rows[0]["block_q"] == "" and rows[1]["block_q"] == "64"
+    assert int(rows[0]["hbm_bytes"]) == int(rows[0]["hbm_read_bytes"]) + int(rows[0]["hbm_write_bytes"])
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Sweeps") :]
+    for column in SWEEP_COLUMNS:
+        assert f"`{column}`" in section or column in section.split("```")[0], column
+
+
+def test_sweep_jsonl(run):
+    r = run("sweep", "--n", "512:2048:x2", "--d", "64,128", "--tiled", "fa1", "--format", "jsonl")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(rows) == 3 * 2 * 2
+    assert list(rows[0]) == list(SWEEP_COLUMNS)
+    assert rows[0]["block_q"] is None and rows[1]["variant"] == "fa1"
+    assert isinstance(rows[0]["hbm_bytes"], int)
+
+
+def test_sweep_table(run):
+    r = run("sweep", "--n", "512:131072:x4", "--d", "64,128", "--dtype", "fp16")
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    assert out.startswith("Sweep · gpu a100 · dtype fp16 · batch 1 · heads 1 · tiled fa2")
+    assert "HBM std" in out and "bound s/t" in out and "hbm/" in out
+    assert len([line for line in out.splitlines() if re.match(r"\s*(64|128)\s+\d+", line)]) == 2 * 5
+
+
+def test_sweep_option_errors(run):
+    cases = [
+        (["--n", "512:x", "--d", "64"], "Invalid value for '--n': cannot read '512:x'"),
+        (["--n", "512", "--d", "64:32:+1"], "Invalid value for '--d': range '64:32:+1' must run upwards"),
+        (["--n", "512", "--d", "64", "--batch", "0"], "Invalid value for '--batch': 0 in '0' is not a positive"),
+        (["--n", "512", "--d", "64", "--dtype", "fp16,fp64"], "Invalid value for '--dtype': 'fp64' is not one of"),
+        (["--n", "512", "--d", "64", "--tiled", "fa3"], "Invalid value for '--tiled': 'fa3' is not one of fa1, fa2"),
+        (["--n", "512", "--d", "64", "--gpu", "nosuch"], "unknown GPU 'nosuch'"),
+        (["--n", "1:1000000:+1", "--d", "1:11:+1"], "the grid has 11,000,000 configurations"),
+        (["--n", "1:100000:+1", "--d", "64"], "a table of 100,000 workloads is too long to read"),
+        (["--n", "512", "--d", "64", "--dtype", "fp8"], "a100 has no fp8 compute peak"),
+        (["--n", "512", "--d", "100000"], "head dimension d=100000 is too large"),
+        (["--d", "64"], "Missing option '--n'"),
+    ]
+    for args, fragment in cases:
+        r = run("sweep", *args)
+        assert r.exit_code == 2, (args, r.output)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("memmodel: error: "), r.stderr
+        assert fragment in lines[0], (fragment, lines[0])
+        assert r.stdout == ""
+
+
+def test_sweep_skips_what_cannot_run_and_says_so(run, tmp_path):
+    r = run("sweep", "--n", "512", "--d", "64", "--heads", "8", "--kv-heads", "3,8", "--format", "csv")
+    assert r.exit_code == 0
+    assert "note: skipped 1 of 2 workloads where kv_heads does not divide heads" in r.stderr
+    assert [row["kv_heads"] for row in csv.DictReader(io.StringIO(r.stdout))] == ["8", "8"]
+    fp8 = tmp_path / "a100-fp8.yaml"
+    text = (REPO / "hardware" / "a100.yaml").read_text().replace("name: a100", "name: a100-fp8")
+    fp8.write_text(text.replace("  bf16:", "  fp8: {value: 624 TFLOP/s, source: datasheet}\n  bf16:"))
+    r = run("sweep", "--n", "512", "--d", "64", "--gpu", f"a100,{fp8}", "--dtype", "fp16,fp8", "--format", "csv")
+    assert r.exit_code == 0, r.stderr
+    assert "note: skipped a100 × fp8: a100 has no fp8 compute peak" in r.stderr
+    groups = {(row["gpu"], row["dtype"]) for row in csv.DictReader(io.StringIO(r.stdout))}
+    assert groups == {("a100", "fp16"), (str(fp8), "fp16"), (str(fp8), "fp8")}
+
+
+def test_sweep_output_file_is_atomic_and_not_clobbered(run, tmp_path):
+    out = tmp_path / "sweep.csv"
+    args = ["sweep", "--n", "512:4096:x2", "--d", "64", "--format", "csv", "--output", str(out)]
+    r = run(*args)
+    assert r.exit_code == 0 and r.stdout == ""
+    assert "wrote 8 rows to" in r.stderr
+    first = out.read_text()
+    assert first.splitlines()[0] == ",".join(SWEEP_COLUMNS) and len(first.splitlines()) == 9
+    assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # not mkstemp's private mode
+    r = run(*args)
+    assert r.exit_code == 2 and f"Invalid value for '--output': {out} exists (add --force to replace it)" in r.stderr
+    r = run(*args[:-2], "--output", str(out), "--force", "--format", "jsonl")
+    assert r.exit_code == 0 and out.read_text().startswith("{")
+    assert sorted(os.listdir(tmp_path)) == ["sweep.csv"]  # no temporary files left behind
+    r = run("sweep", "--n", "512", "--d", "64", "--output", str(tmp_path / "table.txt"))
+    assert r.exit_code == 0 and (tmp_path / "table.txt").read_text().startswith("Sweep · gpu a100")
+    r = run("sweep", "--n", "512", "--d", "64", "--output", str(tmp_path / "no" / "such.csv"))
+    assert r.exit_code == 2 and "does not exist" in r.stderr
+
+
+def test_sweep_plot(run, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sweep.png"
+    r = run("sweep", "--n", "64:16384:x2", "--d", "256,512", "--plot", str(out), "--format", "csv")
+    assert r.exit_code == 0, r.stderr
+    assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
+    from memmodel.report.plots import _crossings
+
+    # ratio 0.5 → 2 between x = 1 and x = 4 crosses 1 at x = 2 (midway in log–log)
+    assert _crossings(np.array([1, 4]), np.array([0.5, 2.0])) == [pytest.approx(2.0)]
+    assert _crossings(np.array([1, 2, 4]), np.array([2.0, 3.0, 4.0])) == []
+
+
+def test_sweep_plot_errors(run, tmp_path, monkeypatch):
+    r = run("sweep", "--n", "512", "--d", "64", "--plot", str(tmp_path / "chart.gif"))
+    assert r.exit_code == 2 and "is not one of .png, .svg, .pdf" in r.stderr
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    r = run("sweep", "--n", "512", "--d", "64", "--plot", str(tmp_path / "chart.png"))
+    assert r.exit_code == 2
+    assert r.stderr == "memmodel: error: matplotlib is needed for --plot: pip install memmodel[plot]\n"
+    assert r.stdout == ""  # refused before any work
