@@ -24,4 +24,7 @@ class RuntimeFailure(MemmodelError):
 
 
 class MissingDependency(MemmodelError):
-    """An optional extra (matplotlib, torch) that a requested feature needs is not installed."""
+    """An optional extra (matplotlib, torch) that a requested feature needs is not installed:
+    a fault of the environment, not of the command line (exit 1)."""
+
+    exit_code = 1

@@ -96,6 +96,15 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options) -> Alg
     l2 = l2_context(profile, options.l2)
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)
+    if options.splits is not None:
+        from .traffic.decode import split_block_kv
+
+        blocks_kv = intmath.ceil_div(workload.n_kv_, split_block_kv(int(np.max(np.asarray(workload.d)))))
+        if np.any(np.asarray(blocks_kv) < options.splits):
+            most = int(np.min(np.asarray(blocks_kv)))
+            raise WorkloadError(
+                f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
+            )
     splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
     if options.backward and not intmath.is_array(splits) and int(splits) > 1:
         splits = 1  # training runs the plain forward kernel (it must save the logsumexp)

@@ -46,7 +46,14 @@ CHUNK = 32_768
 TILED_VARIANTS = ("fa1", "fa2")
 
 GRID_SYNTAX = "N, a list A,B,C, START:STOP:xFACTOR (geometric) or START:STOP:+STEP (arithmetic)"
-_RANGE = re.compile(r"^(?P<start>\d+):(?P<stop>\d+):(?P<op>[x+*])(?P<step>\d+(?:\.\d+)?)$")
+_RANGE = re.compile(r"^(?P<start>[0-9]+):(?P<stop>[0-9]+):(?P<op>[x+*])(?P<step>[0-9]+(?:\.[0-9]+)?)$")
+
+
+def _is_int(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '¹' and '٣', which int() refuses or reads."""
+    return text.isascii() and text.isdigit()
+
+
 _MAX_VALUES = 1_000_000  # values of one axis
 
 #: Columns of ``memmodel sweep --format csv`` (and the keys of each ``jsonl`` object), in
@@ -98,13 +105,19 @@ def parse_values(text: str | int | Sequence[int], name: str = "value") -> tuple[
     return tuple(out)
 
 
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else f"{text[:20]}… ({len(text)} characters)"
+
+
 def _p(name: str) -> str:
     return f"{name}: " if name else ""
 
 
 def _item_values(item: str, name: str, text: Any) -> Iterator[int]:
-    bad = WorkloadError(f"{_p(name)}cannot read {item!r} in {text!r}; use {GRID_SYNTAX}")
-    if item.isdigit():
+    bad = WorkloadError(f"{_p(name)}cannot read {_short(item)!r} in {_short(str(text))!r}; use {GRID_SYNTAX}")
+    if len(item) > 60:  # past any GPU (and past int()'s 4300-digit limit)
+        raise WorkloadError(f"{_p(name)}{_short(item)!r} is too long a number or range; sizes stop at 2^63 - 1")
+    if _is_int(item):
         yield int(item)
         return
     m = _RANGE.match(item)
@@ -114,7 +127,7 @@ def _item_values(item: str, name: str, text: Any) -> Iterator[int]:
     if start < 1 or stop < start:
         raise WorkloadError(f"{_p(name)}range {item!r} must run upwards from a positive start (START ≤ STOP)")
     if op == "+":
-        if not step_text.isdigit() or int(step_text) < 1:
+        if not _is_int(step_text) or int(step_text) < 1:
             raise WorkloadError(f"{_p(name)}the step of {item!r} must be a positive integer (+512)")
         step = int(step_text)
         if (stop - start) // step + 1 > _MAX_VALUES:
@@ -124,7 +137,7 @@ def _item_values(item: str, name: str, text: Any) -> Iterator[int]:
     factor = float(step_text)
     if not factor > 1:
         raise WorkloadError(f"{_p(name)}the factor of {item!r} must be greater than 1 (x2, x1.5)")
-    if step_text.isdigit():  # exact integer powers
+    if _is_int(step_text):  # exact integer powers
         value = start
         while value <= stop:
             yield value

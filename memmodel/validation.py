@@ -291,7 +291,7 @@ def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
     for e in data.get("cases", []):
         if e.get("status") != "ok":
             continue
-        key = e["case"]["id"].split("/", 1)[1]
+        key = str(e["case"]["id"]).split("/", 1)[-1]
         by_workload.setdefault(key, {})[e["case"]["impl"]] = e
     for key, impls in by_workload.items():
         if "standard" in impls and "sdpa-flash" in impls:

@@ -128,6 +128,13 @@ def check(command: tuple[str, ...], args: list[str], result: Any, *, free_text: 
 # Files to point options at
 
 
+@pytest.fixture(autouse=True)
+def _in_a_scratch_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Relative paths the fuzzer makes up (./nope.yaml, --output x.csv) land in a scratch
+    folder, never in the repository."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     """Paths of every sort: good and broken profiles, folders, binary junk, missing files."""

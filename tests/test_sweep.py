@@ -248,6 +248,8 @@ def test_sweep_plot_errors(run, tmp_path, monkeypatch):
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     r = run("sweep", "--n", "512", "--d", "64", "--plot", str(tmp_path / "chart.png"))
-    assert r.exit_code == 2
-    assert r.stderr == "memmodel: error: matplotlib is needed for --plot: pip install memmodel[plot]\n"
+    assert r.exit_code == 1  # the environment lacks it: a runtime failure, not a usage error
+    assert (
+        r.stderr == "memmodel: error: --plot needs matplotlib, which is not installed: pip install 'memmodel[plot]'\n"
+    )
     assert r.stdout == ""  # refused before any work

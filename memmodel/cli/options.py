@@ -238,11 +238,11 @@ def require_module(module: str, purpose: str, *, extra: str) -> None:
     """Fail at once, exit 1, if an optional dependency is missing (before any long work)."""
     import importlib
 
-    from ..errors import RuntimeFailure
+    from ..errors import MissingDependency
 
     try:
         importlib.import_module(module)
     except ImportError:
-        raise RuntimeFailure(
+        raise MissingDependency(
             f"{purpose} needs {module}, which is not installed: pip install 'memmodel[{extra}]'"
         ) from None

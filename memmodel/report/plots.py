@@ -43,7 +43,7 @@ def check_plot_path(path: str) -> None:
 
 def require_matplotlib() -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        raise MissingDependency("matplotlib is needed for --plot: pip install memmodel[plot]")
+        raise MissingDependency("--plot needs matplotlib, which is not installed: pip install 'memmodel[plot]'")
 
 
 def _figure(width: float, height: float) -> Any:

@@ -95,12 +95,9 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
 
 def plot(data: dict[str, Any], path: str) -> None:
     """Two log-log panels: HBM bytes and kernel time, predicted against measured."""
-    import importlib.util
+    from .plots import require_matplotlib
 
-    from ..errors import MemmodelError
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise MemmodelError("matplotlib is needed for --plot: pip install memmodel[plot]")
+    require_matplotlib()
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 5), dpi=100)

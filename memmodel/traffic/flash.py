@@ -82,7 +82,7 @@ def block_sizes(
     for name, value in (("block-q", block_q), ("block-kv", block_kv)):
         if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
             raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
-    m = int(sram_bytes_per_sm) // w.element_bytes
+    m = max(1, int(sram_bytes_per_sm) // w.element_bytes)
     auto_c = intmath.ceil_div(m, intmath.mul(4, w.d))
     b_c = auto_c if block_kv is None else block_kv
     b_r = intmath.minimum(auto_c, w.d) if block_q is None else block_q
