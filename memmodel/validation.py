@@ -242,10 +242,19 @@ def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None)
     ev = c.standard if case.impl == "standard" else c.tiled
     kernels = {k.name: float(k.time_s) for k in ev.timing.kernels}
     steps = kernels if case.impl == "standard" else {"attention": float(ev.timing.time_s)}
+    if case.impl == "standard":
+        work = {k.name: (int(k.bytes(level="hbm")), int(k.flops)) for k in ev.traffic.kernels}
+    else:
+        work = {"attention": (int(ev.traffic.hbm_bytes), int(ev.traffic.flops))}
     return {
         "time_s": float(ev.timing.time_s),
         "steps": steps,
         "kernels": kernels,
+        "step_work": {name: {"hbm_bytes": b, "flops": f} for name, (b, f) in work.items()},
+        "ceilings": {
+            "hbm_bytes_per_s": profile.hbm.bandwidth_bytes_per_s,
+            "matmul_flops_per_s": profile.peak_flops(case.dtype),
+        },
         "bound": str(ev.timing.bound),
         "hbm_bytes": int(ev.traffic.hbm_bytes),
         "flops": int(ev.traffic.flops),
@@ -261,14 +270,22 @@ def time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
     for step, measured in entry["timing"]["kernels"].items():
         if step not in pred or measured <= 0:
             continue
-        out.append(
-            {
-                "step": step,
-                "predicted_s": pred[step],
-                "measured_s": measured,
-                "error": (pred[step] - measured) / measured,
-            }
-        )
+        row = {
+            "step": step,
+            "predicted_s": pred[step],
+            "measured_s": measured,
+            "error": (pred[step] - measured) / measured,
+        }
+        work = entry["predicted"].get("step_work", {}).get(step)
+        ceilings = entry["predicted"].get("ceilings")
+        if work and ceilings:
+            # achieved rates: the model's HBM bytes and FLOPs over the measured time, and their
+            # share of the profile's ceilings
+            row["achieved_hbm_bytes_per_s"] = work["hbm_bytes"] / measured
+            row["achieved_flops_per_s"] = work["flops"] / measured
+            row["hbm_share"] = row["achieved_hbm_bytes_per_s"] / ceilings["hbm_bytes_per_s"]
+            row["flops_share"] = row["achieved_flops_per_s"] / ceilings["matmul_flops_per_s"]
+        out.append(row)
     return out
 
 

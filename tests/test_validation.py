@@ -140,3 +140,17 @@ def test_validate_errors_without_a_gpu(run, tmp_path):
     assert r.exit_code == 2 and "unknown kernel implementation" in r.stderr
     r = run("validate", "--list", "--impl", "triton")
     assert r.exit_code == 0 and all(line.startswith("triton/") for line in r.stdout.split())
+
+
+def test_time_rows_carry_achieved_rates():
+    from memmodel.gpu.validate import rescore
+    from memmodel.validation import time_errors
+
+    data = rescore(json.loads(RECORD.read_text()), TRACE.read_text(), load_profile("h200"))
+    entry = next(e for e in data["cases"] if e["case"]["id"] == "standard/b4h16n4096d64/fp16")
+    rows = {r["step"]: r for r in time_errors(entry)}
+    # softmax: 2 × 4·16·4096²·2 B = 4,294,967,296 B of HBM traffic over the measured time
+    softmax = rows["softmax"]
+    assert softmax["achieved_hbm_bytes_per_s"] == pytest.approx(4_294_967_296 / softmax["measured_s"])
+    assert softmax["hbm_share"] == pytest.approx(softmax["achieved_hbm_bytes_per_s"] / 4.8e12)
+    assert 0 < rows["qk"]["flops_share"] < 1

@@ -12,6 +12,14 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x * 100:+.1f}%"
 
 
+def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
+    from ..units import format_rate
+
+    if key not in row:
+        return ""
+    return f"{format_rate(row[key], unit)} ({row[share] * 100:.0f} %)"
+
+
 def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     """The record as markdown; ``brief``: the summary and the bytes table only (for the README)."""
     s = data["summary"]
@@ -78,17 +86,18 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
         "",
         "## Time per kernel (CUDA events, median of repetitions)",
         "",
-        "| case | step | predicted | measured | error | bound |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| case | step | predicted | measured | error | HBM achieved | compute achieved | bound |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in data["cases"]:
         if e.get("status") != "ok":
-            lines.append(f"| {e['case']['id']} | {e.get('status')} | {e.get('reason', '')} | | | |")
+            lines.append(f"| {e['case']['id']} | {e.get('status')} | {e.get('reason', '')} | | | | | |")
             continue
         for t in time_errors(e):
             lines.append(
                 f"| {e['case']['id']} | {t['step']} | {format_time(t['predicted_s'])} | {format_time(t['measured_s'])} | "
-                f"{_pct(t['error'])} | {e['predicted'].get('bound', '')} |"
+                f"{_pct(t['error'])} | {_rate(t, 'achieved_hbm_bytes_per_s', 'hbm_share', 'B/s')} | "
+                f"{_rate(t, 'achieved_flops_per_s', 'flops_share', 'FLOP/s')} | {e['predicted'].get('bound', '')} |"
             )
     return "\n".join(lines) + "\n"
 
