@@ -302,24 +302,56 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
 # FA1
 
 
+@dataclass(frozen=True)
+class _Fa1:
+    """What FA1's forward and backward kernels share: one CTA per head, whose re-read
+    tensors (``per_head`` bytes of one head's rows) stay in L2 if the heads in flight fit."""
+
+    q: IntLike  # Q (O, dO, dQ): B·H·N·d·e
+    kv: IntLike  # K or V as requested per query head
+    stat: IntLike  # l or m: B·H·N·4
+    heads_in_flight: IntLike
+    fits: Any
+    steps_num: IntLike
+    steps_den: IntLike
+    t_c: IntLike
+
+    def steps(self, nbytes: IntLike) -> IntLike:
+        """``nbytes`` once per visited outer step (T_c times unless causal)."""
+        return _scaled(intmath.mul(self.t_c, nbytes), self.steps_num, self.steps_den)
+
+    def hbm(self, unique: IntLike, requested: IntLike) -> IntLike:
+        if isinstance(self.fits, np.ndarray):
+            return np.where(self.fits, unique, requested)
+        return unique if self.fits else requested
+
+
+def _fa1(ctx: TileContext, l2: l2m.L2, row_tensors: int) -> _Fa1:
+    w = ctx.w
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    heads = intmath.minimum(bh, ctx.concurrent)
+    per_head = intmath.add(intmath.mul(row_tensors, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES))
+    visited, pairs = _frac(ctx)
+    return _Fa1(
+        q=intmath.mul(bh, w.n, w.d, e),
+        kv=intmath.mul(bh, w.n_kv_, w.d, e),
+        stat=intmath.mul(bh, w.n, STAT_BYTES),
+        heads_in_flight=heads,
+        fits=l2m.fits(intmath.mul(heads, per_head), l2),
+        steps_num=visited,
+        steps_den=pairs,
+        t_c=ctx.blocks.t_c,
+    )
+
+
 def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    q = intmath.mul(bh, w.n, w.d, e)
-    kv = intmath.mul(bh, w.n_kv_, w.d, e)  # requested per query head
-    stat = intmath.mul(bh, w.n, STAT_BYTES)
-    visited, pairs = _frac(ctx)
-    steps = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
-    # one CTA per head: the heads in flight keep their Q, O, l, m in L2 if they fit together
-    heads_in_flight = intmath.minimum(bh, ctx.concurrent)
-    ws = intmath.mul(heads_in_flight, intmath.add(intmath.mul(2, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES)))
-    ok = l2m.fits(ws, l2)
-
-    def hbm(unique: IntLike, requested: IntLike) -> IntLike:
-        if isinstance(ok, np.ndarray):
-            return np.where(ok, unique, requested)
-        return unique if ok else requested
+    f = _fa1(ctx, l2, 2)  # Q and O re-read per outer step
+    q, kv, stat, steps, hbm, heads_in_flight = f.q, f.kv, f.stat, f.steps, f.hbm, f.heads_in_flight
+    visited = f.steps_num
 
     k = KernelBuilder("fa1_fwd")
     k.write("O", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
@@ -352,19 +384,8 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    q = intmath.mul(bh, w.n, w.d, e)
-    kv = intmath.mul(bh, w.n_kv_, w.d, e)
-    stat = intmath.mul(bh, w.n, STAT_BYTES)
-    visited, pairs = _frac(ctx)
-    steps = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
-    heads_in_flight = intmath.minimum(bh, ctx.concurrent)
-    ws = intmath.mul(heads_in_flight, intmath.add(intmath.mul(4, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES)))
-    ok = l2m.fits(ws, l2)
-
-    def hbm(unique: IntLike, requested: IntLike) -> IntLike:
-        if isinstance(ok, np.ndarray):
-            return np.where(ok, unique, requested)
-        return unique if ok else requested
+    f = _fa1(ctx, l2, 4)  # Q, O, dO and dQ re-read per outer step
+    q, kv, stat, steps, hbm, heads_in_flight = f.q, f.kv, f.stat, f.steps, f.hbm, f.heads_in_flight
 
     k = KernelBuilder("fa1_bwd", "backward")
     k.write("dQ", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))

@@ -34,58 +34,43 @@ from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
 GEMM_TILE = 128
 
 
-def _gemm_requests(rows: IntLike, cols: IntLike) -> tuple[IntLike, IntLike]:
-    """(times the row operand is requested, times the column operand is requested)."""
-    return intmath.ceil_div(cols, GEMM_TILE), intmath.ceil_div(rows, GEMM_TILE)
-
-
-def _gemm_operand_hbm(unique: IntLike, requested: IntLike, tiles_per_head: IntLike, ws: IntLike, l2: l2m.L2) -> IntLike:
-    """HBM reads of a GEMM operand: once, in every L2 mode.
-
-    Off: the paper's Algorithm 0 count. On/cold: cuBLAS rasterises its output tiles so
-    the tiles computed at the same time share row and column panels, whose working set
-    (a few MB) stays in L2 (measured on an H200: Q and K read once by QKᵀ at 4×16×4096×64;
-    up to 1.5× at 16×8192×128).
-    """
-    del requested, tiles_per_head, ws, l2
-    return unique
+def _tiles(extent: IntLike) -> IntLike:
+    """Output tiles of a GEMM along one dimension."""
+    return intmath.ceil_div(extent, GEMM_TILE)
 
 
 def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
+    """The kernels of Algorithm 0 (and 3), with their transfers at the three levels.
+
+    A GEMM operand is requested from L2 once per output tile along the other dimension and
+    read from HBM once, in every L2 mode: cuBLAS rasterises its output tiles so those
+    computed at the same time share row and column panels, whose working set (a few MB)
+    stays in L2 (measured on an H200: Q and K read once by QKᵀ at 4×16×4096×64, up to 1.5×
+    at 16×8192×128). S, P, dP, dS just written by the previous kernel are read from L2 when
+    they fit (mode ``on``).
+    """
     e = w.element_bytes
-    g = w.group
     bh = intmath.mul(w.batch, w.heads)
-    bhk = intmath.mul(w.batch, w.kv_heads_)
-    rows = intmath.mul(g, w.n)  # query rows per K/V head (grouped)
+    rows = intmath.mul(w.group, w.n)  # query rows per K/V head (the group stacked)
     q = intmath.mul(bh, w.n, w.d, e)  # also O, dO, dQ
-    kv = intmath.mul(bhk, w.n_kv_, w.d, e)  # K or V (also dK, dV)
-    q_head = intmath.mul(rows, w.d, e)
-    kv_head = intmath.mul(w.n_kv_, w.d, e)
+    kv = w.kv_bytes()  # K or V (also dK, dV)
     s = intmath.mul(bh, w.n, w.n_kv_, e)  # S, P, dP, dS
     s_head = intmath.mul(rows, w.n_kv_, e)
     scores = intmath.mul(bh, w.n, w.n_kv_)
     matmul = intmath.mul(2, scores, w.d)
-    tiles_s = intmath.mul(intmath.ceil_div(rows, GEMM_TILE), intmath.ceil_div(w.n_kv_, GEMM_TILE))
-    tiles_o = intmath.mul(intmath.ceil_div(rows, GEMM_TILE), intmath.ceil_div(w.d, GEMM_TILE))
-    tiles_kv = intmath.mul(intmath.ceil_div(w.n_kv_, GEMM_TILE), intmath.ceil_div(w.d, GEMM_TILE))
-    l2_elementwise = l2.with_ctas(1)  # elementwise kernels stream heads one after another
+    z = scores  # dropout mask, 1 byte per score
     kernels: list[Kernel] = []
 
-    def gemm_l2(unique: IntLike, per_tile: IntLike) -> IntLike:
-        return intmath.mul(unique, per_tile)
+    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, times: IntLike, formula: str) -> None:
+        k.read(tensor, role, intmath.mul(unique, times), unique, formula)
+
+    def just_written(k: KernelBuilder, tensor: str, times: IntLike = 1) -> None:
+        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), "B·H·N·N_kv·e")
 
     # --- forward -------------------------------------------------------------------
-    q_req, k_req = _gemm_requests(rows, w.n_kv_)
-    ws_qk = intmath.add(q_head, kv_head)
-    k = KernelBuilder("qk")
-    k.read("Q", "input", gemm_l2(q, q_req), _gemm_operand_hbm(q, gemm_l2(q, q_req), tiles_s, ws_qk, l2), "B·H·N·d·e")
-    k.read(
-        "K",
-        "input",
-        gemm_l2(kv, k_req),
-        _gemm_operand_hbm(kv, gemm_l2(kv, k_req), tiles_s, ws_qk, l2),
-        "B·H_kv·N_kv·d·e",
-    )
+    k = KernelBuilder("qk")  # S = Q Kᵀ: [G·N × d] @ [d × N_kv]
+    operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+    operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
     k.write("S", "intermediate", s, "B·H·N·N_kv·e")
     kernels.append(k.build(matmul_flops=matmul))
 
@@ -93,114 +78,76 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         mask = intmath.mul(w.n, w.n_kv_)  # one bool per score, shared by every head
         mask_req = intmath.mul(mask, bh)
         k = KernelBuilder("mask")
-        k.read("S", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+        just_written(k, "S")
+        # the elementwise kernel streams the heads one after another: the mask is re-read per
+        # head and stays in L2 only if it fits beside one head's S
+        stream = l2.with_ctas(1)
         k.read(
             "mask",
             "state",
             mask_req,
-            l2m.reread_hbm(mask, mask_req, bh, intmath.add(mask, s_head), l2_elementwise),
+            l2m.reread_hbm(mask, mask_req, bh, intmath.add(mask, s_head), stream),
             "B·H · N·N_kv·1",
         )
         k.write("S", "intermediate", s, "B·H·N·N_kv·e")
         kernels.append(k.build(softmax_flops=scores))
 
     k = KernelBuilder("softmax")
-    k.read("S", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+    just_written(k, "S")
     k.write("P", "intermediate", s, "B·H·N·N_kv·e")
     # row max, subtract, row sum, divide: 4 FP32 ops per score; exp counted apart
     kernels.append(k.build(softmax_flops=intmath.mul(4, scores), exp_ops=scores))
 
-    z = intmath.mul(scores, 1)  # dropout mask, 1 byte per score
     if w.dropout > 0:
         k = KernelBuilder("dropout")
-        k.read("P", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+        just_written(k, "P")
         k.write("P", "intermediate", s, "B·H·N·N_kv·e")
         k.write("Z", "state", z, "B·H·N·N_kv·1")
         kernels.append(k.build(softmax_flops=intmath.mul(2, scores)))
 
-    p_req, v_req = _gemm_requests(rows, w.d)
-    ws_pv = intmath.add(s_head, kv_head)
-    k = KernelBuilder("pv")
-    k.read("P", "intermediate", gemm_l2(s, p_req), l2m.carried_over(s, l2), "B·H·N·N_kv·e")
-    k.read(
-        "V",
-        "input",
-        gemm_l2(kv, v_req),
-        _gemm_operand_hbm(kv, gemm_l2(kv, v_req), tiles_o, ws_pv, l2),
-        "B·H_kv·N_kv·d·e",
-    )
+    k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d]
+    just_written(k, "P", _tiles(w.d))
+    operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
     k.write("O", "output", q, "B·H·N·d·e")
     kernels.append(k.build(matmul_flops=matmul))
 
     # --- backward ------------------------------------------------------------------
     if backward:
-        # dV = Pᵀ dO: [N_kv × G·N] @ [G·N × d]
-        p_req, _ = _gemm_requests(w.n_kv_, w.d)
-        k = KernelBuilder("dv", "backward")
-        k.read("P", "intermediate", gemm_l2(s, p_req), s, "B·H·N·N_kv·e")
-        k.read(
-            "dO",
-            "input",
-            gemm_l2(q, intmath.ceil_div(w.n_kv_, GEMM_TILE)),
-            _gemm_operand_hbm(
-                q, gemm_l2(q, intmath.ceil_div(w.n_kv_, GEMM_TILE)), tiles_kv, intmath.add(s_head, q_head), l2
-            ),
-            "B·H·N·d·e",
-        )
+        k = KernelBuilder("dv", "backward")  # dV = Pᵀ dO: [N_kv × G·N] @ [G·N × d]
+        operand(k, "P", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
+        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
         k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul))
-        # dP = dO Vᵀ
-        do_req, v_req = _gemm_requests(rows, w.n_kv_)
-        k = KernelBuilder("dp", "backward")
-        k.read(
-            "dO", "input", gemm_l2(q, do_req), _gemm_operand_hbm(q, gemm_l2(q, do_req), tiles_s, ws_qk, l2), "B·H·N·d·e"
-        )
-        k.read(
-            "V",
-            "input",
-            gemm_l2(kv, v_req),
-            _gemm_operand_hbm(kv, gemm_l2(kv, v_req), tiles_s, ws_qk, l2),
-            "B·H_kv·N_kv·d·e",
-        )
+
+        k = KernelBuilder("dp", "backward")  # dP = dO Vᵀ: [G·N × d] @ [d × N_kv]
+        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
         k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
         kernels.append(k.build(matmul_flops=matmul))
+
         if w.dropout > 0:
             k = KernelBuilder("dropout_bwd", "backward")
-            k.read("dP", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+            just_written(k, "dP")
             k.read("Z", "state", z, z, "B·H·N·N_kv·1")
             k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
             kernels.append(k.build(softmax_flops=intmath.mul(2, scores)))
+
         k = KernelBuilder("ds", "backward")
-        k.read("P", "intermediate", s, s, "B·H·N·N_kv·e")
-        k.read("dP", "intermediate", s, l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+        operand(k, "P", "intermediate", s, 1, "B·H·N·N_kv·e")
+        just_written(k, "dP")
         k.write("dS", "intermediate", s, "B·H·N·N_kv·e")
         # P·dP, row sum, subtract, multiply: 4 FP32 ops per score
         kernels.append(k.build(softmax_flops=intmath.mul(4, scores)))
-        # dQ = dS K: [G·N × N_kv] @ [N_kv × d]
-        ds_req, k_req = _gemm_requests(rows, w.d)
-        k = KernelBuilder("dq", "backward")
-        k.read("dS", "intermediate", gemm_l2(s, ds_req), l2m.carried_over(s, l2), "B·H·N·N_kv·e")
-        k.read(
-            "K",
-            "input",
-            gemm_l2(kv, k_req),
-            _gemm_operand_hbm(kv, gemm_l2(kv, k_req), tiles_o, ws_pv, l2),
-            "B·H_kv·N_kv·d·e",
-        )
+
+        k = KernelBuilder("dq", "backward")  # dQ = dS K: [G·N × N_kv] @ [N_kv × d]
+        just_written(k, "dS", _tiles(w.d))
+        operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
         k.write("dQ", "output", q, "B·H·N·d·e")
         kernels.append(k.build(matmul_flops=matmul))
-        # dK = dSᵀ Q: [N_kv × G·N] @ [G·N × d]
-        ds_req, _ = _gemm_requests(w.n_kv_, w.d)
-        q_req = intmath.ceil_div(w.n_kv_, GEMM_TILE)
-        k = KernelBuilder("dk", "backward")
-        k.read("dS", "intermediate", gemm_l2(s, ds_req), s, "B·H·N·N_kv·e")
-        k.read(
-            "Q",
-            "input",
-            gemm_l2(q, q_req),
-            _gemm_operand_hbm(q, gemm_l2(q, q_req), tiles_kv, intmath.add(s_head, q_head), l2),
-            "B·H·N·d·e",
-        )
+
+        k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q: [N_kv × G·N] @ [G·N × d]
+        operand(k, "dS", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
+        operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
         k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul))
 
