@@ -260,3 +260,70 @@ def test_python_dash_m_memmodel_works():
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["algorithms"][0]["hbm_bytes"] == 318_767_104
+
+
+def test_compare_variant_options_reach_the_json(run):
+    r = run(
+        "compare",
+        "--n",
+        "1024",
+        "--d",
+        "128",
+        "--heads",
+        "8",
+        "--kv-heads",
+        "2",
+        "--dtype",
+        "bf16",
+        "--causal",
+        "--dropout",
+        "0.1",
+        "--backward",
+        "--l2",
+        "cold",
+        "--tiled",
+        "fa2",
+        "--format",
+        "json",
+    )
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["workload"]["kv_heads"] == 2 and data["workload"]["causal"] and data["workload"]["dropout"] == 0.1
+    assert data["options"]["l2"] == "cold" and data["options"]["backward"]
+    std, til = data["algorithms"]
+    assert {k["pass"] for k in std["kernels"]} == {"forward", "backward"}
+    assert [k["name"] for k in std["kernels"]][:5] == ["qk", "mask", "softmax", "dropout", "pv"]
+    assert "dkdv_group_sum" in [k["name"] for k in til["kernels"]]  # GQA: dK, dV summed over the group
+    assert not any(t["tensor"] == "Z" for t in til["transfers"])  # FlashAttention keeps no dropout mask
+    # decode: one query, a long cache, split-KV and a combine kernel
+    r = run(
+        "compare",
+        "--n",
+        "1",
+        "--n-kv",
+        "65536",
+        "--d",
+        "128",
+        "--heads",
+        "32",
+        "--kv-heads",
+        "8",
+        "--batch",
+        "4",
+        "--dtype",
+        "fp16",
+        "--gpu",
+        "h200",
+        "--format",
+        "json",
+    )
+    til = json.loads(r.stdout)["algorithms"][1]
+    assert [k["name"] for k in til["kernels"]] == ["fa2_splitkv", "fa2_combine"] and til["params"]["splits"] > 1
+    # --l2 off is the paper's view: more HBM bytes than with L2
+    on = json.loads(run("compare", "--n", "8192", "--d", "128", "--dtype", "fp16", "--format", "json").stdout)
+    off = json.loads(
+        run("compare", "--n", "8192", "--d", "128", "--dtype", "fp16", "--l2", "off", "--format", "json").stdout
+    )
+    assert off["algorithms"][1]["hbm_bytes"] > on["algorithms"][1]["hbm_bytes"]
+    r = run("compare", "--n", "4096", "--d", "64", "--causal", "--backward", "--kv-heads", "1", "--heads", "4")
+    assert r.exit_code == 0 and "backward:" in r.stdout and "causal" in r.stdout
