@@ -42,7 +42,7 @@ def test_case_specs_and_ids():
 def test_default_cases_cover_what_the_issue_asks():
     cases = default_cases()
     assert len({c.id for c in cases}) == len(cases)
-    assert {c.impl for c in cases} == {"standard", "sdpa-flash", "triton"}
+    assert {c.impl for c in cases} == {"standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"}
     assert {c.d for c in cases} >= {64, 128} and {c.dtype for c in cases} >= {"fp16", "bf16"}
     assert any(c.causal for c in cases) and any(c.kvh != c.heads for c in cases) and any(c.n == 1 for c in cases)
     assert min(c.n for c in cases if c.n > 1) <= 1024 and max(c.n for c in cases if c.heads > 1) >= 16384

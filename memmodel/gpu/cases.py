@@ -109,7 +109,8 @@ def default_cases(*, with_triton: bool = True) -> list[Case]:
 
     N from 1k to 16k and one long sequence whose K/V (one head) exceed the L2, d 64 and 128,
     fp16 and bf16, causal on and off, GQA, decode; standard attention in eager PyTorch,
-    FlashAttention-2 through PyTorch's SDPA, and our Triton kernel at several tile sizes.
+    FlashAttention-2 through PyTorch's SDPA (and its cuDNN and memory-efficient backends),
+    and our Triton kernel at several tile sizes.
     """
     specs = [
         # standard attention (S, P in HBM)
@@ -130,6 +131,9 @@ def default_cases(*, with_triton: bool = True) -> list[Case]:
         "impl=sdpa-flash,batch=4,heads=32,kv_heads=8,n=4096,d=128",
         "impl=sdpa-flash,batch=8,heads=32,kv_heads=8,n=1,n_kv=32768,d=128",
         "impl=sdpa-flash,batch=1,heads=1,n=131072,d=128",
+        # PyTorch's other SDPA backends, where the build has them
+        "impl=sdpa-cudnn,batch=4,heads=16,n=4096,d=64",
+        "impl=sdpa-efficient,batch=4,heads=16,n=4096,d=64",
     ]
     if with_triton:
         specs += [
