@@ -273,3 +273,25 @@ def test_bounds_order():
     assert b["lower_bound_bytes"] <= c.tiled.traffic.hbm_bytes <= b["paper_bytes"]
     grid = compare(Workload(n=np.array([4096, 65_536]), d=128, dtype="fp16"), H200, block_q=128, block_kv=64)
     assert list(grid.bounds["compulsory_bytes"]) == [4 * 4096 * 256, 67_108_864]
+
+
+def test_causal_heads_in_flight_cycle_through_l2():
+    """Causal FA2, 4 × 16 heads × 4096 × 128, fp16, 128×64 tiles, 2 CTAs per SM: 264 at once.
+    A head's K+V is 2 × 4096·128·2 = 2,097,152 B (fits alone); 1 + 2·264/32 = 17.5 heads are in
+    flight: 36,700,160 B > 30 MiB = 31,457,280 B, so each K/V byte is read 36,700,160 / 31,457,280
+    = 1.1667 times."""
+    c = compare(
+        Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True), H200, block_q=128, block_kv=64, l2="cold"
+    )
+    k = 4 * 16 * 4096 * 128 * 2  # 67,108,864 B
+    assert hbm(c.tiled, tensor="K") == round(k * 36_700_160 / 31_457_280)
+    # with one CTA per SM (132 at once) 9.25 heads × 2 MiB fit: K read once
+    c = compare(
+        Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True),
+        H200,
+        block_q=128,
+        block_kv=64,
+        ctas_per_sm=1,
+        l2="cold",
+    )
+    assert hbm(c.tiled, tensor="K") == k

@@ -206,23 +206,37 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
 def _kv_hbm(
     unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, causal: bool, l2: l2m.L2, groups: IntLike = 1
 ) -> IntLike:
-    """HBM reads of K/V re-read per Q block.
+    """HBM reads of a tensor re-read by ``sharing`` consecutive CTAs per head (K/V per Q block).
 
-    Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`). Causal: each CTA
-    starts at its own diagonal, so CTAs in flight touch K/V blocks all over the sequence;
-    when one head's K/V does not fit, a share (whole L2)/(working set) of the requests
-    hits, as with random replacement. This rule is fitted to one H200 measurement
-    (N = 262,144, d = 128, one head: predicted 73.1 GB, measured 72.7 GB), a lead only.
+    Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`).
+
+    Causal: a CTA's work grows with its diagonal, so CTAs finish at different times and the
+    ones started meanwhile belong to the next heads: while a head's longest CTAs run, about
+    2·C / sharing more heads start (C CTAs at once, half a head's work per CTA on average),
+    so ``1 + 2·C / sharing`` heads are in flight. Two rules, both leads fitted to H200
+    measurements of PyTorch's FlashAttention-2 (validation/h200/final):
+
+    * one head's data fits but the heads in flight do not: each byte is read
+      (heads in flight × ws) / capacity times, as the in-flight data cycles through an L2
+      that holds only part of it (4 × 16 heads × 4096 × 128 and 16 × 16384 × 128 in bf16:
+      −6.7 % and −14.1 % with the rule, −13.9 % and −27.3 % without);
+    * one head's data does not fit: a share (whole L2) / ws of the requests hits, as with
+      random replacement (one head of 262,144 × 128: −0.4 %; but our Triton kernel at 64×64
+      tiles reads half of this).
     """
     base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
-    ok = l2m.fits(ws, l2)
+    f = lambda v: np.asarray(intmath.to_float(v))  # noqa: E731
+    ws_f = np.maximum(f(ws), 1.0)
+    heads = np.minimum(f(groups), 1.0 + 2.0 * f(l2.concurrent_ctas) / np.maximum(f(sharing), 1.0))
+    in_flight = heads * ws_f
+    ok = f(ws) <= l2.capacity_bytes
     single_wave = np.asarray(l2m.waves(sharing, l2)) <= 1
-    hit = np.minimum(1.0, l2.whole / np.maximum(np.asarray(intmath.to_float(ws)), 1.0))
-    miss = np.asarray(intmath.to_float(requested)) * (1.0 - hit)
-    spread = np.maximum(np.asarray(intmath.to_float(unique)), miss).round()
-    out = np.where(np.asarray(ok) | single_wave, np.asarray(intmath.to_float(base)), spread)
+    cycling = np.minimum(f(requested), f(unique) * np.maximum(1.0, in_flight / l2.capacity_bytes))
+    hit = np.minimum(1.0, l2.whole / ws_f)
+    spread = np.maximum(f(unique), f(requested) * (1.0 - hit))
+    out = np.where(ok, cycling, np.where(single_wave, f(base), spread)).round()
     if np.ndim(out) == 0:
         return int(out)
     return out.astype(np.int64)
