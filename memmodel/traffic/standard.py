@@ -45,8 +45,8 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     A GEMM operand is requested from L2 once per output tile along the other dimension and
     read from HBM once, in every L2 mode: cuBLAS rasterises its output tiles so those
     computed at the same time share row and column panels, whose working set (a few MB)
-    stays in L2 (measured on an H200: Q and K read once by QKᵀ at 4×16×4096×64, up to 1.5×
-    at 16×8192×128). S, P, dP, dS just written by the previous kernel are read from L2 when
+    stays in L2 (measured on an H200: Q and K read once by QKᵀ at 4×16×4096×64; but 1.6× at
+    2×16×8192×128 and 2.9× at 1×16×16384×64, re-reads this rule misses — small beside S). S, P, dP, dS just written by the previous kernel are read from L2 when
     they fit (mode ``on``).
     """
     e = w.element_bytes
