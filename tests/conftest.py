@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Deterministic examples by default, so a CI run cannot fail on a case no earlier run saw;
+# MEMMODEL_HYPOTHESIS=explore draws new random examples on every run (for hunting bugs).
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile("explore" if os.environ.get("MEMMODEL_HYPOTHESIS") == "explore" else "deterministic")
 
 REPO = Path(__file__).resolve().parent.parent
 HARDWARE = REPO / "hardware"
