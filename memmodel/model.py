@@ -90,10 +90,11 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
     return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes)
 
 
-def tiled_traffic(workload: Workload, profile: Profile, options: Options) -> AlgorithmTraffic:
+def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
+    """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
     ctx = tile_context(workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm)
-    l2 = l2_context(profile, options.l2)
+    l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)
     if options.splits is not None:

@@ -97,14 +97,7 @@ def compulsory_kernels(case: Any, profile: Profile) -> list[Kernel]:
     inf = l2m.L2("cold", float("inf"), profile.sm_count, float("inf"))
     if case.impl == "standard":
         return list(standard(case.workload(), inf).kernels)
-    from . import model as _m
-
-    original = _m.l2_context
-    try:
-        _m.l2_context = lambda p, mode: inf  # type: ignore[assignment]
-        return list(tiled_traffic(case.workload(), profile, opts).kernels)
-    finally:
-        _m.l2_context = original
+    return list(tiled_traffic(case.workload(), profile, opts, inf).kernels)
 
 
 @dataclass
