@@ -10,6 +10,7 @@ import pytest
 from memmodel.errors import WorkloadError
 from memmodel.gpu.cases import default_cases, parse_case, profile_for_device
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
+from memmodel.gpu.validate import case_from_dict
 from memmodel.hardware import load_profile
 from memmodel.validation import measured_ctas_per_sm, score_case, summarize_record
 
@@ -37,6 +38,11 @@ def test_case_specs_and_ids():
     ]:
         with pytest.raises(WorkloadError, match=msg):
             parse_case(bad)
+
+
+def test_spec_round_trips_through_parse_case():
+    for c in default_cases():
+        assert parse_case(c.spec()) == c
 
 
 def test_default_cases_cover_what_the_issue_asks():
@@ -78,7 +84,7 @@ def test_parse_a_real_ncu_trace_and_split_it_by_marker():
 def test_scores_on_the_real_trace():
     h200 = load_profile("h200")
     data = json.loads(RECORD.read_text())
-    ok = [parse_case(_spec(e["case"])) for e in data["cases"] if e["status"] == "ok"]
+    ok = [case_from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
     groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
     by_id = {c.id: c for c in ok}
     (s,) = score_case(by_id["sdpa-flash/b4h16n4096d64/fp16"], groups["sdpa-flash/b4h16n4096d64/fp16"], h200)
@@ -92,14 +98,6 @@ def test_scores_on_the_real_trace():
     std = score_case(by_id["standard/b4h16n4096d64/fp16"], groups["standard/b4h16n4096d64/fp16"], h200)
     assert [x.kernel for x in std] == ["qk", "softmax", "pv"]
     assert max(abs(x.error) for x in std) < 0.01
-
-
-def _spec(case: dict) -> str:
-    keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv")
-    parts = [f"{k}={case[k]}" for k in keys if case.get(k) is not None]
-    if case.get("causal"):
-        parts.append("causal=1")
-    return ",".join(parts)
 
 
 def test_summary_of_the_committed_record():

@@ -12,4 +12,4 @@ echo "time rc=$?"
 MEMMODEL_CASES_FILE=$CASES timeout ${NCU_LIMIT:-300} $(python3 -c 'from memmodel.gpu.ncu import command; print(" ".join(command([])))') \
   python3 -m memmodel.gpu.run ncu "$OUT/ncu.jsonl" > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
 echo "ncu rc=$?"
-tail -5 "$OUT/time.log" "$OUT/ncu.log"
+tail -n 5 "$OUT/time.log" "$OUT/ncu.log"

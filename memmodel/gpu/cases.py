@@ -69,6 +69,12 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, **asdict(self)}
 
+    def spec(self) -> str:
+        """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
+        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv")
+        parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
+        return ",".join(parts + (["causal=1"] if self.causal else []))
+
     def input_bytes(self) -> int:
         w = self.workload()
         return int(w.q_bytes()) * 2 + int(w.kv_bytes()) * 2

@@ -109,7 +109,7 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         cases_file = Path(tmp) / "cases.txt"
-        cases_file.write_text("\n".join(_spec(c) for c in cases) + "\n")
+        cases_file.write_text("\n".join(c.spec() for c in cases) + "\n")
         env = {**os.environ, "MEMMODEL_CASES_FILE": str(cases_file)}
         args = command([sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")])
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
@@ -154,19 +154,6 @@ def _metrics() -> tuple[str, ...]:
     from .ncu import METRICS
 
     return METRICS
-
-
-def _spec(c: Case) -> str:
-    parts = [f"impl={c.impl}", f"n={c.n}", f"d={c.d}", f"batch={c.batch}", f"heads={c.heads}", f"dtype={c.dtype}"]
-    if c.kv_heads:
-        parts.append(f"kv_heads={c.kv_heads}")
-    if c.n_kv:
-        parts.append(f"n_kv={c.n_kv}")
-    if c.causal:
-        parts.append("causal=1")
-    if c.block_q:
-        parts += [f"block_q={c.block_q}", f"block_kv={c.block_kv}"]
-    return ",".join(parts)
 
 
 def device_name() -> str:
