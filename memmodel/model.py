@@ -13,7 +13,7 @@ from .hardware import Profile
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
-from .traffic.flash import block_sizes, fa1, fa2, tile_context
+from .traffic.flash import KV_ORDERS, block_sizes, fa1, fa2, tile_context
 from .traffic.ledger import AlgorithmTraffic
 from .traffic.standard import standard
 from .workload import Workload
@@ -33,6 +33,7 @@ class Options:
     backward: bool = False
     splits: int | None = None
     ctas_per_sm: int | None = None
+    kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
 
     def __post_init__(self) -> None:
         if self.tiled not in TILED_VARIANTS:
@@ -43,6 +44,8 @@ class Options:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
+        if self.kv_order not in KV_ORDERS:
+            raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
         if self.splits is not None and self.tiled != "fa2":
             raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
 
@@ -93,7 +96,9 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
 def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
     """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
-    ctx = tile_context(workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm)
+    ctx = tile_context(
+        workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm, options.kv_order
+    )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 from hypothesis import given, settings
@@ -275,23 +276,49 @@ def test_bounds_order():
     assert list(grid.bounds["compulsory_bytes"]) == [4 * 4096 * 256, 67_108_864]
 
 
-def test_causal_heads_in_flight_cycle_through_l2():
-    """Causal FA2, 4 × 16 heads × 4096 × 128, fp16, 128×64 tiles, 2 CTAs per SM: 264 at once.
-    A head's K+V is 2 × 4096·128·2 = 2,097,152 B (fits alone); 1 + 2·264/32 = 17.5 heads are in
-    flight: 36,700,160 B > 30 MiB = 31,457,280 B, so each K/V byte is read 36,700,160 / 31,457,280
-    = 1.1667 times."""
-    c = compare(
-        Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True), H200, block_q=128, block_kv=64, l2="cold"
-    )
-    k = 4 * 16 * 4096 * 128 * 2  # 67,108,864 B
-    assert hbm(c.tiled, tensor="K") == round(k * 36_700_160 / 31_457_280)
-    # with one CTA per SM (132 at once) 9.25 heads × 2 MiB fit: K read once
-    c = compare(
-        Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True),
-        H200,
-        block_q=128,
-        block_kv=64,
-        ctas_per_sm=1,
-        l2="cold",
-    )
+def test_causal_reuse_window_and_random_replacement():
+    """Causal FA2, 4 × 16 heads × 4096 × 128, fp16, 128×64 tiles, 2 CTAs per SM: C = 264 at once.
+    T_r = 32, T_c = 64; a head visits Σ 2(i+1) = 32·33 = 1056 K/V blocks, a CTA 1056/32 = 33 on
+    average, so a CTA starts every 33/264 = 0.125 steps. FA2 walks K/V from the diagonal down:
+    the next Q block reads block j lag = 128/64 = 2 steps later, plus the gap: 2.125 steps, of
+    which 1.125 expose the block to eviction. An H200 holds S = 30 MiB / (2·64·128·2 B) = 960
+    K/V blocks, so k = 264 · 1.125 / 960 = 0.309375. u = 64 / 1056 of the requests are first
+    touches; the miss share x solves x = u + (1 − u)(1 − e^(−k·x)): x = 0.08498 = 1.402 · u."""
+    w = Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True)
+    c = compare(w, H200, block_q=128, block_kv=64, l2="cold")
+    k = 4 * 16 * 4096 * 128 * 2  # 67,108,864 B: K once
+    requested = 4 * 16 * 1056 * 64 * 128 * 2  # 1,107,296,256 B: K per visited block
+    u, kk, x = 64 / 1056, 264 * 1.125 / 960, 64 / 1056
+    for _ in range(200):
+        x = u + (1 - u) * (1 - math.exp(-kk * x))
+    assert hbm(c.tiled, tensor="K") == round(requested * x) == 94_100_422  # 1.402 · k
+    assert k < hbm(c.tiled, tensor="K") < requested
+    # a kernel that walks K/V forward (our Triton kernel): the next Q block reads block j
+    # 0.125 steps later, within the step it is in use: K read once
+    c = compare(w, H200, block_q=128, block_kv=64, l2="cold", kv_order="forward")
     assert hbm(c.tiled, tensor="K") == k
+    # d = 64 at 128×128 (lag 1): 64·65/64 = 65 blocks a CTA, gap 65/264 = 0.246 step = the window
+    c = compare(w.with_(d=64, n=8192, n_kv=8192), H200, block_q=128, block_kv=128, l2="cold")
+    k64 = 4 * 16 * 8192 * 64 * 2
+    assert k64 < hbm(c.tiled, tensor="K") < 1.05 * k64
+
+
+@settings(max_examples=60)
+@given(u=st.floats(1e-6, 1.0), k=st.floats(0.0, 20.0), dk=st.floats(0.0, 5.0))
+def test_random_replacement_miss_ratio_bounds_and_monotone(u, k, dk):
+    x = l2m.random_replacement_miss_ratio(u, k)
+    assert u - 1e-12 <= x <= 1.0
+    assert l2m.random_replacement_miss_ratio(u, k + dk) >= x - 1e-9  # a longer exposure never reads less
+    assert abs(x - (u + (1 - u) * -math.expm1(-k * x))) < 1e-9  # the fixed point
+    assert l2m.random_replacement_miss_ratio(u, 0.0) == u
+    arr = l2m.random_replacement_miss_ratio(np.array([u, u]), np.array([k, k + dk]))
+    assert arr[0] == x and arr[1] == l2m.random_replacement_miss_ratio(u, k + dk)
+
+
+def test_causal_reuse_scalar_and_grid_agree():
+    n = np.array([2048, 8192, 32768])
+    grid = compare(Workload(n=n, d=128, batch=2, heads=8, dtype="fp16", causal=True), H200, block_q=128, block_kv=64)
+    for i, ni in enumerate(n):
+        w = Workload(n=int(ni), d=128, batch=2, heads=8, dtype="fp16", causal=True)
+        one = compare(w, H200, block_q=128, block_kv=64)
+        assert hbm(one.tiled, tensor="K") == hbm(grid.tiled, tensor="K")[i]

@@ -127,10 +127,19 @@ class TileContext:
     scores: IntLike  # computed scores over all heads (≈ visited · B_r · B_c)
     ctas_per_sm: IntLike
     concurrent: IntLike  # CTAs resident at once
+    kv_order: str = "reverse"  # FA2's forward CTA walks its K/V blocks from the diagonal down
+
+
+KV_ORDERS = ("reverse", "forward")
 
 
 def tile_context(
-    w: Workload, blocks: BlockSizes, sm_count: int, sram_per_sm: float, given_ctas: int | None
+    w: Workload,
+    blocks: BlockSizes,
+    sm_count: int,
+    sram_per_sm: float,
+    given_ctas: int | None,
+    kv_order: str = "reverse",
 ) -> TileContext:
     visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
     all_pairs = intmath.mul(blocks.t_r, blocks.t_c)
@@ -145,7 +154,9 @@ def tile_context(
         scores = full
     del all_pairs
     per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
-    return TileContext(w, blocks, visited, scores, per_sm, intmath.mul(sm_count, per_sm))
+    if kv_order not in KV_ORDERS:
+        raise WorkloadError(f"unknown K/V order {kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
+    return TileContext(w, blocks, visited, scores, per_sm, intmath.mul(sm_count, per_sm), kv_order)
 
 
 def _frac(ctx: TileContext) -> Any:
@@ -177,7 +188,14 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     kv_hbm = _kv_hbm(
-        kv_unique, kv_req, sharing, intmath.mul(2, kv_head), w.causal, l2c, intmath.mul(w.batch, w.kv_heads_)
+        kv_unique,
+        kv_req,
+        sharing,
+        intmath.mul(2, kv_head),
+        w.causal,
+        l2c,
+        intmath.mul(w.batch, w.kv_heads_),
+        reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
     # every warp of a CTA reads the whole K_j, V_j tile from shared memory (4 warps)
     k = KernelBuilder(name)
@@ -203,40 +221,90 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     )
 
 
+def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
+    """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses (see below).
+
+    The schedule, as FlashAttention-2 launches it: grid (Q block, batch, head), Q blocks of
+    one head next to each other; the block scheduler puts CTAs in grid order into free slots
+    (C = SMs × CTAs/SM at once); CTA ``i`` visits the ~(i+1)·B_r/B_c K/V blocks up to the
+    diagonal, one per *step* (a step is one K/V block: load K_j, V_j; S = QK_jᵀ; O += PV_j).
+
+    * Mean CTA lifetime L = visited pairs / T_r steps, so in steady state a slot frees, and
+      the next CTA starts, every g = L / C steps (the dispatch gap).
+    * FA2 walks a CTA's blocks in *reverse* (flash_fwd_kernel.h: from the diagonal block
+      down to block 0, the masked block first). CTA i+1 starts g later and has B_r/B_c more
+      blocks in front of block j, so it reads block j ``lag + g`` steps after CTA i, with
+      lag = B_r/B_c. A kernel that walks forward (block 0 first, our Triton kernel) has
+      lag = 0: the next CTA reads block j g steps later.
+    * With GQA the group's heads read the same K/V. In FA2's grid they are ``batch`` heads
+      apart; of the heads in flight (1 + C·T_c / visited: one head's dispatch span plus its
+      longest CTA, in units of its dispatch span) ``min(G, in flight / batch)`` share the
+      K/V, so the gap between two uses shrinks by that factor.
+    * A block is in use for the whole step it is read in (loaded one step ahead, consumed in
+      the next), so the window in which it can be evicted is one step shorter than the
+      gap: ``max(0, gap − 1)`` steps, during which C CTAs request C blocks per step.
+
+    ``k`` = C · window / S, with S = capacity / (2·B_c·d·e) K/V blocks in the effective L2.
+    """
+    w, b = ctx.w, ctx.blocks
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    conc = np.maximum(f(l2.concurrent_ctas), 1.0)
+    visited = np.maximum(f(ctx.visited), 1.0)
+    t_r, t_c = f(b.t_r), f(b.t_c)
+    gap = visited / t_r / conc
+    lag = f(b.block_q) / f(b.block_kv) if ctx.kv_order == "reverse" else 0.0
+    in_flight = 1.0 + conc * t_c / visited
+    sharing_heads = np.clip(in_flight / f(w.batch), 1.0, f(w.group))
+    window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
+    block_bytes = f(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
+    return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
+
+
 def _kv_hbm(
-    unique: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike, causal: bool, l2: l2m.L2, groups: IntLike = 1
+    unique: IntLike,
+    requested: IntLike,
+    sharing: IntLike,
+    ws: IntLike,
+    causal: bool,
+    l2: l2m.L2,
+    groups: IntLike = 1,
+    reuse: Any = None,
 ) -> IntLike:
     """HBM reads of a tensor re-read by ``sharing`` consecutive CTAs per head (K/V per Q block).
 
     Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`).
 
-    Causal: a CTA's work grows with its diagonal, so CTAs finish at different times and the
-    ones started meanwhile belong to the next heads: while a head's longest CTAs run, about
-    2·C / sharing more heads start (C CTAs at once, half a head's work per CTA on average),
-    so ``1 + 2·C / sharing`` heads are in flight. Two rules, both leads fitted to H200
-    measurements of PyTorch's FlashAttention-2 (validation/h200/final):
+    Causal, one head's data fits in L2 (``ws`` ≤ effective capacity), with ``reuse`` (the
+    exposure of :func:`_fa2_causal_reuse`, FA2's forward): a CTA's work grows with its
+    diagonal, so CTAs of many heads run at once, each at its own place in K/V; every
+    request of an already-read block hits unless the block was evicted since its previous
+    use, modelled as random replacement (:func:`.l2.random_replacement_miss_ratio`, the
+    miss share of all requests, times the requested bytes).
 
-    * one head's data fits but the heads in flight do not: each byte is read
-      (heads in flight × ws) / capacity times, as the in-flight data cycles through an L2
-      that holds only part of it (4 × 16 heads × 4096 × 128 and 16 × 16384 × 128 in bf16:
-      −6.7 % and −14.1 % with the rule, −13.9 % and −27.3 % without);
-    * one head's data does not fit: a share (whole L2) / ws of the requests hits, as with
-      random replacement (one head of 262,144 × 128: −0.4 %; but our Triton kernel at 64×64
-      tiles reads half of this).
+    Causal without ``reuse`` (the backward pass, not measured): ``1 + 2·C / sharing`` heads
+    are in flight and each byte is read (heads in flight × ws) / capacity times, a lead
+    fitted to two H200 measurements of the forward pass, which the rule above replaces there.
+
+    Causal, one head's data does not fit: a share (whole L2) / ws of the requests hits, as
+    with random replacement (one head of 262,144 × 128 in PyTorch's FA2: −0.4 %; our Triton
+    kernel at 64×64 tiles reads half of this).
     """
     base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
     f = lambda v: np.asarray(intmath.to_float(v))  # noqa: E731
     ws_f = np.maximum(f(ws), 1.0)
-    heads = np.minimum(f(groups), 1.0 + 2.0 * f(l2.concurrent_ctas) / np.maximum(f(sharing), 1.0))
-    in_flight = heads * ws_f
     ok = f(ws) <= l2.capacity_bytes
+    if reuse is not None:
+        share = f(unique) / np.maximum(f(requested), 1.0)
+        fitting = np.maximum(f(unique), f(requested) * l2m.random_replacement_miss_ratio(share, reuse))
+    else:
+        heads = np.minimum(f(groups), 1.0 + 2.0 * f(l2.concurrent_ctas) / np.maximum(f(sharing), 1.0))
+        fitting = np.minimum(f(requested), f(unique) * np.maximum(1.0, heads * ws_f / l2.capacity_bytes))
     single_wave = np.asarray(l2m.waves(sharing, l2)) <= 1
-    cycling = np.minimum(f(requested), f(unique) * np.maximum(1.0, in_flight / l2.capacity_bytes))
     hit = np.minimum(1.0, l2.whole / ws_f)
     spread = np.maximum(f(unique), f(requested) * (1.0 - hit))
-    out = np.where(ok, cycling, np.where(single_wave, f(base), spread)).round()
+    out = np.where(ok, fitting, np.where(single_wave, f(base), spread)).round()
     if np.ndim(out) == 0:
         return int(out)
     return out.astype(np.int64)

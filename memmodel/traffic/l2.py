@@ -119,6 +119,35 @@ def reread_hbm(
     return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))
 
 
+def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike) -> IntLike:
+    """Share of a re-read tensor's block requests that miss in an L2 with random replacement.
+
+    Each block's first request misses (a share ``unique_share`` = unique / requested of all
+    requests); a later request hits if the block survived since its previous request. With
+    random replacement a resident line survives one insertion with probability 1 − 1/S
+    (S lines), so it survives the ``x · exposure`` insertions that happen in between
+    (``x`` the miss share, ``exposure`` = concurrent requests between two uses, over S) with
+    probability exp(−x · exposure). The miss share is the fixed point of
+
+        x = u + (1 − u) · (1 − exp(−k · x)),   u = unique_share, k = exposure,
+
+    its one root in [u, 1] (f(u) ≥ 0 ≥ f(1), f concave), found by bisection (vectorised: scalars and arrays alike).
+    ``k·(1 − u) < 1`` keeps ``x ≈ u / (1 − k·(1 − u))`` small; near ``k = 1`` the re-reads
+    feed on themselves (each miss evicts lines others still need).
+    """
+    u = np.clip(np.asarray(intmath.to_float(unique_share), dtype=np.float64), 0.0, 1.0)
+    k = np.maximum(np.asarray(intmath.to_float(exposure), dtype=np.float64), 0.0)
+    u, k = np.broadcast_arrays(u, k)
+    lo, hi = u.copy(), np.ones_like(u)
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        above = u + (1.0 - u) * -np.expm1(-k * mid) < mid  # f(mid) < 0: the root is below mid
+        hi = np.where(above, mid, hi)
+        lo = np.where(above, lo, mid)
+    x = np.where(k == 0.0, u, hi)
+    return float(x) if x.ndim == 0 else x
+
+
 def carried_over(nbytes: IntLike, l2: L2) -> IntLike:
     """HBM read bytes of a tensor the previous kernel just wrote: 0 if it is still in L2 (mode on)."""
     if l2.mode != "on":
