@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import units
 from .errors import ProfileError
 
@@ -28,6 +30,11 @@ SCHEMA = "memmodel.hardware/1"
 
 #: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Dtypes with an ``mma.sync`` peak (``compute.mma_sync.<dtype>``).
+MMA_SYNC_DTYPES = ("fp16", "bf16")
+#: Attention implementations a profile may give a measured efficiency for
+#: (``implementations.<name>.efficiency``); see :mod:`memmodel.implementations`.
+IMPLEMENTATION_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton")
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,41 @@ class Sram:
 
 
 @dataclass(frozen=True)
+class KernelRates:
+    """What library kernels reach on this GPU, measured by ``memmodel calibrate``.
+
+    Each figure is optional; where one is missing the time model uses the raw ceilings.
+    """
+
+    #: HBM bandwidth of cuBLAS products whose traffic is mostly reads (``PV``: an N×N operand)
+    gemm_read_bytes_per_s: float | None = None
+    #: HBM bandwidth of cuBLAS products whose traffic is mostly writes (``QKᵀ``: an N×N output)
+    gemm_write_bytes_per_s: float | None = None
+    #: bandwidth of the framework's softmax over the last dimension, by row length (many rows)
+    softmax_bytes_per_s: tuple[tuple[int, float], ...] = ()
+    #: bytes per second one row's block moves when few rows run (a block per row)
+    softmax_row_bytes_per_s: float | None = None
+    #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
+    elementwise_bytes_per_s: float | None = None
+
+    def softmax_rate(self, row_length: Any) -> Any:
+        """Softmax bandwidth at ``row_length``: the curve, linear in log2(row length) between
+        measured points, the end point's figure outside them."""
+        return interpolate_log2(self.softmax_bytes_per_s, row_length)
+
+
+def interpolate_log2(curve: tuple[tuple[int, float], ...], x: Any) -> Any:
+    """``curve`` (sorted (x, y) points) at ``x`` (a number or an array), linear in log2(x)
+    between points, the end point's value outside them; None for an empty curve."""
+    if not curve:
+        return None
+    xs = np.log2([p[0] for p in curve])
+    ys = np.array([p[1] for p in curve])
+    out = np.interp(np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1.0)), xs, ys)
+    return float(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
 class Source:
     id: str
     title: str
@@ -101,6 +143,26 @@ class Profile:
     provenance: Mapping[str, Provenance] = field(repr=False)
     path: Path | None = None
     origin: str = "file"
+    #: dtype -> tensor-core peak of warp-level ``mma.sync`` instructions, where measured
+    mma_sync_flops_per_s: Mapping[str, float] = field(default_factory=dict)
+    kernel_rates: KernelRates = field(default_factory=KernelRates)
+    #: implementation -> ((head dim, efficiency), ...): the share of the model's compute rate
+    #: the implementation reached on a reference shape (measured by ``memmodel calibrate``)
+    implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+
+    def matmul_peak(self, dtype: str, instructions: str = "peak") -> float:
+        """Tensor-core peak for ``dtype``; ``instructions="mma_sync"`` gives the ``mma.sync``
+        peak where the profile has one (the dtype's peak otherwise)."""
+        if instructions == "mma_sync" and dtype in self.mma_sync_flops_per_s:
+            return self.mma_sync_flops_per_s[dtype]
+        return self.peak_flops(dtype)
+
+    def efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+        """Measured efficiency of ``implementation`` at ``head_dim`` (linear in log2 between
+        the measured head dims, clamped at the ends); None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_efficiency.get(implementation, ()), head_dim)
 
     def peak_flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for ``dtype``; a :class:`ProfileError` if the GPU has none."""
@@ -143,9 +205,37 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "compute.bf16": ("flops", False),
     "compute.fp8": ("flops", False),
     "compute.exp": ("ops", False),
+    **{f"compute.mma_sync.{d}": ("flops", False) for d in MMA_SYNC_DTYPES},
+    "kernels.gemm.read_bandwidth": ("bandwidth", False),
+    "kernels.gemm.write_bandwidth": ("bandwidth", False),
+    "kernels.softmax.bandwidth": ("bandwidth", False),
+    "kernels.softmax.row_bandwidth": ("bandwidth", False),
+    "kernels.elementwise.bandwidth": ("bandwidth", False),
+    **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+}
+#: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
+_CURVES: dict[str, str] = {
+    "kernels.softmax.bandwidth": "row length",
+    **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
 }
 _TEXT_FIELDS = {"schema": False, "name": True, "full_name": True, "vendor": True, "architecture": True}
-_SECTIONS = {"memory", "memory.hbm", "memory.l2", "memory.sram", "compute", "sources"}
+_SECTIONS = {
+    "memory",
+    "memory.hbm",
+    "memory.l2",
+    "memory.sram",
+    "compute",
+    "compute.mma_sync",
+    "kernels",
+    "kernels.gemm",
+    "kernels.softmax",
+    "kernels.elementwise",
+    "implementations",
+    *(f"implementations.{name}" for name in IMPLEMENTATION_NAMES),
+    "sources",
+}
+#: Largest efficiency a profile may state (a kernel faster than the model by 10× is a wrong profile)
+MAX_EFFICIENCY = 10.0
 
 
 def _fail(where: str, field_path: str, message: str) -> ProfileError:
@@ -187,6 +277,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         raise _fail(where, "", "a profile must be a YAML mapping (name:, memory:, compute:, ...)")
     sources = _parse_sources(data.get("sources"), where)
     values: dict[str, float] = {}
+    curves: dict[str, tuple[tuple[int, float], ...]] = {}
     texts: dict[str, str] = {}
     provenance: dict[str, Provenance] = {}
     for fpath, raw in _walk(data, "", where):
@@ -197,6 +288,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             continue
         kind = _FIELDS[fpath][0]
         source = note = None
+        if fpath in _CURVES and isinstance(raw, Mapping) and "value" not in raw:
+            raw = {"value": raw}  # a bare curve: {64: 0.9, 128: 0.8}
         if isinstance(raw, Mapping):
             extra = set(raw) - {"value", "source", "note"}
             if extra:
@@ -209,6 +302,10 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
                 raise _fail(where, fpath, f"source {source!r} is not listed under 'sources' ({known})")
             if note is not None and not isinstance(note, str):
                 raise _fail(where, fpath, "note must be a string")
+        if fpath in _CURVES:
+            curves[fpath] = _parse_curve(raw, kind, _CURVES[fpath], where, fpath)
+            provenance[fpath] = Provenance(source=source, note=note, text=str(raw))
+            continue
         try:
             values[fpath] = units.parse(raw, kind)
         except units.UnitError as exc:
@@ -260,7 +357,45 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         provenance=provenance,
         path=path,
         origin=origin,
+        mma_sync_flops_per_s={
+            d: values[f"compute.mma_sync.{d}"] for d in MMA_SYNC_DTYPES if f"compute.mma_sync.{d}" in values
+        },
+        kernel_rates=KernelRates(
+            gemm_read_bytes_per_s=values.get("kernels.gemm.read_bandwidth"),
+            gemm_write_bytes_per_s=values.get("kernels.gemm.write_bandwidth"),
+            softmax_bytes_per_s=curves.get("kernels.softmax.bandwidth", ()),
+            softmax_row_bytes_per_s=values.get("kernels.softmax.row_bandwidth"),
+            elementwise_bytes_per_s=values.get("kernels.elementwise.bandwidth"),
+        ),
+        implementation_efficiency={
+            name: curves[f"implementations.{name}.efficiency"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.efficiency" in curves
+        },
     )
+
+
+def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath: str) -> tuple[tuple[int, float], ...]:
+    """A curve ``{whole number: value}``, sorted by key; values checked like plain fields."""
+    keys = "{64: ..., 128: ...}" if key_name == "head dim" else "{1024: ..., 4096: ...}"
+    example = f"a mapping from {key_name} to {units.EXAMPLES[kind]}, e.g. {keys}"
+    if not isinstance(raw, Mapping) or not raw:
+        raise _fail(where, fpath, f"expected {example}")
+    points = []
+    for key, value in raw.items():
+        if isinstance(key, bool) or not isinstance(key, int) or key < 1:
+            raise _fail(where, fpath, f"key {key!r} is not a positive whole number ({key_name}); expected {example}")
+        try:
+            y = units.parse(value, kind)
+        except units.UnitError as exc:
+            raise _fail(where, f"{fpath}.{key}", str(exc)) from None
+        floor = _FLOORS.get(kind)
+        if floor is not None and y < floor[0]:
+            raise _fail(where, f"{fpath}.{key}", f"{value!r} is below {floor[1]}: not a plausible GPU figure")
+        if kind == "ratio" and y > MAX_EFFICIENCY:
+            raise _fail(where, f"{fpath}.{key}", f"{value!r} is above {MAX_EFFICIENCY:g}: not a plausible efficiency")
+        points.append((key, y))
+    return tuple(sorted(points))
 
 
 def _parse_sources(raw: object, where: str) -> dict[str, Source]:
@@ -303,6 +438,8 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
         floor = _FLOORS.get(_FIELDS[fpath][0])
         if floor is not None and value < floor[0]:
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure")
+        if _FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
+            raise _fail(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")
     if values["memory.sram.capacity_per_sm"] < 1024:
         text = provenance["memory.sram.capacity_per_sm"].text
         raise _fail(

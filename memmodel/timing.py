@@ -17,6 +17,18 @@ warps issue the matmuls, the exponentials and the rescaling one after another) t
 largest of memory, latency and the *sum* of the compute terms. Every kernel then pays the
 profile's ``launch_overhead`` once (0 when the profile gives none). An algorithm's time
 is the sum of its kernels'.
+
+Measured rates (a profile from ``memmodel calibrate``): library kernels reach less than the
+raw ceilings, by amounts that depend on the kernel. Where the profile gives them, the
+``hbm`` term of a kernel tagged ``op="gemm"`` uses cuBLAS' measured read and write rates,
+``op="softmax"`` the framework softmax's rate at the kernel's row length (and, with fewer
+rows than the GPU runs at once, the rate of one row's block times the rows in flight),
+``op="elementwise"`` the elementwise rate; the last two count every byte the kernel moves
+(L2 or HBM), since those kernels are limited by their own issue, not by where data sit.
+Fused attention kernels of a named implementation (:mod:`memmodel.implementations`) run
+their products at the peak of the instructions they use (``mma.sync`` for FlashAttention-2),
+and their compute terms are divided by the implementation's measured efficiency at the
+workload's head dimension, where the profile gives one.
 """
 
 from __future__ import annotations
@@ -26,8 +38,9 @@ from typing import Union
 
 import numpy as np
 
-from . import intmath
+from . import implementations, intmath
 from .hardware import Profile
+from .intmath import IntLike
 from .traffic.ledger import LEVELS, AlgorithmTraffic, Kernel
 
 Seconds = Union[float, np.ndarray]  # noqa: UP007
@@ -35,6 +48,9 @@ Label = Union[str, np.ndarray]  # noqa: UP007
 
 #: dtype of the inputs -> key of the compute peak their matmuls run at
 MATMUL_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+#: PyTorch's block-per-row softmax kernels use blocks of up to 1024 threads
+#: (``SoftMax_getBlockSize``); an SM holds 2048 threads (sm80/sm90): two rows per SM at once.
+SOFTMAX_ROWS_PER_SM = 2
 
 
 @dataclass(frozen=True)
@@ -74,23 +90,85 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(f"{profile.name} gives no launch overhead: none is added.")
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
+    rates = profile.kernel_rates
+    if rates.gemm_read_bytes_per_s or rates.gemm_write_bytes_per_s:
+        out.append("Standard attention's products move HBM bytes at cuBLAS' measured read and write rates.")
+    if rates.softmax_bytes_per_s:
+        out.append(
+            "The softmax kernel moves its bytes at the framework softmax's measured rate for its row length"
+            + (
+                f"; with fewer than {SOFTMAX_ROWS_PER_SM} rows per SM, at one row's measured rate per row."
+                if rates.softmax_row_bytes_per_s
+                else "."
+            )
+        )
+    if rates.elementwise_bytes_per_s:
+        out.append("Elementwise kernels (mask, dropout) move their bytes at the measured elementwise rate.")
+    if profile.mma_sync_flops_per_s:
+        out.append(
+            "Implementations built on mma.sync (PyTorch's FlashAttention-2, the memory-efficient kernel) "
+            "run their products at the measured mma.sync peak."
+        )
     return out
 
 
-def kernel_time(kernel: Kernel, profile: Profile, dtype: str) -> KernelTiming:
+def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
+    """The ``hbm`` term from a calibrated library rate, or None where the profile has none."""
+    rates = profile.kernel_rates
+    f = intmath.to_float
+    if kernel.op == "gemm" and (rates.gemm_read_bytes_per_s or rates.gemm_write_bytes_per_s):
+        read_bw = rates.gemm_read_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
+        write_bw = (
+            rates.gemm_write_bytes_per_s or profile.hbm.write_bandwidth_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
+        )
+        return (
+            f(kernel.bytes(level="hbm", direction="read")) / read_bw
+            + f(kernel.bytes(level="hbm", direction="write")) / write_bw
+        )
+    if kernel.op == "softmax" and rates.softmax_bytes_per_s:
+        rate = np.asarray(rates.softmax_rate(intmath.to_float(kernel.row_length)), dtype=np.float64)
+        if rates.softmax_row_bytes_per_s:
+            rows = np.asarray(intmath.to_float(kernel.rows), dtype=np.float64)
+            in_flight = np.minimum(rows, SOFTMAX_ROWS_PER_SM * profile.sm_count)
+            rate = np.where(rows > 0, np.minimum(rate, in_flight * rates.softmax_row_bytes_per_s), rate)
+        out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
+        return float(out) if out.ndim == 0 else out
+    if kernel.op == "elementwise" and rates.elementwise_bytes_per_s:
+        return f(kernel.bytes(level="l2")) / rates.elementwise_bytes_per_s
+    return None
+
+
+def kernel_time(
+    kernel: Kernel,
+    profile: Profile,
+    dtype: str,
+    implementation: str | None = None,
+    head_dim: IntLike | None = None,
+) -> KernelTiming:
+    """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
+    kernels (``overlap="serial-compute"``): their instructions' peak and measured efficiency."""
+    impl = implementations.get(implementation) if kernel.overlap == "serial-compute" else None
+    peak = profile.matmul_peak(MATMUL_PEAK[dtype], impl.instructions if impl else "peak")
     compute: dict[str, Seconds] = {
-        "matmul": intmath.to_float(kernel.matmul_flops) / profile.peak_flops(MATMUL_PEAK[dtype]),
+        "matmul": intmath.to_float(kernel.matmul_flops) / peak,
         "softmax": intmath.to_float(kernel.softmax_flops) / profile.peak_flops("fp32"),
         "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
     }
+    eff = profile.efficiency(impl.name, intmath.to_float(head_dim)) if impl and head_dim is not None else None
+    if eff is not None:
+        compute = {k: np.asarray(v, dtype=np.float64) / eff for k, v in compute.items()}
+        compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
         if not (isinstance(moved, np.ndarray) or moved):
             continue
+        library = _library_hbm(kernel, profile) if level == "hbm" else None
         write_bw = profile.hbm.write_bandwidth_bytes_per_s if level == "hbm" else None
-        if write_bw:
+        if library is not None:
+            terms[level] = library
+        elif write_bw:
             reads = intmath.to_float(kernel.bytes(level=level, direction="read"))
             writes = intmath.to_float(kernel.bytes(level=level, direction="write"))
             terms[level] = reads / bandwidth[level] + writes / write_bw
@@ -134,8 +212,14 @@ def _bound_by(k: KernelTiming, label: str) -> object:
     return k.bound_index == names.index(label) if label in names else False
 
 
-def algorithm_time(algorithm: AlgorithmTraffic, profile: Profile, dtype: str) -> AlgorithmTiming:
-    kernels = tuple(kernel_time(k, profile, dtype) for k in algorithm.kernels)
+def algorithm_time(
+    algorithm: AlgorithmTraffic,
+    profile: Profile,
+    dtype: str,
+    implementation: str | None = None,
+    head_dim: IntLike | None = None,
+) -> AlgorithmTiming:
+    kernels = tuple(kernel_time(k, profile, dtype, implementation, head_dim) for k in algorithm.kernels)
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
     labels = sorted(set().union(*(_labels(k) for k in kernels)))

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Literal
 
-Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count"]
+Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count", "ratio"]
 
 _SI = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -34,6 +34,7 @@ EXAMPLES: dict[str, str] = {
     "ops": "a rate such as '3.9 Top/s' or '2.4e12 op/s'",
     "frequency": "a frequency such as '1410 MHz' or '1.98 GHz'",
     "count": "a whole number such as 108",
+    "ratio": "a ratio such as 0.45 or '45 %'",
 }
 
 
@@ -57,6 +58,8 @@ def _scale(unit: str, kind: Kind) -> float | None:
     unit = re.sub(r"\s+", "", unit)
     if kind == "count":
         return 1.0 if unit == "" else None
+    if kind == "ratio":
+        return {"": 1.0, "%": 0.01}.get(unit)
     if kind == "time":
         return _TIME.get(unit)
     if kind == "bytes":
@@ -83,7 +86,7 @@ def _scale(unit: str, kind: Kind) -> float | None:
 def parse(value: object, kind: Kind) -> float:
     """Return ``value`` in base units (bytes, bytes/s, s, FLOP/s, op/s, Hz, count).
 
-    Numbers without a unit are accepted only for ``count``. The result is finite and
+    Numbers without a unit are accepted only for ``count`` and ``ratio``. The result is finite and
     strictly positive; anything else raises :class:`UnitError` with a message that says
     what is accepted.
     """
@@ -91,9 +94,9 @@ def parse(value: object, kind: Kind) -> float:
     if isinstance(value, bool):
         raise UnitError(f"expected {EXAMPLES[kind]}, got {shown}")
     if isinstance(value, (int, float)):
-        if kind != "count":
+        if kind not in ("count", "ratio"):
             raise UnitError(f"{shown} has no unit; expected {EXAMPLES[kind]}")
-        if isinstance(value, float) and not value.is_integer():
+        if kind == "count" and isinstance(value, float) and not value.is_integer():
             raise UnitError(f"expected {EXAMPLES[kind]}, got {shown}")
         try:
             number, scale = float(value), 1.0

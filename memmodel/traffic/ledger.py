@@ -89,6 +89,12 @@ class Kernel:
     #: softmax arithmetic are issued by the same warps one after another (their times
     #: add) and overlap memory traffic
     overlap: str = "overlap"
+    #: what kind of library kernel this is, for the measured rates a calibrated profile gives
+    #: (:class:`memmodel.hardware.KernelRates`): "gemm", "softmax", "elementwise", or "" (none)
+    op: str = ""
+    #: row-wise kernels (softmax): rows and elements per row
+    rows: IntLike = 0
+    row_length: IntLike = 0
 
     @property
     def flops(self) -> IntLike:

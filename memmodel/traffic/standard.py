@@ -72,7 +72,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
     operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
     k.write("S", "intermediate", s, "B·H·N·N_kv·e")
-    kernels.append(k.build(matmul_flops=matmul))
+    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     if w.causal:
         mask = intmath.mul(w.n, w.n_kv_)  # one bool per score, shared by every head
@@ -90,26 +90,34 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             "B·H · N·N_kv·1",
         )
         k.write("S", "intermediate", s, "B·H·N·N_kv·e")
-        kernels.append(k.build(softmax_flops=scores))
+        kernels.append(k.build(softmax_flops=scores, op="elementwise"))
 
     k = KernelBuilder("softmax")
     just_written(k, "S")
     k.write("P", "intermediate", s, "B·H·N·N_kv·e")
     # row max, subtract, row sum, divide: 4 FP32 ops per score; exp counted apart
-    kernels.append(k.build(softmax_flops=intmath.mul(4, scores), exp_ops=scores))
+    kernels.append(
+        k.build(
+            softmax_flops=intmath.mul(4, scores),
+            exp_ops=scores,
+            op="softmax",
+            rows=intmath.mul(bh, w.n),
+            row_length=w.n_kv_,
+        )
+    )
 
     if w.dropout > 0:
         k = KernelBuilder("dropout")
         just_written(k, "P")
         k.write("P", "intermediate", s, "B·H·N·N_kv·e")
         k.write("Z", "state", z, "B·H·N·N_kv·1")
-        kernels.append(k.build(softmax_flops=intmath.mul(2, scores)))
+        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
 
     k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d]
     just_written(k, "P", _tiles(w.d))
     operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
     k.write("O", "output", q, "B·H·N·d·e")
-    kernels.append(k.build(matmul_flops=matmul))
+    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     # --- backward ------------------------------------------------------------------
     if backward:
@@ -117,39 +125,39 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         operand(k, "P", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
         operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
         k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
-        kernels.append(k.build(matmul_flops=matmul))
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dp", "backward")  # dP = dO Vᵀ: [G·N × d] @ [d × N_kv]
         operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
         operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
         k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
-        kernels.append(k.build(matmul_flops=matmul))
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         if w.dropout > 0:
             k = KernelBuilder("dropout_bwd", "backward")
             just_written(k, "dP")
             k.read("Z", "state", z, z, "B·H·N·N_kv·1")
             k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
-            kernels.append(k.build(softmax_flops=intmath.mul(2, scores)))
+            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
 
         k = KernelBuilder("ds", "backward")
         operand(k, "P", "intermediate", s, 1, "B·H·N·N_kv·e")
         just_written(k, "dP")
         k.write("dS", "intermediate", s, "B·H·N·N_kv·e")
         # P·dP, row sum, subtract, multiply: 4 FP32 ops per score
-        kernels.append(k.build(softmax_flops=intmath.mul(4, scores)))
+        kernels.append(k.build(softmax_flops=intmath.mul(4, scores), op="elementwise"))
 
         k = KernelBuilder("dq", "backward")  # dQ = dS K: [G·N × N_kv] @ [N_kv × d]
         just_written(k, "dS", _tiles(w.d))
         operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
         k.write("dQ", "output", q, "B·H·N·d·e")
-        kernels.append(k.build(matmul_flops=matmul))
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q: [N_kv × G·N] @ [G·N × d]
         operand(k, "dS", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
         operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
         k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
-        kernels.append(k.build(matmul_flops=matmul))
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     return AlgorithmTraffic("standard", "algorithm0", tuple(kernels), params={"gemm_tile": GEMM_TILE})
 
