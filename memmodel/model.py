@@ -10,6 +10,7 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
+from .implementations import IMPLEMENTATIONS
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
@@ -34,6 +35,8 @@ class Options:
     splits: int | None = None
     ctas_per_sm: int | None = None
     kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
+    #: the tiled algorithm's implementation (:mod:`memmodel.implementations`); None: generic
+    implementation: str | None = None
 
     def __post_init__(self) -> None:
         if self.tiled not in TILED_VARIANTS:
@@ -46,6 +49,12 @@ class Options:
                 raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
         if self.kv_order not in KV_ORDERS:
             raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
+        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"unknown implementation {self.implementation!r}: accepted are {', '.join(IMPLEMENTATIONS)}"
+            )
+        if self.implementation is not None and self.tiled != "fa2":
+            raise WorkloadError("--impl models FlashAttention-2 implementations; use --tiled fa2")
         if self.splits is not None and self.tiled != "fa2":
             raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
 
@@ -131,7 +140,7 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
         workload=workload,
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
-        tiled=Evaluated(til, algorithm_time(til, profile, workload.dtype)),
+        tiled=Evaluated(til, algorithm_time(til, profile, workload.dtype, opts.implementation, workload.d)),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
