@@ -62,12 +62,22 @@ def implementation_tiles(
 
 
 def model_options(case: Any, l2: str, ctas_per_sm: int | None = None) -> Options:
-    """How to model a measured case: its implementation's tiles and, when Nsight Compute
-    reported it, the number of CTAs the kernel really ran per SM (its occupancy)."""
+    """How to model a measured case: its implementation (tiles, instructions, measured
+    efficiency) and, when Nsight Compute reported it, the number of CTAs the kernel really
+    ran per SM (its occupancy)."""
     if case.impl == "standard":
         return Options(l2=l2)
     bq, bkv = implementation_tiles(case.impl, case.d, case.causal, case.block_q, case.block_kv)
-    return Options(tiled="fa2", block_q=min(bq, case.n), block_kv=min(bkv, case.nkv), l2=l2, ctas_per_sm=ctas_per_sm)
+    return Options(
+        tiled="fa2",
+        block_q=min(bq, case.n),
+        block_kv=min(bkv, case.nkv),
+        l2=l2,
+        ctas_per_sm=ctas_per_sm,
+        implementation=case.impl,
+        # our Triton kernel walks K/V from block 0 up; FlashAttention-2 from the diagonal down
+        kv_order="forward" if case.impl == "triton" else "reverse",
+    )
 
 
 def measured_ctas_per_sm(measured: list[Any], sm_count: int) -> int | None:

@@ -41,6 +41,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import MemmodelError, RuntimeFailure
+from . import calibrate_impl
 
 SCHEMA = "memmodel.calibrate/1"
 MATMUL_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp8")
@@ -56,6 +57,9 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("exp", "exp throughput"),
     ("latency", "L2 and DRAM latency"),
     ("launch", "launch overhead"),
+    ("mma_sync", "mma.sync tensor-core peak"),
+    ("kernels", "library kernels: softmax, masked_fill, cuBLAS"),
+    ("sdpa", "attention implementations, reference shapes"),
 )
 
 #: Required profile fields calibrate never measures; they come from ``--base``.
@@ -915,6 +919,12 @@ def run_calibration(
                 m["latency"] = measure_latency(ctx)
             elif key == "launch":
                 m["launch"] = measure_launch(ctx)
+            elif key == "mma_sync":
+                m["mma_sync"] = calibrate_impl.measure_mma_sync(ctx)
+            elif key == "kernels":
+                m["kernels"] = calibrate_impl.measure_kernels(ctx)
+            elif key == "sdpa":
+                m["sdpa"] = calibrate_impl.measure_sdpa(ctx)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:  # record and go on with the other steps
@@ -1087,6 +1097,8 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
         )
     if rate := _num(m, "exp", "rate"):
         out["compute.exp"] = (_si(rate, "op/s"), "Triton tl.exp2 (MUFU.EX2) in registers, all SMs")
+    peaks = {d: r for d in MATMUL_DTYPES if (r := _num(mm, d, "rate"))}
+    out.update(calibrate_impl.kernel_figures(m, peaks))
     return out
 
 
@@ -1134,7 +1146,7 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
     with its own source. Raises :class:`RuntimeFailure` naming what is missing if a required
     figure has none of the three.
     """
-    from ..hardware import _FIELDS
+    from ..hardware import _CURVES, _FIELDS
     from ..hardware import SCHEMA as PROFILE_SCHEMA
 
     device = result.get("device", {})
@@ -1164,7 +1176,7 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
         for fpath, prov in base.provenance.items():
             if fpath in figures:
                 continue
-            entry = {"value": prov.text}
+            entry: dict[str, Any] = {"value": _curve_value(base, fpath) if fpath in _CURVES else prov.text}
             if prov.source:
                 sid = prov.source if prov.source not in ("measured", "device") else f"base-{prov.source}"
                 src = base.sources.get(prov.source)
@@ -1219,7 +1231,36 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
         node[leaf] = figures[fpath]
     used = {e["source"] for e in figures.values() if "source" in e}
     data["sources"] = {k: v for k, v in sources.items() if k in used}
+    _add_efficiencies(data, result)
     return data
+
+
+def _curve_value(base: Any, fpath: str) -> dict[int, Any]:
+    """A base profile's curve as YAML values (the provenance keeps only its text)."""
+    from ..units import format_bandwidth
+
+    if fpath == "kernels.softmax.bandwidth":
+        return {x: format_bandwidth(y, digits=3) for x, y in base.kernel_rates.softmax_bytes_per_s}
+    name = fpath.split(".")[1]
+    return dict(base.implementation_efficiency.get(name, ()))
+
+
+def _add_efficiencies(data: dict[str, Any], result: Mapping[str, Any]) -> None:
+    """Measured implementation efficiencies, from the model on the profile built so far."""
+    from ..hardware import parse_profile
+
+    m = result.get("measurements", {})
+    if not (m.get("sdpa") or {}).get("points"):
+        return
+    profile = parse_profile(data, "<calibrated profile>")
+    for fpath, (value, note) in calibrate_impl.efficiency_figures(m, profile).items():
+        *sections, leaf = fpath.split(".")
+        node = data
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = {"value": value, "source": "measured", "note": note}
+    sources = data.pop("sources")
+    data["sources"] = sources  # sources stay last
 
 
 def profile_yaml(result: Mapping[str, Any], *, base: Any = None, name: str | None = None) -> str:

@@ -1,0 +1,397 @@
+"""Calibration of what real kernel implementations reach, beyond the raw ceilings.
+
+``memmodel calibrate`` measures the chip's ceilings (HBM, L2, shared memory, tensor-core
+peaks). Real attention runs through library kernels that reach less, by amounts that
+depend on the kernel, not on the chip alone. Each figure here is measured on shapes that
+are *not* the validation cases, and stored as a named profile field:
+
+* ``mma_sync``: the tensor-core peak of warp-level ``mma.sync`` instructions (the Ampere
+  path). FlashAttention-2 (PyTorch's SDPA flash backend) and CUTLASS's memory-efficient
+  kernel use it on Hopper too, where it reaches only part of the ``wgmma`` peak that
+  cuBLAS' 8192³ product shows. Measured with our own Triton GEMM compiled with Triton's
+  ``DISABLE_MMA_V3`` switch, checked in the PTX (``mma.sync``, no ``wgmma``).
+* ``softmax``: the HBM bandwidth PyTorch's softmax reaches, by row length (the library
+  picks a different kernel per row length: one warp per row up to 1024, a block per row
+  above, a shared-memory variant for long rows), rows of 2^7 … 2^17 elements over a
+  512 MiB input.
+* ``gemm``: the HBM bandwidth cuBLAS reaches in the memory-bound products of attention:
+  ``QKᵀ`` (writes an N×N output from thin operands) and ``PV`` (reads an N×N operand),
+  batched to a 1 GiB N×N tensor at one N.
+* ``masked_fill``: the bandwidth of an in-place ``masked_fill_`` with a broadcast mask.
+* ``sdpa``: each SDPA backend's time on one reference shape.
+
+Every function takes the calibrate :class:`~memmodel.gpu.calibrate.Context`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+SOFTMAX_ROWS = tuple(2**k for k in range(7, 18))
+SOFTMAX_BYTES = 512 * 2**20
+GEMM_BYTES = 2**30
+FEW_ROWS_LENGTH = 32768
+#: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation cases
+SDPA_SHAPES = ((8, 16, 2048, 64, False), (8, 16, 2048, 128, False), (8, 16, 2048, 128, True))
+
+
+def _rate(ctx: Any, amount: float, fn: Any, reps: int = 20) -> dict[str, Any]:
+    from .calibrate import _rate as rate
+
+    return rate(amount, ctx.timer(fn, reps, ctx.plan.warmup))
+
+
+# ---------------------------------------------------------------------------------------
+# mma.sync peak
+
+
+def _mma_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mma_sync_matmul(a_ptr, b_ptr, c_ptr, n, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """C = A·B for n×n row-major A, B, C (n a multiple of the tiles), grouped tile order."""
+        pid = tl.program_id(0)
+        tiles_n = n // BN
+        group = 8 * tiles_n
+        first_m = (pid // group) * 8
+        pid_m = first_m + (pid % group) % 8
+        pid_n = (pid % group) // 8
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a = a_ptr + rm[:, None] * n + rk[None, :]
+        b = b_ptr + rk[:, None] * n + rn[None, :]
+        acc = tl.zeros([BM, BN], tl.float32)
+        for _ in range(0, n, BK):
+            acc += tl.dot(tl.load(a), tl.load(b))
+            a += BK
+            b += BK * n
+        tl.store(c_ptr + rm[:, None] * n + rn[None, :], acc.to(c_ptr.dtype.element_ty))
+
+    return mma_sync_matmul
+
+
+#: (BM, BN, BK, warps, stages) tried; the best is kept
+MMA_CONFIGS = ((128, 128, 64, 4, 3), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 32, 4, 4))
+
+
+def _mma_one(ctx: Any, kernel: Any, dtype: str) -> dict[str, Any]:
+    torch = ctx.torch
+    n = ctx.plan.matmul_n
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    g = ctx.generator(11)
+    a = torch.randn(n, n, device=ctx.device, dtype=dt, generator=g)
+    b = torch.randn(n, n, device=ctx.device, dtype=dt, generator=g)
+    c = torch.empty(n, n, device=ctx.device, dtype=dt)
+    ref = a[:64].double() @ b[:, :64].double()
+    tries: list[dict[str, Any]] = []
+    for bm, bn, bk, warps, stages in MMA_CONFIGS:
+        grid = ((n // bm) * (n // bn),)
+        meta = {"BM": bm, "BN": bn, "BK": bk, "num_warps": warps, "num_stages": stages}
+        try:
+            compiled = kernel[grid](a, b, c, n, **meta)
+            ctx.sync()
+        except Exception as exc:  # a configuration that does not fit (shared memory): the next one
+            tries.append({"config": [bm, bn, bk, warps, stages], "error": str(exc).splitlines()[0][:200]})
+            continue
+        ptx = compiled.asm.get("ptx", "")
+        err = float((c[:64, :64].double() - ref).norm() / ref.norm())
+        r = _rate(ctx, 2 * n**3, lambda grid=grid, meta=meta: kernel[grid](a, b, c, n, **meta), reps=10)
+        tries.append(
+            {
+                "config": [bm, bn, bk, warps, stages],
+                **r,
+                "ptx_mma_sync": "mma.sync" in ptx,
+                "ptx_wgmma": "wgmma" in ptx,
+                "rel_error": err,
+            }
+        )
+    ok = [t for t in tries if "rate" in t and t["ptx_mma_sync"] and not t["ptx_wgmma"] and t["rel_error"] < 1e-2]
+    best = max(ok, key=lambda t: t["rate"], default=None)
+    out: dict[str, Any] = {"n": n, "tries": tries}
+    if best is None:
+        out["skipped"] = "no configuration compiled to mma.sync alone with a correct result"
+    else:
+        out.update(rate=best["rate"], best=best["config"])
+    return out
+
+
+def measure_mma_sync(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dict[str, Any]:
+    """Best of :data:`MMA_CONFIGS` per dtype, n³ products of n = the plan's matmul size."""
+    if ctx.device == "cuda" and ctx.info.capability < (8, 0):
+        major, minor = ctx.info.capability
+        return {"skipped": f"compute capability {major}.{minor} has no 16-bit mma.sync"}
+    kernel = _mma_kernel()
+    old = os.environ.get("DISABLE_MMA_V3")
+    os.environ["DISABLE_MMA_V3"] = "1"  # read by Triton's compiler at each compile
+    try:
+        out: dict[str, Any] = {
+            "method": "memmodel's Triton GEMM with DISABLE_MMA_V3=1 (PTX checked: mma.sync, no wgmma)"
+        }
+        for dtype in dtypes:
+            out[dtype] = _mma_one(ctx, kernel, dtype)
+            ctx.free()
+        return out
+    finally:
+        if old is None:
+            os.environ.pop("DISABLE_MMA_V3", None)
+        else:
+            os.environ["DISABLE_MMA_V3"] = old
+
+
+# ---------------------------------------------------------------------------------------
+# PyTorch softmax, masked_fill; cuBLAS memory-bound products
+
+
+def measure_softmax(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dict[str, Any]:
+    torch = ctx.torch
+    out: dict[str, Any] = {}
+    for dtype in dtypes:
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        points = []
+        for row in SOFTMAX_ROWS:
+            rows = SOFTMAX_BYTES // (2 * row)
+            x = torch.randn(rows, row, device=ctx.device, dtype=dt, generator=ctx.generator(12))
+            y = torch.empty_like(x)
+            r = _rate(ctx, 2 * SOFTMAX_BYTES, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y))
+            points.append({"row": row, "rows": rows, **r})
+            del x, y
+        out[dtype] = points
+        ctx.free()
+    # few rows: the parallelism a small softmax has (decode: batch × heads rows)
+    few = []
+    for per_sm in (1, 2, 4, 8, 16):
+        rows, row = per_sm * ctx.info.sm_count, FEW_ROWS_LENGTH
+        x = torch.randn(rows, row, device=ctx.device, dtype=torch.float16, generator=ctx.generator(13))
+        y = torch.empty_like(x)
+        r = _rate(ctx, 2 * x.numel() * 2, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y))
+        few.append({"row": row, "rows": rows, "rows_per_sm": per_sm, **r})
+        del x, y
+    out["few_rows"] = few
+    ctx.free()
+    return out
+
+
+def measure_kernels(ctx: Any) -> dict[str, Any]:
+    """The library kernels of standard attention: softmax, masked_fill_, cuBLAS products."""
+    out: dict[str, Any] = {}
+    for name, fn in (("softmax", measure_softmax), ("masked_fill", measure_masked_fill), ("gemm", measure_gemm)):
+        try:
+            out[name] = fn(ctx)
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as exc:  # recorded; the other kernels go on
+            out[name] = {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}
+        ctx.free()
+    return out
+
+
+def measure_masked_fill(ctx: Any) -> dict[str, Any]:
+    torch = ctx.torch
+    out = []
+    for n in (1024, 4096):
+        bh = GEMM_BYTES // (2 * n * n)
+        s = torch.randn(bh, n, n, device=ctx.device, dtype=torch.float16, generator=ctx.generator(14))
+        mask = torch.ones(n, n, device=ctx.device, dtype=torch.bool).triu(1)
+        r = _rate(ctx, 2 * s.numel() * 2, lambda s=s, mask=mask: s.masked_fill_(mask, float("-inf")))
+        out.append({"n": n, "batch_heads": bh, **r})
+        del s, mask
+        ctx.free()
+    return {"points": out}
+
+
+def measure_gemm(ctx: Any) -> dict[str, Any]:
+    """cuBLAS batched products shaped like attention's, at N = 2048 (not a validation N)."""
+    torch = ctx.torch
+    n = 2048
+    bh = GEMM_BYTES // (2 * n * n)
+    out: dict[str, Any] = {"n": n, "batch_heads": bh, "qk": [], "pv": []}
+    for dtype in ("fp16", "bf16"):
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+        for d in (32, 64, 128, 256):
+            g = ctx.generator(15)
+            q = torch.randn(bh, n, d, device=ctx.device, dtype=dt, generator=g)
+            k = torch.randn(bh, n, d, device=ctx.device, dtype=dt, generator=g)
+            s = torch.empty(bh, n, n, device=ctx.device, dtype=dt)
+            o = torch.empty(bh, n, d, device=ctx.device, dtype=dt)
+            moved = 2 * (2 * bh * n * d + bh * n * n)
+            flop = 2 * bh * n * n * d
+            r = _rate(ctx, moved, lambda q=q, k=k, s=s: torch.matmul(q, k.transpose(-1, -2), out=s))
+            out["qk"].append({"dtype": dtype, "d": d, "bytes": moved, "flop": flop, **r})
+            r = _rate(ctx, moved, lambda s=s, k=k, o=o: torch.matmul(s, k, out=o))
+            out["pv"].append({"dtype": dtype, "d": d, "bytes": moved, "flop": flop, **r})
+            del q, k, s, o
+            ctx.free()
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# SDPA backends on a reference shape
+
+
+def measure_sdpa(ctx: Any) -> dict[str, Any]:
+    torch = ctx.torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
+    out: list[dict[str, Any]] = []
+    for b, h, n, d, causal in SDPA_SHAPES:
+        g = ctx.generator(16)
+        qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
+        ref = _reference(torch, qkv, causal)
+        for name, backend in backends.items():
+
+            def fn(backend: Any = backend, causal: bool = causal, qkv: list[Any] = qkv) -> Any:
+                with sdpa_kernel([backend]):
+                    return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+
+            point: dict[str, Any] = {"impl": name, "shape": [b, h, n, d, causal], "dtype": "fp16"}
+            try:
+                err = float((fn().float() - ref).abs().max())
+                point.update(_rate(ctx, 4 * b * h * n * n * d // (2 if causal else 1), fn), max_abs_error=err)
+            except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
+                point["error"] = str(exc).splitlines()[0][:200]
+            out.append(point)
+        ctx.free()
+    return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
+
+
+def _reference(torch: Any, qkv: list[Any], causal: bool) -> Any:
+    """float32 attention of the first batch entry's first head, broadcast-compared above."""
+    q, k, v = (t.float() for t in qkv)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, device=s.device, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+# ---------------------------------------------------------------------------------------
+# From measurements to profile fields (pure: tested on the CPU)
+
+
+def _fmt_bw(v: float) -> str:
+    return f"{v / 1e12:.3g} TB/s" if v >= 1e11 else f"{v / 1e9:.3g} GB/s"
+
+
+def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tuple[Any, str]]:
+    """Profile field -> (value, note) from the ``mma_sync`` and ``kernels`` measurements.
+
+    ``peaks``: the measured dense peaks by dtype, to keep only the products whose FLOPs take
+    under half the time of their bytes at 4 TB/s (memory-bound: the rate is then cuBLAS' HBM
+    rate, not its arithmetic).
+    """
+    out: dict[str, tuple[Any, str]] = {}
+    mma = m.get("mma_sync") or {}
+    for dtype in ("fp16", "bf16"):
+        point = mma.get(dtype) or {}
+        if point.get("rate"):
+            bm, bn, bk, warps, stages = point.get("best", ["?"] * 5)
+            out[f"compute.mma_sync.{dtype}"] = (
+                f"{point['rate'] / 1e12:.1f} TFLOP/s",
+                f"{point.get('n', '?')}^3 product, {mma.get('method', 'Triton, mma.sync')}; best tiles "
+                f"{bm}x{bn}x{bk}, {warps} warps, {stages} stages",
+            )
+    k = m.get("kernels") or {}
+    gemm = k.get("gemm") or {}
+    for kind, fpath, what in (
+        ("pv", "kernels.gemm.read_bandwidth", "P·V-shaped products (read an N x N operand)"),
+        ("qk", "kernels.gemm.write_bandwidth", "Q·K^T-shaped products (write an N x N output)"),
+    ):
+        pts = [
+            p
+            for p in gemm.get(kind, [])
+            if p.get("rate") and p["flop"] / peaks.get(p["dtype"], float("inf")) < 0.5 * p["bytes"] / 4e12
+        ]
+        if pts:
+            rates = sorted(p["rate"] for p in pts)
+            mid = (
+                rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+            )
+            ds = sorted({p["d"] for p in pts})
+            out[fpath] = (
+                _fmt_bw(mid),
+                f"median of {len(pts)} cuBLAS batched {what}, torch.matmul, N = {gemm.get('n')}, "
+                f"{gemm.get('batch_heads')} heads, d in {ds}, fp16 and bf16, memory-bound ones only: "
+                + ", ".join(_fmt_bw(r) for r in rates),
+            )
+    soft = k.get("softmax") or {}
+    by_row: dict[int, list[float]] = {}
+    for dtype in ("fp16", "bf16"):
+        for p in soft.get(dtype, []):
+            if p.get("rate"):
+                by_row.setdefault(int(p["row"]), []).append(p["rate"])
+    if by_row:
+        curve = {row: _fmt_bw(sum(v) / len(v)) for row, v in sorted(by_row.items())}
+        out["kernels.softmax.bandwidth"] = (
+            curve,
+            "torch.softmax over the last dimension, bytes read + written over the time, inputs of "
+            f"{SOFTMAX_BYTES // 2**20} MiB, fp16 and bf16 averaged, by row length",
+        )
+    few = [p for p in soft.get("few_rows", []) if p.get("rate")]
+    one = next((p for p in few if p.get("rows_per_sm") == 1), None)
+    if one:
+        out["kernels.softmax.row_bandwidth"] = (
+            _fmt_bw(one["rate"] / one["rows"]),
+            f"torch.softmax of {one['rows']} rows (one per SM) of {one['row']} fp16: "
+            f"{_fmt_bw(one['rate'])} in all / rows; with 2, 4, 8, 16 rows per SM: "
+            + ", ".join(_fmt_bw(p["rate"]) for p in few if p is not one),
+        )
+    fill = [p for p in (k.get("masked_fill") or {}).get("points", []) if p.get("rate")]
+    if fill:
+        rates = [p["rate"] for p in fill]
+        out["kernels.elementwise.bandwidth"] = (
+            _fmt_bw(sum(rates) / len(rates)),
+            "in-place masked_fill_ of fp16 scores with a broadcast N x N bool mask (N = "
+            + ", ".join(str(p["n"]) for p in fill)
+            + f"), 1 GiB, read + write: {', '.join(_fmt_bw(r) for r in rates)}",
+        )
+    return out
+
+
+def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> Any:
+    from .cases import Case
+
+    return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal)
+
+
+def efficiency_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.efficiency`` by head dim: the model's time (with the
+    implementation's instructions, no efficiency) over the measured time, on the non-causal
+    reference shapes. The causal shape is reported in the note as an out-of-sample check."""
+    from ..hardware import interpolate_log2
+    from ..validation import predicted_times
+
+    points = [p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p]
+    out: dict[str, tuple[Any, str]] = {}
+    for impl in sorted({p["impl"] for p in points}):
+        curve: dict[int, float] = {}
+        checks = []
+        for p in (q for q in points if q["impl"] == impl):
+            b, h, n, d, causal = p["shape"]
+            predicted = predicted_times(reference_case(impl, b, h, n, d, causal), profile)["time_s"]
+            ratio = predicted / p["time_s"]
+            if causal:
+                checks.append((p, predicted))
+            else:
+                curve[int(d)] = round(ratio, 3)
+        if not curve:
+            continue
+        b, h, n = points[0]["shape"][:3]
+        note = (
+            f"model time (instructions of {impl}, no efficiency) / measured, fp16, {b} x {h} heads x {n} tokens, "
+            "non-causal, medians of CUDA-event times"
+        )
+        for p, predicted in checks:  # the profile has no efficiency yet: apply this curve here
+            e = interpolate_log2(tuple(sorted(curve.items())), p["shape"][3])
+            err = (predicted / e - p["time_s"]) / p["time_s"]
+            note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
+        out[f"implementations.{impl}.efficiency"] = (dict(sorted(curve.items())), note)
+    return out
