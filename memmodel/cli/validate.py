@@ -28,7 +28,7 @@ from .options import format_option
     "cases_file",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="A file of case specs, one per line.",
+    help="A file of case specs, one per line (several per line separated by spaces; # starts a comment)."
 )
 @click.option(
     "--impl",
@@ -95,7 +95,9 @@ def validate_cmd(
     if cases_file:
         from ..fileio import read_text
 
-        cases += [parse_case(line) for line in read_text(cases_file, what="file of case specs").split() if line.strip()]
+        text = read_text(cases_file, what="file of case specs")
+        # one or more specs per line, separated by spaces; '#' starts a comment
+        cases += [parse_case(spec) for line in text.splitlines() for spec in line.split("#", 1)[0].split()]
     if not cases:
         cases = default_cases()
     if impls:
