@@ -86,8 +86,9 @@ class KernelRates:
     gemm_write_bytes_per_s: float | None = None
     #: bandwidth of the framework's softmax over the last dimension, by row length (many rows)
     softmax_bytes_per_s: tuple[tuple[int, float], ...] = ()
-    #: bytes per second one row's block moves when few rows run (a block per row)
-    softmax_row_bytes_per_s: float | None = None
+    #: time of the framework's softmax over one long row per SM: no softmax kernel is shorter
+    #: (a block per row, whose passes over its row run one after another)
+    softmax_row_time_s: float | None = None
     #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
     elementwise_bytes_per_s: float | None = None
 
@@ -209,7 +210,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.gemm.read_bandwidth": ("bandwidth", False),
     "kernels.gemm.write_bandwidth": ("bandwidth", False),
     "kernels.softmax.bandwidth": ("bandwidth", False),
-    "kernels.softmax.row_bandwidth": ("bandwidth", False),
+    "kernels.softmax.row_time": ("time", False),
     "kernels.elementwise.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
 }
@@ -364,7 +365,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             gemm_read_bytes_per_s=values.get("kernels.gemm.read_bandwidth"),
             gemm_write_bytes_per_s=values.get("kernels.gemm.write_bandwidth"),
             softmax_bytes_per_s=curves.get("kernels.softmax.bandwidth", ()),
-            softmax_row_bytes_per_s=values.get("kernels.softmax.row_bandwidth"),
+            softmax_row_time_s=values.get("kernels.softmax.row_time"),
             elementwise_bytes_per_s=values.get("kernels.elementwise.bandwidth"),
         ),
         implementation_efficiency={

@@ -21,8 +21,8 @@ is the sum of its kernels'.
 Measured rates (a profile from ``memmodel calibrate``): library kernels reach less than the
 raw ceilings, by amounts that depend on the kernel. Where the profile gives them, the
 ``hbm`` term of a kernel tagged ``op="gemm"`` uses cuBLAS' measured read and write rates,
-``op="softmax"`` the framework softmax's rate at the kernel's row length (or, when lower,
-the measured rate of one row's block times the rows: few rows, as in decoding),
+``op="softmax"`` the framework softmax's rate at the kernel's row length (and at least the
+measured time of a softmax of one row per SM: few rows, as in decoding),
 ``op="elementwise"`` the elementwise rate; the last two count every byte the kernel moves
 (L2 or HBM), since those kernels are limited by their own issue, not by where data sit.
 Fused attention kernels of a named implementation (:mod:`memmodel.implementations`) run
@@ -94,8 +94,8 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(
             "The softmax kernel moves its bytes at the framework softmax's measured rate for its row length"
             + (
-                ", or at one row's measured rate times its rows when that is lower (few rows: decoding)."
-                if rates.softmax_row_bytes_per_s
+                ", and takes at least the measured time of one row per SM (few rows: decoding)."
+                if rates.softmax_row_time_s
                 else "."
             )
         )
@@ -124,12 +124,10 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
         )
     if kernel.op == "softmax" and rates.softmax_bytes_per_s:
         rate = np.asarray(rates.softmax_rate(intmath.to_float(kernel.row_length)), dtype=np.float64)
-        if rates.softmax_row_bytes_per_s:
-            # a block per row: with few rows the rows' own rate binds (one row per SM reaches
-            # a third of the many-row rate on an H200); measured up to 16 rows per SM
-            rows = np.asarray(intmath.to_float(kernel.rows), dtype=np.float64)
-            rate = np.where(rows > 0, np.minimum(rate, rows * rates.softmax_row_bytes_per_s), rate)
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
+        if rates.softmax_row_time_s:
+            # a block per row: a kernel of few rows takes what one block takes for its row
+            out = np.maximum(out, rates.softmax_row_time_s)
         return float(out) if out.ndim == 0 else out
     if kernel.op == "elementwise" and rates.elementwise_bytes_per_s:
         return f(kernel.bytes(level="l2")) / rates.elementwise_bytes_per_s

@@ -28,7 +28,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-SOFTMAX_ROWS = tuple(2**k for k in range(7, 18))
+#: row lengths: powers of two and 1.5 x powers of two (the library changes kernels between them)
+SOFTMAX_ROWS = tuple(sorted({2**k for k in range(7, 18)} | {3 * 2**k for k in range(6, 16)}))
 SOFTMAX_BYTES = 512 * 2**20
 GEMM_BYTES = 2**30
 FEW_ROWS_LENGTH = 32768
@@ -167,7 +168,7 @@ def measure_softmax(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dic
         rows, row = per_sm * ctx.info.sm_count, FEW_ROWS_LENGTH
         x = torch.randn(rows, row, device=ctx.device, dtype=torch.float16, generator=ctx.generator(13))
         y = torch.empty_like(x)
-        r = _rate(ctx, 2 * x.numel() * 2, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y))
+        r = _rate(ctx, 2 * x.numel() * 2, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y), reps=200)
         few.append({"row": row, "rows": rows, "rows_per_sm": per_sm, **r})
         del x, y
     out["few_rows"] = few
@@ -196,7 +197,9 @@ def measure_masked_fill(ctx: Any) -> dict[str, Any]:
         bh = GEMM_BYTES // (2 * n * n)
         s = torch.randn(bh, n, n, device=ctx.device, dtype=torch.float16, generator=ctx.generator(14))
         mask = torch.ones(n, n, device=ctx.device, dtype=torch.bool).triu(1)
-        r = _rate(ctx, 2 * s.numel() * 2, lambda s=s, mask=mask: s.masked_fill_(mask, float("-inf")))
+        # bytes as the model counts them: S read and written, the broadcast mask read per head
+        moved = 2 * s.numel() * 2 + s.numel()
+        r = _rate(ctx, moved, lambda s=s, mask=mask: s.masked_fill_(mask, float("-inf")))
         out.append({"n": n, "batch_heads": bh, **r})
         del s, mask
         ctx.free()
@@ -338,11 +341,11 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
     few = [p for p in soft.get("few_rows", []) if p.get("rate")]
     one = next((p for p in few if p.get("rows_per_sm") == 1), None)
     if one:
-        out["kernels.softmax.row_bandwidth"] = (
-            _fmt_bw(one["rate"] / one["rows"]),
-            f"torch.softmax of {one['rows']} rows (one per SM) of {one['row']} fp16: "
-            f"{_fmt_bw(one['rate'])} in all / rows; with 2, 4, 8, 16 rows per SM: "
-            + ", ".join(_fmt_bw(p["rate"]) for p in few if p is not one),
+        out["kernels.softmax.row_time"] = (
+            f"{one['time_s'] * 1e6:.2f} us",
+            f"torch.softmax of {one['rows']} rows (one per SM) of {one['row']} fp16, median of 200; with "
+            + ", ".join(f"{p['rows_per_sm']}: {p['time_s'] * 1e6:.1f} us" for p in few if p is not one)
+            + " rows per SM",
         )
     fill = [p for p in (k.get("masked_fill") or {}).get("points", []) if p.get("rate")]
     if fill:
@@ -351,7 +354,8 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
             _fmt_bw(sum(rates) / len(rates)),
             "in-place masked_fill_ of fp16 scores with a broadcast N x N bool mask (N = "
             + ", ".join(str(p["n"]) for p in fill)
-            + f"), 1 GiB, read + write: {', '.join(_fmt_bw(r) for r in rates)}",
+            + "), 1 GiB of scores; bytes: scores read + written, mask read per head: "
+            + ", ".join(_fmt_bw(r) for r in rates),
         )
     return out
 
