@@ -1,0 +1,259 @@
+"""The calibrated time model: library rates, mma.sync peak, implementation efficiencies.
+
+Numbers come from the committed H200 calibration (validation/h200/h200-calibrated.yaml,
+written by `memmodel calibrate` on the lent H200); the arithmetic is in the comments.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memmodel import units
+from memmodel.errors import ProfileError, WorkloadError
+from memmodel.gpu import calibrate as cal
+from memmodel.gpu import calibrate_impl as ci
+from memmodel.hardware import interpolate_log2, load_profile, parse_profile
+from memmodel.model import Options, compare
+from memmodel.timing import kernel_time
+from memmodel.workload import Workload
+
+from .conftest import REPO
+
+CALIBRATED = REPO / "validation" / "h200" / "h200-calibrated.yaml"
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return load_profile(str(CALIBRATED))
+
+
+def _yaml_data() -> dict:
+    import yaml
+
+    return yaml.safe_load(CALIBRATED.read_text())
+
+
+# --- units and profile fields ----------------------------------------------------------
+
+
+def test_ratio_kind_reads_plain_numbers_and_percent():
+    assert units.parse(0.45, "ratio") == 0.45
+    assert units.parse("45 %", "ratio") == pytest.approx(0.45)
+    with pytest.raises(units.UnitError, match="ratio such as 0.45"):
+        units.parse("3 GB", "ratio")
+    with pytest.raises(units.UnitError, match="positive"):
+        units.parse(0, "ratio")
+
+
+def test_calibrated_profile_fields(h200):
+    assert h200.mma_sync_flops_per_s == {"fp16": 441.0e12, "bf16": 454.5e12}
+    rates = h200.kernel_rates
+    assert rates.gemm_read_bytes_per_s == 3.95e12
+    assert rates.gemm_write_bytes_per_s == 3.47e12
+    assert rates.elementwise_bytes_per_s == 1.89e12
+    assert rates.softmax_row_time_s == pytest.approx(21.60e-6)
+    # 11 powers of two 2^7..2^17 and 10 rows of 3·2^k, 192..98304
+    assert len(rates.softmax_bytes_per_s) == 21
+    assert rates.softmax_rate(4096) == 1.28e12  # a measured point is returned as measured
+    assert h200.efficiency("sdpa-efficient", 64) == 0.452
+    assert h200.efficiency("triton", 64) is None  # not measured: the model alone
+    assert h200.matmul_peak("fp16", "mma_sync") == 441.0e12
+    assert h200.matmul_peak("fp16") == h200.peak_flops("fp16")
+
+
+def test_interpolation_is_linear_in_log2_and_clamped():
+    curve = ((64, 0.4), (128, 0.6))
+    assert interpolate_log2(curve, math.sqrt(64 * 128)) == pytest.approx(0.5)  # halfway in log2
+    assert interpolate_log2(curve, 16) == 0.4 and interpolate_log2(curve, 1024) == 0.6
+    assert interpolate_log2((), 64) is None
+
+
+@given(st.floats(min_value=1, max_value=1e7), st.floats(min_value=1, max_value=1e7))
+def test_interpolated_softmax_rate_stays_between_its_neighbours(a, b):
+    h200 = load_profile(str(CALIBRATED))
+    curve = h200.kernel_rates.softmax_bytes_per_s
+    lo, hi = min(y for _, y in curve), max(y for _, y in curve)
+    for x in (a, b):
+        assert lo <= h200.kernel_rates.softmax_rate(x) <= hi
+
+
+@pytest.mark.parametrize(
+    ("curve", "message"),
+    [
+        ({"a": 0.4}, "key 'a' is not a positive whole number (head dim)"),
+        ({64: "x"}, "efficiency.64: cannot read 'x'"),
+        ({64: 20}, "above 10: not a plausible efficiency"),
+        ({}, "expected a mapping from head dim"),
+        ([0.5], "expected a mapping from head dim"),
+    ],
+)
+def test_bad_efficiency_curves_name_the_field(curve, message):
+    data = _yaml_data()
+    data["implementations"]["sdpa-flash"]["efficiency"] = curve
+    with pytest.raises(ProfileError, match="implementations.sdpa-flash.efficiency") as exc:
+        parse_profile(data, "x.yaml")
+    assert message in str(exc.value)
+
+
+def test_unknown_implementation_in_a_profile_suggests_the_closest():
+    data = _yaml_data()
+    data["implementations"]["sdpa-flsh"] = data["implementations"].pop("sdpa-flash")
+    with pytest.raises(ProfileError, match="did you mean 'sdpa-flash'"):
+        parse_profile(data, "x.yaml")
+
+
+def test_a_bare_curve_and_a_softmax_below_the_floor():
+    data = _yaml_data()
+    data["implementations"]["sdpa-flash"]["efficiency"] = {64: 0.9, 128: "95 %"}
+    (d0, e0), (d1, e1) = parse_profile(data, "x").implementation_efficiency["sdpa-flash"]
+    assert (d0, d1) == (64, 128) and e0 == 0.9 and e1 == pytest.approx(0.95)
+    data["kernels"]["softmax"]["bandwidth"] = {1024: "1 kB/s"}
+    with pytest.raises(ProfileError, match=r"kernels.softmax.bandwidth.1024: '1 kB/s' is below 1 MB/s"):
+        parse_profile(data, "x")
+
+
+# --- time terms --------------------------------------------------------------------------
+
+
+def _kernel(profile, name, impl=None, **w):
+    c = compare(Workload(dtype="fp16", **w), profile, Options(implementation=impl))
+    alg = c.standard if impl is None else c.tiled
+    return next(k for k in alg.traffic.kernels if k.name == name)
+
+
+def test_softmax_moves_its_bytes_at_the_measured_rate_for_its_rows(h200):
+    k = _kernel(h200, "softmax", n=4096, d=64, batch=4, heads=16)
+    t = kernel_time(k, h200, "fp16")
+    # S read + P written: 2 · 4·16·4096²·2 B = 4,294,967,296 B at 1.28 TB/s (rows of 4096)
+    assert t.terms["hbm"] == pytest.approx(4_294_967_296 / 1.28e12)
+    assert t.time_s == pytest.approx(4_294_967_296 / 1.28e12 + h200.launch_overhead_s)
+
+
+def test_a_softmax_of_few_rows_takes_one_row_per_sm_at_least(h200):
+    # decode: 8·32 rows of 32768 = 16.8 MB each way, 7 µs at 2.32 TB/s, below the 21.6 µs floor
+    k = _kernel(h200, "softmax", n=1, n_kv=32768, d=128, batch=8, heads=32, kv_heads=8)
+    t = kernel_time(k, h200, "fp16")
+    assert t.terms["hbm"] == pytest.approx(21.60e-6)
+
+
+def test_gemms_use_cublas_read_and_write_rates(h200):
+    k = _kernel(h200, "qk", n=4096, d=64, batch=4, heads=16)
+    t = kernel_time(k, h200, "fp16")
+    # reads Q + K = 2 · 4·16·4096·64·2 = 67,108,864 B at 3.95 TB/s; writes S 2,147,483,648 B at 3.47 TB/s
+    assert t.terms["hbm"] == pytest.approx(67_108_864 / 3.95e12 + 2_147_483_648 / 3.47e12)
+    assert t.bound == "hbm"
+
+
+def test_masked_fill_counts_the_mask_like_calibrate(h200):
+    k = _kernel(h200, "mask", n=2048, d=64, batch=2, heads=16, causal=True)
+    # S read + written (2 · 268,435,456 B) and the 4 MiB bool mask once per head (32 · 4,194,304)
+    moved = 2 * 268_435_456 + 32 * 4_194_304
+    assert kernel_time(k, h200, "fp16").terms["hbm"] == pytest.approx(moved / 1.89e12)
+
+
+def test_flash_attention_2_runs_at_the_mma_sync_peak_over_its_efficiency(h200):
+    k = _kernel(h200, "fa2_fwd", impl="sdpa-flash", n=4096, d=64, batch=4, heads=16)
+    generic = kernel_time(k, h200, "fp16")
+    flash = kernel_time(k, h200, "fp16", "sdpa-flash", 64)
+    flops = 4 * 4 * 16 * 4096 * 4096 * 64  # 4·B·H·N²·d
+    assert generic.terms["matmul"] == pytest.approx(flops / 761.7e12)
+    assert flash.terms["matmul"] == pytest.approx(flops / 441.0e12 / 0.995)
+    assert flash.terms["exp"] == pytest.approx(generic.terms["exp"] / 0.995)
+    # cuDNN: the dtype's peak, its own efficiency (faster than the serial model: > 1)
+    cudnn = kernel_time(k, h200, "fp16", "sdpa-cudnn", 64)
+    assert cudnn.terms["matmul"] == pytest.approx(flops / 761.7e12 / 1.171)
+
+
+def test_the_implementation_reaches_only_fused_kernels_and_is_checked(h200):
+    w = Workload(n=4096, d=64, batch=4, heads=16, dtype="fp16")
+    plain = compare(w, h200)
+    flash = compare(w, h200, Options(implementation="sdpa-flash"))
+    assert flash.standard.timing.time_s == plain.standard.timing.time_s
+    assert flash.tiled.timing.time_s > plain.tiled.timing.time_s  # mma.sync is slower than wgmma
+    with pytest.raises(WorkloadError, match="unknown implementation 'flash3': accepted are sdpa-flash"):
+        Options(implementation="flash3")
+    with pytest.raises(WorkloadError, match="use --tiled fa2"):
+        Options(tiled="fa1", implementation="triton")
+
+
+def test_grids_take_the_calibrated_terms_too(h200):
+    import numpy as np
+
+    w = Workload(n=np.array([1024, 4096]), d=64, batch=4, heads=16)
+    c = compare(w, h200, Options(implementation="sdpa-flash"))
+    scalar = [
+        compare(Workload(n=n, d=64, batch=4, heads=16), h200, Options(implementation="sdpa-flash"))
+        for n in (1024, 4096)
+    ]
+    for i, s in enumerate(scalar):
+        assert c.standard.timing.time_s[i] == pytest.approx(s.standard.timing.time_s)
+        assert c.tiled.timing.time_s[i] == pytest.approx(s.tiled.timing.time_s)
+
+
+# --- calibrate: from measurements to fields ------------------------------------------------
+
+
+def test_calibrate_writes_the_committed_profile_from_its_json():
+    """The device wrote validation/h200/h200-calibrated.yaml; the pure writer reproduces it."""
+    result = json.loads((REPO / "validation" / "h200" / "calibrate.json").read_text())
+    assert cal.profile_yaml(result, base=load_profile("h200")) == CALIBRATED.read_text()
+
+
+def test_kernel_figures_keep_memory_bound_products_only():
+    m = {
+        "kernels": {
+            "gemm": {
+                "n": 2048,
+                "batch_heads": 128,
+                "qk": [
+                    # d = 64: 2·128·2048²·64 FLOP = 68.7 GFLOP, 90 µs at 765 TFLOP/s; 1.14 GB, 285 µs at 4 TB/s
+                    {"dtype": "fp16", "d": 64, "bytes": 1.14e9, "flop": 68.7e9, "rate": 3.5e12},
+                    # d = 256: 275 GFLOP, 360 µs: not memory-bound, left out
+                    {"dtype": "fp16", "d": 256, "bytes": 1.21e9, "flop": 275e9, "rate": 2.7e12},
+                ],
+                "pv": [],
+            },
+            "softmax": {
+                "fp16": [{"row": 1024, "rate": 2.6e12}, {"row": 4096, "rate": 1.2e12}],
+                "bf16": [{"row": 1024, "rate": 2.8e12}],
+                "few_rows": [
+                    {"row": 32768, "rows": 132, "rows_per_sm": 1, "time_s": 22e-6, "rate": 0.78e12},
+                    {"row": 32768, "rows": 264, "rows_per_sm": 2, "time_s": 25e-6, "rate": 1.38e12},
+                ],
+            },
+            "masked_fill": {"points": [{"n": 1024, "rate": 1.8e12}, {"n": 4096, "rate": 2.0e12}]},
+        }
+    }
+    out = ci.kernel_figures(m, {"fp16": 765e12})
+    assert out["kernels.gemm.write_bandwidth"][0] == "3.5 TB/s"
+    assert "kernels.gemm.read_bandwidth" not in out
+    assert out["kernels.softmax.bandwidth"][0] == {1024: "2.7 TB/s", 4096: "1.2 TB/s"}  # dtypes averaged
+    assert out["kernels.softmax.row_time"][0] == "22.00 us"
+    assert out["kernels.elementwise.bandwidth"][0] == "1.9 TB/s"
+    data = _yaml_data()
+    data["kernels"]["softmax"]["bandwidth"] = out["kernels.softmax.bandwidth"][0]
+    assert parse_profile(data, "x").kernel_rates.softmax_rate(1024) == 2.7e12
+
+
+def test_efficiency_is_the_model_over_the_measured_time(h200):
+    from memmodel.validation import predicted_times
+
+    ref = ci.reference_case("sdpa-efficient", 8, 16, 2048, 64, False)
+    bare = parse_profile({k: v for k, v in _yaml_data().items() if k != "implementations"}, "x")
+    model = predicted_times(ref, bare)["time_s"]
+    m = {"sdpa": {"points": [{"impl": "sdpa-efficient", "shape": [8, 16, 2048, 64, False], "time_s": 2 * model}]}}
+    out = ci.efficiency_figures(m, bare)
+    assert out["implementations.sdpa-efficient.efficiency"][0] == {64: 0.5}
+
+
+def test_case_files_take_comments_and_several_specs_per_line(run, tmp_path):
+    f = tmp_path / "cases.txt"
+    f.write_text("# a comment\nimpl=standard,n=1024,d=64  impl=triton,n=2048,d=64 # two on a line\n\n")
+    r = run("validate", "--cases", str(f), "--list")
+    assert r.exit_code == 0, r.output
+    assert r.output.split() == ["standard/b1h1n1024d64/fp16", "triton/b1h1n2048d64/fp16"]
