@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .hardware import Profile
+from .implementations import kv_order
+from .implementations import tiles as implementation_tiles
 from .model import Options, compare
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
@@ -39,28 +41,6 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
 }
 
 
-def implementation_tiles(
-    impl: str, d: int, causal: bool, block_q: int | None = None, block_kv: int | None = None
-) -> tuple[int, int]:
-    """(B_r, B_c) the measured implementation uses.
-
-    PyTorch's FlashAttention-2 (sm80 kernels, also on sm90): 128×128 for d ≤ 64, 128×64 for
-    d ≤ 128 (its kernel traits); memory-efficient (CUTLASS): 64×64 (its kernel name);
-    cuDNN: 128×128 assumed; our Triton kernel: the blocks it was launched with.
-    """
-    if block_q and block_kv:
-        return block_q, block_kv
-    if impl == "sdpa-efficient":
-        return 64, 64
-    if impl == "sdpa-cudnn":
-        return 128, 128
-    if d <= 64:
-        return 128, 128
-    if d <= 128:
-        return 128, 64
-    return 128, 32
-
-
 def model_options(case: Any, l2: str, ctas_per_sm: int | None = None) -> Options:
     """How to model a measured case: its implementation (tiles, instructions, measured
     efficiency) and, when Nsight Compute reported it, the number of CTAs the kernel really
@@ -75,8 +55,7 @@ def model_options(case: Any, l2: str, ctas_per_sm: int | None = None) -> Options
         l2=l2,
         ctas_per_sm=ctas_per_sm,
         implementation=case.impl,
-        # our Triton kernel walks K/V from block 0 up; FlashAttention-2 from the diagonal down
-        kv_order="forward" if case.impl == "triton" else "reverse",
+        kv_order=kv_order(case.impl),
     )
 
 

@@ -31,7 +31,7 @@ def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
     from ..hardware import load_profile
 
     workload = build_workload(kw)
-    options = build_options(kw)
+    options = build_options(kw, workload)
     profile = load_profile(gpu)
     result = compare(workload, profile, options)
     from . import terminal
@@ -81,7 +81,7 @@ def _print_table(result: Any) -> None:
     )
     for alg in data["algorithms"]:
         con.print()
-        con.print(f"[bold]{_title(alg)}[/]", soft_wrap=True)
+        con.print(f"[bold]{_title(alg, result.options.implementation)}[/]", soft_wrap=True)
         rows: list[Any] = []
         for kernel in alg["kernels"]:
             seen: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -196,13 +196,17 @@ def _print_table(result: Any) -> None:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
 
 
-def _title(alg: dict[str, Any]) -> str:
+def _title(alg: dict[str, Any], implementation: str | None = None) -> str:
     if alg["name"] == "standard":
         return "Standard attention (FlashAttention paper Algorithm 0" + (
             ", Algorithm 3 backward)" if any(k["pass"] == "backward" for k in alg["kernels"]) else ")"
         )
     p = alg["params"]
     name = "FA1 (paper Algorithm 1)" if alg["variant"] == "fa1" else "FA2 (outer loop over Q blocks)"
+    if implementation:
+        from ..implementations import IMPLEMENTATIONS
+
+        name += f" as {IMPLEMENTATIONS[implementation].description}"
     src = "Algorithm 1's rule" if p["blocks_from"] == "algorithm1" else "given"
     extra = f", {p['splits']} splits" if p.get("splits", 1) not in (1, None) else ""
     return (

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..hardware import IMPLEMENTATION_NAMES
 from ..workload import DTYPE_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -180,6 +181,15 @@ def model_options(func: F) -> F:
             default=None,
             help="Tiled CTAs resident per SM (default: as the tile fits SRAM, at most 2).",
         ),
+        click.option(
+            "--impl",
+            "impl",
+            type=click.Choice(list(IMPLEMENTATION_NAMES)),
+            default=None,
+            help="Model the tiled algorithm as this implementation: its tiles and K/V order (unless --block-q/"
+            "--block-kv say otherwise), its tensor-core instructions and, with a calibrated profile, its measured "
+            "efficiency (default: a generic FlashAttention-2 at the dtype's peak).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -203,12 +213,20 @@ def build_workload(kw: dict[str, Any]) -> Any:
     )
 
 
-def build_options(kw: dict[str, Any]) -> Any:
+def build_options(kw: dict[str, Any], workload: Any = None) -> Any:
+    """Pop the model options; ``--impl`` fills in the implementation's tiles for ``workload``."""
+    from ..implementations import kv_order, tiles
     from ..model import Options
 
-    return Options(
-        **{k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
-    )
+    opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
+    impl = kw.pop("impl", None)
+    if impl is not None:
+        if workload is not None and not workload.is_grid:
+            opts["block_q"], opts["block_kv"] = tiles(
+                impl, int(workload.d), bool(workload.causal), opts["block_q"], opts["block_kv"]
+            )
+        opts.update(implementation=impl, kv_order=kv_order(impl))
+    return Options(**opts)
 
 
 def plot_option(func: F) -> F:

@@ -41,7 +41,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any)
 
         check_plot_path(plot)
     workload = build_workload(kw)
-    options = build_options(kw)
+    options = build_options(kw, workload)
     rooflines = []
     for spec in gpu or ("a100",):
         profile = load_profile(spec)

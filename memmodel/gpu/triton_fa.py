@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from ..errors import WorkloadError
+from ..implementations import TRITON_DEFAULTS, TRITON_DEFAULTS_CAUSAL
 
 #: head dimensions the kernel accepts (the whole head is one tile: ``tl.arange`` needs a power of 2)
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -68,17 +69,9 @@ _LOG2E = 1.4426950408889634
 # ---------------------------------------------------------------------------------------
 # Launch configuration
 
-# Defaults per head dim, (block_q, block_kv, num_warps, num_stages), fp16/bf16. Tuned on an H200
-# (triton 3.6, batch 4, 16 heads, N 4096; benchmarks/NOTES-triton.md): the fastest config of the
-# sweep, except d=128 causal, where 128×128 spills registers and 128×64 is as fast.
-_DEFAULTS: dict[int, tuple[int, int, int, int]] = {
-    16: (128, 64, 4, 3),
-    32: (128, 64, 4, 3),
-    64: (128, 64, 8, 3),
-    128: (128, 128, 8, 3),
-    256: (128, 64, 8, 2),
-}
-_DEFAULTS_CAUSAL: dict[int, tuple[int, int, int, int]] = {**_DEFAULTS, 128: (128, 64, 8, 3)}
+# Defaults per head dim: memmodel.implementations (pure, so compare --impl triton uses them too).
+_DEFAULTS = TRITON_DEFAULTS
+_DEFAULTS_CAUSAL = TRITON_DEFAULTS_CAUSAL
 
 #: shared memory one program may take on Hopper (H100/H200: 227 KiB opt-in per block)
 HOPPER_MAX_SMEM_BYTES = 232448

@@ -97,6 +97,8 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
             "backward": c.options.backward,
             "splits": c.options.splits,
             "ctas_per_sm": c.options.ctas_per_sm,
+            "implementation": c.options.implementation,
+            "kv_order": c.options.kv_order,
         },
         "algorithms": [algorithm_dict(a) for a in c.algorithms],
         "ratios": {k: _plain(v) for k, v in c.ratios().items()},
