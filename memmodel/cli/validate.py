@@ -28,7 +28,7 @@ from .options import format_option
     "cases_file",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="A file of case specs, one per line (several per line separated by spaces; # starts a comment)."
+    help="A file of case specs, one per line (several per line separated by spaces; # starts a comment).",
 )
 @click.option(
     "--impl",
