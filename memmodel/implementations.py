@@ -15,8 +15,8 @@ library uses is a fact about its code, kept here with where it shows:
 * ``triton``: memmodel's own Triton kernel; Triton emits ``wgmma`` for ``tl.dot`` on sm90.
 
 What no instruction class explains (CUTLASS's kernel runs at about half the ``mma.sync``
-rate; cuDNN overlaps its exponentials with the products, faster than the serial model) is a
-measured per-implementation efficiency, ``implementations.<name>.efficiency`` in the profile,
+rate; cuDNN, and our Triton kernel at d = 64, overlap exponentials with the products, faster
+than the serial model) is a measured per-implementation efficiency, ``implementations.<name>.efficiency`` in the profile,
 by head dimension, from ``memmodel calibrate`` on reference shapes that are not validation
 cases. Without it, an implementation is modelled from its instructions alone.
 """

@@ -29,12 +29,21 @@ Fused attention kernels of a named implementation (:mod:`memmodel.implementation
 their products at the peak of the instructions they use (``mma.sync`` for FlashAttention-2),
 and their compute terms are divided by the implementation's measured efficiency at the
 workload's head dimension, where the profile gives one.
+
+Tail (FlashAttention-2's forward kernel): the compute terms are multiplied by
+:func:`cta_tail_factor`, the makespan of the kernel's CTAs on the SMs over the perfectly
+balanced time. Assumption: an SM's throughput does not depend on how many of its CTA slots
+are busy, so the work is balanced over SMs, not slots; CTAs are handed to SMs in grid order
+(Q blocks of a head next to each other, ascending). Without causal masking every CTA does
+the same work and the factor is the wave quantisation ⌈w⌉/w, w = CTAs / SMs. With causal
+masking a CTA's work grows with its Q block, the last CTAs handed out are the longest, and
+the kernel ends a fraction of a CTA's length after the balanced time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -77,6 +86,9 @@ def assumptions(profile: Profile) -> list[str]:
         "FlashAttention kernels issue matmuls, exponentials and rescaling from the same warps: "
         "those compute terms add, and overlap memory traffic.",
         "Latency bound (Little's law): concurrent CTAs × one tile in flight each, over the HBM latency.",
+        "FlashAttention-2's forward CTAs are balanced over SMs in grid order (an SM runs as fast with one CTA "
+        "as with two): its compute time is the last SM's, wave quantisation and, with causal masking, "
+        "the longest CTAs handed out last.",
         "Kernels run back to back: an algorithm's time is the sum of its kernels' times, "
         "each plus the profile's launch overhead.",
         "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
@@ -134,15 +146,55 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
     return None
 
 
+def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count: int) -> Any:
+    """Makespan of a FlashAttention-2 forward grid over the balanced time, ≥ 1.
+
+    Jobs: B·H·T_r CTAs, in grid order; CTA i of a head does ``visited(i)`` K/V blocks (T_c
+    without causal masking). Handed to S = ``sm_count`` SMs as they free up (list
+    scheduling), a job starts about when the work before it, less half the work in flight,
+    is done: the last job (the longest, L) ends at ``(W − L)/S − L̄/2 + L``, W the total work
+    and L̄ the mean length of the S jobs before it. Without masking all jobs are equal and
+    the exact makespan is ⌈J/S⌉ jobs. Agrees with an event simulation of the schedule within
+    a few per cent on the measured H200 workloads (validation/h200/final).
+    """
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    n, n_kv = f(workload.n), f(workload.n_kv_)
+    bq, bkv = f(block_q), f(block_kv)
+    t_r, t_c = np.ceil(n / bq), np.ceil(n_kv / bkv)
+    s = float(sm_count)
+    jobs = f(workload.batch) * f(workload.heads) * t_r
+    if not workload.causal:
+        w = jobs / s
+        out = np.ceil(w) / w
+    else:
+        from .traffic.blocks import visited_blocks
+
+        per_head = f(visited_blocks(workload.n, workload.n_kv_, block_q, block_kv, True))
+        total = per_head * f(workload.batch) * f(workload.heads)
+        off = n_kv - n
+
+        def visited(i: Any) -> Any:  # K/V blocks of Q block i (bottom-right aligned mask)
+            last_row = np.minimum(n, (i + 1) * bq) - 1
+            return np.minimum(t_c, np.floor((last_row + off) / bkv) + 1)
+
+        last = visited(t_r - 1)
+        mean_before = np.where(s >= t_r, per_head / t_r, (visited(np.maximum(t_r - s, 0)) + last) / 2)
+        makespan = np.where(jobs <= s, last, (total - last) / s - mean_before / 2 + last)
+        out = np.maximum(1.0, makespan / (total / s))
+    return float(out) if out.ndim == 0 else out
+
+
 def kernel_time(
     kernel: Kernel,
     profile: Profile,
     dtype: str,
     implementation: str | None = None,
     head_dim: IntLike | None = None,
+    tail: Any = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
-    kernels (``overlap="serial-compute"``): their instructions' peak and measured efficiency."""
+    kernels (``overlap="serial-compute"``): their instructions' peak and measured efficiency;
+    ``tail`` (:func:`cta_tail_factor`) multiplies their compute terms."""
     impl = implementations.get(implementation) if kernel.overlap == "serial-compute" else None
     peak = profile.matmul_peak(MATMUL_PEAK[dtype], impl.instructions if impl else "peak")
     compute: dict[str, Seconds] = {
@@ -151,8 +203,9 @@ def kernel_time(
         "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
     }
     eff = profile.efficiency(impl.name, intmath.to_float(head_dim)) if impl and head_dim is not None else None
-    if eff is not None:
-        compute = {k: np.asarray(v, dtype=np.float64) / eff for k, v in compute.items()}
+    scale = (1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
+    if eff is not None or tail is not None:
+        compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
     bandwidth = profile.levels()
@@ -214,8 +267,17 @@ def algorithm_time(
     dtype: str,
     implementation: str | None = None,
     head_dim: IntLike | None = None,
+    workload: Any = None,
 ) -> AlgorithmTiming:
-    kernels = tuple(kernel_time(k, profile, dtype, implementation, head_dim) for k in algorithm.kernels)
+    """With ``workload``, FlashAttention-2's forward kernel pays its CTA tail."""
+    tail = None
+    if workload is not None and algorithm.variant == "fa2":
+        p = algorithm.params
+        tail = cta_tail_factor(workload, np.asarray(p["block_q"]), np.asarray(p["block_kv"]), profile.sm_count)
+    kernels = tuple(
+        kernel_time(k, profile, dtype, implementation, head_dim, tail if k.name == "fa2_fwd" else None)
+        for k in algorithm.kernels
+    )
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
     labels = sorted(set().union(*(_labels(k) for k in kernels)))

@@ -18,7 +18,8 @@ are *not* the validation cases, and stored as a named profile field:
   ``QKᵀ`` (writes an N×N output from thin operands) and ``PV`` (reads an N×N operand),
   batched to a 1 GiB N×N tensor at one N.
 * ``masked_fill``: the bandwidth of an in-place ``masked_fill_`` with a broadcast mask.
-* ``sdpa``: each SDPA backend's time on one reference shape.
+* ``sdpa``: each SDPA backend's time, and memmodel's Triton kernel's at its default tiles,
+  on reference shapes (8 × 16 heads × 2048 tokens, d = 64 and 128; causal d = 128 as a check).
 
 Every function takes the calibrate :class:`~memmodel.gpu.calibrate.Context`.
 """
@@ -236,6 +237,7 @@ def measure_gemm(ctx: Any) -> dict[str, Any]:
 
 
 def measure_sdpa(ctx: Any) -> dict[str, Any]:
+    """Each SDPA backend and memmodel's Triton kernel (its default tiles) on the reference shapes."""
     torch = ctx.torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -243,6 +245,7 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
         "sdpa-flash": SDPBackend.FLASH_ATTENTION,
         "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "triton": None,
     }
     out: list[dict[str, Any]] = []
     for b, h, n, d, causal in SDPA_SHAPES:
@@ -252,6 +255,10 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
         for name, backend in backends.items():
 
             def fn(backend: Any = backend, causal: bool = causal, qkv: list[Any] = qkv) -> Any:
+                if backend is None:
+                    from .triton_fa import attention
+
+                    return attention(*qkv, causal=causal)
                 with sdpa_kernel([backend]):
                     return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
 
