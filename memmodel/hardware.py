@@ -150,6 +150,8 @@ class Profile:
     #: implementation -> ((head dim, efficiency), ...): the share of the model's compute rate
     #: the implementation reached on a reference shape (measured by ``memmodel calibrate``)
     implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> bytes per second one CTA of its split-KV (decoding) kernel streams
+    implementation_cta_bandwidth: Mapping[str, float] = field(default_factory=dict)
 
     def matmul_peak(self, dtype: str, instructions: str = "peak") -> float:
         """Tensor-core peak for ``dtype``; ``instructions="mma_sync"`` gives the ``mma.sync``
@@ -213,6 +215,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.softmax.row_time": ("time", False),
     "kernels.elementwise.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
@@ -372,6 +375,11 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             name: curves[f"implementations.{name}.efficiency"]
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.efficiency" in curves
+        },
+        implementation_cta_bandwidth={
+            name: values[f"implementations.{name}.cta_bandwidth"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.cta_bandwidth" in values
         },
     )
 

@@ -28,7 +28,11 @@ measured time of a softmax of one row per SM: few rows, as in decoding),
 Fused attention kernels of a named implementation (:mod:`memmodel.implementations`) run
 their products at the peak of the instructions they use (``mma.sync`` for FlashAttention-2),
 and their compute terms are divided by the implementation's measured efficiency at the
-workload's head dimension, where the profile gives one.
+workload's head dimension, where the profile gives one. A split-KV (decoding) kernel of an
+implementation with a measured ``cta_bandwidth`` has its latency term from that rate: each
+CTA streams its share of K/V no faster than one CTA was measured to (Little's law with the
+loaded latency and the bytes one CTA really keeps in flight, which the unloaded pointer-chase
+latency and a tile per CTA overstate by about six times on an H200).
 
 Tail (FlashAttention-2's forward kernel): the compute terms are multiplied by
 :func:`cta_tail_factor`, the makespan of the kernel's CTAs on the SMs over the perfectly
@@ -224,7 +228,15 @@ def kernel_time(
         else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
-    if np.any(in_flight > 0):
+    cta_rate = profile.implementation_cta_bandwidth.get(impl.name) if impl and kernel.name == "fa2_splitkv" else None
+    if cta_rate:
+        # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
+        ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
+        hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
+        terms["latency"] = float(lat) if lat.ndim == 0 else lat
+    elif np.any(in_flight > 0):
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)

@@ -36,6 +36,11 @@ GEMM_BYTES = 2**30
 FEW_ROWS_LENGTH = 32768
 #: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation cases
 SDPA_SHAPES = ((8, 16, 2048, 64, False), (8, 16, 2048, 128, False), (8, 16, 2048, 128, True))
+#: decoding reference for the split-KV CTA rate: (batch, heads, kv heads, d) at two K/V lengths
+#: that FlashAttention-2 splits alike (28 splits each on 132 SMs), so their difference cancels
+#: the combine kernel and launch: n_kv 49152 and 98304
+DECODE_SHAPE = (1, 32, 8, 128)
+DECODE_NKV = (49152, 98304)
 
 
 def _rate(ctx: Any, amount: float, fn: Any, reps: int = 20) -> dict[str, Any]:
@@ -270,7 +275,33 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
         ctx.free()
+    out += _measure_decode(ctx, backends["sdpa-flash"])
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
+
+
+def _measure_decode(ctx: Any, backend: Any) -> list[dict[str, Any]]:
+    torch = ctx.torch
+    from torch.nn.attention import sdpa_kernel
+
+    b, h, hkv, d = DECODE_SHAPE
+    out = []
+    for nkv in DECODE_NKV:
+        g = ctx.generator(17)
+        q = torch.randn(b, h, 1, d, device=ctx.device, dtype=torch.float16, generator=g)
+        k, v = (torch.randn(b, hkv, nkv, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(2))
+
+        def fn(q: Any = q, k: Any = k, v: Any = v) -> Any:
+            with sdpa_kernel([backend]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+        point: dict[str, Any] = {"impl": "sdpa-flash", "decode": [b, h, hkv, nkv, d], "dtype": "fp16"}
+        try:
+            point.update(_rate(ctx, 2 * b * hkv * nkv * d * 2, fn, reps=100))
+        except Exception as exc:  # a build without GQA in SDPA: recorded
+            point["error"] = str(exc).splitlines()[0][:200]
+        out.append(point)
+        ctx.free()
+    return out
 
 
 def _reference(torch: Any, qkv: list[Any], causal: bool) -> Any:
@@ -380,7 +411,9 @@ def efficiency_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, 
     from ..hardware import interpolate_log2
     from ..validation import predicted_times
 
-    points = [p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p]
+    points = [
+        p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p and "shape" in p
+    ]
     out: dict[str, tuple[Any, str]] = {}
     for impl in sorted({p["impl"] for p in points}):
         curve: dict[int, float] = {}
@@ -405,4 +438,39 @@ def efficiency_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, 
             err = (predicted / e - p["time_s"]) / p["time_s"]
             note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
         out[f"implementations.{impl}.efficiency"] = (dict(sorted(curve.items())), note)
+    out.update(cta_figures(m, profile))
+    return out
+
+
+def cta_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.cta_bandwidth``: bytes one split-KV CTA streams per second,
+    from two decoding lengths split alike: (K/V bytes per CTA, longer − shorter) over (time,
+    longer − shorter); the combine kernel and launch cancel."""
+    from ..traffic.decode import choose_splits
+    from ..workload import Workload
+
+    out: dict[str, tuple[Any, str]] = {}
+    points = [p for p in (m.get("sdpa") or {}).get("points", []) if "decode" in p and p.get("time_s")]
+    for impl in sorted({p["impl"] for p in points}):
+        pts = sorted((p for p in points if p["impl"] == impl), key=lambda p: p["decode"][3])
+        if len(pts) < 2:
+            continue
+        per_cta = []
+        for p in (pts[0], pts[-1]):
+            b, h, hkv, nkv, d = p["decode"]
+            w = Workload(n=1, n_kv=nkv, d=d, batch=b, heads=h, kv_heads=hkv, dtype=p.get("dtype", "fp16"))
+            splits = int(choose_splits(w, profile.sm_count))
+            per_cta.append((2 * nkv * d * 2 / splits, splits))
+        dt = pts[-1]["time_s"] - pts[0]["time_s"]
+        if dt <= 0:
+            continue
+        rate = (per_cta[1][0] - per_cta[0][0]) / dt
+        b, h, hkv, _, d = pts[0]["decode"]
+        out[f"implementations.{impl}.cta_bandwidth"] = (
+            _fmt_bw(rate),
+            f"decoding {b} x {h} heads ({hkv} K/V heads), d = {d}, fp16: n_kv {pts[0]['decode'][3]} and "
+            f"{pts[-1]['decode'][3]} ({per_cta[0][1]} and {per_cta[1][1]} splits by FlashAttention-2's heuristic), "
+            f"{pts[0]['time_s'] * 1e6:.1f} and {pts[-1]['time_s'] * 1e6:.1f} us: K/V bytes per CTA over the time, "
+            "difference of the two",
+        )
     return out
