@@ -222,9 +222,9 @@ def build_options(kw: dict[str, Any], workload: Any = None) -> Any:
     impl = kw.pop("impl", None)
     if impl is not None:
         if workload is not None and not workload.is_grid:
-            opts["block_q"], opts["block_kv"] = tiles(
-                impl, int(workload.d), bool(workload.causal), opts["block_q"], opts["block_kv"]
-            )
+            bq, bkv = tiles(impl, int(workload.d), bool(workload.causal), opts["block_q"], opts["block_kv"])
+            # as validate models a measured case: a block no longer than the sequence
+            opts["block_q"], opts["block_kv"] = min(bq, int(workload.n)), min(bkv, int(workload.n_kv_))
         opts.update(implementation=impl, kv_order=kv_order(impl))
     return Options(**opts)
 
