@@ -138,6 +138,22 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
     for dtype in ("fp16", "bf16", "tf32", "fp32", "fp8"):
         peak = b.compute_flops_per_s.get(dtype) if b is not None else None
         rows.append((f"matmul {dtype}", get("matmul", dtype, "rate"), fl, peak))
+    for dtype in ("fp16", "bf16"):
+        rows.append((f"mma.sync {dtype} (Triton, no wgmma)", get("mma_sync", dtype, "rate"), fl, None))
+    k = m.get("kernels") or {}
+    soft = {p["row"]: p["rate"] for p in (k.get("softmax") or {}).get("fp16", []) if p.get("rate")}
+    few = [p for p in (k.get("softmax") or {}).get("few_rows", []) if p.get("rows_per_sm") == 1]
+    fill = [p["rate"] for p in (k.get("masked_fill") or {}).get("points", []) if p.get("rate")]
+    gemm = k.get("gemm") or {}
+    for kind, label in (("qk", "cuBLAS Q·Kᵀ-shaped, d=64"), ("pv", "cuBLAS P·V-shaped, d=64")):
+        pt = next((p for p in gemm.get(kind, []) if p.get("d") == 64 and p.get("dtype") == "fp16"), None)
+        rows.append((label, pt and pt.get("rate"), bw2, None))
+    for row in (1024, 4096, 32768):
+        rows.append((f"softmax, rows of {row} (fp16)", soft.get(row), bw2, None))
+    rows += [
+        ("softmax, one row of 32768 per SM", few[0]["time_s"] if few else None, t, None),
+        ("masked_fill_ (with its mask)", sum(fill) / len(fill) if fill else None, bw2, None),
+    ]
     rows += [
         ("exp2", get("exp", "rate"), ex, b and b.exp_ops_per_s),
         ("L2 latency", get("latency", "l2", "latency_s"), t, b and b.l2.latency_s),
@@ -172,6 +188,25 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
             table_rows,
         )
     )
+    sdpa = [p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s")]
+    if sdpa:
+        con.print()
+        con.print(
+            terminal.table(
+                "[bold]Attention implementations[/] on the reference shapes (fp16; time, median of CUDA events)",
+                [("implementation", "left"), ("shape", "left"), ("time", "right")],
+                [
+                    (
+                        p["impl"],
+                        "b{}h{}n{}d{}{}".format(*p["shape"][:4], " causal" if p["shape"][4] else "")
+                        if "shape" in p
+                        else "decode b{}h{}kv{}nkv{}d{}".format(*p["decode"]),
+                        t(p["time_s"]),
+                    )
+                    for p in sdpa
+                ],
+            )
+        )
     sweep = m.get("l2_sweep") or {}
     split = (m.get("l2_split") or {}).get("curves") or {}
     curves = [
