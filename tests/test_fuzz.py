@@ -397,6 +397,9 @@ def test_fuzz_cli(run, pool, command):
 # The profile loader
 
 BASE = {p.stem: yaml.safe_load(p.read_text(encoding="utf-8")) for p in sorted(HARDWARE.glob("*.yaml"))}
+# a calibrated profile too: its optional fields (curves, implementations) get mutated as well
+CALIBRATED = REPO / "tests" / "data" / "h200-calibrated.yaml"
+BASE["h200-calibrated"] = yaml.safe_load(CALIBRATED.read_text(encoding="utf-8"))
 UNITS = ["B", "kB", "KB", "KiB", "MB", "MiB", "GB", "GiB", "TB", "TB/s", "GB/s", "B/s", "GiB/s", "ns", "us", "ms", "s"]
 UNITS += ["MHz", "GHz", "Hz", "TFLOP/s", "TFLOPS", "GFLOP/s", "Top/s", "op/s", "TFLOP", "/s", "", "bytes", "%", "GB/ms"]
 NUMBERS = [
@@ -522,6 +525,26 @@ def _check_profile(p: Any) -> None:
     assert p.sm_count >= 1
     assert p.hbm.capacity_bytes > p.l2.capacity_bytes > p.sram.capacity_per_sm_bytes
     assert "fp32" in p.compute_flops_per_s
+    rates = p.kernel_rates
+    optional = [
+        *p.mma_sync_flops_per_s.values(),
+        *p.implementation_cta_bandwidth.values(),
+        *(y for curve in p.implementation_efficiency.values() for _, y in curve),
+        *(y for _, y in rates.softmax_bytes_per_s),
+        *(
+            x
+            for x in (
+                rates.gemm_read_bytes_per_s,
+                rates.gemm_write_bytes_per_s,
+                rates.softmax_row_time_s,
+                rates.elementwise_bytes_per_s,
+            )
+            if x is not None
+        ),
+    ]
+    assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in optional), p
+    curves = [rates.softmax_bytes_per_s, *p.implementation_efficiency.values()]
+    assert all(c and all(isinstance(k, int) and k >= 1 for k, _ in c) for c in curves if c), p
 
 
 @fuzz_settings(1500)
@@ -546,6 +569,8 @@ def test_fuzz_mutated_profile_files_through_the_cli(run, tmp_path, data, dtype, 
         ["hardware", "validate", str(path)],
         ["hardware", "show", str(path), "--format", fmt],
         ["compare", "--n", "512", "--d", "64", "--dtype", dtype, "--gpu", str(path), "--format", fmt],
+        ["compare", "--n", "1", "--n-kv", "4096", "--d", "64", "--heads", "8", "--kv-heads", "2", "--dtype", dtype]
+        + ["--gpu", str(path), "--impl", "sdpa-flash", "--format", fmt],
     ):
         check(tuple(args[:2]) if args[0] == "hardware" else ("compare",), args, run(*args), free_text=True)
 
@@ -595,7 +620,7 @@ def test_fuzz_validate_rescore_of_damaged_records(run, tmp_path, data, fmt):
 )
 def test_fuzz_corrupted_profile_bytes(run, tmp_path, name, cut, junk_bytes, drop_line):
     """Profile files with bytes inserted, a line removed, or cut short: malformed YAML, non-UTF-8."""
-    raw = (HARDWARE / f"{name}.yaml").read_bytes()
+    raw = (CALIBRATED if name == "h200-calibrated" else HARDWARE / f"{name}.yaml").read_bytes()
     lines = raw.splitlines(keepends=True)
     if drop_line < len(lines):
         del lines[drop_line]
