@@ -185,9 +185,20 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
     for _ in range(warmup):
         run_steps(steps)
     torch.cuda.synchronize()
+    # the host's time to issue one repetition (PyTorch's dispatch of SDPA alone is tens of µs)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        run_steps(steps)
+    host_s = (time.perf_counter() - t0) / max(warmup, 1)
+    torch.cuda.synchronize()
     # Events are recorded around every step of every repetition with no host sync in
-    # between, so the GPU runs the repetitions back to back; one sync at the end.
+    # between, all queued behind a sleeping kernel long enough for the host to issue every
+    # repetition first: the GPU then runs them back to back and the events measure the GPU's
+    # time, not the host's (a kernel shorter than its launch would otherwise wait for it).
     events = [[torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] for _ in range(reps)]
+    queued = hasattr(torch.cuda, "_sleep")
+    if queued:
+        torch.cuda._sleep(int(min(2 * reps * host_s * 2.5e9 + 1e6, 2e10)))  # cycles, at up to 2.5 GHz
     for rep in range(reps):
         events[rep][0].record()
         for i, (_, fn) in enumerate(steps):
@@ -208,6 +219,8 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
         "time_s": statistics.median(totals),
         "kernels": {name: statistics.median(t) for name, t in per_step.items()},
         "reps": reps,
+        "host_s": host_s,
+        "queued": queued,
     }
 
 
