@@ -269,7 +269,12 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
             point: dict[str, Any] = {"impl": name, "shape": [b, h, n, d, causal], "dtype": "fp16"}
             try:
                 err = float((fn().float() - ref).abs().max())
-                point.update(_rate(ctx, 4 * b * h * n * n * d // (2 if causal else 1), fn), max_abs_error=err)
+                flop = 4 * b * h * n * n * d // (2 if causal else 1)
+                # three rounds of 20, the fastest median kept: one round can catch the GPU
+                # below its clocks (seen: 470 to 515 µs for the same kernel across runs)
+                rounds = [_rate(ctx, flop, fn) for _ in range(3)]
+                best = min(rounds, key=lambda r: r["time_s"])
+                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
             except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
