@@ -86,8 +86,8 @@ class KernelRates:
     gemm_write_bytes_per_s: float | None = None
     #: bandwidth of the framework's softmax over the last dimension, by row length (many rows)
     softmax_bytes_per_s: tuple[tuple[int, float], ...] = ()
-    #: time of the framework's softmax over one long row per SM: no softmax kernel is shorter
-    #: (a block per row, whose passes over its row run one after another)
+    #: time of the framework's softmax over one wave of long rows (a block per row, two per
+    #: SM): no softmax kernel of fewer rows is shorter, its blocks' passes run one after another
     softmax_row_time_s: float | None = None
     #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
     elementwise_bytes_per_s: float | None = None

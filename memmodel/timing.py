@@ -22,7 +22,7 @@ Measured rates (a profile from ``memmodel calibrate``): library kernels reach le
 raw ceilings, by amounts that depend on the kernel. Where the profile gives them, the
 ``hbm`` term of a kernel tagged ``op="gemm"`` uses cuBLAS' measured read and write rates,
 ``op="softmax"`` the framework softmax's rate at the kernel's row length (and at least the
-measured time of a softmax of one row per SM: few rows, as in decoding),
+measured time of a softmax of one wave of rows: few rows, as in decoding),
 ``op="elementwise"`` the elementwise rate; the last two count every byte the kernel moves
 (L2 or HBM), since those kernels are limited by their own issue, not by where data sit.
 Fused attention kernels of a named implementation (:mod:`memmodel.implementations`) run
@@ -110,7 +110,7 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(
             "The softmax kernel moves its bytes at the framework softmax's measured rate for its row length"
             + (
-                ", and takes at least the measured time of one row per SM (few rows: decoding)."
+                ", and takes at least the measured time of one wave of rows (few rows: decoding)."
                 if rates.softmax_row_time_s
                 else "."
             )
