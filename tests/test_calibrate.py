@@ -480,3 +480,33 @@ def test_the_gpu_modules_import_without_torch_or_triton():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent
     )
     assert out.stdout.strip() == ""
+
+
+def test_every_step_is_measured_by_its_function(monkeypatch):
+    """run_calibration dispatches each of STEPS to a measuring function (no step left out)."""
+    import types
+
+    from memmodel.gpu import calibrate_impl
+
+    names = {
+        "hbm": (cal, "measure_hbm"),
+        "l2": (cal, "measure_l2"),
+        "l2_sweep": (cal, "measure_l2_sweep"),
+        "l2_split": (cal, "measure_l2_split"),
+        "smem": (cal, "measure_smem"),
+        "matmul": (cal, "measure_matmul"),
+        "exp": (cal, "measure_exp"),
+        "latency": (cal, "measure_latency"),
+        "launch": (cal, "measure_launch"),
+        "mma_sync": (calibrate_impl, "measure_mma_sync"),
+        "kernels": (calibrate_impl, "measure_kernels"),
+        "sdpa": (calibrate_impl, "measure_sdpa"),
+    }
+    assert set(names) == {key for key, _ in cal.STEPS}
+    for key, (module, fn) in names.items():
+        monkeypatch.setattr(module, fn, lambda *a, key=key, **k: {"measured": key})
+    info = cal.DeviceInfo("fake", 132, 60 * 2**20, 2**37, 228 * 1024, (9, 0))
+    ctx = types.SimpleNamespace(info=info, free=lambda: None)
+    result = cal.run_calibration(context=ctx)
+    assert result["errors"] == {}
+    assert {k: v["measured"] for k, v in result["measurements"].items()} == {k: k for k in names}

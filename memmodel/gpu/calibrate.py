@@ -869,6 +869,25 @@ def make_context(*, quick: bool = False) -> Context:
     return Context(torch, calibrate_kernels, info, make_plan(info, quick=quick), _cuda_timer(torch))
 
 
+def _measure(key: str, ctx: Context, done: Mapping[str, Any]) -> dict[str, Any]:
+    """Run step ``key`` of :data:`STEPS` (``done``: the steps measured before it)."""
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "hbm": lambda: measure_hbm(ctx),
+        "l2": lambda: measure_l2(ctx),
+        "l2_sweep": lambda: measure_l2_sweep(ctx, done.get("hbm", {}).get("read", {}).get("rate")),
+        "l2_split": lambda: measure_l2_split(ctx),
+        "smem": lambda: measure_smem(ctx),
+        "matmul": lambda: measure_matmul(ctx),
+        "exp": lambda: measure_exp(ctx),
+        "latency": lambda: measure_latency(ctx),
+        "launch": lambda: measure_launch(ctx),
+        "mma_sync": lambda: calibrate_impl.measure_mma_sync(ctx),
+        "kernels": lambda: calibrate_impl.measure_kernels(ctx),
+        "sdpa": lambda: calibrate_impl.measure_sdpa(ctx),
+    }
+    return steps[key]()
+
+
 def run_calibration(
     *,
     quick: bool = False,
@@ -909,30 +928,7 @@ def run_calibration(
             on_step(i, total, description)
         t0 = time.time()
         try:
-            if key == "hbm":
-                m["hbm"] = measure_hbm(ctx)
-            elif key == "l2":
-                m["l2"] = measure_l2(ctx)
-            elif key == "l2_sweep":
-                m["l2_sweep"] = measure_l2_sweep(ctx, m.get("hbm", {}).get("read", {}).get("rate"))
-            elif key == "l2_split":
-                m["l2_split"] = measure_l2_split(ctx)
-            elif key == "smem":
-                m["smem"] = measure_smem(ctx)
-            elif key == "matmul":
-                m["matmul"] = measure_matmul(ctx)
-            elif key == "exp":
-                m["exp"] = measure_exp(ctx)
-            elif key == "latency":
-                m["latency"] = measure_latency(ctx)
-            elif key == "launch":
-                m["launch"] = measure_launch(ctx)
-            elif key == "mma_sync":
-                m["mma_sync"] = calibrate_impl.measure_mma_sync(ctx)
-            elif key == "kernels":
-                m["kernels"] = calibrate_impl.measure_kernels(ctx)
-            elif key == "sdpa":
-                m["sdpa"] = calibrate_impl.measure_sdpa(ctx)
+            m[key] = _measure(key, ctx, m)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as exc:  # record and go on with the other steps
