@@ -33,7 +33,10 @@ def calibrate_cmd(
     *, output: str | None, force: bool, base: str | None, name: str | None, quick: bool, fmt: str
 ) -> None:
     """Measure this GPU's ceilings: HBM and L2 bandwidth, L2 effective capacity, shared-memory
-    bandwidth, matmul TFLOP/s per dtype, exp rate, L2 and DRAM latency, launch overhead.
+    bandwidth, matmul TFLOP/s per dtype, exp rate, L2 and DRAM latency, launch overhead; and
+    what real kernels reach on it: the mma.sync peak, PyTorch's softmax by row length, cuBLAS'
+    memory-bound products, masked_fill_, and each attention implementation (SDPA backends,
+    memmodel's Triton kernel) on reference shapes, whose ratio to the model is its efficiency.
 
     Needs PyTorch with CUDA and Triton. Prints the figures (next to --base's, if any) and, with
     --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
