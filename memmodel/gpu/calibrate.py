@@ -247,6 +247,8 @@ Timer = Callable[[Callable[[], Any], int, int], list[float]]
 
 
 def _cuda_timer(torch: Any) -> Timer:
+    from .run import queue_behind_sleep
+
     def timer(fn: Callable[[], Any], reps: int, warmup: int) -> list[float]:
         for _ in range(warmup):
             fn()
@@ -257,8 +259,7 @@ def _cuda_timer(torch: Any) -> Timer:
         fn()
         host_s = time.perf_counter() - t0
         torch.cuda.synchronize()
-        if hasattr(torch.cuda, "_sleep"):
-            torch.cuda._sleep(int(min(2 * reps * host_s * 2.5e9 + 1e6, 2e10)))
+        queue_behind_sleep(torch, reps, host_s)
         pairs = []
         for _ in range(reps):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -1241,10 +1242,8 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
 
 def _curve_value(base: Any, fpath: str) -> dict[int, Any]:
     """A base profile's curve as YAML values (the provenance keeps only its text)."""
-    from ..units import format_bandwidth
-
     if fpath == "kernels.softmax.bandwidth":
-        return {x: format_bandwidth(y, digits=3) for x, y in base.kernel_rates.softmax_bytes_per_s}
+        return {x: _bw(y) for x, y in base.kernel_rates.softmax_bytes_per_s}
     name = fpath.split(".")[1]
     return dict(base.implementation_efficiency.get(name, ()))
 

@@ -323,7 +323,9 @@ def _reference(torch: Any, qkv: list[Any], causal: bool) -> Any:
 
 
 def _fmt_bw(v: float) -> str:
-    return f"{v / 1e12:.3g} TB/s" if v >= 1e11 else f"{v / 1e9:.3g} GB/s"
+    from .calibrate import _bw
+
+    return _bw(v)
 
 
 def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tuple[Any, str]]:

@@ -22,6 +22,17 @@ from .cases import Case
 TOLERANCE = {"fp32": 2e-3, "tf32": 5e-3, "fp16": 5e-3, "bf16": 2e-2, "fp8": 6e-2}
 
 
+def queue_behind_sleep(torch: Any, calls: int, host_s: float) -> bool:
+    """Start a sleeping kernel long enough for the host to issue ``calls`` calls of ``host_s``
+    seconds each behind it (cycles counted at up to 2.5 GHz, at most 20 G): the GPU then runs
+    them back to back and CUDA events time the GPU, not the host's dispatch. False where this
+    torch has no ``torch.cuda._sleep``."""
+    if not hasattr(torch.cuda, "_sleep"):
+        return False
+    torch.cuda._sleep(int(min(2 * calls * host_s * 2.5e9 + 1e6, 2e10)))
+    return True
+
+
 def require_cuda() -> Any:
     try:
         import torch
@@ -196,9 +207,7 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
     # repetition first: the GPU then runs them back to back and the events measure the GPU's
     # time, not the host's (a kernel shorter than its launch would otherwise wait for it).
     events = [[torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] for _ in range(reps)]
-    queued = hasattr(torch.cuda, "_sleep")
-    if queued:
-        torch.cuda._sleep(int(min(2 * reps * host_s * 2.5e9 + 1e6, 2e10)))  # cycles, at up to 2.5 GHz
+    queued = queue_behind_sleep(torch, reps, host_s)
     for rep in range(reps):
         events[rep][0].record()
         for i, (_, fn) in enumerate(steps):
