@@ -25,6 +25,7 @@ import numpy as np
 
 from . import units
 from .errors import ProfileError
+from .implementations import PROFILE_IMPLEMENTATIONS as IMPLEMENTATION_NAMES
 
 SCHEMA = "memmodel.hardware/1"
 
@@ -32,9 +33,6 @@ SCHEMA = "memmodel.hardware/1"
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 #: Dtypes with an ``mma.sync`` peak (``compute.mma_sync.<dtype>``).
 MMA_SYNC_DTYPES = ("fp16", "bf16")
-#: Attention implementations a profile may give a measured efficiency for
-#: (``implementations.<name>.efficiency``); see :mod:`memmodel.implementations`.
-IMPLEMENTATION_NAMES = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton")
 
 
 @dataclass(frozen=True)

@@ -1,48 +1,141 @@
-"""The attention implementations memmodel knows, and what the time model needs from each.
+"""The attention implementations memmodel knows, and the one place that turns "implementation
+X on this workload and GPU" into model options (:func:`options_for`).
 
 The traffic of a tiled kernel follows from its tiles and grid order; its *time* also depends
-on which tensor-core instructions it issues. On Hopper, warp-group ``wgmma`` reaches the
-dense peak cuBLAS shows, while the warp-level ``mma.sync`` of Ampere-era kernels reaches
-less (measured by ``memmodel calibrate`` as ``compute.mma_sync.<dtype>``). Which one a
-library uses is a fact about its code, kept here with where it shows:
+on which tensor-core instructions it issues and whether its exponentials overlap its
+products. Which of these a library does is a fact about its code, kept here with where it
+shows:
 
-* ``sdpa-flash``: PyTorch's FlashAttention-2 kernels are its sm80 code path, built on
-  ``mma.sync`` (SM80 MMA atoms) and run unchanged on sm90 (their names carry no sm90 tag;
-  FlashAttention-3 is the Hopper rewrite, Shah et al. 2024, arXiv:2407.08608, §1).
-* ``sdpa-efficient``: CUTLASS's memory-efficient kernels, named ``..._sm80`` on an H200
-  (validation/h200/final/h200-default.ncu.csv), also ``mma.sync``.
-* ``sdpa-cudnn``: cuDNN's fused attention, built for the GPU it runs on (``wgmma`` on sm90).
-* ``triton``: memmodel's own Triton kernel; Triton emits ``wgmma`` for ``tl.dot`` on sm90.
+* ``sdpa-flash``: PyTorch's FlashAttention-2 kernels are FlashAttention-2's sm80 code path,
+  built on warp-level ``mma.sync`` (SM80 MMA atoms) and run unchanged on sm90 and sm100
+  (their names carry no sm90 tag; FlashAttention-3 is the Hopper rewrite, Shah et al. 2024,
+  arXiv:2407.08608, §1). Tiles per head dimension from FlashAttention-2's
+  ``flash_fwd_launch_template.h`` (seen in the kernel names Nsight Compute recorded on an
+  H200: ``Flash_fwd_kernel_traits<128, 128, 64, 4, ...>`` for d = 128); d is rounded up to
+  the next of 32, 64, 96, 128, 192, 256 (``flash_api.cpp``: a multiple of 32 up to 128,
+  of 64 above) and the products run at the rounded d.
+* ``sdpa-efficient``: CUTLASS's memory-efficient kernels (xFormers), named
+  ``fmha_cutlassF_f16_aligned_64x64_rf_sm80`` (d ≤ 64) and ``..._64x128_rf_sm80`` (d ≤ 128)
+  on an H200, also ``mma.sync``; above 128 a 32×128 kernel loops over d.
+* ``sdpa-cudnn``: cuDNN's fused attention, built for the GPU it runs on
+  (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_...`` on an H200): the
+  architecture's native tensor-core instructions (``wgmma`` on Hopper) with the softmax of
+  one tile overlapped with the products of another (the FlashAttention-3 design).
+* ``fa3``: FlashAttention-3 (Hopper only): ``wgmma``, warp specialisation and ping-pong
+  scheduling that overlap softmax with the products; 128×128 tiles for d ≤ 128, 128×80 for
+  d = 256 (FlashAttention-3 paper, §3 and its tile tables). Modelled only: the lent GPUs'
+  PyTorch does not ship it, so no record measures it.
+* ``triton``: memmodel's own Triton kernel; Triton emits ``wgmma`` for ``tl.dot`` on sm90;
+  it does not overlap the exponentials explicitly.
+* ``paper``: the FlashAttention paper's algorithm as written: Algorithm 1's block sizes, the
+  dtype's dense peak, exact work (no padded head dims or ragged blocks).
 
-What no instruction class explains (CUTLASS's kernel runs at about half the ``mma.sync``
-rate; cuDNN, and our Triton kernel at d = 64, overlap exponentials with the products, faster
-than the serial model) is a measured per-implementation efficiency, ``implementations.<name>.efficiency`` in the profile,
-by head dimension, from ``memmodel calibrate`` on reference shapes that are not validation
-cases. Without it, an implementation is modelled from its instructions alone.
+What no instruction class explains is a measured per-implementation efficiency,
+``implementations.<name>.efficiency`` in the profile, by head dimension, from
+``memmodel calibrate`` on reference shapes that are not validation cases.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
-from .hardware import IMPLEMENTATION_NAMES
+import numpy as np
+
+from .errors import WorkloadError
+from .traffic.flash import KV_ORDERS
+from .traffic.l2 import L2_MODES
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .hardware import Profile
+    from .workload import Workload
+
+#: Tiled variants: FA1 (outer loop over K/V, one CTA per head) and FA2 (outer loop over Q).
+TILED_VARIANTS = ("fa1", "fa2")
 
 
 @dataclass(frozen=True)
 class Implementation:
     name: str
     description: str
-    #: "mma_sync" or "peak" (the dtype's dense tensor-core peak)
+    #: tensor-core instructions: "mma_sync" (warp-level, Ampere-era) or "native" (the
+    #: architecture's fastest: wgmma on Hopper, tcgen05 on Blackwell, mma.sync on Ampere/Ada,
+    #: MFMA on CDNA), at the dtype's dense peak
     instructions: str
+    #: exponentials and rescaling of one tile overlap the products of another (FA3, cuDNN)
+    softmax_overlap: bool = False
+    kv_order: str = "reverse"
+    #: head dims the kernels are built for; d runs at the smallest one ≥ d (empty: any d)
+    head_dims: tuple[int, ...] = ()
+    #: largest head dim the implementation runs (None: any)
+    max_head_dim: int | None = None
+    #: dtypes it runs
+    dtypes: tuple[str, ...] = ("fp16", "bf16")
+    #: a real kernel memmodel can run and time (validate, calibrate)
+    measurable: bool = True
+    #: compute capabilities it runs on, as (lowest, highest) major.minor pairs (None: any)
+    capability: tuple[float, float] | None = None
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
-    "sdpa-flash": Implementation("sdpa-flash", "PyTorch SDPA, flash backend (FlashAttention-2)", "mma_sync"),
-    "sdpa-cudnn": Implementation("sdpa-cudnn", "PyTorch SDPA, cuDNN backend", "peak"),
-    "sdpa-efficient": Implementation("sdpa-efficient", "PyTorch SDPA, memory-efficient backend (CUTLASS)", "mma_sync"),
-    "triton": Implementation("triton", "memmodel's Triton FlashAttention-2 kernel", "peak"),
+    "sdpa-flash": Implementation(
+        "sdpa-flash",
+        "PyTorch SDPA, flash backend (FlashAttention-2)",
+        "mma_sync",
+        head_dims=(32, 64, 96, 128, 192, 256),
+        max_head_dim=256,
+        capability=(8.0, 12.1),
+    ),
+    "sdpa-cudnn": Implementation(
+        "sdpa-cudnn",
+        "PyTorch SDPA, cuDNN backend",
+        "native",
+        softmax_overlap=True,
+        head_dims=(64, 128, 256),
+        max_head_dim=256,
+        capability=(8.0, 12.1),
+    ),
+    "sdpa-efficient": Implementation(
+        "sdpa-efficient",
+        "PyTorch SDPA, memory-efficient backend (CUTLASS)",
+        "mma_sync",
+        head_dims=(64, 128),
+        dtypes=("fp32", "fp16", "bf16"),
+        capability=(5.0, 12.1),
+    ),
+    "triton": Implementation(
+        "triton",
+        "memmodel's Triton FlashAttention-2 kernel",
+        "native",
+        kv_order="forward",
+        head_dims=(16, 32, 64, 128, 256),
+        max_head_dim=256,
+    ),
+    "fa3": Implementation(
+        "fa3",
+        "FlashAttention-3 (Hopper: wgmma, softmax overlapped with the products)",
+        "native",
+        softmax_overlap=True,
+        head_dims=(64, 96, 128, 192, 256),
+        max_head_dim=256,
+        dtypes=("fp16", "bf16", "fp8"),
+        measurable=False,
+        capability=(9.0, 9.0),
+    ),
+    "paper": Implementation(
+        "paper",
+        "the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak)",
+        "native",
+        dtypes=("fp32", "tf32", "fp16", "bf16", "fp8"),
+        measurable=False,
+    ),
 }
-assert tuple(IMPLEMENTATIONS) == IMPLEMENTATION_NAMES
+#: Implementations a profile may give measured figures for (``implementations.<name>.*``)
+PROFILE_IMPLEMENTATIONS: tuple[str, ...] = tuple(n for n in IMPLEMENTATIONS if n != "paper")
+#: Kernels ``memmodel validate`` runs: standard attention in eager PyTorch and the measurable ones
+CASE_IMPLEMENTATIONS: tuple[str, ...] = ("standard", *(n for n, i in IMPLEMENTATIONS.items() if i.measurable))
+#: What ``--impl`` accepts: ``auto`` is the kernel PyTorch would run (:func:`default_for`)
+CHOICES: tuple[str, ...] = ("auto", *IMPLEMENTATIONS)
 
 
 def get(name: str | None) -> Implementation | None:
@@ -63,34 +156,243 @@ TRITON_DEFAULTS: dict[int, tuple[int, int, int, int]] = {
 TRITON_DEFAULTS_CAUSAL: dict[int, tuple[int, int, int, int]] = {**TRITON_DEFAULTS, 128: (128, 64, 8, 3)}
 
 
-def tiles(impl: str, d: int, causal: bool, block_q: int | None = None, block_kv: int | None = None) -> tuple[int, int]:
+def padded_head_dim(impl: str | None, d: Any) -> Any:
+    """The head dim ``impl``'s kernel runs at for ``d``: the smallest of its built head dims
+    ≥ d (FlashAttention-2 runs d = 80 at 96), ``d`` itself past them or for ``paper``."""
+    spec = get(impl)
+    if spec is None or not spec.head_dims:
+        return d
+    arr = np.asarray(d)
+    out = arr.copy()
+    for size in sorted(spec.head_dims, reverse=True):
+        out = np.where(arr <= size, size, out)
+    return int(out) if out.ndim == 0 else out.astype(np.int64)
+
+
+def _smem_per_sm(profile: Profile | None) -> float:
+    return float(profile.sram.capacity_per_sm_bytes) if profile is not None else 228 * 1024.0
+
+
+def tiles(
+    impl: str,
+    d: int,
+    causal: bool,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    *,
+    dropout: float = 0.0,
+    profile: Profile | None = None,
+) -> tuple[int, int]:
     """(B_r, B_c) an implementation runs with at head dimension ``d`` (given blocks win).
 
-    PyTorch's FlashAttention-2 (sm80 kernels, also on sm90): 128×128 for d ≤ 64, 128×64 for
-    d ≤ 128 (its kernel traits), 128×32 above; memory-efficient (CUTLASS): 64×64 (its kernel
-    name); cuDNN: 128×128 assumed; our Triton kernel: its defaults for the smallest head dim
-    it pads ``d`` to (fp16/bf16).
+    * PyTorch's FlashAttention-2 (sm80 kernels, also on sm90; ``flash_fwd_launch_template.h``):
+      d ≤ 64: 128×128 (128×64 with dropout); d ≤ 128: 128×64 (128×32 with dropout); d ≤ 192:
+      128×64 (64×64 with dropout); d ≤ 256: 64×64 where two such CTAs fit an SM's shared
+      memory (H100/H200: 228 KiB ≥ 4·d·(64 + 2·64) bytes), else 128×64 (A100).
+    * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
+    * cuDNN: 128×128 (assumed; its kernel names give 64×128 per warp group).
+    * FlashAttention-3: 128×128 for d ≤ 128, 128×80 above (d = 256).
+    * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     """
     if block_q and block_kv:
         return block_q, block_kv
+    p = padded_head_dim(impl, d)
     if impl == "sdpa-efficient":
-        bq, bkv = 64, 64
+        bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
         bq, bkv = 128, 128
+    elif impl == "fa3":
+        bq, bkv = (128, 128) if d <= 128 else (128, 80)
     elif impl == "triton":
         table = TRITON_DEFAULTS_CAUSAL if causal else TRITON_DEFAULTS
         padded = min((k for k in table if k >= d), default=max(table))
         bq, bkv = table[padded][:2]
-    elif d <= 64:
-        bq, bkv = 128, 128
-    elif d <= 128:
-        bq, bkv = 128, 64
+    elif impl == "sdpa-flash":
+        drop = dropout > 0
+        if p <= 64:
+            bq, bkv = (128, 64) if drop else (128, 128)
+        elif p <= 128:
+            bq, bkv = (128, 32) if drop else (128, 64)
+        elif p <= 192:
+            bq, bkv = (64, 64) if drop else (128, 64)
+        else:
+            two_fit = _smem_per_sm(profile) >= 4 * p * (64 + 2 * 64)
+            bq, bkv = (64, 64) if two_fit else (128, 64)
     else:
-        bq, bkv = 128, 32
+        raise WorkloadError(f"{impl!r} has no tile rule: give --block-q and --block-kv")
     return block_q or bq, block_kv or bkv
 
 
 def kv_order(impl: str | None) -> str:
     """How a forward CTA walks its K/V blocks: FlashAttention-2 from the diagonal down
     (flash_fwd_kernel.h), our Triton kernel from block 0 up."""
-    return "forward" if impl == "triton" else "reverse"
+    spec = get(impl)
+    return spec.kv_order if spec is not None else "reverse"
+
+
+# ---------------------------------------------------------------------------------------
+# What PyTorch runs
+
+
+def _capability(profile: Profile | None) -> float | None:
+    cap = getattr(profile, "compute_capability", None)
+    return float(cap) if cap else None
+
+
+def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
+    """Why ``impl`` cannot run ``workload`` on ``profile`` (None where it can)."""
+    spec = IMPLEMENTATIONS[impl]
+    ds = np.unique(np.asarray(workload.d))
+    if spec.max_head_dim is not None and ds.max() > spec.max_head_dim:
+        return f"{impl} runs head dims up to {spec.max_head_dim} (got d={int(ds.max())})"
+    if workload.dtype not in spec.dtypes:
+        return f"{impl} runs {', '.join(spec.dtypes)} (got {workload.dtype})"
+    cap = _capability(profile)
+    vendor = getattr(profile, "vendor", "NVIDIA")
+    if spec.capability is not None and vendor == "NVIDIA" and cap is not None:
+        lo, hi = spec.capability
+        if not lo <= cap <= hi:
+            return f"{impl} runs on compute capability {lo:g} to {hi:g} ({getattr(profile, 'name', '?')} is {cap:g})"
+    if impl == "sdpa-cudnn" and vendor != "NVIDIA":
+        return f"{impl} runs on NVIDIA GPUs only"
+    if impl == "fa3" and vendor != "NVIDIA":
+        return f"{impl} runs on NVIDIA Hopper GPUs only"
+    return None
+
+
+def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str, str]:
+    """The fused kernel PyTorch's ``scaled_dot_product_attention`` picks for ``workload`` on
+    ``profile``'s GPU, and why: its backends in priority order (flash, memory-efficient,
+    then cuDNN), the first whose constraints the inputs meet. FlashAttention-2 for fp16/bf16,
+    d ≤ 256 on compute capability ≥ 8.0 (on AMD its ROCm build); else the memory-efficient
+    kernel (fp32, older GPUs). Its variant for d > 128 accumulates O in global memory, which
+    memmodel does not model: there, and for dtypes no fused kernel takes, ``paper``."""
+    for impl in ("sdpa-flash", "sdpa-efficient"):
+        if unsupported(impl, workload, profile) is None:
+            if impl == "sdpa-efficient" and int(np.max(np.asarray(workload.d))) > 128:
+                return "paper", (
+                    "PyTorch would run its memory-efficient kernel, whose variant for d > 128 accumulates O in "
+                    "global memory (not modelled): showing the paper's algorithm instead"
+                )
+            return impl, f"PyTorch's scaled_dot_product_attention runs {impl} for this workload and GPU"
+    return "paper", "no fused PyTorch kernel takes this workload: showing the paper's algorithm"
+
+
+# ---------------------------------------------------------------------------------------
+# Model options
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to model: the tiled variant, its blocks, the L2 mode, which passes, and the
+    implementation whose tiles, instructions and measured efficiency the tiled kernel takes."""
+
+    tiled: str = "fa2"
+    block_q: int | None = None
+    block_kv: int | None = None
+    l2: str = "on"
+    backward: bool = False
+    splits: int | None = None
+    ctas_per_sm: int | None = None
+    kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
+    #: the tiled algorithm's implementation (:data:`IMPLEMENTATIONS`); None: ``paper``
+    implementation: str | None = None
+    #: notes on how the options were chosen (e.g. "auto: PyTorch runs sdpa-flash here")
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tiled not in TILED_VARIANTS:
+            raise WorkloadError(f"unknown tiled variant {self.tiled!r}: accepted are {', '.join(TILED_VARIANTS)}")
+        if self.l2 not in L2_MODES:
+            raise WorkloadError(f"unknown L2 mode {self.l2!r}: accepted are {', '.join(L2_MODES)}")
+        for name in ("splits", "ctas_per_sm"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
+        if self.kv_order not in KV_ORDERS:
+            raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
+        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"unknown implementation {self.implementation!r}: accepted are {', '.join(IMPLEMENTATIONS)}"
+            )
+        if self.implementation not in (None, "paper") and self.tiled != "fa2":
+            raise WorkloadError("--impl models FlashAttention-2-style kernels; use --tiled fa2 (or --impl paper)")
+        if self.splits is not None and self.tiled != "fa2":
+            raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
+
+    @property
+    def model_implementation(self) -> str | None:
+        """The implementation the time model applies (None for the paper's algorithm)."""
+        return None if self.implementation == "paper" else self.implementation
+
+
+def options_for(
+    impl: str | None,
+    workload: Workload,
+    profile: Profile | None = None,
+    *,
+    tiled: str = "fa2",
+    block_q: int | None = None,
+    block_kv: int | None = None,
+    **rest: Any,
+) -> Options:
+    """Model options for implementation ``impl`` (a name, ``auto`` or None for PyTorch's
+    choice, ``paper`` for the paper's algorithm) running ``workload`` on ``profile``: its
+    tiles (given blocks win; no longer than the sequence), K/V order and instructions.
+    ``rest`` holds the other :class:`Options` fields (``l2``, ``backward``, ``splits``,
+    ``ctas_per_sm``)."""
+    notes: list[str] = []
+    if tiled == "fa1" and impl in (None, "auto"):
+        impl = "paper"  # FA1 is the paper's Algorithm 1, no library runs it today
+    if impl in (None, "auto"):
+        impl, why_default = default_for(workload, profile)
+        notes.append(f"--impl auto: {why_default}")
+    if impl not in IMPLEMENTATIONS:
+        raise WorkloadError(f"unknown implementation {impl!r}: accepted are {', '.join(CHOICES)}")
+    if impl == "paper":
+        return Options(
+            tiled=tiled, block_q=block_q, block_kv=block_kv, implementation="paper", notes=tuple(notes), **rest
+        )
+    why = unsupported(impl, workload, profile)
+    if why:
+        notes.append(f"{why}: modelled anyway")
+    if block_q is None or block_kv is None or workload.is_grid:
+        block_q, block_kv = _tiles_for(impl, workload, profile, block_q, block_kv)
+    return Options(
+        tiled=tiled,
+        block_q=block_q,
+        block_kv=block_kv,
+        implementation=impl,
+        kv_order=rest.pop("kv_order", None) or kv_order(impl),
+        notes=tuple(notes),
+        **rest,
+    )
+
+
+def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: Any, block_kv: Any) -> tuple[Any, Any]:
+    """:func:`tiles` for every head dim of ``workload`` (a grid: per element), each block no
+    longer than its sequence (as the kernels clamp their last block)."""
+    causal, dropout = bool(workload.causal), float(workload.dropout)
+    if not workload.is_grid:
+        bq, bkv = tiles(impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile)
+        return min(bq, int(workload.n)), min(bkv, int(workload.n_kv_))
+    d = np.asarray(workload.d)
+    bq_arr = np.zeros(d.shape, dtype=np.int64)
+    bkv_arr = np.zeros(d.shape, dtype=np.int64)
+    for value in np.unique(d):
+        bq, bkv = tiles(impl, int(value), causal, block_q, block_kv, dropout=dropout, profile=profile)
+        bq_arr = np.where(d == value, bq, bq_arr)
+        bkv_arr = np.where(d == value, bkv, bkv_arr)
+    bq_out = np.minimum(bq_arr, np.asarray(workload.n))
+    bkv_out = np.minimum(bkv_arr, np.asarray(workload.n_kv_))
+    return _scalar_if_uniform(bq_out), _scalar_if_uniform(bkv_out)
+
+
+def _scalar_if_uniform(arr: np.ndarray) -> Any:
+    flat = np.unique(arr)
+    return int(flat[0]) if flat.size == 1 else arr
+
+
+def with_options(options: Options, **changes: Any) -> Options:
+    """``options`` with ``changes`` (e.g. another L2 mode), validated again."""
+    return replace(options, **changes)

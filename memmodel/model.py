@@ -10,53 +10,16 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import IMPLEMENTATIONS
+from .implementations import Options, options_for, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
-from .traffic.flash import KV_ORDERS, block_sizes, fa1, fa2, tile_context
+from .traffic.flash import block_sizes, fa1, fa2, tile_context
 from .traffic.ledger import AlgorithmTraffic
 from .traffic.standard import standard
 from .workload import Workload
 
-TILED_VARIANTS = ("fa1", "fa2")
 COMPARE_SCHEMA = "memmodel.compare/1"
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to model: the tiled variant, its blocks, the L2 mode, which passes."""
-
-    tiled: str = "fa2"
-    block_q: int | None = None
-    block_kv: int | None = None
-    l2: str = "on"
-    backward: bool = False
-    splits: int | None = None
-    ctas_per_sm: int | None = None
-    kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
-    #: the tiled algorithm's implementation (:mod:`memmodel.implementations`); None: generic
-    implementation: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.tiled not in TILED_VARIANTS:
-            raise WorkloadError(f"unknown tiled variant {self.tiled!r}: accepted are {', '.join(TILED_VARIANTS)}")
-        if self.l2 not in l2m.L2_MODES:
-            raise WorkloadError(f"unknown L2 mode {self.l2!r}: accepted are {', '.join(l2m.L2_MODES)}")
-        for name in ("splits", "ctas_per_sm"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
-        if self.kv_order not in KV_ORDERS:
-            raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
-        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
-            raise WorkloadError(
-                f"unknown implementation {self.implementation!r}: accepted are {', '.join(IMPLEMENTATIONS)}"
-            )
-        if self.implementation is not None and self.tiled != "fa2":
-            raise WorkloadError("--impl models FlashAttention-2 implementations; use --tiled fa2")
-        if self.splits is not None and self.tiled != "fa2":
-            raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
 
 
 @dataclass(frozen=True)
@@ -129,10 +92,11 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2
 def compare(workload: Workload, profile: Profile, options: Options | None = None, **kwargs: Any) -> Comparison:
     """Standard (Algorithm 0/3) and tiled attention on ``workload``, predicted on ``profile``.
 
-    ``options`` (or the same fields as keywords: ``tiled``, ``block_q``, ``block_kv``,
-    ``l2``, ``backward``, ``splits``, ``ctas_per_sm``) say how to model.
+    ``options`` (or keywords: ``impl`` — default ``auto``, the kernel PyTorch would run —
+    and the fields of :class:`Options`: ``tiled``, ``block_q``, ``block_kv``, ``l2``,
+    ``backward``, ``splits``, ``ctas_per_sm``) say how to model.
     """
-    opts = options or Options(**kwargs)
+    opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
     std = standard(workload, l2_context(profile, opts.l2), backward=opts.backward)
     til = tiled_traffic(workload, profile, opts)
@@ -140,8 +104,10 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
         workload=workload,
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
-        tiled=Evaluated(til, algorithm_time(til, profile, workload.dtype, opts.implementation, workload.d, workload)),
-        assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
+        tiled=Evaluated(
+            til, algorithm_time(til, profile, workload.dtype, opts.model_implementation, workload.d, workload)
+        ),
+        assumptions=tuple(list(opts.notes) + assumptions(profile) + model_assumptions(opts)),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
         bounds=bounds(workload, profile, opts),
@@ -177,7 +143,7 @@ def bounds(workload: Workload, profile: Profile, opts: Options) -> dict[str, Any
     if opts.backward:
         # read Q, K, V, O, dO; write dQ, dK, dV
         compulsory = intmath.add(compulsory, q, kv, kv, q, q, q, kv, kv)
-    paper = tiled_traffic(w, profile, Options(**{**opts.__dict__, "l2": "off"})).hbm_bytes
+    paper = tiled_traffic(w, profile, with_options(opts, l2="off")).hbm_bytes
     m = int(profile.sram.capacity_per_sm_bytes) // w.element_bytes
     # Theorem 2: Θ(N²d²/M) element accesses per head, M = SRAM per SM (constant taken as 1)
     n2d2 = intmath.mul(w.batch, w.heads, w.n, w.n_kv_, w.d, w.d, w.element_bytes)

@@ -466,7 +466,6 @@ def _evaluate_chunk(
 ) -> None:
     """Evaluate one chunk and write its rows into ``columns[at : at + 2·size]`` (standard, tiled, ...)."""
     from .model import compare
-    from .traffic.flash import block_sizes
 
     workload = Workload(
         n=mesh["n"], d=mesh["d"], batch=mesh["batch"], heads=mesh["heads"], kv_heads=mesh["kv_heads"], dtype=dtype
@@ -485,15 +484,14 @@ def _evaluate_chunk(
         col[1::2] = tiled_
 
     s, t = c.standard, c.tiled
-    blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes)
     columns["gpu"][at:end] = codes["gpu"]
     columns["dtype"][at:end] = codes["dtype"]
     put("algorithm", 0, 1)
     put("variant", VARIANTS.index(s.traffic.variant), VARIANTS.index(t.traffic.variant))
     for a in ("batch", "heads", "kv_heads", "n", "d"):
         put(a, mesh[a], mesh[a])
-    put("block_q", -1, blocks.block_q)
-    put("block_kv", -1, blocks.block_kv)
+    put("block_q", -1, np.asarray(t.traffic.params["block_q"]))
+    put("block_kv", -1, np.asarray(t.traffic.params["block_kv"]))
     for level in LEVELS:
         for direction in DIRECTIONS:
             put(

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .hardware import Profile
-from .implementations import kv_order
-from .implementations import tiles as implementation_tiles
-from .model import Options, compare
+from .implementations import Options, options_for
+from .model import compare
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
 
@@ -41,21 +40,20 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
 }
 
 
-def model_options(case: Any, l2: str, ctas_per_sm: int | None = None) -> Options:
+def case_options(case: Any, l2: str, ctas_per_sm: int | None = None, profile: Profile | None = None) -> Options:
     """How to model a measured case: its implementation (tiles, instructions, measured
     efficiency) and, when Nsight Compute reported it, the number of CTAs the kernel really
     ran per SM (its occupancy)."""
     if case.impl == "standard":
-        return Options(l2=l2)
-    bq, bkv = implementation_tiles(case.impl, case.d, case.causal, case.block_q, case.block_kv)
-    return Options(
-        tiled="fa2",
-        block_q=min(bq, case.n),
-        block_kv=min(bkv, case.nkv),
+        return Options(l2=l2, implementation="paper")
+    return options_for(
+        case.impl,
+        case.workload(),
+        profile,
+        block_q=case.block_q,
+        block_kv=case.block_kv,
         l2=l2,
         ctas_per_sm=ctas_per_sm,
-        implementation=case.impl,
-        kv_order=kv_order(case.impl),
     )
 
 
@@ -72,7 +70,7 @@ def measured_ctas_per_sm(measured: list[Any], sm_count: int) -> int | None:
 
 
 def predicted_kernels(case: Any, profile: Profile, l2: str = "cold", ctas_per_sm: int | None = None) -> list[Kernel]:
-    c = compare(case.workload(), profile, model_options(case, l2, ctas_per_sm))
+    c = compare(case.workload(), profile, case_options(case, l2, ctas_per_sm, profile))
     alg = c.standard if case.impl == "standard" else c.tiled
     return list(alg.traffic.kernels)
 
@@ -82,7 +80,7 @@ def compulsory_kernels(case: Any, profile: Profile) -> list[Kernel]:
     from .model import tiled_traffic
     from .traffic.standard import standard
 
-    opts = model_options(case, "cold")
+    opts = case_options(case, "cold", profile=profile)
     inf = l2m.L2("cold", float("inf"), profile.sm_count, float("inf"))
     if case.impl == "standard":
         return list(standard(case.workload(), inf).kernels)
@@ -220,7 +218,7 @@ def summary(scores: list[KernelScore]) -> dict[str, Any]:
 
 def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None) -> dict[str, Any]:
     """The model's times for a case (L2 on: the timing loop runs warm), per measured step."""
-    c = compare(case.workload(), profile, model_options(case, "on", ctas_per_sm))
+    c = compare(case.workload(), profile, case_options(case, "on", ctas_per_sm, profile))
     ev = c.standard if case.impl == "standard" else c.tiled
     kernels = {k.name: float(k.time_s) for k in ev.timing.kernels}
     steps = kernels if case.impl == "standard" else {"attention": float(ev.timing.time_s)}

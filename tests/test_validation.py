@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
+from memmodel.cases import default_cases, parse_case, profile_for_device
 from memmodel.errors import WorkloadError
-from memmodel.gpu.cases import default_cases, parse_case, profile_for_device
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
 from memmodel.gpu.validate import case_from_dict
 from memmodel.hardware import load_profile

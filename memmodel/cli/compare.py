@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from .options import build_options, build_workload, format_option, gpu_option, model_options, workload_options
+from .options import build_workload, format_option, gpu_option, model_options, pop_model_options, workload_options
 
 ROLE_LABELS = (
     ("input", "inputs (Q, K, V, dO)"),
@@ -29,11 +29,12 @@ def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
     """
     from .. import compare
     from ..hardware import load_profile
+    from ..implementations import options_for
 
     workload = build_workload(kw)
-    options = build_options(kw, workload)
+    impl, opts = pop_model_options(kw)
     profile = load_profile(gpu)
-    result = compare(workload, profile, options)
+    result = compare(workload, profile, options_for(impl, workload, profile, **opts))
     from . import terminal
 
     if fmt == "json":

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..hardware import IMPLEMENTATION_NAMES
+from ..implementations import CHOICES
 from ..workload import DTYPE_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -151,13 +151,13 @@ def model_options(func: F) -> F:
             "--block-q",
             type=POSITIVE,
             default=None,
-            help="Rows of Q per block, B_r (default: Algorithm 1's min(⌈M/4d⌉, d)).",
+            help="Rows of Q per block, B_r (default: the implementation's; Algorithm 1's min(⌈M/4d⌉, d) for paper).",
         ),
         click.option(
             "--block-kv",
             type=POSITIVE,
             default=None,
-            help="Rows of K/V per block, B_c (default: Algorithm 1's ⌈M/4d⌉).",
+            help="Rows of K/V per block, B_c (default: the implementation's; Algorithm 1's ⌈M/4d⌉ for paper).",
         ),
         click.option(
             "--l2",
@@ -184,11 +184,13 @@ def model_options(func: F) -> F:
         click.option(
             "--impl",
             "impl",
-            type=click.Choice(list(IMPLEMENTATION_NAMES)),
-            default=None,
+            type=click.Choice(list(CHOICES)),
+            default="auto",
+            show_default=True,
             help="Model the tiled algorithm as this implementation: its tiles and K/V order (unless --block-q/"
-            "--block-kv say otherwise), its tensor-core instructions and, with a calibrated profile, its measured "
-            "efficiency (default: a generic FlashAttention-2 at the dtype's peak).",
+            "--block-kv say otherwise), its tensor-core instructions and, where the profile has it, its measured "
+            "efficiency. auto: the kernel PyTorch's scaled_dot_product_attention runs for this GPU and dtype; "
+            "paper: the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak).",
         ),
     ]
     for option in reversed(options):
@@ -213,20 +215,12 @@ def build_workload(kw: dict[str, Any]) -> Any:
     )
 
 
-def build_options(kw: dict[str, Any], workload: Any = None) -> Any:
-    """Pop the model options; ``--impl`` fills in the implementation's tiles for ``workload``."""
-    from ..implementations import kv_order, tiles
-    from ..model import Options
-
+def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Pop the model options: ``--impl`` (default ``auto``: the kernel PyTorch would run) and
+    the :class:`~memmodel.implementations.Options` fields. Give both to
+    :func:`memmodel.implementations.options_for` with the workload and each GPU's profile."""
     opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
-    impl = kw.pop("impl", None)
-    if impl is not None:
-        if workload is not None and not workload.is_grid:
-            bq, bkv = tiles(impl, int(workload.d), bool(workload.causal), opts["block_q"], opts["block_kv"])
-            # as validate models a measured case: a block no longer than the sequence
-            opts["block_q"], opts["block_kv"] = min(bq, int(workload.n)), min(bkv, int(workload.n_kv_))
-        opts.update(implementation=impl, kv_order=kv_order(impl))
-    return Options(**opts)
+    return kw.pop("impl", None) or "auto", opts
 
 
 def plot_option(func: F) -> F:

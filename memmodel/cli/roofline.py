@@ -7,12 +7,12 @@ from typing import Any
 import click
 
 from .options import (
-    build_options,
     build_workload,
     format_option,
     gpu_option,
     model_options,
     plot_option,
+    pop_model_options,
     workload_options,
 )
 
@@ -40,12 +40,14 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any)
         from ..report.plots import check_plot_path
 
         check_plot_path(plot)
+    from ..implementations import options_for
+
     workload = build_workload(kw)
-    options = build_options(kw, workload)
+    impl, opts = pop_model_options(kw)
     rooflines = []
     for spec in gpu or ("a100",):
         profile = load_profile(spec)
-        rooflines.append(roofline(profile, compare(workload, profile, options)))
+        rooflines.append(roofline(profile, compare(workload, profile, options_for(impl, workload, profile, **opts))))
     from . import terminal
 
     if fmt == "json":

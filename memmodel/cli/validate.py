@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..implementations import CASE_IMPLEMENTATIONS
 from .options import format_option
 
 
@@ -34,7 +35,7 @@ from .options import format_option
     "--impl",
     "impls",
     multiple=True,
-    type=click.Choice(["standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"]),
+    type=click.Choice(list(CASE_IMPLEMENTATIONS)),
     help="Keep only cases of these implementations (repeatable).",
 )
 @click.option(
@@ -88,7 +89,7 @@ def validate_cmd(
     compare with the model's prediction; with --ncu also the HBM and L2 bytes."""
     from pathlib import Path
 
-    from ..gpu.cases import default_cases, parse_case
+    from ..cases import default_cases, parse_case
     from . import terminal
 
     cases = [parse_case(s) for s in case_specs]
@@ -127,8 +128,8 @@ def validate_cmd(
     ensure_runnable()
     device = device_name()
     if gpu is None:
+        from ..cases import profile_for_device
         from ..errors import ProfileError
-        from ..gpu.cases import profile_for_device
 
         name = profile_for_device(device)
         if name is None:

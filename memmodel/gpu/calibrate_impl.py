@@ -407,7 +407,7 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
 
 
 def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> Any:
-    from .cases import Case
+    from ..cases import Case
 
     return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal)
 

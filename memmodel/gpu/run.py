@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..cases import Case
 from ..errors import RuntimeFailure
-from .cases import Case
 
 TOLERANCE = {"fp32": 2e-3, "tf32": 5e-3, "fp16": 5e-3, "bf16": 2e-2, "fp8": 6e-2}
 
@@ -316,7 +316,7 @@ def run_cases(cases: Iterable[Case], mode: str, out_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m memmodel.gpu.run MODE OUT.jsonl CASE...`` (CASE as in parse_case)."""
-    from .cases import parse_case
+    from ..cases import parse_case
 
     args = list(sys.argv[1:] if argv is None else argv)
     mode, out = args[0], Path(args[1])

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..cases import Case
 from ..errors import RuntimeFailure
 from ..fileio import write_atomic
 from ..hardware import Profile
 from ..validation import measured_ctas_per_sm, predicted_times, score_case, summarize_record
-from .cases import Case
 
 SCHEMA = "memmodel.validate/1"
 

@@ -80,7 +80,12 @@ def block_sizes(
     Raises :class:`WorkloadError` when given blocks (or a head dimension) do not fit.
     """
     for name, value in (("block-q", block_q), ("block-kv", block_kv)):
-        if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
+        if value is None:
+            continue
+        if isinstance(value, np.ndarray):  # per grid element (an implementation's tiles by head dim)
+            if value.dtype.kind not in "iu" or np.any(value < 1):
+                raise WorkloadError(f"{name} must be positive integers")
+        elif not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
             raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
     m = max(1, int(sram_bytes_per_sm) // w.element_bytes)
     auto_c = intmath.ceil_div(m, intmath.mul(4, w.d))

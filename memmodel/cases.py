@@ -6,11 +6,9 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import WorkloadError
-from ..workload import Workload
-
-#: kernel implementations a case can run
-IMPLS = ("standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton")
+from .errors import WorkloadError
+from .implementations import CASE_IMPLEMENTATIONS
+from .workload import Workload
 
 
 @dataclass(frozen=True)
@@ -28,8 +26,10 @@ class Case:
     block_kv: int | None = None
 
     def __post_init__(self) -> None:
-        if self.impl not in IMPLS:
-            raise WorkloadError(f"unknown kernel implementation {self.impl!r}: accepted are {', '.join(IMPLS)}")
+        if self.impl not in CASE_IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"unknown kernel implementation {self.impl!r}: accepted are {', '.join(CASE_IMPLEMENTATIONS)}"
+            )
         self.workload()  # validates shapes
 
     @property
