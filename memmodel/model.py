@@ -11,7 +11,7 @@ from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
 from .implementations import Options, options_for, with_options
-from .timing import AlgorithmTiming, algorithm_time, assumptions
+from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
 from .traffic.flash import block_sizes, fa1, fa2, tile_context
@@ -38,6 +38,8 @@ class Comparison:
     tiled: Evaluated
     assumptions: tuple[str, ...]
     warnings: tuple[str, ...] = ()
+    #: what stands in for a missing figure or choice (print these beside the table): how much to trust it
+    caveats: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
     bounds: dict[str, Any] = field(default_factory=dict)
 
@@ -107,7 +109,8 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
         tiled=Evaluated(
             til, algorithm_time(til, profile, workload.dtype, opts.model_implementation, workload.d, workload)
         ),
-        assumptions=tuple(list(opts.notes) + assumptions(profile) + model_assumptions(opts)),
+        assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
+        caveats=tuple(list(opts.notes) + caveats(profile)),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
         bounds=bounds(workload, profile, opts),

@@ -97,10 +97,6 @@ def assumptions(profile: Profile) -> list[str]:
         "each plus the profile's launch overhead.",
         "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
     ]
-    if profile.exp_ops_per_s is None:
-        out.append(f"{profile.name} gives no exp rate: exponentials are counted at the FP32 peak.")
-    if profile.launch_overhead_s is None:
-        out.append(f"{profile.name} gives no launch overhead: none is added.")
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
     rates = profile.kernel_rates
@@ -122,6 +118,16 @@ def assumptions(profile: Profile) -> list[str]:
             "Implementations built on mma.sync (PyTorch's FlashAttention-2, the memory-efficient kernel) "
             "run their products at the measured mma.sync peak."
         )
+    return out
+
+
+def caveats(profile: Profile) -> list[str]:
+    """Assumptions that stand in for figures the profile lacks: how much to trust a time."""
+    out = []
+    if profile.exp_ops_per_s is None:
+        out.append(f"{profile.name} gives no exp rate: exponentials are counted at the FP32 peak.")
+    if profile.launch_overhead_s is None:
+        out.append(f"{profile.name} gives no launch overhead: none is added.")
     return out
 
 

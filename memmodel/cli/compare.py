@@ -195,6 +195,8 @@ def _print_table(result: Any) -> None:
     )
     for line in data["warnings"]:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
+    for line in data["caveats"]:
+        terminal.note(line)
 
 
 def _title(alg: dict[str, Any], implementation: str | None = None) -> str:

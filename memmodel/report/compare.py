@@ -105,6 +105,7 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
         "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
         "warnings": list(c.warnings),
+        "caveats": list(c.caveats),
     }
 
 
