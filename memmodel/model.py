@@ -10,7 +10,7 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import Options, options_for, with_options
+from .implementations import Options, options_for, padded_head_dim, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
@@ -70,8 +70,16 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
 def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
     """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
+    impl = options.model_implementation
     ctx = tile_context(
-        workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm, options.kv_order
+        workload,
+        blocks,
+        profile.sm_count,
+        profile.sram.capacity_per_sm_bytes,
+        options.ctas_per_sm,
+        options.kv_order,
+        exec_d=padded_head_dim(impl, workload.d),
+        whole_tiles=impl is not None,
     )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":

@@ -127,9 +127,7 @@ def test_a_bare_curve_and_a_softmax_below_the_floor():
 
 
 def _kernel(profile, name, impl=None, blocks=(None, None), **w):
-    c = compare(
-        Workload(dtype="fp16", **w), profile, Options(implementation=impl, block_q=blocks[0], block_kv=blocks[1])
-    )
+    c = compare(Workload(dtype="fp16", **w), profile, impl=impl or "paper", block_q=blocks[0], block_kv=blocks[1])
     alg = c.standard if impl is None else c.tiled
     return next(k for k in alg.traffic.kernels if k.name == name)
 
