@@ -176,13 +176,6 @@ class Profile:
     #: every figure by field path, in base units (curves as tuples): what derivation reads
     figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def matmul_peak(self, dtype: str, instructions: str = "peak") -> float:
-        """Tensor-core peak for ``dtype``; ``instructions="mma_sync"`` gives the ``mma.sync``
-        peak where the profile has one (the dtype's peak otherwise)."""
-        if instructions == "mma_sync" and dtype in self.mma_sync_flops_per_s:
-            return self.mma_sync_flops_per_s[dtype]
-        return self.peak_flops(dtype)
-
     def efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation`` at ``head_dim`` (linear in log2 between
         the measured head dims, clamped at the ends); None where not measured."""
@@ -511,7 +504,9 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
         allowed = {"title", "url", "kind", "machine", "date", "command"}
         extra = set(entry) - allowed
         if extra:
-            raise _fail(where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: {', '.join(sorted(allowed))})")
+            raise _fail(
+                where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: {', '.join(sorted(allowed))})"
+            )
         title, url = entry.get("title"), entry.get("url")
         if not isinstance(title, str) or not title.strip():
             raise _fail(where, f"{fpath}.title", "missing (a non-empty string)")

@@ -115,10 +115,26 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
         tiled=Evaluated(
-            til, algorithm_time(til, profile, workload.dtype, opts.model_implementation, workload.d, workload)
+            til,
+            algorithm_time(
+                til,
+                profile,
+                workload.dtype,
+                opts.model_implementation,
+                padded_head_dim(opts.model_implementation, workload.d),
+                workload,
+            ),
         ),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
-        caveats=tuple(list(opts.notes) + caveats(profile)),
+        caveats=tuple(
+            list(opts.notes)
+            + caveats(
+                profile,
+                opts.model_implementation,
+                workload.dtype,
+                padded_head_dim(opts.model_implementation, workload.d),
+            )
+        ),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
         bounds=bounds(workload, profile, opts),

@@ -20,7 +20,7 @@ from memmodel.gpu import calibrate as cal
 from memmodel.gpu import calibrate_impl as ci
 from memmodel.hardware import interpolate_log2, load_profile, parse_profile
 from memmodel.model import Options, compare
-from memmodel.timing import kernel_time
+from memmodel.timing import matmul_peak, kernel_time
 from memmodel.workload import Workload
 
 from .conftest import REPO
@@ -65,8 +65,8 @@ def test_calibrated_profile_fields(h200):
     assert rates.softmax_rate(4096) == 1.28e12  # a measured point is returned as measured
     assert h200.efficiency("sdpa-efficient", 64) == 0.464
     assert h200.efficiency("triton", 128) == 0.953
-    assert h200.matmul_peak("fp16", "mma_sync") == 451.4e12
-    assert h200.matmul_peak("fp16") == h200.peak_flops("fp16")
+    assert matmul_peak(h200, "fp16", "mma_sync") == (451.4e12, None)
+    assert matmul_peak(h200, "fp16", "native") == (h200.peak_flops("fp16"), None)
 
 
 def test_interpolation_is_linear_in_log2_and_clamped():
