@@ -642,11 +642,13 @@ def _leaf(data: Mapping[str, Any], fpath: str) -> Any:
     return node
 
 
-def _put(data: dict[str, Any], fpath: str, value: Any) -> None:
+def _put(data: dict[str, Any], fpath: str, value: Any, where: str) -> None:
     parts = fpath.split(".")
     node = data
-    for part in parts[:-1]:
+    for i, part in enumerate(parts[:-1]):
         node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise _fail(where, ".".join(parts[: i + 1]), "must be a mapping of fields")
     node[parts[-1]] = value
 
 
@@ -695,10 +697,10 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         else:
             new = units.quantity(value * factor, kind)
         note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
-        _put(out, fpath, {"value": new, "source": "derived", "note": note})
+        _put(out, fpath, {"value": new, "source": "derived", "note": note}, where)
         derived_any = True
     if derived_any:
-        sources = dict(out.get("sources") or {})
+        sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
         sources["derived"] = {
             "title": f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
             "(docs/profiles.md)",

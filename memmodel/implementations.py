@@ -256,8 +256,11 @@ def kv_order(impl: str | None) -> str:
 
 
 def _capability(profile: Profile | None) -> float | None:
-    cap = getattr(profile, "compute_capability", None)
-    return float(cap) if cap else None
+    """The NVIDIA compute capability as a number (9.0); None for AMD targets or where unknown."""
+    try:
+        return float(getattr(profile, "compute_capability", None) or "")
+    except ValueError:
+        return None
 
 
 def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:

@@ -158,10 +158,10 @@ def rate_sources(profile: Profile) -> str:
     """Which kind of figures a prediction on ``profile`` rests on, in a few words."""
     kinds = {profile.kind_of(f) for f in ("compute.fp16", "compute.fp32", "memory.hbm.bandwidth")}
     if profile.derived_from:
-        base = next(
-            (s.title for s in profile.sources.values() if s.kind == "derived"), f"profile {profile.derived_from}"
+        return next(
+            (s.title for s in profile.sources.values() if s.kind == "derived"),
+            f"derived from profile {profile.derived_from}",
         )
-        return f"derived: {base}"
     if kinds == {"measured"}:
         src = next((s for s in profile.sources.values() if s.kind == "measured"), None)
         where = f" ({src.title})" if src is not None else ""
