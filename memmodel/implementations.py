@@ -91,7 +91,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         "PyTorch SDPA, cuDNN backend",
         "native",
         softmax_overlap=True,
-        head_dims=(64, 128, 256),
+        head_dims=(64, 128, 192, 256),
         max_head_dim=256,
         capability=(8.0, 12.1),
     ),
@@ -190,7 +190,9 @@ def tiles(
       128×64 (64×64 with dropout); d ≤ 256: 64×64 where two such CTAs fit an SM's shared
       memory (H100/H200: 228 KiB ≥ 4·d·(64 + 2·64) bytes), else 128×64 (A100).
     * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
-    * cuDNN: 128×128 (assumed; its kernel names give 64×128 per warp group).
+    * cuDNN: 64×128, one warp group of 64 query rows against 128 keys (its kernel names on an
+      H200: ``..._64x128x128_4x1x1_...`` for d = 80 to 128, ``64x128x64`` for d = 64,
+      ``64x128x192``, ``64x128x256``; validation/h200/2026-11-30/sdpa-choice.jsonl).
     * FlashAttention-3: 128×128 for d ≤ 128, 128×80 above (d = 256).
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     """
@@ -200,7 +202,7 @@ def tiles(
     if impl == "sdpa-efficient":
         bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
-        bq, bkv = 128, 128
+        bq, bkv = 64, 128
     elif impl == "fa3":
         bq, bkv = (128, 128) if d <= 128 else (128, 80)
     elif impl == "triton":
@@ -242,6 +244,31 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
     if impl == "triton":
         return int(min(4, max(1, 16384 // max(1, block_q * p))))
     return None
+
+
+#: Architectures whose tensor cores are fed by warp-level instructions (``mma.sync``; MFMA on
+#: CDNA): each warp loads its operands from shared memory through ``ldmatrix``/``ds_read``.
+WARP_LEVEL_TENSOR_CORES = ("volta", "turing", "ampere", "ada", "cdna3")
+
+
+def smem_reads(impl: str | None, block_q: Any, d: int, dropout: float = 0.0, profile: Profile | None = None) -> Any:
+    """How many times a forward CTA reads each K/V tile from shared memory. Warp-level
+    ``mma.sync`` code splits the CTA's rows over its warps and every warp reads the whole tile:
+    4 (FlashAttention-2 and CUTLASS with 4 warps), 8 for FlashAttention-2's 8-warp configs,
+    our Triton kernel's warp count where it compiles to ``mma.sync``. Warp-group ``wgmma`` (and
+    Blackwell's ``tcgen05``) reads the tile once per 64 rows: B_r / 64. The paper's algorithm: 4."""
+    spec = get(impl)
+    if spec is None or spec.name == "paper":
+        return 4
+    arch = getattr(profile, "arch_family", None)
+    if spec.instructions == "native" and arch not in WARP_LEVEL_TENSOR_CORES:
+        return np.maximum(1, np.asarray(block_q) // 64) if np.ndim(block_q) else max(1, int(block_q) // 64)
+    if spec.name == "sdpa-flash":
+        return 8 if occupancy(impl, d, int(np.max(block_q)), dropout, profile) == 1 else 4
+    if spec.name == "triton":
+        table = TRITON_DEFAULTS
+        return table[min((k for k in table if k >= d), default=max(table))][2]
+    return 4
 
 
 def kv_order(impl: str | None) -> str:
@@ -286,12 +313,25 @@ def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -
 
 def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str, str]:
     """The fused kernel PyTorch's ``scaled_dot_product_attention`` picks for ``workload`` on
-    ``profile``'s GPU, and why: its backends in priority order (flash, memory-efficient,
-    then cuDNN), the first whose constraints the inputs meet. FlashAttention-2 for fp16/bf16,
-    d ≤ 256 on compute capability ≥ 8.0 (on AMD its ROCm build); else the memory-efficient
-    kernel (fp32, older GPUs). Its variant for d > 128 accumulates O in global memory, which
-    memmodel does not model: there, and for dtypes no fused kernel takes, ``paper``."""
-    for impl in ("sdpa-flash", "sdpa-efficient"):
+    ``profile``'s GPU, and why: the first backend in PyTorch's priority order whose
+    constraints the inputs meet. Measured on an H200 with torch 2.11
+    (validation/h200/2026-11-30/sdpa-choice.jsonl, ``torch._fused_sdp_choice`` and the
+    kernels launched): cuDNN for fp16/bf16 at every head dim up to 256, causal or not, with
+    dropout, GQA and decoding; the memory-efficient kernel for fp32 and d > 256. Taken the
+    same on Blackwell (not measured); FlashAttention-2 first on Ampere and Ada (compute
+    capability 8.x), the memory-efficient kernel on older GPUs. The memory-efficient kernel's
+    variant for d > 128 accumulates O in global memory, which memmodel does not model: there,
+    and for dtypes no fused kernel takes, ``paper``."""
+    cap = _capability(profile)
+    order = (
+        ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
+        if cap is not None and cap >= 9.0
+        else (
+            "sdpa-flash",
+            "sdpa-efficient",
+        )
+    )
+    for impl in order:
         if unsupported(impl, workload, profile) is None:
             if impl == "sdpa-efficient" and int(np.max(np.asarray(workload.d))) > 128:
                 return "paper", (

@@ -10,7 +10,7 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import Options, options_for, padded_head_dim, with_options
+from .implementations import Options, options_for, padded_head_dim, smem_reads, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
@@ -80,6 +80,7 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2
         options.kv_order,
         exec_d=padded_head_dim(impl, workload.d),
         whole_tiles=impl is not None,
+        smem_reads=smem_reads(impl, blocks.block_q, int(np.max(np.asarray(workload.d))), workload.dropout, profile),
     )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":

@@ -257,16 +257,6 @@ def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float,
     return peak, None
 
 
-def _reads_operands_through_lsu(profile: Profile, impl: Any) -> bool:
-    """Whether a fused kernel's products read their shared-memory operands through the
-    load/store path (``ldmatrix``, 128 B/clk/SM): ``mma.sync`` code, and every kernel on
-    architectures without an asynchronous tensor-core path. Hopper's ``wgmma`` and
-    Blackwell's ``tcgen05`` read shared memory themselves (not bound by that rate)."""
-    native_async = profile.arch_family in ("hopper", "blackwell")
-    instructions = impl.instructions if impl is not None else "native"
-    return not (native_async and instructions == "native")
-
-
 def kernel_time(
     kernel: Kernel,
     profile: Profile,
@@ -334,8 +324,6 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    if fused and "sram" in terms and not _reads_operands_through_lsu(profile, impl):
-        del terms["sram"]  # wgmma/tcgen05 read shared memory without the load/store path
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}

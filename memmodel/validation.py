@@ -34,7 +34,7 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "pv": r"gemm|nvjet|cutlass|sm\d+_xmma",
     },
     "sdpa-flash": {"fa2_fwd": r"flash_fwd_kernel", "fa2_splitkv": r"splitkv_kernel", "fa2_combine": r"combine"},
-    "sdpa-cudnn": {"fa2_fwd": r"cudnn|sdpa"},
+    "sdpa-cudnn": {"fa2_fwd": r"cudnn|sdpa", "fa2_splitkv": r"cudnn|sdpa", "fa2_combine": r"reduction"},
     "sdpa-efficient": {"fa2_fwd": r"fmha|cutlass"},
     "triton": {"fa2_fwd": r"attn|flash|fwd", "fa2_splitkv": r"attn|flash|fwd", "fa2_combine": r"combine"},
 }
@@ -239,6 +239,16 @@ def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None)
         "hbm_bytes": int(ev.traffic.hbm_bytes),
         "flops": int(ev.traffic.flops),
     }
+
+
+def prediction_line(case: Any, profile: Profile) -> str:
+    """One case's predictions as committed before measuring: each timed step's time (µs,
+    L2 on, the model's own occupancy) and each kernel's HBM reads (bytes, L2 cold, as Nsight
+    Compute measures)."""
+    times = predicted_times(case, profile)["steps"]
+    reads = {k.name: int(k.bytes(level="hbm", direction="read")) for k in predicted_kernels(case, profile, "cold")}
+    steps = " ".join(f"{name}={t * 1e6:.1f}us" for name, t in times.items())
+    return f"{case.id} {steps} | hbm_read " + " ".join(f"{name}={b}" for name, b in reads.items())
 
 
 def time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:

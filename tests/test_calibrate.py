@@ -133,7 +133,10 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     # carried over from the base, with the base's own source
     assert p.sram.latency_s == base.sram.latency_s
     assert p.provenance["memory.sram.latency"].source == base.provenance["memory.sram.latency"].source
-    assert "carried over from profile h200-datasheet (not measured by calibrate)" in p.provenance["memory.sram.latency"].note
+    assert (
+        "carried over from profile h200-datasheet (not measured by calibrate)"
+        in p.provenance["memory.sram.latency"].note
+    )
     assert p.compute_flops_per_s["fp8"] == base.compute_flops_per_s["fp8"]  # fp8 skipped: the datasheet's
     assert "not measured in this run" in p.provenance["compute.fp8"].note
     assert p.clock_hz == base.clock_hz

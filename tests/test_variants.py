@@ -162,7 +162,14 @@ def test_l2_reuse_waves_on_h200_match_measurement():
     Measured with Nsight Compute on an H200 (validation/h200/probe-1)."""
 
     def k_hbm(n, heads=1):
-        c = compare(Workload(n=n, d=128, heads=heads, dtype="fp16"), H200, block_q=128, block_kv=64, l2="cold")
+        c = compare(
+            Workload(n=n, d=128, heads=heads, dtype="fp16"),
+            H200,
+            impl="sdpa-flash",
+            block_q=128,
+            block_kv=64,
+            l2="cold",
+        )
         return hbm(c.tiled, tensor="K")
 
     kv = lambda n: n * 128 * 2  # noqa: E731 - one head's K
@@ -285,7 +292,7 @@ def test_causal_reuse_window_and_random_replacement():
     K/V blocks, so k = 264 · 1.125 / 960 = 0.309375. u = 64 / 1056 of the requests are first
     touches; the miss share x solves x = u + (1 − u)(1 − e^(−k·x)): x = 0.08498 = 1.402 · u."""
     w = Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16", causal=True)
-    c = compare(w, H200, block_q=128, block_kv=64, l2="cold")
+    c = compare(w, H200, impl="sdpa-flash", block_q=128, block_kv=64, l2="cold")
     k = 4 * 16 * 4096 * 128 * 2  # 67,108,864 B: K once
     requested = 4 * 16 * 1056 * 64 * 128 * 2  # 1,107,296,256 B: K per visited block
     u, kk, x = 64 / 1056, 264 * 1.125 / 960, 64 / 1056
@@ -295,10 +302,10 @@ def test_causal_reuse_window_and_random_replacement():
     assert k < hbm(c.tiled, tensor="K") < requested
     # a kernel that walks K/V forward (our Triton kernel): the next Q block reads block j
     # 0.125 steps later, within the step it is in use: K read once
-    c = compare(w, H200, block_q=128, block_kv=64, l2="cold", kv_order="forward")
+    c = compare(w, H200, impl="sdpa-flash", block_q=128, block_kv=64, l2="cold", kv_order="forward")
     assert hbm(c.tiled, tensor="K") == k
     # d = 64 at 128×128 (lag 1): 64·65/64 = 65 blocks a CTA, gap 65/264 = 0.246 step = the window
-    c = compare(w.with_(d=64, n=8192, n_kv=8192), H200, block_q=128, block_kv=128, l2="cold")
+    c = compare(w.with_(d=64, n=8192, n_kv=8192), H200, impl="sdpa-flash", block_q=128, block_kv=128, l2="cold")
     k64 = 4 * 16 * 8192 * 64 * 2
     assert k64 < hbm(c.tiled, tensor="K") < 1.05 * k64
 

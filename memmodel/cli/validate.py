@@ -69,6 +69,13 @@ from .options import format_option
     default=None,
     help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
 )
+@click.option(
+    "--predict",
+    "predict_only",
+    is_flag=True,
+    help="Print the model's predictions for the cases (each timed step's time; each kernel's HBM reads with a "
+    "cold L2) with --gpu's profile, and exit (no GPU needed): commit them before measuring.",
+)
 @format_option(("table", "json", "markdown", "summary"))
 def validate_cmd(
     *,
@@ -80,6 +87,7 @@ def validate_cmd(
     reps: int,
     output: str | None,
     list_only: bool,
+    predict_only: bool,
     rescore_path: str | None,
     plot_path: str | None,
     fmt: str,
@@ -109,6 +117,19 @@ def validate_cmd(
         else:
             for c in cases:
                 click.echo(c.id)
+        return
+    if predict_only:
+        from ..hardware import load_profile
+        from ..validation import prediction_line
+
+        if gpu is None:
+            raise click.UsageError("--predict needs --gpu: the profile to predict with (e.g. --gpu h200)")
+        profile = load_profile(gpu)
+        click.echo(
+            f"# predicted with profile {profile.name} ({profile.origin} {profile.full_name}), memmodel {_version()}"
+        )
+        for c in cases:
+            click.echo(prediction_line(c, profile))
         return
     if plot_path:  # fail now, not after minutes of GPU work
         from ..fileio import check_writable
@@ -298,3 +319,9 @@ def _print_table(data: dict[str, Any]) -> None:
         con.print(
             f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×"
         )
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

@@ -138,6 +138,7 @@ class TileContext:
     exec_d: IntLike = 0
     exec_scores: IntLike = 0
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
+    smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
 
 
 KV_ORDERS = ("reverse", "forward")
@@ -152,6 +153,7 @@ def tile_context(
     kv_order: str = "reverse",
     exec_d: IntLike | None = None,
     whole_tiles: bool = False,
+    smem_reads: IntLike = 4,
 ) -> TileContext:
     """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
     at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
@@ -183,6 +185,7 @@ def tile_context(
         exec_d=w.d if exec_d is None else exec_d,
         exec_scores=executed,
         diagonal=diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal),
+        smem_reads=smem_reads,
     )
 
 
@@ -224,14 +227,25 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
         intmath.mul(w.batch, w.kv_heads_),
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
-    # every warp of a CTA reads the whole K_j, V_j tile from shared memory (4 warps)
+    # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
+    # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
     k.read("Q", "input", q, q, "B·H·N·d·e")
     k.read(
-        "K", "input", kv_req, kv_hbm, "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""), intmath.mul(4, kv_req)
+        "K",
+        "input",
+        kv_req,
+        kv_hbm,
+        "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""),
+        intmath.mul(ctx.smem_reads, kv_req),
     )
     k.read(
-        "V", "input", kv_req, kv_hbm, "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""), intmath.mul(4, kv_req)
+        "V",
+        "input",
+        kv_req,
+        kv_hbm,
+        "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""),
+        intmath.mul(ctx.smem_reads, kv_req),
     )
     k.write("O", "output", q, "B·H·N·d·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
