@@ -75,6 +75,9 @@ class Implementation:
     measurable: bool = True
     #: compute capabilities it runs on, as (lowest, highest) major.minor pairs (None: any)
     capability: tuple[float, float] | None = None
+    #: decoding with GQA (one query row per head), the query heads of a group are packed as
+    #: the rows of one Q block of their K/V head (FlashAttention-2's "seqlenq_ngroups_swapped")
+    packs_gqa_decode: bool = False
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -85,6 +88,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         head_dims=(32, 64, 96, 128, 192, 256),
         max_head_dim=256,
         capability=(8.0, 12.1),
+        packs_gqa_decode=True,
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",
@@ -94,6 +98,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         head_dims=(64, 128, 192, 256),
         max_head_dim=256,
         capability=(8.0, 12.1),
+        packs_gqa_decode=True,
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",
@@ -121,6 +126,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         measurable=False,
         capability=(9.0, 9.0),
+        packs_gqa_decode=True,
     ),
     "paper": Implementation(
         "paper",
@@ -436,10 +442,31 @@ def options_for(
     )
 
 
+def kernel_workload(workload: Workload, impl: str | None) -> Workload:
+    """The workload as ``impl``'s kernel sees it: decoding with GQA (one query row, several
+    query heads per K/V head), FlashAttention-2 (``flash_api.cpp``: seqlenq_ngroups_swapped)
+    and cuDNN (its decode kernels take 16-row tiles) pack the G query heads of a group as G
+    rows of their K/V head's Q block: heads = K/V heads, N = G. Q, O and the logsumexp keep
+    their bytes; each K/V head is read by one CTA row, not G."""
+    spec = get(impl)
+    if spec is None or not spec.packs_gqa_decode or workload.causal:
+        return workload
+    n, group = np.asarray(workload.n), np.asarray(workload.group)
+    pack = (n == 1) & (group > 1)
+    if not np.any(pack):
+        return workload
+    if not workload.is_grid:
+        return workload.with_(n=int(workload.group), heads=int(workload.kv_heads_), n_kv=workload.n_kv_)
+    new_n = np.where(pack, group, n)
+    new_heads = np.where(pack, np.asarray(workload.kv_heads_), np.asarray(workload.heads))
+    return workload.with_(n=new_n, heads=new_heads, n_kv=workload.n_kv_)
+
+
 def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: Any, block_kv: Any) -> tuple[Any, Any]:
     """:func:`tiles` for every head dim of ``workload`` (a grid: per element), each block no
     longer than its sequence (as the kernels clamp their last block)."""
     causal, dropout = bool(workload.causal), float(workload.dropout)
+    workload = kernel_workload(workload, impl)  # decoding with GQA: the group's heads are the rows
     if not workload.is_grid:
         bq, bkv = tiles(impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile)
         return min(bq, int(workload.n)), min(bkv, int(workload.n_kv_))

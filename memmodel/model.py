@@ -10,7 +10,7 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import Options, options_for, padded_head_dim, smem_reads, with_options
+from .implementations import Options, kernel_workload, options_for, padded_head_dim, smem_reads, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
@@ -69,8 +69,12 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
 
 def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
     """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
-    blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
     impl = options.model_implementation
+    # the split count follows the workload as the caller gives it (decoding: n = 1), then the
+    # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
+    splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
+    workload = kernel_workload(workload, impl)
+    blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
     ctx = tile_context(
         workload,
         blocks,
@@ -94,7 +98,6 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2
             raise WorkloadError(
                 f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
             )
-    splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
     if options.backward and not intmath.is_array(splits) and int(splits) > 1:
         splits = 1  # training runs the plain forward kernel (it must save the logsumexp)
     return fa2(ctx, l2, backward=options.backward, splits=splits)
@@ -123,7 +126,7 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
                 workload.dtype,
                 opts.model_implementation,
                 padded_head_dim(opts.model_implementation, workload.d),
-                workload,
+                kernel_workload(workload, opts.model_implementation),
             ),
         ),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
