@@ -16,7 +16,7 @@ from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
 from .traffic.flash import block_sizes, fa1, fa2, tile_context
 from .traffic.ledger import AlgorithmTraffic
-from .traffic.standard import standard
+from .traffic.standard import standard_variant
 from .workload import Workload
 
 COMPARE_SCHEMA = "memmodel.compare/1"
@@ -67,8 +67,20 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
     return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes)
 
 
-def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
-    """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
+def tiled_traffic(
+    workload: Workload,
+    profile: Profile,
+    options: Options,
+    l2: l2m.L2 | None = None,
+    *,
+    backward_ctas_per_sm: int | None = None,
+) -> AlgorithmTraffic:
+    """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one).
+
+    With ``options.backward`` the forward kernel is followed by the implementation's own
+    backward kernels (:func:`memmodel.backward.backward_kernels`: PyTorch's FlashAttention-2,
+    CUTLASS and cuDNN kernels with their own tiles; the FA2 paper's backward with the forward's
+    blocks otherwise); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy."""
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
     ctx = tile_context(
         workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm, options.kv_order
@@ -88,19 +100,37 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2
     splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
     if options.backward and not intmath.is_array(splits) and int(splits) > 1:
         splits = 1  # training runs the plain forward kernel (it must save the logsumexp)
-    return fa2(ctx, l2, backward=options.backward, splits=splits)
+    forward = fa2(ctx, l2, splits=splits)
+    if not options.backward:
+        return forward
+    from .backward import backward_kernels
+
+    kernels, params = backward_kernels(workload, profile, options, ctx, l2, ctas_per_sm=backward_ctas_per_sm)
+    return AlgorithmTraffic(
+        forward.name, forward.variant, forward.kernels + tuple(kernels), {**forward.params, **params}
+    )
 
 
-def compare(workload: Workload, profile: Profile, options: Options | None = None, **kwargs: Any) -> Comparison:
+def compare(
+    workload: Workload,
+    profile: Profile,
+    options: Options | None = None,
+    *,
+    standard: str = "algorithm0",
+    **kwargs: Any,
+) -> Comparison:
     """Standard (Algorithm 0/3) and tiled attention on ``workload``, predicted on ``profile``.
 
     ``options`` (or keywords: ``impl`` — default ``auto``, the kernel PyTorch would run —
     and the fields of :class:`Options`: ``tiled``, ``block_q``, ``block_kv``, ``l2``,
-    ``backward``, ``splits``, ``ctas_per_sm``) say how to model.
+    ``backward``, ``splits``, ``ctas_per_sm``) say how to model. ``standard`` is the
+    standard-attention variant: ``algorithm0`` (the paper's Algorithms 0 and 3, scale folded
+    into Q) or ``eager`` (the kernels eager PyTorch and autograd launch,
+    :func:`memmodel.traffic.standard.standard_eager`).
     """
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
-    std = standard(workload, l2_context(profile, opts.l2), backward=opts.backward)
+    std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
     til = tiled_traffic(workload, profile, opts)
     return Comparison(
         workload=workload,
