@@ -117,6 +117,7 @@ def compare(
     options: Options | None = None,
     *,
     standard: str = "algorithm0",
+    backward_ctas_per_sm: int | None = None,
     **kwargs: Any,
 ) -> Comparison:
     """Standard (Algorithm 0/3) and tiled attention on ``workload``, predicted on ``profile``.
@@ -126,12 +127,13 @@ def compare(
     ``backward``, ``splits``, ``ctas_per_sm``) say how to model. ``standard`` is the
     standard-attention variant: ``algorithm0`` (the paper's Algorithms 0 and 3, scale folded
     into Q) or ``eager`` (the kernels eager PyTorch and autograd launch,
-    :func:`memmodel.traffic.standard.standard_eager`).
+    :func:`memmodel.traffic.standard.standard_eager`). ``backward_ctas_per_sm`` overrides
+    the occupancy of the tiled backward kernel (as Nsight Compute measured it).
     """
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
     std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
-    til = tiled_traffic(workload, profile, opts)
+    til = tiled_traffic(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
     return Comparison(
         workload=workload,
         profile=profile,
