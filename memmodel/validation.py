@@ -253,16 +253,19 @@ def align_kernels(impl: str, names: list[str], measured: list[Any]) -> list[tupl
     used for the training step, where one run should show every kernel at once."""
     patterns = KERNEL_PATTERNS[impl]
     regex = [re.compile(patterns.get(n, r"$^")) for n in names]
+    # a kernel a library launches for sure counts twice an optional one (cuDNN's auxiliary
+    # kernels must not take the main kernel's match)
+    weight = [1 if n in OPTIONAL_KERNELS else 2 for n in names]
     n, m = len(names), len(measured)
     ok = [[bool(regex[i].search(measured[j].name)) for j in range(m)] for i in range(n)]
     best = [[0] * (m + 1) for _ in range(n + 1)]
     for i in range(n - 1, -1, -1):
         for j in range(m - 1, -1, -1):
-            best[i][j] = max(best[i + 1][j], best[i][j + 1], best[i + 1][j + 1] + 1 if ok[i][j] else 0)
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], best[i + 1][j + 1] + weight[i] if ok[i][j] else 0)
     out: list[tuple[str | None, Any]] = []
     i = j = 0
     while i < n or j < m:
-        if i < n and j < m and ok[i][j] and best[i][j] == best[i + 1][j + 1] + 1:
+        if i < n and j < m and ok[i][j] and best[i][j] == best[i + 1][j + 1] + weight[i]:
             out.append((names[i], measured[j]))
             i, j = i + 1, j + 1
         elif j < m and (i == n or best[i][j] == best[i][j + 1]):

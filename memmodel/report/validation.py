@@ -108,7 +108,7 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
 
 def _cell(name: str) -> str:
     """A kernel name shortened for a markdown table cell."""
-    return name[:70].replace("|", "\\|")
+    return name[:100].replace("|", "\\|")
 
 
 def _training_sections(data: dict[str, Any]) -> list[str]:

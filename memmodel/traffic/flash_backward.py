@@ -202,21 +202,23 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     return kernels + group_sum_kernels(w, l2)
 
 
-def _gqa_kv_hbm(w: Workload, kv_q_heads: IntLike, per_head: IntLike, l2: l2m.L2) -> IntLike:
-    """HBM reads of K (or V) by a backward grid (K/V blocks × batch × query heads): once per
-    K/V head when it stays in L2 from one query head of its group to the next, which runs
-    ``batch`` heads later; else once per query head."""
+def _gqa_kv_hbm(w: Workload, requested: IntLike, per_head: IntLike, l2: l2m.L2) -> IntLike:
+    """HBM reads of K (or V) by a backward grid (K/V blocks × batch × query heads) that
+    requests ``requested`` bytes of it: every request with L2 off; else once per K/V head
+    when it stays in L2 from one query head of its group to the next, which runs ``batch``
+    heads later (a CTA's own re-reads of its K/V tile always hit), once per query head if not."""
+    if l2.mode == "off":
+        return requested
     kv = w.kv_bytes()
     if np.all(np.asarray(w.group) == 1):
-        return kv
+        return intmath.minimum(requested, kv)
+    kv_q_heads = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, w.element_bytes)
     kv_head = intmath.mul(w.n_kv_, w.d, w.element_bytes)
     between = intmath.mul(w.batch, intmath.add(per_head, intmath.mul(2, kv_head)))
     ok = l2m.fits(between, l2)
-    if l2.mode == "off":
-        return kv_q_heads
     if isinstance(ok, np.ndarray):
-        return np.where(ok, kv, kv_q_heads)
-    return kv if ok else kv_q_heads
+        return np.minimum(np.asarray(requested), np.where(ok, kv, kv_q_heads))
+    return min(int(requested), int(kv if ok else kv_q_heads))
 
 
 def group_sum_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
@@ -301,9 +303,9 @@ def cutlass_backward(
         main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), "T_c · B·H·N·4")
     # K_j stays in shared memory for S; V_j (for dP) and K_j (for dQ) are loaded again per pair
     kv_pairs = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
-    kv_hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2c)
-    main.read("K", "input", intmath.add(kv_q_heads, kv_pairs), kv_hbm, "(1 + T_r) · B·H·N_kv·d·e")
-    main.read("V", "input", kv_pairs, kv_hbm, "T_r · B·H·N_kv·d·e")
+    k_req = intmath.add(kv_q_heads, kv_pairs)
+    main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
+    main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
     # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded and stored (the first split
     # of a Q block only stores; the last one writes dQ)
     contributions = pair(intmath.mul(bh, w.n, acc_cols, ACC_BYTES))
@@ -354,7 +356,7 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
         name = renamed[k.name]
         transfers = tuple(_rename(t, name) for t in k.transfers)
         if k.name == "fa2_bwd" and _has_groups(w):
-            transfers = _gqa_in_kernel(w, transfers, name)
+            transfers = _gqa_in_kernel(w, transfers, l2)
         out.append(
             Kernel(
                 name,
@@ -382,14 +384,15 @@ def _rename(t: Any, name: str) -> Any:
     return replace(t, kernel=name)
 
 
-def _gqa_in_kernel(w: Workload, transfers: tuple[Any, ...], name: str) -> tuple[Any, ...]:
-    """K/V read from HBM once per K/V head; dK, dV written per K/V head (summed in the kernel)."""
+def _gqa_in_kernel(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
+    """K/V read from HBM once per K/V head (every request with L2 off); dK, dV written per
+    K/V head (summed in the kernel)."""
     from dataclasses import replace
 
     kv = w.kv_bytes()
     out = []
     for t in transfers:
-        if t.tensor in ("K", "V") and t.level == "hbm":
+        if t.tensor in ("K", "V") and t.level == "hbm" and l2.mode != "off":
             t = replace(t, bytes=kv)
         if t.tensor in ("dK", "dV"):
             t = replace(t, bytes=kv, formula="B·H_kv·N_kv·d·e")
