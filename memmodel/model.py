@@ -141,7 +141,7 @@ def compare(
         tiled=Evaluated(
             til, algorithm_time(til, profile, workload.dtype, opts.model_implementation, workload.d, workload)
         ),
-        assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
+        assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
         caveats=tuple(list(opts.notes) + caveats(profile)),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
@@ -149,7 +149,7 @@ def compare(
     )
 
 
-def model_assumptions(opts: Options) -> list[str]:
+def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:
     out = {
         "on": [
             "L2 mode 'on': a tiled kernel's re-reads hit in L2 while one head's re-read data fits "
@@ -167,6 +167,21 @@ def model_assumptions(opts: Options) -> list[str]:
         "fully masked blocks, the standard path writes the full S and P."
     )
     out.append("FlashAttention regenerates the dropout mask from the RNG state: no mask bytes.")
+    if standard == "eager":
+        out.append(
+            "Standard attention as eager PyTorch runs it: the scale, mask, softmax and dropout are kernels of "
+            "their own" + (", and autograd's backward adds their gradients' kernels." if opts.backward else ".")
+        )
+    if opts.backward:
+        from .backward import LIBRARY_BACKWARDS
+
+        if opts.tiled == "fa2" and opts.implementation in LIBRARY_BACKWARDS:
+            out.append(
+                f"Backward: {opts.implementation}'s own kernels with its backward tiles (params backward_block_q, "
+                "backward_block_kv), one CTA per SM unless measured; dQ accumulated in fp32."
+            )
+        else:
+            out.append("Backward: the tiled algorithm's paper backward with the forward's blocks.")
     return out
 
 
