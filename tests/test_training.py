@@ -810,3 +810,59 @@ def test_library_wiring_is_documented():
         'op="reduction"',
     ):
         assert field in text
+
+
+def test_rescore_a_synthetic_training_record(run, tmp_path):
+    """A record with a training case and its Nsight Compute trace: rescored and printed."""
+    case = parse_case("impl=sdpa-flash,batch=2,heads=8,kv_heads=2,n=1024,d=128,dtype=bf16,causal=1,backward=1")
+    extra = "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda>"
+    measured = _perfect_measurement(case, H200, extra=[extra])
+    header = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    )
+    lines = [header]
+    kernels = [("memmodel_begin", {"dram__bytes_read.sum": 0.0})]
+    kernels += [
+        (k.name, {**k.metrics, "launch__grid_size": 1024, "launch__waves_per_multiprocessor": 3.88}) for k in measured
+    ]
+    kernels += [("memmodel_end", {"dram__bytes_read.sum": 0.0})]
+    for i, (name, metrics) in enumerate(kernels):
+        lines += [
+            f'"{i}","1","p","h","{name}","1","7","(1,1,1)","(1,1,1)","0","9.0","s","{m}","x","{v}"'
+            for m, v in metrics.items()
+        ]
+    entry = {
+        "case": case.to_dict(),
+        "status": "ok",
+        "predicted": predicted_times(case, H200),
+        "timing": {
+            "time_s": 1e-4,
+            "kernels": {"forward": 3e-5, "backward": 7e-5},
+            "profiled_kernels": [{"name": k.name, "time_s": 1e-5} for k in measured],
+            "grad_errors": {"dq": 1e-3, "dk": 1e-3, "dv": 1e-3},
+        },
+    }
+    record = {
+        "schema": "memmodel.validate/1",
+        "memmodel_version": "0.1.0",
+        "device": "NVIDIA H200",
+        "profile": {"name": "h200", "path": None},
+        "started": "t",
+        "command": "c",
+        "cases": [entry],
+        "summary": {},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    (tmp_path / "r.ncu.csv").write_text("\n".join(lines) + "\n")
+    r = run("validate", "--rescore", str(tmp_path / "r.json"), "--gpu", "h200", "--output", str(tmp_path / "n.json"))
+    assert r.exit_code == 0, r.stderr
+    assert "fa2_bwd bytes" in r.stdout and "backward" in r.stdout
+    new = json.loads((tmp_path / "n.json").read_text())
+    e = new["cases"][0]
+    assert e["measured_backward_ctas_per_sm"] == 2  # 1024 CTAs over 3.88 waves of 132 SMs
+    assert e["missing_kernels"] == [] and e["unmodelled_kernels"][0]["name"] == extra
+    assert max(abs(b["error"]) for b in e["bytes"]) < 1e-9
+    assert new["summary"]["step_time"]["n"] == 1 and new["summary"]["kernel_time"]["n"] == 6
+    r = run("validate", "--rescore", str(tmp_path / "r.json"), "--gpu", "h200", "--format", "markdown")
+    assert r.exit_code == 0 and "## Training step (forward + backward)" in r.stdout

@@ -243,6 +243,8 @@ class CaseRun:
     a fixed dO, so no ``.grad`` is accumulated: the training step's attention kernels only)."""
 
     def __init__(self, case: Case, seed: int = 0) -> None:
+        if case.impl == "triton" and (case.backward or case.dropout):
+            raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass and no dropout")
         self.case = case
         self.q, self.k, self.v = make_inputs(case, seed)
         self.dropped = _Dropout()
@@ -253,8 +255,6 @@ class CaseRun:
             else:
                 self.steps = steps_for(case, self.q, self.k, self.v)
             return
-        if case.impl == "triton":
-            raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass")
         forward = (
             eager_forward(case, self.q, self.k, self.v, self.dropped)
             if case.impl == "standard"
