@@ -142,7 +142,7 @@ def backward_kernels(
     tiles = backward_tiles(impl, workload, profile)
     if ctas_per_sm is not None:
         tiles = BackwardTiles(tiles.block_q, tiles.block_kv, ctas_per_sm, tiles.source + "; CTAs/SM given")
-    ctx = backward_context(workload, tiles, profile.sm_count)
+    ctx = backward_context(workload, tiles, profile.sm_count, exec_d=padded_head_dim(impl, workload.d))
     if impl == "sdpa-flash":
         kernels = fa2_backward(workload, ctx, l2)
     elif impl == "sdpa-efficient":

@@ -107,11 +107,22 @@ def interpolate_log2(curve: tuple[tuple[int, float], ...], x: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
+#: What kind of figure a source gives (``sources.<id>.kind``): a vendor's datasheet or
+#: whitepaper, a measurement (by whom, where, with which command), a published paper or
+#: benchmark, a figure derived by a stated rule from others, or the CUDA driver's report.
+SOURCE_KINDS = ("datasheet", "measured", "published", "derived", "device")
+
+
 @dataclass(frozen=True)
 class Source:
     id: str
     title: str
     url: str | None = None
+    kind: str | None = None
+    #: for measured figures: the machine, the date and the command that measured them
+    machine: str | None = None
+    date: str | None = None
+    command: str | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +130,8 @@ class Provenance:
     source: str | None
     note: str | None
     text: str  # the value as written in the file
+    #: the source's kind (:data:`SOURCE_KINDS`), None where the source gives none
+    kind: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,13 +163,18 @@ class Profile:
     implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> bytes per second one CTA of its split-KV (decoding) kernel streams
     implementation_cta_bandwidth: Mapping[str, float] = field(default_factory=dict)
-
-    def matmul_peak(self, dtype: str, instructions: str = "peak") -> float:
-        """Tensor-core peak for ``dtype``; ``instructions="mma_sync"`` gives the ``mma.sync``
-        peak where the profile has one (the dtype's peak otherwise)."""
-        if instructions == "mma_sync" and dtype in self.mma_sync_flops_per_s:
-            return self.mma_sync_flops_per_s[dtype]
-        return self.peak_flops(dtype)
+    #: implementation -> ((head dim, seconds), ...): what a CTA costs beyond its blocks' work
+    #: (loading Q, the first K/V tile's latency, writing O), per CTA slot (measured by calibrate)
+    implementation_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
+    #: diagonal (masked element by element), in units of a plain block's compute
+    implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: compute capability ("9.0") or the AMD target ("gfx942")
+    compute_capability: str | None = None
+    #: the profile whose figures this one's missing ones were derived from (``derive_from``)
+    derived_from: str | None = None
+    #: every figure by field path, in base units (curves as tuples): what derivation reads
+    figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation`` at ``head_dim`` (linear in log2 between
@@ -164,6 +182,44 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_efficiency.get(implementation, ()), head_dim)
+
+    def cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
+        """Seconds a CTA of ``implementation`` costs beyond its blocks, at ``head_dim``; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
+
+    def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
+        """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_masked_cost.get(implementation, ()), head_dim)
+
+    @property
+    def arch_family(self) -> str | None:
+        """volta, ampere, ada, hopper, blackwell (NVIDIA, from the compute capability) or
+        cdna3 (AMD gfx942); None where the profile does not say."""
+        cap = (self.compute_capability or "").strip().lower()
+        if cap.startswith("gfx94"):
+            return "cdna3"
+        try:
+            major, minor = (int(x) for x in cap.split(".")[:2])
+        except ValueError:
+            return None
+        if major == 7:
+            return "volta" if minor < 5 else "turing"
+        if major == 8:
+            return "ada" if minor >= 9 else "ampere"
+        if major == 9:
+            return "hopper"
+        if major in (10, 11, 12):
+            return "blackwell"
+        return None
+
+    def kind_of(self, fpath: str) -> str | None:
+        """The provenance kind of one figure (``compute.fp16``), None where unknown or absent."""
+        prov = self.provenance.get(fpath)
+        return prov.kind if prov is not None else None
 
     def peak_flops(self, dtype: str) -> float:
         """Peak dense FLOP/s for ``dtype``; a :class:`ProfileError` if the GPU has none."""
@@ -192,6 +248,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
+    "memory.hbm.datasheet_bandwidth": ("bandwidth", False),
     "memory.hbm.latency": ("time", True),
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
@@ -214,13 +271,25 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.elementwise.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
     "kernels.softmax.bandwidth": "row length",
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
 }
-_TEXT_FIELDS = {"schema": False, "name": True, "full_name": True, "vendor": True, "architecture": True}
+_TEXT_FIELDS = {
+    "schema": False,
+    "name": True,
+    "full_name": True,
+    "vendor": True,
+    "architecture": True,
+    "compute_capability": False,
+    "derive_from": False,
+}
 _SECTIONS = {
     "memory",
     "memory.hbm",
@@ -304,15 +373,16 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
                 raise _fail(where, fpath, f"source {source!r} is not listed under 'sources' ({known})")
             if note is not None and not isinstance(note, str):
                 raise _fail(where, fpath, "note must be a string")
+        source_kind = sources[source].kind if source is not None else None
         if fpath in _CURVES:
             curves[fpath] = _parse_curve(raw, kind, _CURVES[fpath], where, fpath)
-            provenance[fpath] = Provenance(source=source, note=note, text=str(raw))
+            provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
             continue
         try:
             values[fpath] = units.parse(raw, kind)
         except units.UnitError as exc:
             raise _fail(where, fpath, str(exc)) from None
-        provenance[fpath] = Provenance(source=source, note=note, text=str(raw))
+        provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
     for fpath, (_, required) in _FIELDS.items():
         if required and fpath not in values:
             raise _fail(where, fpath, f"missing (expected {units.EXAMPLES[_FIELDS[fpath][0]]})")
@@ -379,6 +449,19 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.cta_bandwidth" in values
         },
+        implementation_cta_overhead={
+            name: curves[f"implementations.{name}.cta_overhead"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.cta_overhead" in curves
+        },
+        implementation_masked_cost={
+            name: curves[f"implementations.{name}.masked_block_cost"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.masked_block_cost" in curves
+        },
+        compute_capability=texts.get("compute_capability"),
+        derived_from=texts.get("derive_from"),
+        figures={**values, **curves},
     )
 
 
@@ -409,7 +492,7 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
-        raise _fail(where, "sources", "must map a source id to {title:, url:}")
+        raise _fail(where, "sources", "must map a source id to {title:, url:, kind:}")
     out = {}
     for key, entry in raw.items():
         fpath = f"sources.{key}"
@@ -417,16 +500,31 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
             out[str(key)] = Source(str(key), entry.strip())
             continue
         if not isinstance(entry, Mapping):
-            raise _fail(where, fpath, "must be a title string or {title:, url:}")
-        extra = set(entry) - {"title", "url"}
+            raise _fail(where, fpath, "must be a title string or {title:, url:, kind:}")
+        allowed = {"title", "url", "kind", "machine", "date", "command"}
+        extra = set(entry) - allowed
         if extra:
-            raise _fail(where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: title, url)")
+            raise _fail(
+                where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: {', '.join(sorted(allowed))})"
+            )
         title, url = entry.get("title"), entry.get("url")
         if not isinstance(title, str) or not title.strip():
             raise _fail(where, f"{fpath}.title", "missing (a non-empty string)")
-        if url is not None and not isinstance(url, str):
-            raise _fail(where, f"{fpath}.url", "must be a string")
-        out[str(key)] = Source(str(key), title.strip(), url)
+        for name in ("url", "machine", "date", "command"):
+            if entry.get(name) is not None and not isinstance(entry.get(name), str):
+                raise _fail(where, f"{fpath}.{name}", "must be a string")
+        kind = entry.get("kind")
+        if kind is not None and kind not in SOURCE_KINDS:
+            raise _fail(where, f"{fpath}.kind", f"{kind!r} is not one of {', '.join(SOURCE_KINDS)}")
+        out[str(key)] = Source(
+            str(key),
+            title.strip(),
+            url,
+            kind,
+            entry.get("machine"),
+            None if entry.get("date") is None else str(entry.get("date")),
+            entry.get("command"),
+        )
     return out
 
 
@@ -487,11 +585,143 @@ def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram
 
 
 # ---------------------------------------------------------------------------------------
+# Derivation: a sibling's figures from a measured profile of the same architecture
+
+#: How each figure carries over from a base profile to a sibling of the same architecture
+#: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
+#: ``clock``: per clock (× clock); ``cycles``: a fixed number of cycles (× base clock /
+#: clock); ``hbm``: the same share of the datasheet HBM bandwidth; ``l2``: the same share of
+#: the L2; ``same``: dimensionless, or fixed in nanoseconds.
+DERIVE_RULES: tuple[tuple[str, str], ...] = (
+    ("compute.*", "sm-clock"),
+    ("memory.l2.bandwidth", "sm-clock"),
+    ("memory.sram.bandwidth_per_sm", "clock"),
+    ("memory.l2.latency", "cycles"),
+    ("memory.sram.latency", "cycles"),
+    ("kernels.softmax.row_time", "cycles"),
+    ("implementations.*.cta_overhead", "cycles"),
+    ("memory.hbm.bandwidth", "hbm"),
+    ("memory.hbm.write_bandwidth", "hbm"),
+    ("kernels.gemm.*", "hbm"),
+    ("kernels.softmax.bandwidth", "hbm"),
+    ("kernels.elementwise.bandwidth", "hbm"),
+    ("memory.l2.effective_capacity", "l2"),
+    ("memory.hbm.latency", "same"),
+    ("launch_overhead", "same"),
+    ("implementations.*.efficiency", "same"),
+    ("implementations.*.masked_block_cost", "same"),
+    ("implementations.*.cta_bandwidth", "same"),
+)
+RULE_TEXT = {
+    "sm-clock": "per SM per clock, × SMs × clock",
+    "clock": "per clock, × clock",
+    "cycles": "the same cycles, × base clock / clock",
+    "hbm": "the same share of the datasheet HBM bandwidth",
+    "l2": "the same share of the L2",
+    "same": "carried over as is",
+}
+#: What a derived profile must give itself: the inputs of the rules
+_DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
+
+
+def derive_rule(fpath: str) -> str | None:
+    import fnmatch
+
+    for pattern, rule in DERIVE_RULES:
+        if fnmatch.fnmatchcase(fpath, pattern):
+            return rule
+    return None
+
+
+def _leaf(data: Mapping[str, Any], fpath: str) -> Any:
+    node: Any = data
+    for part in fpath.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _put(data: dict[str, Any], fpath: str, value: Any, where: str) -> None:
+    parts = fpath.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise _fail(where, ".".join(parts[: i + 1]), "must be a mapping of fields")
+    node[parts[-1]] = value
+
+
+def _raw_value(raw: Any) -> Any:
+    return raw.get("value") if isinstance(raw, Mapping) and "value" in raw else raw
+
+
+def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
+    """``data`` (a profile's YAML naming ``derive_from``) with every figure it lacks derived
+    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    for key in ("memory", "compute", "kernels", "implementations"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = _deep_copy(out[key])
+    inputs: dict[str, float] = {}
+    for fpath in _DERIVE_INPUTS:
+        raw = _raw_value(_leaf(data, fpath))
+        if raw is None:
+            raise _fail(where, fpath, f"missing: a profile that derives from {base.name!r} must give it")
+        try:
+            inputs[fpath] = units.parse(raw, _FIELDS[fpath][0])
+        except units.UnitError as exc:
+            raise _fail(where, fpath, str(exc)) from None
+    for fpath in _DERIVE_INPUTS:
+        if fpath not in base.figures:
+            raise _fail(where, "derive_from", f"{base.name!r} has no {fpath}, which derivation needs")
+    scale = {
+        "sm-clock": inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"]),
+        "clock": inputs["clock"] / base.figures["clock"],
+        "cycles": base.figures["clock"] / inputs["clock"],
+        "hbm": inputs["memory.hbm.datasheet_bandwidth"] / base.figures["memory.hbm.datasheet_bandwidth"],
+        "l2": inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"],
+        "same": 1.0,
+    }
+    derived_any = False
+    for fpath, value in base.figures.items():
+        rule = derive_rule(fpath)
+        if rule is None or _leaf(data, fpath) is not None:
+            continue
+        kind = _FIELDS[fpath][0]
+        factor = scale[rule]
+        prov = base.provenance.get(fpath)
+        what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
+        if isinstance(value, tuple):  # a curve
+            new: Any = {x: units.quantity(y * factor, kind) for x, y in value}
+        else:
+            new = units.quantity(value * factor, kind)
+        note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
+        _put(out, fpath, {"value": new, "source": "derived", "note": note}, where)
+        derived_any = True
+    if derived_any:
+        sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
+        sources["derived"] = {
+            "title": f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
+            "(docs/profiles.md)",
+            "kind": "derived",
+        }
+        out["sources"] = sources
+    return out
+
+
+def _deep_copy(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _deep_copy(v) for k, v in node.items()}
+    return node
+
+
+# ---------------------------------------------------------------------------------------
 # Files and lookup
 
 
-def load_file(path: str | os.PathLike[str], origin: str = "file") -> Profile:
-    """Read and validate one YAML profile file."""
+def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[str, ...] = ()) -> Profile:
+    """Read and validate one YAML profile file (deriving what it lacks from ``derive_from``)."""
     import yaml  # local: keeps `import memmodel` light
 
     from .fileio import read_text
@@ -513,6 +743,19 @@ def load_file(path: str | os.PathLike[str], origin: str = "file") -> Profile:
         raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
     except (ValueError, TypeError, AttributeError) as exc:  # PyYAML's constructors: 2024-13-45, !!int abc, 5000 digits
         raise ProfileError(f"{where}: invalid YAML: a value cannot be read ({_shorten(str(exc))})") from None
+    if isinstance(data, Mapping) and data.get("derive_from") is not None:
+        spec = data["derive_from"]
+        if not isinstance(spec, str) or not spec.strip():
+            raise _fail(where, "derive_from", "must name a profile (e.g. h200) or a path to one")
+        key = str(p.resolve())
+        if key in _chain or len(_chain) > 8:
+            raise _fail(where, "derive_from", f"{spec!r} derives, directly or not, from this profile: a cycle")
+        if is_path(spec):
+            spec_path = Path(spec).expanduser()
+            base = load_file(spec_path if spec_path.is_absolute() else p.parent / spec_path, _chain=(*_chain, key))
+        else:
+            base = load_profile(spec, _chain=(*_chain, key))
+        data = derive(data, where, base)
     return parse_profile(data, where, path=p, origin=origin)
 
 
@@ -570,16 +813,16 @@ def is_path(spec: str) -> bool:
     return os.sep in spec or "/" in spec or spec.endswith((".yaml", ".yml"))
 
 
-def load_profile(spec: str | os.PathLike[str]) -> Profile:
+def load_profile(spec: str | os.PathLike[str], _chain: tuple[str, ...] = ()) -> Profile:
     """A profile by bundled/user name (``a100``) or by path (``./mine.yaml``)."""
     text = os.fspath(spec)
     if is_path(text):
-        return load_file(text)
+        return load_file(text, _chain=_chain)
     names = available()
     key = text.strip().lower()
     if key in names:
         origin, file = names[key]
-        return load_file(file, origin=origin)
+        return load_file(file, origin=origin, _chain=_chain)
     close = _suggest(key, list(names))
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     raise ProfileError(f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)")

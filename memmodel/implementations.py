@@ -223,6 +223,27 @@ def tiles(
     return block_q or bq, block_kv or bkv
 
 
+def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
+    """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
+    (registers, not shared memory, are the limit), read off Nsight Compute's launch
+    statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1;
+    the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with 8 warps
+    (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
+    16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
+    128-row tiles and d = 128). None: the model's own rule (tiles that fit shared memory)."""
+    p = padded_head_dim(impl, d)
+    if impl == "sdpa-cudnn":
+        return 1
+    if impl == "sdpa-efficient":
+        return 4 if d <= 64 else (2 if d <= 128 else None)
+    if impl == "sdpa-flash":
+        eight_warps = (192 >= p > 128 and dropout == 0) or (p > 192 and block_q == 128)
+        return 1 if eight_warps else 2
+    if impl == "triton":
+        return int(min(4, max(1, 16384 // max(1, block_q * p))))
+    return None
+
+
 def kv_order(impl: str | None) -> str:
     """How a forward CTA walks its K/V blocks: FlashAttention-2 from the diagonal down
     (flash_fwd_kernel.h), our Triton kernel from block 0 up."""
@@ -235,8 +256,11 @@ def kv_order(impl: str | None) -> str:
 
 
 def _capability(profile: Profile | None) -> float | None:
-    cap = getattr(profile, "compute_capability", None)
-    return float(cap) if cap else None
+    """The NVIDIA compute capability as a number (9.0); None for AMD targets or where unknown."""
+    try:
+        return float(getattr(profile, "compute_capability", None) or "")
+    except ValueError:
+        return None
 
 
 def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
@@ -358,6 +382,9 @@ def options_for(
         notes.append(f"{why}: modelled anyway")
     if block_q is None or block_kv is None or workload.is_grid:
         block_q, block_kv = _tiles_for(impl, workload, profile, block_q, block_kv)
+    ds = np.unique(np.asarray(workload.d))
+    if rest.get("ctas_per_sm") is None and ds.size == 1 and np.ndim(block_q) == 0:
+        rest["ctas_per_sm"] = occupancy(impl, int(ds[0]), int(block_q), float(workload.dropout), profile)
     return Options(
         tiled=tiled,
         block_q=block_q,

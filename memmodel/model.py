@@ -10,7 +10,7 @@ import numpy as np
 from . import intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import Options, options_for, with_options
+from .implementations import Options, options_for, padded_head_dim, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
@@ -82,8 +82,16 @@ def tiled_traffic(
     CUTLASS and cuDNN kernels with their own tiles; the FA2 paper's backward with the forward's
     blocks otherwise); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy."""
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
+    impl = options.model_implementation
     ctx = tile_context(
-        workload, blocks, profile.sm_count, profile.sram.capacity_per_sm_bytes, options.ctas_per_sm, options.kv_order
+        workload,
+        blocks,
+        profile.sm_count,
+        profile.sram.capacity_per_sm_bytes,
+        options.ctas_per_sm,
+        options.kv_order,
+        exec_d=padded_head_dim(impl, workload.d),
+        whole_tiles=impl is not None,
     )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":
@@ -139,10 +147,26 @@ def compare(
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
         tiled=Evaluated(
-            til, algorithm_time(til, profile, workload.dtype, opts.model_implementation, workload.d, workload)
+            til,
+            algorithm_time(
+                til,
+                profile,
+                workload.dtype,
+                opts.model_implementation,
+                padded_head_dim(opts.model_implementation, workload.d),
+                workload,
+            ),
         ),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
-        caveats=tuple(list(opts.notes) + caveats(profile)),
+        caveats=tuple(
+            list(opts.notes)
+            + caveats(
+                profile,
+                opts.model_implementation,
+                workload.dtype,
+                padded_head_dim(opts.model_implementation, workload.d),
+            )
+        ),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
         bounds=bounds(workload, profile, opts),

@@ -121,14 +121,54 @@ def assumptions(profile: Profile) -> list[str]:
     return out
 
 
-def caveats(profile: Profile) -> list[str]:
-    """Assumptions that stand in for figures the profile lacks: how much to trust a time."""
+def caveats(
+    profile: Profile, implementation: str | None = None, dtype: str = "fp16", head_dim: Any = None
+) -> list[str]:
+    """What stands in for figures the profile lacks, for a tiled kernel of ``implementation``
+    at ``head_dim``: how much to trust a time."""
     out = []
     if profile.exp_ops_per_s is None:
         out.append(f"{profile.name} gives no exp rate: exponentials are counted at the FP32 peak.")
     if profile.launch_overhead_s is None:
         out.append(f"{profile.name} gives no launch overhead: none is added.")
+    impl = implementations.get(implementation)
+    if impl is None:
+        return out
+    _, missing_peak = matmul_peak(profile, dtype, impl.instructions)
+    if missing_peak:
+        out.append(missing_peak)
+    measured = profile.implementation_efficiency.get(impl.name, ())
+    if not measured:
+        out.append(
+            f"{profile.name} has no measured efficiency for {impl.name}: its kernel is modelled from its "
+            "instructions alone (no CTA overhead or diagonal-block cost either)."
+        )
+    elif head_dim is not None:
+        ds = np.asarray(head_dim)
+        lo, hi = measured[0][0], measured[-1][0]
+        if np.any(ds < lo) or np.any(ds > hi):
+            out.append(
+                f"{impl.name}'s efficiency on {profile.name} was measured at head dims {lo}–{hi}: "
+                "other head dims take the nearest figure."
+            )
     return out
+
+
+def rate_sources(profile: Profile) -> str:
+    """Which kind of figures a prediction on ``profile`` rests on, in a few words."""
+    kinds = {profile.kind_of(f) for f in ("compute.fp16", "compute.fp32", "memory.hbm.bandwidth")}
+    if profile.derived_from:
+        return next(
+            (s.title for s in profile.sources.values() if s.kind == "derived"),
+            f"derived from profile {profile.derived_from}",
+        )
+    if kinds == {"measured"}:
+        src = next((s for s in profile.sources.values() if s.kind == "measured"), None)
+        where = f" ({src.title})" if src is not None else ""
+        return f"measured{where}"
+    if "measured" in kinds:
+        return "partly measured, partly datasheet: expect errors of tens of percent where datasheet figures bind"
+    return "datasheet and published figures only: expect large errors (tens of percent; see docs/accuracy.md)"
 
 
 def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
@@ -195,6 +235,38 @@ def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count
     return float(out) if out.ndim == 0 else out
 
 
+#: Architectures whose native tensor-core instructions are warp-level ``mma.sync`` (or,
+#: on CDNA, MFMA fed from registers): there ``mma.sync`` code runs at the dense peak, and
+#: the products' operands reach the tensor cores through the load/store path of shared memory.
+MMA_SYNC_NATIVE = ("volta", "turing", "ampere", "ada", "cdna3")
+
+
+def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float, str | None]:
+    """The products' rate for ``instructions`` ("mma_sync" or "native"), and a caveat where
+    it stands in for a figure the profile lacks."""
+    key = MATMUL_PEAK[dtype]
+    if instructions == "mma_sync" and key in profile.mma_sync_flops_per_s:
+        return profile.mma_sync_flops_per_s[key], None
+    peak = profile.peak_flops(key)
+    if instructions == "mma_sync" and profile.arch_family not in MMA_SYNC_NATIVE:
+        return peak, (
+            f"{profile.name} gives no mma.sync rate for {dtype}: FlashAttention-2-style kernels' products are "
+            f"counted at the dense peak, which warp-level mma.sync does not reach on {profile.arch_family or 'this GPU'} "
+            "(on an H200: 58 % of it). Expect these times to be too short."
+        )
+    return peak, None
+
+
+def _reads_operands_through_lsu(profile: Profile, impl: Any) -> bool:
+    """Whether a fused kernel's products read their shared-memory operands through the
+    load/store path (``ldmatrix``, 128 B/clk/SM): ``mma.sync`` code, and every kernel on
+    architectures without an asynchronous tensor-core path. Hopper's ``wgmma`` and
+    Blackwell's ``tcgen05`` read shared memory themselves (not bound by that rate)."""
+    native_async = profile.arch_family in ("hopper", "blackwell")
+    instructions = impl.instructions if impl is not None else "native"
+    return not (native_async and instructions == "native")
+
+
 def kernel_time(
     kernel: Kernel,
     profile: Profile,
@@ -204,21 +276,35 @@ def kernel_time(
     tail: Any = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
-    kernels (``overlap="serial-compute"``): their instructions' peak and measured efficiency;
-    ``tail`` (:func:`cta_tail_factor`) multiplies their compute terms."""
-    impl = implementations.get(implementation) if kernel.overlap == "serial-compute" else None
-    peak = profile.matmul_peak(MATMUL_PEAK[dtype], impl.instructions if impl else "peak")
+    kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
+    overlaps the products, and the measured efficiency, CTA overhead and cost of diagonal
+    blocks; ``tail`` (:func:`cta_tail_factor`) multiplies their compute terms."""
+    fused = kernel.overlap == "serial-compute"
+    impl = implementations.get(implementation) if fused else None
+    peak, _ = matmul_peak(profile, dtype, impl.instructions if impl else "native")
     compute: dict[str, Seconds] = {
         "matmul": intmath.to_float(kernel.matmul_flops) / peak,
         "softmax": intmath.to_float(kernel.softmax_flops) / profile.peak_flops("fp32"),
         "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
     }
-    eff = profile.efficiency(impl.name, intmath.to_float(head_dim)) if impl and head_dim is not None else None
-    scale = (1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
-    if eff is not None or tail is not None:
+    hd = intmath.to_float(head_dim) if head_dim is not None else None
+    eff = profile.efficiency(impl.name, hd) if impl and hd is not None else None
+    masked = profile.masked_cost(impl.name, hd) if impl and hd is not None else None
+    scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
+    if masked is not None and np.any(np.asarray(kernel.diagonal_blocks) > 0):
+        # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
+        blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
+        scale = scale * (1.0 + masked * np.asarray(intmath.to_float(kernel.diagonal_blocks)) / blocks)
+    if eff is not None or tail is not None or masked is not None:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
+    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None else None
+    if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
+        # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), per CTA slot
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        cta = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots * overhead
+        terms["cta"] = float(cta) if cta.ndim == 0 else cta
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
@@ -248,10 +334,20 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    candidates = {k: v for k, v in terms.items() if not (kernel.overlap == "serial-compute" and k in compute)}
-    if kernel.overlap == "serial-compute":
-        candidates["compute"] = sum((np.asarray(v, dtype=np.float64) for v in compute.values()), np.float64(0.0))
-        terms["compute"] = candidates["compute"] if np.ndim(candidates["compute"]) else float(candidates["compute"])
+    if fused and "sram" in terms and not _reads_operands_through_lsu(profile, impl):
+        del terms["sram"]  # wgmma/tcgen05 read shared memory without the load/store path
+    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta"))}
+    if fused:
+        arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
+        if impl is not None and impl.softmax_overlap:
+            # one tile's softmax runs while another tile's products do (FlashAttention-3, cuDNN)
+            total = np.maximum(arr["matmul"], arr["exp"] + arr["softmax"])
+        else:
+            total = arr["matmul"] + arr["exp"] + arr["softmax"]
+        if "cta" in terms:
+            total = total + np.asarray(terms["cta"], dtype=np.float64)
+        candidates["compute"] = total
+        terms["compute"] = total if np.ndim(total) else float(total)
     names = list(candidates)
     table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
     launch = profile.launch_overhead_s or 0.0
@@ -290,11 +386,19 @@ def algorithm_time(
 ) -> AlgorithmTiming:
     """With ``workload``, FlashAttention-2's forward kernel pays its CTA tail."""
     tail = None
+    tailed = ("fa2_fwd",)
     if workload is not None and algorithm.variant == "fa2":
         p = algorithm.params
         tail = cta_tail_factor(workload, np.asarray(p["block_q"]), np.asarray(p["block_kv"]), profile.sm_count)
+    elif workload is not None and algorithm.variant == "fa1":
+        # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
+        jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)
+        w = jobs / float(profile.sm_count)
+        out = np.ceil(w) / w
+        tail = float(out) if out.ndim == 0 else out
+        tailed = ("fa1_fwd", "fa1_bwd")
     kernels = tuple(
-        kernel_time(k, profile, dtype, implementation, head_dim, tail if k.name == "fa2_fwd" else None)
+        kernel_time(k, profile, dtype, implementation, head_dim, tail if k.name in tailed else None)
         for k in algorithm.kernels
     )
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))

@@ -183,3 +183,23 @@ def format_time(seconds: float, digits: int = 3) -> str:
         if abs(seconds) >= scale:
             return f"{_number(seconds / scale, digits)} {unit}"
     return f"{seconds / 1e-9:.{digits}f} ns"
+
+
+_KIND_UNITS: dict[str, str] = {"bandwidth": "B/s", "flops": "FLOP/s", "ops": "op/s", "frequency": "Hz", "bytes": "B"}
+
+
+def quantity(value: float, kind: Kind, digits: int = 4) -> str | float:
+    """``value`` (base units) as a profile writes it, to ``digits`` significant digits, that
+    :func:`parse` reads back: ``7.686e14, "flops" -> '768.6 TFLOP/s'``; counts and ratios
+    as numbers."""
+    if kind in ("count", "ratio"):
+        return float(f"{value:.{digits}g}")
+    if kind == "time":
+        for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+            if abs(value) >= scale or unit == "ns":
+                return f"{float(f'{value / scale:.{digits}g}'):g} {unit}"
+    unit = _KIND_UNITS[kind]
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
+        if abs(value) >= scale or prefix == "":
+            return f"{float(f'{value / scale:.{digits}g}'):g} {prefix}{unit}"
+    raise AssertionError("unreachable")  # pragma: no cover

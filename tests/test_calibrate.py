@@ -21,7 +21,9 @@ import yaml
 from memmodel.errors import MemmodelError, RuntimeFailure
 from memmodel.fileio import write_atomic
 from memmodel.gpu import calibrate as cal
-from memmodel.hardware import load_file, load_profile
+from memmodel.hardware import load_file
+
+from .conftest import REPO
 
 MiB = 2**20
 
@@ -91,8 +93,13 @@ def fake_result(**errors: str) -> dict[str, Any]:
 # The profile
 
 
+def DATASHEET():  # noqa: N802 - reads like the constant it stands for
+    """The H200's datasheet profile, the base its calibration carries unmeasured figures from."""
+    return load_file(REPO / "validation" / "h200" / "h200-datasheet.yaml")
+
+
 def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
-    base = load_profile("h200")
+    base = DATASHEET()
     path = tmp_path / "h200-calibrated.yaml"
     path.write_text(cal.profile_yaml(fake_result(), base=base, name="h200-calibrated"), encoding="utf-8")
     p = load_file(path)
@@ -126,7 +133,7 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     # carried over from the base, with the base's own source
     assert p.sram.latency_s == base.sram.latency_s
     assert p.provenance["memory.sram.latency"].source == base.provenance["memory.sram.latency"].source
-    assert "carried over from profile h200 (not measured by calibrate)" in p.provenance["memory.sram.latency"].note
+    assert "carried over from profile h200-datasheet (not measured by calibrate)" in p.provenance["memory.sram.latency"].note
     assert p.compute_flops_per_s["fp8"] == base.compute_flops_per_s["fp8"]  # fp8 skipped: the datasheet's
     assert "not measured in this run" in p.provenance["compute.fp8"].note
     assert p.clock_hz == base.clock_hz
@@ -136,7 +143,7 @@ def _base_without_effective_capacity():
     """The bundled h200 minus its effective capacity, so the measured knee is written."""
     import dataclasses
 
-    base = load_profile("h200")
+    base = DATASHEET()
     prov = {k: v for k, v in base.provenance.items() if k != "memory.l2.effective_capacity"}
     return dataclasses.replace(base, provenance=prov, l2=dataclasses.replace(base.l2, effective_capacity_bytes=None))
 
@@ -154,7 +161,7 @@ def test_effective_capacity_is_the_smallest_knee_of_the_curves():
 
 
 def test_every_figure_has_a_value_a_source_and_a_note():
-    data = yaml.safe_load(cal.profile_yaml(fake_result(), base=load_profile("h200")))
+    data = yaml.safe_load(cal.profile_yaml(fake_result(), base=DATASHEET()))
     leaves = [data["sm_count"], *data["memory"]["hbm"].values(), *data["memory"]["l2"].values()]
     leaves += [*data["memory"]["sram"].values(), *data["compute"].values()]
     for leaf in leaves:
@@ -168,18 +175,18 @@ def test_without_write_figures_the_bandwidth_is_the_best_of_all():
     result = fake_result()
     for key in ("write", "write_torch"):
         del result["measurements"]["hbm"][key]
-    data = cal.profile_data(result, base=load_profile("h200"))
+    data = cal.profile_data(result, base=DATASHEET())
     assert data["memory"]["hbm"]["bandwidth"]["value"] == "4.5 TB/s"
     assert "write_bandwidth" not in data["memory"]["hbm"]
 
 
 def test_fields_calibrate_does_not_measure_are_carried_over(tmp_path):
-    base = load_profile("h200")
+    base = DATASHEET()
     path = tmp_path / "out.yaml"
     path.write_text(cal.profile_yaml(fake_result(), base=base), encoding="utf-8")
     p = load_file(path)
     assert p.sram.latency_s == base.sram.latency_s
-    assert "carried over from profile h200" in (p.provenance["memory.sram.latency"].note or "")
+    assert "carried over from profile h200-datasheet" in (p.provenance["memory.sram.latency"].note or "")
 
 
 def test_without_a_base_the_unmeasured_required_figure_is_named():
@@ -189,7 +196,7 @@ def test_without_a_base_the_unmeasured_required_figure_is_named():
 
 def test_a_failed_step_is_carried_over_from_the_base_or_named():
     result = fake_result(l2="RuntimeError: boom")
-    data = cal.profile_data(result, base=load_profile("h200"))
+    data = cal.profile_data(result, base=DATASHEET())
     assert data["memory"]["l2"]["bandwidth"]["value"] == "9.8 TB/s"
     assert "not measured in this run" in data["memory"]["l2"]["bandwidth"]["note"]
     with pytest.raises(RuntimeFailure, match=r"memory\.l2\.bandwidth.*failed steps: l2: RuntimeError: boom"):
@@ -199,9 +206,9 @@ def test_a_failed_step_is_carried_over_from_the_base_or_named():
 def test_a_base_effective_capacity_larger_than_this_l2_is_dropped():
     result = fake_result(l2_sweep="RuntimeError: boom")
     result["device"]["l2_bytes"] = 16 * MiB  # smaller than the base's 30 MiB
-    data = cal.profile_data(result, base=load_profile("h200"))
+    data = cal.profile_data(result, base=DATASHEET())
     assert "effective_capacity" not in data["memory"]["l2"]
-    cal.profile_yaml(result, base=load_profile("h200"))  # and it validates
+    cal.profile_yaml(result, base=DATASHEET())  # and it validates
 
 
 def test_values_keep_four_significant_digits_and_read_back():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -16,11 +18,10 @@ from hypothesis import strategies as st
 
 from memmodel import units
 from memmodel.errors import ProfileError, WorkloadError
-from memmodel.gpu import calibrate as cal
 from memmodel.gpu import calibrate_impl as ci
 from memmodel.hardware import interpolate_log2, load_profile, parse_profile
 from memmodel.model import Options, compare
-from memmodel.timing import kernel_time
+from memmodel.timing import kernel_time, matmul_peak
 from memmodel.workload import Workload
 
 from .conftest import REPO
@@ -65,8 +66,8 @@ def test_calibrated_profile_fields(h200):
     assert rates.softmax_rate(4096) == 1.28e12  # a measured point is returned as measured
     assert h200.efficiency("sdpa-efficient", 64) == 0.464
     assert h200.efficiency("triton", 128) == 0.953
-    assert h200.matmul_peak("fp16", "mma_sync") == 451.4e12
-    assert h200.matmul_peak("fp16") == h200.peak_flops("fp16")
+    assert matmul_peak(h200, "fp16", "mma_sync") == (451.4e12, None)
+    assert matmul_peak(h200, "fp16", "native") == (h200.peak_flops("fp16"), None)
 
 
 def test_interpolation_is_linear_in_log2_and_clamped():
@@ -127,9 +128,7 @@ def test_a_bare_curve_and_a_softmax_below_the_floor():
 
 
 def _kernel(profile, name, impl=None, blocks=(None, None), **w):
-    c = compare(
-        Workload(dtype="fp16", **w), profile, Options(implementation=impl, block_q=blocks[0], block_kv=blocks[1])
-    )
+    c = compare(Workload(dtype="fp16", **w), profile, impl=impl or "paper", block_q=blocks[0], block_kv=blocks[1])
     alg = c.standard if impl is None else c.tiled
     return next(k for k in alg.traffic.kernels if k.name == name)
 
@@ -206,11 +205,14 @@ def test_grids_take_the_calibrated_terms_too(h200):
 # --- calibrate: from measurements to fields ------------------------------------------------
 
 
-def test_calibrate_writes_the_committed_profile_from_its_json():
-    """validation/h200/h200-calibrated.yaml is what the pure writer makes of the device's JSON
-    with the current model (the efficiencies are model time over measured time)."""
-    result = json.loads((REPO / "validation" / "h200" / "calibrate.json").read_text())
-    assert cal.profile_yaml(result, base=load_profile("h200")) == RECORDED.read_text()
+def test_the_profiles_made_of_the_h200_calibration_are_current():
+    """hardware/h200.yaml (the bundled profile) and validation/h200/h200-calibrated.yaml are what
+    the pure writer makes of the device's JSON with the current model (implementation figures
+    are model time over measured time): scripts/update_profiles.py regenerates them."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "update_profiles.py"), "--check"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_kernel_figures_keep_memory_bound_products_only():
@@ -250,14 +252,41 @@ def test_kernel_figures_keep_memory_bound_products_only():
 
 
 def test_efficiency_is_the_model_over_the_measured_time(h200):
-    from memmodel.validation import predicted_times
-
-    ref = ci.reference_case("sdpa-efficient", 8, 16, 2048, 64, False)
     bare = parse_profile({k: v for k, v in _yaml_data().items() if k != "implementations"}, "x")
-    model = predicted_times(ref, bare)["time_s"]
-    m = {"sdpa": {"points": [{"impl": "sdpa-efficient", "shape": [8, 16, 2048, 64, False], "time_s": 2 * model}]}}
+    part = ci._fused_parts("sdpa-efficient", (8, 16, 2048, 64, False), bare)
+    # twice the model's compute time, plus the launch (which no efficiency scales)
+    time = 2 * part["compute_s"] + part["launch_s"]
+    m = {"sdpa": {"points": [{"impl": "sdpa-efficient", "shape": [8, 16, 2048, 64, False], "time_s": time}]}}
     out = ci.efficiency_figures(m, bare)
     assert out["implementations.sdpa-efficient.efficiency"][0] == {64: 0.5}
+
+
+def test_the_reference_fit_recovers_efficiency_cta_overhead_and_diagonal_cost(h200):
+    """Times made by the model itself with e = 0.8, t = 3 µs, m = 1.5 are fitted back."""
+    bare = parse_profile({k: v for k, v in _yaml_data().items() if k != "implementations"}, "x")
+    e, t, m = 0.8, 3e-6, 1.5
+    points = []
+    for shape in ci.SDPA_SHAPES:
+        part = ci._fused_parts("sdpa-flash", shape, bare)
+        # the model's fused time with these figures: C/e·(1 + m·r) + F·t, plus the launch
+        time = part["compute_s"] / e * (1 + m * part["diagonal_share"]) + part["waves"] * t + part["launch_s"]
+        points.append({"impl": "sdpa-flash", "shape": list(shape), "time_s": time})
+    out = ci.efficiency_figures({"sdpa": {"points": points}}, bare)
+    eff = out["implementations.sdpa-flash.efficiency"][0]
+    assert set(eff) == {64, 96, 128, 256} and all(v == pytest.approx(e, abs=1e-3) for v in eff.values())
+    cta = out["implementations.sdpa-flash.cta_overhead"][0]
+    assert set(cta) == {64, 128, 256} and all(v == "3 us" for v in cta.values())
+    masked = out["implementations.sdpa-flash.masked_block_cost"][0]
+    assert all(v == pytest.approx(m, abs=1e-3) for v in masked.values())
+
+
+def test_a_negative_overhead_is_clamped_and_the_efficiency_taken_from_the_long_shape():
+    long = {"measured_s": 1.0e-3, "launch_s": 0.0, "compute_s": 0.9e-3, "waves": 8.0}
+    short = {"measured_s": 0.1e-3, "launch_s": 0.0, "compute_s": 0.12e-3, "waves": 8.0}  # faster than its compute
+    fit = ci.fit_reference(long, short, None)
+    assert fit["cta_overhead_s"] == 0.0
+    assert fit["efficiency"] == pytest.approx(0.9)  # 0.9 ms of compute in 1.0 ms
+    assert fit["masked_cost"] is None
 
 
 def test_case_files_take_comments_and_several_specs_per_line(run, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,9 @@ def calibrate_cmd(
         result = cal.run_calibration(quick=quick, on_step=lambda done, total, what: update(done, what), context=ctx)
 
     profile_name = name or (Path(output).stem if output else None)
+    result["command"] = (
+        "memmodel " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "memmodel calibrate"
+    )
     result["base"] = (
         {"name": base_profile.name, "path": str(base_profile.path) if base_profile.path else None, "how": base_how}
         if base_profile is not None

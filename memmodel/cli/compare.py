@@ -89,6 +89,7 @@ def _print_table(result: Any) -> None:
         + f" · L2 {o['l2']}",
         soft_wrap=True,
     )
+    con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
     for alg in data["algorithms"]:
         con.print()
         con.print(f"[bold]{_title(alg, result.options.implementation)}[/]", soft_wrap=True)

@@ -1159,9 +1159,21 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
     date = str(result.get("date") or datetime.date.today().isoformat())
     version = str(result.get("memmodel") or __version__)
     figures: dict[str, dict[str, str]] = {}
+    software = ", ".join(f"{k.removesuffix('_version')} {v}" for k, v in device.items() if k.endswith("_version") and v)
     sources: dict[str, dict[str, str]] = {
-        "measured": {"title": f"measured on {dev_name}, {date}, memmodel {version}"},
-        "device": {"title": f"reported by the CUDA driver through torch.cuda.get_device_properties on {dev_name}"},
+        "measured": {
+            "title": f"measured on {dev_name}, {date}, memmodel {version}",
+            "kind": "measured",
+            "machine": dev_name
+            + (f" ({device['sm_count']} SMs)" if device.get("sm_count") else "")
+            + (f"; {software}" if software else ""),
+            "date": date,
+            "command": str(result.get("command") or "memmodel calibrate"),
+        },
+        "device": {
+            "title": f"reported by the CUDA driver through torch.cuda.get_device_properties on {dev_name}",
+            "kind": "device",
+        },
     }
     for fpath, (text, note) in device_figures(result).items():
         figures[fpath] = {"value": text, "source": "device", "note": note}
@@ -1186,7 +1198,12 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
                 sid = prov.source if prov.source not in ("measured", "device") else f"base-{prov.source}"
                 src = base.sources.get(prov.source)
                 if src is not None:
-                    sources[sid] = {"title": src.title, **({"url": src.url} if src.url else {})}
+                    sources[sid] = {
+                        "title": src.title,
+                        **{
+                            k: getattr(src, k) for k in ("url", "kind", "machine", "date", "command") if getattr(src, k)
+                        },
+                    }
                     entry["source"] = sid
             never = fpath in NOT_MEASURED
             why = "not measured by calibrate" if never else "not measured in this run"
@@ -1221,6 +1238,9 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
         "vendor": str(device.get("vendor") or "NVIDIA"),
         "architecture": arch,
     }
+    capability = device.get("compute_capability") or (base.compute_capability if base is not None else None)
+    if capability:
+        data["compute_capability"] = str(capability)
     for top in _FIELDS:
         if "." not in top and top in figures:
             data[top] = figures[top]
@@ -1242,10 +1262,11 @@ def profile_data(result: Mapping[str, Any], *, base: Any = None, name: str | Non
 
 def _curve_value(base: Any, fpath: str) -> dict[int, Any]:
     """A base profile's curve as YAML values (the provenance keeps only its text)."""
-    if fpath == "kernels.softmax.bandwidth":
-        return {x: _bw(y) for x, y in base.kernel_rates.softmax_bytes_per_s}
-    name = fpath.split(".")[1]
-    return dict(base.implementation_efficiency.get(name, ()))
+    from ..hardware import _FIELDS
+    from ..units import quantity
+
+    kind = _FIELDS[fpath][0]
+    return {x: quantity(y, kind) for x, y in base.figures[fpath]}
 
 
 def _add_efficiencies(data: dict[str, Any], result: Mapping[str, Any]) -> None:

@@ -34,8 +34,22 @@ SOFTMAX_ROWS = tuple(sorted({2**k for k in range(7, 18)} | {3 * 2**k for k in ra
 SOFTMAX_BYTES = 512 * 2**20
 GEMM_BYTES = 2**30
 FEW_ROWS_LENGTH = 32768
-#: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation cases
-SDPA_SHAPES = ((8, 16, 2048, 64, False), (8, 16, 2048, 128, False), (8, 16, 2048, 128, True))
+#: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation
+#: cases. Long (8 × 16 × 2048) at every kernel head dim: the efficiency of a block's work;
+#: short (64 × 16 × 256, as many CTAs with 1/8 of the blocks each): what a CTA costs beyond
+#: its blocks; causal (8 × 16 × 2048): what a block on the diagonal costs beyond a plain one.
+REFERENCE_LONG = (8, 16, 2048)
+REFERENCE_SHORT = (64, 16, 256)
+SDPA_HEAD_DIMS = (64, 96, 128, 256)
+SDPA_FIT_HEAD_DIMS = (64, 128, 256)
+SDPA_SHAPES = (
+    *((*REFERENCE_LONG, d, False) for d in SDPA_HEAD_DIMS),
+    *((*REFERENCE_SHORT, d, False) for d in SDPA_FIT_HEAD_DIMS),
+    *((*REFERENCE_LONG, d, True) for d in SDPA_FIT_HEAD_DIMS),
+)
+#: implementations whose kernel for a head dim memmodel does not model (measured, not fitted):
+#: the memory-efficient kernel above d = 128 accumulates O in global memory
+SDPA_SKIP = {("sdpa-efficient", 256)}
 #: decoding reference for the split-KV CTA rate: (batch, heads, kv heads, d) at two K/V lengths
 #: (28 splits each on 132 SMs); the longer one gives the rate
 DECODE_SHAPE = (1, 32, 8, 128)
@@ -257,6 +271,8 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
         qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
         ref = _reference(torch, qkv, causal)
         for name, backend in backends.items():
+            if (name, d) in SDPA_SKIP:
+                continue
 
             def fn(backend: Any = backend, causal: bool = causal, qkv: list[Any] = qkv) -> Any:
                 if backend is None:
@@ -412,40 +428,138 @@ def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> A
     return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal)
 
 
+def _fused_parts(impl: str, shape: tuple[int, ...], profile: Any) -> dict[str, float]:
+    """The model's view of a reference shape with no efficiency, CTA overhead or diagonal
+    cost: the fused kernel's compute time C (tail included), its CTA waves F (CTAs per CTA
+    slot), the share r of its blocks on the diagonal, its launch overhead, and whether
+    compute bounds it."""
+    from ..implementations import padded_head_dim
+    from ..model import compare
+    from ..timing import kernel_time
+    from ..validation import case_options
+
+    b, h, n, d, causal = shape
+    case = reference_case(impl, b, h, n, d, causal)
+    c = compare(case.workload(), profile, case_options(case, "on", None, profile))
+    kernel = next(k for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
+    t = next(k for k in c.tiled.timing.kernels if k.name == kernel.name)
+    bare = kernel_time(kernel, profile, case.dtype, impl, padded_head_dim(impl, d), None)
+    tail = float(t.terms["compute"]) / max(float(bare.terms["compute"]), 1e-30)
+    return {
+        "compute_s": float(t.terms["compute"]),
+        "waves": float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0),
+        "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
+        "launch_s": float(t.terms.get("launch", 0.0)),
+        "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
+        "tail": tail,
+    }
+
+
+def fit_reference(
+    long: dict[str, float], short: dict[str, float] | None, causal: dict[str, float] | None, cta_s: float | None = None
+) -> dict[str, float | None]:
+    """Efficiency e, CTA overhead t (s) and diagonal cost m from the measured times of the
+    reference shapes (``measured_s`` beside :func:`_fused_parts`' figures), with the model's
+    fused-kernel time ``C/e·(1 + m·r) + F·t`` plus the launch:
+
+    * long and short: ``T − launch = C·x + F·t`` twice, x = 1/e; solved for x and t (t
+      clamped at 0, then x from the long shape alone); without a short shape, ``cta_s``
+      (from neighbouring head dims) or 0;
+    * causal: ``T − launch − F·t = C·x·(1 + m·r)``, solved for m (at least 0).
+    """
+    tl, cl, fl = long["measured_s"] - long["launch_s"], long["compute_s"], long["waves"]
+    t = cta_s
+    if short is not None:
+        ts, cs, fs = short["measured_s"] - short["launch_s"], short["compute_s"], short["waves"]
+        det = cl * fs - cs * fl
+        if det != 0:
+            t = (cl * ts - cs * tl) / det
+    t = max(0.0, t or 0.0)
+    x = (tl - fl * t) / cl
+    if x <= 0:  # the overhead cannot explain more than the whole: no overhead
+        t, x = 0.0, tl / cl
+    m = None
+    if causal is not None and causal["diagonal_share"] > 0:
+        tc = causal["measured_s"] - causal["launch_s"] - causal["waves"] * t
+        m = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
+    return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m}
+
+
 def efficiency_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.efficiency`` by head dim: the model's time (with the
-    implementation's instructions, no efficiency) over the measured time, on the non-causal
-    reference shapes. The causal shape is reported in the note as an out-of-sample check."""
+    """Per implementation, by head dim: ``implementations.<name>.efficiency`` (the model's
+    time of a block's work over the measured), ``cta_overhead`` (what a CTA costs beyond its
+    blocks, per CTA slot) and ``masked_block_cost`` (what a diagonal block costs beyond a
+    plain one), fitted jointly to the long, short and causal reference shapes
+    (:func:`fit_reference`); head dims measured long only take the CTA overhead of their
+    neighbours (log2-interpolated)."""
     from ..hardware import interpolate_log2
-    from ..validation import predicted_times
 
     points = [
         p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p and "shape" in p
     ]
     out: dict[str, tuple[Any, str]] = {}
     for impl in sorted({p["impl"] for p in points}):
-        curve: dict[int, float] = {}
-        checks = []
-        for p in (q for q in points if q["impl"] == impl):
-            b, h, n, d, causal = p["shape"]
-            predicted = predicted_times(reference_case(impl, b, h, n, d, causal), profile)["time_s"]
-            ratio = predicted / p["time_s"]
-            if causal:
-                checks.append((p, predicted))
-            else:
-                curve[int(d)] = round(ratio, 3)
-        if not curve:
+        mine = [p for p in points if p["impl"] == impl]
+
+        def part(
+            b: int, h: int, n: int, d: int, causal: bool, impl: str = impl, mine: list[Any] = mine
+        ) -> dict[str, float] | None:
+            hit = next((p for p in mine if tuple(p["shape"]) == (b, h, n, d, causal)), None)
+            if hit is None:
+                return None
+            return {**_fused_parts(impl, (b, h, n, d, causal), profile), "measured_s": hit["time_s"]}
+
+        fits: dict[int, dict[str, Any]] = {}
+        heads = sorted({int(p["shape"][3]) for p in mine})
+        for d in heads:  # head dims with a short shape first: their CTA overhead serves the others
+            long = part(*REFERENCE_LONG, d, False)
+            short = part(*REFERENCE_SHORT, d, False)
+            if long is not None and short is not None:
+                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True)), "long": long}
+        known = tuple(sorted((d, f["cta_overhead_s"]) for d, f in fits.items() if f["cta_overhead_s"] is not None))
+        for d in heads:
+            long = part(*REFERENCE_LONG, d, False)
+            if d in fits or long is None:
+                continue
+            cta = interpolate_log2(known, d) if known else None
+            fits[d] = {**fit_reference(long, None, part(*REFERENCE_LONG, d, True), cta), "long": long}
+        if not fits:
             continue
-        b, h, n = points[0]["shape"][:3]
-        note = (
-            f"model time (instructions of {impl}, no efficiency) / measured, fp16, {b} x {h} heads x {n} tokens, "
-            "non-causal, medians of CUDA-event times"
+        b, h, n = REFERENCE_LONG
+        bs, hs, ns = REFERENCE_SHORT
+        kinds = {tuple(p["shape"][:3]) + (bool(p["shape"][4]),) for p in mine}
+        shapes = [f"{b} x {h} heads x {n} tokens"]
+        if (b, h, n, True) in kinds:
+            shapes.append(f"{b} x {h} x {n} causal")
+        if (bs, hs, ns, False) in kinds:
+            shapes.append(f"{bs} x {hs} x {ns}")
+        shared = (
+            f"fp16, medians of CUDA-event times; fitted jointly to {', '.join(shapes)}: model time = compute / "
+            "efficiency x (1 + diagonal cost x diagonal share) + CTA waves x CTA overhead + launch"
         )
-        for p, predicted in checks:  # the profile has no efficiency yet: apply this curve here
-            e = interpolate_log2(tuple(sorted(curve.items())), p["shape"][3])
-            err = (predicted / e - p["time_s"]) / p["time_s"]
-            note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
-        out[f"implementations.{impl}.efficiency"] = (dict(sorted(curve.items())), note)
+        fitted = {d: f for d, f in sorted(fits.items())}
+        out[f"implementations.{impl}.efficiency"] = (
+            {d: round(f["efficiency"], 3) for d, f in fitted.items()},
+            f"model time (instructions of {impl}) / measured, {shared}; tail factor "
+            + ", ".join(f"d={d}: {f['long']['tail']:.3f}" for d, f in fitted.items()),
+        )
+        cta = {
+            d: f["cta_overhead_s"]
+            for d, f in fitted.items()
+            if f["cta_overhead_s"] is not None
+            and d in {int(p["shape"][3]) for p in mine if tuple(p["shape"][:3]) == REFERENCE_SHORT}
+        }
+        if cta and any(v > 0 for v in cta.values()):
+            out[f"implementations.{impl}.cta_overhead"] = (
+                {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in cta.items()},
+                f"seconds a CTA costs beyond its blocks' work, per CTA slot; {shared}",
+            )
+        masked = {d: f["masked_cost"] for d, f in fitted.items() if f["masked_cost"] is not None}
+        if masked and any(v > 0 for v in masked.values()):
+            out[f"implementations.{impl}.masked_block_cost"] = (
+                {d: round(max(v, 1e-3), 3) for d, v in masked.items()},
+                f"extra cost of a block on the causal diagonal, in plain blocks; {shared}",
+            )
     out.update(cta_figures(m, profile))
     return out
 

@@ -9,7 +9,7 @@ import numpy as np
 from .. import __version__, intmath
 from ..flops import convention_flops
 from ..model import COMPARE_SCHEMA, Comparison, Evaluated
-from ..timing import KernelTiming
+from ..timing import KernelTiming, rate_sources
 from ..traffic.ledger import ROLES, AlgorithmTraffic, Kernel
 
 
@@ -126,6 +126,7 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
         "assumptions": list(c.assumptions),
         "warnings": list(c.warnings),
         "caveats": list(c.caveats),
+        "rate_sources": rate_sources(c.profile),
     }
 
 

@@ -88,6 +88,49 @@ def visited_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal
     return _causal_visited_scalar(int(n), int(n_kv), int(b_r), int(b_c))
 
 
+def _diagonal_scalar(n: int, n_kv: int, b_r: int, b_c: int) -> int:
+    """Causal (Q block, K/V block) pairs that straddle the diagonal, one by one (any offset)."""
+    t_r, t_c, off = -(-n // b_r), -(-n_kv // b_c), n_kv - n
+    total = 0
+    for i in range(t_r):
+        r0, r1 = i * b_r, min(n, (i + 1) * b_r) - 1
+        hi = min(t_c - 1, (r1 + off) // b_c)  # last block with a key row r1 sees
+        lo = max(0, (r0 + off + 1) // b_c)  # first block with a key row r0 does not see
+        total += max(0, hi - lo + 1)
+    return total
+
+
+def diagonal_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> IntLike:
+    """(Q block, K/V block) pairs per head that are partly masked (causal, bottom-right
+    aligned): those holding a key the block's last row sees and one its first row does not.
+    Kernels mask them element by element. 0 without causal masking.
+
+    With N_kv ≥ N no block index leaves [0, T_c): block i (rows r0..r1) straddles
+    ⌊(r1 + N_kv − N)/B_c⌋ − ⌊(r0 + N_kv − N + 1)/B_c⌋ + 1 blocks, summed in closed form
+    with :func:`floor_sum` (the last, ragged Q block apart)."""
+    if not causal:
+        return 0
+    if intmath.is_array(n, n_kv, b_r, b_c):
+        arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n, n_kv, b_r, b_c)))
+        nn, nk, br, bc = arrays
+        if np.any(nk < nn):
+            return np.vectorize(_diagonal_scalar, otypes=[np.int64])(nn, nk, br, bc)
+        off, t_r = nk - nn, -(-nn // br)
+        full = t_r - 1
+        hi = floor_sum_array(full, bc, br, br - 1 + off)
+        lo = floor_sum_array(full, bc, br, off + 1)
+        last_r0 = full * br
+        last = (nn - 1 + off) // bc - (last_r0 + off + 1) // bc + 1
+        return hi - lo + full + last
+    n, n_kv, b_r, b_c = int(n), int(n_kv), int(b_r), int(b_c)
+    if n_kv < n:
+        return _diagonal_scalar(n, n_kv, b_r, b_c)
+    off, t_r = n_kv - n, -(-n // b_r)
+    full = t_r - 1
+    total = floor_sum(full, b_c, b_r, b_r - 1 + off) - floor_sum(full, b_c, b_r, off + 1) + full
+    return total + (n - 1 + off) // b_c - (full * b_r + off + 1) // b_c + 1
+
+
 def visited_fraction(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> Any:
     total = intmath.mul(intmath.ceil_div(n, b_r), intmath.ceil_div(n_kv, b_c))
     frac = np.asarray(intmath.to_float(visited_blocks(n, n_kv, b_r, b_c, causal))) / np.asarray(intmath.to_float(total))

@@ -32,7 +32,7 @@ from ..errors import WorkloadError
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import ctas_per_sm, visited_blocks
+from .blocks import ctas_per_sm, diagonal_blocks, visited_blocks
 from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
 
 ACC_BYTES = 4  # fp32 accumulators (dQ in FA2's backward, split-KV partial outputs)
@@ -133,6 +133,11 @@ class TileContext:
     ctas_per_sm: IntLike
     concurrent: IntLike  # CTAs resident at once
     kv_order: str = "reverse"  # FA2's forward CTA walks its K/V blocks from the diagonal down
+    #: the work a real kernel executes: its head dim rounded up to the one it is built for,
+    #: and whole tiles (a ragged last block computes a full tile); the paper's algorithm: exact
+    exec_d: IntLike = 0
+    exec_scores: IntLike = 0
+    diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
 
 
 KV_ORDERS = ("reverse", "forward")
@@ -145,7 +150,12 @@ def tile_context(
     sram_per_sm: float,
     given_ctas: int | None,
     kv_order: str = "reverse",
+    exec_d: IntLike | None = None,
+    whole_tiles: bool = False,
 ) -> TileContext:
+    """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
+    at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
+    last ones too (real kernels; the paper's algorithm counts exact work)."""
     visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
     all_pairs = intmath.mul(blocks.t_r, blocks.t_c)
     full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
@@ -161,7 +171,19 @@ def tile_context(
     per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
     if kv_order not in KV_ORDERS:
         raise WorkloadError(f"unknown K/V order {kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
-    return TileContext(w, blocks, visited, scores, per_sm, intmath.mul(sm_count, per_sm), kv_order)
+    executed = intmath.mul(w.batch, w.heads, visited, blocks.block_q, blocks.block_kv) if whole_tiles else scores
+    return TileContext(
+        w,
+        blocks,
+        visited,
+        scores,
+        per_sm,
+        intmath.mul(sm_count, per_sm),
+        kv_order,
+        exec_d=w.d if exec_d is None else exec_d,
+        exec_scores=executed,
+        diagonal=diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal),
+    )
 
 
 def _frac(ctx: TileContext) -> Any:
@@ -214,15 +236,19 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     k.write("O", "output", q, "B·H·N·d·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     t_c_visited = intmath.ceil_div(visited, b.t_r)
+    scores, d = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
     return k.build(
-        matmul_flops=intmath.mul(4, ctx.scores, w.d),
+        matmul_flops=intmath.mul(4, scores, d),
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
-        softmax_flops=intmath.add(intmath.mul(3, ctx.scores), intmath.mul(bh, w.n, w.d, intmath.add(t_c_visited, 1))),
-        exp_ops=intmath.add(ctx.scores, intmath.mul(bh, w.n, t_c_visited)),
+        softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
+        exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
+        ctas=intmath.mul(bh, b.t_r),
+        blocks=intmath.mul(bh, visited),
+        diagonal_blocks=intmath.mul(bh, ctx.diagonal),
     )
 
 

@@ -89,10 +89,13 @@ class BackwardTiles:
         }
 
 
-def backward_context(w: Workload, tiles: BackwardTiles, sm_count: int) -> TileContext:
+def backward_context(
+    w: Workload, tiles: BackwardTiles, sm_count: int, exec_d: IntLike | None = None, whole_tiles: bool = True
+) -> TileContext:
     """The visited (Q block, K/V block) pairs and resident CTAs of a backward kernel: the same
     pairs a forward kernel with these tiles visits (the causal test ``j·B_c ≤ (i+1)·B_r − 1 +
-    N_kv − N`` is symmetric in which loop is outer)."""
+    N_kv − N`` is symmetric in which loop is outer). A library kernel executes whole tiles at
+    the head dim it is built for (``exec_d``)."""
     bq = intmath.minimum(tiles.block_q, w.n)
     bkv = intmath.minimum(tiles.block_kv, w.n_kv_)
     blocks = BlockSizes(
@@ -103,7 +106,7 @@ def backward_context(w: Workload, tiles: BackwardTiles, sm_count: int) -> TileCo
         source="given",
         sram_elements=0,
     )
-    return tile_context(w, blocks, sm_count, 1.0, tiles.ctas_per_sm)
+    return tile_context(w, blocks, sm_count, 1.0, tiles.ctas_per_sm, exec_d=exec_d, whole_tiles=whole_tiles)
 
 
 def round_up(x: IntLike, m: IntLike) -> IntLike:
@@ -182,16 +185,20 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
     main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+    scores, d_x = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
     kernels.append(
         main.build(
             # recompute S = QKᵀ, then dV += PᵀdO, dP = dO Vᵀ, dQ += dS K, dK += dSᵀQ: 5 products
-            matmul_flops=intmath.mul(10, ctx.scores, w.d),
+            matmul_flops=intmath.mul(10, scores, d_x),
             # P = exp(S·scale − lse): scale and subtract; dS = P ⊙ (dP − D): 2
-            softmax_flops=intmath.add(intmath.mul(4, ctx.scores), _dropout_flops(w, ctx.scores)),
-            exp_ops=ctx.scores,
+            softmax_flops=intmath.add(intmath.mul(4, scores), _dropout_flops(w, scores)),
+            exp_ops=scores,
             concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_c)),
             bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
             overlap="serial-compute",
+            ctas=intmath.mul(bh, b.t_c),
+            blocks=intmath.mul(bh, visited),
+            diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         )
     )
 
@@ -326,16 +333,20 @@ def cutlass_backward(
         for tensor in ("dK", "dV"):
             main.read(tensor, "output", kv_acc, kv_q_heads, "T_r · B·H·N_kv·d·e (accumulate)")
             main.write(tensor, "output", kv_acc, "T_r · B·H·N_kv·d·e (accumulate)", hbm=kv_q_heads)
+    scores, d_x = ctx.exec_scores, ctx.exec_d
     kernels.append(
         main.build(
-            matmul_flops=intmath.mul(10, ctx.scores, w.d),
+            matmul_flops=intmath.mul(10, scores, d_x),
             softmax_flops=intmath.add(
-                intmath.mul(4, ctx.scores), intmath.mul(2, splits, bh, w.n, w.d), _dropout_flops(w, ctx.scores)
+                intmath.mul(4, scores), intmath.mul(2, splits, bh, w.n, w.d), _dropout_flops(w, scores)
             ),
-            exp_ops=ctx.scores,
+            exp_ops=scores,
             concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, splits)),
             bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
             overlap="serial-compute",
+            ctas=intmath.mul(bh, splits),
+            blocks=intmath.mul(bh, visited),
+            diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         )
     )
     return kernels + group_sum_kernels(w, l2)
@@ -369,6 +380,9 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
                 bytes_in_flight_per_cta=k.bytes_in_flight_per_cta,
                 overlap=k.overlap,
                 op=k.op,
+                ctas=k.ctas,
+                blocks=k.blocks,
+                diagonal_blocks=k.diagonal_blocks,
             )
         )
     return out

@@ -95,6 +95,11 @@ class Kernel:
     #: row-wise kernels (softmax): rows and elements per row
     rows: IntLike = 0
     row_length: IntLike = 0
+    #: fused attention kernels: CTAs launched, (Q block, K/V block) pairs computed over all
+    #: heads, and those of them on the causal diagonal (masked element by element)
+    ctas: IntLike = 0
+    blocks: IntLike = 0
+    diagonal_blocks: IntLike = 0
 
     @property
     def flops(self) -> IntLike:

@@ -1,0 +1,56 @@
+"""Regenerate the profiles memmodel builds from a calibration run, with the current model.
+
+A calibration's implementation figures (efficiency, CTA overhead, diagonal-block cost) are
+ratios of the model's time to the measured time on reference shapes, so they change when
+the model does. This script rebuilds, from the run's JSON (what ``memmodel calibrate
+--format json`` printed on the GPU), every profile made of it:
+
+* ``hardware/h200.yaml``, the bundled H200 profile (name ``h200``);
+* ``validation/h200/h200-calibrated.yaml``, the same calibration under its own name,
+
+each with ``validation/h200/h200-datasheet.yaml`` as ``--base`` (the figures calibrate does
+not measure: the datasheet HBM bandwidth, shared-memory latency, the L2's effective
+capacity measured with Nsight Compute). On an H200 the same files come from::
+
+    python3 -m memmodel calibrate --base validation/h200/h200-datasheet.yaml --name h200 \\
+        --output hardware/h200.yaml --format json > validation/h200/calibrate.json
+
+``--check`` exits 1 if a file is stale (the test suite runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from memmodel.gpu.calibrate import profile_yaml  # noqa: E402
+from memmodel.hardware import load_file  # noqa: E402
+
+RUN = ROOT / "validation" / "h200" / "calibrate.json"
+BASE = ROOT / "validation" / "h200" / "h200-datasheet.yaml"
+TARGETS = {ROOT / "hardware" / "h200.yaml": "h200", ROOT / "validation" / "h200" / "h200-calibrated.yaml": None}
+
+
+def expected() -> dict[Path, str]:
+    result = json.loads(RUN.read_text())
+    base = load_file(BASE)
+    return {path: profile_yaml(result, base=base, name=name) for path, name in TARGETS.items()}
+
+
+def main(argv: list[str]) -> int:
+    stale = [p for p, text in expected().items() if not p.exists() or p.read_text() != text]
+    if "--check" in argv:
+        for p in stale:
+            print(f"{p.relative_to(ROOT)} is stale: run python scripts/update_profiles.py", file=sys.stderr)
+        return 1 if stale else 0
+    for p, text in expected().items():
+        p.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
