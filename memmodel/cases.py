@@ -24,13 +24,22 @@ class Case:
     causal: bool = False
     block_q: int | None = None
     block_kv: int | None = None
+    #: run the training step: forward, then backward through autograd (dQ, dK, dV)
+    backward: bool = False
+    #: dropout probability on P (PyTorch's ``dropout_p``; eager ``native_dropout``)
+    dropout: float = 0.0
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
             raise WorkloadError(
                 f"unknown kernel implementation {self.impl!r}: accepted are {', '.join(CASE_IMPLEMENTATIONS)}"
             )
-        self.workload()  # validates shapes
+        object.__setattr__(self, "backward", bool(self.backward))
+        try:
+            object.__setattr__(self, "dropout", float(self.dropout))
+        except (TypeError, ValueError):
+            raise WorkloadError(f"case dropout={self.dropout!r} is not a number") from None
+        self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
     def kvh(self) -> int:
@@ -52,6 +61,10 @@ class Case:
         extra = "-causal" if self.causal else ""
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
+        if self.dropout:
+            extra += f"-drop{self.dropout:g}"
+        if self.backward:
+            extra += "-bwd"
         return f"{self.impl}/{shape}/{self.dtype}{extra}"
 
     def workload(self) -> Workload:
@@ -64,6 +77,7 @@ class Case:
             n_kv=self.nkv,
             dtype=self.dtype,
             causal=self.causal,
+            dropout=self.dropout,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -73,7 +87,10 @@ class Case:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
         keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv")
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
-        return ",".join(parts + (["causal=1"] if self.causal else []))
+        parts += ["causal=1"] if self.causal else []
+        parts += [f"dropout={self.dropout:g}"] if self.dropout else []
+        parts += ["backward=1"] if self.backward else []
+        return ",".join(parts)
 
     def input_bytes(self) -> int:
         w = self.workload()
@@ -83,8 +100,12 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
+_KEYS = "impl, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv, dropout, backward"
+
+
 def parse_case(text: str) -> Case:
-    """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1``."""
+    """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1`` (training step:
+    ``backward=1``, with dropout ``dropout=0.1``)."""
     fields: dict[str, Any] = {}
     for part in text.split(","):
         m = _SPEC.match(part.strip())
@@ -93,21 +114,32 @@ def parse_case(text: str) -> Case:
         key, value = m["key"], m["value"]
         if key in ("impl", "dtype"):
             fields[key] = value
-        elif key == "causal":
-            fields[key] = value.lower() in ("1", "true", "yes")
+        elif key in ("causal", "backward"):
+            fields[key] = _flag(key, value)
+        elif key == "dropout":
+            try:
+                fields[key] = float(value)
+            except ValueError:
+                raise WorkloadError(f"case dropout={value!r} is not a number") from None
         elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv"):
             try:
                 fields[key] = int(value)
             except ValueError:
                 raise WorkloadError(f"case {key}={value!r} is not an integer") from None
         else:
-            raise WorkloadError(
-                f"unknown case key {key!r}: accepted are impl, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv"
-            )
+            raise WorkloadError(f"unknown case key {key!r}: accepted are {_KEYS}")
     if "n" not in fields or "d" not in fields:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")
     return Case(**fields)
+
+
+def _flag(key: str, value: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise WorkloadError(f"case {key}={value!r} is not a flag: use 1 or 0")
 
 
 def default_cases(*, with_triton: bool = True) -> list[Case]:

@@ -16,7 +16,7 @@ from .traffic import l2 as l2m
 from .traffic.decode import choose_splits
 from .traffic.flash import block_sizes, fa1, fa2, tile_context
 from .traffic.ledger import AlgorithmTraffic
-from .traffic.standard import standard
+from .traffic.standard import standard_variant
 from .workload import Workload
 
 COMPARE_SCHEMA = "memmodel.compare/1"
@@ -67,8 +67,20 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
     return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes)
 
 
-def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2m.L2 | None = None) -> AlgorithmTraffic:
-    """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one)."""
+def tiled_traffic(
+    workload: Workload,
+    profile: Profile,
+    options: Options,
+    l2: l2m.L2 | None = None,
+    *,
+    backward_ctas_per_sm: int | None = None,
+) -> AlgorithmTraffic:
+    """The tiled algorithm's ledger; ``l2`` replaces the profile's L2 (e.g. an infinite one).
+
+    With ``options.backward`` the forward kernel is followed by the implementation's own
+    backward kernels (:func:`memmodel.backward.backward_kernels`: PyTorch's FlashAttention-2,
+    CUTLASS and cuDNN kernels with their own tiles; the FA2 paper's backward with the forward's
+    blocks otherwise); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy."""
     impl = options.model_implementation
     # the split count follows the workload as the caller gives it (decoding: n = 1), then the
     # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
@@ -100,20 +112,40 @@ def tiled_traffic(workload: Workload, profile: Profile, options: Options, l2: l2
             )
     if options.backward and not intmath.is_array(splits) and int(splits) > 1:
         splits = 1  # training runs the plain forward kernel (it must save the logsumexp)
-    return fa2(ctx, l2, backward=options.backward, splits=splits)
+    forward = fa2(ctx, l2, splits=splits)
+    if not options.backward:
+        return forward
+    from .backward import backward_kernels
+
+    kernels, params = backward_kernels(workload, profile, options, ctx, l2, ctas_per_sm=backward_ctas_per_sm)
+    return AlgorithmTraffic(
+        forward.name, forward.variant, forward.kernels + tuple(kernels), {**forward.params, **params}
+    )
 
 
-def compare(workload: Workload, profile: Profile, options: Options | None = None, **kwargs: Any) -> Comparison:
+def compare(
+    workload: Workload,
+    profile: Profile,
+    options: Options | None = None,
+    *,
+    standard: str = "algorithm0",
+    backward_ctas_per_sm: int | None = None,
+    **kwargs: Any,
+) -> Comparison:
     """Standard (Algorithm 0/3) and tiled attention on ``workload``, predicted on ``profile``.
 
     ``options`` (or keywords: ``impl`` — default ``auto``, the kernel PyTorch would run —
     and the fields of :class:`Options`: ``tiled``, ``block_q``, ``block_kv``, ``l2``,
-    ``backward``, ``splits``, ``ctas_per_sm``) say how to model.
+    ``backward``, ``splits``, ``ctas_per_sm``) say how to model. ``standard`` is the
+    standard-attention variant: ``algorithm0`` (the paper's Algorithms 0 and 3, scale folded
+    into Q) or ``eager`` (the kernels eager PyTorch and autograd launch,
+    :func:`memmodel.traffic.standard.standard_eager`). ``backward_ctas_per_sm`` overrides
+    the occupancy of the tiled backward kernel (as Nsight Compute measured it).
     """
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
-    std = standard(workload, l2_context(profile, opts.l2), backward=opts.backward)
-    til = tiled_traffic(workload, profile, opts)
+    std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
+    til = tiled_traffic(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
     return Comparison(
         workload=workload,
         profile=profile,
@@ -129,7 +161,7 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
                 kernel_workload(workload, opts.model_implementation),
             ),
         ),
-        assumptions=tuple(assumptions(profile) + model_assumptions(opts)),
+        assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
         caveats=tuple(
             list(opts.notes)
             + caveats(
@@ -145,7 +177,7 @@ def compare(workload: Workload, profile: Profile, options: Options | None = None
     )
 
 
-def model_assumptions(opts: Options) -> list[str]:
+def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:
     out = {
         "on": [
             "L2 mode 'on': a tiled kernel's re-reads hit in L2 while one head's re-read data fits "
@@ -163,6 +195,21 @@ def model_assumptions(opts: Options) -> list[str]:
         "fully masked blocks, the standard path writes the full S and P."
     )
     out.append("FlashAttention regenerates the dropout mask from the RNG state: no mask bytes.")
+    if standard == "eager":
+        out.append(
+            "Standard attention as eager PyTorch runs it: the scale, mask, softmax and dropout are kernels of "
+            "their own" + (", and autograd's backward adds their gradients' kernels." if opts.backward else ".")
+        )
+    if opts.backward:
+        from .backward import LIBRARY_BACKWARDS
+
+        if opts.tiled == "fa2" and opts.implementation in LIBRARY_BACKWARDS:
+            out.append(
+                f"Backward: {opts.implementation}'s own kernels with its backward tiles (params backward_block_q, "
+                "backward_block_kv), one CTA per SM unless measured; dQ accumulated in fp32."
+            )
+        else:
+            out.append("Backward: the tiled algorithm's paper backward with the forward's blocks.")
     return out
 
 

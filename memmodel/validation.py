@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .hardware import Profile
@@ -25,27 +25,84 @@ from .model import compare
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
 
-#: measured kernel name patterns for each model kernel, per implementation
+_GEMM = r"gemm|nvjet|cutlass|sm\d+_xmma"
+_GROUP_SUM = r"reduce_kernel|[Ss]um"
+
+#: measured kernel name patterns for each model kernel, per implementation. Forward kernels
+#: as Nsight Compute named them on an H200 (validation/h200/final/*.ncu.csv); backward ones
+#: from the libraries' sources: FlashAttention-2's ``flash_bwd_dot_do_o_kernel``,
+#: ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, ``flash_bwd_convert_dq_kernel``
+#: (``flash_bwd_launch_template.h``; ``pytorch_flash::`` in PyTorch), ATen's reductions
+#: (``reduce_kernel``) for GQA's group sums, CUTLASS's ``fmha_cutlassB_*``, ATen's
+#: ``softmax_warp_backward`` / ``cunn_SoftMaxBackward``, ``fused_dropout_kernel`` and the
+#: dropout backward's ``masked_scale_kernel``, the ``MulFunctor`` of a multiply by a scalar,
+#: ``masked_fill_kernel`` and the copy of an out-of-place ``masked_fill``.
 KERNEL_PATTERNS: dict[str, dict[str, str]] = {
     "standard": {
-        "qk": r"gemm|nvjet|cutlass|sm\d+_xmma",
+        "qk": _GEMM,
+        "scale": r"MulFunctor",
         "mask": r"elementwise|masked_fill",
-        "softmax": r"softmax|SoftMax",
-        "pv": r"gemm|nvjet|cutlass|sm\d+_xmma",
+        "softmax": r"softmax(?!_warp_backward)|SoftMax(?!Backward)",
+        "dropout": r"fused_dropout|dropout",
+        "pv": _GEMM,
+        "dv": _GEMM,
+        "dp": _GEMM,
+        "dropout_bwd": r"masked_scale",
+        "softmax_bwd": r"softmax_warp_backward|SoftMaxBackward",
+        "mask_bwd_copy": r"copy",
+        "mask_bwd": r"masked_fill",
+        "scale_bwd": r"MulFunctor",
+        "dk": _GEMM,
+        "dq": _GEMM,
     },
-    "sdpa-flash": {"fa2_fwd": r"flash_fwd_kernel", "fa2_splitkv": r"splitkv_kernel", "fa2_combine": r"combine"},
-    "sdpa-cudnn": {"fa2_fwd": r"cudnn|sdpa", "fa2_splitkv": r"cudnn|sdpa", "fa2_combine": r"reduction"},
-    "sdpa-efficient": {"fa2_fwd": r"fmha|cutlass"},
+    "sdpa-flash": {
+        "fa2_fwd": r"flash_fwd_kernel",
+        "fa2_splitkv": r"splitkv_kernel",
+        "fa2_combine": r"combine",
+        "fa2_bwd_pre": r"flash_bwd_dot_do_o",
+        "fa2_bwd": r"flash_bwd_dq_dk_dv",
+        "fa2_bwd_dq": r"flash_bwd_convert_dq",
+        "dk_group_sum": _GROUP_SUM,
+        "dv_group_sum": _GROUP_SUM,
+    },
+    "sdpa-cudnn": {
+        "fa2_fwd": r"cudnn|sdpa",
+        "fa2_splitkv": r"cudnn|sdpa",
+        "fa2_combine": r"reduction",
+        "cudnn_bwd_pre": r"cudnn|sdpa|dot",
+        "cudnn_bwd": r"bprop|dgrad|backward|bwd",
+        "cudnn_bwd_dq": r"cudnn|sdpa|convert",
+    },
+    "sdpa-efficient": {
+        "fa2_fwd": r"cutlassF|fmha(?!_cutlassB)",
+        "mea_bwd_zero": r"FillFunctor|fill",
+        "mea_bwd": r"cutlassB|backward",
+        "dk_group_sum": _GROUP_SUM,
+        "dv_group_sum": _GROUP_SUM,
+    },
     "triton": {"fa2_fwd": r"attn|flash|fwd", "fa2_splitkv": r"attn|flash|fwd", "fa2_combine": r"combine"},
 }
+#: model kernels a library may not launch as a kernel of their own (matched when present):
+#: the CUTLASS workspace fill (only with more than one key split), cuDNN's auxiliary kernels
+OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})
+#: the fused backward kernel of each implementation (its occupancy is measured apart)
+BACKWARD_MAIN = {"sdpa-flash": "fa2_bwd", "sdpa-efficient": "mea_bwd", "sdpa-cudnn": "cudnn_bwd"}
+
+
+def standard_variant(case: Any) -> str:
+    """The standard-attention variant a case runs: the training step runs eager PyTorch's
+    op sequence under autograd (``eager``); forward-only cases run Algorithm 0 (the scale
+    applied to Q beforehand, untimed), as every earlier record did."""
+    return "eager" if getattr(case, "backward", False) else "algorithm0"
 
 
 def case_options(case: Any, l2: str, ctas_per_sm: int | None = None, profile: Profile | None = None) -> Options:
     """How to model a measured case: its implementation (tiles, instructions, measured
     efficiency) and, when Nsight Compute reported it, the number of CTAs the kernel really
     ran per SM (its occupancy)."""
+    backward = bool(getattr(case, "backward", False))
     if case.impl == "standard":
-        return Options(l2=l2, implementation="paper")
+        return Options(l2=l2, implementation="paper", backward=backward)
     return options_for(
         case.impl,
         case.workload(),
@@ -54,6 +111,7 @@ def case_options(case: Any, l2: str, ctas_per_sm: int | None = None, profile: Pr
         block_kv=case.block_kv,
         l2=l2,
         ctas_per_sm=ctas_per_sm,
+        backward=backward,
     )
 
 
@@ -69,8 +127,24 @@ def measured_ctas_per_sm(measured: list[Any], sm_count: int) -> int | None:
     return max(1, round(grid / (waves * sm_count)))
 
 
-def predicted_kernels(case: Any, profile: Profile, l2: str = "cold", ctas_per_sm: int | None = None) -> list[Kernel]:
-    c = compare(case.workload(), profile, case_options(case, l2, ctas_per_sm, profile))
+def _compare(case: Any, profile: Profile, l2: str, ctas_per_sm: int | None, backward_ctas: int | None) -> Any:
+    return compare(
+        case.workload(),
+        profile,
+        case_options(case, l2, ctas_per_sm, profile),
+        standard=standard_variant(case),
+        backward_ctas_per_sm=backward_ctas,
+    )
+
+
+def predicted_kernels(
+    case: Any,
+    profile: Profile,
+    l2: str = "cold",
+    ctas_per_sm: int | None = None,
+    backward_ctas_per_sm: int | None = None,
+) -> list[Kernel]:
+    c = _compare(case, profile, l2, ctas_per_sm, backward_ctas_per_sm)
     alg = c.standard if case.impl == "standard" else c.tiled
     return list(alg.traffic.kernels)
 
@@ -78,12 +152,12 @@ def predicted_kernels(case: Any, profile: Profile, l2: str = "cold", ctas_per_sm
 def compulsory_kernels(case: Any, profile: Profile) -> list[Kernel]:
     """The model's kernels with an infinite L2: each tensor a kernel touches, once."""
     from .model import tiled_traffic
-    from .traffic.standard import standard
+    from .traffic.standard import standard_variant as variant
 
     opts = case_options(case, "cold", profile=profile)
     inf = l2m.L2("cold", float("inf"), profile.sm_count, float("inf"))
     if case.impl == "standard":
-        return list(standard(case.workload(), inf).kernels)
+        return list(variant(standard_variant(case), case.workload(), inf, backward=opts.backward).kernels)
     return list(tiled_traffic(case.workload(), profile, opts, inf).kernels)
 
 
@@ -103,6 +177,7 @@ class KernelScore:
     compulsory_read: float
     compulsory_write: float
     l2_capacity: float
+    pass_: str = "forward"
 
     def _adjusted(self, write: float) -> float:
         credit = min(max(write, self.measured_write), self.measured_write + self.l2_capacity)
@@ -150,6 +225,7 @@ class KernelScore:
             "paper_error": self.paper_error,
             "compulsory_error": self.compulsory_error,
             "l2_error": self.l2_error,
+            "pass": self.pass_,
         }
 
 
@@ -170,32 +246,120 @@ def match_kernels(impl: str, model: list[Kernel], measured: list[Any]) -> list[t
     return pairs
 
 
+def align_kernels(impl: str, names: list[str], measured: list[Any]) -> list[tuple[str | None, Any]]:
+    """The model's kernels (``names``, in launch order) and the measured ones, aligned in order
+    so that as many pairs as possible match by name pattern (a longest common subsequence):
+    ``(name, kernel)`` pairs, ``(name, None)`` for a model kernel nothing matched, ``(None,
+    kernel)`` for a measured kernel the model does not describe (fills, copies, or a kernel
+    the model lacks). Unlike :func:`match_kernels` a missing kernel does not stop the rest:
+    used for the training step, where one run should show every kernel at once."""
+    patterns = KERNEL_PATTERNS[impl]
+    regex = [re.compile(patterns.get(n, r"$^")) for n in names]
+    # a kernel a library launches for sure counts twice an optional one (cuDNN's auxiliary
+    # kernels must not take the main kernel's match)
+    weight = [1 if n in OPTIONAL_KERNELS else 2 for n in names]
+    n, m = len(names), len(measured)
+    ok = [[bool(regex[i].search(measured[j].name)) for j in range(m)] for i in range(n)]
+    best = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            best[i][j] = max(best[i + 1][j], best[i][j + 1], best[i + 1][j + 1] + weight[i] if ok[i][j] else 0)
+    out: list[tuple[str | None, Any]] = []
+    i = j = 0
+    while i < n or j < m:
+        if i < n and j < m and ok[i][j] and best[i][j] == best[i + 1][j + 1] + weight[i]:
+            out.append((names[i], measured[j]))
+            i, j = i + 1, j + 1
+        elif j < m and (i == n or best[i][j] == best[i][j + 1]):
+            out.append((None, measured[j]))  # a kernel the model does not describe
+            j += 1
+        else:
+            out.append((names[i], None))  # a model kernel nothing measured matches
+            i += 1
+    return out
+
+
+@dataclass
+class CaseScores:
+    """A case's byte scores, and what the alignment left over."""
+
+    scores: list[KernelScore]
+    #: measured kernels no model kernel describes
+    unmatched: list[Any] = field(default_factory=list)
+    #: model kernels no measured kernel matched (optional ones included)
+    missing: list[str] = field(default_factory=list)
+    ctas_per_sm: int | None = None
+    backward_ctas_per_sm: int | None = None
+
+
+def occupancies(case: Any, measured: list[Any], profile: Profile) -> tuple[int | None, int | None]:
+    """CTAs per SM of the forward and of the backward fused kernel, as measured. Forward-only
+    cases: of the largest measured kernel (as every earlier record was scored)."""
+    if case.impl == "standard":
+        return None, None
+    if not getattr(case, "backward", False):
+        return measured_ctas_per_sm(measured, profile.sm_count), None
+    names = [k.name for k in predicted_kernels(case, profile, "cold")]
+    pairs = dict((n, k) for n, k in align_kernels(case.impl, names, measured) if n is not None and k is not None)
+    fwd = pairs.get("fa2_fwd")
+    bwd = pairs.get(BACKWARD_MAIN.get(case.impl, ""))
+    return (
+        measured_ctas_per_sm([fwd], profile.sm_count) if fwd is not None else None,
+        measured_ctas_per_sm([bwd], profile.sm_count) if bwd is not None else None,
+    )
+
+
+def _score(case: Any, k: Kernel, m: Any, p: Kernel, c: Kernel, profile: Profile) -> KernelScore:
+    return KernelScore(
+        case=case.id,
+        kernel=k.name,
+        measured_name=m.name,
+        measured_read=m.dram_read_bytes,
+        measured_write=m.dram_write_bytes,
+        measured_l2=m.l2_bytes,
+        predicted_read=float(k.bytes(level="hbm", direction="read")),
+        predicted_write=float(k.bytes(level="hbm", direction="write")),
+        predicted_l2=float(k.bytes(level="l2")),
+        paper_read=float(p.bytes(level="hbm", direction="read")),
+        paper_write=float(p.bytes(level="hbm", direction="write")),
+        compulsory_read=float(c.bytes(level="hbm", direction="read")),
+        compulsory_write=float(c.bytes(level="hbm", direction="write")),
+        l2_capacity=profile.l2.capacity_bytes,
+        pass_=k.pass_,
+    )
+
+
+def score_case_detail(case: Any, measured: list[Any], profile: Profile) -> CaseScores:
+    """Byte scores of every matched kernel; for the training step (``case.backward``) through
+    :func:`align_kernels`, with the kernels left unmatched on either side."""
+    if not getattr(case, "backward", False):
+        return CaseScores(score_case(case, measured, profile), ctas_per_sm=occupancies(case, measured, profile)[0])
+    fwd_ctas, bwd_ctas = occupancies(case, measured, profile)
+    model = {k.name: k for k in predicted_kernels(case, profile, "cold", fwd_ctas, bwd_ctas)}
+    paper = {k.name: k for k in predicted_kernels(case, profile, "off")}
+    comp = {k.name: k for k in compulsory_kernels(case, profile)}
+    out = CaseScores([], ctas_per_sm=fwd_ctas, backward_ctas_per_sm=bwd_ctas)
+    for name, m in align_kernels(case.impl, list(model), measured):
+        if name is None:
+            out.unmatched.append(m)
+        elif m is None:
+            out.missing.append(name)
+        else:
+            out.scores.append(_score(case, model[name], m, paper[name], comp[name], profile))
+    return out
+
+
 def score_case(case: Any, measured: list[Any], profile: Profile) -> list[KernelScore]:
+    if getattr(case, "backward", False):
+        return score_case_detail(case, measured, profile).scores
     occupancy = None if case.impl == "standard" else measured_ctas_per_sm(measured, profile.sm_count)
     model = predicted_kernels(case, profile, "cold", occupancy)
     paper = predicted_kernels(case, profile, "off")
     comp = compulsory_kernels(case, profile)
-    out = []
-    for (k, m), p, c in zip(match_kernels(case.impl, model, measured), paper, comp):
-        out.append(
-            KernelScore(
-                case=case.id,
-                kernel=k.name,
-                measured_name=m.name,
-                measured_read=m.dram_read_bytes,
-                measured_write=m.dram_write_bytes,
-                measured_l2=m.l2_bytes,
-                predicted_read=float(k.bytes(level="hbm", direction="read")),
-                predicted_write=float(k.bytes(level="hbm", direction="write")),
-                predicted_l2=float(k.bytes(level="l2")),
-                paper_read=float(p.bytes(level="hbm", direction="read")),
-                paper_write=float(p.bytes(level="hbm", direction="write")),
-                compulsory_read=float(c.bytes(level="hbm", direction="read")),
-                compulsory_write=float(c.bytes(level="hbm", direction="write")),
-                l2_capacity=profile.l2.capacity_bytes,
-            )
-        )
-    return out
+    return [
+        _score(case, k, m, p, c, profile)
+        for (k, m), p, c in zip(match_kernels(case.impl, model, measured), paper, comp)
+    ]
 
 
 def summary(scores: list[KernelScore]) -> dict[str, Any]:
@@ -216,17 +380,33 @@ def summary(scores: list[KernelScore]) -> dict[str, Any]:
 # Time
 
 
-def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None) -> dict[str, Any]:
-    """The model's times for a case (L2 on: the timing loop runs warm), per measured step."""
-    c = compare(case.workload(), profile, case_options(case, "on", ctas_per_sm, profile))
+def predicted_times(
+    case: Any, profile: Profile, ctas_per_sm: int | None = None, backward_ctas_per_sm: int | None = None
+) -> dict[str, Any]:
+    """The model's times for a case (L2 on: the timing loop runs warm), per measured step:
+    standard attention's kernels, a fused kernel's ``attention``, or for the training step
+    its ``forward`` and ``backward`` passes (their kernels in ``kernels``, in launch order)."""
+    c = _compare(case, profile, "on", ctas_per_sm, backward_ctas_per_sm)
     ev = c.standard if case.impl == "standard" else c.tiled
-    kernels = {k.name: float(k.time_s) for k in ev.timing.kernels}
-    steps = kernels if case.impl == "standard" else {"attention": float(ev.timing.time_s)}
-    if case.impl == "standard":
+    pairs = list(zip(ev.traffic.kernels, ev.timing.kernels))
+    kernels = {k.name: float(t.time_s) for k, t in pairs}
+    if getattr(case, "backward", False):
+        work: dict[str, tuple[int, int]] = {}
+        steps: dict[str, float] = {}
+        for pass_ in ("forward", "backward"):
+            chosen = [(k, t) for k, t in pairs if k.pass_ == pass_]
+            steps[pass_] = float(sum(float(t.time_s) for _, t in chosen))
+            work[pass_] = (
+                sum(int(k.bytes(level="hbm")) for k, _ in chosen),
+                sum(int(k.flops) for k, _ in chosen),
+            )
+    elif case.impl == "standard":
+        steps = kernels
         work = {k.name: (int(k.bytes(level="hbm")), int(k.flops)) for k in ev.traffic.kernels}
     else:
+        steps = {"attention": float(ev.timing.time_s)}
         work = {"attention": (int(ev.traffic.hbm_bytes), int(ev.traffic.flops))}
-    return {
+    out = {
         "time_s": float(ev.timing.time_s),
         "steps": steps,
         "kernels": kernels,
@@ -239,6 +419,13 @@ def predicted_times(case: Any, profile: Profile, ctas_per_sm: int | None = None)
         "hbm_bytes": int(ev.traffic.hbm_bytes),
         "flops": int(ev.traffic.flops),
     }
+    if getattr(case, "backward", False):
+        from .flops import convention_flops
+
+        out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels}
+        conv = convention_flops(case.workload(), backward=True)
+        out["flops_convention"] = {"forward": conv["forward"], "backward": conv["backward"], "total": conv["total"]}
+    return out
 
 
 def prediction_line(case: Any, profile: Profile) -> str:
@@ -279,6 +466,45 @@ def time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def step_time_error(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The training step's whole time (forward + backward), predicted against measured."""
+    if entry.get("status") != "ok" or "timing" not in entry or not entry["case"].get("backward"):
+        return None
+    measured = entry["timing"].get("time_s", 0.0)
+    if measured <= 0:
+        return None
+    predicted = entry["predicted"]["time_s"]
+    return {"predicted_s": predicted, "measured_s": measured, "error": (predicted - measured) / measured}
+
+
+def kernel_time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per kernel of a profiled step (CUPTI durations from torch.profiler): the model's kernel
+    it aligns with (:func:`align_kernels`), predicted against measured time. Measured kernels
+    no model kernel describes come as rows with ``kernel`` None (their time counts nowhere
+    else: a kernel the model misses)."""
+    if entry.get("status") != "ok" or "timing" not in entry:
+        return []
+    profiled = entry["timing"].get("profiled_kernels")
+    if not profiled:
+        return []
+    from types import SimpleNamespace
+
+    predicted = entry["predicted"].get("kernels", {})
+    passes = entry["predicted"].get("kernel_passes", {})
+    measured = [SimpleNamespace(name=k["name"], time_s=k["time_s"]) for k in profiled]
+    rows = []
+    for name, m in align_kernels(entry["case"]["impl"], list(predicted), measured):
+        if m is None:
+            continue
+        row: dict[str, Any] = {"kernel": name, "measured_kernel": m.name, "measured_s": m.time_s}
+        if name is not None:
+            row["predicted_s"] = predicted[name]
+            row["pass"] = passes.get(name, "forward")
+            row["error"] = (predicted[name] - m.time_s) / m.time_s if m.time_s > 0 else float("inf")
+        rows.append(row)
+    return rows
+
+
 def _stats(values: list[float]) -> dict[str, float] | None:
     a = [abs(v) for v in values if v == v and abs(v) != float("inf")]
     if not a:
@@ -306,7 +532,7 @@ def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
             measured = s["timing"]["time_s"] / t["timing"]["time_s"]
             predicted = s["predicted"]["time_s"] / t["predicted"]["time_s"]
             speedups.append({"workload": key, "predicted": predicted, "measured": measured})
-    return {
+    out = {
         "cases": statuses,
         "hbm_bytes": {
             "model": _stats([b["error"] for b in byte_rows]),
@@ -317,3 +543,13 @@ def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
         "time": _stats([t["error"] for t in time_rows]),
         "speedups": speedups,
     }
+    # the training step (keys added for records with backward cases)
+    cases = data.get("cases", [])
+    if any(e.get("case", {}).get("backward") for e in cases):
+        backward_rows = [b for b in byte_rows if b.get("pass") == "backward"]
+        steps = [x for x in (step_time_error(e) for e in cases) if x is not None]
+        kernel_rows = [r for e in cases for r in kernel_time_errors(e) if r.get("kernel") is not None]
+        out["hbm_bytes"]["backward_kernels"] = _stats([b["error"] for b in backward_rows])
+        out["step_time"] = _stats([x["error"] for x in steps])
+        out["kernel_time"] = _stats([r["error"] for r in kernel_rows])
+    return out

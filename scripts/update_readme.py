@@ -1,4 +1,4 @@
-"""Regenerate the example output blocks of README.md from the tool itself.
+"""Regenerate the example output blocks of README.md (and of the docs pages in ``PAGES``) from the tool itself.
 
 A block is written as
 
@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+#: every page whose blocks are generated (the README first)
+PAGES = (README, README.parent / "docs" / "training.md")
 MARKER = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
 PLOT = re.compile(r"<!-- plot: (?P<cmd>memmodel .+?) -->")
 #: ``<!-- run-md: memmodel ... -->`` ... ``<!-- end -->``: the command prints markdown, pasted as is
@@ -49,17 +51,21 @@ def render(text: str) -> str:
 
 
 def main() -> int:
-    text = README.read_text(encoding="utf-8")
-    new = render(text)
-    if "--check" in sys.argv:
-        if new != text:
-            print("README.md example output is stale: run python scripts/update_readme.py", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(new, encoding="utf-8")
-    for m in PLOT.finditer(new):
-        print(f"drawing: {m.group('cmd')}", file=sys.stderr)
-        run(m.group("cmd"))
+    stale = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = render(text)
+        if "--check" in sys.argv:
+            if new != text:
+                stale.append(page.relative_to(README.parent).as_posix())
+            continue
+        page.write_text(new, encoding="utf-8")
+        for m in PLOT.finditer(new):
+            print(f"drawing: {m.group('cmd')}", file=sys.stderr)
+            run(m.group("cmd"))
+    if stale:
+        print(f"{', '.join(stale)}: example output is stale: run python scripts/update_readme.py", file=sys.stderr)
+        return 1
     return 0
 
 

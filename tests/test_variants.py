@@ -127,9 +127,11 @@ def test_standard_mask_dropout_and_backward_by_hand():
 
 
 def test_fa2_backward_by_hand():
+    """The FlashAttention-2 paper's backward (impl paper) with the forward's 64×64 blocks."""
     # N = 128, d = 64, fp16, 64×64 blocks: T_c = 2; Q, O, dO, dQ, K, V = 16,384 B; lse, D = 512 B;
     # dQ accumulator fp32 = 32,768 B
-    t = compare(Workload(n=128, d=64, dtype="fp16"), A100, block_q=64, block_kv=64, l2="off", backward=True).tiled
+    w = Workload(n=128, d=64, dtype="fp16")
+    t = compare(w, A100, impl="paper", block_q=64, block_kv=64, l2="off", backward=True).tiled
     per = {k.name: k for k in t.traffic.kernels}
     assert list(per) == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq"]
     assert per["fa2_bwd_pre"].bytes(level="hbm") == 2 * 16_384 + 512 + 32_768
@@ -141,6 +143,27 @@ def test_fa2_backward_by_hand():
     # recompute S, then dV, dP, dQ, dK: 5 matmuls of 2·N²·d = 2.5 × the forward's 2
     assert main.matmul_flops == 5 * 2 * 128 * 128 * 64 == per["fa2_fwd"].matmul_flops * 5 // 2
     assert per["fa2_bwd_dq"].bytes(level="hbm") == 32_768 + 16_384
+
+
+def test_pytorch_fa2_backward_by_hand():
+    """PyTorch's FlashAttention-2 backward has its own tiles: d = 64 on an A100 (163 KiB a
+    block ≥ 144 KiB) runs 128×128 (flash_bwd_launch_template.h), whatever the forward's."""
+    # N = 256, d = 64, fp16, one head: Q, O, dO, dQ, K, V = 256·64·2 = 32,768 B; lse, D = 1,024 B;
+    # dQ accumulator 256·64·4 = 65,536 B; T_c = 256/128 = 2 K/V blocks
+    w = Workload(n=256, d=64, dtype="fp16")
+    t = compare(w, A100, impl="sdpa-flash", block_q=64, block_kv=64, l2="off", backward=True).tiled
+    p = t.traffic.params
+    assert (p["block_q"], p["block_kv"]) == (64, 64)  # the forward's, as given
+    assert (p["backward_block_q"], p["backward_block_kv"]) == (128, 128)
+    per = {k.name: k for k in t.traffic.kernels}
+    assert list(per) == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq"]
+    assert per["fa2_bwd_pre"].bytes(level="hbm") == 2 * 32_768 + 1_024 + 65_536  # read O, dO; write D, zero dQacc
+    main = per["fa2_bwd"]
+    assert main.bytes(level="hbm", tensor="Q") == main.bytes(level="hbm", tensor="dO") == 2 * 32_768
+    assert main.bytes(level="hbm", tensor="dQacc", direction="read") == 2 * 65_536
+    assert main.bytes(level="hbm", tensor="K") == main.bytes(level="hbm", tensor="dV") == 32_768
+    assert main.matmul_flops == 5 * 2 * 256 * 256 * 64  # 2.5 × the forward's 2·(2·N²·d)
+    assert per["fa2_bwd_dq"].bytes(level="hbm") == 65_536 + 32_768
 
 
 def test_fa1_backward_by_hand():

@@ -20,8 +20,17 @@ ROLE_LABELS = (
 @workload_options
 @gpu_option()
 @model_options
+@click.option(
+    "--standard",
+    "standard_variant",
+    type=click.Choice(["algorithm0", "eager"]),
+    default="algorithm0",
+    show_default=True,
+    help="Standard attention as the FlashAttention paper's Algorithm 0 (3 backward), or as eager PyTorch and "
+    "autograd run it (scale, mask, softmax, dropout and their gradients as separate kernels).",
+)
 @format_option()
-def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
+def compare_cmd(*, gpu: str, fmt: str, standard_variant: str, **kw: Any) -> None:
     """Bytes moved through SRAM, L2 and HBM, FLOPs and predicted time of standard attention
     (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel.
 
@@ -34,7 +43,7 @@ def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
     profile = load_profile(gpu)
-    result = compare(workload, profile, options_for(impl, workload, profile, **opts))
+    result = compare(workload, profile, options_for(impl, workload, profile, **opts), standard=standard_variant)
     from . import terminal
 
     if fmt == "json":
@@ -185,6 +194,21 @@ def _print_table(result: Any) -> None:
             summary,
         )
     )
+    if o["backward"]:
+        con.print()
+        con.print("[bold]By pass[/] (FLOPs by convention: forward 4·N·N_kv·d per head, causal half, backward 2.5×)")
+        con.print(
+            terminal.table(
+                None,
+                [
+                    ("", "left"),
+                    ("standard", "right"),
+                    (f"tiled ({til['variant']})", "right"),
+                    ("standard/tiled", "right"),
+                ],
+                _pass_rows(std, til),
+            )
+        )
     b = data["bounds"]
     con.print()
     con.print(
@@ -200,11 +224,50 @@ def _print_table(result: Any) -> None:
         terminal.note(line)
 
 
+def _pass_rows(std: dict[str, Any], til: dict[str, Any]) -> list[Any]:
+    from ..units import format_bytes, format_count, format_time
+
+    rows: list[Any] = []
+    for pass_ in ("forward", "backward"):
+        a, b = std["passes"].get(pass_), til["passes"].get(pass_)
+        if not a or not b:
+            continue
+        rows += [
+            (
+                f"{pass_}: HBM",
+                format_bytes(a["hbm_bytes"]),
+                format_bytes(b["hbm_bytes"]),
+                _ratio(a["hbm_bytes"], b["hbm_bytes"]),
+            ),
+            (
+                f"{pass_}: FLOPs executed",
+                format_count(a["flops"]),
+                format_count(b["flops"]),
+                _ratio(a["flops"], b["flops"]),
+            ),
+            (
+                f"{pass_}: FLOPs, convention",
+                format_count(a["flops_convention"]),
+                format_count(b["flops_convention"]),
+                "",
+            ),
+            (
+                f"{pass_}: predicted time",
+                format_time(a["predicted_time_s"]),
+                format_time(b["predicted_time_s"]),
+                _ratio(a["predicted_time_s"], b["predicted_time_s"]),
+            ),
+            None,
+        ]
+    return rows[:-1]
+
+
 def _title(alg: dict[str, Any], implementation: str | None = None) -> str:
     if alg["name"] == "standard":
-        return "Standard attention (FlashAttention paper Algorithm 0" + (
-            ", Algorithm 3 backward)" if any(k["pass"] == "backward" for k in alg["kernels"]) else ")"
-        )
+        backward = any(k["pass"] == "backward" for k in alg["kernels"])
+        if alg["variant"] == "eager":
+            return "Standard attention as eager PyTorch runs it" + (" (with autograd's backward)" if backward else "")
+        return "Standard attention (FlashAttention paper Algorithm 0" + (", Algorithm 3 backward)" if backward else ")")
     p = alg["params"]
     name = "FA1 (paper Algorithm 1)" if alg["variant"] == "fa1" else "FA2 (outer loop over Q blocks)"
     if implementation:

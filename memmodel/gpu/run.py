@@ -13,6 +13,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,37 +44,76 @@ def require_cuda() -> Any:
     return torch
 
 
+#: where the cases' tensors live: "cuda" on the GPU machine; the tests set "cpu" to run the
+#: eager paths, the references and the checks on the CPU
+DEVICE = "cuda"
+
+
+def _torch() -> Any:
+    if DEVICE == "cuda":
+        return require_cuda()
+    import torch
+
+    return torch
+
+
 def _torch_dtype(torch: Any, name: str) -> Any:
     return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
 def make_inputs(case: Case, seed: int = 0) -> tuple[Any, Any, Any]:
-    torch = require_cuda()
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    """Q, K, V of a case (standard normal, batch × heads × N × d), requiring gradients for the
+    training step."""
+    torch = _torch()
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
     dt = _torch_dtype(torch, case.dtype)
-    q = torch.randn(case.batch, case.heads, case.n, case.d, device="cuda", dtype=dt, generator=g)
-    k = torch.randn(case.batch, case.kvh, case.nkv, case.d, device="cuda", dtype=dt, generator=g)
-    v = torch.randn(case.batch, case.kvh, case.nkv, case.d, device="cuda", dtype=dt, generator=g)
+    q = torch.randn(case.batch, case.heads, case.n, case.d, device=DEVICE, dtype=dt, generator=g)
+    k = torch.randn(case.batch, case.kvh, case.nkv, case.d, device=DEVICE, dtype=dt, generator=g)
+    v = torch.randn(case.batch, case.kvh, case.nkv, case.d, device=DEVICE, dtype=dt, generator=g)
+    if case.backward:
+        for t in (q, k, v):
+            t.requires_grad_(True)
     return q, k, v
 
 
+def grad_output_like(out: Any, seed: int = 1) -> Any:
+    """dO: standard normal with ``out``'s shape *and strides*. PyTorch's flash and CUTLASS
+    backwards copy a dO whose layout differs from O's (``grad_out.contiguous()`` on the
+    transposed view) — one kernel a real network does not run, since there dO arrives
+    through O's own transpose."""
+    torch = _torch()
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    return torch.empty_like(out).normal_(generator=g)
+
+
 # ---------------------------------------------------------------------------------------
-# Implementations: each returns a list of (kernel name, callable) steps so that standard
-# attention can be timed kernel by kernel; tiled implementations are one step.
+# Implementations: each returns a list of (step name, callable) so that standard attention
+# can be timed kernel by kernel; tiled implementations are one step; the training step is
+# two ("forward", "backward"), whatever the implementation.
 
 
-def standard_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
+class _Dropout:
+    """Keeps the mask ``native_dropout`` drew, for the float32 reference."""
+
+    mask: Any = None
+
+
+def standard_steps(
+    case: Case, q: Any, k: Any, v: Any, dropped: _Dropout | None = None
+) -> list[tuple[str, Callable[[], Any]]]:
     """Algorithm 0 in eager PyTorch: S = QKᵀ, P = softmax(S), O = PV, S and P in HBM.
 
     The 1/√d scale is applied to Q before (not timed). GQA: the query heads of a group are
     stacked so each K/V head is multiplied once ([B, H_kv, G·N, d] @ [B, H_kv, d, N_kv]).
-    Causal: an in-place masked_fill of S between qk and softmax (a fourth kernel).
+    Causal: an in-place masked_fill of S between qk and softmax (a fourth kernel). Dropout:
+    ``native_dropout`` of P (output and mask) between softmax and pv.
     """
-    torch = require_cuda()
+    torch = _torch()
     g = case.heads // case.kvh
     qs = (q * (1.0 / math.sqrt(case.d))).reshape(case.batch, case.kvh, g * case.n, case.d)
     state: dict[str, Any] = {}
     steps: list[tuple[str, Callable[[], Any]]] = []
+    dropped = dropped or _Dropout()
 
     def qk() -> Any:
         state["s"] = torch.matmul(qs, k.transpose(-1, -2))
@@ -81,7 +121,7 @@ def standard_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callab
 
     steps.append(("qk", qk))
     if case.causal:
-        mask = torch.ones(case.n, case.nkv, device="cuda", dtype=torch.bool).triu_(1)
+        mask = torch.ones(case.n, case.nkv, device=DEVICE, dtype=torch.bool).triu_(1)
 
         def apply_mask() -> Any:
             s = state["s"].view(case.batch, case.kvh, g, case.n, case.nkv)
@@ -93,30 +133,84 @@ def standard_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callab
         state["p"] = torch.softmax(state["s"], dim=-1)
         return state["p"]
 
+    steps.append(("softmax", softmax))
+    if case.dropout:
+
+        def dropout() -> Any:
+            state["p"], dropped.mask = torch.native_dropout(state["p"], case.dropout, True)
+            return state["p"]
+
+        steps.append(("dropout", dropout))
+
     def pv() -> Any:
         state["o"] = torch.matmul(state["p"], v).reshape(case.batch, case.heads, case.n, case.d)
         return state["o"]
 
-    steps += [("softmax", softmax), ("pv", pv)]
+    steps.append(("pv", pv))
     return steps
 
 
-def sdpa_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
-    torch = require_cuda()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def causal_mask_stacked(case: Case) -> Any:
+    """The (G·N) × N_kv boolean mask (True above the diagonal) of a GQA group's stacked query
+    rows: row r is query r mod N (top-left alignment, as PyTorch's ``is_causal``)."""
+    torch = _torch()
+    mask = torch.ones(case.n, case.nkv, device=DEVICE, dtype=torch.bool).triu_(1)
+    return mask.repeat(case.heads // case.kvh, 1)
 
-    backend = {
+
+def eager_forward(case: Case, q: Any, k: Any, v: Any, dropped: _Dropout) -> Callable[[], Any]:
+    """The forward :func:`memmodel.traffic.standard.standard_eager` models, under autograd:
+    ``s = q @ kᵀ``; ``s = s * scale``; ``s.masked_fill_(mask, -inf)``; ``p = softmax(s)``;
+    ``p, z = native_dropout(p)``; ``o = p @ v`` (GQA: the group's query heads stacked)."""
+    torch = _torch()
+    g = case.heads // case.kvh
+    scale = 1.0 / math.sqrt(case.d)
+    mask = causal_mask_stacked(case) if case.causal else None
+
+    def forward() -> Any:
+        qs = q.reshape(case.batch, case.kvh, g * case.n, case.d)
+        s = torch.matmul(qs, k.transpose(-1, -2))
+        s = s * scale
+        if mask is not None:
+            s.masked_fill_(mask, float("-inf"))
+        p = torch.softmax(s, dim=-1)
+        if case.dropout:
+            p, dropped.mask = torch.native_dropout(p, case.dropout, True)
+        return torch.matmul(p, v).reshape(case.batch, case.heads, case.n, case.d)
+
+    return forward
+
+
+def sdpa_backend(case: Case) -> Any:
+    from torch.nn.attention import SDPBackend
+
+    return {
         "sdpa-flash": SDPBackend.FLASH_ATTENTION,
         "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
     }[case.impl]
-    gqa = case.kvh != case.heads
+
+
+def sdpa_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
+    torch = _torch()
+    from torch.nn.attention import sdpa_kernel
+
+    backend = sdpa_backend(case)
+    kwargs: dict[str, Any] = {"is_causal": case.causal}
+    if case.dropout:
+        kwargs["dropout_p"] = case.dropout
+    if case.kvh != case.heads:
+        kwargs["enable_gqa"] = True
 
     def run() -> Any:
         with sdpa_kernel([backend]):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=case.causal, enable_gqa=gqa)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kwargs)
 
-    return [("attention", run)]
+    return run
+
+
+def sdpa_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
+    return [("attention", sdpa_forward(case, q, k, v))]
 
 
 def triton_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
@@ -143,30 +237,101 @@ def run_steps(steps: list[tuple[str, Callable[[], Any]]]) -> Any:
     return out
 
 
+class CaseRun:
+    """A case's inputs and the steps that run it once: the kernels of the forward pass
+    (forward-only cases), or ``forward`` then ``backward`` (``torch.autograd.grad`` of O with
+    a fixed dO, so no ``.grad`` is accumulated: the training step's attention kernels only)."""
+
+    def __init__(self, case: Case, seed: int = 0) -> None:
+        if case.impl == "triton" and (case.backward or case.dropout):
+            raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass and no dropout")
+        self.case = case
+        self.q, self.k, self.v = make_inputs(case, seed)
+        self.dropped = _Dropout()
+        self.state: dict[str, Any] = {}
+        if not case.backward:
+            if case.impl == "standard":
+                self.steps = standard_steps(case, self.q, self.k, self.v, self.dropped)
+            else:
+                self.steps = steps_for(case, self.q, self.k, self.v)
+            return
+        forward = (
+            eager_forward(case, self.q, self.k, self.v, self.dropped)
+            if case.impl == "standard"
+            else sdpa_forward(case, self.q, self.k, self.v)
+        )
+        self._forward = forward
+        self.steps = [("forward", self._run_forward), ("backward", self._run_backward)]
+
+    def _run_forward(self) -> Any:
+        self.state["out"] = self._forward()
+        return self.state["out"]
+
+    def _run_backward(self) -> Any:
+        torch = _torch()
+        out = self.state.pop("out")
+        self.state["grads"] = torch.autograd.grad(out, (self.q, self.k, self.v), self.do)
+        self.state["last_out"] = out.detach()
+        return self.state["grads"]
+
+    def prepare(self) -> None:
+        """Make dO with the forward output's strides, from a forward without autograd."""
+        if self.case.backward and "do" not in self.state:
+            torch = _torch()
+            with torch.no_grad():
+                self.state["do"] = grad_output_like(self._forward())
+
+    @property
+    def do(self) -> Any:
+        return self.state["do"]
+
+    def run(self) -> Any:
+        self.prepare()
+        return run_steps(self.steps)
+
+    @property
+    def output(self) -> Any:
+        return self.state.get("last_out")
+
+
 # ---------------------------------------------------------------------------------------
 # Correctness
 
 
-def reference_rows(case: Case, q: Any, k: Any, v: Any, rows: list[int]) -> Any:
-    """float32 attention of batch 0, head 0 for the given query rows."""
-    torch = require_cuda()
-    qi = q[0, 0, rows].float()
-    kk, vv = k[0, 0].float(), v[0, 0].float()
+def _keep(dropped: _Dropout) -> Any:
+    """The dropout mask ``native_dropout`` drew for batch 0, K/V head 0: (G·N) × N_kv, the
+    group's query rows stacked (None without dropout)."""
+    return None if dropped.mask is None else dropped.mask[0, 0]
+
+
+def reference_rows(case: Case, q: Any, k: Any, v: Any, rows: list[int], keep: Any = None) -> Any:
+    """float32 attention of batch 0, head 0 for the given query rows; ``keep`` (N × N_kv bool,
+    head 0's rows) applies a dropout mask drawn by the kernel."""
+    torch = _torch()
+    qi = q[0, 0, rows].detach().float()
+    kk, vv = k[0, 0].detach().float(), v[0, 0].detach().float()
     s = (qi @ kk.T) / math.sqrt(case.d)
     if case.causal:
-        cols = torch.arange(case.nkv, device="cuda")
-        s = s.masked_fill(cols[None, :] > torch.tensor(rows, device="cuda")[:, None], float("-inf"))
-    return torch.softmax(s, dim=-1) @ vv
+        cols = torch.arange(case.nkv, device=DEVICE)
+        s = s.masked_fill(cols[None, :] > torch.tensor(rows, device=DEVICE)[:, None], float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    if keep is not None:
+        p = p * keep[rows].float() / (1.0 - case.dropout)
+    return p @ vv
 
 
-def check(case: Case, out: Any, q: Any, k: Any, v: Any) -> float:
+def _check_rows(case: Case) -> list[int]:
+    return sorted(set(list(range(min(64, case.n))) + list(range(max(0, case.n - 64), case.n))))
+
+
+def check(case: Case, out: Any, q: Any, k: Any, v: Any, keep: Any = None) -> float:
     """Relative L2 error of rows of the output against float32; raises if over tolerance."""
-    torch = require_cuda()
+    torch = _torch()
     if out is None or tuple(out.shape) != (case.batch, case.heads, case.n, case.d):
         raise RuntimeFailure(f"{case.id}: output shape {None if out is None else tuple(out.shape)} is wrong")
-    rows = sorted(set(list(range(min(64, case.n))) + list(range(max(0, case.n - 64), case.n))))
-    ref = reference_rows(case, q, k, v, rows)
-    got = out[0, 0, rows].float()
+    rows = _check_rows(case)
+    ref = reference_rows(case, q, k, v, rows, keep)
+    got = out[0, 0, rows].detach().float()
     if not torch.isfinite(got).all():
         raise RuntimeFailure(f"{case.id}: output has NaN or inf")
     err = float((got - ref).norm() / ref.norm())
@@ -177,29 +342,236 @@ def check(case: Case, out: Any, q: Any, k: Any, v: Any) -> float:
     return err
 
 
+#: relative L2 error allowed on dQ, dK, dV against float32 (products of many 16-bit roundings)
+GRAD_TOLERANCE = {"fp32": 1e-2, "tf32": 3e-2, "fp16": 3e-2, "bf16": 8e-2, "fp8": 0.2}
+
+
+def reference_grads(case: Case, q: Any, k: Any, v: Any, do: Any, keep: Any = None) -> tuple[Any, Any, Any]:
+    """float32 dQ (query heads 0..G−1 of batch 0), dK and dV (K/V head 0 of batch 0) of
+    attention with dO ``do``; ``keep`` ((G·N) × N_kv bool, the group's rows stacked) is the
+    dropout mask the kernel drew. Rows in chunks, so a 16k × 16k head fits."""
+    torch = _torch()
+    g = case.heads // case.kvh
+    scale = 1.0 / math.sqrt(case.d)
+    qf = q[0, :g].detach().float()
+    kf, vf = k[0, 0].detach().float(), v[0, 0].detach().float()
+    dof = do[0, :g].detach().float()
+    dq = torch.zeros_like(qf)
+    dk = torch.zeros_like(kf)
+    dv = torch.zeros_like(vf)
+    chunk = max(1, min(case.n, 2**25 // max(1, case.nkv)))
+    cols = torch.arange(case.nkv, device=DEVICE)
+    for h in range(g):
+        for r0 in range(0, case.n, chunk):
+            r1 = min(case.n, r0 + chunk)
+            s = (qf[h, r0:r1] @ kf.T) * scale
+            if case.causal:
+                rows = torch.arange(r0, r1, device=DEVICE)
+                s = s.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
+            p = torch.softmax(s, dim=-1)
+            z = None if keep is None else keep[h * case.n + r0 : h * case.n + r1].float() / (1.0 - case.dropout)
+            pd = p if z is None else p * z
+            dv += pd.T @ dof[h, r0:r1]
+            dp = dof[h, r0:r1] @ vf.T
+            if z is not None:
+                dp = dp * z
+            ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+            dq[h, r0:r1] = (ds @ kf) * scale
+            dk += (ds.T @ qf[h, r0:r1]) * scale
+    return dq, dk, dv
+
+
+def check_grads(case: Case, grads: Any, q: Any, k: Any, v: Any, do: Any, keep: Any = None) -> dict[str, float]:
+    """Relative L2 errors of dQ, dK, dV (batch 0, the first K/V head's group) against float32;
+    raises if one is over :data:`GRAD_TOLERANCE` or not finite."""
+    torch = _torch()
+    g = case.heads // case.kvh
+    shapes = [tuple(t.shape) for t in grads]
+    want = [(case.batch, case.heads, case.n, case.d)] + 2 * [(case.batch, case.kvh, case.nkv, case.d)]
+    if shapes != want:
+        raise RuntimeFailure(f"{case.id}: gradient shapes {shapes}, expected {want}")
+    refs = reference_grads(case, q, k, v, do, keep)
+    got = (grads[0][0, :g], grads[1][0, 0], grads[2][0, 0])
+    errors = {}
+    for name, x, ref in zip(("dq", "dk", "dv"), got, refs):
+        x = x.detach().float()
+        if not torch.isfinite(x).all():
+            raise RuntimeFailure(f"{case.id}: {name} has NaN or inf")
+        errors[name] = float((x - ref).norm() / ref.norm().clamp_min(1e-30))
+    worst = max(errors, key=lambda n: errors[n])
+    if errors[worst] > GRAD_TOLERANCE[case.dtype]:
+        raise RuntimeFailure(
+            f"{case.id}: {worst} relative error {errors[worst]:.2e} over the {case.dtype} gradient tolerance "
+            f"{GRAD_TOLERANCE[case.dtype]:.0e}"
+        )
+    return errors
+
+
+def dropout_probe(case: Case) -> dict[str, float]:
+    """Dropout of a fused kernel, checked exactly on a small probe of the same implementation,
+    dtype, head dim, mask and group (batch 1, N = N_kv = d): with V = I the output *is* the
+    dropped P', so O divided by the output without dropout (P) reveals the kernel's mask;
+    the float32 reference with that mask must then reproduce O, dQ, dK and dV (the backward
+    regenerates the forward's mask). The kernels themselves keep their mask internal."""
+    torch = _torch()
+    n, g = case.d, case.heads // case.kvh
+    probe = Case(
+        impl=case.impl,
+        n=n,
+        d=case.d,
+        heads=g,
+        kv_heads=1,
+        dtype=case.dtype,
+        causal=case.causal,
+        dropout=case.dropout,
+        backward=True,
+    )
+    q, k, _ = make_inputs(probe, seed=3)
+    dt = _torch_dtype(torch, case.dtype)
+    v = torch.eye(n, device=DEVICE, dtype=dt).reshape(1, 1, n, n).clone().requires_grad_(True)
+    out = sdpa_forward(probe, q, k, v)()
+    do = grad_output_like(out, seed=4)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    with torch.no_grad():
+        plain = sdpa_forward(replace(probe, dropout=0.0), q, k, v)().float()
+    dropped = out.detach().float()
+    tiny = 1e-6
+    # kept entries come out as P / (1 − p), dropped ones as 0; where P itself is ~0 either
+    # reading is harmless (it contributes nothing)
+    keep = (dropped > 0.5 * plain / (1.0 - case.dropout)) | (plain <= tiny)
+    keep_rows = keep[0].reshape(g * n, n)
+    rate = float(1.0 - keep[plain > tiny].float().mean())
+    ref_out = torch.stack(
+        [reference_rows(replace(probe, heads=1), q[:, h : h + 1], k, v, list(range(n)), keep[0, h]) for h in range(g)]
+    )
+    out_err = float((dropped[0] - ref_out).norm() / ref_out.norm())
+    errors = {"out": out_err, "drop_rate": rate}
+    errors.update(check_grads(probe, grads, q, k, v, do, keep_rows))
+    if out_err > TOLERANCE[case.dtype] * 4:
+        raise RuntimeFailure(f"{case.id}: dropout probe output off by {out_err:.2e} from its own mask")
+    return errors
+
+
+def check_run(case: Case, run: CaseRun) -> dict[str, Any]:
+    """The correctness checks of a case after one run; raises :class:`RuntimeFailure`."""
+    if not case.backward:
+        return {}
+    keep = _keep(run.dropped)
+    result: dict[str, Any] = {}
+    if case.dropout and case.impl != "standard":
+        # the kernel's mask is internal: the output is checked against its expectation (the
+        # output without dropout) loosely, the mask itself exactly on a probe
+        result["dropout_probe"] = dropout_probe(case)
+        result["rel_error"] = None
+    else:
+        head_keep = None if keep is None else keep[: case.n]
+        result["rel_error"] = check(case, run.output, run.q, run.k, run.v, head_keep)
+        result["grad_errors"] = check_grads(case, run.state["grads"], run.q, run.k, run.v, run.do, keep)
+    if "grad_errors" not in result:
+        torch = _torch()
+        for name, x in zip(("dq", "dk", "dv"), run.state["grads"]):
+            if not torch.isfinite(x).all():
+                raise RuntimeFailure(f"{case.id}: {name} has NaN or inf")
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# Per-kernel times (CUPTI, through torch.profiler)
+
+
+def kernel_events(prof: Any, device: str = "CUDA") -> list[dict[str, Any]]:
+    """The device kernels (and copies, fills) a profiler session recorded, in start order:
+    ``{"name", "time_s"}`` from CUPTI's start and end stamps. ``device`` "CPU" reads the
+    host ops instead (tests on a machine without a GPU)."""
+    results = getattr(getattr(prof, "profiler", None), "kineto_results", None)
+    events = []
+    if results is not None:
+        for e in results.events():
+            if str(e.device_type()).split(".")[-1] != device:
+                continue
+            start = e.start_ns() if hasattr(e, "start_ns") else e.start_us() * 1e3
+            dur = e.duration_ns() if hasattr(e, "duration_ns") else e.duration_us() * 1e3
+            events.append((start, e.name(), dur * 1e-9))
+    else:  # pragma: no cover - older profiler API
+        for e in prof.events():
+            if str(e.device_type).split(".")[-1] != device:
+                continue
+            events.append((e.time_range.start, e.name, e.time_range.elapsed_us() * 1e-6))
+    events.sort(key=lambda x: x[0])
+    return [{"name": name, "time_s": t} for _, name, t in events]
+
+
+def median_kernels(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per kernel position, the median time over runs that launched the same kernels (the
+    runs whose name sequence is the most common); the first run's list if none agree."""
+    if not runs:
+        return []
+    keys = [tuple(k["name"] for k in r) for r in runs]
+    common = max(set(keys), key=keys.count)
+    same = [r for r, key in zip(runs, keys) if key == common]
+    return [{"name": name, "time_s": statistics.median(r[i]["time_s"] for r in same)} for i, name in enumerate(common)]
+
+
+def profile_kernels(run: CaseRun, reps: int = 3) -> list[dict[str, Any]]:
+    """Each kernel of one run of the case, with its median CUPTI duration over ``reps`` runs
+    (each in its own profiler session). Kernel durations do not depend on how the host
+    issued them, so no sleeping kernel is needed here."""
+    torch = _torch()
+    from torch.profiler import ProfilerActivity, profile
+
+    activity = ProfilerActivity.CUDA if DEVICE == "cuda" else ProfilerActivity.CPU
+    runs = []
+    for _ in range(reps):
+        if DEVICE == "cuda":
+            torch.cuda.synchronize()
+        with profile(activities=[activity]) as prof:
+            run.run()
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+        runs.append(kernel_events(prof, "CUDA" if DEVICE == "cuda" else "CPU"))
+    return median_kernels(runs)
+
+
 # ---------------------------------------------------------------------------------------
 # Timing
 
 
 def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
-    """Median CUDA-event time of each step and of the whole, after a correctness check."""
+    """Median CUDA-event time of each step and of the whole, after a correctness check, and
+    each kernel's CUPTI duration (``profiled_kernels``)."""
     torch = require_cuda()
-    q, k, v = make_inputs(case)
-    steps = steps_for(case, q, k, v)
-    out = run_steps(steps)
-    err = check(case, out, q, k, v)
-    # poison and re-run: every element must be written again
-    if isinstance(out, torch.Tensor):
-        out.fill_(float("nan"))
-    out = run_steps(steps)
-    check(case, out, q, k, v)
+    run = CaseRun(case)
+    steps = run.steps
+    out = run.run()
+    extra: dict[str, Any] = {}
+    if case.backward:
+        extra = check_run(case, run)
+        err = extra.pop("rel_error", None)
+    else:
+        keep = None if run.dropped.mask is None else _keep(run.dropped)[: case.n]
+        if case.dropout and case.impl != "standard":
+            extra["dropout_probe"] = dropout_probe(replace(case, backward=True))
+            err = None
+            if isinstance(out, torch.Tensor) and not torch.isfinite(out).all():
+                raise RuntimeFailure(f"{case.id}: output has NaN or inf")
+        else:
+            err = check(case, out, run.q, run.k, run.v, keep)
+        # poison and re-run: every element must be written again
+        if isinstance(out, torch.Tensor):
+            out.fill_(float("nan"))
+        out = run.run()
+        keep = None if run.dropped.mask is None else _keep(run.dropped)[: case.n]
+        if err is not None:
+            check(case, out, run.q, run.k, run.v, keep)
+        elif isinstance(out, torch.Tensor) and not torch.isfinite(out).all():
+            raise RuntimeFailure(f"{case.id}: output not rewritten (NaN left) after a second run")
     for _ in range(warmup):
-        run_steps(steps)
+        run.run()
     torch.cuda.synchronize()
     # the host's time to issue one repetition (PyTorch's dispatch of SDPA alone is tens of µs)
     t0 = time.perf_counter()
     for _ in range(warmup):
-        run_steps(steps)
+        run.run()
     host_s = (time.perf_counter() - t0) / max(warmup, 1)
     torch.cuda.synchronize()
     # Events are recorded around every step of every repetition with no host sync in
@@ -220,13 +592,20 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
         for i, (name, _) in enumerate(steps):
             per_step[name].append(events[rep][i].elapsed_time(events[rep][i + 1]) * 1e-3)
         totals.append(events[rep][0].elapsed_time(events[rep][-1]) * 1e-3)
-    del q, k, v, out
+    try:
+        profiled = profile_kernels(run)
+    except Exception as exc:  # the profiler is a bonus: its failure keeps the timing
+        profiled = []
+        extra["profiler_error"] = f"{exc.__class__.__name__}: {exc}"[:300]
+    del run, out
     torch.cuda.empty_cache()
     return {
         "case": case.to_dict(),
         "rel_error": err,
+        **extra,
         "time_s": statistics.median(totals),
         "kernels": {name: statistics.median(t) for name, t in per_step.items()},
+        "profiled_kernels": profiled,
         "reps": reps,
         "host_s": host_s,
         "queued": queued,
@@ -256,18 +635,20 @@ def _marker(name: str) -> Callable[[], None]:
 
 
 def profile_pass(case: Case) -> None:
-    """One run of the case's kernels between begin/end marker kernels (for ncu)."""
+    """One run of the case's kernels between begin/end marker kernels (for ncu). Outside the
+    markers: the inputs, dO (from a forward without autograd) and, for our Triton kernel, a
+    run that compiles and autotunes it."""
     torch = require_cuda()
-    q, k, v = make_inputs(case)
-    steps = steps_for(case, q, k, v)
+    run = CaseRun(case)
+    run.prepare()
     if case.impl == "triton":
-        run_steps(steps)  # compile / autotune outside the markers
+        run.run()  # compile / autotune outside the markers
     torch.cuda.synchronize()
     _marker("begin")()
-    run_steps(steps)
+    run.run()
     _marker("end")()
     torch.cuda.synchronize()
-    del q, k, v, steps
+    del run
     torch.cuda.empty_cache()
 
 

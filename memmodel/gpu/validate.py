@@ -22,7 +22,7 @@ from ..cases import Case
 from ..errors import RuntimeFailure
 from ..fileio import write_atomic
 from ..hardware import Profile
-from ..validation import measured_ctas_per_sm, predicted_times, score_case, summarize_record
+from ..validation import predicted_times, score_case_detail, summarize_record
 
 SCHEMA = "memmodel.validate/1"
 
@@ -130,13 +130,9 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
     for case in cases:
         entry = record.case(case.id)
         try:
-            entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
+            score_entry(entry, case, groups[case.id], profile)
         except ValueError as exc:
             entry["bytes_error"] = str(exc)
-        if case.impl != "standard":
-            occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
-            entry["measured_ctas_per_sm"] = occupancy
-            entry["predicted"] = predicted_times(case, profile, occupancy)
         entry["ncu_kernels"] = [
             {
                 "name": k.name,
@@ -148,6 +144,33 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
             for k in groups[case.id]
         ]
     record.save()
+
+
+def score_entry(entry: dict[str, Any], case: Case, measured: list[Any], profile: Profile) -> None:
+    """Attach a case's byte scores (and, for fused kernels, the measured occupancy and the
+    predictions made with it) to its record entry. The training step also lists the measured
+    kernels the model does not describe (``unmodelled_kernels``) and the model kernels nothing
+    measured matched (``missing_kernels``); raises ValueError where a forward case's kernels
+    do not match (recorded as ``bytes_error``)."""
+    detail = score_case_detail(case, measured, profile)
+    entry["bytes"] = [s.to_dict() for s in detail.scores]
+    if case.impl != "standard":
+        entry["measured_ctas_per_sm"] = detail.ctas_per_sm
+    if case.backward:
+        entry["unmodelled_kernels"] = [
+            {
+                "name": k.name,
+                "dram_read_bytes": k.dram_read_bytes,
+                "dram_write_bytes": k.dram_write_bytes,
+                "time_s": k.time_s,
+            }
+            for k in detail.unmatched
+        ]
+        entry["missing_kernels"] = detail.missing
+        if case.impl != "standard":
+            entry["measured_backward_ctas_per_sm"] = detail.backward_ctas_per_sm
+    if case.impl != "standard":
+        entry["predicted"] = predicted_times(case, profile, detail.ctas_per_sm, detail.backward_ctas_per_sm)
 
 
 def _metrics() -> tuple[str, ...]:
@@ -190,13 +213,12 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict
     for entry in data["cases"]:
         entry = dict(entry)
         case = case_from_dict(entry["case"])
-        occupancy = None
+        entry["predicted"] = predicted_times(case, profile)
         if case.id in groups:
-            entry["bytes"] = [s.to_dict() for s in score_case(case, groups[case.id], profile)]
-            if case.impl != "standard":
-                occupancy = measured_ctas_per_sm(groups[case.id], profile.sm_count)
-                entry["measured_ctas_per_sm"] = occupancy
-        entry["predicted"] = predicted_times(case, profile, occupancy)
+            try:
+                score_entry(entry, case, groups[case.id], profile)
+            except ValueError as exc:
+                entry["bytes_error"] = str(exc)
         cases.append(entry)
     out["cases"] = cases
     out["summary"] = summarize_record(out)

@@ -7,9 +7,10 @@ from typing import Any
 import numpy as np
 
 from .. import __version__, intmath
+from ..flops import convention_flops
 from ..model import COMPARE_SCHEMA, Comparison, Evaluated
 from ..timing import KernelTiming, rate_sources
-from ..traffic.ledger import ROLES, Kernel
+from ..traffic.ledger import ROLES, AlgorithmTraffic, Kernel
 
 
 def _plain(value: Any) -> Any:
@@ -77,6 +78,25 @@ def algorithm_dict(ev: Evaluated) -> dict[str, Any]:
     return out
 
 
+PASSES = ("forward", "backward")
+
+
+def passes_dict(ev: Evaluated) -> dict[str, Any]:
+    """Per pass (forward, backward): the numeric keys of an algorithm, its time and its kernels."""
+    out: dict[str, Any] = {}
+    pairs = list(zip(ev.traffic.kernels, ev.timing.kernels))
+    for pass_ in PASSES:
+        chosen = [(k, t) for k, t in pairs if k.pass_ == pass_]
+        if not chosen:
+            continue
+        ledger = AlgorithmTraffic(ev.traffic.name, ev.traffic.variant, tuple(k for k, _ in chosen))
+        entry: dict[str, Any] = _numbers(ledger, ledger)
+        entry["predicted_time_s"] = _plain(sum((np.asarray(t.time_s, dtype=np.float64) for _, t in chosen), 0.0))
+        entry["kernels"] = [k.name for k, _ in chosen]
+        out[pass_] = entry
+    return out
+
+
 def compare_to_dict(c: Comparison) -> dict[str, Any]:
     p = c.profile
     return {
@@ -100,7 +120,7 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
             "implementation": c.options.implementation,
             "kv_order": c.options.kv_order,
         },
-        "algorithms": [algorithm_dict(a) for a in c.algorithms],
+        "algorithms": [_with_passes(algorithm_dict(a), a, c) for a in c.algorithms],
         "ratios": {k: _plain(v) for k, v in c.ratios().items()},
         "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
@@ -108,6 +128,17 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
         "caveats": list(c.caveats),
         "rate_sources": rate_sources(c.profile),
     }
+
+
+def _with_passes(out: dict[str, Any], ev: Evaluated, c: Comparison) -> dict[str, Any]:
+    """Add the per-pass view and the FLOPs convention to an algorithm's dict (new keys only)."""
+    conv = convention_flops(c.workload, backward=c.options.backward)
+    out["flops_executed"] = out["flops"]
+    out["flops_convention"] = {k: _plain(v) for k, v in conv.items()}
+    out["passes"] = passes_dict(ev)
+    for pass_, entry in out["passes"].items():
+        entry["flops_convention"] = _plain(conv[pass_])
+    return out
 
 
 #: Columns of ``memmodel compare --format csv``: one row per kernel, then a ``total`` row

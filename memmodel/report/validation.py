@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..units import format_bytes, format_time
-from ..validation import time_errors
+from ..validation import kernel_time_errors, step_time_error, time_errors
 
 
 def _pct(x: float | None) -> str:
@@ -48,7 +48,10 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
         ("HBM reads only, memmodel", s["hbm_bytes"].get("model_reads")),
         ("HBM bytes, paper's formula (no L2)", s["hbm_bytes"].get("paper")),
         ("HBM bytes, compulsory (each tensor once)", s["hbm_bytes"].get("compulsory")),
+        ("HBM bytes, backward kernels, memmodel", s["hbm_bytes"].get("backward_kernels")),
         ("kernel time, memmodel", s.get("time")),
+        ("training step time (forward + backward), memmodel", s.get("step_time")),
+        ("time per profiled kernel (CUPTI), memmodel", s.get("kernel_time")),
     ):
         if st:
             lines.append(f"| {label} | {st['median_abs'] * 100:.1f}% | {st['max_abs'] * 100:.1f}% | {st['n']} |")
@@ -82,6 +85,7 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
             )
     if brief:
         return "\n".join(lines) + "\n"
+    lines += _training_sections(data)
     lines += [
         "",
         "## Time per kernel (CUDA events, median of repetitions)",
@@ -100,6 +104,70 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
                 f"{_rate(t, 'achieved_flops_per_s', 'flops_share', 'FLOP/s')} | {e['predicted'].get('bound', '')} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _cell(name: str) -> str:
+    """A kernel name shortened for a markdown table cell."""
+    return name[:100].replace("|", "\\|")
+
+
+def _training_sections(data: dict[str, Any]) -> list[str]:
+    """The training step's own tables: whole-step time, gradient checks, the time of every
+    profiled kernel against the model's, and the measured kernels the model does not describe."""
+    cases = [e for e in data["cases"] if e["case"].get("backward")]
+    if not cases:
+        return []
+    lines = [
+        "",
+        "## Training step (forward + backward)",
+        "",
+        "| case | predicted | measured | error | dQ, dK, dV error vs float32 | dropout probe |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in cases:
+        st = step_time_error(e)
+        if st is None:
+            lines.append(f"| {e['case']['id']} | {e.get('status')} | {e.get('reason', '')} | | | |")
+            continue
+        grads = e["timing"].get("grad_errors") or {}
+        probe = e["timing"].get("dropout_probe") or {}
+        lines.append(
+            f"| {e['case']['id']} | {format_time(st['predicted_s'])} | {format_time(st['measured_s'])} | "
+            f"{_pct(st['error'])} | {', '.join(f'{v:.1e}' for v in grads.values())} | "
+            f"{', '.join(f'{k} {v:.1e}' for k, v in probe.items())} |"
+        )
+    lines += [
+        "",
+        "### Time per kernel (CUPTI durations through torch.profiler, median of 3 runs)",
+        "",
+        "| case | model kernel | measured kernel | predicted | measured | error |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in cases:
+        for r in kernel_time_errors(e):
+            name = _cell(r["measured_kernel"])
+            if r["kernel"] is None:
+                lines.append(f"| {e['case']['id']} | (not modelled) | {name} | | {format_time(r['measured_s'])} | |")
+            else:
+                lines.append(
+                    f"| {e['case']['id']} | {r['kernel']} | {name} | {format_time(r['predicted_s'])} | "
+                    f"{format_time(r['measured_s'])} | {_pct(r['error'])} |"
+                )
+    missing = [(e["case"]["id"], k) for e in cases for k in e.get("unmodelled_kernels", [])]
+    if missing:
+        lines += [
+            "",
+            "### Measured kernels the model does not describe (Nsight Compute)",
+            "",
+            "| case | kernel | HBM read + write |",
+            "| --- | --- | --- |",
+        ]
+        for cid, k in missing:
+            kname = _cell(k["name"])
+            lines.append(
+                f"| {cid} | {kname} | {format_bytes(k['dram_read_bytes'])} + {format_bytes(k['dram_write_bytes'])} |"
+            )
+    return lines
 
 
 def plot(data: dict[str, Any], path: str) -> None:

@@ -21,6 +21,10 @@ Backward (Algorithm 3), with P (and Z) saved by the forward pass:
 Matmuls are batched GEMMs with 128×128 output tiles (cuBLAS-like): an operand is requested
 from L2 once per tile row/column that needs it, and read from HBM once. GQA: the
 query heads of a group are stacked so each K/V head is multiplied once.
+
+:func:`standard_eager` (variant ``eager``) is what PyTorch's eager mode and autograd really
+launch for the same forward written the usual way (scale applied to S, ``masked_fill_``,
+``softmax``, ``dropout``): see its docstring.
 """
 
 from __future__ import annotations
@@ -160,6 +164,187 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     return AlgorithmTraffic("standard", "algorithm0", tuple(kernels), params={"gemm_tile": GEMM_TILE})
+
+
+#: The standard-attention variants: the paper's Algorithms 0/3, and PyTorch eager + autograd.
+STANDARD_VARIANTS = ("algorithm0", "eager")
+
+
+def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
+    """Standard attention as eager PyTorch runs it, and the kernels autograd adds for its backward.
+
+    The forward, as usually written (``s = q @ k.transpose(-2, -1)``; ``s = s * scale``;
+    ``s.masked_fill_(mask, -inf)``; ``p = softmax(s, -1)``; ``p = dropout(p)``; ``o = p @ v``),
+    one kernel per line, each S-sized tensor written to HBM:
+
+    1. ``qk`` (GEMM): S = Q Kᵀ                       — read Q, K; write S
+    2. ``scale``: S ← S · 1/√d (a new tensor)          — read S; write S
+    3. ``mask`` (causal): ``masked_fill_`` in place    — read S and the boolean mask; write S.
+       The mask is one (G·N) × N_kv tensor (the query heads of a GQA group stacked), shared
+       by every batch and K/V head; an out-of-place ``masked_fill`` would add a copy of S.
+    4. ``softmax``: P = softmax(S)                     — read S; write P (kept for the backward)
+    5. ``dropout`` (p > 0): ``native_dropout``          — read P; write P' and the mask Z (bool)
+    6. ``pv`` (GEMM): O = P' V                         — read P', V; write O
+
+    Backward, in the order autograd runs it (a matmul's second operand's gradient first:
+    ``BmmBackward0`` computes mat2's gradient before self's):
+
+    7. ``dv``: dV = P'ᵀ dO; 8. ``dp``: dP' = dO Vᵀ
+    9. ``dropout_bwd`` (p > 0): ``native_dropout_backward``, dP = dP' ⊙ Z/(1−p) — read dP', Z
+    10. ``softmax_bwd``: ``_softmax_backward_data``, dS = P ⊙ (dP − rowsum(P ⊙ dP)) — read dP
+        and P (two S-sized tensors); write dS
+    11. ``mask_bwd_copy``, 12. ``mask_bwd`` (causal): masked_fill's gradient is
+        ``grad.masked_fill(mask, 0)``, out of place: a copy of dS, then ``masked_fill_``
+    13. ``scale_bwd``: dS ← dS · 1/√d (mul's gradient)
+    14. ``dk``: dK = dSᵀ Q; 15. ``dq``: dQ = dS K
+
+    GQA as in Algorithm 0: the query heads of a group stacked ([B, H_kv, G·N, d]), so the
+    products and their gradients are per K/V head (no K/V expansion, no reduction).
+    """
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    rows = intmath.mul(w.group, w.n)
+    q = intmath.mul(bh, w.n, w.d, e)
+    kv = w.kv_bytes()
+    s = intmath.mul(bh, w.n, w.n_kv_, e)
+    scores = intmath.mul(bh, w.n, w.n_kv_)
+    matmul = intmath.mul(2, scores, w.d)
+    z = scores  # native_dropout's mask: one bool per score
+    f_s = "B·H·N·N_kv·e"
+    kernels: list[Kernel] = []
+
+    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, times: IntLike, formula: str) -> None:
+        k.read(tensor, role, intmath.mul(unique, times), unique, formula)
+
+    def just_written(k: KernelBuilder, tensor: str, times: IntLike = 1) -> None:
+        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), f_s)
+
+    def causal_mask(k: KernelBuilder) -> None:
+        # one bool per (stacked query row, key); re-read per batch and K/V head, from L2 when
+        # it fits beside one head's S (an elementwise kernel streams the heads in order)
+        unique = intmath.mul(rows, w.n_kv_)
+        requested = scores
+        groups = intmath.mul(w.batch, w.kv_heads_)
+        k.read(
+            "mask",
+            "state",
+            requested,
+            l2m.reread_hbm(
+                unique, requested, groups, intmath.add(unique, intmath.mul(rows, w.n_kv_, e)), l2.with_ctas(1)
+            ),
+            "B·H_kv · G·N·N_kv·1",
+        )
+
+    def elementwise(
+        name: str, tensor: str, pass_: str, flops: IntLike, mask: bool = False, out: str | None = None
+    ) -> None:
+        k = KernelBuilder(name, pass_)
+        just_written(k, tensor)
+        if mask:
+            causal_mask(k)
+        role = "intermediate"
+        k.write(out or tensor, role, s, f_s)
+        kernels.append(k.build(softmax_flops=flops, op="elementwise"))
+
+    # --- forward -------------------------------------------------------------------
+    k = KernelBuilder("qk")
+    operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+    operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    k.write("S", "intermediate", s, f_s)
+    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+    elementwise("scale", "S", "forward", scores)
+    if w.causal:
+        elementwise("mask", "S", "forward", scores, mask=True)
+    k = KernelBuilder("softmax")
+    just_written(k, "S")
+    k.write("P", "intermediate", s, f_s)
+    kernels.append(
+        k.build(
+            softmax_flops=intmath.mul(4, scores),
+            exp_ops=scores,
+            op="softmax",
+            rows=intmath.mul(bh, w.n),
+            row_length=w.n_kv_,
+        )
+    )
+    p_used = "P"
+    if w.dropout > 0:
+        k = KernelBuilder("dropout")
+        just_written(k, "P")
+        k.write("P'", "intermediate", s, f_s)
+        k.write("Z", "state", z, "B·H·N·N_kv·1")
+        # per score: a uniform draw compared with p, and the scale 1/(1 − p); the Philox
+        # draws themselves are integer work (4 numbers per 10-round call) not counted here
+        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="dropout"))
+        p_used = "P'"
+    k = KernelBuilder("pv")
+    just_written(k, p_used, _tiles(w.d))
+    operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    k.write("O", "output", q, "B·H·N·d·e")
+    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+
+    if backward:
+        k = KernelBuilder("dv", "backward")  # dV = P'ᵀ dO
+        operand(k, p_used, "intermediate", s, _tiles(w.d), f_s)
+        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+
+        k = KernelBuilder("dp", "backward")  # dP' = dO Vᵀ
+        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        k.write("dP", "intermediate", s, f_s)
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+
+        if w.dropout > 0:
+            k = KernelBuilder("dropout_bwd", "backward")
+            just_written(k, "dP")
+            k.read("Z", "state", z, z, "B·H·N·N_kv·1")
+            k.write("dP", "intermediate", s, f_s)
+            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
+
+        k = KernelBuilder("softmax_bwd", "backward")
+        just_written(k, "dP")
+        operand(k, "P", "intermediate", s, 1, f_s)
+        k.write("dS", "intermediate", s, f_s)
+        # P·dP, row sum, subtract, multiply: 4 FP32 ops per score
+        kernels.append(
+            k.build(
+                softmax_flops=intmath.mul(4, scores),
+                op="softmax_backward",
+                rows=intmath.mul(bh, w.n),
+                row_length=w.n_kv_,
+            )
+        )
+        if w.causal:
+            elementwise("mask_bwd_copy", "dS", "backward", 0)
+            elementwise("mask_bwd", "dS", "backward", scores, mask=True)
+        elementwise("scale_bwd", "dS", "backward", scores)
+
+        k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q
+        just_written(k, "dS", _tiles(w.d))
+        operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+
+        k = KernelBuilder("dq", "backward")  # dQ = dS K
+        operand(k, "dS", "intermediate", s, _tiles(w.d), f_s)
+        operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        k.write("dQ", "output", q, "B·H·N·d·e")
+        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+
+    return AlgorithmTraffic("standard", "eager", tuple(kernels), params={"gemm_tile": GEMM_TILE})
+
+
+def standard_variant(variant: str, w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
+    """The ledger of standard attention's ``variant`` (:data:`STANDARD_VARIANTS`)."""
+    if variant == "eager":
+        return standard_eager(w, l2, backward=backward)
+    if variant == "algorithm0":
+        return standard(w, l2, backward=backward)
+    from ..errors import WorkloadError
+
+    raise WorkloadError(f"unknown standard variant {variant!r}: accepted are {', '.join(STANDARD_VARIANTS)}")
 
 
 def standard_forward(w: Workload, l2: l2m.L2 | None = None) -> AlgorithmTraffic:

@@ -1,0 +1,414 @@
+"""The backward pass of fused attention kernels as libraries launch it.
+
+Each function takes the backward kernel's own tiles (:class:`BackwardTiles`; which tiles a
+library picks is a fact about the library, kept in :mod:`memmodel.backward`) and returns
+the kernels of the backward pass in launch order, their transfers at the three levels and
+their FLOPs. What the sources say, per library:
+
+**FlashAttention-2 as PyTorch ships it** (:func:`fa2_backward`; FlashAttention-2's
+``flash_bwd_launch_template.h``, ``flash_bwd_preprocess_kernel.h``, ``flash_bwd_kernel.h``
+and ``flash_api.cpp`` ``mha_bwd``, read at Dao-AILab/flash-attention 0251105a, the same
+structure as PyTorch's copy in ``aten/src/ATen/native/transformers/cuda/flash_attn``):
+
+1. ``fa2_bwd_pre`` (``flash_bwd_dot_do_o_kernel``, grid = Q blocks × batch × heads): reads
+   dO and O, writes D = rowsum(dO ⊙ O) (fp32, rows rounded up to the Q block) and writes
+   zeros over the fp32 dQ accumulator (``Clear_dQaccum``).
+2. ``fa2_bwd`` (``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, grid = K/V blocks × batch
+   × query heads, K/V blocks of one head next to each other): each CTA loads its K_j, V_j
+   once, then walks the Q blocks from the last down to the diagonal (causal) or the first,
+   loading Q_i, dO_i, lse_i and D_i each step; it recomputes S = Q_i K_jᵀ and P, and
+   accumulates dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ⊙ (dP − D_i), dK_j += dSᵀ Q_i in
+   registers and dQ_i += dS K_j into the fp32 accumulator with ``atomicAdd`` (done in L2).
+   dK_j, dV_j are written once, per *query* head: with GQA into per-query-head buffers
+   (``dk_expanded``, ``dv_expanded``).
+3. ``fa2_bwd_dq`` (``flash_bwd_convert_dq_kernel``, grid = Q blocks × batch × heads):
+   reads the accumulator, writes dQ in the input dtype.
+4. GQA only: ``at::sum_out`` over the group, once for dK (``dk_group_sum``) and once for
+   dV (``dv_group_sum``): each reads the per-query-head buffer, writes B·H_kv·N_kv·d.
+
+The accumulator is ``[B, ⌈N/128⌉·128, H, d_r]`` fp32 with d_r = d rounded up to 32 (64
+above 128); kernels touch the rows their Q blocks cover. Dropout is regenerated from the
+Philox state in the main kernel: no mask bytes.
+
+**Memory-efficient (CUTLASS, from xFormers) as PyTorch ships it** (:func:`cutlass_backward`;
+``mem_eff_attention/kernel_backward.h`` and ``attention_backward.cu``
+``_efficient_attention_backward``): one kernel, grid = key splits × heads × batch; with
+the default split count (one split per K/V block) each CTA owns one K/V block and walks
+every Q block: per (Q block, K/V block) it loads Q_i (for S and again for dK), dO_i (for
+dV and again for dP), lse_i, V_j (for dP) and K_j (for dQ), and adds its dQ_i partial into
+an fp32 workspace tile (load, add, store under a lock; the last split writes dQ). Each CTA
+first computes D = rowsum(dO ⊙ O) for all the queries of its head (``computeDelta``).
+dK_j, dV_j stay in registers when d ≤ the Q block (half precision) and are written once.
+The workspace (``[⌈N/B_i⌉ · ⌈d/B_j⌉]`` tiles of B_i × B_j fp32 per head) is zeroed by a fill
+kernel (``mea_bwd_zero``) when there is more than one split.
+
+**cuDNN** (:func:`cudnn_backward`): closed source; modelled with FlashAttention-2's
+structure (a dO·O preprocess, the main kernel with dQ accumulated in fp32, a conversion),
+the shape cuDNN's documentation describes for its fused flash backward (an fp32 dQ
+accumulator in the workspace, softmax statistics from the forward), its tiles assumed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import intmath
+from ..intmath import IntLike
+from ..workload import STAT_BYTES, Workload
+from . import l2 as l2m
+from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, _scaled, tile_context
+from .ledger import Kernel, KernelBuilder
+
+#: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
+SEQ_ROUND = 128
+
+
+@dataclass(frozen=True)
+class BackwardTiles:
+    """A backward kernel's tiles: Q rows per step (``block_q``, kBlockM / kBlockSizeI), K/V
+    rows per CTA (``block_kv``, kBlockN / kBlockSizeJ), CTAs resident per SM, and where the
+    figures come from."""
+
+    block_q: IntLike
+    block_kv: IntLike
+    ctas_per_sm: IntLike = 1
+    source: str = ""
+
+    def to_params(self) -> dict[str, Any]:
+        def plain(v: Any) -> Any:
+            return v.tolist() if isinstance(v, np.ndarray) else v
+
+        return {
+            "backward_block_q": plain(self.block_q),
+            "backward_block_kv": plain(self.block_kv),
+            "backward_ctas_per_sm": plain(self.ctas_per_sm),
+            "backward_tiles_from": self.source,
+        }
+
+
+def backward_context(
+    w: Workload, tiles: BackwardTiles, sm_count: int, exec_d: IntLike | None = None, whole_tiles: bool = True
+) -> TileContext:
+    """The visited (Q block, K/V block) pairs and resident CTAs of a backward kernel: the same
+    pairs a forward kernel with these tiles visits (the causal test ``j·B_c ≤ (i+1)·B_r − 1 +
+    N_kv − N`` is symmetric in which loop is outer). A library kernel executes whole tiles at
+    the head dim it is built for (``exec_d``)."""
+    bq = intmath.minimum(tiles.block_q, w.n)
+    bkv = intmath.minimum(tiles.block_kv, w.n_kv_)
+    blocks = BlockSizes(
+        block_q=bq,
+        block_kv=bkv,
+        t_r=intmath.ceil_div(w.n, bq),
+        t_c=intmath.ceil_div(w.n_kv_, bkv),
+        source="given",
+        sram_elements=0,
+    )
+    return tile_context(w, blocks, sm_count, 1.0, tiles.ctas_per_sm, exec_d=exec_d, whole_tiles=whole_tiles)
+
+
+def round_up(x: IntLike, m: IntLike) -> IntLike:
+    return intmath.mul(intmath.ceil_div(x, m), m)
+
+
+def accumulator_head_dim(d: IntLike) -> IntLike:
+    """d_r of ``flash_api.cpp``: d rounded up to a multiple of 32 (of 64 above 128)."""
+    return (
+        np.where(np.asarray(d) <= 128, round_up(d, 32), round_up(d, 64))
+        if intmath.is_array(d)
+        else (round_up(d, 32) if d <= 128 else round_up(d, 64))
+    )
+
+
+def _dropout_flops(w: Workload, scores: IntLike) -> IntLike:
+    # regenerating the mask: per score a compare and the 1/(1 − p) scale
+    return intmath.mul(2, scores) if w.dropout > 0 else 0
+
+
+# ---------------------------------------------------------------------------------------
+# FlashAttention-2 (PyTorch's copy)
+
+
+def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    """The kernels of FlashAttention-2's backward as PyTorch launches them (module docstring)."""
+    b = ctx.blocks
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    q = intmath.mul(bh, w.n, w.d, e)  # Q, O, dO, dQ
+    d_r = accumulator_head_dim(w.d)
+    rows_q = intmath.mul(b.t_r, b.block_q)  # rows the Q-block grids cover
+    stat = intmath.mul(bh, w.n, STAT_BYTES)  # lse (written by the forward), D as read
+    d_written = intmath.mul(bh, rows_q, STAT_BYTES)
+    acc = intmath.mul(bh, rows_q, d_r, ACC_BYTES)
+    kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V per query head (dK, dV as written)
+    visited, pairs = _frac(ctx)
+    l2c = l2.with_ctas(ctx.concurrent)
+    kernels = []
+
+    pre = KernelBuilder("fa2_bwd_pre", "backward")
+    pre.read("O", "output", q, q, "B·H·N·d·e")
+    pre.read("dO", "input", q, q, "B·H·N·d·e")
+    pre.write("D", "state", d_written, "B·H·⌈N/B_r⌉·B_r·4")
+    pre.write("dQacc", "state", acc, "B·H·⌈N/B_r⌉·B_r·d_r·4 (zeroed)")
+    # per element of dO: multiply and add
+    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d), op="elementwise"))
+
+    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    per_head = intmath.add(
+        intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
+    )
+    main = KernelBuilder("fa2_bwd", "backward")
+    kv_hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2c)
+    main.read("K", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
+    main.read("V", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
+    suffix = " · visited" if w.causal else ""
+    for tensor, role, nbytes, f in (
+        ("Q", "input", q, "B·H·N·d·e"),
+        ("dO", "input", q, "B·H·N·d·e"),
+        ("lse", "state", stat, "B·H·N·4"),
+        ("D", "state", stat, "B·H·N·4"),
+    ):
+        main.read(
+            tensor,
+            role,
+            req(nbytes),
+            _kv_hbm(nbytes, req(nbytes), b.t_c, per_head, w.causal, l2c, bh),
+            f"T_c · {f}{suffix}",
+        )
+    # dQ_i += dS K_j by atomicAdd: every visited pair adds a B_r × d_r fp32 tile in L2; the
+    # accumulator is read from HBM on first touch and written back once
+    acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
+    acc_hbm = _kv_hbm(acc, acc_req, b.t_c, per_head, w.causal, l2c, bh)
+    main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
+    main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
+    main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
+    main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+    scores, d_x = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
+    kernels.append(
+        main.build(
+            # recompute S = QKᵀ, then dV += PᵀdO, dP = dO Vᵀ, dQ += dS K, dK += dSᵀQ: 5 products
+            matmul_flops=intmath.mul(10, scores, d_x),
+            # P = exp(S·scale − lse): scale and subtract; dS = P ⊙ (dP − D): 2
+            softmax_flops=intmath.add(intmath.mul(4, scores), _dropout_flops(w, scores)),
+            exp_ops=scores,
+            concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_c)),
+            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            overlap="serial-compute",
+            ctas=intmath.mul(bh, b.t_c),
+            blocks=intmath.mul(bh, visited),
+            diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+        )
+    )
+
+    conv = KernelBuilder("fa2_bwd_dq", "backward")
+    conv.read("dQacc", "state", acc, l2m.carried_over(acc, l2), "B·H·⌈N/B_r⌉·B_r·d_r·4")
+    conv.write("dQ", "output", q, "B·H·N·d·e")
+    kernels.append(conv.build(softmax_flops=intmath.mul(bh, w.n, w.d), op="elementwise"))
+    return kernels + group_sum_kernels(w, l2)
+
+
+def _gqa_kv_hbm(w: Workload, requested: IntLike, per_head: IntLike, l2: l2m.L2) -> IntLike:
+    """HBM reads of K (or V) by a backward grid (K/V blocks × batch × query heads) that
+    requests ``requested`` bytes of it: every request with L2 off; else once per K/V head
+    when it stays in L2 from one query head of its group to the next, which runs ``batch``
+    heads later (a CTA's own re-reads of its K/V tile always hit), once per query head if not."""
+    if l2.mode == "off":
+        return requested
+    kv = w.kv_bytes()
+    if np.all(np.asarray(w.group) == 1):
+        return intmath.minimum(requested, kv)
+    kv_q_heads = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, w.element_bytes)
+    kv_head = intmath.mul(w.n_kv_, w.d, w.element_bytes)
+    between = intmath.mul(w.batch, intmath.add(per_head, intmath.mul(2, kv_head)))
+    ok = l2m.fits(between, l2)
+    if isinstance(ok, np.ndarray):
+        return np.minimum(np.asarray(requested), np.where(ok, kv, kv_q_heads))
+    return min(int(requested), int(kv if ok else kv_q_heads))
+
+
+def group_sum_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
+    """GQA: ``at::sum_out`` of the per-query-head dK (then dV) over the group (``mha_bwd``)."""
+    if np.all(np.asarray(w.group) == 1):
+        return []
+    e = w.element_bytes
+    expanded = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, e)
+    kv = w.kv_bytes()
+    out = []
+    for tensor in ("dK", "dV"):
+        k = KernelBuilder(f"{tensor.lower()}_group_sum", "backward")
+        k.read(tensor, "output", expanded, l2m.carried_over(expanded, l2), "B·H·N_kv·d·e (per query head)")
+        k.write(tensor, "output", kv, "B·H_kv·N_kv·d·e")
+        out.append(k.build(softmax_flops=intmath.mul(w.batch, w.heads, w.n_kv_, w.d), op="reduction"))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Memory-efficient attention (CUTLASS)
+
+
+def cutlass_splits(w: Workload, tiles: BackwardTiles, output_in_registers: bool = True) -> IntLike:
+    """Key splits of the CUTLASS backward (``_efficient_attention_backward``'s heuristic): one
+    per K/V block; one when batch × heads ≥ 256 CTAs already and N_kv ≤ 2 K/V blocks; at most
+    200 / (batch × heads) (at least 1) when dK/dV need fp32 staging (d above the Q block)."""
+    t_c = intmath.ceil_div(w.n_kv_, tiles.block_kv)
+    bh = intmath.mul(w.batch, w.heads)
+    one = np.logical_and(np.asarray(bh) >= 256, np.asarray(w.n_kv_) <= 2 * np.asarray(tiles.block_kv))
+    splits = np.where(one, 1, np.asarray(t_c))
+    if not output_in_registers:
+        splits = np.maximum(1, np.minimum(splits, 200 // np.asarray(bh)))
+    return int(splits) if splits.ndim == 0 else splits.astype(np.int64)
+
+
+def cutlass_backward(
+    w: Workload, ctx: TileContext, tiles: BackwardTiles, l2: l2m.L2, output_in_registers: bool = True
+) -> list[Kernel]:
+    """The memory-efficient (CUTLASS) backward as PyTorch launches it (module docstring)."""
+    b = ctx.blocks
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    q = intmath.mul(bh, w.n, w.d, e)
+    stat = intmath.mul(bh, w.n, STAT_BYTES)
+    kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)
+    splits = cutlass_splits(w, tiles, output_in_registers)
+    visited, pairs = _frac(ctx)
+    l2c = l2.with_ctas(ctx.concurrent)
+    # the dQ workspace: per head ⌈N/B_i⌉ · ⌈d/B_j⌉ tiles of B_i × B_j fp32 (plus a 16-byte lock)
+    acc_cols = round_up(w.d, b.block_kv)
+    tiles_q = intmath.mul(b.t_r, intmath.ceil_div(w.d, b.block_kv))
+    workspace = intmath.mul(
+        bh, intmath.add(intmath.mul(b.t_r, b.block_q, acc_cols, ACC_BYTES), intmath.mul(16, tiles_q))
+    )
+    many = np.asarray(splits) > 1
+    kernels = []
+    if np.any(many):
+        z = KernelBuilder("mea_bwd_zero", "backward")
+        ws = np.where(many, np.asarray(workspace), 0) if intmath.is_array(workspace, splits) else workspace
+        z.write("dQacc", "state", ws, "B·H·⌈N/B_i⌉·B_i·⌈d/B_j⌉·B_j·4 (zeroed)")
+        kernels.append(z.build(op="elementwise"))
+
+    pair = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    per_head = intmath.add(
+        intmath.mul(3, w.n, w.d, e), intmath.mul(w.n, acc_cols, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
+    )
+    reread = lambda unique, requested: _kv_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)  # noqa: E731
+    main = KernelBuilder("mea_bwd", "backward")
+    # every CTA computes D for all the queries of its head: reads O and dO, writes D
+    delta_req = intmath.mul(splits, q)
+    main.read("O", "output", delta_req, reread(q, delta_req), "splits · B·H·N·d·e (D per CTA)")
+    main.read(
+        "dO",
+        "input",
+        intmath.add(delta_req, pair(intmath.mul(2, q))),
+        reread(q, intmath.add(delta_req, pair(intmath.mul(2, q)))),
+        "(splits + 2·T_c) · B·H·N·d·e",
+    )
+    main.write("D", "state", intmath.mul(splits, stat), "splits · B·H·N·4", hbm=stat)
+    main.read("Q", "input", pair(intmath.mul(2, q)), reread(q, pair(intmath.mul(2, q))), "2·T_c · B·H·N·d·e")
+    for tensor, nbytes in (("lse", stat), ("D", stat)):
+        main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), "T_c · B·H·N·4")
+    # K_j stays in shared memory for S; V_j (for dP) and K_j (for dQ) are loaded again per pair
+    kv_pairs = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+    k_req = intmath.add(kv_q_heads, kv_pairs)
+    main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
+    main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
+    # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded and stored (the first split
+    # of a Q block only stores; the last one writes dQ)
+    contributions = pair(intmath.mul(bh, w.n, acc_cols, ACC_BYTES))
+    first = intmath.mul(bh, w.n, acc_cols, ACC_BYTES)
+    if intmath.is_array(contributions, first):
+        acc_io = np.maximum(0, np.asarray(contributions) - np.asarray(first))
+    else:
+        acc_io = max(0, int(contributions) - int(first))
+    acc_hbm = _kv_hbm(workspace, acc_io, b.t_c, per_head, w.causal, l2c, bh)
+    main.read("dQacc", "state", acc_io, acc_hbm, "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4")
+    main.write("dQacc", "state", acc_io, "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4", hbm=acc_hbm)
+    main.write("dQ", "output", q, "B·H·N·d·e")
+    if output_in_registers:
+        main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
+        main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+    else:  # accumulated in global memory: read and written per visited pair
+        kv_acc = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+        for tensor in ("dK", "dV"):
+            main.read(tensor, "output", kv_acc, kv_q_heads, "T_r · B·H·N_kv·d·e (accumulate)")
+            main.write(tensor, "output", kv_acc, "T_r · B·H·N_kv·d·e (accumulate)", hbm=kv_q_heads)
+    scores, d_x = ctx.exec_scores, ctx.exec_d
+    kernels.append(
+        main.build(
+            matmul_flops=intmath.mul(10, scores, d_x),
+            softmax_flops=intmath.add(
+                intmath.mul(4, scores), intmath.mul(2, splits, bh, w.n, w.d), _dropout_flops(w, scores)
+            ),
+            exp_ops=scores,
+            concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, splits)),
+            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            overlap="serial-compute",
+            ctas=intmath.mul(bh, splits),
+            blocks=intmath.mul(bh, visited),
+            diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+        )
+    )
+    return kernels + group_sum_kernels(w, l2)
+
+
+# ---------------------------------------------------------------------------------------
+# cuDNN
+
+
+def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    """cuDNN's fused flash backward, modelled with FlashAttention-2's kernels (module docstring):
+    the same ledgers under cuDNN's names, GQA's dK/dV reduced inside (no group sums)."""
+    renamed = {"fa2_bwd_pre": "cudnn_bwd_pre", "fa2_bwd": "cudnn_bwd", "fa2_bwd_dq": "cudnn_bwd_dq"}
+    out = []
+    for k in fa2_backward(w.with_(kv_heads=w.heads) if _has_groups(w) else w, ctx, l2):
+        if k.name not in renamed:
+            continue
+        name = renamed[k.name]
+        transfers = tuple(_rename(t, name) for t in k.transfers)
+        if k.name == "fa2_bwd" and _has_groups(w):
+            transfers = _gqa_in_kernel(w, transfers, l2)
+        out.append(
+            Kernel(
+                name,
+                transfers,
+                matmul_flops=k.matmul_flops,
+                softmax_flops=k.softmax_flops,
+                exp_ops=k.exp_ops,
+                pass_=k.pass_,
+                concurrent_ctas=k.concurrent_ctas,
+                bytes_in_flight_per_cta=k.bytes_in_flight_per_cta,
+                overlap=k.overlap,
+                op=k.op,
+                ctas=k.ctas,
+                blocks=k.blocks,
+                diagonal_blocks=k.diagonal_blocks,
+            )
+        )
+    return out
+
+
+def _has_groups(w: Workload) -> bool:
+    return not np.all(np.asarray(w.group) == 1)
+
+
+def _rename(t: Any, name: str) -> Any:
+    from dataclasses import replace
+
+    return replace(t, kernel=name)
+
+
+def _gqa_in_kernel(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
+    """K/V read from HBM once per K/V head (every request with L2 off); dK, dV written per
+    K/V head (summed in the kernel)."""
+    from dataclasses import replace
+
+    kv = w.kv_bytes()
+    out = []
+    for t in transfers:
+        if t.tensor in ("K", "V") and t.level == "hbm" and l2.mode != "off":
+            t = replace(t, bytes=kv)
+        if t.tensor in ("dK", "dV"):
+            t = replace(t, bytes=kv, formula="B·H_kv·N_kv·d·e")
+        out.append(t)
+    return tuple(out)

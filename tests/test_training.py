@@ -1,0 +1,861 @@
+"""The training step: cases, the backward kernels' ledgers, FLOPs conventions, the alignment
+of measured kernels, scoring and records, all on the CPU; the GPU code's eager paths and
+float32 references on the CPU through torch (fp32); GPU runs skip without CUDA."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel import compare
+from memmodel.backward import backward_tile_rule, backward_tiles
+from memmodel.cases import parse_case
+from memmodel.errors import WorkloadError
+from memmodel.flops import convention_flops
+from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
+from memmodel.gpu.validate import case_from_dict, rescore
+from memmodel.hardware import load_profile
+from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
+from memmodel.validation import (
+    KERNEL_PATTERNS,
+    align_kernels,
+    kernel_time_errors,
+    predicted_kernels,
+    predicted_times,
+    score_case_detail,
+    step_time_error,
+    summarize_record,
+)
+from memmodel.workload import Workload
+
+from .conftest import REPO
+
+A100 = load_profile("a100")
+H200 = load_profile("h200")
+L4 = load_profile("l4")
+FINAL = sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json"))
+
+
+def by_name(alg):
+    return {k.name: k for k in alg.traffic.kernels}
+
+
+# ---------------------------------------------------------------------------------------
+# Cases
+
+
+def test_backward_and_dropout_case_keys():
+    c = parse_case("impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,causal=1,dropout=0.1,backward=1")
+    assert c.backward and c.dropout == 0.1
+    assert c.id == "sdpa-flash/b4h16n4096d64/fp16-causal-drop0.1-bwd"
+    assert c.spec() == "impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1,dropout=0.1,backward=1"
+    assert parse_case(c.spec()) == c
+    assert c.to_dict()["backward"] is True and c.to_dict()["dropout"] == 0.1
+    assert c.workload().dropout == 0.1
+    # the defaults leave ids and specs as they were
+    plain = parse_case("impl=standard,n=1024,d=64,backward=0,dropout=0")
+    assert plain.id == "standard/b1h1n1024d64/fp16" and "backward" not in plain.spec()
+    for bad, msg in [
+        ("n=64,d=64,backward=maybe", "is not a flag"),
+        ("n=64,d=64,dropout=lots", "dropout='lots' is not a number"),
+        ("n=64,d=64,dropout=1.5", "dropout must be in"),
+        ("n=64,d=64,grads=1", "accepted are .*dropout, backward"),
+    ]:
+        with pytest.raises(WorkloadError, match=msg):
+            parse_case(bad)
+
+
+def test_cases_of_earlier_records_load_with_the_defaults():
+    for path in FINAL:
+        for entry in json.loads(path.read_text())["cases"]:
+            fields = entry["case"]
+            assert "backward" not in fields and "dropout" not in fields
+            case = case_from_dict(fields)
+            assert case.id == fields["id"] and not case.backward and case.dropout == 0.0
+
+
+def test_training_case_files():
+    from memmodel.cli.validate import validate_cmd  # noqa: F401 - the command reads these files
+
+    def cases(name):
+        text = (REPO / "validation" / "cases" / name).read_text()
+        return [parse_case(s) for line in text.splitlines() for s in line.split("#", 1)[0].split()]
+
+    full = cases("h200-training.txt")
+    assert len(full) >= 12 and all(c.backward for c in full)
+    assert {c.impl for c in full} == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "standard"}
+    assert {c.dtype for c in full} == {"fp16", "bf16"} and {c.d for c in full} == {64, 128}
+    assert {c.causal for c in full} == {True, False} and {c.dropout for c in full} == {0.0, 0.1}
+    assert any(c.kvh != c.heads for c in full)
+    assert min(c.n for c in full) == 1024 and max(c.n for c in full) == 16384
+    assert len({c.id for c in full}) == len(full)
+    smoke = cases("h200-training-smoke.txt")
+    assert {c.impl for c in smoke} == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "standard"}
+    assert max(c.n for c in smoke) <= 512 and any(not c.backward and c.dropout for c in smoke)
+
+
+# ---------------------------------------------------------------------------------------
+# Standard attention as eager PyTorch runs it
+
+
+def test_eager_standard_by_hand():
+    # N = 128, d = 64, fp16, one head, causal, dropout 0.1, L2 off: S = 128² · 2 = 32,768 B;
+    # Q, K, V, O, dO = 128 · 64 · 2 = 16,384 B; the dropout mask and the causal mask 128² · 1 = 16,384 B
+    w = Workload(n=128, d=64, dtype="fp16", causal=True, dropout=0.1)
+    s = compare(w, A100, l2="off", backward=True, standard="eager").standard
+    assert s.traffic.variant == "eager"
+    assert [(k.name, k.pass_) for k in s.traffic.kernels] == [
+        ("qk", "forward"),
+        ("scale", "forward"),
+        ("mask", "forward"),
+        ("softmax", "forward"),
+        ("dropout", "forward"),
+        ("pv", "forward"),
+        ("dv", "backward"),
+        ("dp", "backward"),
+        ("dropout_bwd", "backward"),
+        ("softmax_bwd", "backward"),
+        ("mask_bwd_copy", "backward"),
+        ("mask_bwd", "backward"),
+        ("scale_bwd", "backward"),
+        ("dk", "backward"),
+        ("dq", "backward"),
+    ]
+    per = {k.name: k.bytes(level="hbm") for k in s.traffic.kernels}
+    assert per["qk"] == 16_384 * 2 + 32_768  # read Q, K; write S
+    assert per["scale"] == per["mask_bwd_copy"] == per["scale_bwd"] == 2 * 32_768  # read, write S
+    assert per["mask"] == per["mask_bwd"] == 32_768 + 16_384 + 32_768  # read S and the mask; write S
+    assert per["dropout"] == 32_768 + 32_768 + 16_384  # read P; write P' and the mask Z
+    assert per["dropout_bwd"] == 32_768 + 16_384 + 32_768  # read dP', Z; write dP
+    assert per["softmax_bwd"] == 3 * 32_768  # read dP and P; write dS
+    assert per["dv"] == per["dk"] == per["dq"] == 32_768 + 2 * 16_384
+    ops = {k.name: k.op for k in s.traffic.kernels}
+    assert ops["softmax_bwd"] == "softmax_backward" and ops["dropout"] == "dropout" and ops["dq"] == "gemm"
+    sm = by_name(s)["softmax_bwd"]
+    assert (sm.rows, sm.row_length) == (128, 128)
+    # forward 4 · 65,536 + 2 · 81,920 = 425,984; backward 6 · 65,536 + 81,920 + 98,304 + 81,920 = 655,360
+    fwd = sum(k.bytes(level="hbm") for k in s.traffic.kernels if k.pass_ == "forward")
+    bwd = sum(k.bytes(level="hbm") for k in s.traffic.kernels if k.pass_ == "backward")
+    assert (fwd, bwd) == (425_984, 655_360)
+    # against Algorithm 0/3: the scale pass (65,536) forward; the mask gradient's copy and
+    # fill and the scale's gradient (65,536 + 81,920 + 65,536 = 212,992) backward
+    a0 = compare(w, A100, l2="off", backward=True).standard
+    assert a0.traffic.variant == "algorithm0"
+    a0_fwd = sum(k.bytes(level="hbm") for k in a0.traffic.kernels if k.pass_ == "forward")
+    a0_bwd = sum(k.bytes(level="hbm") for k in a0.traffic.kernels if k.pass_ == "backward")
+    assert (fwd - a0_fwd, bwd - a0_bwd) == (65_536, 212_992)
+    # 6 products of 2 · 128² · 64 = 2,097,152 FLOPs
+    assert s.traffic.matmul_flops == 6 * 2 * 128 * 128 * 64
+
+
+def test_eager_gqa_stacks_the_group_and_repeats_the_mask():
+    # 4 query heads on 2 K/V heads, N = 256, d = 64, fp16: the mask is one (2 · 256) × 256 bool
+    # tensor = 131,072 B, read by each of the 2 K/V heads (L2 off: both reads reach HBM)
+    w = Workload(n=256, d=64, heads=4, kv_heads=2, dtype="fp16", causal=True)
+    s = by_name(compare(w, A100, l2="off", backward=True, standard="eager").standard)
+    assert s["mask"].bytes(level="hbm", tensor="mask") == 2 * 2 * 256 * 256
+    assert s["dk"].bytes(level="hbm", tensor="dK", direction="write") == 2 * 256 * 64 * 2  # per K/V head
+    assert "dk_group_sum" not in s
+
+
+def test_compare_cli_standard_variant_and_passes(run):
+    args = ["compare", "--n", "1024", "--d", "64", "--dtype", "fp16", "--causal", "--backward"]
+    r = run(*args, "--standard", "eager", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    std, til = data["algorithms"]
+    assert std["variant"] == "eager" and "softmax_bwd" in std["passes"]["backward"]["kernels"]
+    for alg in (std, til):
+        assert set(alg["passes"]) == {"forward", "backward"}
+        assert alg["flops_executed"] == alg["flops"]
+        total = alg["passes"]["forward"]["hbm_bytes"] + alg["passes"]["backward"]["hbm_bytes"]
+        assert total == alg["hbm_bytes"]
+        assert sum(p["predicted_time_s"] for p in alg["passes"].values()) == pytest.approx(alg["predicted_time_s"])
+        # 4 · 1024² · 64 / 2 (causal) = 134,217,728; backward 2.5 ×: 335,544,320
+        assert alg["flops_convention"]["forward"] == alg["passes"]["forward"]["flops_convention"] == 134_217_728
+        assert alg["flops_convention"]["backward"] == 335_544_320
+    r = run(*args)
+    assert r.exit_code == 0 and "By pass" in r.stdout and "backward: FLOPs, convention" in r.stdout
+    r = run("compare", "--n", "1024", "--d", "64", "--format", "json")
+    assert set(json.loads(r.stdout)["algorithms"][0]["passes"]) == {"forward"}
+    r = run(*args, "--standard", "nope")
+    assert r.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Fused backward kernels
+
+
+def test_backward_tile_rules():
+    # FlashAttention-2's launch template, by head dim and shared memory a block may use
+    assert backward_tile_rule("sdpa-flash", 64, profile=H200) == (128, 128)
+    assert backward_tile_rule("sdpa-flash", 64, profile=L4) == (64, 128)  # 99 KiB a block
+    assert backward_tile_rule("sdpa-flash", 80, profile=H200) == (64, 128)  # runs at d = 96
+    assert backward_tile_rule("sdpa-flash", 128, profile=A100) == (64, 128)
+    assert backward_tile_rule("sdpa-flash", 128, profile=L4) == (64, 64)
+    assert backward_tile_rule("sdpa-flash", 256, profile=H200) == (64, 64)
+    assert backward_tile_rule("sdpa-flash", 256, profile=L4) == (64, 32)
+    assert backward_tile_rule("sdpa-flash", 256, profile=L4, dropout=0.1) == (64, 64)
+    assert backward_tile_rule("sdpa-efficient", 64, profile=H200) == (128, 128)
+    assert backward_tile_rule("sdpa-efficient", 128, profile=L4) == (64, 128)
+    grid = backward_tiles("sdpa-flash", Workload(n=1024, d=np.array([64, 128, 256]), dtype="fp16"), H200)
+    assert list(grid.block_q) == [128, 64, 64] and list(grid.block_kv) == [128, 128, 64]
+    assert accumulator_head_dim(80) == 96 and accumulator_head_dim(160) == 192
+    assert list(accumulator_head_dim(np.array([64, 80, 200]))) == [64, 96, 256]
+
+
+def test_fa2_backward_gqa_by_hand():
+    # 4 query heads on 2 K/V heads, N = 256, d = 64, fp16, A100: backward tiles 128 × 128, T_c = 2.
+    # Q, dO = 4 · 256 · 64 · 2 = 131,072 B; K, V = 2 · 256 · 64 · 2 = 65,536 B; dK, dV per query
+    # head = 131,072 B each; lse, D = 4 · 256 · 4 = 4,096 B; dQ accumulator 4 · 256 · 64 · 4 = 262,144 B
+    w = Workload(n=256, d=64, heads=4, kv_heads=2, dtype="fp16")
+    t = compare(w, A100, impl="sdpa-flash", l2="cold", backward=True).tiled
+    k = by_name(t)
+    assert list(k) == ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq", "dk_group_sum", "dv_group_sum"]
+    assert k["fa2_bwd_pre"].bytes(level="hbm") == 2 * 131_072 + 4_096 + 262_144  # O, dO; D; zeroed accumulator
+    main = k["fa2_bwd"]
+    assert main.bytes(level="l2", tensor="K") == 131_072  # each query head's CTAs request its K/V head
+    assert main.bytes(level="hbm", tensor="K") == 65_536  # the group's heads share it in L2
+    assert main.bytes(level="l2", tensor="Q") == 2 * 131_072  # once per K/V block
+    assert main.bytes(level="hbm", tensor="Q") == 131_072
+    assert main.bytes(level="hbm", tensor="dK", direction="write") == 131_072  # per query head
+    assert main.overlap == "serial-compute" and main.pass_ == "backward"
+    for name in ("dk_group_sum", "dv_group_sum"):
+        assert k[name].bytes(level="hbm") == 131_072 + 65_536  # read per query head, write per K/V head
+        assert k[name].op == "reduction"
+    assert k["fa2_bwd_dq"].bytes(level="hbm") == 262_144 + 131_072
+    # L2 off (the paper's view): every request reaches HBM
+    off = by_name(compare(w, A100, impl="sdpa-flash", l2="off", backward=True).tiled)["fa2_bwd"]
+    assert off.bytes(level="hbm", tensor="K") == 131_072 and off.bytes(level="hbm", tensor="Q") == 2 * 131_072
+
+
+def test_cutlass_backward_by_hand():
+    # N = 256, d = 64, fp16, one head, A100, L2 off: 128 × 128 tiles, T_r = T_c = 2, one key
+    # split per K/V block (2). Q, O, dO, K, V = 256 · 64 · 2 = 32,768 B; lse, D = 1,024 B.
+    w = Workload(n=256, d=64, dtype="fp16")
+    k = by_name(compare(w, A100, impl="sdpa-efficient", l2="off", backward=True).tiled)
+    assert list(k) == ["fa2_fwd", "mea_bwd_zero", "mea_bwd"]
+    # the dQ workspace: 2 Q blocks × ⌈64/128⌉ = 1 column tile of 128 × 128 fp32 (65,536 B) + 16 B lock each
+    assert k["mea_bwd_zero"].bytes(level="hbm") == 2 * (128 * 128 * 4 + 16) == 131_104
+    main = k["mea_bwd"]
+    assert main.bytes(level="hbm", tensor="O") == 2 * 32_768  # D computed by both CTAs
+    assert main.bytes(level="hbm", tensor="dO") == (2 + 2 * 2) * 32_768  # for D, then twice per pair
+    assert main.bytes(level="hbm", tensor="Q") == 2 * 2 * 32_768  # twice per pair (S, dK)
+    assert main.bytes(level="hbm", tensor="K") == (1 + 2) * 32_768  # once for S, then per pair for dQ
+    assert main.bytes(level="hbm", tensor="V") == 2 * 32_768  # per pair for dP
+    # dQ partials: 4 pairs of 128 × 128 fp32 tiles, the first of each Q block only stored
+    assert main.bytes(level="hbm", tensor="dQacc", direction="read") == (4 - 2) * 65_536
+    assert cutlass_splits(w, SimpleNamespace(block_kv=128)) == 2
+    many = Workload(n=256, d=64, batch=32, heads=8, dtype="fp16")  # 256 CTAs, N_kv ≤ 2 blocks: one split
+    assert cutlass_splits(many, SimpleNamespace(block_kv=128)) == 1
+    assert "mea_bwd_zero" not in by_name(compare(many, A100, impl="sdpa-efficient", backward=True).tiled)
+
+
+def test_cudnn_backward_reduces_gqa_in_the_kernel():
+    w = Workload(n=256, d=64, heads=4, kv_heads=2, dtype="fp16")
+    k = by_name(compare(w, H200, impl="sdpa-cudnn", l2="cold", backward=True).tiled)
+    assert list(k) == ["fa2_fwd", "cudnn_bwd_pre", "cudnn_bwd", "cudnn_bwd_dq"]
+    assert k["cudnn_bwd"].bytes(level="hbm", tensor="dK", direction="write") == 65_536  # per K/V head
+
+
+def test_backward_params_and_occupancy_override():
+    w = Workload(n=4096, d=128, batch=4, heads=16, dtype="fp16")
+    c = compare(w, H200, impl="sdpa-flash", backward=True)
+    p = c.tiled.traffic.params
+    assert (p["block_q"], p["block_kv"]) == (128, 64)  # the forward's tiles
+    assert (p["backward_block_q"], p["backward_block_kv"], p["backward_ctas_per_sm"]) == (64, 128, 1)
+    assert p["backward_concurrent_ctas"] == 132
+    two = compare(w, H200, impl="sdpa-flash", backward=True, backward_ctas_per_sm=2).tiled.traffic.params
+    assert two["backward_concurrent_ctas"] == 264
+    paper = compare(w, H200, impl="paper", backward=True).tiled.traffic.params
+    assert "backward_block_q" not in paper  # the FA2 paper's backward keeps the forward's blocks
+
+
+def test_flops_conventions():
+    # GPT-2 medium (FlashAttention paper, Figure 2): 64 × 16 heads, N = 1024, d = 64, causal:
+    # forward 4 · 64 · 16 · 1024² · 64 / 2 = 137,438,953,472; backward 2.5 × = 343,597,383,680
+    w = Workload(n=1024, d=64, batch=64, heads=16, dtype="fp16", causal=True)
+    conv = convention_flops(w, backward=True)
+    assert conv["forward"] == 137_438_953_472 and conv["backward"] == 343_597_383_680
+    assert conv["total"] == 481_036_337_152
+    assert convention_flops(w)["backward"] == 0
+    grid = convention_flops(Workload(n=np.array([1024, 2048]), d=64, dtype="fp16"), backward=True)
+    assert list(grid["forward"]) == [4 * 1024**2 * 64, 4 * 2048**2 * 64]
+    # the backward kernel executes five products on every visited 128 × 128 block: 8 · 9 / 2 =
+    # 36 of 64 blocks under the causal mask (the convention counts 32): 10 · 64 · 16 · 36 ·
+    # 128² · 64 = 386,547,056,640 = 36/32 × the convention's backward
+    t = compare(w, A100, backward=True).tiled.traffic
+    executed = sum(k.matmul_flops for k in t.kernels if k.pass_ == "backward")
+    assert executed == 10 * 64 * 16 * 36 * 128 * 128 * 64 == 386_547_056_640
+
+
+def test_figure_2_bytes_in_the_docs():
+    """The memmodel figures docs/training.md quotes beside the FlashAttention paper's Figure 2."""
+    w = Workload(n=1024, d=64, batch=64, heads=16, dtype="fp16", causal=True, dropout=0.1)
+    paper = compare(w, A100, impl="paper", tiled="fa1", backward=True)
+    assert round(paper.standard.traffic.hbm_bytes / 1e7) == 4027  # 40.27 GB (published: 40.3 GB)
+    assert round(paper.tiled.traffic.hbm_bytes / 1e7) == 342  # 3.42 GB (published: 4.4 GB)
+    blocks = compare(w, A100, impl="paper", tiled="fa1", block_q=128, block_kv=128, backward=True)
+    assert round(blocks.tiled.traffic.hbm_bytes / 1e7) == 603
+    pytorch = compare(w, A100, backward=True, standard="eager")
+    assert round(pytorch.standard.traffic.hbm_bytes / 1e7) == 5745
+    assert round(pytorch.tiled.traffic.hbm_bytes / 1e7) == 288
+    text = (REPO / "docs" / "training.md").read_text()
+    for figure in ("40.27 GB", "3.42 GB", "6.03 GB", "57.45 GB", "2.88 GB", "40.3 GB", "41.7 ms", "4.4 GB", "7.3 ms"):
+        assert figure in text
+
+
+workloads = st.builds(
+    dict,
+    n=st.integers(1, 9000),
+    d=st.sampled_from([32, 64, 80, 128, 256]),
+    batch=st.integers(1, 4),
+    heads=st.sampled_from([1, 2, 4, 8]),
+    group=st.sampled_from([1, 2, 4]),
+    dtype=st.sampled_from(["fp16", "bf16", "fp32"]),
+    causal=st.booleans(),
+    dropout=st.sampled_from([0.0, 0.1]),
+)
+
+
+def _compare(*args, **kwargs):
+    """compare(), or reject the example where the forward's tiles do not fit (fp32 at d = 256)."""
+    from hypothesis import reject
+
+    try:
+        return compare(*args, **kwargs)
+    except WorkloadError:
+        reject()
+
+
+def _workload(w):
+    w = dict(w)
+    group = w.pop("group")
+    return Workload(**w, kv_heads=w["heads"], n_kv=None).with_(heads=w["heads"] * group)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    w=workloads,
+    impl=st.sampled_from(["sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "paper"]),
+    mode=st.sampled_from(["on", "cold", "off"]),
+    variant=st.sampled_from(["algorithm0", "eager"]),
+)
+def test_training_step_properties(w, impl, mode, variant):
+    wl = _workload(w)
+    fwd = _compare(wl, H200, impl=impl, l2=mode, standard=variant)
+    both = _compare(wl, H200, impl=impl, l2=mode, backward=True, standard=variant)
+    off = _compare(wl, H200, impl=impl, l2="off", backward=True, standard=variant)
+    for a, b, ref in zip(fwd.algorithms, both.algorithms, off.algorithms):
+        t = b.traffic
+        assert t.bytes(level="hbm") <= t.bytes(level="l2") <= t.bytes(level="sram")
+        assert t.bytes(level="hbm") <= ref.traffic.bytes(level="hbm")  # L2 never adds HBM traffic
+        assert t.hbm_bytes > a.traffic.hbm_bytes  # backward moves bytes of its own
+        assert t.flops >= 2 * a.traffic.flops
+        for k in t.kernels:
+            assert k.bytes(level="hbm", direction="read") >= 0 and k.bytes(level="hbm", direction="write") > 0
+    # the fused kernels regenerate dropout's mask
+    assert all(x.tensor != "Z" for x in both.tiled.traffic.transfers)
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=workloads, impl=st.sampled_from(["sdpa-flash", "sdpa-efficient", "sdpa-cudnn"]))
+def test_gqa_with_a_group_of_one_is_mha(w, impl):
+    w = {**w, "group": 1}
+    mha = Workload(**{k: v for k, v in w.items() if k != "group"})
+    same = _workload(w)
+    a = _compare(mha, H200, impl=impl, backward=True, standard="eager")
+    b = _compare(same, H200, impl=impl, backward=True, standard="eager")
+    for x, y in zip(a.algorithms, b.algorithms):
+        assert [k.name for k in x.traffic.kernels] == [k.name for k in y.traffic.kernels]
+        assert x.traffic.hbm_bytes == y.traffic.hbm_bytes and x.traffic.flops == y.traffic.flops
+    assert not any(k.name.endswith("group_sum") for k in a.tiled.traffic.kernels)
+
+
+@settings(max_examples=60, deadline=None)
+@given(w=workloads, group=st.sampled_from([2, 4]))
+def test_gqa_reads_kv_once_per_kv_head_in_the_fa2_backward(w, group):
+    w = {**w, "group": group, "dtype": "fp16", "n": max(w["n"], 64)}
+    wl = _workload(w)
+    k = by_name(compare(wl, H200, impl="sdpa-flash", l2="cold", backward=True).tiled)
+    main = k["fa2_bwd"]
+    kv = int(wl.kv_bytes())
+    assert kv <= main.bytes(level="hbm", tensor="K") <= group * kv
+    assert main.bytes(level="l2", tensor="K") == group * kv
+    assert k["dk_group_sum"].bytes(level="hbm", direction="write") == kv
+
+
+# ---------------------------------------------------------------------------------------
+# Aligning measured kernels (names as PyTorch's libraries name them)
+
+FA2_BWD_NAMES = [
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, 0, 0, cutlass::half_t>>(Flash_fwd_params)",
+    "void pytorch_flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4>>(Flash_bwd_params)",
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8>>(Flash_bwd_params)",
+    "void pytorch_flash::flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<64, 128, 128, 8>>(Flash_bwd_params)",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
+]
+EAGER_NAMES = [
+    "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT",
+    "void at::vectorized_elementwise_kernel<8, at::AUnaryFunctor<c10::Half, c10::Half, c10::Half, binary_internal::MulFunctor<float>>>",
+    "void at::elementwise_kernel<128, 4, at::gpu_kernel_impl_nocast<at::<unnamed>::masked_fill_kernel(at::TensorIterator &)>>",
+    "void <unnamed>::softmax_warp_forward<c10::Half, c10::Half, float, 10, 0, 0>(T2 *, const T1 *, int, int, int)",
+    "void at::native::<unnamed>::fused_dropout_kernel_vec<c10::Half, float, unsigned int, 1, 8, bool>(at::cuda::detail::TensorInfo)",
+    "nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_NNT",
+    "nvjet_sm90_hsh_64x512_64x2_1x2_h_bz_coopB_TNT",
+    "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NTT",
+    "void at::vectorized_elementwise_kernel<4, at::native::<unnamed>::masked_scale_kernel<bool, c10::Half, float>(at::Tensor &)>",
+    "void <unnamed>::softmax_warp_backward<c10::Half, c10::Half, float, 10, 0, 0>(T2 *, const T1 *, const T1 *, int, int, int)",
+    "void at::vectorized_elementwise_kernel<8, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)>",
+    "void at::elementwise_kernel<128, 4, at::gpu_kernel_impl_nocast<at::<unnamed>::masked_fill_kernel(at::TensorIterator &)>>",
+    "void at::vectorized_elementwise_kernel<8, at::AUnaryFunctor<c10::Half, c10::Half, c10::Half, binary_internal::MulFunctor<float>>>",
+    "nvjet_sm90_hsh_128x256_64x4_1x2_h_bz_coopA_NNN",
+    "nvjet_sm90_hsh_64x256_64x5_1x2_h_bz_NNN",
+]
+
+
+def _fake(names, nbytes=1.0):
+    return [
+        MeasuredKernel(i, n, {"dram__bytes_read.sum": nbytes, "dram__bytes_write.sum": nbytes})
+        for i, n in enumerate(names)
+    ]
+
+
+def test_align_fa2_backward_names_with_an_extra_and_a_missing_kernel():
+    model = ["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq", "dk_group_sum", "dv_group_sum"]
+    measured = _fake(
+        FA2_BWD_NAMES[:3]
+        + ["void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>"]
+        + FA2_BWD_NAMES[3:5]
+    )
+    pairs = align_kernels("sdpa-flash", model, measured)
+    matched = [(n, m.name.split("<")[0]) for n, m in pairs if n and m]
+    assert [n for n, _ in matched] == model[:5]
+    assert [m.name for n, m in pairs if n is None][0].endswith("FillFunctor<float>>")  # not modelled
+    assert [n for n, m in pairs if m is None] == ["dv_group_sum"]  # nothing left to match
+
+
+def test_align_eager_standard_names():
+    names = [
+        k.name for k in predicted_kernels(parse_case("impl=standard,n=1024,d=64,causal=1,dropout=0.1,backward=1"), H200)
+    ]
+    pairs = align_kernels("standard", names, _fake(EAGER_NAMES))
+    assert [n for n, m in pairs] == names  # every kernel matched, in order
+    got = {n: m.name for n, m in pairs}
+    assert "masked_scale" in got["dropout_bwd"] and "softmax_warp_backward" in got["softmax_bwd"]
+    assert "direct_copy" in got["mask_bwd_copy"] and "MulFunctor" in got["scale_bwd"]
+    # a fused scale (no multiply kernel) leaves the model's scale unmatched, the rest aligned
+    pairs = align_kernels("standard", names, _fake([n for i, n in enumerate(EAGER_NAMES) if i != 1]))
+    assert [n for n, m in pairs if m is None] == ["scale"]
+    assert sum(1 for n, m in pairs if n and m) == len(names) - 1
+
+
+def test_align_optional_cudnn_and_cutlass_kernels():
+    cudnn = [
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_3_64x128x64_4x1x1_cga1x1x1_kernel0_0",
+    ]
+    pairs = align_kernels("sdpa-cudnn", ["fa2_fwd", "cudnn_bwd_pre", "cudnn_bwd", "cudnn_bwd_dq"], _fake(cudnn))
+    got = {n: m for n, m in pairs if n}
+    assert got["cudnn_bwd"] is not None and "bprop" in got["cudnn_bwd"].name
+    assert got["cudnn_bwd_pre"] is None and got["cudnn_bwd_dq"] is None
+    mea = [
+        "fmha_cutlassF_f16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::half_t>::Params)",
+        "fmha_cutlassB_f16_aligned_128x128_k64_seqaligned_sm80(AttentionBackwardKernel<Sm80>::Params)",
+    ]
+    pairs = align_kernels("sdpa-efficient", ["fa2_fwd", "mea_bwd_zero", "mea_bwd"], _fake(mea))
+    assert [(n, m is not None) for n, m in pairs] == [("fa2_fwd", True), ("mea_bwd_zero", False), ("mea_bwd", True)]
+    assert "cutlassF" in dict(pairs)["fa2_fwd"].name
+    assert set(KERNEL_PATTERNS["sdpa-flash"]) >= {
+        "fa2_bwd_pre",
+        "fa2_bwd",
+        "fa2_bwd_dq",
+        "dk_group_sum",
+        "dv_group_sum",
+    }
+
+
+def _perfect_measurement(case, profile, extra=()):
+    """Measured kernels named as PyTorch names them, with the model's own cold-L2 bytes."""
+    names = {
+        "sdpa-flash": dict(
+            zip(["fa2_fwd", "fa2_bwd_pre", "fa2_bwd", "fa2_bwd_dq", "dk_group_sum", "dv_group_sum"], FA2_BWD_NAMES)
+        ),
+    }[case.impl]
+    out = []
+    for i, k in enumerate(predicted_kernels(case, profile, "cold")):
+        metrics = {
+            "dram__bytes_read.sum": float(k.bytes(level="hbm", direction="read")),
+            "dram__bytes_write.sum": float(k.bytes(level="hbm", direction="write")),
+            "lts__t_bytes.sum": float(k.bytes(level="l2")),
+            "gpu__time_duration.sum": 1000.0,
+        }
+        out.append(MeasuredKernel(i, names[k.name], metrics))
+        if k.name == "fa2_bwd_pre":
+            out += [
+                MeasuredKernel(100 + j, n, {"dram__bytes_read.sum": 5.0, "dram__bytes_write.sum": 7.0})
+                for j, n in enumerate(extra)
+            ]
+    return out
+
+
+def test_score_a_training_case_and_summarize_its_record():
+    case = parse_case("impl=sdpa-flash,batch=2,heads=8,kv_heads=2,n=1024,d=128,dtype=bf16,causal=1,backward=1")
+    measured = _perfect_measurement(
+        case, H200, extra=["void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda>"]
+    )
+    detail = score_case_detail(case, measured, H200)
+    assert [s.kernel for s in detail.scores] == [
+        "fa2_fwd",
+        "fa2_bwd_pre",
+        "fa2_bwd",
+        "fa2_bwd_dq",
+        "dk_group_sum",
+        "dv_group_sum",
+    ]
+    assert all(abs(s.error) < 1e-9 for s in detail.scores)  # the model against its own bytes
+    assert [s.pass_ for s in detail.scores].count("backward") == 5
+    assert [k.name for k in detail.unmatched][0].endswith("direct_copy_kernel_cuda>") and detail.missing == []
+    # a record entry as validate writes it, with CUPTI kernel times 10 % over the model's
+    from memmodel.gpu.validate import score_entry
+
+    entry = {"case": case.to_dict(), "status": "ok", "predicted": predicted_times(case, H200)}
+    kernels = entry["predicted"]["kernels"]
+    entry["timing"] = {
+        "time_s": 1.1 * entry["predicted"]["time_s"],
+        "kernels": {p: 1.1 * entry["predicted"]["steps"][p] for p in ("forward", "backward")},
+        "profiled_kernels": [{"name": s.measured_name, "time_s": 1.1 * kernels[s.kernel]} for s in detail.scores]
+        + [{"name": "Memset (Device)", "time_s": 1e-6}],
+        "grad_errors": {"dq": 1e-3, "dk": 2e-3, "dv": 1e-3},
+    }
+    score_entry(entry, case, measured, H200)
+    assert entry["missing_kernels"] == [] and len(entry["unmodelled_kernels"]) == 1
+    assert entry["measured_ctas_per_sm"] is None and entry["measured_backward_ctas_per_sm"] is None  # no launch stats
+    st_ = step_time_error(entry)
+    assert st_["error"] == pytest.approx(1 / 1.1 - 1)
+    rows = kernel_time_errors(entry)
+    assert [r["kernel"] for r in rows][-1] is None  # the memset: not modelled
+    assert all(r["error"] == pytest.approx(1 / 1.1 - 1) for r in rows if r["kernel"])
+    s = summarize_record({"cases": [entry]})
+    assert s["step_time"]["n"] == 1 and s["kernel_time"]["n"] == 6 and s["hbm_bytes"]["backward_kernels"]["n"] == 5
+    assert s["time"]["n"] == 2  # the forward and backward passes
+    from memmodel.report.validation import markdown
+
+    md = markdown(
+        {
+            "device": "x",
+            "memmodel_version": "0",
+            "profile": {"name": "h200"},
+            "started": "t",
+            "command": "c",
+            "cases": [entry],
+            "summary": s,
+        }
+    )
+    assert "## Training step (forward + backward)" in md and "(not modelled)" in md
+    assert "training step time (forward + backward)" in md and "direct_copy" in md
+
+
+def test_forward_only_summaries_keep_their_keys():
+    data = json.loads(FINAL[0].read_text())
+    s = summarize_record(data)
+    assert "step_time" not in s and "backward_kernels" not in s["hbm_bytes"]
+
+
+@pytest.mark.parametrize("path", FINAL, ids=lambda p: p.stem)
+def test_earlier_records_rescore_exactly_as_before(path):
+    """Every committed H200 record rescores with its own profile: the same kernels matched to
+    the same measurements (the predictions follow the model as it is now)."""
+    data = json.loads(path.read_text())
+    csv = path.with_suffix(".ncu.csv").read_text()
+    new = rescore(data, csv, load_profile(str(REPO / data["profile"]["path"])))
+    keys = (
+        "case",
+        "kernel",
+        "measured_kernel",
+        "measured_hbm_read_bytes",
+        "measured_hbm_write_bytes",
+    )
+    old_rows = [[b[k] for k in keys] for e in data["cases"] for b in e.get("bytes", [])]
+    new_rows = [[b[k] for k in keys] for e in new["cases"] for b in e.get("bytes", [])]
+    assert new_rows == old_rows
+    assert new["summary"]["cases"] == data["summary"]["cases"]
+    # a case written with the new keys at their defaults scores the same
+    e = next(e for e in data["cases"] if e["status"] == "ok")
+    assert case_from_dict({**e["case"], "backward": False, "dropout": 0.0}) == case_from_dict(e["case"])
+
+
+def test_rescore_cli_on_an_earlier_record(run, tmp_path):
+    record = tmp_path / "rec.json"
+    shutil.copy(FINAL[0], record)
+    shutil.copy(FINAL[0].with_suffix(".ncu.csv"), tmp_path / "rec.ncu.csv")
+    r = run(
+        "validate", "--rescore", str(record), "--gpu", "validation/h200/h200-calibrated.yaml", "--format", "markdown"
+    )
+    assert r.exit_code == 0, r.stderr
+    assert "Training step" not in r.stdout and "| HBM bytes, memmodel |" in r.stdout
+
+
+def test_split_a_synthetic_training_trace():
+    lines = [
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    ]
+    names = ["memmodel_begin", *FA2_BWD_NAMES[:4], "memmodel_end"]
+    for i, n in enumerate(names):
+        lines.append(
+            f'"{i}","1","python","h","{n}","1","7","(128, 1, 1)","(8, 1, 1)","0","9.0","s","dram__bytes_read.sum","byte","{i * 1000}"'
+        )
+    groups = split_by_marker(parse_csv("\n".join(lines)), ["c"])
+    assert [k.name for k in groups["c"]] == FA2_BWD_NAMES[:4]
+
+
+# ---------------------------------------------------------------------------------------
+# The GPU code's eager paths and references, on the CPU (fp32)
+
+
+@pytest.fixture
+def cpu_run(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention import SDPBackend
+
+    from memmodel.gpu import run as gpu_run
+
+    monkeypatch.setattr(gpu_run, "DEVICE", "cpu")
+    monkeypatch.setattr(gpu_run, "sdpa_backend", lambda case: SDPBackend.MATH)
+    return gpu_run, torch
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "impl=standard,batch=2,heads=4,kv_heads=2,n=96,d=32,dtype=fp32,causal=1,dropout=0.2,backward=1",
+        "impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32,backward=1",
+        "impl=sdpa-flash,batch=2,heads=4,kv_heads=2,n=80,d=32,dtype=fp32,causal=1,backward=1",
+    ],
+)
+def test_training_step_gradients_match_the_float32_reference(cpu_run, spec):
+    gpu_run, torch = cpu_run
+    case = parse_case(spec)
+    run = gpu_run.CaseRun(case)
+    grads = run.run()
+    assert [tuple(g.shape) for g in grads] == [tuple(t.shape) for t in (run.q, run.k, run.v)]
+    result = gpu_run.check_run(case, run)
+    assert result["rel_error"] < 1e-5 and max(result["grad_errors"].values()) < 1e-5
+    assert run.q.grad is None  # torch.autograd.grad: nothing accumulated, no extra kernels
+    # the eager forward is the op sequence the model describes, in its order
+    if case.impl == "standard":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run.run()
+        ops = [e["name"] for e in gpu_run.kernel_events(prof, "CPU")]
+        wanted = ["aten::matmul", "aten::mul", "aten::softmax", "aten::matmul", "aten::_softmax_backward_data"]
+        if case.causal:
+            wanted.insert(2, "aten::masked_fill_")
+        positions = [ops.index(op, (ops.index(wanted[i - 1]) + 1) if i else 0) for i, op in enumerate(wanted)]
+        assert positions == sorted(positions)
+        assert ("aten::native_dropout" in ops) == bool(case.dropout)
+        assert ("aten::native_dropout_backward" in ops) == bool(case.dropout)
+
+
+def test_gradient_check_catches_a_wrong_gradient(cpu_run):
+    gpu_run, torch = cpu_run
+    case = parse_case("impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32,causal=1,backward=1")
+    run = gpu_run.CaseRun(case)
+    dq, dk, dv = run.run()
+    from memmodel.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match="dk relative error"):
+        gpu_run.check_grads(case, (dq, dk * 1.1, dv), run.q, run.k, run.v, run.do)
+    with pytest.raises(RuntimeFailure, match="gradient shapes"):
+        gpu_run.check_grads(case, (dq, dk[:, :, 1:], dv), run.q, run.k, run.v, run.do)
+    # a dropout mask other than the one drawn is caught too
+    case = parse_case("impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32,dropout=0.3,backward=1")
+    run = gpu_run.CaseRun(case)
+    grads = run.run()
+    keep = gpu_run._keep(run.dropped)
+    assert gpu_run.check_grads(case, grads, run.q, run.k, run.v, run.do, keep)["dq"] < 1e-5
+    with pytest.raises(RuntimeFailure):
+        gpu_run.check_grads(case, grads, run.q, run.k, run.v, run.do, ~keep)
+
+
+def test_dropout_probe_reveals_the_kernels_mask(cpu_run):
+    gpu_run, torch = cpu_run
+    case = parse_case(
+        "impl=sdpa-flash,batch=4,heads=4,kv_heads=2,n=512,d=32,dtype=fp32,causal=1,dropout=0.1,backward=1"
+    )
+    result = gpu_run.dropout_probe(case)
+    assert result["out"] < 1e-5 and max(result[k] for k in ("dq", "dk", "dv")) < 1e-5
+    assert 0.02 < result["drop_rate"] < 0.25  # p = 0.1 over 32 · 33 / 2 · 2 unmasked scores
+
+
+def test_forward_only_dropout_is_checked_with_its_mask(cpu_run):
+    gpu_run, torch = cpu_run
+    case = parse_case("impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32,causal=1,dropout=0.25")
+    run = gpu_run.CaseRun(case)
+    out = run.run()
+    assert [name for name, _ in run.steps] == ["qk", "mask", "softmax", "dropout", "pv"]
+    assert gpu_run.check(case, out, run.q, run.k, run.v, gpu_run._keep(run.dropped)[: case.n]) < 1e-5
+
+
+def test_kernel_events_and_medians(cpu_run):
+    gpu_run, torch = cpu_run
+    case = parse_case("impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32,backward=1")
+    run = gpu_run.CaseRun(case)
+    run.run()
+    profiled = gpu_run.profile_kernels(run, reps=2)
+    assert profiled and all(k["time_s"] >= 0 for k in profiled)
+    runs = [[{"name": "a", "time_s": t}, {"name": "b", "time_s": 2 * t}] for t in (1.0, 3.0, 2.0)]
+    runs.append([{"name": "a", "time_s": 9.0}])
+    assert gpu_run.median_kernels(runs) == [{"name": "a", "time_s": 2.0}, {"name": "b", "time_s": 4.0}]
+    assert gpu_run.median_kernels([]) == []
+
+
+def test_triton_has_no_backward(cpu_run):
+    gpu_run, torch = cpu_run
+    from memmodel.errors import RuntimeFailure
+
+    with pytest.raises(RuntimeFailure, match="no backward pass"):
+        gpu_run.CaseRun(parse_case("impl=triton,n=64,d=64,backward=1"))
+
+
+cuda = pytest.mark.skipif(
+    not (__import__("importlib").util.find_spec("torch") and __import__("torch").cuda.is_available()),
+    reason="needs a CUDA GPU",
+)
+
+
+@cuda
+def test_time_a_training_step_on_the_gpu():  # pragma: no cover - GPU only
+    from memmodel.gpu.run import time_case
+
+    for spec in (
+        "impl=standard,batch=2,heads=4,kv_heads=2,n=256,d=64,causal=1,dropout=0.1,backward=1",
+        "impl=sdpa-flash,batch=2,heads=4,n=256,d=64,dropout=0.1,backward=1",
+    ):
+        t = time_case(parse_case(spec), reps=20)
+        assert t["time_s"] > 0 and set(t["kernels"]) == {"forward", "backward"} and t["profiled_kernels"]
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration of the backward kernels: from measurements to profile fields
+
+
+def test_backward_calibration_figures():
+    from memmodel.gpu import calibrate_backward as cb
+
+    m = {
+        "softmax_backward": {
+            "fp16": [{"row": 1024, "rate": 3.0e12}, {"row": 4096, "rate": 2.0e12}],
+            "bf16": [{"row": 1024, "rate": 2.0e12}],
+        },
+        "dropout": {"p": 0.1, "bytes": 2**29, "forward": {"rate": 2.5e12}, "backward": {"rate": 3.5e12}},
+        "elementwise_backward": {
+            "n": 2048,
+            "batch_heads": 64,
+            "scale": {"rate": 3e12},
+            "copy": {"rate": 4e12},
+            "masked_fill_zero": {"rate": 2e12},
+        },
+        "reduction": {"shape": [4, 4096, 8, 4, 128], "rate": 2.0e12},
+        "sdpa_backward": {
+            "points": [
+                {"impl": "sdpa-flash", "shape": [8, 16, 2048, 64, False], "backward": {"time_s": 2e-3}},
+                {"impl": "sdpa-flash", "shape": [8, 16, 2048, 128, False], "backward": {"time_s": 4e-3}},
+                {"impl": "sdpa-flash", "shape": [8, 16, 2048, 128, True], "backward": {"time_s": 2.1e-3}},
+                {"impl": "sdpa-cudnn", "shape": [8, 16, 2048, 64, False], "error": "not built"},
+            ]
+        },
+    }
+    predict = lambda impl, b, h, n, d, causal: 1e-3 * (d / 64) / (2 if causal else 1)  # noqa: E731
+    out = cb.backward_figures(m, predict=predict)
+    assert out["kernels.softmax_backward.bandwidth"][0] == {1024: "2.5 TB/s", 4096: "2 TB/s"}  # (3 + 2) / 2
+    assert out["kernels.dropout.bandwidth"][0] == "2.5 TB/s"
+    assert out["kernels.dropout_backward.bandwidth"][0] == "3.5 TB/s"
+    assert out["kernels.elementwise_backward.bandwidth"][0] == "3 TB/s"  # (3 + 4 + 2) / 3
+    assert out["kernels.reduction.bandwidth"][0] == "2 TB/s"
+    value, note = out["implementations.sdpa-flash.backward_efficiency"]
+    assert value == {64: 0.5, 128: 0.5}  # 1 ms / 2 ms, 2 ms / 4 ms
+    assert "causal d=128" in note and "-4.8%" in note  # (1 ms / 0.5 − 2.1 ms) / 2.1 ms
+    assert "implementations.sdpa-cudnn.backward_efficiency" not in out
+    assert cb.backward_figures({}) == {}
+    # the real model as the predictor: a ratio for each head dim
+    real = cb.backward_efficiency_figures(m["sdpa_backward"], cb.predicted_backward_s(H200))
+    assert set(real["implementations.sdpa-flash.backward_efficiency"][0]) == {64, 128}
+
+
+def test_library_wiring_is_documented():
+    text = Path(REPO / "memmodel" / "gpu" / "calibrate_backward.py").read_text()
+    for field in (
+        "kernels.softmax_backward.bandwidth",
+        "kernels.dropout.bandwidth",
+        "kernels.reduction.bandwidth",
+        "implementations.<name>.backward_efficiency",
+        'op="softmax_backward"',
+        'op="reduction"',
+    ):
+        assert field in text
+
+
+def test_rescore_a_synthetic_training_record(run, tmp_path):
+    """A record with a training case and its Nsight Compute trace: rescored and printed."""
+    case = parse_case("impl=sdpa-flash,batch=2,heads=8,kv_heads=2,n=1024,d=128,dtype=bf16,causal=1,backward=1")
+    extra = "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda>"
+    measured = _perfect_measurement(case, H200, extra=[extra])
+    header = (
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
+    )
+    lines = [header]
+    kernels = [("memmodel_begin", {"dram__bytes_read.sum": 0.0})]
+    kernels += [
+        (k.name, {**k.metrics, "launch__grid_size": 1024, "launch__waves_per_multiprocessor": 3.88}) for k in measured
+    ]
+    kernels += [("memmodel_end", {"dram__bytes_read.sum": 0.0})]
+    for i, (name, metrics) in enumerate(kernels):
+        lines += [
+            f'"{i}","1","p","h","{name}","1","7","(1,1,1)","(1,1,1)","0","9.0","s","{m}","x","{v}"'
+            for m, v in metrics.items()
+        ]
+    entry = {
+        "case": case.to_dict(),
+        "status": "ok",
+        "predicted": predicted_times(case, H200),
+        "timing": {
+            "time_s": 1e-4,
+            "kernels": {"forward": 3e-5, "backward": 7e-5},
+            "profiled_kernels": [{"name": k.name, "time_s": 1e-5} for k in measured],
+            "grad_errors": {"dq": 1e-3, "dk": 1e-3, "dv": 1e-3},
+        },
+    }
+    record = {
+        "schema": "memmodel.validate/1",
+        "memmodel_version": "0.1.0",
+        "device": "NVIDIA H200",
+        "profile": {"name": "h200", "path": None},
+        "started": "t",
+        "command": "c",
+        "cases": [entry],
+        "summary": {},
+    }
+    (tmp_path / "r.json").write_text(json.dumps(record))
+    (tmp_path / "r.ncu.csv").write_text("\n".join(lines) + "\n")
+    r = run("validate", "--rescore", str(tmp_path / "r.json"), "--gpu", "h200", "--output", str(tmp_path / "n.json"))
+    assert r.exit_code == 0, r.stderr
+    assert "fa2_bwd bytes" in r.stdout and "backward" in r.stdout
+    new = json.loads((tmp_path / "n.json").read_text())
+    e = new["cases"][0]
+    assert e["measured_backward_ctas_per_sm"] == 2  # 1024 CTAs over 3.88 waves of 132 SMs
+    assert e["missing_kernels"] == [] and e["unmodelled_kernels"][0]["name"] == extra
+    assert max(abs(b["error"]) for b in e["bytes"]) < 1e-9
+    assert new["summary"]["step_time"]["n"] == 1 and new["summary"]["kernel_time"]["n"] == 6
+    r = run("validate", "--rescore", str(tmp_path / "r.json"), "--gpu", "h200", "--format", "markdown")
+    assert r.exit_code == 0 and "## Training step (forward + backward)" in r.stdout
