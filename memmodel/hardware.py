@@ -89,6 +89,26 @@ class KernelRates:
     softmax_row_time_s: float | None = None
     #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
     elementwise_bytes_per_s: float | None = None
+    #: cuBLAS products over N×N_kv operands whose rows are not a multiple of 16 bytes
+    gemm_unaligned_read_bytes_per_s: float | None = None
+    gemm_unaligned_write_bytes_per_s: float | None = None
+    #: the softmax over rows that are not a multiple of 16 bytes, by row length
+    softmax_unaligned_bytes_per_s: tuple[tuple[int, float], ...] = ()
+    #: autograd's softmax gradient (``_softmax_backward_data``), by row length
+    softmax_backward_bytes_per_s: tuple[tuple[int, float], ...] = ()
+    #: ``native_dropout`` (P in; P' and a one-byte mask out) and its backward
+    dropout_bytes_per_s: float | None = None
+    dropout_backward_bytes_per_s: float | None = None
+    #: the backward pass's elementwise kernels (the scale's and the mask's gradients)
+    elementwise_backward_bytes_per_s: float | None = None
+    #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
+    reduction_bytes_per_s: float | None = None
+
+    def softmax_unaligned_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_unaligned_bytes_per_s, row_length)
+
+    def softmax_backward_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_backward_bytes_per_s, row_length)
 
     def softmax_rate(self, row_length: Any) -> Any:
         """Softmax bandwidth at ``row_length``: the curve, linear in log2(row length) between
@@ -161,6 +181,8 @@ class Profile:
     #: implementation -> ((head dim, efficiency), ...): the share of the model's compute rate
     #: the implementation reached on a reference shape (measured by ``memmodel calibrate``)
     implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> ((head dim, efficiency), ...) of its backward kernel (measured by calibrate)
+    implementation_backward_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> bytes per second one CTA of its split-KV (decoding) kernel streams
     implementation_cta_bandwidth: Mapping[str, float] = field(default_factory=dict)
     #: implementation -> ((head dim, seconds), ...): what a CTA costs beyond its blocks' work
@@ -182,6 +204,12 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_efficiency.get(implementation, ()), head_dim)
+
+    def backward_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+        """Measured efficiency of ``implementation``'s backward kernel at ``head_dim``; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_backward_efficiency.get(implementation, ()), head_dim)
 
     def cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
         """Seconds a CTA of ``implementation`` costs beyond its blocks, at ``head_dim``; None where not measured."""
@@ -269,14 +297,26 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.softmax.bandwidth": ("bandwidth", False),
     "kernels.softmax.row_time": ("time", False),
     "kernels.elementwise.bandwidth": ("bandwidth", False),
+    "kernels.gemm.unaligned_read_bandwidth": ("bandwidth", False),
+    "kernels.gemm.unaligned_write_bandwidth": ("bandwidth", False),
+    "kernels.softmax.unaligned_bandwidth": ("bandwidth", False),
+    "kernels.softmax_backward.bandwidth": ("bandwidth", False),
+    "kernels.dropout.bandwidth": ("bandwidth", False),
+    "kernels.dropout_backward.bandwidth": ("bandwidth", False),
+    "kernels.elementwise_backward.bandwidth": ("bandwidth", False),
+    "kernels.reduction.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
     "kernels.softmax.bandwidth": "row length",
+    "kernels.softmax.unaligned_bandwidth": "row length",
+    "kernels.softmax_backward.bandwidth": "row length",
+    **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -301,6 +341,11 @@ _SECTIONS = {
     "kernels.gemm",
     "kernels.softmax",
     "kernels.elementwise",
+    "kernels.softmax_backward",
+    "kernels.dropout",
+    "kernels.dropout_backward",
+    "kernels.elementwise_backward",
+    "kernels.reduction",
     "implementations",
     *(f"implementations.{name}" for name in IMPLEMENTATION_NAMES),
     "sources",
@@ -438,6 +483,14 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             softmax_bytes_per_s=curves.get("kernels.softmax.bandwidth", ()),
             softmax_row_time_s=values.get("kernels.softmax.row_time"),
             elementwise_bytes_per_s=values.get("kernels.elementwise.bandwidth"),
+            gemm_unaligned_read_bytes_per_s=values.get("kernels.gemm.unaligned_read_bandwidth"),
+            gemm_unaligned_write_bytes_per_s=values.get("kernels.gemm.unaligned_write_bandwidth"),
+            softmax_unaligned_bytes_per_s=curves.get("kernels.softmax.unaligned_bandwidth", ()),
+            softmax_backward_bytes_per_s=curves.get("kernels.softmax_backward.bandwidth", ()),
+            dropout_bytes_per_s=values.get("kernels.dropout.bandwidth"),
+            dropout_backward_bytes_per_s=values.get("kernels.dropout_backward.bandwidth"),
+            elementwise_backward_bytes_per_s=values.get("kernels.elementwise_backward.bandwidth"),
+            reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
         implementation_efficiency={
             name: curves[f"implementations.{name}.efficiency"]
@@ -448,6 +501,11 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             name: values[f"implementations.{name}.cta_bandwidth"]
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.cta_bandwidth" in values
+        },
+        implementation_backward_efficiency={
+            name: curves[f"implementations.{name}.backward_efficiency"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.backward_efficiency" in curves
         },
         implementation_cta_overhead={
             name: curves[f"implementations.{name}.cta_overhead"]
@@ -602,13 +660,12 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.cta_overhead", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
-    ("kernels.gemm.*", "hbm"),
-    ("kernels.softmax.bandwidth", "hbm"),
-    ("kernels.elementwise.bandwidth", "hbm"),
+    ("kernels.*", "hbm"),
     ("memory.l2.effective_capacity", "l2"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("implementations.*.efficiency", "same"),
+    ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.cta_bandwidth", "same"),
 )

@@ -171,29 +171,59 @@ def rate_sources(profile: Profile) -> str:
     return "datasheet and published figures only: expect large errors (tens of percent; see docs/accuracy.md)"
 
 
+def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Any) -> Any:
+    """``unaligned`` where the kernel's rows are not 16-byte multiples (and a rate for them
+    exists), ``aligned`` elsewhere."""
+    if unaligned is None or not np.any(np.asarray(kernel.unaligned)):
+        return aligned
+    out = np.where(np.asarray(kernel.unaligned), unaligned, aligned)
+    return float(out) if out.ndim == 0 else out
+
+
 def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
     """The ``hbm`` term from a calibrated library rate, or None where the profile has none."""
     rates = profile.kernel_rates
     f = intmath.to_float
+    backward = kernel.pass_ == "backward"
     if kernel.op == "gemm" and (rates.gemm_read_bytes_per_s or rates.gemm_write_bytes_per_s):
         read_bw = rates.gemm_read_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
         write_bw = (
             rates.gemm_write_bytes_per_s or profile.hbm.write_bandwidth_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
         )
+        read_bw = _where_unaligned(kernel, read_bw, rates.gemm_unaligned_read_bytes_per_s)
+        write_bw = _where_unaligned(kernel, write_bw, rates.gemm_unaligned_write_bytes_per_s)
         return (
             f(kernel.bytes(level="hbm", direction="read")) / read_bw
             + f(kernel.bytes(level="hbm", direction="write")) / write_bw
         )
     if kernel.op == "softmax" and rates.softmax_bytes_per_s:
-        rate = np.asarray(rates.softmax_rate(intmath.to_float(kernel.row_length)), dtype=np.float64)
+        rows = intmath.to_float(kernel.row_length)
+        rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
+        if rates.softmax_unaligned_bytes_per_s:
+            rate = np.asarray(_where_unaligned(kernel, rate, rates.softmax_unaligned_rate(rows)), dtype=np.float64)
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
         if rates.softmax_row_time_s:
             # a block per row: a kernel of few rows takes what one block takes for its row
             out = np.maximum(out, rates.softmax_row_time_s)
         return float(out) if out.ndim == 0 else out
-    if kernel.op == "elementwise" and rates.elementwise_bytes_per_s:
-        return f(kernel.bytes(level="l2")) / rates.elementwise_bytes_per_s
-    return None
+    # the other library kernels are limited by their own issue, not by where data sit: every
+    # byte they move (L2 or HBM) at their measured rate
+    rate = None
+    if kernel.op == "softmax_backward" and rates.softmax_backward_bytes_per_s:
+        rate = rates.softmax_backward_rate(intmath.to_float(kernel.row_length))
+    elif kernel.op == "dropout":
+        rate = rates.dropout_bytes_per_s
+    elif kernel.op == "reduction":
+        rate = rates.reduction_bytes_per_s
+    elif kernel.op == "elementwise" and backward:
+        specific = rates.dropout_backward_bytes_per_s if "dropout" in kernel.name else None
+        rate = specific or rates.elementwise_backward_bytes_per_s or rates.elementwise_bytes_per_s
+    elif kernel.op == "elementwise":
+        rate = rates.elementwise_bytes_per_s
+    if rate is None:
+        return None
+    out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / np.asarray(rate, dtype=np.float64)
+    return float(out) if out.ndim == 0 else out
 
 
 def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count: int) -> Any:
@@ -278,8 +308,13 @@ def kernel_time(
         "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
     }
     hd = intmath.to_float(head_dim) if head_dim is not None else None
-    eff = profile.efficiency(impl.name, hd) if impl and hd is not None else None
-    masked = profile.masked_cost(impl.name, hd) if impl and hd is not None else None
+    forward = kernel.pass_ != "backward"
+    if impl and hd is not None:
+        eff = profile.efficiency(impl.name, hd) if forward else profile.backward_efficiency(impl.name, hd)
+    else:
+        eff = None
+    # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
+    masked = profile.masked_cost(impl.name, hd) if impl and hd is not None and forward else None
     scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
     if masked is not None and np.any(np.asarray(kernel.diagonal_blocks) > 0):
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
@@ -289,7 +324,7 @@ def kernel_time(
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
-    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None else None
+    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward else None
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
         # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), per CTA slot
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)

@@ -100,6 +100,9 @@ class Kernel:
     ctas: IntLike = 0
     blocks: IntLike = 0
     diagonal_blocks: IntLike = 0
+    #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
+    #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
+    unaligned: Any = False
 
     @property
     def flops(self) -> IntLike:

@@ -29,6 +29,8 @@ launch for the same forward written the usual way (scale applied to S, ``masked_
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import intmath
 from ..intmath import IntLike
 from ..workload import Workload
@@ -41,6 +43,26 @@ GEMM_TILE = 128
 def _tiles(extent: IntLike) -> IntLike:
     """Output tiles of a GEMM along one dimension."""
     return intmath.ceil_div(extent, GEMM_TILE)
+
+
+#: bytes a row of an operand must be a multiple of for cuBLAS' and the softmax's vectorised
+#: paths (16-byte loads: 8 fp16 elements)
+ROW_ALIGNMENT = 16
+
+
+def _aligned(kernels: list[Kernel], w: Workload) -> tuple[Kernel, ...]:
+    """Mark the products and softmaxes over S-shaped tensors whose rows (N_kv elements) are
+    not a multiple of 16 bytes: a ViT's 577 tokens in fp16 are 1154-byte rows."""
+    import dataclasses
+
+    import numpy as np
+
+    off = np.asarray(np.asarray(intmath.mul(w.n_kv_, w.element_bytes)) % ROW_ALIGNMENT != 0)
+    flag: Any = bool(off) if off.ndim == 0 else off
+    if not np.any(off):
+        return tuple(kernels)
+    ops = ("gemm", "softmax", "softmax_backward")
+    return tuple(dataclasses.replace(k, unaligned=flag) if k.op in ops else k for k in kernels)
 
 
 def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
@@ -163,7 +185,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
-    return AlgorithmTraffic("standard", "algorithm0", tuple(kernels), params={"gemm_tile": GEMM_TILE})
+    return AlgorithmTraffic("standard", "algorithm0", _aligned(kernels, w), params={"gemm_tile": GEMM_TILE})
 
 
 #: The standard-attention variants: the paper's Algorithms 0/3, and PyTorch eager + autograd.
@@ -333,7 +355,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         k.write("dQ", "output", q, "B·H·N·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
-    return AlgorithmTraffic("standard", "eager", tuple(kernels), params={"gemm_tile": GEMM_TILE})
+    return AlgorithmTraffic("standard", "eager", _aligned(kernels, w), params={"gemm_tile": GEMM_TILE})
 
 
 def standard_variant(variant: str, w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
