@@ -25,8 +25,10 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   GPUs with ≥ 144 KiB per block (``fmha_cutlassB_f16_aligned_128x128_k64_...``, ``k128``),
   64 × 128 otherwise and above d = 128; (I·J)/1024 warps: 16 for 128 × 128, one CTA per SM.
   Older PyTorch builds (≤ 2.3) used 64 × 64 for d ≤ 64; the kernel name says which ran.
-* ``sdpa-cudnn``: 128 × 128 (assumed: cuDNN's kernels are closed; the Hopper forward's
-  names carry 64 × 128 per warp group), one CTA per SM.
+* ``sdpa-cudnn``: 64 × 64 at d = 64 and 128, read off its kernel names on an H200
+  (``cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_...``,
+  ``..._64x64x64_...``; validation/h200/2026-11-30/h200-training-smoke.ncu.csv); above
+  d = 128 not seen (assumed the same); one CTA per SM.
 * ``paper``, ``triton``, ``fa3``: the FlashAttention-2 paper's backward (Algorithm 2) with
   the forward's blocks (:func:`memmodel.traffic.flash.fa2_backward_kernels`).
 """
@@ -97,14 +99,14 @@ def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Prof
     if impl == "sdpa-efficient":
         return _efficient_tiles(p, smem)
     if impl == "sdpa-cudnn":
-        return (128, 128) if p <= 128 else (64, 128)
+        return (64, 64)
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check
 
 
 _SOURCES = {
     "sdpa-flash": "flash_bwd_launch_template.h",
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
-    "sdpa-cudnn": "assumed (cuDNN is closed source)",
+    "sdpa-cudnn": "cuDNN's kernel names on an H200 (64x64xD)",
 }
 
 

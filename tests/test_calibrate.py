@@ -496,7 +496,7 @@ def test_every_step_is_measured_by_its_function(monkeypatch):
     """run_calibration dispatches each of STEPS to a measuring function (no step left out)."""
     import types
 
-    from memmodel.gpu import calibrate_impl
+    from memmodel.gpu import calibrate_backward, calibrate_impl
 
     names = {
         "hbm": (cal, "measure_hbm"),
@@ -511,6 +511,7 @@ def test_every_step_is_measured_by_its_function(monkeypatch):
         "mma_sync": (calibrate_impl, "measure_mma_sync"),
         "kernels": (calibrate_impl, "measure_kernels"),
         "sdpa": (calibrate_impl, "measure_sdpa"),
+        "backward": (calibrate_backward, "measure_backward"),
     }
     assert set(names) == {key for key, _ in cal.STEPS}
     for key, (module, fn) in names.items():

@@ -60,6 +60,7 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("mma_sync", "mma.sync tensor-core peak"),
     ("kernels", "library kernels: softmax, masked_fill, cuBLAS"),
     ("sdpa", "attention implementations, reference shapes"),
+    ("backward", "training-step kernels: softmax backward, dropout, reductions, SDPA backward"),
 )
 
 #: Required profile fields calibrate never measures; they come from ``--base``.
@@ -870,6 +871,12 @@ def make_context(*, quick: bool = False) -> Context:
     return Context(torch, calibrate_kernels, info, make_plan(info, quick=quick), _cuda_timer(torch))
 
 
+def _calibrate_backward() -> Any:
+    from . import calibrate_backward
+
+    return calibrate_backward
+
+
 def _measure(key: str, ctx: Context, done: Mapping[str, Any]) -> dict[str, Any]:
     """Run step ``key`` of :data:`STEPS` (``done``: the steps measured before it)."""
     steps: dict[str, Callable[[], dict[str, Any]]] = {
@@ -885,6 +892,7 @@ def _measure(key: str, ctx: Context, done: Mapping[str, Any]) -> dict[str, Any]:
         "mma_sync": lambda: calibrate_impl.measure_mma_sync(ctx),
         "kernels": lambda: calibrate_impl.measure_kernels(ctx),
         "sdpa": lambda: calibrate_impl.measure_sdpa(ctx),
+        "backward": lambda: _calibrate_backward().measure_backward(ctx),
     }
     return steps[key]()
 
@@ -1274,17 +1282,24 @@ def _add_efficiencies(data: dict[str, Any], result: Mapping[str, Any]) -> None:
     from ..hardware import parse_profile
 
     m = result.get("measurements", {})
-    if not (m.get("sdpa") or {}).get("points"):
-        return
-    profile = parse_profile(data, "<calibrated profile>")
-    for fpath, (value, note) in calibrate_impl.efficiency_figures(m, profile).items():
+    if (m.get("sdpa") or {}).get("points"):
+        _put_figures(data, calibrate_impl.efficiency_figures(m, parse_profile(data, "<calibrated profile>")))
+    if m.get("backward"):
+        # the backward efficiency is the model's backward time over the measured one: made
+        # with the forward figures in place (the forward pass is timed apart)
+        profile = parse_profile(data, "<calibrated profile>")
+        _put_figures(data, _calibrate_backward().backward_figures(m["backward"], profile))
+    sources = data.pop("sources")
+    data["sources"] = sources  # sources stay last
+
+
+def _put_figures(data: dict[str, Any], figures: Mapping[str, tuple[Any, str]]) -> None:
+    for fpath, (value, note) in figures.items():
         *sections, leaf = fpath.split(".")
         node = data
         for section in sections:
             node = node.setdefault(section, {})
         node[leaf] = {"value": value, "source": "measured", "note": note}
-    sources = data.pop("sources")
-    data["sources"] = sources  # sources stay last
 
 
 def profile_yaml(result: Mapping[str, Any], *, base: Any = None, name: str | None = None) -> str:

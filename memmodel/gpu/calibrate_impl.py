@@ -32,6 +32,10 @@ from typing import Any
 #: row lengths: powers of two and 1.5 x powers of two (the library changes kernels between them)
 SOFTMAX_ROWS = tuple(sorted({2**k for k in range(7, 18)} | {3 * 2**k for k in range(6, 16)}))
 SOFTMAX_BYTES = 512 * 2**20
+#: softmax and cuBLAS rows that are not a multiple of 8 fp16 elements (16 bytes): odd lengths
+#: between the powers of two (not validation shapes)
+SOFTMAX_UNALIGNED_ROWS = (129, 257, 513, 1025, 2049, 4097, 8193)
+GEMM_UNALIGNED_N = 1025
 GEMM_BYTES = 2**30
 FEW_ROWS_LENGTH = 32768
 #: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation
@@ -181,6 +185,17 @@ def measure_softmax(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dic
             del x, y
         out[dtype] = points
         ctx.free()
+    # rows that are not a multiple of 16 bytes (a ViT's 577 tokens): no vectorised path
+    unaligned = []
+    for row in SOFTMAX_UNALIGNED_ROWS:
+        rows = SOFTMAX_BYTES // (2 * row)
+        x = torch.randn(rows, row, device=ctx.device, dtype=torch.float16, generator=ctx.generator(18))
+        y = torch.empty_like(x)
+        r = _rate(ctx, 2 * x.numel() * 2, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y))
+        unaligned.append({"row": row, "rows": rows, **r})
+        del x, y
+    out["unaligned"] = unaligned
+    ctx.free()
     # few rows: the parallelism a small softmax has (decode: batch × heads rows)
     few = []
     for per_sm in (1, 2, 4, 8, 16):
@@ -247,6 +262,24 @@ def measure_gemm(ctx: Any) -> dict[str, Any]:
             out["pv"].append({"dtype": dtype, "d": d, "bytes": moved, "flop": flop, **r})
             del q, k, s, o
             ctx.free()
+    # rows of N_kv that are not a multiple of 16 bytes: cuBLAS leaves its vectorised kernels
+    n = GEMM_UNALIGNED_N
+    bh = GEMM_BYTES // (2 * n * n)
+    out.update(unaligned_n=n, unaligned_batch_heads=bh, qk_unaligned=[], pv_unaligned=[])
+    for d in (64, 128):
+        g = ctx.generator(19)
+        q = torch.randn(bh, n, d, device=ctx.device, dtype=torch.float16, generator=g)
+        k = torch.randn(bh, n, d, device=ctx.device, dtype=torch.float16, generator=g)
+        s = torch.empty(bh, n, n, device=ctx.device, dtype=torch.float16)
+        o = torch.empty(bh, n, d, device=ctx.device, dtype=torch.float16)
+        moved = 2 * (2 * bh * n * d + bh * n * n)
+        flop = 2 * bh * n * n * d
+        r = _rate(ctx, moved, lambda q=q, k=k, s=s: torch.matmul(q, k.transpose(-1, -2), out=s))
+        out["qk_unaligned"].append({"dtype": "fp16", "d": d, "bytes": moved, "flop": flop, **r})
+        r = _rate(ctx, moved, lambda s=s, k=k, o=o: torch.matmul(s, k, out=o))
+        out["pv_unaligned"].append({"dtype": "fp16", "d": d, "bytes": moved, "flop": flop, **r})
+        del q, k, s, o
+        ctx.free()
     return out
 
 
@@ -385,7 +418,27 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
                 f"{gemm.get('batch_heads')} heads, d in {ds}, fp16 and bf16, memory-bound ones only: "
                 + ", ".join(_fmt_bw(r) for r in rates),
             )
+    for kind, fpath, what in (
+        ("pv_unaligned", "kernels.gemm.unaligned_read_bandwidth", "P·V-shaped"),
+        ("qk_unaligned", "kernels.gemm.unaligned_write_bandwidth", "Q·K^T-shaped"),
+    ):
+        pts = [p for p in gemm.get(kind, []) if p.get("rate")]
+        if pts:
+            rates = sorted(p["rate"] for p in pts)
+            out[fpath] = (
+                _fmt_bw(sum(rates) / len(rates)),
+                f"mean of {len(pts)} cuBLAS batched {what} products with rows of N = {gemm.get('unaligned_n')} fp16 "
+                f"(not a multiple of 16 bytes), {gemm.get('unaligned_batch_heads')} heads, d in "
+                f"{sorted({p['d'] for p in pts})}: " + ", ".join(_fmt_bw(r) for r in rates),
+            )
     soft = k.get("softmax") or {}
+    odd = [p for p in soft.get("unaligned", []) if p.get("rate")]
+    if odd:
+        out["kernels.softmax.unaligned_bandwidth"] = (
+            {int(p["row"]): _fmt_bw(p["rate"]) for p in sorted(odd, key=lambda p: p["row"])},
+            "torch.softmax over rows that are not a multiple of 16 bytes (odd lengths), fp16, bytes read + written "
+            f"over the time, inputs of {SOFTMAX_BYTES // 2**20} MiB, by row length",
+        )
     by_row: dict[int, list[float]] = {}
     for dtype in ("fp16", "bf16"):
         for p in soft.get(dtype, []):
