@@ -1,4 +1,4 @@
-"""``memmodel compare``: standard vs tiled attention on one workload and GPU."""
+"""``memmodel compare``: standard vs tiled attention on one workload, on one GPU or side by side on several."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ from typing import Any
 
 import click
 
-from .options import build_workload, format_option, gpu_option, model_options, pop_model_options, workload_options
+from .options import (
+    WorkloadCommand,
+    build_workload,
+    format_option,
+    gpu_list_option,
+    model_options,
+    pop_model_options,
+    workload_options,
+)
 
 ROLE_LABELS = (
     ("input", "inputs (Q, K, V, dO)"),
@@ -16,14 +24,18 @@ ROLE_LABELS = (
 )
 
 
-@click.command("compare")
+@click.command("compare", cls=WorkloadCommand)
 @workload_options
-@gpu_option()
+@gpu_list_option(" Several GPUs: one table, a column per GPU for standard and tiled.")
 @model_options
-@format_option()
-def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
+@format_option(
+    json="JSON on stdout (several GPUs: a memmodel.compare-gpus/1 object, one compare/1 object per GPU)",
+    csv="CSV on stdout: one row per kernel and a total per algorithm, with the workload's columns",
+)
+def compare_cmd(*, gpu: tuple[str, ...], fmt: str, **kw: Any) -> None:
     """Bytes moved through SRAM, L2 and HBM, FLOPs and predicted time of standard attention
-    (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel.
+    (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel; on several
+    GPUs (--gpu a100,h200), their totals side by side.
 
     Example: memmodel compare --n 4096 --d 768
     """
@@ -33,51 +45,54 @@ def compare_cmd(*, gpu: str, fmt: str, **kw: Any) -> None:
 
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
-    profile = load_profile(gpu)
-    result = compare(workload, profile, options_for(impl, workload, profile, **opts))
+    results = []
+    for spec in gpu or ("a100",):
+        profile = load_profile(spec)
+        results.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
+    notes = check_comparisons(results)
     from . import terminal
 
     if fmt == "json":
-        from ..report import compare_to_dict
+        from ..report.compare import compare_gpus_to_dict, compare_to_dict
 
-        terminal.print_json(compare_to_dict(result))
+        terminal.print_json(compare_to_dict(results[0]) if len(results) == 1 else compare_gpus_to_dict(results))
     elif fmt == "csv":
-        from ..report import COMPARE_CSV_COLUMNS, compare_csv_rows
+        from ..report.compare import COMPARE_CSV_COLUMNS, compare_csv_rows
 
-        terminal.print_csv(COMPARE_CSV_COLUMNS, compare_csv_rows(result))
+        terminal.print_csv(COMPARE_CSV_COLUMNS, [row for r in results for row in compare_csv_rows(r)])
+    elif len(results) == 1:
+        _print_table(results[0])
     else:
-        _print_table(result)
+        _print_side_by_side(results)
+    for line in notes:
+        terminal.note(line)
+
+
+def check_comparisons(results: list[Any]) -> list[str]:
+    """Refuse options no GPU runs (:func:`memmodel.checks.check_comparison`); return the
+    notes to print on stderr: each caveat and warning once, whichever GPU gave it."""
+    from ..checks import check_comparison
+
+    notes: dict[str, None] = {}
+    for result in results:
+        for line in check_comparison(result):
+            notes[f"warning: {line}"] = None
+    for result in results:
+        for line in result.caveats:
+            notes[line] = None
+    return list(notes)
 
 
 def _print_table(result: Any) -> None:
-    from ..report.compare import compare_to_dict
+    from ..report.compare import compare_to_dict, workload_summary
     from ..units import format_bytes, format_count, format_time
     from . import terminal
 
     data = compare_to_dict(result)
-    w = data["workload"]
-    o = data["options"]
     con = terminal.console()
-    shape = f"batch {w['batch']} · heads {w['heads']}"
-    if w["kv_heads"] != w["heads"]:
-        shape += f" (kv {w['kv_heads']})"
-    shape += f" · N {w['n']}"
-    if w["n_kv"] != w["n"]:
-        shape += f" · N_kv {w['n_kv']}"
-    shape += f" · d {w['d']} · {w['dtype']}"
-    flags = [
-        x
-        for x, on in (
-            ("causal", w["causal"]),
-            (f"dropout {w['dropout']}", w["dropout"] > 0),
-            ("forward + backward", o["backward"]),
-        )
-        if on
-    ]
     con.print(
-        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · {shape}"
-        + "".join(f" · {f}" for f in flags)
-        + f" · L2 {o['l2']}",
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · "
+        f"{terminal.escape(workload_summary(result))}",
         soft_wrap=True,
     )
     for alg in data["algorithms"]:
@@ -195,8 +210,60 @@ def _print_table(result: Any) -> None:
     )
     for line in data["warnings"]:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
-    for line in data["caveats"]:
-        terminal.note(line)
+
+
+def _print_side_by_side(results: list[Any]) -> None:
+    """Several GPUs: one table of totals, a standard and a tiled column per GPU."""
+    from ..report.compare import compare_to_dict, workload_summary
+    from ..units import format_bytes, format_count, format_time
+    from . import terminal
+
+    data = [compare_to_dict(r) for r in results]
+    con = terminal.console()
+    names = [d["hardware"]["name"] for d in data]
+    con.print(
+        f"[bold]{terminal.escape(' vs '.join(names))}[/] · {terminal.escape(workload_summary(results[0]))}",
+        soft_wrap=True,
+    )
+
+    def cells(fmt: Any, key: str) -> list[str]:
+        return [fmt(alg[key]) for d in data for alg in d["algorithms"]]
+
+    def ratio_cells(key: str) -> list[str]:
+        return [x for d in data for x in ("", _times(d["ratios"][key]))]
+
+    rows: list[Any] = [
+        ("HBM read", *cells(format_bytes, "hbm_read_bytes")),
+        ("HBM write", *cells(format_bytes, "hbm_write_bytes")),
+        (terminal.markup("[bold]HBM total[/]"), *cells(format_bytes, "hbm_bytes")),
+        ("L2 traffic", *cells(format_bytes, "l2_bytes")),
+        ("SRAM traffic", *cells(format_bytes, "sram_bytes")),
+        None,
+        ("FLOPs", *cells(format_count, "flops")),
+        ("exp", *cells(lambda v: format_count(v, "op"), "exp_ops")),
+        ("intensity (HBM)", *cells(lambda v: f"{v:.1f} FLOP/B", "arithmetic_intensity")),
+        (terminal.markup("[bold]predicted time[/]"), *cells(format_time, "predicted_time_s")),
+        ("bound by", *cells(str, "bound")),
+        None,
+        ("standard/tiled HBM", *ratio_cells("hbm_bytes")),
+        ("standard/tiled time", *ratio_cells("predicted_time_s")),
+        ("tiled kernel", *[x for r in results for x in ("", _tile_summary(r))]),
+    ]
+    columns = [("", "left")] + [(f"{name} {alg}", "right") for name in names for alg in ("standard", "tiled")]
+    con.print()
+    con.print(terminal.table(None, columns, rows))
+    for d in data:
+        for line in d["warnings"]:
+            con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
+
+
+def _tile_summary(result: Any) -> str:
+    """``sdpa-flash 128×64`` (the tiled kernel's implementation and blocks)."""
+    p = result.tiled.traffic.params
+    impl = result.options.implementation or "paper"
+    splits = p.get("splits")
+    extra = f", {splits} splits" if splits not in (1, None) else ""
+    return f"{impl} {p['block_q']}×{p['block_kv']}{extra}"
 
 
 def _title(alg: dict[str, Any], implementation: str | None = None) -> str:

@@ -53,13 +53,14 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=100)
 
 
-def _save(fig: Any, path: str) -> None:
-    from ..errors import RuntimeFailure
+def save(fig: Any, path: str, *, force: bool = False, dpi: int = 150) -> None:
+    """Write ``fig`` to ``path`` in the format its suffix names, atomically
+    (:func:`memmodel.fileio.atomic_open`: an existing file only with ``force``)."""
+    from ..fileio import atomic_open
 
-    try:
-        fig.savefig(path, dpi=150, metadata=_metadata(path))
-    except OSError as exc:
-        raise RuntimeFailure(f"cannot write {path}: {exc.strerror or exc}") from None
+    suffix = os.path.splitext(path)[1].lower()
+    with atomic_open(path, force=force, binary=True) as handle:
+        fig.savefig(handle, format=suffix.lstrip("."), dpi=dpi, metadata=_metadata(path))
 
 
 def _metadata(path: str) -> dict[str, Any]:
@@ -95,7 +96,7 @@ def _angle(ax: Any, x0: float, y0: float, x1: float, y1: float) -> float:
 # Roofline
 
 
-def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
+def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = False) -> None:
     """Roofs, ridge points and kernels of one or more GPUs on one log–log chart."""
     check_plot_path(path)
     from matplotlib.lines import Line2D
@@ -353,7 +354,7 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
         "within 3× of its performance, a dotted dash marks that cap (exp rate × the kernel's FLOPs per exp)."
     )
     fig.text(0.085, 0.015, textwrap.fill(notes, 150), fontsize=6.5, color="#444444", va="bottom")
-    _save(fig, path)
+    save(fig, path, force=force)
 
 
 def _clear_spot(
@@ -439,7 +440,7 @@ def _crossings(x: np.ndarray, ratio: np.ndarray) -> list[float]:
     return out
 
 
-def sweep_plot(result: SweepResult, path: str) -> None:
+def sweep_plot(result: SweepResult, path: str, *, force: bool = False) -> None:
     """Bytes per level, predicted time and standard/tiled ratios against the swept variable."""
     check_plot_path(path)
     from matplotlib.lines import Line2D
@@ -650,7 +651,7 @@ def sweep_plot(result: SweepResult, path: str) -> None:
             va="bottom",
             color="#444444",
         )
-    _save(fig, path)
+    save(fig, path, force=force)
 
 
 def _end_labels(fig: Any, ax: Any, items: list[tuple[float, float, str, str]]) -> None:

@@ -102,7 +102,7 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(data: dict[str, Any], path: str) -> None:
+def plot(data: dict[str, Any], path: str, *, force: bool = False) -> None:
     """Two log-log panels: HBM bytes and kernel time, predicted against measured."""
     from .plots import require_matplotlib
 
@@ -157,16 +157,6 @@ def plot(data: dict[str, Any], path: str) -> None:
     ax1.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"memmodel predictions on {data['device']} (profile {data['profile']['name']})")
     fig.tight_layout()
-    import os
+    from .plots import save
 
-    from ..errors import RuntimeFailure
-
-    tmp = f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
-    try:
-        fig.savefig(tmp, dpi=150)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise RuntimeFailure(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save(fig, path, force=force)
