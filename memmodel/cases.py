@@ -84,8 +84,10 @@ _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
 def parse_case(text: str) -> Case:
-    """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1``."""
+    """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1``; ``model=NAME``
+    (or a config.json) gives heads, kv_heads and d where the spec does not."""
     fields: dict[str, Any] = {}
+    model = None
     for part in text.split(","):
         m = _SPEC.match(part.strip())
         if not m:
@@ -93,6 +95,8 @@ def parse_case(text: str) -> Case:
         key, value = m["key"], m["value"]
         if key in ("impl", "dtype"):
             fields[key] = value
+        elif key == "model":
+            model = value
         elif key == "causal":
             fields[key] = value.lower() in ("1", "true", "yes")
         elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv"):
@@ -102,8 +106,14 @@ def parse_case(text: str) -> Case:
                 raise WorkloadError(f"case {key}={value!r} is not an integer") from None
         else:
             raise WorkloadError(
-                f"unknown case key {key!r}: accepted are impl, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv"
+                f"unknown case key {key!r}: accepted are impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv"
             )
+    if model is not None:
+        from .models import load_model
+
+        shape = load_model(model)
+        for key, value in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("d", shape.head_dim)):
+            fields.setdefault(key, value)
     if "n" not in fields or "d" not in fields:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")

@@ -219,8 +219,8 @@ def test_sweep_output_file_is_atomic_and_not_clobbered(run, tmp_path):
     assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # not mkstemp's private mode
     r = run(*args)
     assert r.exit_code == 2 and f"{out}: already exists; use --force to overwrite it" in r.stderr
-    r = run(*args[:-2], "--output", str(out), "--force", "--format", "jsonl")
-    assert r.exit_code == 0 and out.read_text().startswith("{")
+    r = run("sweep", "--n", "512", "--d", "64", "--output", str(out), "--force")  # .csv: the format
+    assert r.exit_code == 0 and out.read_text().startswith("gpu,") and len(out.read_text().splitlines()) == 3
     assert sorted(os.listdir(tmp_path)) == ["sweep.csv"]  # no temporary files left behind
     r = run("sweep", "--n", "512", "--d", "64", "--output", str(tmp_path / "table.txt"))
     assert r.exit_code == 0 and (tmp_path / "table.txt").read_text().startswith("Sweep · gpu a100")

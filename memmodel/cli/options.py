@@ -200,28 +200,44 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
 
 def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:
-    """--n, --d, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
+    """--n, --d, --model, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
 
-    Bare (``@workload_options``) --n and --d are required; ``@workload_options(n=4096,
-    d=768)`` makes them optional with those defaults.
+    Bare (``@workload_options``) --n is required, and --d unless --model gives it;
+    ``@workload_options(n=4096, d=768)`` makes them optional with those defaults (--model's
+    head dimension before d's). :func:`build_workload` turns them into a Workload.
     """
     if func is None:
         return lambda f: _workload_options(f, n, d)
     return _workload_options(func, n, d)
 
 
-def _size_option(flag: str, name: str, default: int | None, help_text: str) -> Callable[[F], F]:
-    if default is None:
-        return option(flag, name, type=POSITIVE, required=True, help=help_text)
-    return option(flag, name, type=POSITIVE, default=default, show_default=True, help=help_text)
+MODEL_HELP = (
+    "Take --heads, --kv-heads and --d from a model: a bundled name (llama-3-8b, llama-3-70b, llama-3.1-405b, "
+    "mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, gpt2, ...; see docs/models.md) or a Hugging Face "
+    "config.json. Options given explicitly win."
+)
+
+
+def model_option(func: F) -> F:
+    return option("--model", "model", default=None, metavar="NAME|FILE", help=MODEL_HELP)(func)
 
 
 def _workload_options(func: F, n: int | None, d: int | None) -> F:
     options = [
-        _size_option("--n", "n", n, "Sequence length N (query length)."),
-        _size_option("--d", "d", d, "Head dimension d."),
+        option("--n", "n", type=POSITIVE, required=True, help="Sequence length N (query length).")
+        if n is None
+        else option("--n", "n", type=POSITIVE, default=n, show_default=True, help="Sequence length N (query length)."),
+        option(
+            "--d",
+            "d",
+            type=POSITIVE,
+            default=None,
+            help="Head dimension d."
+            + (" Required unless --model gives it." if d is None else f" Default: --model's, else {d}."),
+        ),
+        model_option,
         option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
-        option("--heads", type=POSITIVE, default=1, show_default=True, help="Attention heads H."),
+        option("--heads", type=POSITIVE, default=None, help="Attention heads H. Default: --model's, else 1."),
         option(
             "--dtype",
             type=choice(list(DTYPE_BYTES)),
@@ -233,7 +249,7 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             "--kv-heads",
             type=POSITIVE,
             default=None,
-            help="Key/value heads (GQA/MQA); must divide --heads. Default: --heads.",
+            help="Key/value heads (GQA/MQA); must divide --heads. Default: --model's, else --heads.",
         ),
         option(
             "--n-kv",
@@ -320,17 +336,44 @@ def model_options(func: F) -> F:
     return func
 
 
-def build_workload(kw: dict[str, Any]) -> Any:
-    """Pop the workload options out of a command's keyword arguments into a Workload."""
+def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[Any, Any, Any]:
+    """``--model``'s heads, KV heads and head dimension where the options leave them out (None);
+    says on stderr what was taken from where, and what the model has that memmodel does not model."""
+    if not model:
+        return heads, kv_heads, d
+    from ..models import load_model
+    from . import terminal
+
+    shape = load_model(model)
+    terminal.note(f"--model {shape.summary()}")
+    if shape.note:
+        terminal.note(f"--model {shape.name}: {shape.note}")
+    return (
+        shape.heads if heads is None else heads,
+        shape.kv_heads if kv_heads is None else kv_heads,
+        shape.head_dim if d is None else d,
+    )
+
+
+def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
+    """Pop the workload options (and ``--model``) out of a command's keyword arguments into a
+    Workload; ``default_d`` is the head dimension when neither --d nor --model gives one."""
     from ..workload import Workload
 
+    heads, kv_heads, d = apply_model(kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"))
+    d = d if d is not None else default_d
+    if d is None:
+        raise click.UsageError(
+            "Missing option '--d' (the head dimension; or --model NAME to take it from a model).",
+            click.get_current_context(silent=True),
+        )
     return Workload(
         n=kw.pop("n"),
-        d=kw.pop("d"),
+        d=d,
         batch=kw.pop("batch"),
-        heads=kw.pop("heads"),
+        heads=heads if heads is not None else 1,
         dtype=kw.pop("dtype"),
-        kv_heads=kw.pop("kv_heads"),
+        kv_heads=kv_heads,
         n_kv=kw.pop("n_kv"),
         causal=kw.pop("causal"),
         dropout=kw.pop("dropout"),

@@ -47,7 +47,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
     check_outputs(force=force, plot=plot)
     from ..implementations import options_for
 
-    workload = build_workload(kw)
+    workload = build_workload(kw, default_d=768)
     impl, opts = pop_model_options(kw)
     comparisons = []
     for spec in gpu or ("a100",):

@@ -14,7 +14,17 @@ import click
 from ..implementations import CHOICES, TILED_VARIANTS
 from ..traffic.l2 import L2_MODES
 from ..workload import DTYPE_BYTES
-from .options import Command, check_outputs, force_option, format_option, gpu_list_option, option, plot_option
+from .options import (
+    Command,
+    apply_model,
+    check_outputs,
+    force_option,
+    format_option,
+    gpu_list_option,
+    model_option,
+    option,
+    plot_option,
+)
 
 #: Above this many rows the table view is refused (nobody reads it): use csv or jsonl.
 MAX_TABLE_ROWS = 20_000
@@ -124,10 +134,11 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 @click.command("sweep", cls=SweepCommand)
 @_grid("--n", f"Sequence lengths N (queries): {_SYNTAX}.", required=True)
 @_grid("--n-kv", "Key/value lengths (KV cache); decode: --n 1 --n-kv 4096:131072:x2.", default="equal to N")
-@_grid("--d", f"Head dimensions d: {_SYNTAX}.", required=True)
+@_grid("--d", f"Head dimensions d: {_SYNTAX}. Required unless --model gives it.")
+@model_option
 @_grid("--batch", "Batch sizes B.", default="1")
-@_grid("--heads", "Query heads H.", default="1")
-@_grid("--kv-heads", "Key/value heads (GQA/MQA); each must divide --heads.", default="equal to --heads")
+@_grid("--heads", "Query heads H.", default="--model's, else 1")
+@_grid("--kv-heads", "Key/value heads (GQA/MQA); each must divide --heads.", default="--model's, else equal to --heads")
 @_list("--dtype", _choices(tuple(DTYPE_BYTES)), f"Element types ({', '.join(DTYPE_BYTES)}). Default: fp32.")
 @gpu_list_option()
 @_list(
@@ -178,7 +189,8 @@ def sweep_cmd(
     *,
     n: tuple[int, ...],
     n_kv: tuple[int, ...] | None,
-    d: tuple[int, ...],
+    d: tuple[int, ...] | None,
+    model: str | None,
     batch: tuple[int, ...] | None,
     heads: tuple[int, ...] | None,
     kv_heads: tuple[int, ...] | None,
@@ -215,6 +227,12 @@ def sweep_cmd(
     """
     fmt = _resolve_format(fmt, output)
     check_outputs(force=force, plot=plot, **{"--output": output})
+    heads, kv_heads, d = (_grid_of(x) for x in apply_model(model, heads, kv_heads, d))
+    if not d:
+        raise click.UsageError(
+            "Missing option '--d' (the head dimensions; or --model NAME to take it from a model).",
+            click.get_current_context(silent=True),
+        )
     from ..errors import WorkloadError
     from ..sweep import Grid, evaluate
     from . import terminal
@@ -276,6 +294,11 @@ def sweep_cmd(
 
         sweep_plot(result, plot, force=force)
         terminal.note(f"wrote {plot}")
+
+
+def _grid_of(value: Any) -> tuple[int, ...] | None:
+    """A model's single value as a grid of one; grids and None as they are."""
+    return (value,) if isinstance(value, int) else value
 
 
 def _resolve_format(fmt: str | None, output: str | None) -> str:
