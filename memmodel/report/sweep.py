@@ -125,16 +125,12 @@ def describe(constants: dict[str, Any]) -> list[str]:
     return out
 
 
-def table_view(result: SweepResult) -> tuple[dict[str, Any], list[str], list[list[Any]]]:
-    """The sweep for people: one row per workload, standard and tiled side by side.
-
-    Returns (constants, headers, rows): options with one value across the sweep go into
-    ``constants`` (shown once above the table, :func:`describe`) instead of a column each;
-    ``kv_heads`` is left out where it equals ``heads``, ``n_kv`` where it equals ``n``, and
-    the tiled kernel's blocks, splits and CTAs per SM unless the sweep varies them. Cells are
-    raw values; the CLI formats them.
-    """
-    cols = result.columns
+def split_keys(result: SweepResult) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
+    """(constants, varying, values): the :data:`TABLE_KEYS` with one value across the sweep
+    (key -> value), those with several (in :data:`COLUMN_ORDER`), and every key's values, one
+    per workload (the tiled row's for what only the tiled kernel has). ``kv_heads`` is left
+    out where it equals ``heads``, ``n_kv`` where it equals ``n``, and the tiled kernel's
+    blocks, splits and CTAs per SM unless the sweep varies them."""
     std = slice(0, None, 2)
     til = slice(1, None, 2)
     swept = set(result.grid.varying())
@@ -154,6 +150,20 @@ def table_view(result: SweepResult) -> tuple[dict[str, Any], list[str], list[lis
         else:
             varying.append(key)
     varying.sort(key=COLUMN_ORDER.index)
+    return constants, varying, values
+
+
+def table_view(result: SweepResult) -> tuple[dict[str, Any], list[str], list[list[Any]]]:
+    """The sweep for people: one row per workload, standard and tiled side by side.
+
+    Returns (constants, headers, rows): options with one value across the sweep go into
+    ``constants`` (shown once above the table, :func:`describe`) instead of a column each;
+    ``kv_heads`` is left out where it equals ``heads``, ``n_kv`` where it equals ``n``, and
+    the tiled kernel's blocks, splits and CTAs per SM unless the sweep varies them. Cells are
+    raw values; the CLI formats them.
+    """
+    cols = result.columns
+    constants, varying, values = split_keys(result)
     headers = [*(TABLE_KEYS[k] for k in varying), "HBM std", "HBM tiled", "s/t", "time std", "time tiled", "s/t"]
     headers.append("bound s/t")
     rows = []
