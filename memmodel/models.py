@@ -38,13 +38,23 @@ class ModelShape:
     #: what memmodel does not model of this model's attention
     note: str = ""
 
+    @property
+    def repository(self) -> str:
+        """``meta-llama/Meta-Llama-3-8B`` for a source on the Hugging Face Hub, else the source."""
+        prefix, suffix = "https://huggingface.co/", "/blob/main/config.json"
+        if self.source.startswith(prefix) and self.source.endswith(suffix):
+            return self.source[len(prefix) : -len(suffix)]
+        return self.source
+
     def summary(self) -> str:
         kv = f"{self.kv_heads} KV heads" if self.kv_heads != self.heads else "as many KV heads"
         return f"{self.name}: {self.heads} heads, {kv}, head dim {self.head_dim} ({self.source})"
 
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
-_SLIDING = "its {} layers use a {}-token sliding window, which memmodel does not model: every layer is full attention"
+_SLIDING = "{} a 4096-token sliding window, which memmodel does not model: every layer is modelled as full attention"
+_EVERY_LAYER = _SLIDING.format("every layer attends within")
+_EVERY_OTHER = _SLIDING.format("every other layer attends within")
 
 #: Bundled models: name -> shape, read from each model's config.json on the Hugging Face Hub.
 MODELS: dict[str, ModelShape] = {
@@ -59,15 +69,13 @@ MODELS: dict[str, ModelShape] = {
         ModelShape("llama-3.1-405b", 128, 8, 128, _HF.format("meta-llama/Llama-3.1-405B")),
         ModelShape("llama-3.2-1b", 32, 8, 64, _HF.format("meta-llama/Llama-3.2-1B")),
         ModelShape("llama-3.2-3b", 24, 8, 128, _HF.format("meta-llama/Llama-3.2-3B")),
-        ModelShape(
-            "mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), _SLIDING.format("attention", 4096)
-        ),
+        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), _EVERY_LAYER),
         ModelShape("mixtral-8x7b", 32, 8, 128, _HF.format("mistralai/Mixtral-8x7B-v0.1")),
         ModelShape("mixtral-8x22b", 48, 8, 128, _HF.format("mistralai/Mixtral-8x22B-v0.1")),
         ModelShape("qwen2.5-7b", 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B")),
         ModelShape("qwen2.5-72b", 64, 8, 128, _HF.format("Qwen/Qwen2.5-72B")),
-        ModelShape("gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), _SLIDING.format("alternate", 4096)),
-        ModelShape("gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), _SLIDING.format("alternate", 4096)),
+        ModelShape("gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), _EVERY_OTHER),
+        ModelShape("gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), _EVERY_OTHER),
     )
 }
 

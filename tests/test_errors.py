@@ -1,4 +1,4 @@
-"""The error catalogue of README.md, one test per row, and the conventions
+"""The error catalogue of docs/errors.md, one test per row, and the conventions
 the same page promises (NO_COLOR, --quiet, completion, help, exit codes).
 
 Each row's command is run as the catalogue says (scripts/update_errors.py's runner: from the

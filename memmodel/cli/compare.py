@@ -26,7 +26,7 @@ ROLE_LABELS = (
 
 @click.command("compare", cls=WorkloadCommand)
 @workload_options
-@gpu_list_option(" Several GPUs: one table, a column per GPU for standard and tiled.")
+@gpu_list_option(" Several GPUs: their totals in one table, a column per GPU.")
 @model_options
 @format_option(
     json="JSON on stdout (several GPUs: a memmodel.compare-gpus/1 object, one compare/1 object per GPU)",
@@ -213,7 +213,7 @@ def _print_table(result: Any) -> None:
 
 
 def _print_side_by_side(results: list[Any]) -> None:
-    """Several GPUs: one table of totals, a standard and a tiled column per GPU."""
+    """Several GPUs: one table of totals, a column per GPU; standard, tiled and their ratios in turn."""
     from ..report.compare import compare_to_dict, workload_summary
     from ..units import format_bytes, format_count, format_time
     from . import terminal
@@ -226,44 +226,50 @@ def _print_side_by_side(results: list[Any]) -> None:
         soft_wrap=True,
     )
 
-    def cells(fmt: Any, key: str) -> list[str]:
-        return [fmt(alg[key]) for d in data for alg in d["algorithms"]]
+    def cells(i: int, fmt: Any, key: str) -> list[str]:
+        return [fmt(d["algorithms"][i][key]) for d in data]
 
-    def ratio_cells(key: str) -> list[str]:
-        return [x for d in data for x in ("", _times(d["ratios"][key]))]
+    def section(i: int) -> list[Any]:
+        return [
+            ("  HBM read", *cells(i, format_bytes, "hbm_read_bytes")),
+            ("  HBM write", *cells(i, format_bytes, "hbm_write_bytes")),
+            (terminal.markup("  [bold]HBM total[/]"), *cells(i, format_bytes, "hbm_bytes")),
+            ("  L2 traffic", *cells(i, format_bytes, "l2_bytes")),
+            ("  SRAM traffic", *cells(i, format_bytes, "sram_bytes")),
+            ("  FLOPs", *cells(i, format_count, "flops")),
+            ("  intensity (FLOP/B)", *cells(i, lambda v: f"{v:.1f}", "arithmetic_intensity")),
+            (terminal.markup("  [bold]predicted time[/]"), *cells(i, format_time, "predicted_time_s")),
+            ("  bound by", *cells(i, str, "bound")),
+        ]
 
+    first = results[0].tiled.timing.time_s
     rows: list[Any] = [
-        ("HBM read", *cells(format_bytes, "hbm_read_bytes")),
-        ("HBM write", *cells(format_bytes, "hbm_write_bytes")),
-        (terminal.markup("[bold]HBM total[/]"), *cells(format_bytes, "hbm_bytes")),
-        ("L2 traffic", *cells(format_bytes, "l2_bytes")),
-        ("SRAM traffic", *cells(format_bytes, "sram_bytes")),
+        (terminal.markup("[bold]standard (Algorithm 0)[/]"), *[""] * len(data)),
+        *section(0),
         None,
-        ("FLOPs", *cells(format_count, "flops")),
-        ("exp", *cells(lambda v: format_count(v, "op"), "exp_ops")),
-        ("intensity (HBM)", *cells(lambda v: f"{v:.1f} FLOP/B", "arithmetic_intensity")),
-        (terminal.markup("[bold]predicted time[/]"), *cells(format_time, "predicted_time_s")),
-        ("bound by", *cells(str, "bound")),
+        (terminal.markup("[bold]tiled[/]"), *[""] * len(data)),
+        ("  kernel", *[r.options.implementation or "paper" for r in results]),
+        ("  blocks", *[_blocks(r) for r in results]),
+        *section(1),
         None,
-        ("standard/tiled HBM", *ratio_cells("hbm_bytes")),
-        ("standard/tiled time", *ratio_cells("predicted_time_s")),
-        ("tiled kernel", *[x for r in results for x in ("", _tile_summary(r))]),
+        (terminal.markup("[bold]standard / tiled[/]"), *[""] * len(data)),
+        ("  HBM bytes", *[_times(d["ratios"]["hbm_bytes"]) for d in data]),
+        ("  time", *[_times(d["ratios"]["predicted_time_s"]) for d in data]),
+        None,
+        (f"tiled: speed-up over {names[0]}", *[_times(first / r.tiled.timing.time_s) for r in results]),
     ]
-    columns = [("", "left")] + [(f"{name} {alg}", "right") for name in names for alg in ("standard", "tiled")]
     con.print()
-    con.print(terminal.table(None, columns, rows))
+    con.print(terminal.table(None, [("", "left"), *((name, "right") for name in names)], rows))
     for d in data:
         for line in d["warnings"]:
             con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
 
 
-def _tile_summary(result: Any) -> str:
-    """``sdpa-flash 128×64`` (the tiled kernel's implementation and blocks)."""
+def _blocks(result: Any) -> str:
+    """``128×64`` (B_r × B_c of the tiled kernel), with its split-KV chunks if any."""
     p = result.tiled.traffic.params
-    impl = result.options.implementation or "paper"
     splits = p.get("splits")
-    extra = f", {splits} splits" if splits not in (1, None) else ""
-    return f"{impl} {p['block_q']}×{p['block_kv']}{extra}"
+    return f"{p['block_q']}×{p['block_kv']}" + (f", {splits} splits" if splits not in (1, None) else "")
 
 
 def _title(alg: dict[str, Any], implementation: str | None = None) -> str:

@@ -194,9 +194,10 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
     from ..hardware import available, is_path
 
-    if is_path(incomplete) or incomplete.startswith("."):
+    head, comma, word = incomplete.rpartition(",")  # --gpu a100,h1: complete the last of the list
+    if is_path(word) or word.startswith("."):
         return [CompletionItem(incomplete, type="file")]
-    return [CompletionItem(name) for name in available() if name.startswith(incomplete.lower())]
+    return [CompletionItem(head + comma + name) for name in available() if name.startswith(word.lower())]
 
 
 def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:

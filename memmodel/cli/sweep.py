@@ -6,7 +6,6 @@ comma-separated) or, for integers, a range.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
@@ -32,7 +31,6 @@ MAX_TABLE_ROWS = 20_000
 SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 #: Options that are flags (on) or take a list of on/off.
 SWITCHES = ("--causal", "--backward")
-_SWITCH_LIST = re.compile(r"^\s*(on|off|true|false|yes|no|1|0)\s*(,\s*(on|off|true|false|yes|no|1|0)\s*)*$", re.I)
 
 
 class SweepCommand(Command):
@@ -46,7 +44,9 @@ class SweepCommand(Command):
             if arg == "--":
                 out += args[i + 1 :]
                 break
-            if arg in SWITCHES and not (i + 1 < len(args) and _SWITCH_LIST.match(args[i + 1])):
+            # bare (the next word is an option, or none): on; sweep takes no arguments, so a
+            # word after it is its value, checked by its type
+            if arg in SWITCHES and (i + 1 == len(args) or args[i + 1].startswith("-")):
                 out.append("on")
         return super().parse_args(ctx, out)
 
@@ -219,11 +219,10 @@ def sweep_cmd(
     stop included), 512:4096:+512 (arithmetic); items mix: 64,96:256:+32. The others take a
     list, comma-separated or repeated (--gpu a100,h200 or --gpu a100 --gpu h200).
 
-    Examples:
-
+    \b
+    Examples: a causal prefill against N; decoding against the KV cache length
       memmodel sweep --n 1024:32768:x2 --d 128 --causal --dtype bf16 --gpu h200
-
-      memmodel sweep --n 1 --n-kv 4096:131072:x2 --d 128 --heads 32 --kv-heads 8 --dtype fp16 --gpu h200
+      memmodel sweep --model llama-3-8b --n 1 --n-kv 4096:131072:x2 --dtype bf16 --gpu h200
     """
     fmt = _resolve_format(fmt, output)
     check_outputs(force=force, plot=plot, **{"--output": output})

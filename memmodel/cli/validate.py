@@ -75,10 +75,11 @@ from .options import Command, check_outputs, choice, force_option, format_option
 )
 @force_option
 @format_option(
-    ("table", "json", "markdown", "summary"),
+    ("table", "json", "markdown", "summary", "stats"),
     json="the record as JSON on stdout (as --output writes it)",
-    markdown="a Markdown report: error statistics, FlashAttention speed-ups, then one table row per kernel",
-    summary="the same Markdown without the per-kernel rows",
+    markdown="a Markdown report: error statistics, FlashAttention speed-ups, HBM bytes and time per kernel",
+    summary="Markdown: the statistics, speed-ups and HBM bytes per kernel (no times per kernel)",
+    stats="Markdown: the error statistics and speed-ups only",
 )
 def validate_cmd(
     *,
@@ -162,10 +163,10 @@ def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) ->
         plot(data, plot_path, force=force)
     if fmt == "json":
         terminal.print_json(data)
-    elif fmt in ("markdown", "summary"):
+    elif fmt in ("markdown", "summary", "stats"):
         from ..report.validation import markdown
 
-        click.echo(markdown(data, brief=fmt == "summary"), nl=False)
+        click.echo(markdown(data, brief=fmt == "summary", stats=fmt == "stats"), nl=False)
     else:
         _print_table(data)
 

@@ -20,9 +20,11 @@ def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
     return f"{format_rate(row[key], unit)} ({row[share] * 100:.0f} %)"
 
 
-def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
-    """The record as markdown; ``brief``: the summary and the bytes table only (for the README)."""
+def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) -> str:
+    """The record as markdown; ``brief``: the summary and the bytes table only (for the docs);
+    ``stats``: the error statistics and speed-ups only (for the README)."""
     s = data["summary"]
+    brief = brief or stats
     lines = (
         []
         if brief
@@ -55,6 +57,8 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     if s.get("speedups"):
         lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
         lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
+    if stats:
+        return "\n".join(lines) + "\n"
     lines += (
         []
         if brief
