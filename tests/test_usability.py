@@ -519,3 +519,22 @@ def test_splits_on_a_prefill_that_fills_the_gpu_is_warned_about(run):
     r = run("sweep", "--n", "1,4096", "--n-kv", "4096", "--d", "128", "--heads", "16", "--dtype", "fp16",
             "--splits", "4", "--format", "csv")  # fmt: skip
     assert r.exit_code == 0 and r.stderr.count("warning: --splits 4 on a prefill") == 1
+
+
+# ---------------------------------------------------------------------------------------
+# 7. Start-up
+
+
+def test_the_cli_starts_without_the_sweep_engine_or_plotting():
+    """compare's cold start stays within 1.5× of importing numpy, yaml, click and rich
+    (benchmarks/bench_startup.py measures it): the command line loads no sweep engine
+    (multiprocessing), no matplotlib and no rich until a command needs them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from memmodel.cli import cli; "
+        "print(sorted(m for m in ('memmodel.sweep', 'multiprocessing', 'matplotlib', 'rich', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"

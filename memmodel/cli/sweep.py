@@ -69,39 +69,40 @@ class GridParam(click.ParamType):
 
 
 class ListParam(click.ParamType):
-    """A comma-separated list read by one of :mod:`memmodel.sweep`'s parsers."""
+    """A comma-separated list read by one of :mod:`memmodel.sweep`'s parsers (``parse_choices``
+    with ``accepted``, ``parse_switches``, ``parse_fractions``), imported only when a value is
+    read: the sweep engine stays out of every other command's start-up."""
 
-    def __init__(self, name: str, parse: Any) -> None:
+    def __init__(self, name: str, parser: str, accepted: tuple[str, ...] | None = None) -> None:
         self.name = name
-        self.parse = parse
+        self.parser = parser
+        self.accepted = accepted
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Any, ...]:
+        from .. import sweep
         from ..errors import WorkloadError
 
         if isinstance(value, tuple):
             return value
+        parse = getattr(sweep, self.parser)
         try:
-            return tuple(self.parse(str(value)))
+            if self.accepted is not None:
+                return tuple(parse(str(value), self.accepted, ""))
+            return tuple(parse(str(value), ""))
         except WorkloadError as exc:
             self.fail(str(exc), param, ctx)
 
 
 def _choices(accepted: tuple[str, ...]) -> ListParam:
-    from ..sweep import parse_choices
-
-    return ListParam("list", lambda text: parse_choices(text, accepted, ""))
+    return ListParam("list", "parse_choices", accepted)
 
 
 def _switches() -> ListParam:
-    from ..sweep import parse_switches
-
-    return ListParam("on|off", lambda text: parse_switches(text, ""))
+    return ListParam("on|off", "parse_switches")
 
 
 def _fractions() -> ListParam:
-    from ..sweep import parse_fractions
-
-    return ListParam("list", lambda text: parse_fractions(text, ""))
+    return ListParam("list", "parse_fractions")
 
 
 def _merge(ctx: click.Context, param: click.Parameter, value: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...] | None:
