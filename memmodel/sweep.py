@@ -542,7 +542,11 @@ def evaluate(
         impl_of_d: dict[int, str] = {}
         try:
             for d in np.unique(mesh["d"][rows]).tolist():
-                w = Workload(**{**representative, "d": int(d)}, dtype=setting.dtype)
+                r = representative
+                w = Workload(
+                    n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
+                    dtype=setting.dtype,
+                )  # fmt: skip
                 opts = options_for(setting.impl, w, profile, **_option_fields(setting, splits=setting.splits))
                 impl_of_d[int(d)] = opts.implementation or "paper"
                 for line in opts.notes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .options import Group, complete_profile, format_option
@@ -20,7 +22,7 @@ def list_cmd(*, fmt: str) -> None:
     from ..units import format_bandwidth, format_bytes, format_rate, significant
     from . import terminal
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, (origin, path) in available().items():
         try:
             p = load_file(path, origin=origin)
@@ -44,7 +46,7 @@ def list_cmd(*, fmt: str) -> None:
     if fmt == "json":
         terminal.print_json(rows)
         return
-    table_rows = []
+    table_rows: list[tuple[Any, ...]] = []
     for r in rows:
         if "error" in r:
             invalid = terminal.markup("[red]invalid:[/] ").append(r["error"])

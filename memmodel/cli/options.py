@@ -176,18 +176,6 @@ def gpu_list_option(help_extra: str = "") -> Callable[[F], F]:
     )
 
 
-def gpu_option(default: str | None = "a100") -> Callable[[F], F]:
-    """``--gpu``: exactly one profile."""
-    return option(
-        "--gpu",
-        default=default,
-        metavar="NAME|FILE",
-        shell_complete=complete_profile,
-        help="Hardware profile: a bundled or user profile name (see 'memmodel hardware list') "
-        f"or a path to a YAML file.{f' Default: {default}.' if default else ''}",
-    )
-
-
 def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     """Shell completion: profile names, or files once the word looks like a path."""
     from click.shell_completion import CompletionItem

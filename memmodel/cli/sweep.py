@@ -237,7 +237,7 @@ def sweep_cmd(
     from ..sweep import Grid, evaluate
     from . import terminal
 
-    values = {
+    values: dict[str, Any] = {
         "n_kv": n_kv,
         "batch": batch,
         "heads": heads,
@@ -270,8 +270,10 @@ def sweep_cmd(
 
     from ..fileio import atomic_open
 
-    to_file = output not in (None, "-")
-    target = atomic_open(output, force=force) if to_file else contextlib.nullcontext(sys.stdout)
+    to_file = output is not None and output != "-"
+    target: Any = (
+        atomic_open(output, force=force) if output is not None and to_file else contextlib.nullcontext(sys.stdout)
+    )
     if fmt == "table":
         with target as stream:
             _print_table(result, stream)

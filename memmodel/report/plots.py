@@ -316,10 +316,10 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = Fal
             )
     from .compare import workload_summary
 
-    first = rooflines[0].comparison
+    workload_of = rooflines[0].comparison
     parts = ["Roofline", " vs ".join(r.profile.name for r in rooflines)]
-    if first is not None:
-        parts += workload_summary(first).split(" · ")
+    if workload_of is not None:
+        parts += workload_summary(workload_of).split(" · ")
     ax.set_title("\n".join(_wrap(parts, 95)), fontsize=10, loc="left")
     handles = [
         Line2D(
