@@ -101,6 +101,12 @@ def check_writable(path: str | os.PathLike[str], *, force: bool) -> Path:
         raise RuntimeFailure(f"{p}: cannot write: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise RuntimeFailure(f"{p}: cannot write: the folder {folder} is not writable")
+    try:  # what access() cannot tell (it answers yes to root, and for /proc): make a file there
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise RuntimeFailure(f"{p}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 

@@ -367,7 +367,7 @@ def test_an_unwritable_folder_is_named_by_the_users_path(run, tmp_path, monkeypa
     monkeypatch.setattr(tempfile, "mkstemp", refuse)  # as a folder that refuses new files would
     out = tmp_path / "out.csv"
     line = one_line_error(run("sweep", "--n", "512", "--d", "64", "-o", str(out)), code=1)
-    assert line == f"memmodel: error: {out}: cannot write (Permission denied)"
+    assert line == f"memmodel: error: {out}: cannot write in the folder {tmp_path} (Permission denied)"
     if os.geteuid() != 0:  # root writes anywhere
         ro = tmp_path / "ro"
         ro.mkdir()
@@ -382,6 +382,9 @@ def test_every_output_path_is_checked_before_any_work(run, tmp_path):
     out = tmp_path / "ok.csv"
     r = run("sweep", "--n", "512", "--d", "64", "-o", str(out), "--plot", str(tmp_path / "nodir" / "x.png"))
     assert r.exit_code == 1 and not out.exists()
+    if os.path.isdir("/proc/self"):  # a folder no file can be made in, whatever access() says (as root: yes)
+        line = one_line_error(run("sweep", "--n", "512", "--d", "64", "-o", str(out), "--plot", "/proc/x.png"), code=1)
+        assert line.startswith("memmodel: error: /proc/x.png: cannot write") and not out.exists()
     same = tmp_path / "same.png"
     line = one_line_error(
         run("sweep", "--n", "512", "--d", "64", "-o", str(same), "--format", "csv", "--plot", str(same))
