@@ -660,7 +660,14 @@ def sweep_plot(result: SweepResult, path: str, *, force: bool = False) -> None:
             level = panel.split("_")[0]
             a.set_ylabel(f"{LEVEL_LABELS[level]} bytes")
             a.yaxis.set_major_formatter(_log_formatter("B"))
-    axes[-1].set_xlabel({"n": "sequence length N", "d": "head dimension d"}.get(axis, axis))
+    axes[-1].set_xlabel(
+        {
+            "n": "sequence length N",
+            "n_kv": "key/value length N_kv (KV cache)",
+            "d": "head dimension d",
+            "kv_heads": "key/value heads",
+        }.get(axis, axis)
+    )
     axes[-1].xaxis.set_major_formatter(_size_formatter())
     for a, items in ends.values():
         _end_labels(fig, a, items)
@@ -817,7 +824,7 @@ def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
 
 
 def _axis_name(axis: str) -> str:
-    return {"n": "N", "kv_heads": "kv heads"}.get(axis, axis)
+    return {"n": "N", "n_kv": "N_kv", "kv_heads": "kv heads"}.get(axis, axis)
 
 
 def _powers_of_two(x: np.ndarray) -> bool:
