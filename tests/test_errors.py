@@ -61,6 +61,16 @@ def test_catalogue_covers_the_issue():
         "dropout outside [0, 1)",
         "splits below 1",
         "blocks too large for SRAM",
+        # issue 12: what a new user tripped on
+        "single-value option given twice",
+        "group option after the command",
+        "unknown model",
+        "multi-head latent attention",
+        "more CTAs than shared memory holds",
+        "output over a device",
+        "output suffix against --format",
+        "plot file exists",
+        "record's profile not found",
     }
     assert required <= names, sorted(required - names)
     assert "did you mean h100-sxm?" in next(r.message for r in ROWS if r.error == "unknown profile name (typo)")
