@@ -81,3 +81,26 @@ def splits_warning(splits: int, n: Any, batch: Any, heads: Any, profile: Profile
         "FlashAttention-2 splits K/V only when its CTAs fill less than 80 % of the slots (decoding, short "
         "prefills); modelled as asked"
     )
+
+
+def implementation_caveats(implementation: str | None, profile: Profile, dtype: str) -> list[str]:
+    """What stands in for the figures of ``implementation`` that ``profile`` lacks: its measured
+    efficiency, and for code built on ``mma.sync`` the measured ``mma.sync`` peak."""
+    from .implementations import IMPLEMENTATIONS
+
+    spec = IMPLEMENTATIONS.get(implementation or "paper")
+    if spec is None or spec.name == "paper":
+        return []
+    out = []
+    if spec.name not in profile.implementation_efficiency:
+        out.append(
+            f"{profile.name} gives no measured efficiency for {spec.name}: its kernel is timed at the model's rate "
+            "('memmodel calibrate' measures it on your GPU)."
+        )
+    newer = any(name in profile.architecture for name in ("Hopper", "Blackwell"))  # mma.sync is below their peak
+    if spec.instructions == "mma_sync" and newer and dtype not in profile.mma_sync_flops_per_s:
+        out.append(
+            f"{profile.name} gives no measured mma.sync peak for {dtype}: {spec.name}'s products are timed at the "
+            "dtype's dense peak, which mma.sync code does not reach on this GPU ('memmodel calibrate' measures it)."
+        )
+    return out

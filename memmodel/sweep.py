@@ -487,7 +487,7 @@ def evaluate(
     blocks than ``splits`` are there to split. Options no kernel runs (more CTAs per SM than
     the shared memory holds) are refused (:func:`memmodel.checks.ctas_problem`).
     """
-    from .checks import splits_warning
+    from .checks import implementation_caveats, splits_warning
     from .hardware import load_profile
     from .implementations import options_for
     from .timing import caveats as profile_caveats
@@ -557,6 +557,9 @@ def evaluate(
             continue
         for line in profile_caveats(profile):
             caveats[line] = None
+        for impl in dict.fromkeys(impl_of_d.values()):
+            for line in implementation_caveats(impl, profile, setting.dtype):
+                caveats[line] = None
         if setting.splits is not None:
             warning = splits_warning(
                 setting.splits, mesh["n"][rows], mesh["batch"][rows], mesh["heads"][rows], profile, grid=True

@@ -410,6 +410,20 @@ def test_one_atomic_writer():
 def test_roofline_and_sweep_print_the_caveats(run):
     r = run("roofline", "--gpu", "a100,h200", "--format", "json")
     assert r.exit_code == 0 and "a100 gives no launch overhead" in r.stderr and "h200 gives no launch" in r.stderr
+    assert [g["caveats"][-1] for g in json.loads(r.stdout)["gpus"]] == [
+        "a100 gives no launch overhead: none is added.",
+        "h200 gives no launch overhead: none is added.",
+    ]
+    # an implementation the profile has measured nothing for: said, in the notes and the JSON
+    r = run("compare", "--n", "4096", "--d", "128", "--dtype", "fp16", "--gpu", "h200", "--format", "json")
+    uncalibrated = "h200 gives no measured efficiency for sdpa-flash"
+    assert uncalibrated in r.stderr and any(uncalibrated in line for line in json.loads(r.stdout)["caveats"])
+    assert "no measured mma.sync peak for fp16" in r.stderr  # Hopper: mma.sync code runs below the peak
+    calibrated = str(REPO / "validation" / "h200" / "h200-calibrated.yaml")
+    r = run("compare", "--n", "4096", "--d", "128", "--dtype", "fp16", "--gpu", calibrated)
+    assert "no measured" not in r.stderr
+    r = run("sweep", "--n", "4096", "--d", "128", "--dtype", "fp16", "--gpu", "h200", "--format", "csv")
+    assert r.stderr.count(uncalibrated) == 1
     r = run("sweep", "--n", "512:4096:x2", "--d", "64,128", "--gpu", "a100", "--dtype", "fp16,bf16", "--format", "csv")
     notes = r.stderr.splitlines()
     assert notes.count("memmodel: a100 gives no launch overhead: none is added.") == 1  # each caveat once

@@ -77,8 +77,10 @@ def check_comparisons(results: list[Any]) -> list[str]:
     for result in results:
         for line in check_comparison(result):
             notes[f"warning: {line}"] = None
+    from ..report.compare import caveats
+
     for result in results:
-        for line in result.caveats:
+        for line in caveats(result):
             notes[line] = None
     return list(notes)
 

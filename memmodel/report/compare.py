@@ -105,8 +105,20 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
         "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
         "warnings": list(c.warnings),
-        "caveats": list(c.caveats),
+        "caveats": caveats(c),
     }
+
+
+def caveats(c: Comparison) -> list[str]:
+    """What stands in for a missing figure or choice: the comparison's own, then what the
+    profile lacks for the tiled kernel's implementation (:func:`memmodel.checks.implementation_caveats`)."""
+    from ..checks import implementation_caveats
+
+    out = list(c.caveats)
+    for line in implementation_caveats(c.options.model_implementation, c.profile, c.workload.dtype):
+        if line not in out:
+            out.append(line)
+    return out
 
 
 def workload_summary(c: Comparison, *, l2: bool = True) -> str:
