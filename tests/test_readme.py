@@ -78,3 +78,14 @@ def test_python_examples_of_the_docs_run():
     for block in blocks:
         out = subprocess.run([sys.executable, "-c", block], cwd=REPO, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_generated_examples_do_not_fail(page):
+    """An example that prints an error is a broken example (unless it shows the error on purpose)."""
+    for m in re.finditer(
+        r"<!-- run(?:-md)?: (?P<cmd>.+?) -->\n(?P<body>.*?)(?:```\n|<!-- end -->)", page.read_text(), re.S
+    ):
+        if "broken-profile" in m.group("cmd"):
+            continue
+        assert "memmodel: error:" not in m.group("body"), (page.name, m.group("cmd"))
