@@ -98,7 +98,8 @@ def implementation_caveats(implementation: str | None, profile: Profile, dtype: 
             "('memmodel calibrate' measures it on your GPU)."
         )
     newer = any(name in profile.architecture for name in ("Hopper", "Blackwell"))  # mma.sync is below their peak
-    if spec.instructions == "mma_sync" and newer and dtype not in profile.mma_sync_flops_per_s:
+    tensor_core = dtype in ("fp16", "bf16")  # what calibrate measures mma.sync in; fp32 runs at its own peak
+    if spec.instructions == "mma_sync" and newer and tensor_core and dtype not in profile.mma_sync_flops_per_s:
         out.append(
             f"{profile.name} gives no measured mma.sync peak for {dtype}: {spec.name}'s products are timed at the "
             "dtype's dense peak, which mma.sync code does not reach on this GPU ('memmodel calibrate' measures it)."
