@@ -87,7 +87,8 @@ def main() -> int:
     rows = []
     for i in picks:
         group, j = divmod(i, per_group)
-        _, dtype, tiled = grid.groups[group]
+        setting = grid.groups[group]
+        dtype, tiled = setting.dtype, setting.tiled
         w = Workload(
             n=int(mesh["n"][j]),
             d=int(mesh["d"][j]),

@@ -100,13 +100,15 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv, dropout, backward"
+_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv, dropout, backward"
 
 
 def parse_case(text: str) -> Case:
     """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1`` (training step:
-    ``backward=1``, with dropout ``dropout=0.1``)."""
+    ``backward=1``, with dropout ``dropout=0.1``); ``model=NAME`` (or a config.json) gives
+    heads, kv_heads and d where the spec does not."""
     fields: dict[str, Any] = {}
+    model = None
     for part in text.split(","):
         m = _SPEC.match(part.strip())
         if not m:
@@ -114,6 +116,8 @@ def parse_case(text: str) -> Case:
         key, value = m["key"], m["value"]
         if key in ("impl", "dtype"):
             fields[key] = value
+        elif key == "model":
+            model = value
         elif key in ("causal", "backward"):
             fields[key] = _flag(key, value)
         elif key == "dropout":
@@ -128,6 +132,12 @@ def parse_case(text: str) -> Case:
                 raise WorkloadError(f"case {key}={value!r} is not an integer") from None
         else:
             raise WorkloadError(f"unknown case key {key!r}: accepted are {_KEYS}")
+    if model is not None:
+        from .models import load_model
+
+        shape = load_model(model)
+        for key, value in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("d", shape.head_dim)):
+            fields.setdefault(key, value)
     if "n" not in fields or "d" not in fields:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")

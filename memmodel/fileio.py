@@ -1,16 +1,23 @@
-"""Writing output files so that a reader never sees half a file and nothing is lost by accident.
+"""Reading input files and writing output files, so that a reader never sees half a file and
+nothing is lost by accident.
 
-:func:`write_atomic` writes to a temporary file in the destination's folder and renames it
-over the destination (``os.replace``), so the destination holds either the old or the new
-content, never a mix. An existing file is kept unless ``force`` is given.
+Every output memmodel writes (``sweep -o``, every ``--plot``, ``calibrate --output``,
+``validate --output``) goes through :func:`atomic_open` (or :func:`write_atomic`): a temporary
+file in the destination's folder, renamed over the destination (``os.replace``), so it holds
+either the old or the new content, never a mix. One rule for all of them: an existing file is
+kept unless ``force`` is given, and only a regular file is ever replaced (never a symbolic
+link, a device or a folder). :func:`check_writable` applies the same rule before any work.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from .errors import MemmodelError, RuntimeFailure
 
@@ -45,22 +52,61 @@ def read_text(
         raise error(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
 
 
-def check_writable(path: str | os.PathLike[str], *, force: bool) -> Path:
-    """Fail early (before a long run) if ``path`` could not be written by :func:`write_atomic`.
+#: What a path is, when it is not a regular file: memmodel replaces none of these.
+_NOT_A_FILE = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
-    Raises :class:`MemmodelError` (exit 2) if the file exists and ``force`` is false, and
-    :class:`RuntimeFailure` (exit 1) if its folder is missing or not writable.
+
+def _kind(p: Path) -> str | None:
+    """None if nothing is at ``p``; "file" for a regular file; else what is there."""
+    try:
+        mode = os.lstat(p).st_mode  # the link itself, not what it points to
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RuntimeFailure(f"{p}: cannot write ({exc.strerror or exc})") from None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return next((what for test, what in _NOT_A_FILE if test(mode)), "not a regular file")
+
+
+def _refuse(p: Path, kind: str | None, force: bool) -> None:
+    if kind == "folder":
+        raise MemmodelError(f"{p}: is a folder; give a file name for the output")
+    if kind not in (None, "file"):
+        raise MemmodelError(f"{p}: is {kind}, not a regular file; memmodel writes and replaces only regular files")
+    if kind == "file" and not force:
+        raise MemmodelError(f"{p}: already exists; use --force to overwrite it")
+
+
+def check_writable(path: str | os.PathLike[str], *, force: bool) -> Path:
+    """Fail early (before a long run) if ``path`` could not be written by :func:`atomic_open`.
+
+    Raises :class:`MemmodelError` (exit 2) for a folder, for anything but a regular file (a
+    symbolic link, a device such as ``/dev/null``, a named pipe: never replaced, even with
+    ``force``) and for an existing file without ``force``; :class:`RuntimeFailure` (exit 1)
+    if its folder is missing or not writable. Messages name ``path`` as given.
     """
     p = Path(path)
-    if p.is_dir():
-        raise MemmodelError(f"{p}: is a folder; give a file name for the output")
-    if p.exists() and not force:
-        raise MemmodelError(f"{p}: already exists; use --force to overwrite it")
-    folder = p.parent if str(p.parent) else Path(".")
+    _refuse(p, _kind(p), force)
+    folder = p.parent
     if not folder.is_dir():
         raise RuntimeFailure(f"{p}: cannot write: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise RuntimeFailure(f"{p}: cannot write: the folder {folder} is not writable")
+    try:  # what access() cannot tell (it answers yes to root, and for /proc): make a file there
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise RuntimeFailure(f"{p}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
     return p
 
 
@@ -70,28 +116,33 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, *, force: bool) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically: a temporary file in the same folder, then a rename.
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike[str], *, force: bool, binary: bool = False) -> Iterator[IO[Any]]:
+    """A file to write ``path``'s new content into: a temporary file in the same folder,
+    renamed over ``path`` when the block ends without an exception (the one way memmodel
+    writes files: results, plots, profiles, records).
 
-    Without ``force`` an existing file is never replaced (checked again at the rename, so a file
-    that appeared meanwhile is kept too). The new file gets the usual permissions (the umask's),
-    or those of the file it replaces. Nothing is left behind on failure.
+    A reader sees the old content or the new, never a mix. Without ``force`` an existing file
+    is never replaced (checked again at the rename, so a file that appeared meanwhile is kept
+    too); with it, only a regular file is (checked again at the rename). The new file gets the
+    usual permissions (the umask's), or those of the file it replaces. Nothing is left behind
+    on failure, and every error names ``path``, not the temporary file.
     """
     p = check_writable(path, force=force)
-    folder = p.parent if str(p.parent) else Path(".")
     try:
         mode = p.stat().st_mode & 0o777
     except FileNotFoundError:
         mode = _default_mode()
     tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode)
         if force:
+            _refuse(p, _kind(p), force)  # something other than a file may have appeared since the check
             os.replace(tmp, p)
         else:
             try:
@@ -99,13 +150,18 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, force: bool) -> Pat
             except FileExistsError:
                 raise MemmodelError(f"{p}: already exists; use --force to overwrite it") from None
             except OSError:  # file systems without hard links: check, then rename
-                if p.exists():
-                    raise MemmodelError(f"{p}: already exists; use --force to overwrite it") from None
+                _refuse(p, _kind(p), force)
                 os.replace(tmp, p)
     except OSError as exc:
-        raise RuntimeFailure(f"{p}: cannot write ({exc.__class__.__name__}: {exc.strerror or exc})") from None
+        raise RuntimeFailure(f"{p}: cannot write ({exc.strerror or exc})") from None
     finally:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-    return p
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, *, force: bool) -> Path:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through :func:`atomic_open`."""
+    with atomic_open(path, force=force, binary=isinstance(data, bytes)) as handle:
+        handle.write(data)
+    return Path(path)

@@ -257,7 +257,7 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
 WARP_LEVEL_TENSOR_CORES = ("volta", "turing", "ampere", "ada", "cdna3")
 
 
-def smem_reads(impl: str | None, block_q: Any, d: int, dropout: float = 0.0, profile: Profile | None = None) -> Any:
+def smem_reads(impl: str | None, block_q: Any, d: Any, dropout: float = 0.0, profile: Profile | None = None) -> Any:
     """How many times a forward CTA reads each K/V tile from shared memory. Warp-level
     ``mma.sync`` code splits the CTA's rows over its warps and every warp reads the whole tile:
     4 (FlashAttention-2 and CUTLASS with 4 warps), 8 for FlashAttention-2's 8-warp configs,
@@ -269,11 +269,11 @@ def smem_reads(impl: str | None, block_q: Any, d: int, dropout: float = 0.0, pro
     arch = getattr(profile, "arch_family", None)
     if spec.instructions == "native" and arch not in WARP_LEVEL_TENSOR_CORES:
         return np.maximum(1, np.asarray(block_q) // 64) if np.ndim(block_q) else max(1, int(block_q) // 64)
-    if spec.name == "sdpa-flash":
-        return 8 if occupancy(impl, d, int(np.max(block_q)), dropout, profile) == 1 else 4
+    if spec.name == "sdpa-flash" and np.ndim(block_q) == 0:
+        return per_head_dim(d, lambda x: 8 if occupancy(impl, x, int(block_q), dropout, profile) == 1 else 4)
     if spec.name == "triton":
         table = TRITON_DEFAULTS
-        return table[min((k for k in table if k >= d), default=max(table))][2]
+        return per_head_dim(d, lambda x: table[min((k for k in table if k >= x), default=max(table))][2])
     return 4
 
 
@@ -377,6 +377,10 @@ class Options:
             raise WorkloadError(f"unknown L2 mode {self.l2!r}: accepted are {', '.join(L2_MODES)}")
         for name in ("splits", "ctas_per_sm"):
             value = getattr(self, name)
+            if name == "ctas_per_sm" and isinstance(value, np.ndarray):  # per grid element (by head dim)
+                if value.dtype.kind not in "iu" or np.any(value < 1):
+                    raise WorkloadError("ctas-per-sm must be positive integers")
+                continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
         if self.kv_order not in KV_ORDERS:
@@ -428,9 +432,8 @@ def options_for(
         notes.append(f"{why}: modelled anyway")
     if block_q is None or block_kv is None or workload.is_grid:
         block_q, block_kv = _tiles_for(impl, workload, profile, block_q, block_kv)
-    ds = np.unique(np.asarray(workload.d))
-    if rest.get("ctas_per_sm") is None and ds.size == 1 and np.ndim(block_q) == 0:
-        rest["ctas_per_sm"] = occupancy(impl, int(ds[0]), int(block_q), float(workload.dropout), profile)
+    if rest.get("ctas_per_sm") is None:
+        rest["ctas_per_sm"] = _occupancy_for(impl, workload, block_q, block_kv, profile)
     return Options(
         tiled=tiled,
         block_q=block_q,
@@ -480,6 +483,40 @@ def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: 
     bq_out = np.minimum(bq_arr, np.asarray(workload.n))
     bkv_out = np.minimum(bkv_arr, np.asarray(workload.n_kv_))
     return _scalar_if_uniform(bq_out), _scalar_if_uniform(bkv_out)
+
+
+def per_head_dim(d: Any, fn: Any) -> Any:
+    """``fn(d)`` for one head dim, or for each element of an array of them (evaluated once per
+    distinct value); an array only where the values differ."""
+    arr = np.asarray(d)
+    if arr.ndim == 0:
+        return fn(int(arr))
+    values = {int(v): fn(int(v)) for v in np.unique(arr)}
+    if len(set(values.values())) == 1:
+        return next(iter(values.values()))
+    if any(v is None for v in values.values()):
+        return None
+    out = np.zeros(arr.shape, dtype=np.int64)
+    for v, r in values.items():
+        out = np.where(arr == v, r, out)
+    return out
+
+
+def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, profile: Profile | None) -> Any:
+    """:func:`occupancy` for each head dim of ``workload``, no more than the SM's shared memory
+    holds tiles for (None: the model's own rule)."""
+    if np.ndim(block_q) or np.ndim(block_kv):
+        return None
+    sram = int(_smem_per_sm(profile))
+
+    def one(d: int) -> int | None:
+        ctas = occupancy(impl, d, int(block_q), float(workload.dropout), profile)
+        if ctas is None:
+            return None
+        tile = (int(block_q) + 2 * int(block_kv)) * d * workload.element_bytes
+        return max(1, min(ctas, sram // max(tile, 1)))
+
+    return per_head_dim(workload.d, one)
 
 
 def _scalar_if_uniform(arr: np.ndarray) -> Any:

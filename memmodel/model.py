@@ -96,7 +96,7 @@ def tiled_traffic(
         options.kv_order,
         exec_d=padded_head_dim(impl, workload.d),
         whole_tiles=impl is not None,
-        smem_reads=smem_reads(impl, blocks.block_q, int(np.max(np.asarray(workload.d))), workload.dropout, profile),
+        smem_reads=smem_reads(impl, blocks.block_q, workload.d, workload.dropout, profile),
     )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":

@@ -1,13 +1,23 @@
 """Sweeps: a grid of workloads evaluated with numpy, a few calls per grid, not a loop.
 
-A grid is the cartesian product of values for ``n``, ``d``, ``batch``, ``heads`` and
-``kv_heads`` (integers), times dtypes, GPUs and tiled variants. :func:`evaluate` groups it
-by (GPU, dtype, tiled variant) and hands each group to :func:`memmodel.compare` as one
-:class:`~memmodel.workload.Workload` whose fields are int64 arrays, in chunks of
-:data:`CHUNK` configurations (arrays of that size run faster than one huge call, and the
-working memory stays bounded on 10-million-configuration grids); large grids are shared
-out between one process per core. The result is columnar:
-one numpy array per column of :data:`SWEEP_COLUMNS`, one row per workload × algorithm.
+A grid is the cartesian product of
+
+* integer axes, evaluated together as numpy arrays: ``n``, ``n_kv`` (default: equal to
+  ``n``), ``d``, ``batch``, ``heads``, ``kv_heads`` (default: equal to ``heads``);
+* every other option of :func:`memmodel.compare`, looped over (one call per value, since
+  the model takes them as scalars): GPUs, dtypes, tiled variants, implementations
+  (``impls``), ``causal``, ``backward``, L2 modes, ``dropout``, ``block_q``, ``block_kv``,
+  ``splits``, ``ctas_per_sm``.
+
+:func:`evaluate` hands each combination of the looped options (a :class:`Setting`) to
+:func:`memmodel.compare` as one :class:`~memmodel.workload.Workload` whose fields are int64
+arrays, in chunks of :data:`CHUNK` configurations (arrays of that size run faster than one
+huge call, and the working memory stays bounded on 10-million-configuration grids); large
+grids are shared out between one process per core. Where the model would choose differently
+for different rows of one array (the kernel ``--impl auto`` picks by head dimension; split-KV
+decoding against one pass), the rows are evaluated apart, so every row is what a scalar
+:func:`memmodel.compare` call gives. The result is columnar: one numpy array per column of
+:data:`SWEEP_COLUMNS`, one row per workload × algorithm.
 
 Grid syntax (:func:`parse_values`), for each integer option::
 
@@ -28,17 +38,19 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .errors import MemmodelError, WorkloadError
 from .hardware import Profile
+from .implementations import CHOICES, IMPLEMENTATIONS
+from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
 from .workload import DTYPE_BYTES, Workload
 
 #: Integer axes of a grid, in the order rows are nested (the last varies fastest).
-AXES = ("d", "batch", "heads", "kv_heads", "n")
+AXES = ("d", "batch", "heads", "kv_heads", "n_kv", "n")
 #: A grid larger than this is refused: its output alone would be gigabytes.
 MAX_CONFIGURATIONS = 10_000_000
 #: Configurations per call to :func:`memmodel.compare`.
@@ -56,9 +68,11 @@ def _is_int(text: str) -> bool:
 
 _MAX_VALUES = 1_000_000  # values of one axis
 
-#: Columns of ``memmodel sweep --format csv`` (and the keys of each ``jsonl`` object), in
-#: order. Stable: new columns are appended, never renamed. Ratios are standard / tiled for
-#: the workload of the row, so both rows of a workload carry the same ratios.
+#: Columns of ``memmodel sweep --format csv`` (and the keys of each ``json``/``jsonl``
+#: object), in order. Stable: new columns are appended, never renamed. Ratios are standard /
+#: tiled for the workload of the row, so both rows of a workload carry the same ratios.
+#: ``implementation``, ``splits`` and ``ctas_per_sm`` are the tiled kernel's (blank for
+#: standard attention).
 SWEEP_COLUMNS: tuple[str, ...] = (
     "gpu",
     "dtype",
@@ -80,6 +94,14 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "ratio_hbm_bytes",
     "ratio_flops",
     "ratio_predicted_time_s",
+    "n_kv",
+    "causal",
+    "dropout",
+    "backward",
+    "l2",
+    "implementation",
+    "splits",
+    "ctas_per_sm",
 )
 
 
@@ -155,23 +177,125 @@ def _item_values(item: str, name: str, text: Any) -> Iterator[int]:
 
 
 def parse_choices(texts: str | Sequence[str], accepted: Sequence[str], name: str) -> tuple[str, ...]:
-    """Comma-separated and/or repeated choices (``fp16,bf16``), each one of ``accepted``."""
+    """Comma-separated and/or repeated choices (``fp16,bf16``), each one of ``accepted``
+    (case-insensitive: ``BF16`` is ``bf16``)."""
     items = [texts] if isinstance(texts, str) else list(texts)
+    canonical = {a.lower(): a for a in accepted}
     out: dict[str, None] = {}
     for text in items:
         for part in str(text).split(","):
             part = part.strip()
-            if part not in accepted:
+            if part.lower() not in canonical:
                 raise WorkloadError(f"{_p(name)}{part!r} is not one of {', '.join(accepted)}")
-            out[part] = None
+            out[canonical[part.lower()]] = None
     if not out:
         raise WorkloadError(f"{_p(name)}give at least one of {', '.join(accepted)}")
     return tuple(out)
 
 
+_BOOLEAN_WORDS = {
+    "on": True,
+    "off": False,
+    "true": True,
+    "false": False,
+    "yes": True,
+    "no": False,
+    "1": True,
+    "0": False,
+}
+
+
+def parse_switches(texts: bool | str | Sequence[bool | str], name: str = "value") -> tuple[bool, ...]:
+    """``on``, ``off`` or a list of both (``off,on``), repeated or comma-separated, as booleans
+    (also true/false, yes/no, 1/0, and Python booleans)."""
+    items = [texts] if isinstance(texts, (bool, str)) else list(texts)
+    out: dict[bool, None] = {}
+    for item in items:
+        parts = [item] if isinstance(item, bool) else str(item).split(",")
+        for part in parts:
+            if isinstance(part, bool):
+                out[part] = None
+                continue
+            key = part.strip().lower()
+            if key not in _BOOLEAN_WORDS:
+                raise WorkloadError(f"{_p(name)}{part.strip()!r} is not on or off (a list: off,on)")
+            out[_BOOLEAN_WORDS[key]] = None
+    if not out:
+        raise WorkloadError(f"{_p(name)}give on, off or off,on")
+    return tuple(out)
+
+
+def parse_fractions(texts: float | str | Sequence[float | str], name: str = "value") -> tuple[float, ...]:
+    """Numbers in [0, 1) (dropout probabilities), repeated or comma-separated: ``0,0.1``."""
+    items = [texts] if isinstance(texts, (int, float, str)) else list(texts)
+    out: dict[float, None] = {}
+    for item in items:
+        for part in str(item).split(",") if isinstance(item, str) else [item]:
+            try:
+                value = float(part)
+            except (TypeError, ValueError):
+                raise WorkloadError(f"{_p(name)}{str(part).strip()!r} is not a number in [0, 1)") from None
+            if not (0.0 <= value < 1.0):  # also refuses nan
+                raise WorkloadError(f"{_p(name)}{str(part).strip()!r} is not in [0, 1)")
+            out[value] = None
+    if not out:
+        raise WorkloadError(f"{_p(name)}give at least one number in [0, 1)")
+    return tuple(out)
+
+
+def _optional_ints(values: Any, name: str) -> tuple[int | None, ...]:
+    """``(None,)`` (the model's choice) or positive integers in grid syntax."""
+    if values is None or (isinstance(values, tuple) and values == (None,)):
+        return (None,)
+    if isinstance(values, (list, tuple)) and None in values:
+        rest = [v for v in values if v is not None]
+        return (None, *(parse_values(rest, name) if rest else ()))
+    return parse_values(values, name)
+
+
+class Setting(NamedTuple):
+    """One combination of the options a sweep loops over: one call of :func:`memmodel.compare`
+    per chunk of the integer axes."""
+
+    gpu: str
+    dtype: str
+    tiled: str
+    impl: str
+    causal: bool
+    backward: bool
+    l2: str
+    dropout: float
+    block_q: int | None
+    block_kv: int | None
+    splits: int | None
+    ctas_per_sm: int | None
+
+
+#: Grid fields looped over, in the order of :class:`Setting` (the last varies fastest).
+LOOPS = (
+    "gpus",
+    "dtypes",
+    "tiled",
+    "impls",
+    "causal",
+    "backward",
+    "l2",
+    "dropout",
+    "block_q",
+    "block_kv",
+    "splits",
+    "ctas_per_sm",
+)
+#: The name of each looped option as the command line and the columns say it.
+OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
+
+
 @dataclass(frozen=True)
 class Grid:
-    """The configurations of a sweep. ``kv_heads=None`` means "equal to heads" (no GQA)."""
+    """The configurations of a sweep. ``kv_heads=None`` means "equal to heads" (no GQA),
+    ``n_kv=None`` "equal to n"; ``None`` among ``block_q``, ``block_kv``, ``splits`` and
+    ``ctas_per_sm`` means the model's own choice (the implementation's tiles, FlashAttention-2's
+    split heuristic, as many CTAs as fit)."""
 
     n: tuple[int, ...]
     d: tuple[int, ...]
@@ -181,9 +305,19 @@ class Grid:
     dtypes: tuple[str, ...] = ("fp32",)
     gpus: tuple[str, ...] = ("a100",)
     tiled: tuple[str, ...] = ("fa2",)
+    n_kv: tuple[int, ...] | None = None
+    impls: tuple[str, ...] = ("auto",)
+    causal: tuple[bool, ...] = (False,)
+    backward: tuple[bool, ...] = (False,)
+    l2: tuple[str, ...] = ("on",)
+    dropout: tuple[float, ...] = (0.0,)
+    block_q: tuple[int | None, ...] = (None,)
+    block_kv: tuple[int | None, ...] = (None,)
+    splits: tuple[int | None, ...] = (None,)
+    ctas_per_sm: tuple[int | None, ...] = (None,)
 
     def __post_init__(self) -> None:
-        for name in ("n", "d", "batch", "heads", "kv_heads"):
+        for name in ("n", "d", "batch", "heads", "kv_heads", "n_kv"):
             values = getattr(self, name)
             if values is None:
                 continue
@@ -193,8 +327,20 @@ class Grid:
             if any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 for v in values):
                 raise WorkloadError(f"{_p(name)}values must be positive integers")
             object.__setattr__(self, name, tuple(int(v) for v in values))
-        for name, accepted in (("dtypes", tuple(DTYPE_BYTES)), ("tiled", TILED_VARIANTS)):
+        for name, accepted in (
+            ("dtypes", tuple(DTYPE_BYTES)),
+            ("tiled", TILED_VARIANTS),
+            ("impls", CHOICES),
+            ("l2", L2_MODES),
+        ):
             object.__setattr__(self, name, parse_choices(getattr(self, name), accepted, name))
+        for name in ("causal", "backward"):
+            object.__setattr__(self, name, parse_switches(getattr(self, name), name))
+        object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
+        for name in ("block_q", "block_kv", "splits", "ctas_per_sm"):
+            object.__setattr__(self, name, _optional_ints(getattr(self, name), name))
+        if isinstance(self.gpus, str):
+            object.__setattr__(self, "gpus", (self.gpus,))
         if not self.gpus:
             raise WorkloadError("gpus: give at least one GPU")
         if self.size > MAX_CONFIGURATIONS:
@@ -204,8 +350,8 @@ class Grid:
             )
 
     def axis(self, name: str) -> tuple[int, ...]:
-        if name == "kv_heads" and self.kv_heads is None:
-            return (0,)  # placeholder: equal to heads
+        if name in ("kv_heads", "n_kv") and getattr(self, name) is None:
+            return (0,)  # placeholder: equal to heads, to n
         return getattr(self, name)  # type: ignore[no-any-return]
 
     @property
@@ -213,28 +359,26 @@ class Grid:
         return math.prod(len(self.axis(a)) for a in AXES)
 
     @property
-    def groups(self) -> list[tuple[str, str, str]]:
-        """(gpu, dtype, tiled) in output order."""
-        return list(itertools.product(self.gpus, self.dtypes, self.tiled))
+    def groups(self) -> list[Setting]:
+        """Every combination of the looped options, in output order."""
+        return [Setting(*values) for values in itertools.product(*(getattr(self, name) for name in LOOPS))]
 
     @property
     def size(self) -> int:
         """Workload configurations (each gives two rows: standard and tiled)."""
-        return self.workloads_per_group * len(self.gpus) * len(self.dtypes) * len(self.tiled)
+        return self.workloads_per_group * math.prod(len(getattr(self, name)) for name in LOOPS)
 
     def describe_size(self) -> str:
         parts = [f"{len(self.axis(a))} {a}" for a in AXES if len(self.axis(a)) > 1]
-        parts += [
-            f"{len(v)} {k}"
-            for k, v in (("dtypes", self.dtypes), ("GPUs", self.gpus), ("tiled", self.tiled))
-            if len(v) > 1
-        ]
+        labels = {"gpus": "GPUs", "impls": "implementations", "l2": "L2 modes", "causal": "causal", "tiled": "tiled"}
+        parts += [f"{len(getattr(self, k))} {labels.get(k, k)}" for k in LOOPS if len(getattr(self, k)) > 1]
         return " × ".join(parts) or "one configuration"
 
     def varying(self) -> list[str]:
-        """Options with more than one value, integer axes first (n first), then dtype, gpu, tiled."""
-        out = [a for a in ("n", "d", "batch", "heads", "kv_heads") if len(self.axis(a)) > 1]
-        out += [k for k, v in (("dtype", self.dtypes), ("gpu", self.gpus), ("tiled", self.tiled)) if len(v) > 1]
+        """Options with more than one value, integer axes first (n first), then the looped
+        ones by their command-line names (dtype, gpu, tiled, impl, causal, ...)."""
+        out = [a for a in ("n", "n_kv", "d", "batch", "heads", "kv_heads") if len(self.axis(a)) > 1]
+        out += [OPTION_NAMES[k] for k in LOOPS if len(getattr(self, k)) > 1]
         return out
 
     def mesh(self) -> dict[str, np.ndarray]:
@@ -243,15 +387,21 @@ class Grid:
         out = {a: arr.ravel() for a, arr in zip(AXES, arrays)}
         if self.kv_heads is None:
             out["kv_heads"] = out["heads"]
+        if self.n_kv is None:
+            out["n_kv"] = out["n"]
         return out
 
 
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
-CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound")
-#: Integer columns that are blank for some rows (stored as -1): the blocks of standard attention.
-_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv"})
+CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation")
+#: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
+_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm"})
+#: Columns stored as 0/1 and read as booleans.
+_BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
 VARIANTS = ("algorithm0", *TILED_VARIANTS)
+#: Codes of the ``implementation`` column: blank for standard attention, then the tiled kernels.
+IMPLEMENTATION_CODES = ("", *IMPLEMENTATIONS)
 
 
 @dataclass
@@ -259,31 +409,40 @@ class SweepResult:
     """Columns of :data:`SWEEP_COLUMNS` as equal-length numpy arrays, rows alternating standard, tiled.
 
     Text columns (:data:`CATEGORICAL`) hold integer codes into ``categories[column]``;
-    :meth:`column` decodes them; ``block_q``/``block_kv`` are -1 where blank (standard rows).
+    :meth:`column` decodes them; ``block_q``, ``block_kv``, ``splits`` and ``ctas_per_sm``
+    are -1 where blank (standard rows). ``notes`` say what was skipped, ``warnings`` what was
+    modelled though no kernel would run it so, and ``caveats`` what stands in for a figure
+    or a choice the profile and the options do not give (each once).
     """
 
     grid: Grid
     columns: dict[str, np.ndarray]
     categories: dict[str, tuple[str, ...]]
     notes: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.columns["algorithm"])
 
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """One column with text decoded (object array of str) and blanks as-is."""
+        """One column with text decoded (object array of str), booleans as bool, blanks as-is."""
         values = self.columns[name][start:stop]
         if name in self.categories:
             return np.asarray(self.categories[name], dtype=object)[values]
+        if name in _BOOLEAN:
+            return values.astype(bool)
         return values
 
     def column_lists(self, start: int = 0, stop: int | None = None) -> list[list[Any]]:
-        """Columns ``start:stop`` as lists of plain values (exact ints, floats, str; None for blanks)."""
+        """Columns ``start:stop`` as lists of plain values (exact ints, floats, str, bool; None for blanks)."""
         out = []
         for name in SWEEP_COLUMNS:
             values = self.column(name, start, stop).tolist()
             if name in _BLANK_AS_NEGATIVE:
                 values = [None if v < 0 else v for v in values]
+            elif name == "implementation":
+                values = [v or None for v in values]
             out.append(values)
         return out
 
@@ -296,6 +455,17 @@ class SweepResult:
 Progress = Callable[[int], None]
 
 
+def _split_block_kv(d: np.ndarray) -> np.ndarray:
+    """:func:`memmodel.traffic.decode.split_block_kv` for every element of ``d``."""
+    return np.where(d <= 64, 256, np.where(d <= 128, 128, 64))
+
+
+def _label(setting: Setting, grid: Grid) -> str:
+    """The looped options that vary in ``grid``, as a note names a group: ``tiled fa1 × splits 4``."""
+    parts = [f"{OPTION_NAMES[k]} {getattr(setting, OPTION_NAMES[k])}" for k in LOOPS if len(getattr(grid, k)) > 1]
+    return " × ".join(parts) or "the grid"
+
+
 def evaluate(
     grid: Grid,
     profiles: Mapping[str, Profile] | None = None,
@@ -303,67 +473,129 @@ def evaluate(
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> SweepResult:
-    """Every configuration of ``grid``: one :func:`memmodel.compare` call per group and chunk.
+    """Every configuration of ``grid``: one :func:`memmodel.compare` call per setting and chunk.
 
     Chunks are shared out between ``workers`` forked processes that write the columns in
     place (shared memory); by default one per core for grids of :data:`PARALLEL_MIN`
     configurations or more, else none. Results do not depend on it.
 
     ``profiles`` maps the grid's GPU names to loaded profiles (loaded by name when missing).
-    ``progress`` is called with the number of configurations just evaluated. A (GPU, dtype)
-    pair that cannot run (no peak for the dtype) is skipped with a note while other pairs
-    remain; configurations where kv_heads does not divide heads are skipped with a note.
+    ``progress`` is called with the number of configurations just evaluated. A setting that
+    cannot run (no peak for the dtype; options the model refuses together, such as splits
+    with fa1) is skipped with a note while others remain; so are configurations where
+    kv_heads does not divide heads, where a causal mask needs n_kv ≥ n, or where fewer K/V
+    blocks than ``splits`` are there to split. Options no kernel runs (more CTAs per SM than
+    the shared memory holds) are refused (:func:`memmodel.checks.ctas_problem`).
     """
+    from .checks import splits_warning
     from .hardware import load_profile
+    from .implementations import options_for
+    from .timing import caveats as profile_caveats
 
     loaded = {g: (profiles or {}).get(g) or load_profile(g) for g in grid.gpus}
     mesh = grid.mesh()
     notes: list[str] = []
+    warnings: list[str] = []
+    caveats: dict[str, None] = {}
+
+    def note(text: str) -> None:
+        if text not in notes:
+            notes.append(text)
+
     valid = mesh["heads"] % mesh["kv_heads"] == 0
+    total = len(valid)
     if not valid.all():
         skipped = int((~valid).sum())
-        if skipped == len(valid):
+        if skipped == total:
             raise WorkloadError("kv_heads must divide heads: no configuration of the grid is valid")
-        notes.append(f"skipped {skipped:,} of {len(valid):,} workloads where kv_heads does not divide heads")
-        mesh = {k: v[valid] for k, v in mesh.items()}
-    count = len(mesh["n"])
-    runnable = []
+        note(f"skipped {skipped:,} of {total:,} workloads where kv_heads does not divide heads")
+    runnable: list[tuple[Setting, np.ndarray | None, dict[int, str]]] = []
     refusals: list[MemmodelError] = []
-    for gpu, dtype, tiled in grid.groups:
+    representative = {k: int(v[int(np.argmax(valid))]) for k, v in mesh.items()}
+    for setting in grid.groups:
+        profile = loaded[setting.gpu]
         try:
-            loaded[gpu].peak_flops(dtype)
+            profile.peak_flops(setting.dtype)
         except MemmodelError as exc:
             refusals.append(exc)
-            if f"skipped {gpu} × {dtype}: {exc}" not in notes:
-                notes.append(f"skipped {gpu} × {dtype}: {exc}")
+            note(f"skipped {setting.gpu} × {setting.dtype}: {exc}")
             continue
-        runnable.append((gpu, dtype, tiled))
+        rows = valid
+        if setting.causal:
+            ok = mesh["n_kv"] >= mesh["n"]
+            if not (ok | ~valid).all():
+                note(
+                    f"causal: skipped {int((~ok & valid).sum()):,} of {total:,} workloads where n_kv < n "
+                    "(a causal mask aligns the last query with the last key: n_kv must be at least n)"
+                )
+            rows = rows & ok
+        if setting.splits is not None:
+            ok = -(-mesh["n_kv"] // _split_block_kv(mesh["d"])) >= setting.splits
+            if not (ok | ~valid).all():
+                note(
+                    f"splits {setting.splits}: skipped {int((~ok & valid).sum()):,} of {total:,} workloads with "
+                    f"fewer than {setting.splits} K/V blocks to split"
+                )
+            rows = rows & ok
+        if not rows.any():
+            continue
+        impl_of_d: dict[int, str] = {}
+        try:
+            for d in np.unique(mesh["d"][rows]).tolist():
+                r = representative
+                w = Workload(
+                    n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
+                    dtype=setting.dtype,
+                )  # fmt: skip
+                opts = options_for(setting.impl, w, profile, **_option_fields(setting, splits=setting.splits))
+                impl_of_d[int(d)] = opts.implementation or "paper"
+                for line in opts.notes:
+                    caveats[line] = None
+        except MemmodelError as exc:  # options the model refuses together (splits with fa1, ...)
+            refusals.append(exc)
+            note(f"skipped {_label(setting, grid)}: {exc}")
+            continue
+        for impl in dict.fromkeys(impl_of_d.values()):
+            for line in profile_caveats(profile, impl if impl != "paper" else None, setting.dtype):
+                caveats[line] = None
+        if setting.splits is not None:
+            warning = splits_warning(
+                setting.splits, mesh["n"][rows], mesh["batch"][rows], mesh["heads"][rows], profile, grid=True
+            )
+            if warning and warning not in warnings:
+                warnings.append(warning)
+        runnable.append((setting, None if rows.all() else np.flatnonzero(rows), impl_of_d))
     if not runnable:
-        raise refusals[0]
-    rows = 2 * count * len(runnable)
+        if refusals:
+            raise refusals[0]
+        raise WorkloadError("no configuration of the grid is valid (see the notes above)")
+    counts = [total if idx is None else len(idx) for _, idx, _ in runnable]
+    offsets = [2 * x for x in itertools.accumulate([0, *counts[:-1]])]
+    rows_out = 2 * sum(counts)
     small = max(max(grid.axis(a)) for a in AXES) < 2**31  # sizes fit int32: less memory to write
     dtypes = {**_COLUMN_DTYPES, **({c: np.int32 for c in _SMALL_INT_COLUMNS} if small else {})}
-    tasks = [(g, start) for g in range(len(runnable)) for start in range(0, count, CHUNK)]
+    tasks = [(g, start) for g, count in enumerate(counts) for start in range(0, count, CHUNK)]
+    configurations = sum(counts)
     if workers is None:
-        workers = min(os.cpu_count() or 1, len(tasks)) if count * len(runnable) >= PARALLEL_MIN else 1
+        workers = min(os.cpu_count() or 1, len(tasks)) if configurations >= PARALLEL_MIN else 1
     parallel = workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods()
-    columns = _allocate(rows, dtypes, shared=parallel)
+    columns = _allocate(rows_out, dtypes, shared=parallel)
     bounds: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
-    job = _Job(mesh, count, runnable, loaded, grid, columns)
+    job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     done = False
     if parallel:
         try:
             _run_parallel(job, tasks, workers, progress)
             done = True
         except _UnknownBound:  # a label outside BOUND_LABELS: codes must be assigned in order
-            columns = _allocate(rows, dtypes, shared=False)
-            job = _Job(mesh, count, runnable, loaded, grid, columns)
+            columns = _allocate(rows_out, dtypes, shared=False)
+            job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     if not done:
         for g, start in tasks:
             size = job.run(g, start, bounds)
             if progress is not None:
                 progress(size)
-    if progress is not None and count == 0:
+    if progress is not None and configurations == 0:
         progress(0)
     categories = {
         "gpu": grid.gpus,
@@ -371,8 +603,23 @@ def evaluate(
         "algorithm": ALGORITHMS,
         "variant": VARIANTS,
         "bound": tuple(bounds),
+        "l2": L2_MODES,
+        "implementation": IMPLEMENTATION_CODES,
     }
-    return SweepResult(grid, columns, categories, notes)
+    return SweepResult(grid, columns, categories, notes, list(caveats), warnings)
+
+
+def _option_fields(setting: Setting, *, splits: int | None) -> dict[str, Any]:
+    """The :class:`~memmodel.implementations.Options` fields of ``setting`` for :func:`options_for`."""
+    return {
+        "tiled": setting.tiled,
+        "block_q": setting.block_q,
+        "block_kv": setting.block_kv,
+        "l2": setting.l2,
+        "backward": setting.backward,
+        "splits": splits,
+        "ctas_per_sm": setting.ctas_per_sm,
+    }
 
 
 #: Timing terms that can bound an algorithm (memmodel.timing), coded in this order; a label
@@ -391,18 +638,28 @@ class _Job:
     """What every chunk needs; inherited by forked workers, never pickled."""
 
     mesh: dict[str, np.ndarray]
-    count: int
-    runnable: list[tuple[str, str, str]]
+    #: per setting: the setting, the mesh rows it runs (None: all), the implementation per head dim
+    runnable: list[tuple[Setting, np.ndarray | None, dict[int, str]]]
+    #: per setting: the first output row of its block
+    offsets: list[int]
     profiles: dict[str, Profile]
     grid: Grid
     columns: dict[str, np.ndarray]
 
     def run(self, g: int, start: int, bounds: dict[str, int]) -> int:
-        gpu, dtype, tiled = self.runnable[g]
-        chunk = {k: v[start : start + CHUNK] for k, v in self.mesh.items()}
-        codes = {"gpu": self.grid.gpus.index(gpu), "dtype": self.grid.dtypes.index(dtype)}
-        at = 2 * (g * self.count + start)
-        _evaluate_chunk(chunk, self.profiles[gpu], dtype, tiled, codes, bounds, self.columns, at)
+        setting, rows, impl_of_d = self.runnable[g]
+        if rows is None:
+            chunk = {k: v[start : start + CHUNK] for k, v in self.mesh.items()}
+        else:
+            picked = rows[start : start + CHUNK]
+            chunk = {k: v[picked] for k, v in self.mesh.items()}
+        codes = {
+            "gpu": self.grid.gpus.index(setting.gpu),
+            "dtype": self.grid.dtypes.index(setting.dtype),
+            "l2": L2_MODES.index(setting.l2),
+        }
+        at = self.offsets[g] + 2 * start
+        _evaluate_chunk(chunk, self.profiles[setting.gpu], setting, impl_of_d, codes, bounds, self.columns, at)
         return len(chunk["n"])
 
 
@@ -443,55 +700,143 @@ def _run_parallel(job: _Job, tasks: list[tuple[int, int]], workers: int, progres
         _JOB = None
 
 
-_SMALL_INT_COLUMNS = ("batch", "heads", "kv_heads", "n", "d", "block_q", "block_kv")
+_SMALL_INT_COLUMNS = ("batch", "heads", "kv_heads", "n", "n_kv", "d", "block_q", "block_kv")
 _COLUMN_DTYPES: dict[str, Any] = {
     **{c: np.int16 for c in CATEGORICAL},
+    **{c: np.int8 for c in _BOOLEAN},
     "arithmetic_intensity": np.float64,
     "predicted_time_s": np.float64,
     "ratio_hbm_bytes": np.float64,
     "ratio_flops": np.float64,
     "ratio_predicted_time_s": np.float64,
+    "dropout": np.float64,
 }
+
+
+def _parts(
+    mesh: dict[str, np.ndarray], profile: Profile, setting: Setting, impl_of_d: dict[int, str]
+) -> Iterator[tuple[np.ndarray | None, str, int | None]]:
+    """The rows of a chunk the model evaluates together, as (rows, or None for all; the
+    implementation; the splits to give). One array call gives each row what a call for that
+    row alone gives when its rows share: the implementation (``auto`` chooses by head
+    dimension); FA2's split regime (the heuristic splits decoding rows, not others) and, for
+    split rows, the head dimension (the split kernel's blocks follow the largest); with
+    ``backward``, GQA or not (the dK/dV group sum). With ``backward`` no split is made
+    (training runs the plain forward kernel, as :func:`memmodel.compare` does for one workload).
+    """
+    from .traffic.decode import choose_splits
+
+    d = mesh["d"]
+    keys: list[np.ndarray] = []
+    if len(set(impl_of_d.values())) > 1:
+        keys.append(d)
+    splits = setting.splits
+    if setting.tiled == "fa2" and not setting.backward:
+        if splits is None:
+            w = Workload(
+                n=mesh["n"], d=d, batch=mesh["batch"], heads=mesh["heads"], kv_heads=mesh["kv_heads"], n_kv=mesh["n_kv"]
+            )
+            split = np.asarray(choose_splits(w, profile.sm_count)) > 1
+            if split.any():
+                keys += [split, np.where(split, d, 0)]
+        elif splits > 1:
+            keys.append(d)
+    if setting.tiled == "fa2" and setting.backward and splits is None:
+        splits = 1
+    if setting.backward:
+        keys.append(mesh["kv_heads"] != mesh["heads"])
+    if not keys:
+        yield None, impl_of_d[int(d[0])], splits
+        return
+    unique, inverse = np.unique(np.stack([k.astype(np.int64) for k in keys], axis=1), axis=0, return_inverse=True)
+    if len(unique) == 1:
+        yield None, impl_of_d[int(d[0])], splits
+        return
+    inverse = inverse.ravel()
+    for k in range(len(unique)):
+        rows = np.flatnonzero(inverse == k)
+        yield rows, impl_of_d[int(d[rows[0]])], splits
 
 
 def _evaluate_chunk(
     mesh: dict[str, np.ndarray],
     profile: Profile,
-    dtype: str,
-    tiled: str,
+    setting: Setting,
+    impl_of_d: dict[int, str],
     codes: dict[str, int],
     bounds: dict[str, int],
     columns: dict[str, np.ndarray],
     at: int,
 ) -> None:
     """Evaluate one chunk and write its rows into ``columns[at : at + 2·size]`` (standard, tiled, ...)."""
+    size = len(mesh["n"])
+    end = at + 2 * size
+    columns["gpu"][at:end] = codes["gpu"]
+    columns["dtype"][at:end] = codes["dtype"]
+    columns["l2"][at:end] = codes["l2"]
+    columns["causal"][at:end] = int(setting.causal)
+    columns["backward"][at:end] = int(setting.backward)
+    columns["dropout"][at:end] = setting.dropout
+    for rows, impl, splits in _parts(mesh, profile, setting, impl_of_d):
+        sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
+        if rows is None:
+            std_at: Any = slice(at, end, 2)
+            til_at: Any = slice(at + 1, end, 2)
+        else:
+            std_at = at + 2 * rows
+            til_at = std_at + 1
+        _evaluate_part(sub, profile, setting, impl, splits, bounds, columns, std_at, til_at)
+
+
+def _evaluate_part(
+    mesh: dict[str, np.ndarray],
+    profile: Profile,
+    setting: Setting,
+    impl: str,
+    splits: int | None,
+    bounds: dict[str, int],
+    columns: dict[str, np.ndarray],
+    std_at: Any,
+    til_at: Any,
+) -> None:
+    from .checks import ctas_problem
+    from .implementations import options_for
     from .model import compare
 
     workload = Workload(
-        n=mesh["n"], d=mesh["d"], batch=mesh["batch"], heads=mesh["heads"], kv_heads=mesh["kv_heads"], dtype=dtype
+        n=mesh["n"],
+        d=mesh["d"],
+        batch=mesh["batch"],
+        heads=mesh["heads"],
+        kv_heads=mesh["kv_heads"],
+        n_kv=mesh["n_kv"],
+        dtype=setting.dtype,
+        causal=setting.causal,
+        dropout=setting.dropout,
     )
     try:
-        c = compare(workload, profile, tiled=tiled)
+        c = compare(workload, profile, options_for(impl, workload, profile, **_option_fields(setting, splits=splits)))
     except OverflowError:
-        raise WorkloadError(_overflow_message(mesh, dtype)) from None
-    size = len(mesh["n"])
-    end = at + 2 * size
+        raise WorkloadError(_overflow_message(mesh, setting.dtype)) from None
+    ctas_problem(c)
 
     def put(name: str, standard: Any, tiled_: Any) -> None:
-        """Interleave per-workload values of the two algorithms: s0, t0, s1, t1, ..."""
-        col = columns[name][at:end]
-        col[0::2] = standard
-        col[1::2] = tiled_
+        """Write per-workload values of the two algorithms: s0, t0, s1, t1, ..."""
+        col = columns[name]
+        col[std_at] = standard
+        col[til_at] = tiled_
 
     s, t = c.standard, c.tiled
-    columns["gpu"][at:end] = codes["gpu"]
-    columns["dtype"][at:end] = codes["dtype"]
+    params = t.traffic.params
     put("algorithm", 0, 1)
     put("variant", VARIANTS.index(s.traffic.variant), VARIANTS.index(t.traffic.variant))
-    for a in ("batch", "heads", "kv_heads", "n", "d"):
+    for a in ("batch", "heads", "kv_heads", "n", "n_kv", "d"):
         put(a, mesh[a], mesh[a])
-    put("block_q", -1, np.asarray(t.traffic.params["block_q"]))
-    put("block_kv", -1, np.asarray(t.traffic.params["block_kv"]))
+    put("block_q", -1, np.asarray(params["block_q"]))
+    put("block_kv", -1, np.asarray(params["block_kv"]))
+    put("splits", -1, np.asarray(params.get("splits", 1)))
+    put("ctas_per_sm", -1, np.asarray(params["ctas_per_sm"]))
+    put("implementation", 0, IMPLEMENTATION_CODES.index(c.options.implementation or "paper"))
     for level in LEVELS:
         for direction in DIRECTIONS:
             put(
@@ -499,14 +844,18 @@ def _evaluate_chunk(
                 s.traffic.bytes(level=level, direction=direction),
                 t.traffic.bytes(level=level, direction=direction),
             )
-        columns[f"{level}_bytes"][at:end] = (
-            columns[f"{level}_read_bytes"][at:end] + columns[f"{level}_write_bytes"][at:end]
+        put(
+            f"{level}_bytes",
+            s.traffic.bytes(level=level),
+            t.traffic.bytes(level=level),
         )
     put("flops", s.traffic.flops, t.traffic.flops)
     put("exp_ops", s.traffic.exp_ops, t.traffic.exp_ops)
-    hbm = columns["hbm_bytes"][at:end]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        columns["arithmetic_intensity"][at:end] = np.where(hbm > 0, columns["flops"][at:end] / hbm, 0.0)
+    for name, ev in (("standard", s), ("tiled", t)):
+        hbm = np.asarray(ev.traffic.hbm_bytes, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            intensity = np.where(hbm > 0, np.asarray(ev.traffic.flops, dtype=np.float64) / hbm, 0.0)
+        columns["arithmetic_intensity"][std_at if name == "standard" else til_at] = intensity
     put("predicted_time_s", s.timing.time_s, t.timing.time_s)
     put("bound", _bound_codes(s.timing, bounds), _bound_codes(t.timing, bounds))
     for key, value in c.ratios().items():
@@ -531,7 +880,8 @@ def _overflow_message(mesh: dict[str, np.ndarray], dtype: str) -> str:
     size = (
         mesh["batch"].astype(np.float64)
         * mesh["heads"]
-        * mesh["n"].astype(np.float64) ** 2
+        * mesh["n"].astype(np.float64)
+        * mesh["n_kv"].astype(np.float64)
         * mesh["d"]
         * DTYPE_BYTES[dtype]
     )
@@ -545,7 +895,7 @@ def _overflow_message(mesh: dict[str, np.ndarray], dtype: str) -> str:
 
 def swept_axis(grid: Grid) -> str:
     """The variable a plot puts on its x axis: the first integer axis with several values."""
-    for a in ("n", "d", "batch", "heads", "kv_heads"):
+    for a in ("n", "n_kv", "d", "batch", "heads", "kv_heads"):
         if len(grid.axis(a)) > 1:
             return a
     return "n"

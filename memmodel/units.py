@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Literal
 
 Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count", "ratio"]
@@ -203,3 +204,22 @@ def quantity(value: float, kind: Kind, digits: int = 4) -> str | float:
         if abs(value) >= scale or prefix == "":
             return f"{float(f'{value / scale:.{digits}g}'):g} {prefix}{unit}"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def significant(value: float, formatter: Callable[..., str], figures: int = 3) -> str:
+    """``value`` through ``formatter(value, digits=...)`` to ``figures`` significant digits,
+    trailing zeros dropped: 2.25 PFLOP/s, 312 TFLOP/s, 4.8 TB/s, 80 GB (not 2 PFLOP/s)."""
+    text = formatter(value, digits=figures)
+    number, _, unit = text.partition(" ")
+    try:
+        mantissa = float(number)
+    except ValueError:
+        return text
+    if mantissa == 0 or "e" in number.lower():
+        return text
+    magnitude = math.floor(math.log10(abs(mantissa)))
+    decimals = max(0, figures - 1 - magnitude)
+    shown = f"{round(mantissa, decimals):.{decimals}f}"
+    if "." in shown:
+        shown = shown.rstrip("0").rstrip(".")
+    return f"{shown} {unit}".strip()

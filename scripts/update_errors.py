@@ -1,4 +1,4 @@
-"""Regenerate the error catalogue of README.md from the tool itself.
+"""Regenerate the error catalogue of docs/errors.md from the tool itself.
 
 Each row of the table between ``<!-- errors: begin -->`` and ``<!-- errors: end -->`` is
 
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(REPO))
-DOC = REPO / "README.md"
+DOC = REPO / "docs" / "errors.md"
 BEGIN, END = "<!-- errors: begin -->", "<!-- errors: end -->"
 HEADER = "| Error | When | Command | Exit | Message |\n|---|---|---|---|---|\n"
 _CELL = re.compile(r"(?:\\\||[^|])*")

@@ -1,4 +1,4 @@
-"""Regenerate the example output blocks of README.md (and of the docs pages in ``PAGES``) from the tool itself.
+"""Regenerate the example output blocks of README.md and docs/*.md from the tool itself.
 
 A block is written as
 
@@ -8,12 +8,15 @@ A block is written as
     ```
 
 and this script replaces the fenced block after each marker with the command's real
-output (NO_COLOR, 100 columns). ``--check`` exits 1 if any block is stale (the test suite
-runs it, so the README cannot drift from the tool).
+output (NO_COLOR, 100 columns, run from the repository root). ``<!-- run-md: memmodel ... -->``
+... ``<!-- end -->`` pastes output that is itself markdown. ``--check`` exits 1 if any block
+of any page is stale (the test suite runs it, so the pages cannot drift from the tool).
 
-A marker ``<!-- plot: memmodel ... --plot docs/x.png -->`` names the command that draws an
-image shown in the README; without ``--check`` the script runs it again (images are not
+A marker ``<!-- plot: memmodel ... --plot docs/x.png --force -->`` names the command that
+draws an image a page shows; without ``--check`` the script runs it again (images are not
 compared by ``--check``: their bytes depend on the matplotlib version and fonts).
+
+Prose carries no number the model computes: those live in generated blocks only.
 """
 
 from __future__ import annotations
@@ -25,21 +28,26 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-#: every page whose blocks are generated (the README first)
-PAGES = (README, README.parent / "docs" / "training.md")
+REPO = Path(__file__).resolve().parent.parent
+README = REPO / "README.md"
 MARKER = re.compile(r"(<!-- run: (?P<cmd>.+?) -->\n```text\n)(?P<body>.*?)(```)", re.S)
 PLOT = re.compile(r"<!-- plot: (?P<cmd>memmodel .+?) -->")
 #: ``<!-- run-md: memmodel ... -->`` ... ``<!-- end -->``: the command prints markdown, pasted as is
 MARKDOWN = re.compile(r"(<!-- run-md: (?P<cmd>.+?) -->\n)(?P<body>.*?)(<!-- end -->)", re.S)
 
 
+def pages() -> list[Path]:
+    """Every page with generated blocks: the README and the docs."""
+    return [README, *sorted((REPO / "docs").glob("*.md"))]
+
+
 def run(cmd: str) -> str:
     args = shlex.split(cmd)
     assert args[0] == "memmodel", cmd
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "TERM": "dumb"}
+    env.pop("MEMMODEL_HARDWARE_PATH", None)
     out = subprocess.run(
-        [sys.executable, "-m", "memmodel", *args[1:]], capture_output=True, text=True, env=env, cwd=README.parent
+        [sys.executable, "-m", "memmodel", *args[1:]], capture_output=True, text=True, env=env, cwd=REPO
     )
     text = out.stdout + out.stderr
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
@@ -51,21 +59,26 @@ def render(text: str) -> str:
 
 
 def main() -> int:
+    check = "--check" in sys.argv
     stale = []
-    for page in PAGES:
+    for page in pages():
         text = page.read_text(encoding="utf-8")
         new = render(text)
-        if "--check" in sys.argv:
-            if new != text:
-                stale.append(page.relative_to(README.parent).as_posix())
+        if new == text:
             continue
-        page.write_text(new, encoding="utf-8")
-        for m in PLOT.finditer(new):
+        stale.append(page.relative_to(REPO))
+        if not check:
+            page.write_text(new, encoding="utf-8")
+    if check:
+        if stale:
+            names = ", ".join(map(str, stale))
+            print(f"example output is stale in {names}: run python scripts/update_readme.py", file=sys.stderr)
+            return 1
+        return 0
+    for page in pages():
+        for m in PLOT.finditer(page.read_text(encoding="utf-8")):
             print(f"drawing: {m.group('cmd')}", file=sys.stderr)
-            run(m.group("cmd"))
-    if stale:
-        print(f"{', '.join(stale)}: example output is stale: run python scripts/update_readme.py", file=sys.stderr)
-        return 1
+            print(run(m.group("cmd")), end="", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The error catalogue of README.md, one test per row, and the conventions
+"""The error catalogue of docs/errors.md, one test per row, and the conventions
 the same page promises (NO_COLOR, --quiet, completion, help, exit codes).
 
 Each row's command is run as the catalogue says (scripts/update_errors.py's runner: from the
@@ -61,6 +61,16 @@ def test_catalogue_covers_the_issue():
         "dropout outside [0, 1)",
         "splits below 1",
         "blocks too large for SRAM",
+        # issue 12: what a new user tripped on
+        "single-value option given twice",
+        "group option after the command",
+        "unknown model",
+        "multi-head latent attention",
+        "more CTAs than shared memory holds",
+        "output over a device",
+        "output suffix against --format",
+        "plot file exists",
+        "record's profile not found",
     }
     assert required <= names, sorted(required - names)
     assert "did you mean h100-sxm?" in next(r.message for r in ROWS if r.error == "unknown profile name (typo)")

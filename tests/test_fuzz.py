@@ -331,6 +331,7 @@ def _commands() -> dict[tuple[str, ...], click.Command]:
 FUZZED: dict[tuple[str, ...], tuple[int, list[str]]] = {
     ("compare",): (1200, []),
     ("hardware", "list"): (20, []),
+    ("models",): (10, []),
     ("hardware", "show"): (150, []),
     ("hardware", "validate"): (150, []),
     ("validate",): (250, ["--list"]),  # --list: print the cases, no GPU

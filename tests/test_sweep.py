@@ -145,8 +145,8 @@ def test_sweep_csv_columns_are_stable_and_documented(run):
     assert len(rows) == 4
     assert rows[0]["block_q"] == "" and rows[1]["block_q"] == "128"  # PyTorch's FlashAttention-2 at d = 64: 128×128
     assert int(rows[0]["hbm_bytes"]) == int(rows[0]["hbm_read_bytes"]) + int(rows[0]["hbm_write_bytes"])
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Sweeps") :]
+    doc = (REPO / "docs" / "cli.md").read_text()
+    section = doc[doc.index("## sweep") :]
     for column in SWEEP_COLUMNS:
         assert f"`{column}`" in section or column in section.split("```")[0], column
 
@@ -218,14 +218,14 @@ def test_sweep_output_file_is_atomic_and_not_clobbered(run, tmp_path):
     assert first.splitlines()[0] == ",".join(SWEEP_COLUMNS) and len(first.splitlines()) == 9
     assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # not mkstemp's private mode
     r = run(*args)
-    assert r.exit_code == 2 and f"Invalid value for '--output': {out} exists (add --force to replace it)" in r.stderr
-    r = run(*args[:-2], "--output", str(out), "--force", "--format", "jsonl")
-    assert r.exit_code == 0 and out.read_text().startswith("{")
+    assert r.exit_code == 2 and f"{out}: already exists; use --force to overwrite it" in r.stderr
+    r = run("sweep", "--n", "512", "--d", "64", "--output", str(out), "--force")  # .csv: the format
+    assert r.exit_code == 0 and out.read_text().startswith("gpu,") and len(out.read_text().splitlines()) == 3
     assert sorted(os.listdir(tmp_path)) == ["sweep.csv"]  # no temporary files left behind
     r = run("sweep", "--n", "512", "--d", "64", "--output", str(tmp_path / "table.txt"))
     assert r.exit_code == 0 and (tmp_path / "table.txt").read_text().startswith("Sweep · gpu a100")
     r = run("sweep", "--n", "512", "--d", "64", "--output", str(tmp_path / "no" / "such.csv"))
-    assert r.exit_code == 2 and "does not exist" in r.stderr
+    assert r.exit_code == 1 and "does not exist" in r.stderr  # the machine's folders: a runtime failure
 
 
 def test_sweep_plot(run, tmp_path):

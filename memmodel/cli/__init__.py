@@ -117,6 +117,7 @@ def _register() -> None:
     from .calibrate import calibrate_cmd
     from .compare import compare_cmd
     from .hardware import hardware_group
+    from .models import models_cmd
     from .roofline import roofline_cmd
     from .sweep import sweep_cmd
     from .validate import validate_cmd
@@ -124,6 +125,7 @@ def _register() -> None:
     cli.add_command(calibrate_cmd)
     cli.add_command(compare_cmd)
     cli.add_command(hardware_group)
+    cli.add_command(models_cmd)
     cli.add_command(roofline_cmd)
     cli.add_command(sweep_cmd)
     cli.add_command(validate_cmd)

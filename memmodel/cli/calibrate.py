@@ -9,28 +9,28 @@ from typing import Any
 
 import click
 
-from .options import format_option
+from .options import Command, check_outputs, force_option, format_option, option
 
 
-@click.command("calibrate")
-@click.option(
+@click.command("calibrate", cls=Command)
+@option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, path_type=str),
+    type=click.Path(path_type=str, readable=False),
     metavar="FILE.yaml",
     help="Write the measured profile here (usable as --gpu FILE); written atomically, never over an "
     "existing file without --force.",
 )
-@click.option("--force", is_flag=True, help="Overwrite --output if it exists.")
-@click.option(
+@force_option
+@option(
     "--base",
     metavar="NAME|FILE",
     help="Profile to carry over what calibrate does not measure (shared-memory latency, any step that "
     "fails). Default: the bundled profile whose full name starts with the GPU's name, if exactly one does.",
 )
-@click.option("--name", help="Profile name written in the YAML. Default: the output file's name.")
-@click.option("--quick", is_flag=True, help="Smaller buffers and fewer repeats (a rougher, faster run).")
-@format_option(("table", "json"))
+@option("--name", help="Profile name written in the YAML. Default: the output file's name.")
+@option("--quick", is_flag=True, help="Smaller buffers and fewer repeats (a rougher, faster run).")
+@format_option(("table", "json"), json="the measurements as JSON on stdout")
 def calibrate_cmd(
     *, output: str | None, force: bool, base: str | None, name: str | None, quick: bool, fmt: str
 ) -> None:
@@ -44,13 +44,12 @@ def calibrate_cmd(
     --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
     """
     from ..errors import MemmodelError
-    from ..fileio import check_writable, write_atomic
+    from ..fileio import write_atomic
     from ..gpu import calibrate as cal
     from ..hardware import available, load_file, load_profile
     from . import terminal
 
-    if output:
-        check_writable(output, force=force)
+    check_outputs(force=force, **{"--output": output})
     base_profile = load_profile(base) if base else None
     ctx = cal.make_context(quick=quick)
     base_how = "given" if base_profile is not None else None

@@ -1,4 +1,4 @@
-"""``memmodel compare``: standard vs tiled attention on one workload and GPU."""
+"""``memmodel compare``: standard vs tiled attention on one workload, on one GPU or side by side on several."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ from typing import Any
 
 import click
 
-from .options import build_workload, format_option, gpu_option, model_options, pop_model_options, workload_options
+from .options import (
+    WorkloadCommand,
+    build_workload,
+    format_option,
+    gpu_list_option,
+    model_options,
+    option,
+    pop_model_options,
+    workload_options,
+)
 
 ROLE_LABELS = (
     ("input", "inputs (Q, K, V, dO)"),
@@ -16,11 +25,11 @@ ROLE_LABELS = (
 )
 
 
-@click.command("compare")
+@click.command("compare", cls=WorkloadCommand)
 @workload_options
-@gpu_option()
+@gpu_list_option(" Several GPUs: their totals in one table, a column per GPU.")
 @model_options
-@click.option(
+@option(
     "--standard",
     "standard_variant",
     type=click.Choice(["algorithm0", "eager"]),
@@ -29,10 +38,14 @@ ROLE_LABELS = (
     help="Standard attention as the FlashAttention paper's Algorithm 0 (3 backward), or as eager PyTorch and "
     "autograd run it (scale, mask, softmax, dropout and their gradients as separate kernels).",
 )
-@format_option()
-def compare_cmd(*, gpu: str, fmt: str, standard_variant: str, **kw: Any) -> None:
+@format_option(
+    json="JSON on stdout (several GPUs: a memmodel.compare-gpus/1 object, one compare/1 object per GPU)",
+    csv="CSV on stdout: one row per kernel and a total per algorithm, with the workload's columns",
+)
+def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: Any) -> None:
     """Bytes moved through SRAM, L2 and HBM, FLOPs and predicted time of standard attention
-    (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel.
+    (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel; on several
+    GPUs (--gpu a100,h200), their totals side by side.
 
     Example: memmodel compare --n 4096 --d 768
     """
@@ -42,51 +55,58 @@ def compare_cmd(*, gpu: str, fmt: str, standard_variant: str, **kw: Any) -> None
 
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
-    profile = load_profile(gpu)
-    result = compare(workload, profile, options_for(impl, workload, profile, **opts), standard=standard_variant)
+    results = []
+    for spec in gpu or ("a100",):
+        profile = load_profile(spec)
+        results.append(
+            compare(workload, profile, options_for(impl, workload, profile, **opts), standard=standard_variant)
+        )
+    notes = check_comparisons(results)
     from . import terminal
 
     if fmt == "json":
-        from ..report import compare_to_dict
+        from ..report.compare import compare_gpus_to_dict, compare_to_dict
 
-        terminal.print_json(compare_to_dict(result))
+        terminal.print_json(compare_to_dict(results[0]) if len(results) == 1 else compare_gpus_to_dict(results))
     elif fmt == "csv":
-        from ..report import COMPARE_CSV_COLUMNS, compare_csv_rows
+        from ..report.compare import COMPARE_CSV_COLUMNS, compare_csv_rows
 
-        terminal.print_csv(COMPARE_CSV_COLUMNS, compare_csv_rows(result))
+        terminal.print_csv(COMPARE_CSV_COLUMNS, [row for r in results for row in compare_csv_rows(r)])
+    elif len(results) == 1:
+        _print_table(results[0])
     else:
-        _print_table(result)
+        _print_side_by_side(results)
+    for line in notes:
+        terminal.note(line)
+
+
+def check_comparisons(results: list[Any]) -> list[str]:
+    """Refuse options no GPU runs (:func:`memmodel.checks.check_comparison`); return the
+    notes to print on stderr: each caveat and warning once, whichever GPU gave it."""
+    from ..checks import check_comparison
+
+    notes: dict[str, None] = {}
+    for result in results:
+        for line in check_comparison(result):
+            notes[f"warning: {line}"] = None
+    from ..report.compare import caveats
+
+    for result in results:
+        for line in caveats(result):
+            notes[line] = None
+    return list(notes)
 
 
 def _print_table(result: Any) -> None:
-    from ..report.compare import compare_to_dict
+    from ..report.compare import compare_to_dict, workload_summary
     from ..units import format_bytes, format_count, format_time
     from . import terminal
 
     data = compare_to_dict(result)
-    w = data["workload"]
-    o = data["options"]
     con = terminal.console()
-    shape = f"batch {w['batch']} · heads {w['heads']}"
-    if w["kv_heads"] != w["heads"]:
-        shape += f" (kv {w['kv_heads']})"
-    shape += f" · N {w['n']}"
-    if w["n_kv"] != w["n"]:
-        shape += f" · N_kv {w['n_kv']}"
-    shape += f" · d {w['d']} · {w['dtype']}"
-    flags = [
-        x
-        for x, on in (
-            ("causal", w["causal"]),
-            (f"dropout {w['dropout']}", w["dropout"] > 0),
-            ("forward + backward", o["backward"]),
-        )
-        if on
-    ]
     con.print(
-        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · {shape}"
-        + "".join(f" · {f}" for f in flags)
-        + f" · L2 {o['l2']}",
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · "
+        f"{terminal.escape(workload_summary(result))}",
         soft_wrap=True,
     )
     con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
@@ -194,7 +214,7 @@ def _print_table(result: Any) -> None:
             summary,
         )
     )
-    if o["backward"]:
+    if data["options"]["backward"]:
         con.print()
         con.print("[bold]By pass[/] (FLOPs by convention: forward 4·N·N_kv·d per head, causal half, backward 2.5×)")
         con.print(
@@ -220,8 +240,66 @@ def _print_table(result: Any) -> None:
     )
     for line in data["warnings"]:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
-    for line in data["caveats"]:
-        terminal.note(line)
+
+
+def _print_side_by_side(results: list[Any]) -> None:
+    """Several GPUs: one table of totals, a column per GPU; standard, tiled and their ratios in turn."""
+    from ..report.compare import compare_to_dict, workload_summary
+    from ..units import format_bytes, format_count, format_time
+    from . import terminal
+
+    data = [compare_to_dict(r) for r in results]
+    con = terminal.console()
+    names = [d["hardware"]["name"] for d in data]
+    con.print(
+        f"[bold]{terminal.escape(' vs '.join(names))}[/] · {terminal.escape(workload_summary(results[0]))}",
+        soft_wrap=True,
+    )
+
+    def cells(i: int, fmt: Any, key: str) -> list[str]:
+        return [fmt(d["algorithms"][i][key]) for d in data]
+
+    def section(i: int) -> list[Any]:
+        return [
+            ("  HBM read", *cells(i, format_bytes, "hbm_read_bytes")),
+            ("  HBM write", *cells(i, format_bytes, "hbm_write_bytes")),
+            (terminal.markup("  [bold]HBM total[/]"), *cells(i, format_bytes, "hbm_bytes")),
+            ("  L2 traffic", *cells(i, format_bytes, "l2_bytes")),
+            ("  SRAM traffic", *cells(i, format_bytes, "sram_bytes")),
+            ("  FLOPs", *cells(i, format_count, "flops")),
+            ("  intensity (FLOP/B)", *cells(i, lambda v: f"{v:.1f}", "arithmetic_intensity")),
+            (terminal.markup("  [bold]predicted time[/]"), *cells(i, format_time, "predicted_time_s")),
+            ("  bound by", *cells(i, str, "bound")),
+        ]
+
+    first = results[0].tiled.timing.time_s
+    rows: list[Any] = [
+        (terminal.markup("[bold]standard (Algorithm 0)[/]"), *[""] * len(data)),
+        *section(0),
+        None,
+        (terminal.markup("[bold]tiled[/]"), *[""] * len(data)),
+        ("  kernel", *[r.options.implementation or "paper" for r in results]),
+        ("  blocks", *[_blocks(r) for r in results]),
+        *section(1),
+        None,
+        (terminal.markup("[bold]standard / tiled[/]"), *[""] * len(data)),
+        ("  HBM bytes", *[_times(d["ratios"]["hbm_bytes"]) for d in data]),
+        ("  time", *[_times(d["ratios"]["predicted_time_s"]) for d in data]),
+        None,
+        (f"tiled: speed-up over {names[0]}", *[_times(first / r.tiled.timing.time_s) for r in results]),
+    ]
+    con.print()
+    con.print(terminal.table(None, [("", "left"), *((name, "right") for name in names)], rows))
+    for d in data:
+        for line in d["warnings"]:
+            con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
+
+
+def _blocks(result: Any) -> str:
+    """``128×64`` (B_r × B_c of the tiled kernel), with its split-KV chunks if any."""
+    p = result.tiled.traffic.params
+    splits = p.get("splits")
+    return f"{p['block_q']}×{p['block_kv']}" + (f", {splits} splits" if splits not in (1, None) else "")
 
 
 def _pass_rows(std: dict[str, Any], til: dict[str, Any]) -> list[Any]:

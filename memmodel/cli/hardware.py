@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from .options import complete_profile, format_option
+from .options import Group, complete_profile, format_option
 
 
-@click.group("hardware")
+@click.group("hardware", cls=Group)
 def hardware_group() -> None:
     """List, show and validate GPU hardware profiles."""
 
 
 @hardware_group.command("list")
-@format_option(("table", "json"))
+@format_option(("table", "json"), json="JSON on stdout, one object per profile")
 def list_cmd(*, fmt: str) -> None:
     """Every profile memmodel can find: bundled, user config folder, MEMMODEL_HARDWARE_PATH."""
     from ..hardware import available, load_file
-    from ..units import format_bandwidth, format_bytes, format_rate
+    from ..units import format_bandwidth, format_bytes, format_rate, significant
     from . import terminal
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, (origin, path) in available().items():
         try:
             p = load_file(path, origin=origin)
@@ -44,7 +46,7 @@ def list_cmd(*, fmt: str) -> None:
     if fmt == "json":
         terminal.print_json(rows)
         return
-    table_rows = []
+    table_rows: list[tuple[Any, ...]] = []
     for r in rows:
         if "error" in r:
             invalid = terminal.markup("[red]invalid:[/] ").append(r["error"])
@@ -54,11 +56,12 @@ def list_cmd(*, fmt: str) -> None:
             (
                 r["name"],
                 r["full_name"],
-                format_bytes(r["hbm_bytes"], digits=0),
-                format_bandwidth(r["hbm_bandwidth_bytes_per_s"]),
-                format_bytes(r["l2_bytes"], binary=True, digits=0),
-                f"{r['sram_per_sm_bytes'] / 1024:.0f} KiB × {r['sm_count']}",
-                format_rate(r["fp16_flops_per_s"], digits=0) if r["fp16_flops_per_s"] else "—",
+                significant(r["hbm_bytes"], format_bytes),
+                significant(r["hbm_bandwidth_bytes_per_s"], format_bandwidth),
+                significant(r["l2_bytes"], lambda v, digits: format_bytes(v, binary=True, digits=digits)),
+                f"{significant(r['sram_per_sm_bytes'], lambda v, digits: format_bytes(v, binary=True, digits=digits))}"
+                f" × {r['sm_count']}",
+                significant(r["fp16_flops_per_s"], format_rate) if r["fp16_flops_per_s"] else "—",
                 r["origin"],
             )
         )
@@ -82,7 +85,7 @@ def list_cmd(*, fmt: str) -> None:
 
 @hardware_group.command("show")
 @click.argument("name", shell_complete=complete_profile)
-@format_option(("table", "json"))
+@format_option(("table", "json"), json="JSON on stdout: every figure with its unit in the key, and its source")
 def show_cmd(*, name: str, fmt: str) -> None:
     """Every figure of one profile (NAME or a YAML path), with units and its source."""
     from ..hardware import load_profile

@@ -1,9 +1,18 @@
-"""Options shared by several commands, defined once."""
+"""Options shared by several commands, defined once, and the rules every option follows.
+
+* An option that takes one value refuses to be given twice (``--n 4096 --n 8192`` is a usage
+  error, exit 2), instead of keeping the last: :class:`Option`, used through :func:`option`
+  and by every command (:class:`Command`).
+* Choices are case-insensitive (``--dtype BF16``, ``--format JSON``): :func:`choice`.
+* A list of GPUs is written ``--gpu a,b`` or ``--gpu a --gpu b``, in every command that
+  takes several: :func:`gpu_list_option`.
+"""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -54,15 +63,116 @@ class FiniteFloatRange(click.FloatRange):
 POSITIVE = PositiveInt()
 
 
-def gpu_option(default: str | None = "a100", multiple: bool = False) -> Callable[[F], F]:
-    return click.option(
+class Option(click.Option):
+    """A click option that refuses to be given twice when it takes one value.
+
+    click keeps the last of ``--n 4096 --n 8192``; here the parser collects every occurrence
+    and :meth:`consume_value` refuses more than one. Flags (given twice they mean the same),
+    counts and options that take several values (``multiple=True``) behave as in click.
+    """
+
+    def _single(self) -> bool:
+        return not (self.multiple or self.count or self.is_flag) and self.nargs == 1
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        if not self._single():
+            super().add_to_parser(parser, ctx)
+            return
+        parser.add_option(obj=self, opts=self.opts, dest=self.name, action="append", nargs=self.nargs)
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:
+        value, source = super().consume_value(ctx, opts)
+        if self._single() and isinstance(value, list):
+            if len(value) > 1:
+                shown = ", then ".join(repr(v) if v == "" else str(v) for v in value[:3])
+                hint = getattr(ctx.command, "repeat_hint", "")
+                raise click.UsageError(
+                    f"Option '{self.opts[0]}' given {len(value)} times ({shown}): give it once{hint}", ctx
+                )
+            value = value[0]
+        return value, source
+
+
+#: ``@option(...)``: ``click.option`` with :class:`Option` (refuses a single value given twice).
+option = functools.partial(click.option, cls=Option)
+
+
+class Command(click.Command):
+    """A command whose options follow this module's rules, and whose "no such option" error
+    says where the group's own options (``-q``, ``--debug``) go."""
+
+    #: appended to "give it once" when a single-value option is repeated
+    repeat_hint = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:  # a plain click.option here would silently keep the last value
+            if type(param) is click.Option and not param.is_flag:
+                raise TypeError(f"{self.name} {param.opts[0]}: declare it with memmodel.cli.options.option")
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            if exc.option_name in GROUP_OPTIONS:
+                name = exc.option_name
+                raise click.UsageError(
+                    f"No such option '{name}' for {self.name}: it is an option of memmodel itself, "
+                    f"given before the command (memmodel {name} {self.name} ...)",
+                    ctx,
+                ) from None
+            raise
+
+
+#: Options of the ``memmodel`` group, given before the command.
+GROUP_OPTIONS = ("-q", "--quiet", "--debug", "--version")
+
+
+class WorkloadCommand(Command):
+    """compare and roofline: one workload at a time; sweep takes lists."""
+
+    repeat_hint = " (to model several values, use 'memmodel sweep', which takes lists and ranges)"
+
+
+class Group(click.Group):
+    """A command group whose commands are :class:`Command`."""
+
+    command_class = Command
+
+
+def choice(choices: Sequence[str]) -> click.Choice:
+    """A case-insensitive choice: ``BF16`` and ``bf16`` are both ``bf16``."""
+    return click.Choice(list(choices), case_sensitive=False)
+
+
+def split_list(values: Sequence[str] | str | None) -> tuple[str, ...]:
+    """``("a,b", "c")`` -> ``("a", "b", "c")``: repeated and comma-separated values, blanks
+    dropped, duplicates dropped, order kept."""
+    if values is None:
+        return ()
+    items = [values] if isinstance(values, str) else list(values)
+    return tuple(dict.fromkeys(part.strip() for v in items for part in str(v).split(",") if part.strip()))
+
+
+def _gpu_list(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    gpus = split_list(value)
+    if value and not gpus:
+        raise click.BadParameter("give a profile name or a YAML path", ctx, param)
+    return gpus
+
+
+def gpu_list_option(help_extra: str = "") -> Callable[[F], F]:
+    """``--gpu``: one or more profiles, repeated or comma-separated (the same rule everywhere).
+    The command receives a tuple, empty when none was given (default: a100)."""
+    return option(
         "--gpu",
-        default=default if not multiple else None,
-        multiple=multiple,
-        metavar="NAME|FILE",
+        multiple=True,
+        callback=_gpu_list,
+        metavar="NAME|FILE[,...]",
         shell_complete=complete_profile,
-        help="Hardware profile: a bundled or user profile name (see 'memmodel hardware list') "
-        f"or a path to a YAML file.{f' Default: {default}.' if default else ''}",
+        help="Hardware profile: a bundled or user profile name (see 'memmodel hardware list') or a path to a YAML "
+        f"file; several GPUs repeated (--gpu a100 --gpu h200) or comma-separated (--gpu a100,h200).{help_extra} "
+        "Default: a100.",
     )
 
 
@@ -72,59 +182,76 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
     from ..hardware import available, is_path
 
-    if is_path(incomplete) or incomplete.startswith("."):
+    head, comma, word = incomplete.rpartition(",")  # --gpu a100,h1: complete the last of the list
+    if is_path(word) or word.startswith("."):
         return [CompletionItem(incomplete, type="file")]
-    return [CompletionItem(name) for name in available() if name.startswith(incomplete.lower())]
+    return [CompletionItem(head + comma + name) for name in available() if name.startswith(word.lower())]
 
 
 def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:
-    """--n, --d, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
+    """--n, --d, --model, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
 
-    Bare (``@workload_options``) --n and --d are required; ``@workload_options(n=4096,
-    d=768)`` makes them optional with those defaults.
+    Bare (``@workload_options``) --n is required, and --d unless --model gives it;
+    ``@workload_options(n=4096, d=768)`` makes them optional with those defaults (--model's
+    head dimension before d's). :func:`build_workload` turns them into a Workload.
     """
     if func is None:
         return lambda f: _workload_options(f, n, d)
     return _workload_options(func, n, d)
 
 
-def _size_option(flag: str, name: str, default: int | None, help_text: str) -> Callable[[F], F]:
-    if default is None:
-        return click.option(flag, name, type=POSITIVE, required=True, help=help_text)
-    return click.option(flag, name, type=POSITIVE, default=default, show_default=True, help=help_text)
+MODEL_HELP = (
+    "Take --heads, --kv-heads and --d from a model: a bundled name (llama-3-8b, llama-3-70b, llama-3.1-405b, "
+    "mistral-7b, mixtral-8x7b, qwen2.5-7b, gemma-2-9b, gpt2, ...; see docs/models.md) or a Hugging Face "
+    "config.json. Options given explicitly win."
+)
+
+
+def model_option(func: F) -> F:
+    return option("--model", "model", default=None, metavar="NAME|FILE", help=MODEL_HELP)(func)
 
 
 def _workload_options(func: F, n: int | None, d: int | None) -> F:
     options = [
-        _size_option("--n", "n", n, "Sequence length N (query length)."),
-        _size_option("--d", "d", d, "Head dimension d."),
-        click.option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
-        click.option("--heads", type=POSITIVE, default=1, show_default=True, help="Attention heads H."),
-        click.option(
+        option("--n", "n", type=POSITIVE, required=True, help="Sequence length N (query length).")
+        if n is None
+        else option("--n", "n", type=POSITIVE, default=n, show_default=True, help="Sequence length N (query length)."),
+        option(
+            "--d",
+            "d",
+            type=POSITIVE,
+            default=None,
+            help="Head dimension d."
+            + (" Required unless --model gives it." if d is None else f" Default: --model's, else {d}."),
+        ),
+        model_option,
+        option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
+        option("--heads", type=POSITIVE, default=None, help="Attention heads H. Default: --model's, else 1."),
+        option(
             "--dtype",
-            type=click.Choice(list(DTYPE_BYTES)),
+            type=choice(list(DTYPE_BYTES)),
             default="fp32",
             show_default=True,
             help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32).",
         ),
-        click.option(
+        option(
             "--kv-heads",
             type=POSITIVE,
             default=None,
-            help="Key/value heads (GQA/MQA); must divide --heads. Default: --heads.",
+            help="Key/value heads (GQA/MQA); must divide --heads. Default: --model's, else --heads.",
         ),
-        click.option(
+        option(
             "--n-kv",
             type=POSITIVE,
             default=None,
             help="Key/value length (KV cache); default --n. Decode: --n 1 --n-kv 32768.",
         ),
-        click.option(
+        option(
             "--causal",
             is_flag=True,
             help="Causal mask: tiled kernels skip masked blocks; standard still writes full S, P.",
         ),
-        click.option(
+        option(
             "--dropout",
             type=FiniteFloatRange(0.0, 1.0, max_open=True),
             default=0.0,
@@ -132,59 +259,59 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             help="Dropout probability on P: extra passes and a mask for standard; none for tiled (RNG regenerated).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
+    for decorate in reversed(options):
+        func = decorate(func)
     return func
 
 
 def model_options(func: F) -> F:
     """How to model: tiled variant, blocks, L2, passes. Shared by compare and the roofline."""
     options = [
-        click.option(
+        option(
             "--tiled",
-            type=click.Choice(["fa1", "fa2"]),
+            type=choice(["fa1", "fa2"]),
             default="fa2",
             show_default=True,
             help="Tiled algorithm: fa1 (paper Algorithm 1, outer loop over K/V) or fa2 (outer loop over Q).",
         ),
-        click.option(
+        option(
             "--block-q",
             type=POSITIVE,
             default=None,
             help="Rows of Q per block, B_r (default: the implementation's; Algorithm 1's min(⌈M/4d⌉, d) for paper).",
         ),
-        click.option(
+        option(
             "--block-kv",
             type=POSITIVE,
             default=None,
             help="Rows of K/V per block, B_c (default: the implementation's; Algorithm 1's ⌈M/4d⌉ for paper).",
         ),
-        click.option(
+        option(
             "--l2",
             "l2",
-            type=click.Choice(["on", "cold", "off"]),
+            type=choice(["on", "cold", "off"]),
             default="on",
             show_default=True,
             help="L2 reuse: on; cold (each kernel starts with an empty L2, as Nsight Compute measures); "
             "off (the paper's view).",
         ),
-        click.option("--backward", is_flag=True, help="Add the backward pass: totals cover the training step."),
-        click.option(
+        option("--backward", is_flag=True, help="Add the backward pass: totals cover the training step."),
+        option(
             "--splits",
             type=POSITIVE,
             default=None,
             help="Split-KV chunks for fa2 (default: FlashAttention-2's heuristic).",
         ),
-        click.option(
+        option(
             "--ctas-per-sm",
             type=POSITIVE,
             default=None,
             help="Tiled CTAs resident per SM (default: as the tile fits SRAM, at most 2).",
         ),
-        click.option(
+        option(
             "--impl",
             "impl",
-            type=click.Choice(list(CHOICES)),
+            type=choice(CHOICES),
             default="auto",
             show_default=True,
             help="Model the tiled algorithm as this implementation: its tiles and K/V order (unless --block-q/"
@@ -193,22 +320,49 @@ def model_options(func: F) -> F:
             "paper: the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
+    for decorate in reversed(options):
+        func = decorate(func)
     return func
 
 
-def build_workload(kw: dict[str, Any]) -> Any:
-    """Pop the workload options out of a command's keyword arguments into a Workload."""
+def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[Any, Any, Any]:
+    """``--model``'s heads, KV heads and head dimension where the options leave them out (None);
+    says on stderr what was taken from where, and what the model has that memmodel does not model."""
+    if not model:
+        return heads, kv_heads, d
+    from ..models import load_model
+    from . import terminal
+
+    shape = load_model(model)
+    terminal.note(f"--model {shape.summary()}")
+    if shape.note:
+        terminal.note(f"--model {shape.name}: {shape.note}")
+    return (
+        shape.heads if heads is None else heads,
+        shape.kv_heads if kv_heads is None else kv_heads,
+        shape.head_dim if d is None else d,
+    )
+
+
+def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
+    """Pop the workload options (and ``--model``) out of a command's keyword arguments into a
+    Workload; ``default_d`` is the head dimension when neither --d nor --model gives one."""
     from ..workload import Workload
 
+    heads, kv_heads, d = apply_model(kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"))
+    d = d if d is not None else default_d
+    if d is None:
+        raise click.UsageError(
+            "Missing option '--d' (the head dimension; or --model NAME to take it from a model).",
+            click.get_current_context(silent=True),
+        )
     return Workload(
         n=kw.pop("n"),
-        d=kw.pop("d"),
+        d=d,
         batch=kw.pop("batch"),
-        heads=kw.pop("heads"),
+        heads=heads if heads is not None else 1,
         dtype=kw.pop("dtype"),
-        kv_heads=kw.pop("kv_heads"),
+        kv_heads=kv_heads,
         n_kv=kw.pop("n_kv"),
         causal=kw.pop("causal"),
         dropout=kw.pop("dropout"),
@@ -224,25 +378,72 @@ def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def plot_option(func: F) -> F:
-    return click.option(
+    return option(
         "--plot",
         "plot",
-        type=click.Path(dir_okay=False, writable=True, path_type=str),
+        type=click.Path(path_type=str, readable=False),
         default=None,
         metavar="FILE",
         help="Also draw the chart to FILE; the suffix picks the format: .png, .svg or .pdf (needs matplotlib: "
-        "pip install memmodel[plot]).",
+        "pip install memmodel[plot]). An existing FILE is replaced only with --force.",
     )(func)
 
 
-def format_option(choices: tuple[str, ...] = ("table", "json", "csv")) -> Callable[[F], F]:
-    return click.option(
+def force_option(func: F) -> F:
+    return option(
+        "--force",
+        is_flag=True,
+        help="Replace output files that exist (only regular files: never a link, a device or a folder).",
+    )(func)
+
+
+def check_outputs(*, force: bool, plot: str | None = None, **files: str | None) -> None:
+    """Before any work: every output file (``files``: option name -> path; ``-`` is stdout)
+    could be written under the one rule of :func:`memmodel.fileio.check_writable`, and the
+    plot's suffix and matplotlib are there. Two outputs may not share a path."""
+    import os
+
+    from ..errors import MemmodelError
+    from ..fileio import check_writable
+
+    paths = {name: path for name, path in files.items() if path not in (None, "-")}
+    if plot is not None:
+        from ..report.plots import check_plot_path
+
+        check_plot_path(plot)
+        paths["--plot"] = plot
+    seen: dict[str, str] = {}
+    for name, path in paths.items():
+        assert path is not None
+        key = os.path.realpath(path)
+        if key in seen:
+            raise MemmodelError(f"{seen[key]} and {name} name the same file ({path}): give them different files")
+        seen[key] = name
+        check_writable(path, force=force)
+
+
+#: What each output format is, for the help of --format.
+FORMATS = {
+    "table": "a table for people",
+    "json": "JSON on stdout",
+    "csv": "CSV on stdout",
+    "jsonl": "JSON Lines on stdout (one object per line)",
+}
+
+
+def format_option(
+    choices: tuple[str, ...] = ("table", "json", "csv"), *, default: str | None = "", **described: str
+) -> Callable[[F], F]:
+    """``--format`` (case-insensitive), its help listing what each choice prints;
+    ``described`` gives or overrides a choice's description."""
+    text = "; ".join(f"{c}: {described.get(c) or FORMATS[c]}" for c in choices)
+    return option(
         "--format",
         "fmt",
-        type=click.Choice(choices),
-        default=choices[0],
-        show_default=True,
-        help="Output format: a table for people; JSON or CSV on stdout for programs.",
+        type=choice(choices),
+        default=choices[0] if default == "" else default,
+        show_default=default == "",
+        help=f"Output format. {text}.",
     )
 
 

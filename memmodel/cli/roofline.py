@@ -7,9 +7,12 @@ from typing import Any
 import click
 
 from .options import (
+    WorkloadCommand,
     build_workload,
+    check_outputs,
+    force_option,
     format_option,
-    gpu_option,
+    gpu_list_option,
     model_options,
     plot_option,
     pop_model_options,
@@ -17,37 +20,41 @@ from .options import (
 )
 
 
-@click.command("roofline")
+@click.command("roofline", cls=WorkloadCommand)
 @workload_options(n=4096, d=768)
-@gpu_option(multiple=True)
+@gpu_list_option(" Several GPUs share one chart.")
 @model_options
 @plot_option
-@format_option()
-def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any) -> None:
+@force_option
+@format_option(
+    json="JSON on stdout (memmodel.roofline/1: ceilings, ridge points and kernel points per GPU)",
+    csv="CSV on stdout, one row per ceiling, ridge point or kernel point",
+)
+def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: str, **kw: Any) -> None:
     """Hierarchical roofline: memory roofs (HBM, L2, SRAM), compute roofs (FP32, TF32,
     FP16/BF16, FP8, exp unit), their ridge points, and the standard and tiled kernels of a
     workload at their arithmetic intensity per level, with predicted performance and time.
 
-    --gpu may be repeated to compare GPUs on one chart.
+    --gpu takes several GPUs (--gpu a100,h100-sxm) to compare them on one chart.
 
-    Example: memmodel roofline --gpu a100 --gpu h100-sxm --n 4096 --d 64 --dtype fp16 --plot roofline.png
+    Example: memmodel roofline --gpu a100,h100-sxm --n 4096 --d 64 --dtype fp16 --plot roofline.png
     """
     from .. import compare
     from ..hardware import load_profile
     from ..roofline import roofline
+    from .compare import check_comparisons
 
-    if plot:
-        from ..report.plots import check_plot_path
-
-        check_plot_path(plot)
+    check_outputs(force=force, plot=plot)
     from ..implementations import options_for
 
-    workload = build_workload(kw)
+    workload = build_workload(kw, default_d=768)
     impl, opts = pop_model_options(kw)
-    rooflines = []
+    comparisons = []
     for spec in gpu or ("a100",):
         profile = load_profile(spec)
-        rooflines.append(roofline(profile, compare(workload, profile, options_for(impl, workload, profile, **opts))))
+        comparisons.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
+    notes = check_comparisons(comparisons)
+    rooflines = [roofline(c.profile, c) for c in comparisons]
     from . import terminal
 
     if fmt == "json":
@@ -63,11 +70,14 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, fmt: str, **kw: Any)
     if plot:
         from ..report.plots import roofline_plot
 
-        roofline_plot(rooflines, plot)
+        roofline_plot(rooflines, plot, force=force)
         terminal.note(f"wrote {plot}")
+    for line in notes:
+        terminal.note(line)
 
 
 def _print_table(rooflines: list[Any]) -> None:
+    from ..report.compare import workload_summary
     from ..report.textchart import roofline_chart
     from ..roofline import LEVEL_LABELS
     from ..traffic.ledger import LEVELS
@@ -75,10 +85,9 @@ def _print_table(rooflines: list[Any]) -> None:
     from . import terminal
 
     con = terminal.console()
-    w = rooflines[0].comparison.workload
     gpus = " vs ".join(f"{r.profile.full_name} ({r.profile.name})" for r in rooflines)
     con.print(
-        f"[bold]Roofline[/] · {gpus} · batch {w.batch} · heads {w.heads} · N {w.n} · d {w.d} · {w.dtype}",
+        f"[bold]Roofline[/] · {terminal.escape(gpus)} · {terminal.escape(workload_summary(rooflines[0].comparison))}",
         soft_wrap=True,
     )
 

@@ -1,4 +1,8 @@
-"""``memmodel sweep``: a grid of workloads, one row per workload × algorithm."""
+"""``memmodel sweep``: a grid of workloads, one row per workload × algorithm.
+
+Every workload and model option of ``compare`` is an axis here, taking a list (repeated or
+comma-separated) or, for integers, a range.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,45 @@ from typing import Any
 
 import click
 
-from .options import plot_option
+from ..implementations import CHOICES, TILED_VARIANTS
+from ..traffic.l2 import L2_MODES
+from ..workload import DTYPE_BYTES
+from .options import (
+    Command,
+    apply_model,
+    check_outputs,
+    force_option,
+    format_option,
+    gpu_list_option,
+    model_option,
+    option,
+    plot_option,
+)
 
 #: Above this many rows the table view is refused (nobody reads it): use csv or jsonl.
 MAX_TABLE_ROWS = 20_000
+#: What an --output FILE's suffix says about the format.
+SUFFIX_FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+#: Options that are flags (on) or take a list of on/off.
+SWITCHES = ("--causal", "--backward")
+
+
+class SweepCommand(Command):
+    """``--causal`` and ``--backward`` given bare mean ``on``; with a list (``--causal off,on``)
+    they sweep both."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        out: list[str] = []
+        for i, arg in enumerate(args):
+            out.append(arg)
+            if arg == "--":
+                out += args[i + 1 :]
+                break
+            # bare (the next word is an option, or none): on; sweep takes no arguments, so a
+            # word after it is its value, checked by its type
+            if arg in SWITCHES and (i + 1 == len(args) or args[i + 1].startswith("-")):
+                out.append("on")
+        return super().parse_args(ctx, out)
 
 
 class GridParam(click.ParamType):
@@ -29,158 +68,263 @@ class GridParam(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-def _choices(accepted: tuple[str, ...] | None) -> Any:
-    """A callback that splits repeated and comma-separated values and checks them."""
+class ListParam(click.ParamType):
+    """A comma-separated list read by one of :mod:`memmodel.sweep`'s parsers (``parse_choices``
+    with ``accepted``, ``parse_switches``, ``parse_fractions``), imported only when a value is
+    read: the sweep engine stays out of every other command's start-up."""
 
-    def callback(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    def __init__(self, name: str, parser: str, accepted: tuple[str, ...] | None = None) -> None:
+        self.name = name
+        self.parser = parser
+        self.accepted = accepted
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> tuple[Any, ...]:
+        from .. import sweep
         from ..errors import WorkloadError
-        from ..sweep import parse_choices
 
-        if not value:
-            return ()
-        if accepted is None:
-            return tuple(dict.fromkeys(p.strip() for v in value for p in v.split(",") if p.strip()))
+        if isinstance(value, tuple):
+            return value
+        parse = getattr(sweep, self.parser)
         try:
-            return parse_choices(value, accepted, "")
+            if self.accepted is not None:
+                return tuple(parse(str(value), self.accepted, ""))
+            return tuple(parse(str(value), ""))
         except WorkloadError as exc:
-            raise click.BadParameter(str(exc), ctx, param) from None
+            self.fail(str(exc), param, ctx)
 
-    return callback
+
+def _choices(accepted: tuple[str, ...]) -> ListParam:
+    return ListParam("list", "parse_choices", accepted)
+
+
+def _switches() -> ListParam:
+    return ListParam("on|off", "parse_switches")
+
+
+def _fractions() -> ListParam:
+    return ListParam("list", "parse_fractions")
+
+
+def _merge(ctx: click.Context, param: click.Parameter, value: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...] | None:
+    """Repeated options add their values: --n 512 --n 4096:8192:x2 is 512, 4096, 8192."""
+    if not value:
+        return None
+    return tuple(dict.fromkeys(v for group in value for v in group))
 
 
 GRID = GridParam()
 _SYNTAX = "N, A,B,C, START:STOP:xF or START:STOP:+S"
-_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
-@click.command("sweep")
-@click.option("--n", "n", type=GRID, required=True, metavar="GRID", help=f"Sequence lengths N: {_SYNTAX}.")
-@click.option("--d", "d", type=GRID, required=True, metavar="GRID", help=f"Head dimensions d: {_SYNTAX}.")
-@click.option("--batch", type=GRID, default="1", show_default=True, metavar="GRID", help="Batch sizes B.")
-@click.option("--heads", type=GRID, default="1", show_default=True, metavar="GRID", help="Query heads H.")
-@click.option(
-    "--kv-heads", type=GRID, default=None, metavar="GRID", help="Key/value heads (default: equal to --heads)."
+def _grid(flag: str, help_text: str, *, required: bool = False, default: str | None = None) -> Any:
+    return option(
+        flag,
+        type=GRID,
+        multiple=True,
+        required=required,
+        callback=_merge,
+        metavar="GRID",
+        help=help_text + (f" Default: {default}." if default else ""),
+    )
+
+
+def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> Any:
+    return option(flag, type=kind, multiple=True, callback=_merge, metavar=metavar, help=help_text)
+
+
+@click.command("sweep", cls=SweepCommand)
+@_grid("--n", f"Sequence lengths N (queries): {_SYNTAX}.", required=True)
+@_grid("--n-kv", "Key/value lengths (KV cache); decode: --n 1 --n-kv 4096:131072:x2.", default="equal to N")
+@_grid("--d", f"Head dimensions d: {_SYNTAX}. Required unless --model gives it.")
+@model_option
+@_grid("--batch", "Batch sizes B.", default="1")
+@_grid("--heads", "Query heads H.", default="--model's, else 1")
+@_grid("--kv-heads", "Key/value heads (GQA/MQA); each must divide --heads.", default="--model's, else equal to --heads")
+@_list("--dtype", _choices(tuple(DTYPE_BYTES)), f"Element types ({', '.join(DTYPE_BYTES)}). Default: fp32.")
+@gpu_list_option()
+@_list(
+    "--causal",
+    _switches(),
+    "Causal mask: --causal alone is on; --causal off,on sweeps both. Default: off.",
+    metavar="[on|off,...]",
 )
-@click.option(
-    "--dtype",
-    multiple=True,
-    callback=_choices(_DTYPES),
-    metavar="LIST",
-    help=f"Element types, repeated or comma-separated ({', '.join(_DTYPES)}). Default: fp32.",
+@_list("--dropout", _fractions(), "Dropout probabilities on P, each in [0, 1): 0,0.1. Default: 0.")
+@_list("--tiled", _choices(TILED_VARIANTS), "Tiled algorithms (fa1, fa2). Default: fa2.")
+@_list(
+    "--impl",
+    _choices(CHOICES),
+    f"Implementations the tiled kernel is modelled as ({', '.join(CHOICES)}; see 'memmodel compare --help'). "
+    "Default: auto.",
 )
-@click.option(
-    "--gpu",
-    multiple=True,
-    callback=_choices(None),
-    metavar="LIST",
-    help="Hardware profiles (names or YAML paths), repeated or comma-separated. Default: a100.",
+@_grid("--block-q", "Rows of Q per block, B_r.", default="the implementation's")
+@_grid("--block-kv", "Rows of K/V per block, B_c.", default="the implementation's")
+@_list("--l2", _choices(L2_MODES), "L2 modes (on, cold, off; see 'memmodel compare --help'). Default: on.")
+@_list(
+    "--backward",
+    _switches(),
+    "Add the backward pass: --backward alone is on; --backward off,on sweeps both. Default: off.",
+    metavar="[on|off,...]",
 )
-@click.option(
-    "--tiled",
-    multiple=True,
-    callback=_choices(("fa1", "fa2")),
-    metavar="LIST",
-    help="Tiled algorithms, repeated or comma-separated (fa1, fa2). Default: fa2.",
+@_grid("--splits", "Split-KV chunks for fa2.", default="FlashAttention-2's heuristic")
+@_grid("--ctas-per-sm", "Tiled CTAs resident per SM.", default="as the tile fits SRAM, at most 2")
+@format_option(
+    ("table", "csv", "json", "jsonl"),
+    default=None,
+    table="a table for people, one row per workload (the default, unless --output's suffix says otherwise)",
+    csv="CSV, one row per workload × algorithm",
+    json="one JSON array of row objects",
+    jsonl="JSON Lines, one object per workload × algorithm",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "jsonl"]),
-    default="table",
-    show_default=True,
-    help="A table for people (one row per workload); CSV or JSON Lines (one row per workload × algorithm).",
-)
-@click.option(
+@option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, path_type=str),
+    type=click.Path(path_type=str, readable=False, allow_dash=True),
     default=None,
     metavar="FILE",
-    help="Write to FILE instead of stdout (atomically: nothing is left half-written).",
+    help="Write to FILE instead of stdout (- is stdout), atomically: nothing is left half-written. The suffix "
+    ".csv, .json or .jsonl picks the format (a different --format is refused).",
 )
-@click.option("--force", is_flag=True, help="Replace --output FILE if it exists.")
+@force_option
 @plot_option
 def sweep_cmd(
     *,
     n: tuple[int, ...],
-    d: tuple[int, ...],
-    batch: tuple[int, ...],
-    heads: tuple[int, ...],
+    n_kv: tuple[int, ...] | None,
+    d: tuple[int, ...] | None,
+    model: str | None,
+    batch: tuple[int, ...] | None,
+    heads: tuple[int, ...] | None,
     kv_heads: tuple[int, ...] | None,
-    dtype: tuple[str, ...],
+    dtype: tuple[str, ...] | None,
     gpu: tuple[str, ...],
-    tiled: tuple[str, ...],
-    fmt: str,
+    causal: tuple[bool, ...] | None,
+    dropout: tuple[float, ...] | None,
+    tiled: tuple[str, ...] | None,
+    impl: tuple[str, ...] | None,
+    block_q: tuple[int, ...] | None,
+    block_kv: tuple[int, ...] | None,
+    l2: tuple[str, ...] | None,
+    backward: tuple[bool, ...] | None,
+    splits: tuple[int, ...] | None,
+    ctas_per_sm: tuple[int, ...] | None,
+    fmt: str | None,
     output: str | None,
     force: bool,
     plot: str | None,
 ) -> None:
     """Evaluate a grid of workloads (every combination of the options' values) with numpy:
-    bytes per memory level, FLOPs, predicted time, bound and standard/tiled ratios.
+    bytes per memory level, FLOPs, predicted time, bound and standard/tiled ratios. Every
+    workload and model option of 'memmodel compare' is an axis.
 
-    Grid syntax for --n, --d, --batch, --heads, --kv-heads: 4096 (one value), 64,128 (a list),
-    512:65536:x2 (geometric, stop included), 512:4096:+512 (arithmetic); items mix: 64,96:256:+32.
+    Integer options take a grid: 4096 (one value), 64,128 (a list), 512:65536:x2 (geometric,
+    stop included), 512:4096:+512 (arithmetic); items mix: 64,96:256:+32. The others take a
+    list, comma-separated or repeated (--gpu a100,h200 or --gpu a100 --gpu h200).
 
-    Example: memmodel sweep --n 512:131072:x2 --d 64,128 --dtype fp16 --gpu h200 --plot sweep.png
+    \b
+    Examples: a causal prefill against N; decoding against the KV cache length
+      memmodel sweep --n 1024:32768:x2 --d 128 --causal --dtype bf16 --gpu h200
+      memmodel sweep --model llama-3-8b --n 1 --n-kv 4096:131072:x2 --dtype bf16 --gpu h200
     """
+    fmt = _resolve_format(fmt, output)
+    check_outputs(force=force, plot=plot, **{"--output": output})
+    heads, kv_heads, d = (_grid_of(x) for x in apply_model(model, heads, kv_heads, d))
+    if not d:
+        raise click.UsageError(
+            "Missing option '--d' (the head dimensions; or --model NAME to take it from a model).",
+            click.get_current_context(silent=True),
+        )
     from ..errors import WorkloadError
     from ..sweep import Grid, evaluate
-    from . import files, terminal
+    from . import terminal
 
-    grid = Grid(
-        n=n,
-        d=d,
-        batch=batch,
-        heads=heads,
-        kv_heads=kv_heads,
-        dtypes=dtype or ("fp32",),
-        gpus=gpu or ("a100",),
-        tiled=tiled or ("fa2",),
-    )
+    values: dict[str, Any] = {
+        "n_kv": n_kv,
+        "batch": batch,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "dtypes": dtype,
+        "gpus": gpu,
+        "causal": causal,
+        "dropout": dropout,
+        "tiled": tiled,
+        "impls": impl,
+        "block_q": block_q,
+        "block_kv": block_kv,
+        "l2": l2,
+        "backward": backward,
+        "splits": splits,
+        "ctas_per_sm": ctas_per_sm,
+    }
+    grid = Grid(n=n, d=d, **{k: v for k, v in values.items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
         raise WorkloadError(
             f"a table of {grid.size:,} workloads is too long to read: use --format csv or jsonl (with --output FILE)"
         )
-    if output:
-        files.check_output(output, force)
-    if plot:
-        from ..report.plots import check_plot_path
-
-        check_plot_path(plot)
     from ..hardware import load_profile
 
     profiles = {g: load_profile(g) for g in grid.gpus}
     with terminal.counter(grid.size, "evaluating") as advance:
         result = evaluate(grid, profiles, progress=advance)
-    for line in result.notes:
-        terminal.note(f"note: {line}")
+    import contextlib
+    import sys
+
+    from ..fileio import atomic_open
+
+    to_file = output is not None and output != "-"
+    target: Any = (
+        atomic_open(output, force=force) if output is not None and to_file else contextlib.nullcontext(sys.stdout)
+    )
     if fmt == "table":
-        with files.output(output, force) as stream:
+        with target as stream:
             _print_table(result, stream)
     else:
-        from ..report.sweep import write_csv, write_jsonl
+        from ..report.sweep import write_csv, write_json, write_jsonl
 
-        writer = write_csv if fmt == "csv" else write_jsonl
-        with terminal.counter(len(result), "writing") as advance, files.output(output, force) as stream:
+        writer = {"csv": write_csv, "json": write_json, "jsonl": write_jsonl}[fmt]
+        with terminal.counter(len(result), "writing") as advance, target as stream:
             writer(result, stream, advance)
-    if output:
+    for line in result.notes:
+        terminal.note(f"note: {line}")
+    for line in result.warnings:
+        terminal.note(f"warning: {line}")
+    for line in result.caveats:
+        terminal.note(line)
+    if to_file:
         terminal.note(f"wrote {len(result):,} rows to {output}")
     if plot:
         from ..report.plots import sweep_plot
 
-        sweep_plot(result, plot)
+        sweep_plot(result, plot, force=force)
         terminal.note(f"wrote {plot}")
 
 
+def _grid_of(value: Any) -> tuple[int, ...] | None:
+    """A model's single value as a grid of one; grids and None as they are."""
+    return (value,) if isinstance(value, int) else value
+
+
+def _resolve_format(fmt: str | None, output: str | None) -> str:
+    """--format, else what --output's suffix says, else table; a contradiction is refused."""
+    import os
+
+    suffix = os.path.splitext(output)[1].lower() if output not in (None, "-") else ""
+    implied = SUFFIX_FORMATS.get(suffix)
+    if implied and fmt and fmt != implied:
+        raise click.UsageError(
+            f"--output {output} is {implied} by its suffix, but --format is {fmt}: drop --format, or name the file "
+            f"for {fmt}"
+        )
+    return fmt or implied or "table"
+
+
 def _print_table(result: Any, stream: Any) -> None:
-    from ..report.sweep import table_view
+    from ..report.sweep import describe, table_view
     from ..units import format_bytes, format_time
     from . import terminal
 
     constants, headers, rows = table_view(result)
-    labels = {"kv_heads": "kv heads", "n": "N"}
     con = terminal.console(file=stream)
-    con.print("[bold]Sweep[/] · " + " · ".join(f"{labels.get(k, k)} {v}" for k, v in constants.items()), soft_wrap=True)
+    con.print("[bold]Sweep[/] · " + terminal.escape(" · ".join(describe(constants))), soft_wrap=True)
     n_keys = len(headers) - 7
     formatted = []
     for row in rows:
@@ -197,7 +341,6 @@ def _print_table(result: Any, stream: Any) -> None:
                 bound,
             )
         )
-    columns = [(labels.get(h, h), "right") for h in headers[:n_keys]]
-    columns += [(h, "right") for h in headers[n_keys:-1]] + [(headers[-1], "left")]
+    columns = [(h, "right") for h in headers[:-1]] + [(headers[-1], "left")]
     con.print(terminal.table(None, columns, formatted))
     con.print("[dim]s/t: standard / tiled (above 1: tiled moves fewer bytes, is faster)[/]", soft_wrap=True)

@@ -7,76 +7,87 @@ from typing import Any
 import click
 
 from ..implementations import CASE_IMPLEMENTATIONS
-from .options import format_option
+from .options import Command, check_outputs, choice, force_option, format_option, option
 
 
-@click.command("validate")
-@click.option(
+@click.command("validate", cls=Command)
+@option(
     "--gpu",
     default=None,
     metavar="NAME|FILE",
-    help="Profile to predict with (default: the one matching the GPU found; a calibrated profile is best).",
+    help="Profile to predict with (default: the one matching the GPU found, or with --rescore the record's own; "
+    "a calibrated profile is best).",
 )
-@click.option(
+@option(
     "--case",
     "case_specs",
     multiple=True,
     metavar="SPEC",
     help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).",
 )
-@click.option(
+@option(
     "--cases",
     "cases_file",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
     help="A file of case specs, one per line (several per line separated by spaces; # starts a comment).",
 )
-@click.option(
+@option(
     "--impl",
     "impls",
     multiple=True,
-    type=click.Choice(list(CASE_IMPLEMENTATIONS)),
+    type=choice(CASE_IMPLEMENTATIONS),
     help="Keep only cases of these implementations (repeatable).",
 )
-@click.option(
+@option(
     "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
 )
-@click.option(
+@option(
     "--reps",
     type=click.IntRange(min=20),
     default=20,
     show_default=True,
     help="Timed repetitions per case (median reported).",
 )
-@click.option(
+@option(
     "--output",
-    type=click.Path(dir_okay=False),
+    type=click.Path(path_type=str, readable=False),
     default=None,
-    help="JSON record, rewritten after every case (always valid).",
+    metavar="FILE",
+    help="JSON record, rewritten after every case (always valid); an existing FILE is replaced only with --force.",
 )
-@click.option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
-@click.option(
+@option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
+@option(
     "--rescore",
     "rescore_path",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
     help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv beside it is used when present.",
 )
-@click.option(
+@option(
     "--plot",
     "plot_path",
-    type=click.Path(dir_okay=False),
+    type=click.Path(path_type=str, readable=False),
     default=None,
-    help="Write predicted against measured (bytes, time) as PNG, SVG or PDF (needs matplotlib).",
+    metavar="FILE",
+    help="Write predicted against measured (bytes, time) as PNG, SVG or PDF by FILE's suffix (needs matplotlib); "
+    "an existing FILE is replaced only with --force.",
 )
-@click.option(
+@force_option
+@format_option(
+    ("table", "json", "markdown", "summary", "stats"),
+    json="the record as JSON on stdout (as --output writes it)",
+    markdown="a Markdown report: error statistics, FlashAttention speed-ups, HBM bytes and time per kernel",
+    summary="Markdown: the statistics, speed-ups and HBM bytes per kernel (no times per kernel)",
+    stats="Markdown: the error statistics and speed-ups only",
+)
+@option(
     "--predict",
     "predict_only",
     is_flag=True,
     help="Print the model's predictions for the cases (each timed step's time; each kernel's HBM reads with a "
     "cold L2) with --gpu's profile, and exit (no GPU needed): commit them before measuring.",
 )
-@format_option(("table", "json", "markdown", "summary"))
 def validate_cmd(
     *,
     gpu: str | None,
@@ -90,6 +101,7 @@ def validate_cmd(
     predict_only: bool,
     rescore_path: str | None,
     plot_path: str | None,
+    force: bool,
     fmt: str,
 ) -> None:
     """Run attention kernels on this machine's GPU (standard in eager PyTorch, FlashAttention
@@ -131,21 +143,13 @@ def validate_cmd(
         for c in cases:
             click.echo(prediction_line(c, profile))
         return
-    if plot_path:  # fail now, not after minutes of GPU work
-        from ..fileio import check_writable
-        from .options import require_module
-
-        require_module("matplotlib", "--plot", extra="plot")
-        check_writable(plot_path, force=True)
+    check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
     if rescore_path:
-        _rescore(rescore_path, gpu, output, fmt, plot_path)
+        _rescore(rescore_path, gpu, output, fmt, plot_path, force)
         return
-    from ..fileio import check_writable
     from ..gpu.validate import Record, device_name, ensure_runnable, run_validation
     from ..hardware import load_profile
 
-    if output:
-        check_writable(output, force=True)
     ensure_runnable()
     device = device_name()
     if gpu is None:
@@ -168,27 +172,27 @@ def validate_cmd(
     except KeyboardInterrupt:
         record.save()
         raise
-    _emit(data, fmt, plot_path)
+    _emit(data, fmt, plot_path, force)
 
 
-def _emit(data: dict[str, Any], fmt: str, plot_path: str | None) -> None:
+def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) -> None:
     from . import terminal
 
     if plot_path:
         from ..report.validation import plot
 
-        plot(data, plot_path)
+        plot(data, plot_path, force=force)
     if fmt == "json":
         terminal.print_json(data)
-    elif fmt in ("markdown", "summary"):
+    elif fmt in ("markdown", "summary", "stats"):
         from ..report.validation import markdown
 
-        click.echo(markdown(data, brief=fmt == "summary"), nl=False)
+        click.echo(markdown(data, brief=fmt == "summary", stats=fmt == "stats"), nl=False)
     else:
         _print_table(data)
 
 
-def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path: str | None) -> None:
+def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path: str | None, force: bool) -> None:
     import json
     from pathlib import Path
 
@@ -208,10 +212,7 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
         raise MemmodelError(f"{path}: not a complete validate record: {problem}")
     csv_path = Path(path).with_suffix(".ncu.csv")
     ncu_csv = read_text(csv_path, what="Nsight Compute CSV") if csv_path.exists() else None
-    recorded = data.get("profile") or {}
-    if gpu is None and isinstance(recorded, dict) and recorded.get("path") and Path(str(recorded["path"])).is_file():
-        gpu = str(recorded["path"])
-    profile = load_profile(gpu or (recorded.get("name") if isinstance(recorded, dict) else None) or "")
+    profile = load_profile(gpu) if gpu else _recorded_profile(data, path)
     # a record edited by hand or damaged: the fields _record_problem does not check are read
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
@@ -220,11 +221,39 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     except damaged as exc:
         raise MemmodelError(f"{path}: cannot rescore this record ({exc.__class__.__name__}: {exc})") from None
     if output:
-        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=True)
+        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=force)
     try:
-        _emit(new, fmt, plot_path)
+        _emit(new, fmt, plot_path, force)
     except damaged as exc:
         raise MemmodelError(f"{path}: cannot print this record ({exc.__class__.__name__}: {exc})") from None
+
+
+def _recorded_profile(data: dict[str, Any], record: str) -> Any:
+    """The profile a record was scored with: its path as recorded (relative to the folder it
+    was measured from), found from here, beside the record or in a folder above it (the
+    repository the record sits in); else a bundled or user profile of its name."""
+    from pathlib import Path
+
+    from ..errors import ProfileError
+    from ..hardware import available, load_file, load_profile
+
+    recorded = data.get("profile") or {}
+    name = recorded.get("name") if isinstance(recorded, dict) else None
+    saved = recorded.get("path") if isinstance(recorded, dict) else None
+    if isinstance(saved, str) and saved:
+        where = Path(saved)
+        folder = Path(record).resolve().parent
+        candidates = [where] if where.is_absolute() else [where, *(up / where for up in (folder, *folder.parents))]
+        for candidate in candidates:
+            if candidate.is_file():
+                return load_file(candidate)
+    if isinstance(name, str) and name.strip().lower() in available():
+        return load_profile(name)
+    shown = f"{name} ({saved})" if saved else str(name)
+    raise ProfileError(
+        f"{record} was scored with the profile {shown}, which is found neither from here nor beside the record: "
+        "give it with --gpu PATH (or --gpu NAME for another profile)"
+    )
 
 
 def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:

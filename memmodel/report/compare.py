@@ -125,8 +125,58 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
         "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
         "warnings": list(c.warnings),
-        "caveats": list(c.caveats),
+        "caveats": caveats(c),
         "rate_sources": rate_sources(c.profile),
+    }
+
+
+def caveats(c: Comparison) -> list[str]:
+    """What stands in for a missing figure or choice (:attr:`Comparison.caveats`: the
+    implementation chosen for the user, figures the profile lacks)."""
+    return list(c.caveats)
+
+
+def workload_summary(c: Comparison, *, l2: bool = True) -> str:
+    """The workload and the options that change its numbers, in one line (table headings,
+    plot titles): ``batch 1 · heads 32 (kv 8) · N 1 · N_kv 32768 · d 128 · fp16 · causal ·
+    forward + backward · L2 on``."""
+    return describe(c.workload.to_dict(), backward=c.options.backward, l2=c.options.l2 if l2 else None)
+
+
+def describe(w: dict[str, Any], *, backward: bool = False, l2: str | None = None) -> str:
+    """:func:`workload_summary` from a workload's dict (:meth:`Workload.to_dict`)."""
+    shape = f"batch {w['batch']} · heads {w['heads']}"
+    if w["kv_heads"] != w["heads"]:
+        shape += f" (kv {w['kv_heads']})"
+    shape += f" · N {w['n']}"
+    if w["n_kv"] != w["n"]:
+        shape += f" · N_kv {w['n_kv']}"
+    shape += f" · d {w['d']} · {w['dtype']}"
+    flags = [
+        text
+        for text, on in (
+            ("causal", w["causal"]),
+            (f"dropout {w['dropout']:g}", w["dropout"] > 0),
+            ("forward + backward", backward),
+            (f"L2 {l2}", l2 is not None),
+        )
+        if on
+    ]
+    return " · ".join([shape, *flags])
+
+
+#: Schema of ``memmodel compare --gpu A,B --format json``: one compare/1 object per GPU.
+COMPARE_GPUS_SCHEMA = "memmodel.compare-gpus/1"
+
+
+def compare_gpus_to_dict(comparisons: list[Comparison]) -> dict[str, Any]:
+    """Several GPUs, one workload: ``{"schema", "memmodel_version", "workload", "gpus": [...]}``,
+    ``gpus`` holding each GPU's :func:`compare_to_dict` object, in the order given."""
+    return {
+        "schema": COMPARE_GPUS_SCHEMA,
+        "memmodel_version": __version__,
+        "workload": comparisons[0].workload.to_dict(),
+        "gpus": [compare_to_dict(c) for c in comparisons],
     }
 
 
@@ -142,7 +192,9 @@ def _with_passes(out: dict[str, Any], ev: Evaluated, c: Comparison) -> dict[str,
 
 
 #: Columns of ``memmodel compare --format csv``: one row per kernel, then a ``total`` row
-#: per algorithm. Stable: new columns are appended, never renamed.
+#: per algorithm, each with the workload and model options it belongs to (so rows of
+#: several runs, or several GPUs, can be told apart). Stable: new columns are appended,
+#: never renamed.
 COMPARE_CSV_COLUMNS = (
     "gpu",
     "algorithm",
@@ -165,11 +217,29 @@ COMPARE_CSV_COLUMNS = (
     "l2_write_bytes",
     "sram_read_bytes",
     "sram_write_bytes",
+    "n",
+    "n_kv",
+    "d",
+    "batch",
+    "heads",
+    "kv_heads",
+    "dtype",
+    "causal",
+    "dropout",
+    "backward",
+    "l2",
+    "implementation",
 )
 
 
 def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
     rows = []
+    w = c.workload.to_dict()
+    context = {
+        **{k: w[k] for k in ("n", "n_kv", "d", "batch", "heads", "kv_heads", "dtype", "causal", "dropout")},
+        "backward": c.options.backward,
+        "l2": c.options.l2,
+    }
     for alg in compare_to_dict(c)["algorithms"]:
         for item in [*alg["kernels"], {**alg, "name": "total", "pass": "all"}]:
             rows.append(
@@ -189,6 +259,8 @@ def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
                     "predicted_time_s": item["predicted_time_s"],
                     "bound": item["bound"],
                     **{k: item[k] for k in ("l2_read_bytes", "l2_write_bytes", "sram_read_bytes", "sram_write_bytes")},
+                    **context,
+                    "implementation": (c.options.implementation or "paper") if alg["name"] == "tiled" else "",
                 }
             )
     return rows

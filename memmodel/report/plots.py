@@ -53,13 +53,14 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=100)
 
 
-def _save(fig: Any, path: str) -> None:
-    from ..errors import RuntimeFailure
+def save(fig: Any, path: str, *, force: bool = False, dpi: int = 150) -> None:
+    """Write ``fig`` to ``path`` in the format its suffix names, atomically
+    (:func:`memmodel.fileio.atomic_open`: an existing file only with ``force``)."""
+    from ..fileio import atomic_open
 
-    try:
-        fig.savefig(path, dpi=150, metadata=_metadata(path))
-    except OSError as exc:
-        raise RuntimeFailure(f"cannot write {path}: {exc.strerror or exc}") from None
+    suffix = os.path.splitext(path)[1].lower()
+    with atomic_open(path, force=force, binary=True) as handle:
+        fig.savefig(handle, format=suffix.lstrip("."), dpi=dpi, metadata=_metadata(path))
 
 
 def _metadata(path: str) -> dict[str, Any]:
@@ -95,13 +96,16 @@ def _angle(ax: Any, x0: float, y0: float, x1: float, y1: float) -> float:
 # Roofline
 
 
-def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
+def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = False) -> None:
     """Roofs, ridge points and kernels of one or more GPUs on one log–log chart."""
     check_plot_path(path)
     from matplotlib.lines import Line2D
 
     fig = _figure(9.0, 6.6)
     ax = fig.add_axes((0.085, 0.16, 0.66, 0.76))
+    movable: list[tuple[str, Any]] = []  # labels moved apart before saving (_declutter)
+    margin_labels: list[tuple[str, Any]] = []
+    obstacles: list[tuple[Any, float, float, float]] = []  # markers labels keep off: (axes, x, y, size)
     flop_roofs = [[c for c in r.compute_ceilings if c.unit == "FLOP/s"] for r in rooflines]
     points = [p for r in rooflines for p in r.points if not p.is_total]
     xs = [rp.intensity for r in rooflines for rp in r.ridge_points if rp.unit == "FLOP/B"]
@@ -146,18 +150,26 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
             ax.plot(
                 [x0, x_hi], [c.value, c.value], color=colour, linestyle=style, linewidth=1.6 if c.value == top else 1.0
             )
-            # named in the right margin, level with the roof
-            ax.annotate(
-                f"{prefix}{c.label}\n{_si(c.value, 'FLOP/s')}",
-                (1.0, c.value),
-                xycoords=("axes fraction", "data"),
-                xytext=(5, 0),
-                textcoords="offset points",
-                ha="left",
-                va="center",
-                fontsize=7.5,
-                color=colour,
-                linespacing=1.0,
+            # named in the right margin, level with the roof: once for every GPU that shares it
+            sharing = [q.profile.name for q, qs in zip(rooflines, flop_roofs) if any(_same(c, x) for x in qs)]
+            if sharing[0] != r.profile.name:
+                continue  # named with the first GPU that has it
+            margin_labels.append(
+                (
+                    "y",
+                    ax.annotate(
+                        f"{', '.join(sharing) + ': ' if several else prefix}{c.label}\n{_si(c.value, 'FLOP/s')}",
+                        (1.0, c.value),
+                        xycoords=("axes fraction", "data"),
+                        xytext=(5, 0),
+                        textcoords="offset points",
+                        ha="left",
+                        va="center",
+                        fontsize=7.5,
+                        color=colour if len(sharing) == 1 else "#333333",
+                        linespacing=1.0,
+                    ),
+                )
             )
         for m in r.memory_ceilings:
             x_end = top / m.value
@@ -193,13 +205,18 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                 x = c.value / m.value
                 ax.plot([x], [c.value], marker="o", markersize=3.2, color=colour, zorder=4)
                 if m.name == "hbm":
-                    ax.annotate(
-                        f"{x:.3g}",
-                        (x, c.value),
-                        xytext=(4, -9),
-                        textcoords="offset points",
-                        fontsize=6.5,
-                        color=colour,
+                    movable.append(
+                        (
+                            "y",
+                            ax.annotate(
+                                f"{x:.3g}",
+                                (x, c.value),
+                                xytext=(4, -9),
+                                textcoords="offset points",
+                                fontsize=6.5,
+                                color=colour,
+                            ),
+                        )
                     )
     # Kernels: one marker per level with bytes (the fill says which level), joined by a thin
     # line at the kernel's performance, and one name, at the HBM marker: standard's below
@@ -238,6 +255,7 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                     linestyle="none",
                     zorder=5 if p.algorithm == "tiled" else 4.5,
                 )
+                obstacles.append((ax, x, y, 8.0))
             if shown:
                 x = shown.get("hbm") or next(iter(shown.values()))
                 key = (p.algorithm, round(math.log10(x), 2), round(math.log10(y), 2))
@@ -257,35 +275,52 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
                 )
                 # right of the dash when the text fits inside the chart, else left of it
                 right = x * 1.6 * 10**0.9 < x_hi
-                ax.annotate(
-                    f"exp unit cap ({p.kernel})",
-                    (x * 1.6 if right else x / 1.6, exp_cap),
-                    xytext=(3 if right else -3, 0),
-                    textcoords="offset points",
-                    fontsize=6.5,
-                    color="#555555",
-                    ha="left" if right else "right",
-                    va="center",
-                    bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+                movable.append(
+                    (
+                        "y",
+                        ax.annotate(
+                            f"exp unit cap ({p.kernel})",
+                            (x * 1.6 if right else x / 1.6, exp_cap),
+                            xytext=(3 if right else -3, 0),
+                            textcoords="offset points",
+                            fontsize=6.5,
+                            color="#555555",
+                            ha="left" if right else "right",
+                            va="center",
+                            bbox={
+                                "boxstyle": "square,pad=0.05",
+                                "facecolor": "white",
+                                "edgecolor": "none",
+                                "alpha": 0.8,
+                            },
+                        ),
+                    )
                 )
         for (alg, lx, ly), names in labels.items():
             below = alg == "standard"
-            ax.annotate(
-                ", ".join(names),
-                (10**lx, 10**ly),
-                xytext=(7, -12) if below else (-7, 7),
-                textcoords="offset points",
-                ha="left" if below else "right",
-                fontsize=7.5,
-                color="black" if not several else colour,
-                bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
-                zorder=6,
+            movable.append(
+                (
+                    "y",
+                    ax.annotate(
+                        ", ".join(names),
+                        (10**lx, 10**ly),
+                        xytext=(7, -12) if below else (-7, 7),
+                        textcoords="offset points",
+                        ha="left" if below else "right",
+                        fontsize=7.5,
+                        color="black" if not several else colour,
+                        bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
+                        zorder=6,
+                    ),
+                )
             )
-    w = rooflines[0].comparison.workload if rooflines[0].comparison else None
-    title = "Roofline · " + " vs ".join(r.profile.name for r in rooflines)
-    if w is not None:
-        title += f" · batch {w.batch} · heads {w.heads} · N {w.n} · d {w.d} · {w.dtype}"
-    ax.set_title(title, fontsize=10, loc="left")
+    from .compare import workload_summary
+
+    workload_of = rooflines[0].comparison
+    parts = ["Roofline", " vs ".join(r.profile.name for r in rooflines)]
+    if workload_of is not None:
+        parts += workload_summary(workload_of).split(" · ")
+    ax.set_title("\n".join(_wrap(parts, 95)), fontsize=10, loc="left")
     handles = [
         Line2D(
             [],
@@ -353,7 +388,14 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str) -> None:
         "within 3× of its performance, a dotted dash marks that cap (exp rate × the kernel's FLOPs per exp)."
     )
     fig.text(0.085, 0.015, textwrap.fill(notes, 150), fontsize=6.5, color="#444444", va="bottom")
-    _save(fig, path)
+    _declutter(fig, margin_labels)
+    _declutter(fig, movable, obstacles)
+    save(fig, path, force=force)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Two compute roofs at the same peak under the same name (one label for both)."""
+    return bool(a.label == b.label and math.isclose(a.value, b.value, rel_tol=1e-9))
 
 
 def _clear_spot(
@@ -439,45 +481,46 @@ def _crossings(x: np.ndarray, ratio: np.ndarray) -> list[float]:
     return out
 
 
-def sweep_plot(result: SweepResult, path: str) -> None:
+def sweep_plot(result: SweepResult, path: str, *, force: bool = False) -> None:
     """Bytes per level, predicted time and standard/tiled ratios against the swept variable."""
     check_plot_path(path)
     from matplotlib.lines import Line2D
 
     from ..sweep import swept_axis
+    from .sweep import describe, split_keys
 
     grid = result.grid
     axis = swept_axis(grid)
-    series_keys = [k for k in grid.varying() if k != axis]
-    cols = {k: result.column(k) for k in ("gpu", "dtype", "variant", "bound", "batch", "heads", "kv_heads", "n", "d")}
+    constants, varying, values = split_keys(result)
+    series_keys = [k for k in varying if k != axis]
+    cols = {k: result.column(k) for k in ("variant", "bound")}
     std = np.arange(0, len(result), 2)
     til = std + 1
-    key_of = {"tiled": "variant"}
-    labels = [" · ".join(f"{k}={cols[key_of.get(k, k)][i]}" for k in series_keys) for i in std]
+    parts = [[_series_part(k, v) for v in values[k].tolist()] for k in series_keys]
+    labels = [" · ".join(p[j] for p in parts) for j in range(len(std))]
     series: dict[str, np.ndarray] = {}
     for label in dict.fromkeys(labels):
         series[label] = std[np.asarray([lb == label for lb in labels])]
     levels = [lv for lv in ("hbm", "l2", "sram") if np.any(result.columns[f"{lv}_bytes"] > 0)]
     panels = [*(f"{lv}_bytes" for lv in levels), "predicted_time_s", "ratio"]
     heights = [1.0] * (len(panels) - 1) + [0.75]
-    fig = _figure(8.6, (2.6 if len(panels) <= 3 else 1.9) * sum(heights) + 1.0)
+    width = 8.6
+    fig = _figure(width, (2.6 if len(panels) <= 3 else 1.9) * sum(heights) + 1.0)
     axes = fig.subplots(len(panels), 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    longest = max((len(label) for label in series), default=0)
+    title_lines = _wrap(describe({k: v for k, v in constants.items() if k != axis}), 75) or [""]
+    title_lines[0] = f"memmodel sweep over {_axis_name(axis)}: {title_lines[0]}"
     fig.subplots_adjust(
         left=0.11,
-        right=0.87,
-        top=1 - 0.55 / fig.get_figheight(),
+        right=min(0.87, 1 - (0.25 + 0.056 * longest) / width),
+        top=1 - (0.4 + 0.17 * len(title_lines)) / fig.get_figheight(),
         bottom=0.55 / fig.get_figheight() + 0.02,
         hspace=0.12,
     )
     x_all = result.columns[axis][std]
-    constants = {k: v for k, v in _constants(result, cols, std).items() if k != axis and k not in series_keys}
-    fig.suptitle(
-        f"memmodel sweep over {_axis_name(axis)}: " + " · ".join(f"{k} {v}" for k, v in constants.items()),
-        x=0.11,
-        ha="left",
-        fontsize=10,
-    )
+    fig.suptitle("\n".join(title_lines), x=0.11, ha="left", fontsize=10)
     transitions: list[str] = []
+    movable: list[tuple[str, Any]] = []  # labels moved apart before saving (_declutter)
     seen_at: dict[tuple[int, float], int] = {}
     ends: dict[int, tuple[Any, list[tuple[float, float, str, str]]]] = {}
     for a, panel in zip(axes, panels):
@@ -501,13 +544,18 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                 )
                 for xc in sorted(set(_crossings(x, rb) + _crossings(x, rt))):
                     a.axvline(xc, color=colour, linewidth=0.8, linestyle=(0, (2, 2)))
-                    a.annotate(
-                        f"crossover\n{_axis_name(axis)}≈{_si(xc)}",
-                        (xc, 1.0),
-                        xytext=(4, 6),
-                        textcoords="offset points",
-                        fontsize=7,
-                        color=colour,
+                    movable.append(
+                        (
+                            "y",
+                            a.annotate(
+                                f"crossover\n{_axis_name(axis)}≈{_si(xc)}",
+                                (xc, 1.0),
+                                xytext=(4, 6),
+                                textcoords="offset points",
+                                fontsize=7,
+                                color=colour,
+                            ),
+                        )
                     )
                 continue
             for alg, rows in (("standard", order), ("tiled", order + 1)):
@@ -538,23 +586,28 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                             # when several changes fall between the same two points)
                             nth = seen_at.setdefault((id(a), round(xm, 6)), 0)
                             seen_at[(id(a), round(xm, 6))] += 1
-                            a.annotate(
-                                f"{alg}: {bound[i]}→{bound[i + 1]}",
-                                (xm, 1.0),
-                                xycoords=("data", "axes fraction"),
-                                xytext=(2 + 10 * nth, -3),
-                                textcoords="offset points",
-                                rotation=90,
-                                ha="left",
-                                va="top",
-                                fontsize=6.5,
-                                color=colour,
-                                bbox={
-                                    "boxstyle": "square,pad=0.05",
-                                    "facecolor": "white",
-                                    "edgecolor": "none",
-                                    "alpha": 0.8,
-                                },
+                            movable.append(
+                                (
+                                    "x",
+                                    a.annotate(
+                                        f"{alg}: {bound[i]}→{bound[i + 1]}",
+                                        (xm, 1.0),
+                                        xycoords=("data", "axes fraction"),
+                                        xytext=(2 + 10 * nth, -3),
+                                        textcoords="offset points",
+                                        rotation=90,
+                                        ha="left",
+                                        va="top",
+                                        fontsize=6.5,
+                                        color=colour,
+                                        bbox={
+                                            "boxstyle": "square,pad=0.05",
+                                            "facecolor": "white",
+                                            "edgecolor": "none",
+                                            "alpha": 0.8,
+                                        },
+                                    ),
+                                )
                             )
                             transitions.append(
                                 f"{label or alg}: {alg} {bound[i]}→{bound[i + 1]} at {_axis_name(axis)}≈{_si(xm)}"
@@ -578,13 +631,18 @@ def sweep_plot(result: SweepResult, path: str) -> None:
                         )
                     )
                     a.plot([xc], [yc], marker="o", markersize=11, fillstyle="none", color=colour, linestyle="none")
-                    a.annotate(
-                        f"crossover {_axis_name(axis)}≈{_si(xc)}",
-                        (xc, yc),
-                        xytext=(8, -12),
-                        textcoords="offset points",
-                        fontsize=7,
-                        color=colour,
+                    movable.append(
+                        (
+                            "y",
+                            a.annotate(
+                                f"crossover {_axis_name(axis)}≈{_si(xc)}",
+                                (xc, yc),
+                                xytext=(8, -12),
+                                textcoords="offset points",
+                                fontsize=7,
+                                color=colour,
+                            ),
+                        )
                     )
         if panel == "ratio":
             a.axhline(1.0, color="black", linewidth=0.9)
@@ -602,7 +660,14 @@ def sweep_plot(result: SweepResult, path: str) -> None:
             level = panel.split("_")[0]
             a.set_ylabel(f"{LEVEL_LABELS[level]} bytes")
             a.yaxis.set_major_formatter(_log_formatter("B"))
-    axes[-1].set_xlabel({"n": "sequence length N", "d": "head dimension d"}.get(axis, axis))
+    axes[-1].set_xlabel(
+        {
+            "n": "sequence length N",
+            "n_kv": "key/value length N_kv (KV cache)",
+            "d": "head dimension d",
+            "kv_heads": "key/value heads",
+        }.get(axis, axis)
+    )
     axes[-1].xaxis.set_major_formatter(_size_formatter())
     for a, items in ends.values():
         _end_labels(fig, a, items)
@@ -650,18 +715,30 @@ def sweep_plot(result: SweepResult, path: str) -> None:
             va="bottom",
             color="#444444",
         )
-    _save(fig, path)
+    _declutter(fig, movable)
+    save(fig, path, force=force)
 
 
 def _end_labels(fig: Any, ax: Any, items: list[tuple[float, float, str, str]]) -> None:
-    """Series names right of their last point, pushed apart vertically so none overlap."""
+    """Series names right of their last point, pushed apart vertically so none overlap, and
+    kept within the panel's height (a stack that would rise above it is moved down)."""
     gap = 10.0  # points between label baselines
     scale = 72.0 / fig.dpi
-    placed = []
+    bottom, top = (v * scale for v in ax.get_window_extent().intervaly)
+    placed: list[list[Any]] = []
     for x, y, label, colour in sorted(items, key=lambda t: t[1]):
         py = ax.transData.transform((x, y))[1] * scale
         want = py if not placed else max(py, placed[-1][0] + gap)
-        placed.append((want, py, x, y, label, colour))
+        placed.append([want, py, x, y, label, colour])
+    if placed and placed[-1][0] > top - gap / 2:
+        shift = placed[-1][0] - (top - gap / 2)
+        for item in placed:
+            item[0] -= shift
+        floor = bottom + gap / 2  # too many to fit: squeeze them between the floor and the top
+        if placed[0][0] < floor and len(placed) > 1:
+            step = (top - gap / 2 - floor) / (len(placed) - 1)
+            for k, item in enumerate(placed):
+                item[0] = floor + k * step
     for want, py, x, y, label, colour in placed:
         ax.annotate(
             label,
@@ -673,6 +750,53 @@ def _end_labels(fig: Any, ax: Any, items: list[tuple[float, float, str, str]]) -
             va="center",
             annotation_clip=False,
         )
+
+
+def _declutter(
+    fig: Any,
+    labels: list[tuple[str, Any]],
+    obstacles: Sequence[tuple[Any, float, float, float]] = (),
+    step: float = 7.0,
+) -> None:
+    """Move annotations (placed in offset points) apart until no two overlap, nor one a marker
+    of ``obstacles`` ((axes, x, y, size in points) in data coordinates): each keeps its place
+    if it can, else the nearest free one along its direction ("x" or "y"), up and down in
+    turn, up to eight steps; earlier labels keep theirs."""
+    if not labels:
+        return
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.transforms import Bbox
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    placed: list[Any] = []
+    for ax, x, y, size in obstacles:
+        cx, cy = ax.transData.transform((x, y))
+        half = size / 2 * fig.dpi / 72
+        placed.append(Bbox.from_extents(cx - half, cy - half, cx + half, cy + half))
+    for direction, text in labels:
+        x0, y0 = text.xyann
+        best = None
+        for k in (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5, 6, -6, 7, -7, 8, -8):
+            text.xyann = (x0 + k * step, y0) if direction == "x" else (x0, y0 + k * step)
+            box = text.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                best = box
+                break
+        if best is None:  # no free place near: leave it where it was asked
+            text.xyann = (x0, y0)
+            best = text.get_window_extent(renderer)
+        placed.append(best)
+
+
+def _wrap(parts: list[str], width: int, sep: str = " · ") -> list[str]:
+    """``parts`` joined by ``sep`` into lines of at most ``width`` characters, never inside a part."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
+            lines[-1] += sep + part
+        else:
+            lines.append(part)
+    return lines
 
 
 def _size_formatter() -> Any:
@@ -700,7 +824,7 @@ def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
 
 
 def _axis_name(axis: str) -> str:
-    return {"n": "N", "kv_heads": "kv heads"}.get(axis, axis)
+    return {"n": "N", "n_kv": "N_kv", "kv_heads": "kv heads"}.get(axis, axis)
 
 
 def _powers_of_two(x: np.ndarray) -> bool:
@@ -716,10 +840,18 @@ def _time_formatter() -> Any:
     return FuncFormatter(lambda v, _: format_time(v, digits=0) if v > 0 else "0")
 
 
-def _constants(result: SweepResult, cols: dict[str, np.ndarray], std: np.ndarray) -> dict[str, str]:
-    out = {}
-    for k, col in (("gpu", "gpu"), ("dtype", "dtype"), ("batch", "batch"), ("heads", "heads"), ("d", "d"), ("n", "n")):
-        values = set(cols[col][std].tolist())
-        if len(values) == 1:
-            out[k] = str(values.pop())
-    return out
+def _series_part(key: str, value: Any) -> str:
+    """One option of a series' name: ``a100``, ``bf16``, ``causal``, ``d=128``, ``L2 cold``."""
+    if key in ("gpu", "dtype", "implementation", "variant"):
+        return str(value)
+    if key == "causal":
+        return "causal" if value else "non-causal"
+    if key == "backward":
+        return "fwd + bwd" if value else "fwd"
+    if key == "l2":
+        return f"L2 {value}"
+    if key == "dropout":
+        return f"dropout {value:g}"
+    from .sweep import TABLE_KEYS
+
+    return f"{TABLE_KEYS.get(key, key)}={value}"

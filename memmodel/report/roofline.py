@@ -8,6 +8,7 @@ from typing import Any
 from .. import __version__
 from ..roofline import ASSUMPTIONS, ROOFLINE_SCHEMA, Roofline
 from ..traffic.ledger import LEVELS
+from .compare import caveats
 
 
 def roofline_to_dict(rooflines: Sequence[Roofline]) -> dict[str, Any]:
@@ -28,6 +29,7 @@ def roofline_to_dict(rooflines: Sequence[Roofline]) -> dict[str, Any]:
                 "ridge_points": [x.to_dict() for x in r.ridge_points],
                 "points": [x.to_dict() for x in r.points],
                 "warnings": list(r.comparison.warnings) if r.comparison else [],
+                "caveats": caveats(r.comparison) if r.comparison else [],
             }
         )
     assumptions = list(ASSUMPTIONS)

@@ -20,9 +20,11 @@ def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
     return f"{format_rate(row[key], unit)} ({row[share] * 100:.0f} %)"
 
 
-def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
-    """The record as markdown; ``brief``: the summary and the bytes table only (for the README)."""
+def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) -> str:
+    """The record as markdown; ``brief``: the summary and the bytes table only (for the docs);
+    ``stats``: the error statistics and speed-ups only (for the README)."""
     s = data["summary"]
+    brief = brief or stats
     lines = (
         []
         if brief
@@ -58,6 +60,8 @@ def markdown(data: dict[str, Any], *, brief: bool = False) -> str:
     if s.get("speedups"):
         lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
         lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
+    if stats:
+        return "\n".join(lines) + "\n"
     lines += (
         []
         if brief
@@ -170,7 +174,7 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plot(data: dict[str, Any], path: str) -> None:
+def plot(data: dict[str, Any], path: str, *, force: bool = False) -> None:
     """Two log-log panels: HBM bytes and kernel time, predicted against measured."""
     from .plots import require_matplotlib
 
@@ -225,16 +229,6 @@ def plot(data: dict[str, Any], path: str) -> None:
     ax1.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"memmodel predictions on {data['device']} (profile {data['profile']['name']})")
     fig.tight_layout()
-    import os
+    from .plots import save
 
-    from ..errors import RuntimeFailure
-
-    tmp = f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
-    try:
-        fig.savefig(tmp, dpi=150)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise RuntimeFailure(f"{path}: cannot write the plot ({exc.strerror or exc})") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save(fig, path, force=force)

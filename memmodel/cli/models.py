@@ -1,0 +1,39 @@
+"""``memmodel models``: the bundled model shapes --model takes."""
+
+from __future__ import annotations
+
+import click
+
+from .options import Command, format_option
+
+
+@click.command("models", cls=Command)
+@format_option(("table", "json"), json="JSON on stdout, one object per model")
+def models_cmd(*, fmt: str) -> None:
+    """The models --model NAME knows: query heads, key/value heads and head dimension, each read
+    from the model's config.json (cited). --model also takes a Hugging Face config.json."""
+    from ..models import MODELS
+    from . import terminal
+
+    if fmt == "json":
+        terminal.print_json([vars(m) for m in MODELS.values()])
+        return
+    rows = [(m.name, m.heads, m.kv_heads, m.head_dim, m.repository) for m in MODELS.values()]
+    con = terminal.console()
+    con.print(
+        terminal.table(
+            None,
+            [
+                ("name", "left"),
+                ("heads", "right"),
+                ("KV heads", "right"),
+                ("head dim", "right"),
+                ("config.json of", "left"),
+            ],
+            rows,
+        )
+    )
+    con.print("[dim]config.json of: https://huggingface.co/<repository>/blob/main/config.json[/]", soft_wrap=True)
+    for m in MODELS.values():
+        if m.note:
+            con.print(f"{terminal.escape(m.name)}: {terminal.escape(m.note)}", soft_wrap=True)

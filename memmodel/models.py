@@ -1,0 +1,177 @@
+"""Attention shapes of language models: ``--model llama-3-8b`` instead of ``--heads 32
+--kv-heads 8 --d 128``.
+
+A model is a bundled name (:data:`MODELS`, each entry citing the ``config.json`` it was read
+from) or a Hugging Face ``config.json`` (a file, or a folder holding one). From a config,
+memmodel reads the query heads (``num_attention_heads``; GPT-2's ``n_head``), the key/value
+heads (``num_key_value_heads``; default: the query heads) and the head dimension
+(``head_dim``, else the hidden size over the heads: ``hidden_size``, GPT-2's ``n_embd``). A
+multimodal config's ``text_config`` is read when the top level has no heads.
+
+Out of scope, and refused: multi-head latent attention (DeepSeek-V2/V3, configs with
+``kv_lora_rank``), whose compressed K/V cache and absorbed projections are not standard
+attention with fewer heads. What memmodel does not model of a listed model (sliding-window
+layers) is said in its ``note``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import WorkloadError
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The attention shape of one model: every layer's, as memmodel models it."""
+
+    name: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    #: where the figures come from: the config.json they were read from
+    source: str
+    #: what memmodel does not model of this model's attention
+    note: str = ""
+
+    @property
+    def repository(self) -> str:
+        """``meta-llama/Meta-Llama-3-8B`` for a source on the Hugging Face Hub, else the source."""
+        prefix, suffix = "https://huggingface.co/", "/blob/main/config.json"
+        if self.source.startswith(prefix) and self.source.endswith(suffix):
+            return self.source[len(prefix) : -len(suffix)]
+        return self.source
+
+    def summary(self) -> str:
+        kv = f"{self.kv_heads} KV heads" if self.kv_heads != self.heads else "as many KV heads"
+        return f"{self.name}: {self.heads} heads, {kv}, head dim {self.head_dim} ({self.source})"
+
+
+_HF = "https://huggingface.co/{}/blob/main/config.json"
+_SLIDING = "{} a 4096-token sliding window, which memmodel does not model: every layer is modelled as full attention"
+_EVERY_LAYER = _SLIDING.format("every layer attends within")
+_EVERY_OTHER = _SLIDING.format("every other layer attends within")
+
+#: Bundled models: name -> shape, read from each model's config.json on the Hugging Face Hub.
+MODELS: dict[str, ModelShape] = {
+    m.name: m
+    for m in (
+        ModelShape("gpt2", 12, 12, 64, _HF.format("openai-community/gpt2")),
+        ModelShape("gpt2-xl", 25, 25, 64, _HF.format("openai-community/gpt2-xl")),
+        ModelShape("llama-2-7b", 32, 32, 128, _HF.format("meta-llama/Llama-2-7b-hf")),
+        ModelShape("llama-2-70b", 64, 8, 128, _HF.format("meta-llama/Llama-2-70b-hf")),
+        ModelShape("llama-3-8b", 32, 8, 128, _HF.format("meta-llama/Meta-Llama-3-8B")),
+        ModelShape("llama-3-70b", 64, 8, 128, _HF.format("meta-llama/Meta-Llama-3-70B")),
+        ModelShape("llama-3.1-405b", 128, 8, 128, _HF.format("meta-llama/Llama-3.1-405B")),
+        ModelShape("llama-3.2-1b", 32, 8, 64, _HF.format("meta-llama/Llama-3.2-1B")),
+        ModelShape("llama-3.2-3b", 24, 8, 128, _HF.format("meta-llama/Llama-3.2-3B")),
+        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), _EVERY_LAYER),
+        ModelShape("mixtral-8x7b", 32, 8, 128, _HF.format("mistralai/Mixtral-8x7B-v0.1")),
+        ModelShape("mixtral-8x22b", 48, 8, 128, _HF.format("mistralai/Mixtral-8x22B-v0.1")),
+        ModelShape("qwen2.5-7b", 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B")),
+        ModelShape("qwen2.5-72b", 64, 8, 128, _HF.format("Qwen/Qwen2.5-72B")),
+        ModelShape("gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), _EVERY_OTHER),
+        ModelShape("gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), _EVERY_OTHER),
+    )
+}
+
+#: Keys of a config.json, in the order they are tried.
+HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads")
+KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
+HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
+#: Keys that mark multi-head latent attention (DeepSeek-V2/V3): out of scope.
+MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
+
+
+def is_path(spec: str) -> bool:
+    return "/" in spec or os.sep in spec or spec.endswith(".json") or os.path.isdir(spec)
+
+
+def _norm(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch.isalnum())
+
+
+def load_model(spec: str) -> ModelShape:
+    """A bundled model by name (case and separators do not matter: ``Llama-3-8B``,
+    ``llama3-8b``) or a Hugging Face ``config.json`` (or a folder holding one)."""
+    text = str(spec).strip()
+    if not text:
+        raise WorkloadError("--model: give a model name (see 'memmodel compare --help') or a config.json")
+    if is_path(text):
+        return from_config_file(text)
+    by_norm = {_norm(name): m for name, m in MODELS.items()}
+    if _norm(text) in by_norm:
+        return by_norm[_norm(text)]
+    close = difflib.get_close_matches(text.lower(), list(MODELS), n=2, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    if "deepseek" in text.lower():
+        hint = "DeepSeek-V2/V3 use multi-head latent attention, which memmodel does not model; "
+    raise WorkloadError(
+        f"unknown model {text!r}: {hint}known: {', '.join(MODELS)} (or give a Hugging Face config.json)"
+    )
+
+
+def from_config_file(path: str) -> ModelShape:
+    """The shape in a Hugging Face ``config.json`` at ``path`` (a folder: its config.json)."""
+    from .fileio import read_text
+
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    text = read_text(file, what="config.json", error=WorkloadError)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"{file}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    name = os.path.basename(os.path.dirname(os.path.abspath(file))) if os.path.basename(file) == "config.json" else ""
+    return from_config(data, file, name=name or os.path.splitext(os.path.basename(file))[0])
+
+
+def from_config(data: Any, where: str = "config", *, name: str | None = None) -> ModelShape:
+    """The shape in a parsed Hugging Face config (a dict); errors name ``where`` and the key."""
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{where}: a config.json holds an object (num_attention_heads, ...), not {_kind(data)}")
+    config = data
+    if not any(k in data for k in HEADS_KEYS) and isinstance(data.get("text_config"), dict):
+        config = data["text_config"]
+        where = f"{where} -> text_config"
+    mla = [k for k in MLA_KEYS if k in config or k in data]
+    if mla:
+        raise WorkloadError(
+            f"{where}: {mla[0]} marks multi-head latent attention (DeepSeek-V2/V3), which memmodel does not model: "
+            "its compressed K/V cache is not standard attention with fewer heads"
+        )
+    heads = _int(config, HEADS_KEYS, where, required=True)
+    assert heads is not None
+    kv_heads = _int(config, KV_HEADS_KEYS, where) or heads
+    if config.get("multi_query") is True and not any(k in config for k in KV_HEADS_KEYS):
+        kv_heads = 1  # Falcon-style multi-query attention
+    head_dim = _int(config, ("head_dim",), where)
+    if head_dim is None:
+        hidden = _int(config, HIDDEN_KEYS, where, required=True)
+        assert hidden is not None
+        if hidden % heads:
+            raise WorkloadError(f"{where}: the hidden size {hidden} is not a multiple of the {heads} heads")
+        head_dim = hidden // heads
+    if heads % kv_heads:
+        raise WorkloadError(f"{where}: {kv_heads} key/value heads do not divide the {heads} attention heads")
+    label = name or str(data.get("_name_or_path") or data.get("model_type") or where)
+    return ModelShape(label, heads, kv_heads, head_dim, where)
+
+
+def _int(config: dict[str, Any], keys: tuple[str, ...], where: str, *, required: bool = False) -> int | None:
+    for key in keys:
+        if key in config and config[key] is not None:
+            value = config[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkloadError(f"{where} -> {key}: {value!r} is not a positive whole number")
+            return value
+    if required:
+        raise WorkloadError(f"{where}: no {' or '.join(keys)}: not a transformer config.json memmodel can read")
+    return None
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
