@@ -78,6 +78,9 @@ class Implementation:
     #: decoding with GQA (one query row per head), the query heads of a group are packed as
     #: the rows of one Q block of their K/V head (FlashAttention-2's "seqlenq_ngroups_swapped")
     packs_gqa_decode: bool = False
+    #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
+    #: listed by PyTorch's profiler on an H200), each costing a launch overhead
+    extra_launches: int = 0
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -99,6 +102,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         max_head_dim=256,
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
+        extra_launches=1,
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",

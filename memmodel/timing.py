@@ -373,7 +373,7 @@ def kernel_time(
         terms["compute"] = total if np.ndim(total) else float(total)
     names = list(candidates)
     table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
-    launch = profile.launch_overhead_s or 0.0
+    launch = (profile.launch_overhead_s or 0.0) * (1 + (impl.extra_launches if impl is not None else 0))
     time = table.max(axis=0) + launch
     index = table.argmax(axis=0)
     if launch:

@@ -184,9 +184,22 @@ def tile_context(
         kv_order,
         exec_d=w.d if exec_d is None else exec_d,
         exec_scores=executed,
-        diagonal=diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal),
+        diagonal=_masked_blocks(w, blocks, whole_tiles),
         smem_reads=smem_reads,
     )
+
+
+def _masked_blocks(w: Workload, blocks: BlockSizes, whole_tiles: bool) -> IntLike:
+    """(Q block, K/V block) pairs per head a real kernel masks element by element: those on
+    the causal diagonal and, without causal masking, each Q block's last K/V block when N_kv is
+    not a multiple of B_c (its keys past the end are masked: FlashAttention-2's ``Is_even_MN``
+    false path). The paper's algorithm: the diagonal only."""
+    diagonal = diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    if not whole_tiles or w.causal:
+        return diagonal
+    ragged = np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0
+    out = np.where(ragged, np.asarray(blocks.t_r), 0)
+    return int(out) if out.ndim == 0 else out.astype(np.int64)
 
 
 def _frac(ctx: TileContext) -> Any:
