@@ -20,15 +20,25 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   ====  ==============================  =========================
 
   One CTA per SM: 256 threads at close to 255 registers each fill the 64 K registers.
-* ``sdpa-efficient`` (CUTLASS, ``mem_eff_attention/kernels/cutlassB.h``, sm80 dispatch, the
-  first kernel whose limits pass): kBlockSizeI × kBlockSizeJ 128 × 128 for d ≤ 128 on
-  GPUs with ≥ 144 KiB per block (``fmha_cutlassB_f16_aligned_128x128_k64_...``, ``k128``),
-  64 × 128 otherwise and above d = 128; (I·J)/1024 warps: 16 for 128 × 128, one CTA per SM.
-  Older PyTorch builds (≤ 2.3) used 64 × 64 for d ≤ 64; the kernel name says which ran.
-* ``sdpa-cudnn``: 64 × 64 at d = 64 and 128, read off its kernel names on an H200
-  (``cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x4x1_...``,
-  ``..._64x64x64_...``; validation/h200/2026-11-30/h200-training-smoke.ncu.csv); above
-  d = 128 not seen (assumed the same); one CTA per SM.
+* ``sdpa-efficient`` (CUTLASS, ``mem_eff_attention/kernels/cutlassB.h``,
+  ``dispatch_cutlassB_f16_sm80``: ``_efficient_attention_backward`` launches the first
+  kernel in that list whose head-dim limit (kMaxK), dropout and shared memory pass), as
+  kBlockSizeI × kBlockSizeJ: 64 × 64 for d ≤ 64 (``fmha_cutlassB_f16_aligned_64x64_k64_...``,
+  seen on an H200 with torch 2.11: validation/h200/final/h200-training.ncu.csv); 128 × 128
+  for d ≤ 128 on GPUs with ≥ 144 KiB per block (``..._128x128_k128_...``), where less,
+  128 × 64 for d ≤ 96 (``k96``, sm86/sm89 only) and 64 × 64 (``..._64x64_k128_...``);
+  above d = 128 128 × 64 (``k65536``), 64 × 64 where less shared memory. With dropout only
+  the ``..._dropout_...`` kernels qualify: 64 × 64 for d ≤ 64, 128 × 128 for d ≤ 128 (64 × 64
+  where less shared memory), 128 × 64 above (64 × 64). (I·J)/1024 warps; one CTA per SM
+  for 128 × 128. Older builds listed 128 × 128 first for d ≤ 64: the kernel name says which ran.
+* ``sdpa-cudnn``: 64 Q rows per step × 128 K/V rows per CTA at d = 64 and 128. Its kernel
+  names say ``64x64xD`` (``cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_
+  64x64x128_1x4x1_...``), but the L2 traffic Nsight Compute measured for those kernels is that
+  of each Q block loaded once per 128 K/V rows: on the smoke run (not a validation set,
+  validation/h200/2026-11-30/h200-training-smoke.ncu.csv) 21.5 MB at 2 × 4 heads × 512,
+  d = 128, causal, where FlashAttention-2's structure requests 20.0 MB with 64 × 128 and
+  32.7 MB with 64 × 64; 4.7 MB at 2 × 4 × 256, d = 64 (4.2 MB and 7.4 MB). Above d = 128
+  not seen (assumed the same); one CTA per SM.
 * ``paper``, ``triton``, ``fa3``: the FlashAttention-2 paper's backward (Algorithm 2) with
   the forward's blocks (:func:`memmodel.traffic.flash.fa2_backward_kernels`).
 """
@@ -84,10 +94,15 @@ def _fa2_tiles(d: int, dropout: float, smem: float) -> tuple[int, int]:
     return (64, 64) if big or dropout > 0 else (64, 32)
 
 
-def _efficient_tiles(d: int, smem: float) -> tuple[int, int]:
-    if d <= 128 and smem >= _BIG_SMEM:
-        return 128, 128
-    return 64, 128
+def _efficient_tiles(d: int, smem: float, dropout: float = 0.0) -> tuple[int, int]:
+    big = smem >= _BIG_SMEM
+    if d <= 64:
+        return 64, 64
+    if d <= 96 and not big and dropout == 0:
+        return 128, 64
+    if d <= 128:
+        return (128, 128) if big else (64, 64)
+    return (128, 64) if big else (64, 64)
 
 
 def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Profile | None = None) -> tuple[int, int]:
@@ -97,16 +112,16 @@ def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Prof
     if impl == "sdpa-flash":
         return _fa2_tiles(p, dropout, smem)
     if impl == "sdpa-efficient":
-        return _efficient_tiles(p, smem)
+        return _efficient_tiles(p, smem, dropout)
     if impl == "sdpa-cudnn":
-        return (64, 64)
+        return (64, 128)
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check
 
 
 _SOURCES = {
     "sdpa-flash": "flash_bwd_launch_template.h",
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
-    "sdpa-cudnn": "cuDNN's kernel names on an H200 (64x64xD)",
+    "sdpa-cudnn": "cuDNN's L2 traffic on an H200 (its names say 64x64xD)",
 }
 
 

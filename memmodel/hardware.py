@@ -101,6 +101,10 @@ class KernelRates:
     dropout_backward_bytes_per_s: float | None = None
     #: the backward pass's elementwise kernels (the scale's and the mask's gradients)
     elementwise_backward_bytes_per_s: float | None = None
+    #: ATen's vectorised elementwise kernel multiplying a tensor by a scalar (``s * c``)
+    scale_bytes_per_s: float | None = None
+    #: a device-to-device copy of a tensor (``clone``: ``cudaMemcpyAsync``)
+    copy_bytes_per_s: float | None = None
     #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
     reduction_bytes_per_s: float | None = None
 
@@ -191,6 +195,11 @@ class Profile:
     #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
     #: diagonal (masked element by element), in units of a plain block's compute
     implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> ((head dim, scores per second), ...): what dropout adds to its fused
+    #: forward (``dropout_rate``) and backward (``backward_dropout_rate``) kernels, the Philox
+    #: draws and the mask, as scores per second of extra time (measured by calibrate)
+    implementation_dropout_rate: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    implementation_backward_dropout_rate: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: compute capability ("9.0") or the AMD target ("gfx942")
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
@@ -210,6 +219,14 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_backward_efficiency.get(implementation, ()), head_dim)
+
+    def dropout_rate(self, implementation: str | None, head_dim: Any, backward: bool = False) -> Any:
+        """Scores per second whose dropout ``implementation``'s fused forward (``backward``:
+        backward) kernel pays extra time for, at ``head_dim``; None where not measured."""
+        if implementation is None:
+            return None
+        rates = self.implementation_backward_dropout_rate if backward else self.implementation_dropout_rate
+        return interpolate_log2(rates.get(implementation, ()), head_dim)
 
     def cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
         """Seconds a CTA of ``implementation`` costs beyond its blocks, at ``head_dim``; None where not measured."""
@@ -304,12 +321,16 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.dropout.bandwidth": ("bandwidth", False),
     "kernels.dropout_backward.bandwidth": ("bandwidth", False),
     "kernels.elementwise_backward.bandwidth": ("bandwidth", False),
+    "kernels.scale.bandwidth": ("bandwidth", False),
+    "kernels.copy.bandwidth": ("bandwidth", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
@@ -320,6 +341,8 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
 }
 _TEXT_FIELDS = {
     "schema": False,
@@ -345,6 +368,8 @@ _SECTIONS = {
     "kernels.dropout",
     "kernels.dropout_backward",
     "kernels.elementwise_backward",
+    "kernels.scale",
+    "kernels.copy",
     "kernels.reduction",
     "implementations",
     *(f"implementations.{name}" for name in IMPLEMENTATION_NAMES),
@@ -490,6 +515,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             dropout_bytes_per_s=values.get("kernels.dropout.bandwidth"),
             dropout_backward_bytes_per_s=values.get("kernels.dropout_backward.bandwidth"),
             elementwise_backward_bytes_per_s=values.get("kernels.elementwise_backward.bandwidth"),
+            scale_bytes_per_s=values.get("kernels.scale.bandwidth"),
+            copy_bytes_per_s=values.get("kernels.copy.bandwidth"),
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
         implementation_efficiency={
@@ -516,6 +543,16 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             name: curves[f"implementations.{name}.masked_block_cost"]
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.masked_block_cost" in curves
+        },
+        implementation_dropout_rate={
+            name: curves[f"implementations.{name}.dropout_rate"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.dropout_rate" in curves
+        },
+        implementation_backward_dropout_rate={
+            name: curves[f"implementations.{name}.backward_dropout_rate"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.backward_dropout_rate" in curves
         },
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
@@ -667,6 +704,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.efficiency", "same"),
     ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.masked_block_cost", "same"),
+    ("implementations.*.dropout_rate", "sm-clock"),
+    ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),
 )
 RULE_TEXT = {

@@ -210,7 +210,18 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
     # byte they move (L2 or HBM) at their measured rate
     rate = None
     if kernel.op == "softmax_backward" and rates.softmax_backward_bytes_per_s:
-        rate = rates.softmax_backward_rate(intmath.to_float(kernel.row_length))
+        # the calibrated op (``_softmax_backward_data``) is two kernels, each moving the three
+        # tensors its rate counts (the product grad·output, then the softmax backward proper):
+        # each kernel moves its bytes at twice that rate
+        rate = 2.0 * np.asarray(rates.softmax_backward_rate(intmath.to_float(kernel.row_length)))
+    elif kernel.op == "scale" and rates.scale_bytes_per_s:
+        rate = rates.scale_bytes_per_s
+    elif kernel.op == "copy" and rates.copy_bytes_per_s:
+        rate = rates.copy_bytes_per_s
+    elif kernel.op == "masked_fill" and rates.elementwise_bytes_per_s:
+        rate = rates.elementwise_bytes_per_s  # measured on masked_fill_ itself
+    elif kernel.op in ("scale", "copy", "masked_fill"):  # no specific rate: the pass's elementwise one
+        rate = (rates.elementwise_backward_bytes_per_s if backward else None) or rates.elementwise_bytes_per_s
     elif kernel.op == "dropout":
         rate = rates.dropout_bytes_per_s
     elif kernel.op == "reduction":
@@ -324,6 +335,12 @@ def kernel_time(
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
+    drop_rate = profile.dropout_rate(impl.name, hd, backward=not forward) if impl and hd is not None else None
+    if drop_rate is not None and np.any(np.asarray(kernel.dropout_scores) > 0):
+        # measured: the extra time of the pass with dropout (Philox draws, the mask) per score
+        # drawn, issued by the same warps as the products: it adds to the compute
+        extra = np.asarray(intmath.to_float(kernel.dropout_scores), dtype=np.float64) / drop_rate
+        terms["dropout"] = float(extra) if extra.ndim == 0 else extra
     overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward else None
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
         # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), per CTA slot
@@ -359,7 +376,7 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta"))}
+    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
         if impl is not None and impl.softmax_overlap:
@@ -369,14 +386,18 @@ def kernel_time(
             total = arr["matmul"] + arr["exp"] + arr["softmax"]
         if "cta" in terms:
             total = total + np.asarray(terms["cta"], dtype=np.float64)
+        if "dropout" in terms:
+            total = total + np.asarray(terms["dropout"], dtype=np.float64)
         candidates["compute"] = total
         terms["compute"] = total if np.ndim(total) else float(total)
     names = list(candidates)
     table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
-    launch = (profile.launch_overhead_s or 0.0) * (1 + (impl.extra_launches if impl is not None else 0))
+    launches = np.asarray(intmath.to_float(kernel.launches), dtype=np.float64)
+    launch = (profile.launch_overhead_s or 0.0) * (launches + (impl.extra_launches if impl is not None else 0))
+    launch = float(launch) if np.ndim(launch) == 0 else launch
     time = table.max(axis=0) + launch
     index = table.argmax(axis=0)
-    if launch:
+    if np.any(launch):
         terms["launch"] = launch
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])

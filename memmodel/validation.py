@@ -34,13 +34,15 @@ _GROUP_SUM = r"reduce_kernel|[Ss]um"
 #: ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, ``flash_bwd_convert_dq_kernel``
 #: (``flash_bwd_launch_template.h``; ``pytorch_flash::`` in PyTorch), ATen's reductions
 #: (``reduce_kernel``) for GQA's group sums, CUTLASS's ``fmha_cutlassB_*``, ATen's
-#: ``softmax_warp_backward`` / ``cunn_SoftMaxBackward``, ``fused_dropout_kernel`` and the
-#: dropout backward's ``masked_scale_kernel``, the ``MulFunctor`` of a multiply by a scalar,
-#: ``masked_fill_kernel`` and the copy of an out-of-place ``masked_fill``.
+#: ``softmax_warp_backward`` / ``cunn_SoftMaxBackward`` and the product before it (a
+#: ``BinaryFunctor`` multiply), ``fused_dropout_kernel`` and the dropout backward's
+#: ``masked_scale_kernel``, the ``AUnaryFunctor`` multiply by a scalar, ``masked_fill_kernel``
+#: and the copy of an out-of-place ``masked_fill`` (a ``Memcpy DtoD``, which Nsight Compute
+#: does not profile: matched in the CUPTI trace only).
 KERNEL_PATTERNS: dict[str, dict[str, str]] = {
     "standard": {
         "qk": _GEMM,
-        "scale": r"MulFunctor",
+        "scale": r"AUnaryFunctor.*MulFunctor",
         "mask": r"elementwise|masked_fill",
         "softmax": r"softmax(?!_warp_backward)|SoftMax(?!Backward)",
         "dropout": r"fused_dropout|dropout",
@@ -48,10 +50,11 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "dv": _GEMM,
         "dp": _GEMM,
         "dropout_bwd": r"masked_scale",
+        "softmax_bwd_mul": r"BinaryFunctor.*MulFunctor",
         "softmax_bwd": r"softmax_warp_backward|SoftMaxBackward",
-        "mask_bwd_copy": r"copy",
+        "mask_bwd_copy": r"copy|Memcpy DtoD",
         "mask_bwd": r"masked_fill",
-        "scale_bwd": r"MulFunctor",
+        "scale_bwd": r"AUnaryFunctor.*MulFunctor",
         "dk": _GEMM,
         "dq": _GEMM,
     },
@@ -279,6 +282,59 @@ def align_kernels(impl: str, names: list[str], measured: list[Any]) -> list[tupl
     return out
 
 
+def launch_names(kernels: list[Kernel]) -> list[str]:
+    """The model's kernel names in launch order, each as many times as it is launched
+    (``Kernel.launches``: ATen's elementwise ops over tensors past 32-bit offsets)."""
+    return [k.name for k in kernels for _ in range(max(1, int(k.launches)))]
+
+
+def _merge(parts: list[Any]) -> Any:
+    """One measured kernel from the launches of one model kernel: bytes and times summed,
+    the first launch's name (with the count) and launch statistics."""
+    if len(parts) == 1:
+        return parts[0]
+    name = f"{parts[0].name} (x{len(parts)} launches)"
+    if hasattr(parts[0], "metrics"):
+        from types import SimpleNamespace
+
+        summed = ("dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "gpu__time_duration.sum")
+        metrics = dict(parts[0].metrics)
+        for key in summed:
+            if key in metrics:
+                metrics[key] = sum(p.metrics.get(key, 0.0) for p in parts)
+        first = parts[0]
+        return SimpleNamespace(
+            id=first.id,
+            name=name,
+            metrics=metrics,
+            dram_read_bytes=metrics.get("dram__bytes_read.sum", 0.0),
+            dram_write_bytes=metrics.get("dram__bytes_write.sum", 0.0),
+            l2_bytes=metrics.get("lts__t_bytes.sum", 0.0),
+            time_s=metrics.get("gpu__time_duration.sum", 0.0) * 1e-9,
+        )
+    from types import SimpleNamespace
+
+    return SimpleNamespace(name=name, time_s=sum(p.time_s for p in parts))
+
+
+def align_launches(impl: str, kernels: list[Kernel], measured: list[Any]) -> list[tuple[str | None, Any]]:
+    """:func:`align_kernels` with each model kernel as many times as it is launched, then one
+    pair per model kernel with its matched launches merged (:func:`_merge`); None where none
+    matched. Measured kernels no model kernel describes stay ``(None, kernel)``."""
+    slots: list[tuple[str | None, list[Any]]] = []
+    parts: dict[str, list[Any]] = {}
+    for name, m in align_kernels(impl, launch_names(kernels), measured):
+        if name is None:
+            slots.append((None, [m]))
+            continue
+        if name not in parts:
+            parts[name] = []
+            slots.append((name, parts[name]))
+        if m is not None:
+            parts[name].append(m)
+    return [(name, (_merge(ms) if ms else None) if name is not None else ms[0]) for name, ms in slots]
+
+
 @dataclass
 class CaseScores:
     """A case's byte scores, and what the alignment left over."""
@@ -299,8 +355,8 @@ def occupancies(case: Any, measured: list[Any], profile: Profile) -> tuple[int |
         return None, None
     if not getattr(case, "backward", False):
         return measured_ctas_per_sm(measured, profile.sm_count), None
-    names = [k.name for k in predicted_kernels(case, profile, "cold")]
-    pairs = dict((n, k) for n, k in align_kernels(case.impl, names, measured) if n is not None and k is not None)
+    kernels = predicted_kernels(case, profile, "cold")
+    pairs = dict((n, k) for n, k in align_launches(case.impl, kernels, measured) if n is not None and k is not None)
     fwd = pairs.get("fa2_fwd")
     bwd = pairs.get(BACKWARD_MAIN.get(case.impl, ""))
     return (
@@ -339,7 +395,7 @@ def score_case_detail(case: Any, measured: list[Any], profile: Profile) -> CaseS
     paper = {k.name: k for k in predicted_kernels(case, profile, "off")}
     comp = {k.name: k for k in compulsory_kernels(case, profile)}
     out = CaseScores([], ctas_per_sm=fwd_ctas, backward_ctas_per_sm=bwd_ctas)
-    for name, m in align_kernels(case.impl, list(model), measured):
+    for name, m in align_launches(case.impl, list(model.values()), measured):
         if name is None:
             out.unmatched.append(m)
         elif m is None:
@@ -423,6 +479,7 @@ def predicted_times(
         from .flops import convention_flops
 
         out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels}
+        out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
         conv = convention_flops(case.workload(), backward=True)
         out["flops_convention"] = {"forward": conv["forward"], "backward": conv["backward"], "total": conv["total"]}
     return out
@@ -491,9 +548,11 @@ def kernel_time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
 
     predicted = entry["predicted"].get("kernels", {})
     passes = entry["predicted"].get("kernel_passes", {})
+    launches = entry["predicted"].get("kernel_launches", {})
     measured = [SimpleNamespace(name=k["name"], time_s=k["time_s"]) for k in profiled]
+    model = [SimpleNamespace(name=n, launches=launches.get(n, 1)) for n in predicted]
     rows = []
-    for name, m in align_kernels(entry["case"]["impl"], list(predicted), measured):
+    for name, m in align_launches(entry["case"]["impl"], model, measured):  # type: ignore[arg-type]
         if m is None:
             continue
         row: dict[str, Any] = {"kernel": name, "measured_kernel": m.name, "measured_s": m.time_s}

@@ -1286,7 +1286,9 @@ def _add_efficiencies(data: dict[str, Any], result: Mapping[str, Any]) -> None:
         _put_figures(data, calibrate_impl.efficiency_figures(m, parse_profile(data, "<calibrated profile>")))
     if m.get("backward"):
         # the backward efficiency is the model's backward time over the measured one: made
-        # with the forward figures in place (the forward pass is timed apart)
+        # with the forward figures and the backward's library kernel rates in place (the
+        # forward pass is timed apart; the other backward kernels are timed by those rates)
+        _put_figures(data, _calibrate_backward().backward_figures(m["backward"]))
         profile = parse_profile(data, "<calibrated profile>")
         _put_figures(data, _calibrate_backward().backward_figures(m["backward"], profile))
     sources = data.pop("sources")

@@ -13,11 +13,18 @@ Measured on shapes that are not validation cases:
 * ``elementwise_backward``: the gradient kernels of the scale and the mask: a multiply by a
   scalar, the copy of an out-of-place ``masked_fill``, ``masked_fill_(mask, 0)``; for
   comparison with the forward's ``masked_fill_`` rate (``kernels.elementwise.bandwidth``).
+  The multiply and the copy are also profile fields of their own (``kernels.scale``,
+  ``kernels.copy``): eager attention's scale, its gradient and the mask gradient's copy.
 * ``reduction``: ATen's sum over a middle dimension, as FlashAttention-2's GQA backward sums
   dK and dV over the group (``at::sum_out`` of [B, N_kv, H_kv, G, d] over G).
 * ``sdpa_backward``: each SDPA backend's forward and backward pass (``torch.autograd.grad``
   with the graph kept, so the backward repeats alone) on the forward calibration's reference
   shapes (8 × 16 heads × 2048 tokens, d = 64 and 128, fp16; causal d = 128 as a check).
+* ``sdpa_dropout``: the same passes with ``dropout_p`` = 0.1 and 0 back to back, non-causal
+  reference shapes: what dropout adds to each backend's fused kernels (the Philox draws of
+  every score's mask element, in the forward and again in the backward, and whatever else the
+  library does with dropout: other tiles, CUTLASS's ``_dropout`` backward kernels), as scores
+  per second of extra time (``implementations.<name>.dropout_rate``, ``backward_dropout_rate``).
 
 Every ``measure_*`` function takes the calibrate :class:`~memmodel.gpu.calibrate.Context`;
 the ``*_figures`` functions turn a result into profile fields (value, note) and are pure.
@@ -32,7 +39,10 @@ length, for kernels tagged ``op="softmax_backward"``), ``kernels.dropout.bandwid
 ``kernels.dropout_backward.bandwidth`` and ``kernels.elementwise_backward.bandwidth`` (both
 ``op="elementwise"`` today: kept apart to show whether one elementwise rate serves), and
 ``implementations.<name>.backward_efficiency`` by head dim (the fused backward kernels,
-``overlap="serial-compute"``, ``pass_="backward"``).
+``overlap="serial-compute"``, ``pass_="backward"``), ``kernels.scale.bandwidth``
+(``op="scale"``), ``kernels.copy.bandwidth`` (``op="copy"``) and
+``implementations.<name>.dropout_rate`` / ``backward_dropout_rate`` by head dim (fused kernels
+with ``dropout_scores``: extra time = scores / rate, added to their compute).
 """
 
 from __future__ import annotations
@@ -180,6 +190,55 @@ def measure_sdpa_backward(ctx: Any) -> dict[str, Any]:
     return {"points": points, "flop": "forward 4·B·H·N²·d (halved when causal), backward 2.5 × forward"}
 
 
+def measure_sdpa_dropout(ctx: Any) -> dict[str, Any]:
+    """Forward and backward time of each SDPA backend with ``dropout_p`` = DROPOUT_P and 0, on
+    the non-causal reference shapes: each pair timed back to back, best of three medians."""
+    torch = ctx.torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = {
+        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
+        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
+    points: list[dict[str, Any]] = []
+    for b, h, n, d, causal in (s for s in SDPA_SHAPES if tuple(s[:3]) == REFERENCE_LONG and not s[4]):
+        g = ctx.generator(28)
+        qkv = [
+            torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g).requires_grad_(True)
+            for _ in range(3)
+        ]
+        for name, backend in backends.items():
+            if (name, d) in SDPA_SKIP:
+                continue
+            point: dict[str, Any] = {"impl": name, "shape": [b, h, n, d, causal], "dtype": "fp16", "p": DROPOUT_P}
+            try:
+                for key, p in (("dropout", DROPOUT_P), ("plain", 0.0)):
+
+                    def forward(backend: Any = backend, p: float = p, qkv: list[Any] = qkv) -> Any:
+                        with sdpa_kernel([backend]):
+                            return torch.nn.functional.scaled_dot_product_attention(*qkv, dropout_p=p)
+
+                    out = forward()
+                    do = torch.empty_like(out).normal_(generator=ctx.generator(29))
+
+                    def backward(out: Any = out, do: Any = do, qkv: list[Any] = qkv) -> Any:
+                        return torch.autograd.grad(out, qkv, do, retain_graph=True)
+
+                    scores = b * h * n * n
+                    point[key] = {
+                        "forward": min((_rate(ctx, scores, forward) for _ in range(3)), key=lambda r: r["time_s"]),
+                        "backward": min((_rate(ctx, scores, backward) for _ in range(3)), key=lambda r: r["time_s"]),
+                    }
+                    del out, do
+            except Exception as exc:  # a backend without dropout on this build or GPU: recorded
+                point["error"] = str(exc).splitlines()[0][:200]
+            points.append(point)
+        del qkv
+        ctx.free()
+    return {"points": points, "rate": "scores per second (B·H·N²) over each pass's time"}
+
+
 def measure_backward(ctx: Any) -> dict[str, Any]:
     """Every measurement above; a failing one is recorded and the others go on."""
     steps = (
@@ -188,6 +247,7 @@ def measure_backward(ctx: Any) -> dict[str, Any]:
         ("elementwise_backward", measure_elementwise_backward),
         ("reduction", measure_group_sum),
         ("sdpa_backward", measure_sdpa_backward),
+        ("sdpa_dropout", measure_sdpa_dropout),
     )
     out: dict[str, Any] = {}
     for key, fn in steps:
@@ -256,13 +316,21 @@ def elementwise_backward_figures(m: dict[str, Any]) -> dict[str, tuple[Any, str]
     if not parts:
         return {}
     mean = sum(parts.values()) / len(parts)
-    return {
+    size = f"fp16 scores {m.get('batch_heads')} x {m.get('n')}^2 (512 MiB), bytes read + written"
+    out = {
         "kernels.elementwise_backward.bandwidth": (
             _bw(mean),
-            f"fp16 scores {m.get('batch_heads')} x {m.get('n')}^2 (512 MiB), bytes read + written: "
-            + ", ".join(f"{k} {_bw(v)}" for k, v in parts.items()),
+            f"{size}: " + ", ".join(f"{k} {_bw(v)}" for k, v in parts.items()),
         )
     }
+    if "scale" in parts:
+        out["kernels.scale.bandwidth"] = (
+            _bw(parts["scale"]),
+            f"s * 0.125 (ATen's vectorised multiply by a scalar), {size}",
+        )
+    if "copy" in parts:
+        out["kernels.copy.bandwidth"] = (_bw(parts["copy"]), f"s.clone() (a device-to-device copy), {size}")
+    return out
 
 
 def reduction_figures(m: dict[str, Any]) -> dict[str, tuple[Any, str]]:
@@ -279,27 +347,103 @@ def reduction_figures(m: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     }
 
 
-Predict = Callable[[str, int, int, int, int, bool], float]
+Predict = Callable[[str, int, int, int, int, bool], Any]
+#: (impl, b, h, n, d, backward) -> the scores whose dropout mask the fused kernel draws
+DropoutScores = Callable[[str, int, int, int, int, bool], float]
+
+
+def dropout_scores(profile: Any) -> DropoutScores:
+    """The model's ``dropout_scores`` of an implementation's fused forward (``fa2_fwd``) or
+    backward kernel on a non-causal reference shape (fp16, dropout on)."""
+
+    def scores(impl: str, b: int, h: int, n: int, d: int, backward: bool) -> float:
+        from ..cases import Case
+        from ..validation import BACKWARD_MAIN, predicted_kernels
+
+        case = Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", dropout=DROPOUT_P, backward=True)
+        want = BACKWARD_MAIN[impl] if backward else "fa2_fwd"
+        kernel = next(k for k in predicted_kernels(case, profile, "cold") if k.name == want)
+        return float(kernel.dropout_scores)
+
+    return scores
+
+
+def dropout_rate_figures(m: dict[str, Any], scores: DropoutScores) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.dropout_rate`` and ``backward_dropout_rate`` by head dim: the
+    scores the fused kernel draws a mask for (``scores``, the model's count) over the extra
+    time of the pass with dropout (measured with and without, back to back). A head dim whose
+    pass was not slower with dropout gives no figure."""
+    points = [p for p in (m or {}).get("points", []) if p.get("dropout") and p.get("plain")]
+    out: dict[str, tuple[Any, str]] = {}
+    for impl in sorted({p["impl"] for p in points}):
+        for backward, field, step in ((False, "dropout_rate", "forward"), (True, "backward_dropout_rate", "backward")):
+            curve: dict[int, str] = {}
+            parts = []
+            for p in (q for q in points if q["impl"] == impl):
+                b, h, n, d, _ = p["shape"]
+                extra = p["dropout"][step]["time_s"] - p["plain"][step]["time_s"]
+                if extra <= 0:
+                    continue
+                rate = scores(impl, b, h, n, d, backward) / extra
+                curve[int(d)] = _ops(rate)
+                parts.append(
+                    f"d={d}: {p['plain'][step]['time_s'] * 1e6:.1f} us -> {p['dropout'][step]['time_s'] * 1e6:.1f} us"
+                )
+            if not curve:
+                continue
+            b, h, n = points[0]["shape"][:3]
+            note = (
+                f"{step} pass of {impl} with dropout_p = {points[0].get('p', DROPOUT_P)} against without, fp16, "
+                f"{b} x {h} heads x {n} tokens, non-causal, best of three medians of CUDA-event times: scores "
+                f"drawn / extra time ({'; '.join(parts)})"
+            )
+            out[f"implementations.{impl}.{field}"] = (dict(sorted(curve.items())), note)
+    return out
+
+
+def _ops(v: float) -> str:
+    from ..units import quantity
+
+    return quantity(v, "ops")
 
 
 def predicted_backward_s(profile: Any) -> Predict:
-    """The model's backward-pass time of a reference shape on ``profile`` (no efficiency yet)."""
+    """The model's backward pass on a reference shape on ``profile`` (no efficiency yet), as
+    (the fused backward kernel's compute time, the other backward kernels' time): the
+    efficiency divides the first alone."""
 
-    def predict(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> float:
+    def predict(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> tuple[float, float]:
         from ..cases import Case
-        from ..validation import predicted_times
+        from ..validation import BACKWARD_MAIN, _compare
 
         case = Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal, backward=True)
-        return float(predicted_times(case, profile)["steps"]["backward"])
+        ev = _compare(case, profile, "on", None, None).tiled
+        compute = other = 0.0
+        for k, t in zip(ev.traffic.kernels, ev.timing.kernels):
+            if k.pass_ != "backward":
+                continue
+            if k.name == BACKWARD_MAIN[impl]:
+                compute += float(t.terms["compute"]) + float(t.terms.get("launch", 0.0))
+            else:
+                other += float(t.time_s)
+        return compute, other
 
     return predict
 
 
 def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.backward_efficiency`` by head dim: the model's backward time
-    (``predict``, made without a backward efficiency) over the measured one, on the non-causal
-    reference shapes; the causal shape is reported in the note as a check."""
+    """``implementations.<name>.backward_efficiency`` by head dim: the fused backward kernel's
+    compute time in the model (``predict``, made without a backward efficiency) over the time
+    it took, the measured pass less the model's other backward kernels, on the non-causal
+    reference shapes; the causal shape is reported in the note as a check. (The efficiency
+    divides the fused kernel's compute terms alone: a ratio of whole-pass times would be off
+    by the other kernels' share, and wrong where the model without it is bound by memory.)
+    ``predict`` may return a plain time (taken as all compute)."""
     from ..hardware import interpolate_log2
+
+    def parts(impl: str, shape: list[Any]) -> tuple[float, float]:
+        got = predict(impl, *shape)
+        return (float(got), 0.0) if not isinstance(got, tuple) else (float(got[0]), float(got[1]))
 
     points = [p for p in (m or {}).get("points", []) if (p.get("backward") or {}).get("time_s")]
     out: dict[str, tuple[Any, str]] = {}
@@ -307,29 +451,32 @@ def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str
         curve: dict[int, float] = {}
         checks = []
         for p in (q for q in points if q["impl"] == impl and tuple(q["shape"][:3]) == REFERENCE_LONG):
-            b, h, n, d, causal = p["shape"]
-            predicted = predict(impl, b, h, n, d, causal)
-            if causal:
-                checks.append((p, predicted))
+            compute, other = parts(impl, p["shape"])
+            if p["shape"][4]:
+                checks.append((p, compute, other))
             else:
-                curve[int(d)] = round(predicted / p["backward"]["time_s"], 3)
+                curve[int(p["shape"][3])] = round(compute / max(p["backward"]["time_s"] - other, 1e-12), 3)
         if not curve:
             continue
         b, h, n = points[0]["shape"][:3]
         note = (
-            f"model backward time (no efficiency) / measured, fp16, {b} x {h} heads x {n} tokens, non-causal, "
-            "torch.autograd.grad with the graph kept, best of three medians of CUDA-event times"
+            f"model compute time of the fused backward kernel (no efficiency) / measured backward less the model's "
+            f"other backward kernels, fp16, {b} x {h} heads x {n} tokens, non-causal, torch.autograd.grad with the "
+            "graph kept, best of three medians of CUDA-event times"
         )
-        for p, predicted in checks:
+        for p, compute, other in checks:
             e = interpolate_log2(tuple(sorted(curve.items())), p["shape"][3])
-            err = (predicted / e - p["backward"]["time_s"]) / p["backward"]["time_s"]
+            err = (other + compute / e - p["backward"]["time_s"]) / p["backward"]["time_s"]
             note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
         out[f"implementations.{impl}.backward_efficiency"] = (dict(sorted(curve.items())), note)
     return out
 
 
 def backward_figures(
-    result: dict[str, Any], profile: Any = None, predict: Predict | None = None
+    result: dict[str, Any],
+    profile: Any = None,
+    predict: Predict | None = None,
+    scores: DropoutScores | None = None,
 ) -> dict[str, tuple[Any, str]]:
     """Every profile field the backward measurements give (value, note)."""
     out: dict[str, tuple[Any, str]] = {}
@@ -341,4 +488,8 @@ def backward_figures(
         predict = predicted_backward_s(profile)
     if predict is not None:
         out.update(backward_efficiency_figures(result.get("sdpa_backward") or {}, predict))
+    if scores is None and profile is not None:
+        scores = dropout_scores(profile)
+    if scores is not None:
+        out.update(dropout_rate_figures(result.get("sdpa_dropout") or {}, scores))
     return out

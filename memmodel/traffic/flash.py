@@ -276,6 +276,8 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
         ctas=intmath.mul(bh, b.t_r),
         blocks=intmath.mul(bh, visited),
         diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+        # with dropout the kernel draws a mask element for every score of its tiles
+        dropout_scores=scores if w.dropout > 0 else 0,
     )
 
 

@@ -199,6 +199,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             ctas=intmath.mul(bh, b.t_c),
             blocks=intmath.mul(bh, visited),
             diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+            dropout_scores=scores if w.dropout > 0 else 0,  # the forward's mask, drawn again
         )
     )
 
@@ -347,6 +348,7 @@ def cutlass_backward(
             ctas=intmath.mul(bh, splits),
             blocks=intmath.mul(bh, visited),
             diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+            dropout_scores=scores if w.dropout > 0 else 0,  # Z_ij drawn again per pair (curand Philox)
         )
     )
     return kernels + group_sum_kernels(w, l2)
@@ -383,6 +385,7 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
                 ctas=k.ctas,
                 blocks=k.blocks,
                 diagonal_blocks=k.diagonal_blocks,
+                dropout_scores=k.dropout_scores,
             )
         )
     return out

@@ -103,6 +103,12 @@ class Kernel:
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
     #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
     unaligned: Any = False
+    #: launches the kernel's work is issued as: ATen splits an elementwise op whose tensors
+    #: span more than 2³¹ − 1 bytes into launches that each fit 32-bit offsets
+    #: (:func:`memmodel.traffic.standard.elementwise_launches`); the transfers are their total
+    launches: IntLike = 1
+    #: scores whose dropout mask this fused kernel draws (Philox) or regenerates; 0 without dropout
+    dropout_scores: IntLike = 0
 
     @property
     def flops(self) -> IntLike:

@@ -29,6 +29,8 @@ launch for the same forward written the usual way (scale applied to S, ``masked_
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 from .. import intmath
@@ -191,6 +193,56 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
 #: The standard-attention variants: the paper's Algorithms 0/3, and PyTorch eager + autograd.
 STANDARD_VARIANTS = ("algorithm0", "eager")
 
+#: the largest offset (in bytes) and element count ATen's elementwise kernels index with int32
+INT32_MAX = 2**31 - 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _iterator_launches(sizes: tuple[int, ...], strides: tuple[tuple[int, ...], ...]) -> int:
+    """Launches of one ATen elementwise op over an iterator of ``sizes`` (fastest dim first)
+    with each operand's byte ``strides``, as ``gpu_kernel`` issues them: one when
+    ``TensorIteratorBase::can_use_32bit_indexing`` (numel and every operand's largest offset
+    fit an int32), else ``with_32bit_indexing``'s halves, each split again the same way, the
+    split dim the one of largest extent over the operands (the slowest on a tie)."""
+    numel = math.prod(sizes)
+    if numel <= INT32_MAX and all(1 + sum((n - 1) * st for n, st in zip(sizes, op)) <= INT32_MAX for op in strides):
+        return 1
+    dim, extent = -1, -1
+    for i in range(len(sizes) - 1, -1, -1):
+        if sizes[i] == 0:
+            continue
+        for op in strides:
+            if (sizes[i] - 1) * abs(op[i]) > extent:
+                dim, extent = i, (sizes[i] - 1) * abs(op[i])
+    if sizes[dim] < 2:  # pragma: no cover - a single element past int32 offsets
+        return 1
+    copy = sizes[dim] // 2
+    halves = (sizes[:dim] + (copy,) + sizes[dim + 1 :], sizes[:dim] + (sizes[dim] - copy,) + sizes[dim + 1 :])
+    return sum(_iterator_launches(h, strides) for h in halves)
+
+
+def elementwise_launches(elements: IntLike, element_bytes: IntLike, outer: IntLike | None = None) -> IntLike:
+    """Launches of an elementwise op over S-shaped tensors of ``elements`` scores (ATen's
+    32-bit indexing split, :func:`_iterator_launches`). Same-shape contiguous operands
+    coalesce into one dim of ``element_bytes`` stride; with ``outer`` (``masked_fill_`` with
+    one mask broadcast over ``outer`` heads) the iterator keeps two dims, the mask's stride
+    0 over the heads. 2 for a bf16 S of 2³¹ scores (4 GiB): halves of 2³⁰ scores, whose last
+    byte offset 2³¹ − 1 fits."""
+
+    def one(n: int, e: int, heads: int) -> int:
+        if heads <= 0:
+            return _iterator_launches((int(n),), ((int(e),),))
+        inner = int(n) // int(heads)
+        return _iterator_launches((inner, int(heads)), ((int(e), inner * int(e)), (1, 0)))
+
+    heads = 0 if outer is None else outer
+    if not intmath.is_array(elements, element_bytes, heads):
+        return one(int(elements), int(element_bytes), int(heads))
+    import numpy as np
+
+    vec = np.frompyfunc(one, 3, 1)
+    return np.asarray(vec(elements, element_bytes, heads), dtype=np.int64)
+
 
 def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:
     """Standard attention as eager PyTorch runs it, and the kernels autograd adds for its backward.
@@ -213,12 +265,21 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
 
     7. ``dv``: dV = P'ᵀ dO; 8. ``dp``: dP' = dO Vᵀ
     9. ``dropout_bwd`` (p > 0): ``native_dropout_backward``, dP = dP' ⊙ Z/(1−p) — read dP', Z
-    10. ``softmax_bwd``: ``_softmax_backward_data``, dS = P ⊙ (dP − rowsum(P ⊙ dP)) — read dP
-        and P (two S-sized tensors); write dS
-    11. ``mask_bwd_copy``, 12. ``mask_bwd`` (causal): masked_fill's gradient is
-        ``grad.masked_fill(mask, 0)``, out of place: a copy of dS, then ``masked_fill_``
-    13. ``scale_bwd``: dS ← dS · 1/√d (mul's gradient)
-    14. ``dk``: dK = dSᵀ Q; 15. ``dq``: dQ = dS K
+    10. ``softmax_bwd_mul``, 11. ``softmax_bwd``: ``_softmax_backward_data`` is two kernels
+        (ATen's ``softmax_backward_cuda_out``: ``Tensor tmp = grad * output``, then
+        ``host_softmax_backward`` on tmp): T = dP ⊙ P — read dP and P, write T; then
+        dS = T − P · rowsum(T) — read T and P, write dS
+    12. ``mask_bwd_copy``, 13. ``mask_bwd`` (causal): masked_fill's gradient is
+        ``grad.masked_fill(mask, 0)``, out of place: a copy of dS (a device-to-device
+        ``cudaMemcpyAsync``, no kernel), then ``masked_fill_``
+    14. ``scale_bwd``: dS ← dS · 1/√d (mul's gradient)
+    15. ``dk``: dK = dSᵀ Q; 16. ``dq``: dQ = dS K
+
+    The elementwise kernels (scale, mask, dropout's backward, the softmax gradient's product
+    and their gradients) run through ATen's ``gpu_kernel``, which indexes with int32: over
+    tensors of more than 2³¹ − 1 bytes it launches the op in parts
+    (:func:`elementwise_launches`; ``Kernel.launches``), e.g. twice over a bf16 S of 2³¹
+    scores. The softmax, dropout (64-bit indices there) and the copy stay one launch.
 
     GQA as in Algorithm 0: the query heads of a group stacked ([B, H_kv, G·N, d]), so the
     products and their gradients are per K/V head (no K/V expansion, no reduction).
@@ -257,16 +318,18 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             "B·H_kv · G·N·N_kv·1",
         )
 
-    def elementwise(
-        name: str, tensor: str, pass_: str, flops: IntLike, mask: bool = False, out: str | None = None
-    ) -> None:
+    # launches of an elementwise op over S (ATen's 32-bit indexing split); masked_fill_ with
+    # the mask broadcast over the batch and K/V heads
+    parts = elementwise_launches(scores, e)
+    mask_parts = elementwise_launches(scores, e, intmath.mul(w.batch, w.kv_heads_))
+
+    def elementwise(name: str, tensor: str, pass_: str, flops: IntLike, op: str, launches: IntLike = 1) -> None:
         k = KernelBuilder(name, pass_)
         just_written(k, tensor)
-        if mask:
+        if op == "masked_fill":
             causal_mask(k)
-        role = "intermediate"
-        k.write(out or tensor, role, s, f_s)
-        kernels.append(k.build(softmax_flops=flops, op="elementwise"))
+        k.write(tensor, "intermediate", s, f_s)
+        kernels.append(k.build(softmax_flops=flops, op=op, launches=launches))
 
     # --- forward -------------------------------------------------------------------
     k = KernelBuilder("qk")
@@ -274,9 +337,9 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
     operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
     k.write("S", "intermediate", s, f_s)
     kernels.append(k.build(matmul_flops=matmul, op="gemm"))
-    elementwise("scale", "S", "forward", scores)
+    elementwise("scale", "S", "forward", scores, "scale", parts)
     if w.causal:
-        elementwise("mask", "S", "forward", scores, mask=True)
+        elementwise("mask", "S", "forward", scores, "masked_fill", mask_parts)
     k = KernelBuilder("softmax")
     just_written(k, "S")
     k.write("P", "intermediate", s, f_s)
@@ -323,25 +386,28 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             just_written(k, "dP")
             k.read("Z", "state", z, z, "B·H·N·N_kv·1")
             k.write("dP", "intermediate", s, f_s)
-            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
+            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", launches=parts))
 
-        k = KernelBuilder("softmax_bwd", "backward")
-        just_written(k, "dP")
-        operand(k, "P", "intermediate", s, 1, f_s)
-        k.write("dS", "intermediate", s, f_s)
-        # P·dP, row sum, subtract, multiply: 4 FP32 ops per score
-        kernels.append(
-            k.build(
-                softmax_flops=intmath.mul(4, scores),
-                op="softmax_backward",
-                rows=intmath.mul(bh, w.n),
-                row_length=w.n_kv_,
+        # _softmax_backward_data: T = dP ⊙ P (1 op per score), then dS = T − P·rowsum(T)
+        # (row sum, multiply, subtract: 3); both are timed by the op's calibrated rate
+        for name, grad, out, flops in (("softmax_bwd_mul", "dP", "T", 1), ("softmax_bwd", "T", "dS", 3)):
+            k = KernelBuilder(name, "backward")
+            just_written(k, grad)
+            operand(k, "P", "intermediate", s, 1, f_s)
+            k.write(out, "intermediate", s, f_s)
+            kernels.append(
+                k.build(
+                    softmax_flops=intmath.mul(flops, scores),
+                    op="softmax_backward",
+                    rows=intmath.mul(bh, w.n),
+                    row_length=w.n_kv_,
+                    launches=parts if name == "softmax_bwd_mul" else 1,
+                )
             )
-        )
         if w.causal:
-            elementwise("mask_bwd_copy", "dS", "backward", 0)
-            elementwise("mask_bwd", "dS", "backward", scores, mask=True)
-        elementwise("scale_bwd", "dS", "backward", scores)
+            elementwise("mask_bwd_copy", "dS", "backward", 0, "copy")
+            elementwise("mask_bwd", "dS", "backward", scores, "masked_fill", mask_parts)
+        elementwise("scale_bwd", "dS", "backward", scores, "scale", parts)
 
         k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q
         just_written(k, "dS", _tiles(w.d))
