@@ -25,9 +25,9 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   kernel in that list whose head-dim limit (kMaxK), dropout and shared memory pass), as
   kBlockSizeI × kBlockSizeJ: 64 × 64 for d ≤ 64 (``fmha_cutlassB_f16_aligned_64x64_k64_...``,
   seen on an H200 with torch 2.11: validation/h200/final/h200-training.ncu.csv); 128 × 128
-  for d ≤ 128 on GPUs with ≥ 144 KiB per block (``..._128x128_k128_...``), where less,
-  128 × 64 for d ≤ 96 (``k96``, sm86/sm89 only) and 64 × 64 (``..._64x64_k128_...``);
-  above d = 128 128 × 64 (``k65536``), 64 × 64 where less shared memory. With dropout only
+  for d ≤ 128 on GPUs with ≥ 144 KiB per block (``..._128x128_k128_...``), 64 × 64 where
+  less (``..._64x64_k128_...``; sm86/sm89's 128 × 64 ``k96`` kernel is not modelled: d = 96
+  runs at 128 here); above d = 128 128 × 64 (``k65536``), 64 × 64 where less shared memory. With dropout only
   the ``..._dropout_...`` kernels qualify: 64 × 64 for d ≤ 64, 128 × 128 for d ≤ 128 (64 × 64
   where less shared memory), 128 × 64 above (64 × 64). (I·J)/1024 warps; one CTA per SM
   for 128 × 128. Older builds listed 128 × 128 first for d ≤ 64: the kernel name says which ran.
@@ -94,12 +94,11 @@ def _fa2_tiles(d: int, dropout: float, smem: float) -> tuple[int, int]:
     return (64, 64) if big or dropout > 0 else (64, 32)
 
 
-def _efficient_tiles(d: int, smem: float, dropout: float = 0.0) -> tuple[int, int]:
+def _efficient_tiles(d: int, smem: float) -> tuple[int, int]:
+    # the same sizes with dropout (the ``_dropout`` kernels): 64 × 64, 128 × 128, 128 × 64
     big = smem >= _BIG_SMEM
     if d <= 64:
         return 64, 64
-    if d <= 96 and not big and dropout == 0:
-        return 128, 64
     if d <= 128:
         return (128, 128) if big else (64, 64)
     return (128, 64) if big else (64, 64)
@@ -112,7 +111,7 @@ def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Prof
     if impl == "sdpa-flash":
         return _fa2_tiles(p, dropout, smem)
     if impl == "sdpa-efficient":
-        return _efficient_tiles(p, smem, dropout)
+        return _efficient_tiles(p, smem)
     if impl == "sdpa-cudnn":
         return (64, 128)
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check

@@ -314,17 +314,32 @@ def cutlass_backward(
     k_req = intmath.add(kv_q_heads, kv_pairs)
     main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
     main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
-    # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded and stored (the first split
-    # of a Q block only stores; the last one writes dQ)
+    # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded, added to and stored
+    # (``kernel_backward.h``: with key splits every pair loads the zeroed workspace tile; one
+    # split loads all but the first key block's; the last contribution to a Q block writes dQ
+    # instead of storing)
     contributions = pair(intmath.mul(bh, w.n, acc_cols, ACC_BYTES))
     first = intmath.mul(bh, w.n, acc_cols, ACC_BYTES)
-    if intmath.is_array(contributions, first):
-        acc_io = np.maximum(0, np.asarray(contributions) - np.asarray(first))
+    if intmath.is_array(contributions, first, splits):
+        stored = np.maximum(0, np.asarray(contributions) - np.asarray(first))
+        loaded = np.where(np.asarray(splits) > 1, np.asarray(contributions), stored)
     else:
-        acc_io = max(0, int(contributions) - int(first))
-    acc_hbm = _kv_hbm(workspace, acc_io, b.t_c, per_head, w.causal, l2c, bh)
-    main.read("dQacc", "state", acc_io, acc_hbm, "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4")
-    main.write("dQacc", "state", acc_io, "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4", hbm=acc_hbm)
+        stored = max(0, int(contributions) - int(first))
+        loaded = int(contributions) if int(splits) > 1 else stored
+    main.read(
+        "dQacc",
+        "state",
+        loaded,
+        _kv_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh),
+        "T_c · B·H·N·⌈d/B_j⌉·B_j·4 (with key splits; one split: T_c − 1)",
+    )
+    main.write(
+        "dQacc",
+        "state",
+        stored,
+        "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4",
+        hbm=_kv_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
+    )
     main.write("dQ", "output", q, "B·H·N·d·e")
     if output_in_registers:
         main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
