@@ -60,7 +60,10 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("mma_sync", "mma.sync tensor-core peak"),
     ("kernels", "library kernels: softmax, masked_fill, cuBLAS"),
     ("sdpa", "attention implementations, reference shapes"),
-    ("backward", "training-step kernels: softmax backward, dropout, reductions, SDPA backward"),
+    (
+        "backward",
+        "training-step kernels: softmax backward, dropout, reductions, SDPA backward with and without dropout",
+    ),
 )
 
 #: Required profile fields calibrate never measures; they come from ``--base``.

@@ -61,6 +61,7 @@ def _softmax(owner: Any) -> Any:
 def _kernel_dict(kernel: Kernel, timing: KernelTiming) -> dict[str, Any]:
     out: dict[str, Any] = {"name": kernel.name, "pass": kernel.pass_}
     out.update(_numbers(kernel, kernel))
+    out["launches"] = _plain(kernel.launches)  # more than 1: an elementwise op past 32-bit offsets
     out["predicted_time_s"] = _plain(timing.time_s)
     out["bound"] = _plain(timing.bound)
     out["time_terms_s"] = {k: _plain(v) for k, v in timing.terms.items()}
