@@ -191,6 +191,9 @@ class Profile:
     #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
     #: diagonal (masked element by element), in units of a plain block's compute
     implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> (fixed, per split) seconds of its split-KV combine kernel (calibrate's
+    #: decoding references)
+    implementation_combine_time: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     #: compute capability ("9.0") or the AMD target ("gfx942")
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
@@ -308,6 +311,8 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.combine_time": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
 }
@@ -518,6 +523,15 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.masked_block_cost" in curves
         },
+        implementation_combine_time={
+            name: (
+                values.get(f"implementations.{name}.combine_time", 0.0),
+                values.get(f"implementations.{name}.combine_time_per_split", 0.0),
+            )
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.combine_time" in values
+            or f"implementations.{name}.combine_time_per_split" in values
+        },
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
@@ -659,6 +673,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
     ("kernels.*", "hbm"),

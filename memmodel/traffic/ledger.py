@@ -103,6 +103,8 @@ class Kernel:
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
     #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
     unaligned: Any = False
+    #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
+    splits: IntLike = 0
 
     @property
     def flops(self) -> IntLike:
