@@ -200,6 +200,9 @@ class Profile:
     #: draws and the mask, as scores per second of extra time (measured by calibrate)
     implementation_dropout_rate: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     implementation_backward_dropout_rate: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> (fixed, per split) seconds of its split-KV combine kernel (calibrate's
+    #: decoding references)
+    implementation_combine_time: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     #: compute capability ("9.0") or the AMD target ("gfx942")
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
@@ -327,6 +330,8 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.combine_time": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
@@ -352,6 +357,7 @@ _TEXT_FIELDS = {
     "architecture": True,
     "compute_capability": False,
     "derive_from": False,
+    "library_rates_from": False,
 }
 _SECTIONS = {
     "memory",
@@ -554,6 +560,15 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.backward_dropout_rate" in curves
         },
+        implementation_combine_time={
+            name: (
+                values.get(f"implementations.{name}.combine_time", 0.0),
+                values.get(f"implementations.{name}.combine_time_per_split", 0.0),
+            )
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.combine_time" in values
+            or f"implementations.{name}.combine_time_per_split" in values
+        },
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
@@ -695,6 +710,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
     ("kernels.*", "hbm"),
@@ -752,36 +768,57 @@ def _raw_value(raw: Any) -> Any:
     return raw.get("value") if isinstance(raw, Mapping) and "value" in raw else raw
 
 
-def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
+#: What ``library_rates_from`` carries across architectures: the rates of PyTorch's and
+#: cuBLAS' memory-bound library kernels (softmax, products over S, elementwise, dropout,
+#: reductions), as the same share of the datasheet HBM bandwidth
+LIBRARY_FIELDS = "kernels.*"
+
+
+def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: bool = False) -> dict[str, Any]:
     """``data`` (a profile's YAML naming ``derive_from``) with every figure it lacks derived
-    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs."""
+    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs.
+    ``library_only`` (``library_rates_from``, another architecture): only the library kernels'
+    rates (:data:`LIBRARY_FIELDS`), by the HBM rule; the datasheet HBM bandwidth is
+    ``memory.hbm.datasheet_bandwidth`` or, in a datasheet profile, ``memory.hbm.bandwidth``."""
+    import fnmatch
+
     out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
     for key in ("memory", "compute", "kernels", "implementations"):
         if isinstance(out.get(key), Mapping):
             out[key] = _deep_copy(out[key])
+    needed = ("memory.hbm.datasheet_bandwidth",) if library_only else _DERIVE_INPUTS
+    key_name = "library_rates_from" if library_only else "derive_from"
     inputs: dict[str, float] = {}
-    for fpath in _DERIVE_INPUTS:
-        raw = _raw_value(_leaf(data, fpath))
+    for fpath in needed:
+        given, raw = fpath, _raw_value(_leaf(data, fpath))
+        if raw is None and library_only:
+            given, raw = "memory.hbm.bandwidth", _raw_value(_leaf(data, "memory.hbm.bandwidth"))
         if raw is None:
             raise _fail(where, fpath, f"missing: a profile that derives from {base.name!r} must give it")
         try:
             inputs[fpath] = units.parse(raw, _FIELDS[fpath][0])
         except units.UnitError as exc:
-            raise _fail(where, fpath, str(exc)) from None
-    for fpath in _DERIVE_INPUTS:
+            raise _fail(where, given, str(exc)) from None
+    for fpath in needed:
         if fpath not in base.figures:
-            raise _fail(where, "derive_from", f"{base.name!r} has no {fpath}, which derivation needs")
-    scale = {
-        "sm-clock": inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"]),
-        "clock": inputs["clock"] / base.figures["clock"],
-        "cycles": base.figures["clock"] / inputs["clock"],
-        "hbm": inputs["memory.hbm.datasheet_bandwidth"] / base.figures["memory.hbm.datasheet_bandwidth"],
-        "l2": inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"],
-        "same": 1.0,
-    }
+            raise _fail(where, key_name, f"{base.name!r} has no {fpath}, which derivation needs")
+    hbm = inputs["memory.hbm.datasheet_bandwidth"] / base.figures["memory.hbm.datasheet_bandwidth"]
+    if library_only:
+        scale = {"hbm": hbm}
+    else:
+        scale = {
+            "sm-clock": inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"]),
+            "clock": inputs["clock"] / base.figures["clock"],
+            "cycles": base.figures["clock"] / inputs["clock"],
+            "hbm": hbm,
+            "l2": inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"],
+            "same": 1.0,
+        }
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
+        if library_only and not (fnmatch.fnmatchcase(fpath, LIBRARY_FIELDS) and rule == "hbm"):
+            continue
         if rule is None or _leaf(data, fpath) is not None:
             continue
         kind = _FIELDS[fpath][0]
@@ -798,8 +835,13 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
     if derived_any:
         sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
         sources["derived"] = {
-            "title": f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
-            "(docs/profiles.md)",
+            "title": (
+                f"library kernel rates carried from profile {base.name} ({base.full_name}) across architectures, "
+                "as the same share of the datasheet HBM bandwidth (docs/profiles.md)"
+                if library_only
+                else f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
+                "(docs/profiles.md)"
+            ),
             "kind": "derived",
         }
         out["sources"] = sources
@@ -852,6 +894,19 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
         else:
             base = load_profile(spec, _chain=(*_chain, key))
         data = derive(data, where, base)
+    if isinstance(data, Mapping) and data.get("library_rates_from") is not None:
+        spec = data["library_rates_from"]
+        if not isinstance(spec, str) or not spec.strip():
+            raise _fail(where, "library_rates_from", "must name a profile (e.g. h200) or a path to one")
+        key = str(p.resolve())
+        if key in _chain or len(_chain) > 8:
+            raise _fail(where, "library_rates_from", f"{spec!r} derives, directly or not, from this profile: a cycle")
+        if is_path(spec):
+            spec_path = Path(spec).expanduser()
+            base = load_file(spec_path if spec_path.is_absolute() else p.parent / spec_path, _chain=(*_chain, key))
+        else:
+            base = load_profile(spec, _chain=(*_chain, key))
+        data = derive(data, where, base, library_only=True)
     return parse_profile(data, where, path=p, origin=origin)
 
 

@@ -469,14 +469,23 @@ def kernel_workload(workload: Workload, impl: str | None) -> Workload:
     return workload.with_(n=new_n, heads=new_heads, n_kv=workload.n_kv_)
 
 
+#: query rows of cuDNN's decoding kernels (``..._16x128x128_1x4x1_...`` for one query row per
+#: head on an H200, validation/h200/2026-11-30/sdpa-choice.jsonl)
+DECODE_ROWS = 16
+
+
 def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: Any, block_kv: Any) -> tuple[Any, Any]:
-    """:func:`tiles` for every head dim of ``workload`` (a grid: per element), each block no
-    longer than its sequence (as the kernels clamp their last block)."""
+    """:func:`tiles` for every head dim of ``workload`` (a grid: per element): the kernel's
+    compile-time tiles, which it computes whole even where the sequence is shorter (the
+    traffic counts only the rows and keys that exist: :func:`memmodel.traffic.flash.block_sizes`
+    clamps the blocks to the sequence)."""
     causal, dropout = bool(workload.causal), float(workload.dropout)
     workload = kernel_workload(workload, impl)  # decoding with GQA: the group's heads are the rows
     if not workload.is_grid:
         bq, bkv = tiles(impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile)
-        return min(bq, int(workload.n)), min(bkv, int(workload.n_kv_))
+        if impl == "sdpa-cudnn" and block_q is None and int(workload.n) <= DECODE_ROWS:
+            bq = DECODE_ROWS
+        return bq, bkv
     d = np.asarray(workload.d)
     bq_arr = np.zeros(d.shape, dtype=np.int64)
     bkv_arr = np.zeros(d.shape, dtype=np.int64)
@@ -484,9 +493,9 @@ def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: 
         bq, bkv = tiles(impl, int(value), causal, block_q, block_kv, dropout=dropout, profile=profile)
         bq_arr = np.where(d == value, bq, bq_arr)
         bkv_arr = np.where(d == value, bkv, bkv_arr)
-    bq_out = np.minimum(bq_arr, np.asarray(workload.n))
-    bkv_out = np.minimum(bkv_arr, np.asarray(workload.n_kv_))
-    return _scalar_if_uniform(bq_out), _scalar_if_uniform(bkv_out)
+    if impl == "sdpa-cudnn" and block_q is None:
+        bq_arr = np.where(np.asarray(workload.n) <= DECODE_ROWS, DECODE_ROWS, bq_arr)
+    return _scalar_if_uniform(bq_arr), _scalar_if_uniform(bkv_arr)
 
 
 def per_head_dim(d: Any, fn: Any) -> Any:

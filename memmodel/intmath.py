@@ -96,5 +96,11 @@ def minimum(a: IntLike, b: IntLike) -> IntLike:
     return np.minimum(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
+def maximum(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return max(int(a), int(b))
+    return np.maximum(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+
 def to_float(value: IntLike) -> float | np.ndarray:
     return float(value) if not isinstance(value, np.ndarray) else value.astype(np.float64)

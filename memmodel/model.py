@@ -97,6 +97,9 @@ def tiled_traffic(
         exec_d=padded_head_dim(impl, workload.d),
         whole_tiles=impl is not None,
         smem_reads=smem_reads(impl, blocks.block_q, workload.d, workload.dropout, profile),
+        tile=(options.block_q, options.block_kv)
+        if impl is not None and options.block_q is not None and options.block_kv is not None
+        else None,
     )
     l2 = l2 or l2_context(profile, options.l2)
     if options.tiled == "fa1":

@@ -376,6 +376,12 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
+    combine = profile.implementation_combine_time.get(implementation or "") if kernel.name == "fa2_combine" else None
+    if combine is not None:
+        # measured: a fixed cost and one per split (each combine CTA walks the splits in turn)
+        fixed, per_split = combine
+        lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
+        terms["latency"] = float(lat) if lat.ndim == 0 else lat
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}

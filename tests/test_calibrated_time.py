@@ -280,6 +280,25 @@ def test_the_reference_fit_recovers_efficiency_cta_overhead_and_diagonal_cost(h2
     assert all(v == pytest.approx(m, abs=1e-3) for v in masked.values())
 
 
+def test_the_decode_fit_recovers_the_cta_rate_and_the_combine_cost():
+    """Times made with a CTA rate of 20 GB/s and a combine of 3 µs + 0.4 µs per split (launch 1.4 µs)."""
+    rate, c0, c1, launch = 20e9, 3e-6, 0.4e-6, 1.4e-6
+
+    def t(splits, per_cta):  # split kernel + combine + two launches
+        return per_cta / rate + c0 + c1 * splits + 2 * launch
+
+    points = [
+        (0, 28, 1.0e6, t(28, 1.0e6), 49152),
+        (0, 28, 2.0e6, t(28, 2.0e6), 98304),
+        (1, 4, 0.5e6, t(4, 0.5e6), 12288),
+        (1, 4, 1.0e6, t(4, 1.0e6), 24576),
+    ]
+    fit = ci.fit_decode(points, launch)
+    assert fit["cta_bandwidth"] == pytest.approx(rate)
+    # intercepts 3 + 0.4·28 = 14.2 µs and 3 + 0.4·4 = 4.6 µs: (14.2 − 4.6)/(28 − 4) = 0.4 µs per split
+    assert fit["combine_per_split_s"] == pytest.approx(c1) and fit["combine_s"] == pytest.approx(c0)
+
+
 def test_a_negative_overhead_is_clamped_and_the_efficiency_taken_from_the_long_shape():
     long = {"measured_s": 1.0e-3, "launch_s": 0.0, "compute_s": 0.9e-3, "waves": 8.0}
     short = {"measured_s": 0.1e-3, "launch_s": 0.0, "compute_s": 0.12e-3, "waves": 8.0}  # faster than its compute

@@ -408,6 +408,15 @@ def _workload(w):
     return Workload(**w, kv_heads=w["heads"], n_kv=None).with_(heads=w["heads"] * group)
 
 
+def _useful_forward_flops(alg, w) -> int:
+    """The forward pass's FLOPs without the padding of whole tiles: the standard path's as
+    counted (exact), the tiled kernel's scaled back from its executed tiles to the scores."""
+    if alg.traffic.name == "standard":
+        return alg.traffic.flops
+    scores = (w.batch * w.heads * w.n * w.n_kv_) // (2 if w.causal else 1)
+    return 4 * scores * w.d
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     w=workloads,
@@ -425,7 +434,9 @@ def test_training_step_properties(w, impl, mode, variant):
         assert t.bytes(level="hbm") <= t.bytes(level="l2") <= t.bytes(level="sram")
         assert t.bytes(level="hbm") <= ref.traffic.bytes(level="hbm")  # L2 never adds HBM traffic
         assert t.hbm_bytes > a.traffic.hbm_bytes  # backward moves bytes of its own
-        assert t.flops >= 2 * a.traffic.flops
+        # the backward pass does at least twice the forward's work: the forward's kernel computes
+        # whole compile-time tiles (padding short sequences), so compare with its useful work
+        assert t.flops >= 2 * _useful_forward_flops(a, wl)
         for k in t.kernels:
             assert k.bytes(level="hbm", direction="read") >= 0 and k.bytes(level="hbm", direction="write") > 0
     # the fused kernels regenerate dropout's mask
@@ -686,7 +697,7 @@ def test_forward_only_summaries_keep_their_keys():
     assert "step_time" not in s and "backward_kernels" not in s["hbm_bytes"]
 
 
-@pytest.mark.parametrize("path", FINAL, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", EARLIER, ids=lambda p: p.stem)
 def test_earlier_records_rescore_exactly_as_before(path):
     """Every committed H200 record rescores with its own profile: the same kernels matched to
     the same measurements (the predictions follow the model as it is now)."""

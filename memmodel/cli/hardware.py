@@ -83,6 +83,59 @@ def list_cmd(*, fmt: str) -> None:
     )
 
 
+@hardware_group.command("sources")
+@format_option(
+    ("table", "json", "markdown"),
+    json="JSON on stdout: per profile, its figures by kind",
+    markdown="a Markdown table (docs/profiles.md is made of it)",
+)
+def sources_cmd(*, fmt: str) -> None:
+    """Per profile, which figures are measured, derived, published or datasheet, what its
+    predictions rest on, and which figures the time model misses (reported as caveats)."""
+    from ..hardware import SOURCE_KINDS, available, load_file
+    from ..implementations import default_for
+    from ..timing import caveats, rate_sources
+    from ..workload import Workload
+    from . import terminal
+
+    rows: list[dict[str, Any]] = []
+    for name, (origin, path) in available().items():
+        try:
+            p = load_file(path, origin=origin)
+        except Exception as exc:  # a broken user profile must not hide the others
+            rows.append({"name": name, "error": str(exc)})
+            continue
+        by_kind: dict[str, list[str]] = {k: [] for k in (*SOURCE_KINDS, "unstated")}
+        for fpath, prov in p.provenance.items():
+            by_kind[prov.kind or "unstated"].append(fpath)
+        dtype = "bf16" if "bf16" in p.compute_flops_per_s else "fp16"
+        impl, _ = default_for(Workload(n=4096, d=128, dtype=dtype), p)
+        missing = caveats(p, impl if impl != "paper" else None, dtype, 128)
+        rows.append(
+            {"name": name, "rates": rate_sources(p), "figures": by_kind, "default_impl": impl, "caveats": missing}
+        )
+    if fmt == "json":
+        terminal.print_json(rows)
+        return
+    kinds = ("measured", "derived", "published", "datasheet", "device")
+    header = ["GPU", "its times rest on", *kinds, "caveats (bf16 or fp16, d 128, the kernel PyTorch runs)"]
+    table = []
+    for r in rows:
+        if "error" in r:
+            table.append([r["name"], f"invalid: {r['error']}", *[""] * (len(header) - 2)])
+            continue
+        counts = [str(len(r["figures"][k])) if r["figures"][k] else "—" for k in kinds]
+        notes = "; ".join(c.split(":")[0] for c in r["caveats"]) or "none"
+        table.append([r["name"], r["rates"], *counts, f"{r['default_impl']}: {notes}"])
+    if fmt == "markdown":
+        click.echo("| " + " | ".join(header) + " |")
+        click.echo("| " + " | ".join("---" for _ in header) + " |")
+        for row in table:
+            click.echo("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
+        return
+    terminal.console().print(terminal.table(None, [(h, "left") for h in header], [tuple(r) for r in table]))
+
+
 @hardware_group.command("show")
 @click.argument("name", shell_complete=complete_profile)
 @format_option(("table", "json"), json="JSON on stdout: every figure with its unit in the key, and its source")

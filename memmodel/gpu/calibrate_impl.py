@@ -58,6 +58,11 @@ SDPA_SKIP = {("sdpa-efficient", 256)}
 #: (28 splits each on 132 SMs); the longer one gives the rate
 DECODE_SHAPE = (1, 32, 8, 128)
 DECODE_NKV = (49152, 98304)
+#: decoding references, (batch, heads, kv heads, d) at two K/V lengths each: batch 1 splits
+#: K/V 28 ways on 132 SMs, batch 8 four ways; the slope gives the per-CTA streaming rate, the
+#: intercepts at two split counts the combine kernel's fixed and per-split cost
+DECODE_REFERENCES = (((1, 32, 8, 128), (49152, 98304)), ((8, 32, 8, 128), (12288, 24576)))
+DECODE_IMPLS = ("sdpa-flash", "sdpa-cudnn")
 
 
 def _rate(ctx: Any, amount: float, fn: Any, reps: int = 20) -> dict[str, Any]:
@@ -328,32 +333,33 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
         ctx.free()
-    out += _measure_decode(ctx, backends["sdpa-flash"])
+    for impl in DECODE_IMPLS:
+        out += _measure_decode(ctx, backends[impl], impl)
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
 
 
-def _measure_decode(ctx: Any, backend: Any) -> list[dict[str, Any]]:
+def _measure_decode(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
     torch = ctx.torch
     from torch.nn.attention import sdpa_kernel
 
-    b, h, hkv, d = DECODE_SHAPE
     out = []
-    for nkv in DECODE_NKV:
-        g = ctx.generator(17)
-        q = torch.randn(b, h, 1, d, device=ctx.device, dtype=torch.float16, generator=g)
-        k, v = (torch.randn(b, hkv, nkv, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(2))
+    for (b, h, hkv, d), lengths in DECODE_REFERENCES:
+        for nkv in lengths:
+            g = ctx.generator(17)
+            q = torch.randn(b, h, 1, d, device=ctx.device, dtype=torch.float16, generator=g)
+            k, v = (torch.randn(b, hkv, nkv, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(2))
 
-        def fn(q: Any = q, k: Any = k, v: Any = v) -> Any:
-            with sdpa_kernel([backend]):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+            def fn(q: Any = q, k: Any = k, v: Any = v) -> Any:
+                with sdpa_kernel([backend]):
+                    return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-        point: dict[str, Any] = {"impl": "sdpa-flash", "decode": [b, h, hkv, nkv, d], "dtype": "fp16"}
-        try:
-            point.update(_rate(ctx, 2 * b * hkv * nkv * d * 2, fn, reps=100))
-        except Exception as exc:  # a build without GQA in SDPA: recorded
-            point["error"] = str(exc).splitlines()[0][:200]
-        out.append(point)
-        ctx.free()
+            point: dict[str, Any] = {"impl": impl, "decode": [b, h, hkv, nkv, d], "dtype": "fp16"}
+            try:
+                point.update(_rate(ctx, 2 * b * hkv * nkv * d * 2, fn, reps=100))
+            except Exception as exc:  # a build without GQA in SDPA: recorded
+                point["error"] = str(exc).splitlines()[0][:200]
+            out.append(point)
+            ctx.free()
     return out
 
 
@@ -617,30 +623,71 @@ def efficiency_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, 
     return out
 
 
+def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: float) -> dict[str, float]:
+    """Per-CTA streaming rate and the combine kernel's cost from decoding references.
+
+    ``points``: (shape id, splits, K/V bytes per CTA, measured time, n_kv) for each reference
+    length. Per shape, time = intercept + bytes per CTA / rate: the slope between its two
+    lengths gives the rate (the longest shape's kept; the other is a check). The intercept,
+    less two launches, is the combine kernel: ``combine = c0 + c1 × splits``, solved from the
+    two shapes' split counts (c0, c1 at least 0; one shape: all in c1)."""
+    by_shape: dict[int, list[tuple[int, int, float, float, float]]] = {}
+    for p in points:
+        by_shape.setdefault(p[0], []).append(p)
+    fits = []
+    for pts in by_shape.values():
+        (_, s, x1, t1, _), (_, _, x2, t2, _) = sorted(pts, key=lambda p: p[4])[:2]
+        slope = (t2 - t1) / (x2 - x1)
+        fits.append((s, 1.0 / slope if slope > 0 else float("inf"), t1 - x1 * slope - 2 * launch_s, x2))
+    rate = max(fits, key=lambda f: f[3])[1]
+    if len(fits) >= 2 and fits[0][0] != fits[1][0]:
+        (sa, _, ia, _), (sb, _, ib, _) = fits[0], fits[1]
+        c1 = max(0.0, (ia - ib) / (sa - sb))
+        c0 = max(0.0, ia - c1 * sa)
+    else:
+        c0, c1 = 0.0, max(0.0, fits[0][2] / max(fits[0][0], 1))
+    return {"cta_bandwidth": rate, "combine_s": c0, "combine_per_split_s": c1}
+
+
 def cta_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.cta_bandwidth``: bytes one split-KV CTA streams per second,
-    from the longest decoding reference: K/V bytes per CTA (FlashAttention-2's split count)
-    over the measured time, which includes the combine kernel and the launch (about a tenth
-    of it at 98,304 keys on an H200), so the rate is a little low. The shorter reference is
-    reported beside it (shorter kernels pay the same fixed costs over fewer bytes)."""
+    """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second)
+    and ``combine_time``/``combine_time_per_split`` (the combine kernel) from the decoding
+    references (:data:`DECODE_REFERENCES`, :func:`fit_decode`), with FlashAttention-2's split
+    count (cuDNN's own split is not public: assumed the same)."""
     from ..traffic.decode import choose_splits
     from ..workload import Workload
 
     out: dict[str, tuple[Any, str]] = {}
     points = [p for p in (m.get("sdpa") or {}).get("points", []) if "decode" in p and p.get("time_s")]
+    launch = float(profile.launch_overhead_s or 0.0)
     for impl in sorted({p["impl"] for p in points}):
-        pts = sorted((p for p in points if p["impl"] == impl), key=lambda p: p["decode"][3])
-        rates = []
-        for p in pts:
+        rows = []
+        shapes: dict[tuple[int, ...], int] = {}
+        for p in sorted((p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][0], p["decode"][3])):
             b, h, hkv, nkv, d = p["decode"]
             w = Workload(n=1, n_kv=nkv, d=d, batch=b, heads=h, kv_heads=hkv, dtype=p.get("dtype", "fp16"))
             splits = int(choose_splits(w, profile.sm_count))
-            rates.append((nkv, splits, 2 * nkv * d * 2 / splits / p["time_s"], p["time_s"]))
-        b, h, hkv, _, d = pts[-1]["decode"]
+            per_cta = 2 * nkv * d * 2 / splits  # one K/V head's K and V, fp16, cut in splits
+            sid = shapes.setdefault((b, h, hkv, d), len(shapes))
+            rows.append((sid, splits, per_cta, p["time_s"], nkv))
+        if len({r[0] for r in rows}) < 1 or any(sum(1 for r in rows if r[0] == s) < 2 for s in {r[0] for r in rows}):
+            continue
+        fit = fit_decode(rows, launch)
+        refs = "; ".join(
+            f"{b}x{h} heads ({hkv} K/V), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
+            for r, (b, h, hkv, _) in ((r, next(k for k, v in shapes.items() if v == r[0])) for r in rows)
+        )
+        note = f"decoding references, d = 128, fp16, FlashAttention-2's split count: {refs}"
         out[f"implementations.{impl}.cta_bandwidth"] = (
-            _fmt_bw(rates[-1][2]),
-            f"decoding {b} x {h} heads ({hkv} K/V heads), d = {d}, fp16, FlashAttention-2's split count: "
-            + "; ".join(f"n_kv {n}, {s} splits, {t * 1e6:.1f} us: {_fmt_bw(r)} per CTA" for n, s, r, t in rates)
-            + "; the longest is kept (times include the combine kernel and launch)",
+            _fmt_bw(fit["cta_bandwidth"]),
+            f"per split-KV CTA, from the slope between each shape's two lengths (the longest shape kept); {note}",
+        )
+        out[f"implementations.{impl}.combine_time"] = (
+            f"{max(fit['combine_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's fixed cost: the intercepts less two launches, at two split counts; {note}",
+        )
+        out[f"implementations.{impl}.combine_time_per_split"] = (
+            f"{max(fit['combine_per_split_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's cost per split; {note}",
         )
     return out

@@ -115,5 +115,7 @@ def split_kv_kernels(ctx: object, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
     c.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "B·H·splits·N·4")
     c.write("O", "output", q, "B·H·N·d·e")
     c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
-    combine = c.build(softmax_flops=intmath.mul(3, bh, splits, w.n, w.d), exp_ops=intmath.mul(bh, splits, w.n))
+    combine = c.build(
+        softmax_flops=intmath.mul(3, bh, splits, w.n, w.d), exp_ops=intmath.mul(bh, splits, w.n), splits=splits
+    )
     return [split, combine]

@@ -154,10 +154,13 @@ def tile_context(
     exec_d: IntLike | None = None,
     whole_tiles: bool = False,
     smem_reads: IntLike = 4,
+    tile: tuple[IntLike, IntLike] | None = None,
 ) -> TileContext:
     """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
     at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
-    last ones too (real kernels; the paper's algorithm counts exact work)."""
+    last ones too (real kernels; the paper's algorithm counts exact work); ``tile`` is the
+    kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
+    for four query rows)."""
     visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
     all_pairs = intmath.mul(blocks.t_r, blocks.t_c)
     full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
@@ -173,7 +176,10 @@ def tile_context(
     per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
     if kv_order not in KV_ORDERS:
         raise WorkloadError(f"unknown K/V order {kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
-    executed = intmath.mul(w.batch, w.heads, visited, blocks.block_q, blocks.block_kv) if whole_tiles else scores
+    # a real kernel computes its compile-time tile whole (``tile``; at least the block)
+    tq, tkv = tile if tile is not None else (blocks.block_q, blocks.block_kv)
+    tq, tkv = intmath.maximum(tq, blocks.block_q), intmath.maximum(tkv, blocks.block_kv)
+    executed = intmath.mul(w.batch, w.heads, visited, tq, tkv) if whole_tiles else scores
     return TileContext(
         w,
         blocks,

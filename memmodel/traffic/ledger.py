@@ -109,6 +109,8 @@ class Kernel:
     launches: IntLike = 1
     #: scores whose dropout mask this fused kernel draws (Philox) or regenerates; 0 without dropout
     dropout_scores: IntLike = 0
+    #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
+    splits: IntLike = 0
 
     @property
     def flops(self) -> IntLike:
