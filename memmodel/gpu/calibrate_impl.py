@@ -628,7 +628,8 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
 
     ``points``: (shape id, splits, K/V bytes per CTA, measured time, n_kv) for each reference
     length. Per shape, time = intercept + bytes per CTA / rate: the slope between its two
-    lengths gives the rate (the longest shape's kept; the other is a check). The intercept,
+    lengths gives the rate (that of the shape with the most splits, where the per-CTA rate
+    binds; with fewer splits the kernel's padded compute can bind instead). The intercept,
     less two launches, is the combine kernel: ``combine = c0 + c1 × splits``, solved from the
     two shapes' split counts (c0, c1 at least 0; one shape: all in c1)."""
     by_shape: dict[int, list[tuple[int, int, float, float, float]]] = {}
@@ -639,7 +640,7 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
         (_, s, x1, t1, _), (_, _, x2, t2, _) = sorted(pts, key=lambda p: p[4])[:2]
         slope = (t2 - t1) / (x2 - x1)
         fits.append((s, 1.0 / slope if slope > 0 else float("inf"), t1 - x1 * slope - 2 * launch_s, x2))
-    rate = max(fits, key=lambda f: f[3])[1]
+    rate = max(fits, key=lambda f: f[0])[1]  # the most splits: the regime the per-CTA rate binds in
     if len(fits) >= 2 and fits[0][0] != fits[1][0]:
         (sa, _, ia, _), (sb, _, ib, _) = fits[0], fits[1]
         c1 = max(0.0, (ia - ib) / (sa - sb))
@@ -652,9 +653,11 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
 def cta_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
     """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second)
     and ``combine_time``/``combine_time_per_split`` (the combine kernel) from the decoding
-    references (:data:`DECODE_REFERENCES`, :func:`fit_decode`), with FlashAttention-2's split
-    count (cuDNN's own split is not public: assumed the same)."""
-    from ..traffic.decode import choose_splits
+    references (:data:`DECODE_REFERENCES`, :func:`fit_decode`), each CTA's bytes counted as
+    the time model counts them (FlashAttention-2's split count; cuDNN's own split is not
+    public: assumed the same; the CTAs its occupancy runs at once)."""
+    from ..implementations import options_for
+    from ..model import compare
     from ..workload import Workload
 
     out: dict[str, tuple[Any, str]] = {}
@@ -666,8 +669,14 @@ def cta_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
         for p in sorted((p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][0], p["decode"][3])):
             b, h, hkv, nkv, d = p["decode"]
             w = Workload(n=1, n_kv=nkv, d=d, batch=b, heads=h, kv_heads=hkv, dtype=p.get("dtype", "fp16"))
-            splits = int(choose_splits(w, profile.sm_count))
-            per_cta = 2 * nkv * d * 2 / splits  # one K/V head's K and V, fp16, cut in splits
+            # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
+            # over the CTAs it runs at once (its occupancy), as the time model divides them
+            c = compare(w, profile, options_for(impl, w, profile))
+            split = next((k for k in c.tiled.traffic.kernels if k.name == "fa2_splitkv"), None)
+            if split is None:
+                continue
+            splits = int(c.tiled.traffic.params["splits"])
+            per_cta = float(split.bytes(level="hbm")) / max(float(split.concurrent_ctas), 1.0)
             sid = shapes.setdefault((b, h, hkv, d), len(shapes))
             rows.append((sid, splits, per_cta, p["time_s"], nkv))
         if len({r[0] for r in rows}) < 1 or any(sum(1 for r in rows if r[0] == s) < 2 for s in {r[0] for r in rows}):
@@ -680,7 +689,7 @@ def cta_figures(m: dict[str, Any], profile: Any) -> dict[str, tuple[Any, str]]:
         note = f"decoding references, d = 128, fp16, FlashAttention-2's split count: {refs}"
         out[f"implementations.{impl}.cta_bandwidth"] = (
             _fmt_bw(fit["cta_bandwidth"]),
-            f"per split-KV CTA, from the slope between each shape's two lengths (the longest shape kept); {note}",
+            f"per split-KV CTA, from the slope between the two lengths of the shape with the most splits; {note}",
         )
         out[f"implementations.{impl}.combine_time"] = (
             f"{max(fit['combine_s'], 1e-9) * 1e6:.4g} us",
