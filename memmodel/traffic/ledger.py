@@ -105,6 +105,8 @@ class Kernel:
     unaligned: Any = False
     #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
     splits: IntLike = 0
+    #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
+    masked_input: bool = False
 
     @property
     def flops(self) -> IntLike:

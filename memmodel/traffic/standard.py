@@ -129,6 +129,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             op="softmax",
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
+            masked_input=w.causal,
         )
     )
 
@@ -287,6 +288,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             op="softmax",
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
+            masked_input=w.causal,
         )
     )
     p_used = "P"
