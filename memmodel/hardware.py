@@ -94,6 +94,8 @@ class KernelRates:
     gemm_unaligned_write_bytes_per_s: float | None = None
     #: the softmax over rows that are not a multiple of 16 bytes, by row length
     softmax_unaligned_bytes_per_s: tuple[tuple[int, float], ...] = ()
+    #: the softmax over causally masked scores (−∞ above the diagonal), by row length
+    softmax_masked_bytes_per_s: tuple[tuple[int, float], ...] = ()
     #: autograd's softmax gradient (``_softmax_backward_data``), by row length
     softmax_backward_bytes_per_s: tuple[tuple[int, float], ...] = ()
     #: ``native_dropout`` (P in; P' and a one-byte mask out) and its backward
@@ -110,6 +112,9 @@ class KernelRates:
 
     def softmax_unaligned_rate(self, row_length: Any) -> Any:
         return interpolate_log2(self.softmax_unaligned_bytes_per_s, row_length)
+
+    def softmax_masked_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_masked_bytes_per_s, row_length)
 
     def softmax_backward_rate(self, row_length: Any) -> Any:
         return interpolate_log2(self.softmax_backward_bytes_per_s, row_length)
@@ -320,6 +325,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.gemm.unaligned_read_bandwidth": ("bandwidth", False),
     "kernels.gemm.unaligned_write_bandwidth": ("bandwidth", False),
     "kernels.softmax.unaligned_bandwidth": ("bandwidth", False),
+    "kernels.softmax.masked_bandwidth": ("bandwidth", False),
     "kernels.softmax_backward.bandwidth": ("bandwidth", False),
     "kernels.dropout.bandwidth": ("bandwidth", False),
     "kernels.dropout_backward.bandwidth": ("bandwidth", False),
@@ -341,6 +347,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
 _CURVES: dict[str, str] = {
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
+    "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -517,6 +524,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             gemm_unaligned_read_bytes_per_s=values.get("kernels.gemm.unaligned_read_bandwidth"),
             gemm_unaligned_write_bytes_per_s=values.get("kernels.gemm.unaligned_write_bandwidth"),
             softmax_unaligned_bytes_per_s=curves.get("kernels.softmax.unaligned_bandwidth", ()),
+            softmax_masked_bytes_per_s=curves.get("kernels.softmax.masked_bandwidth", ()),
             softmax_backward_bytes_per_s=curves.get("kernels.softmax_backward.bandwidth", ()),
             dropout_bytes_per_s=values.get("kernels.dropout.bandwidth"),
             dropout_backward_bytes_per_s=values.get("kernels.dropout_backward.bandwidth"),

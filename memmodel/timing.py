@@ -201,6 +201,9 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
         rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
         if rates.softmax_unaligned_bytes_per_s:
             rate = np.asarray(_where_unaligned(kernel, rate, rates.softmax_unaligned_rate(rows)), dtype=np.float64)
+        if kernel.masked_input and rates.softmax_masked_bytes_per_s:
+            # measured apart: the softmax over causally masked scores runs at its own rate
+            rate = np.asarray(rates.softmax_masked_rate(rows), dtype=np.float64)
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
         if rates.softmax_row_time_s:
             # a block per row: a kernel of few rows takes what one block takes for its row

@@ -36,6 +36,9 @@ SOFTMAX_BYTES = 512 * 2**20
 #: between the powers of two (not validation shapes)
 SOFTMAX_UNALIGNED_ROWS = (129, 257, 513, 1025, 2049, 4097, 8193)
 GEMM_UNALIGNED_N = 1025
+#: row lengths of the causally masked softmax (square blocks): the powers of two the unmasked
+#: curve has, not validation shapes' batch × heads
+SOFTMAX_MASKED_ROWS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 GEMM_BYTES = 2**30
 FEW_ROWS_LENGTH = 32768
 #: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation
@@ -200,6 +203,19 @@ def measure_softmax(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dic
         unaligned.append({"row": row, "rows": rows, **r})
         del x, y
     out["unaligned"] = unaligned
+    ctx.free()
+    # causally masked scores (−∞ above the diagonal, as eager attention's masked_fill_ leaves
+    # them): square N × N blocks of fp16, rows of N
+    masked = []
+    for row in SOFTMAX_MASKED_ROWS:
+        heads = SOFTMAX_BYTES // (2 * row * row)
+        x = torch.randn(heads, row, row, device=ctx.device, dtype=torch.float16, generator=ctx.generator(20))
+        x.masked_fill_(torch.ones(row, row, device=ctx.device, dtype=torch.bool).triu_(1), float("-inf"))
+        y = torch.empty_like(x)
+        r = _rate(ctx, 2 * x.numel() * 2, lambda x=x, y=y: torch.softmax(x, dim=-1, out=y))
+        masked.append({"row": row, "rows": heads * row, **r})
+        del x, y
+    out["masked"] = masked
     ctx.free()
     # few rows: the parallelism a small softmax has (decode: batch × heads rows)
     few = []
@@ -438,6 +454,13 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
                 f"{sorted({p['d'] for p in pts})}: " + ", ".join(_fmt_bw(r) for r in rates),
             )
     soft = k.get("softmax") or {}
+    masked = [p for p in soft.get("masked", []) if p.get("rate")]
+    if masked:
+        out["kernels.softmax.masked_bandwidth"] = (
+            {int(p["row"]): _fmt_bw(p["rate"]) for p in sorted(masked, key=lambda p: p["row"])},
+            "torch.softmax over causally masked fp16 scores (−inf above the diagonal of square N × N blocks), "
+            f"bytes read + written over the time, inputs of {SOFTMAX_BYTES // 2**20} MiB, by row length",
+        )
     odd = [p for p in soft.get("unaligned", []) if p.get("rate")]
     if odd:
         out["kernels.softmax.unaligned_bandwidth"] = (

@@ -111,6 +111,8 @@ class Kernel:
     dropout_scores: IntLike = 0
     #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
     splits: IntLike = 0
+    #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
+    masked_input: bool = False
 
     @property
     def flops(self) -> IntLike:

@@ -131,6 +131,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             op="softmax",
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
+            masked_input=w.causal,
         )
     )
 
@@ -350,6 +351,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             op="softmax",
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
+            masked_input=w.causal,
         )
     )
     p_used = "P"
