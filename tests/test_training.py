@@ -991,7 +991,10 @@ def test_dropout_rate_figures_and_their_use():
     from memmodel.hardware import parse_profile
 
     with_rates = parse_profile(data, "x")
-    before = predicted_times(case, H200)["kernels"]
+    bare = _profile_data_with({}, "sdpa-flash")
+    for key in ("dropout_rate", "backward_dropout_rate"):
+        bare["implementations"]["sdpa-flash"].pop(key, None)
+    before = predicted_times(case, parse_profile(bare, "x"))["kernels"]
     after = predicted_times(case, with_rates)["kernels"]
     assert after["fa2_fwd"] - before["fa2_fwd"] == pytest.approx(536_870_912 / 4.13e12)  # 130 µs
     assert after["fa2_bwd"] - before["fa2_bwd"] == pytest.approx(536_870_912 / 1.79e12)  # 300 µs
