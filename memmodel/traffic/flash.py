@@ -194,13 +194,6 @@ def _frac(ctx: TileContext) -> Any:
     return ctx.visited, intmath.mul(ctx.blocks.t_r, ctx.blocks.t_c)
 
 
-def _scaled(nbytes: IntLike, num: IntLike, den: IntLike) -> IntLike:
-    """nbytes · num / den, exact for scalars (num ≤ den)."""
-    if not intmath.is_array(nbytes, num, den):
-        return int(nbytes) * int(num) // int(den)
-    return (np.asarray(nbytes, dtype=np.float64) * np.asarray(num) / np.asarray(den)).round().astype(np.int64)
-
-
 # ---------------------------------------------------------------------------------------
 # FA2
 
@@ -214,7 +207,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     kv_head = intmath.mul(w.n_kv_, w.d, e)
     visited, pairs = _frac(ctx)
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
-    kv_req = _scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
+    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     kv_hbm = _kv_hbm(
@@ -375,7 +368,7 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d)))
 
     # main kernel: CTAs over K/V blocks; each re-reads its head's Q, dO, lse, D per visited block
-    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     q_head = intmath.mul(w.n, w.d, e)
     ws = intmath.add(intmath.mul(2, q_head), intmath.mul(w.n, w.d, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES))
     sharing = b.t_c
@@ -445,7 +438,7 @@ class _Fa1:
 
     def steps(self, nbytes: IntLike) -> IntLike:
         """``nbytes`` once per visited outer step (T_c times unless causal)."""
-        return _scaled(intmath.mul(self.t_c, nbytes), self.steps_num, self.steps_den)
+        return intmath.scaled(intmath.mul(self.t_c, nbytes), self.steps_num, self.steps_den)
 
     def hbm(self, unique: IntLike, requested: IntLike) -> IntLike:
         if isinstance(self.fits, np.ndarray):

@@ -59,7 +59,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
-from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, _scaled, tile_context
+from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, tile_context
 from .ledger import Kernel, KernelBuilder
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -155,7 +155,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     # per element of dO: multiply and add
     kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d), op="elementwise"))
 
-    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     per_head = intmath.add(
         intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
@@ -288,7 +288,7 @@ def cutlass_backward(
         z.write("dQacc", "state", ws, "B·H·⌈N/B_i⌉·B_i·⌈d/B_j⌉·B_j·4 (zeroed)")
         kernels.append(z.build(op="elementwise"))
 
-    pair = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    pair = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     per_head = intmath.add(
         intmath.mul(3, w.n, w.d, e), intmath.mul(w.n, acc_cols, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
@@ -309,7 +309,7 @@ def cutlass_backward(
     for tensor, nbytes in (("lse", stat), ("D", stat)):
         main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), "T_c · B·H·N·4")
     # K_j stays in shared memory for S; V_j (for dP) and K_j (for dQ) are loaded again per pair
-    kv_pairs = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+    kv_pairs = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
     k_req = intmath.add(kv_q_heads, kv_pairs)
     main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
     main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
@@ -329,7 +329,7 @@ def cutlass_backward(
         main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
         main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
     else:  # accumulated in global memory: read and written per visited pair
-        kv_acc = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+        kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
             main.read(tensor, "output", kv_acc, kv_q_heads, "T_r · B·H·N_kv·d·e (accumulate)")
             main.write(tensor, "output", kv_acc, "T_r · B·H·N_kv·d·e (accumulate)", hbm=kv_q_heads)
