@@ -20,7 +20,7 @@ from memmodel.cases import parse_case
 from memmodel.errors import WorkloadError
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
-from memmodel.gpu.validate import case_from_dict, rescore
+from memmodel.gpu.validate import case_from_dict, profile_entry, rescore
 from memmodel.hardware import load_profile
 from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
 from memmodel.validation import (
@@ -594,6 +594,20 @@ def test_earlier_records_rescore_exactly_as_before(path):
     # a case written with the new keys at their defaults scores the same
     e = next(e for e in data["cases"] if e["status"] == "ok")
     assert case_from_dict({**e["case"], "backward": False, "dropout": 0.0}) == case_from_dict(e["case"])
+
+
+def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch, tmp_path):
+    """A bundled profile is recorded as ``hardware/h200.yaml`` (relative to the folder validate
+    runs in), not as the measuring machine's absolute path, which no other checkout has."""
+    monkeypatch.chdir(REPO)
+    assert profile_entry(load_profile("h200")) == {"name": "h200", "path": "hardware/h200.yaml"}
+    assert profile_entry(load_profile("validation/h200/h200-calibrated.yaml"))["path"] == (
+        "validation/h200/h200-calibrated.yaml"
+    )
+    monkeypatch.chdir(tmp_path)  # outside the repository: the path as it is
+    assert profile_entry(load_profile("h200"))["path"] == (REPO / "hardware" / "h200.yaml").as_posix()
+    for record in FINAL:  # every committed record finds its profile from any checkout
+        assert not Path(json.loads(record.read_text())["profile"]["path"]).is_absolute(), record.name
 
 
 def test_rescore_cli_on_an_earlier_record(run, tmp_path):
