@@ -825,7 +825,7 @@ def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
 
 def _standard_label(constants: dict[str, Any]) -> str:
     """The legend's name for the standard rows: the variant when the sweep has one."""
-    variant = constants.get("standard")
+    variant = str(constants.get("standard", ""))
     return {"algorithm0": "standard (Algorithm 0)", "eager": "standard (eager PyTorch)"}.get(variant, "standard")
 
 

@@ -63,7 +63,7 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64) -> IntLike:
         if n != 1:
             return 1
         rows, heads = (h // hk, hk) if h > hk else (n, h)
-        return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // split_block_kv(d)))
+        return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // int(split_block_kv(d))))
 
     if w.is_grid:
         # only decoding (n = 1) needs the heuristic: evaluate it there alone
