@@ -162,8 +162,11 @@ def backward_kernels(
     if impl == "sdpa-flash":
         kernels = fa2_backward(workload, ctx, l2)
     elif impl == "sdpa-efficient":
-        in_rf = bool(np.all(np.asarray(padded_head_dim(impl, workload.d)) <= np.asarray(tiles.block_q)))
-        in_rf = in_rf and workload.element_bytes == 2
+        # dK, dV stay in registers where the head dim fits the Q block (per row of a grid)
+        fit = (np.asarray(padded_head_dim(impl, workload.d)) <= np.asarray(tiles.block_q)) & (
+            workload.element_bytes == 2
+        )
+        in_rf: Any = bool(fit) if fit.ndim == 0 else fit
         kernels = cutlass_backward(workload, ctx, tiles, l2, output_in_registers=in_rf)
     else:
         kernels = cudnn_backward(workload, ctx, l2)

@@ -273,8 +273,8 @@ def smem_reads(impl: str | None, block_q: Any, d: Any, dropout: float = 0.0, pro
     arch = getattr(profile, "arch_family", None)
     if spec.instructions == "native" and arch not in WARP_LEVEL_TENSOR_CORES:
         return np.maximum(1, np.asarray(block_q) // 64) if np.ndim(block_q) else max(1, int(block_q) // 64)
-    if spec.name == "sdpa-flash" and np.ndim(block_q) == 0:
-        return per_head_dim(d, lambda x: 8 if occupancy(impl, x, int(block_q), dropout, profile) == 1 else 4)
+    if spec.name == "sdpa-flash":
+        return per_element(lambda x, bq: 8 if occupancy(spec.name, x, bq, dropout, profile) == 1 else 4, d, block_q)
     if spec.name == "triton":
         table = TRITON_DEFAULTS
         return per_head_dim(d, lambda x: table[min((k for k in table if k >= x), default=max(table))][2])
@@ -301,13 +301,17 @@ def _capability(profile: Profile | None) -> float | None:
 
 
 def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
-    """Why ``impl`` cannot run ``workload`` on ``profile`` (None where it can)."""
+    """Why ``impl`` cannot run ``workload`` on ``profile`` (None where it can); on a grid, why
+    it cannot run some of its rows (the largest head dim decides)."""
+    return _unsupported(impl, int(np.max(np.asarray(workload.d))), workload.dtype, profile)
+
+
+def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str | None:
     spec = IMPLEMENTATIONS[impl]
-    ds = np.unique(np.asarray(workload.d))
-    if spec.max_head_dim is not None and ds.max() > spec.max_head_dim:
-        return f"{impl} runs head dims up to {spec.max_head_dim} (got d={int(ds.max())})"
-    if workload.dtype not in spec.dtypes:
-        return f"{impl} runs {', '.join(spec.dtypes)} (got {workload.dtype})"
+    if spec.max_head_dim is not None and d > spec.max_head_dim:
+        return f"{impl} runs head dims up to {spec.max_head_dim} (got d={d})"
+    if dtype not in spec.dtypes:
+        return f"{impl} runs {', '.join(spec.dtypes)} (got {dtype})"
     cap = _capability(profile)
     vendor = getattr(profile, "vendor", "NVIDIA")
     if spec.capability is not None and vendor == "NVIDIA" and cap is not None:
@@ -331,7 +335,28 @@ def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str
     same on Blackwell (not measured); FlashAttention-2 first on Ampere and Ada (compute
     capability 8.x), the memory-efficient kernel on older GPUs. The memory-efficient kernel's
     variant for d > 128 accumulates O in global memory, which memmodel does not model: there,
-    and for dtypes no fused kernel takes, ``paper``."""
+    and for dtypes no fused kernel takes, ``paper``.
+
+    The choice depends on the head dim (and the dtype and GPU), not on the other sizes. A grid
+    whose head dims PyTorch runs with different kernels is refused: evaluate its head dims
+    apart (:func:`default_by_head_dim` says which kernel each gets)."""
+    choices = default_by_head_dim(workload, profile)
+    distinct = dict.fromkeys(choices.values())
+    if len(distinct) == 1:
+        return next(iter(distinct))
+    kernels = ", ".join(f"d={d}: {impl}" for d, (impl, _) in choices.items())
+    raise WorkloadError(
+        f"--impl auto: PyTorch runs different kernels for the head dims of this grid ({kernels}); "
+        "evaluate them apart, or name one with --impl"
+    )
+
+
+def default_by_head_dim(workload: Workload, profile: Profile | None = None) -> dict[int, tuple[str, str]]:
+    """:func:`default_for` for each head dim of ``workload`` (one for a single workload)."""
+    return {int(d): _default_one(int(d), workload.dtype, profile) for d in np.unique(np.asarray(workload.d))}
+
+
+def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]:
     cap = _capability(profile)
     order = (
         ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
@@ -342,8 +367,8 @@ def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str
         )
     )
     for impl in order:
-        if unsupported(impl, workload, profile) is None:
-            if impl == "sdpa-efficient" and int(np.max(np.asarray(workload.d))) > 128:
+        if _unsupported(impl, d, dtype, profile) is None:
+            if impl == "sdpa-efficient" and d > 128:
                 return "paper", (
                     "PyTorch would run its memory-efficient kernel, whose variant for d > 128 accumulates O in "
                     "global memory (not modelled): showing the paper's algorithm instead"
@@ -501,35 +526,50 @@ def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: 
 def per_head_dim(d: Any, fn: Any) -> Any:
     """``fn(d)`` for one head dim, or for each element of an array of them (evaluated once per
     distinct value); an array only where the values differ."""
-    arr = np.asarray(d)
-    if arr.ndim == 0:
-        return fn(int(arr))
-    values = {int(v): fn(int(v)) for v in np.unique(arr)}
-    if len(set(values.values())) == 1:
-        return next(iter(values.values()))
-    if any(v is None for v in values.values()):
-        return None
-    out = np.zeros(arr.shape, dtype=np.int64)
-    for v, r in values.items():
-        out = np.where(arr == v, r, out)
-    return out
+    return per_element(fn, d)
+
+
+def per_element(fn: Any, *values: Any) -> Any:
+    """``fn(*values)`` for integers, or for each element of arrays that broadcast together
+    (evaluated once per distinct combination): an int where the results agree, else an int64
+    array; None where ``fn`` gives None everywhere (an array may not mix None and numbers)."""
+    if not any(np.ndim(v) for v in values):
+        return fn(*(int(v) for v in values))
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in values))
+    unique, inverse = np.unique(np.stack([a.ravel() for a in arrays], axis=1), axis=0, return_inverse=True)
+    results = [fn(*(int(x) for x in row)) for row in unique]
+    if len(set(results)) == 1:
+        return results[0]
+    if any(r is None for r in results):
+        raise ValueError("per_element: fn gives None for some elements and a number for others")
+    return np.asarray(results, dtype=np.int64)[inverse.ravel()].reshape(arrays[0].shape)
 
 
 def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, profile: Profile | None) -> Any:
-    """:func:`occupancy` for each head dim of ``workload``, no more than the SM's shared memory
-    holds tiles for (None: the model's own rule)."""
-    if np.ndim(block_q) or np.ndim(block_kv):
-        return None
-    sram = int(_smem_per_sm(profile))
+    """:func:`occupancy` for each head dim and tile of ``workload``, no more than the SM's
+    shared memory holds tiles for. None (the model's own rule) where the implementation fixes
+    none; on a grid where it fixes one for some rows only, the others get the model's rule
+    (:func:`memmodel.traffic.blocks.ctas_per_sm`), so every row has what it has alone."""
+    from .traffic.blocks import ctas_per_sm
 
-    def one(d: int) -> int | None:
-        ctas = occupancy(impl, d, int(block_q), float(workload.dropout), profile)
+    sram = int(_smem_per_sm(profile))
+    e = workload.element_bytes
+
+    def one(d: int, bq: int, bkv: int) -> int | None:
+        ctas = occupancy(impl, d, bq, float(workload.dropout), profile)
         if ctas is None:
             return None
-        tile = (int(block_q) + 2 * int(block_kv)) * d * workload.element_bytes
+        tile = (bq + 2 * bkv) * d * e
         return max(1, min(ctas, sram // max(tile, 1)))
 
-    return per_head_dim(workload.d, one)
+    def filled(d: int, bq: int, bkv: int) -> int:
+        ctas = one(d, bq, bkv)
+        return ctas if ctas is not None else int(ctas_per_sm((bq + 2 * bkv) * d * e, _smem_per_sm(profile)))
+
+    fixed = per_element(lambda *x: one(*x) or 0, workload.d, block_q, block_kv)  # 0: none fixed
+    if np.ndim(fixed) == 0:
+        return fixed or None
+    return per_element(filled, workload.d, block_q, block_kv) if np.any(fixed == 0) else fixed
 
 
 def _scalar_if_uniform(arr: np.ndarray) -> Any:

@@ -90,6 +90,27 @@ def ceil_div(a: IntLike, b: IntLike) -> IntLike:
     return -(-np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64))
 
 
+def scaled(value: IntLike, num: IntLike, den: IntLike) -> IntLike:
+    """⌊value · num / den⌋ (non-negative integers, den ≥ 1), floored alike for scalars and arrays.
+
+    Arrays are exact in int64 where the result fits: ``value`` is split into a quotient and
+    a remainder by ``den`` first (q·num + ⌊r·num / den⌋), so the product value · num never
+    has to fit; where r·num could pass int64 the elements are computed as Python ints.
+    """
+    if not is_array(value, num, den):
+        return int(value) * int(num) // int(den)
+    v, n, d = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (value, num, den)))
+    q, r = np.divmod(v, d)
+    if _bound([r, n], mul=True) >= _EXACT_LIMIT:  # r·num could wrap: exact, element by element
+        exact = [
+            int(a) * int(b) // int(c) for a, b, c in zip(v.ravel().tolist(), n.ravel().tolist(), d.ravel().tolist())
+        ]
+        if any(x > _EXACT_LIMIT for x in exact):
+            raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
+        return np.asarray(exact, dtype=np.int64).reshape(v.shape)
+    return add(mul(q, n), r * n // d)
+
+
 def minimum(a: IntLike, b: IntLike) -> IntLike:
     if not is_array(a, b):
         return min(int(a), int(b))

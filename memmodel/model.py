@@ -107,14 +107,14 @@ def tiled_traffic(
     if options.splits is not None:
         from .traffic.decode import split_block_kv
 
-        blocks_kv = intmath.ceil_div(workload.n_kv_, split_block_kv(int(np.max(np.asarray(workload.d)))))
-        if np.any(np.asarray(blocks_kv) < options.splits):
-            most = int(np.min(np.asarray(blocks_kv)))
+        blocks_kv = np.asarray(intmath.ceil_div(workload.n_kv_, split_block_kv(workload.d)))
+        if np.any(blocks_kv < options.splits):
+            most = int(np.min(blocks_kv))
             raise WorkloadError(
                 f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
             )
-    if options.backward and not intmath.is_array(splits) and int(splits) > 1:
-        splits = 1  # training runs the plain forward kernel (it must save the logsumexp)
+    if options.backward:
+        splits = 1  # training runs the plain forward kernel (it must save the logsumexp), on every row
     forward = fa2(ctx, l2, splits=splits)
     if not options.backward:
         return forward

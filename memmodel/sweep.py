@@ -7,17 +7,20 @@ A grid is the cartesian product of
 * every other option of :func:`memmodel.compare`, looped over (one call per value, since
   the model takes them as scalars): GPUs, dtypes, tiled variants, implementations
   (``impls``), ``causal``, ``backward``, L2 modes, ``dropout``, ``block_q``, ``block_kv``,
-  ``splits``, ``ctas_per_sm``.
+  ``splits``, ``ctas_per_sm``, and the standard-attention variant (``standard``: the paper's
+  Algorithm 0/3 or eager PyTorch).
 
 :func:`evaluate` hands each combination of the looped options (a :class:`Setting`) to
 :func:`memmodel.compare` as one :class:`~memmodel.workload.Workload` whose fields are int64
 arrays, in chunks of :data:`CHUNK` configurations (arrays of that size run faster than one
 huge call, and the working memory stays bounded on 10-million-configuration grids); large
-grids are shared out between one process per core. Where the model would choose differently
-for different rows of one array (the kernel ``--impl auto`` picks by head dimension; split-KV
-decoding against one pass), the rows are evaluated apart, so every row is what a scalar
-:func:`memmodel.compare` call gives. The result is columnar: one numpy array per column of
-:data:`SWEEP_COLUMNS`, one row per workload × algorithm.
+grids are shared out between one process per core. The model gives each row of an array what
+a scalar :func:`memmodel.compare` call gives for that row (split-KV decoding beside one pass,
+GQA's extra backward kernels, tiles and occupancy by head dim); the one thing an array cannot
+hold is two implementations, so where ``--impl auto`` picks different kernels for different
+head dims (fp32 on a Hopper GPU: the memory-efficient kernel up to d = 128, the paper's
+algorithm above) those rows are evaluated apart. The result is columnar: one numpy array per
+column of :data:`SWEEP_COLUMNS`, one row per workload × algorithm.
 
 Grid syntax (:func:`parse_values`), for each integer option::
 
@@ -47,6 +50,7 @@ from .hardware import Profile
 from .implementations import CHOICES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
+from .traffic.standard import STANDARD_VARIANTS
 from .workload import DTYPE_BYTES, Workload
 
 #: Integer axes of a grid, in the order rows are nested (the last varies fastest).
@@ -72,7 +76,8 @@ _MAX_VALUES = 1_000_000  # values of one axis
 #: object), in order. Stable: new columns are appended, never renamed. Ratios are standard /
 #: tiled for the workload of the row, so both rows of a workload carry the same ratios.
 #: ``implementation``, ``splits`` and ``ctas_per_sm`` are the tiled kernel's (blank for
-#: standard attention).
+#: standard attention); ``standard`` is the standard-attention variant the row's ratios
+#: compare against (both rows).
 SWEEP_COLUMNS: tuple[str, ...] = (
     "gpu",
     "dtype",
@@ -102,6 +107,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "implementation",
     "splits",
     "ctas_per_sm",
+    "standard",
 )
 
 
@@ -269,6 +275,7 @@ class Setting(NamedTuple):
     block_kv: int | None
     splits: int | None
     ctas_per_sm: int | None
+    standard: str
 
 
 #: Grid fields looped over, in the order of :class:`Setting` (the last varies fastest).
@@ -285,6 +292,7 @@ LOOPS = (
     "block_kv",
     "splits",
     "ctas_per_sm",
+    "standard",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -295,7 +303,8 @@ class Grid:
     """The configurations of a sweep. ``kv_heads=None`` means "equal to heads" (no GQA),
     ``n_kv=None`` "equal to n"; ``None`` among ``block_q``, ``block_kv``, ``splits`` and
     ``ctas_per_sm`` means the model's own choice (the implementation's tiles, FlashAttention-2's
-    split heuristic, as many CTAs as fit)."""
+    split heuristic, as many CTAs as fit). ``standard``: the standard-attention variants
+    (:data:`~memmodel.traffic.standard.STANDARD_VARIANTS`)."""
 
     n: tuple[int, ...]
     d: tuple[int, ...]
@@ -315,6 +324,7 @@ class Grid:
     block_kv: tuple[int | None, ...] = (None,)
     splits: tuple[int | None, ...] = (None,)
     ctas_per_sm: tuple[int | None, ...] = (None,)
+    standard: tuple[str, ...] = ("algorithm0",)
 
     def __post_init__(self) -> None:
         for name in ("n", "d", "batch", "heads", "kv_heads", "n_kv"):
@@ -332,6 +342,7 @@ class Grid:
             ("tiled", TILED_VARIANTS),
             ("impls", CHOICES),
             ("l2", L2_MODES),
+            ("standard", STANDARD_VARIANTS),
         ):
             object.__setattr__(self, name, parse_choices(getattr(self, name), accepted, name))
         for name in ("causal", "backward"):
@@ -370,7 +381,14 @@ class Grid:
 
     def describe_size(self) -> str:
         parts = [f"{len(self.axis(a))} {a}" for a in AXES if len(self.axis(a)) > 1]
-        labels = {"gpus": "GPUs", "impls": "implementations", "l2": "L2 modes", "causal": "causal", "tiled": "tiled"}
+        labels = {
+            "gpus": "GPUs",
+            "impls": "implementations",
+            "l2": "L2 modes",
+            "causal": "causal",
+            "tiled": "tiled",
+            "standard": "standard variants",
+        }
         parts += [f"{len(getattr(self, k))} {labels.get(k, k)}" for k in LOOPS if len(getattr(self, k)) > 1]
         return " × ".join(parts) or "one configuration"
 
@@ -393,13 +411,14 @@ class Grid:
 
 
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
-CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation")
+CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard")
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
 _BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm"})
 #: Columns stored as 0/1 and read as booleans.
 _BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
-VARIANTS = ("algorithm0", *TILED_VARIANTS)
+#: Codes of the ``variant`` column (new ones appended): the standard row's variant, the tiled row's
+VARIANTS = ("algorithm0", *TILED_VARIANTS, "eager")
 #: Codes of the ``implementation`` column: blank for standard attention, then the tiled kernels.
 IMPLEMENTATION_CODES = ("", *IMPLEMENTATIONS)
 
@@ -455,11 +474,6 @@ class SweepResult:
 Progress = Callable[[int], None]
 
 
-def _split_block_kv(d: np.ndarray) -> np.ndarray:
-    """:func:`memmodel.traffic.decode.split_block_kv` for every element of ``d``."""
-    return np.where(d <= 64, 256, np.where(d <= 128, 128, 64))
-
-
 def _label(setting: Setting, grid: Grid) -> str:
     """The looped options that vary in ``grid``, as a note names a group: ``tiled fa1 × splits 4``."""
     parts = [f"{OPTION_NAMES[k]} {getattr(setting, OPTION_NAMES[k])}" for k in LOOPS if len(getattr(grid, k)) > 1]
@@ -491,6 +505,7 @@ def evaluate(
     from .hardware import load_profile
     from .implementations import options_for
     from .timing import caveats as profile_caveats
+    from .traffic.decode import split_block_kv
 
     loaded = {g: (profiles or {}).get(g) or load_profile(g) for g in grid.gpus}
     mesh = grid.mesh()
@@ -530,7 +545,7 @@ def evaluate(
                 )
             rows = rows & ok
         if setting.splits is not None:
-            ok = -(-mesh["n_kv"] // _split_block_kv(mesh["d"])) >= setting.splits
+            ok = -(-mesh["n_kv"] // split_block_kv(mesh["d"])) >= setting.splits
             if not (ok | ~valid).all():
                 note(
                     f"splits {setting.splits}: skipped {int((~ok & valid).sum()):,} of {total:,} workloads with "
@@ -547,7 +562,7 @@ def evaluate(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
                     dtype=setting.dtype,
                 )  # fmt: skip
-                opts = options_for(setting.impl, w, profile, **_option_fields(setting, splits=setting.splits))
+                opts = options_for(setting.impl, w, profile, **_option_fields(setting))
                 impl_of_d[int(d)] = opts.implementation or "paper"
                 for line in opts.notes:
                     caveats[line] = None
@@ -605,11 +620,12 @@ def evaluate(
         "bound": tuple(bounds),
         "l2": L2_MODES,
         "implementation": IMPLEMENTATION_CODES,
+        "standard": STANDARD_VARIANTS,
     }
     return SweepResult(grid, columns, categories, notes, list(caveats), warnings)
 
 
-def _option_fields(setting: Setting, *, splits: int | None) -> dict[str, Any]:
+def _option_fields(setting: Setting) -> dict[str, Any]:
     """The :class:`~memmodel.implementations.Options` fields of ``setting`` for :func:`options_for`."""
     return {
         "tiled": setting.tiled,
@@ -617,7 +633,7 @@ def _option_fields(setting: Setting, *, splits: int | None) -> dict[str, Any]:
         "block_kv": setting.block_kv,
         "l2": setting.l2,
         "backward": setting.backward,
-        "splits": splits,
+        "splits": setting.splits,
         "ctas_per_sm": setting.ctas_per_sm,
     }
 
@@ -657,6 +673,7 @@ class _Job:
             "gpu": self.grid.gpus.index(setting.gpu),
             "dtype": self.grid.dtypes.index(setting.dtype),
             "l2": L2_MODES.index(setting.l2),
+            "standard": STANDARD_VARIANTS.index(setting.standard),
         }
         at = self.offsets[g] + 2 * start
         _evaluate_chunk(chunk, self.profiles[setting.gpu], setting, impl_of_d, codes, bounds, self.columns, at)
@@ -713,49 +730,18 @@ _COLUMN_DTYPES: dict[str, Any] = {
 }
 
 
-def _parts(
-    mesh: dict[str, np.ndarray], profile: Profile, setting: Setting, impl_of_d: dict[int, str]
-) -> Iterator[tuple[np.ndarray | None, str, int | None]]:
-    """The rows of a chunk the model evaluates together, as (rows, or None for all; the
-    implementation; the splits to give). One array call gives each row what a call for that
-    row alone gives when its rows share: the implementation (``auto`` chooses by head
-    dimension); FA2's split regime (the heuristic splits decoding rows, not others) and, for
-    split rows, the head dimension (the split kernel's blocks follow the largest); with
-    ``backward``, GQA or not (the dK/dV group sum). With ``backward`` no split is made
-    (training runs the plain forward kernel, as :func:`memmodel.compare` does for one workload).
-    """
-    from .traffic.decode import choose_splits
-
-    d = mesh["d"]
-    keys: list[np.ndarray] = []
-    if len(set(impl_of_d.values())) > 1:
-        keys.append(d)
-    splits = setting.splits
-    if setting.tiled == "fa2" and not setting.backward:
-        if splits is None:
-            w = Workload(
-                n=mesh["n"], d=d, batch=mesh["batch"], heads=mesh["heads"], kv_heads=mesh["kv_heads"], n_kv=mesh["n_kv"]
-            )
-            split = np.asarray(choose_splits(w, profile.sm_count)) > 1
-            if split.any():
-                keys += [split, np.where(split, d, 0)]
-        elif splits > 1:
-            keys.append(d)
-    if setting.tiled == "fa2" and setting.backward and splits is None:
-        splits = 1
-    if setting.backward:
-        keys.append(mesh["kv_heads"] != mesh["heads"])
-    if not keys:
-        yield None, impl_of_d[int(d[0])], splits
+def _parts(mesh: dict[str, np.ndarray], impl_of_d: dict[int, str]) -> Iterator[tuple[np.ndarray | None, str]]:
+    """The rows of a chunk one call evaluates, as (rows, or None for all; the implementation).
+    The model gives every row of an array what a call for that row alone gives; only the
+    implementation must be one per call, and ``--impl auto`` chooses it by head dimension."""
+    impls = dict.fromkeys(impl_of_d.values())
+    if len(impls) == 1:
+        yield None, next(iter(impls))
         return
-    unique, inverse = np.unique(np.stack([k.astype(np.int64) for k in keys], axis=1), axis=0, return_inverse=True)
-    if len(unique) == 1:
-        yield None, impl_of_d[int(d[0])], splits
-        return
-    inverse = inverse.ravel()
-    for k in range(len(unique)):
-        rows = np.flatnonzero(inverse == k)
-        yield rows, impl_of_d[int(d[rows[0]])], splits
+    for impl in impls:
+        rows = np.flatnonzero(np.isin(mesh["d"], [d for d, i in impl_of_d.items() if i == impl]))
+        if rows.size:
+            yield rows, impl
 
 
 def _evaluate_chunk(
@@ -777,7 +763,8 @@ def _evaluate_chunk(
     columns["causal"][at:end] = int(setting.causal)
     columns["backward"][at:end] = int(setting.backward)
     columns["dropout"][at:end] = setting.dropout
-    for rows, impl, splits in _parts(mesh, profile, setting, impl_of_d):
+    columns["standard"][at:end] = codes["standard"]
+    for rows, impl in _parts(mesh, impl_of_d):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
             std_at: Any = slice(at, end, 2)
@@ -785,7 +772,7 @@ def _evaluate_chunk(
         else:
             std_at = at + 2 * rows
             til_at = std_at + 1
-        _evaluate_part(sub, profile, setting, impl, splits, bounds, columns, std_at, til_at)
+        _evaluate_part(sub, profile, setting, impl, bounds, columns, std_at, til_at)
 
 
 def _evaluate_part(
@@ -793,7 +780,6 @@ def _evaluate_part(
     profile: Profile,
     setting: Setting,
     impl: str,
-    splits: int | None,
     bounds: dict[str, int],
     columns: dict[str, np.ndarray],
     std_at: Any,
@@ -815,7 +801,8 @@ def _evaluate_part(
         dropout=setting.dropout,
     )
     try:
-        c = compare(workload, profile, options_for(impl, workload, profile, **_option_fields(setting, splits=splits)))
+        options = options_for(impl, workload, profile, **_option_fields(setting))
+        c = compare(workload, profile, options, standard=setting.standard)
     except OverflowError:
         raise WorkloadError(_overflow_message(mesh, setting.dtype)) from None
     ctas_problem(c)

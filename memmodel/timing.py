@@ -16,7 +16,8 @@ the largest term; ``serial-compute`` kernels (FlashAttention's fused loops, wher
 warps issue the matmuls, the exponentials and the rescaling one after another) take the
 largest of memory, latency and the *sum* of the compute terms. Every kernel then pays the
 profile's ``launch_overhead`` once (0 when the profile gives none). An algorithm's time
-is the sum of its kernels'.
+is the sum of its kernels'. On a grid, a kernel that runs for some workloads only (GQA's
+dK/dV sums, the split-KV kernels; ``Kernel.present``) takes no time on the others.
 
 Measured rates (a profile from ``memmodel calibrate``): library kernels reach less than the
 raw ceilings, by amounts that depend on the kernel. Where the profile gives them, the
@@ -408,6 +409,8 @@ def kernel_time(
     index = table.argmax(axis=0)
     if np.any(launch):
         terms["launch"] = launch
+    if np.ndim(kernel.present):  # a grid's rows where the kernel does not run: no time
+        time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
     return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))

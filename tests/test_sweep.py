@@ -161,6 +161,32 @@ def test_sweep_jsonl(run):
     assert isinstance(rows[0]["hbm_bytes"], int)
 
 
+def test_sweep_standard_variants_are_an_axis(run):
+    r = run("sweep", "--n", "1024,4096", "--d", "64", "--dtype", "fp16", "--causal", "--standard", "algorithm0,eager",
+            "--format", "csv")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert len(rows) == 2 * 2 * 2  # N × standard, two algorithms each
+    assert [(x["standard"], x["variant"]) for x in rows[::2]] == [("algorithm0", "algorithm0")] * 2 + [
+        ("eager", "eager")
+    ] * 2
+    assert {x["standard"] for x in rows[1::2]} == {"algorithm0", "eager"}  # both rows of a workload carry it
+    p = load_profile("a100")
+    for std, til in zip(rows[::2], rows[1::2]):
+        w = Workload(n=int(std["n"]), d=64, dtype="fp16", causal=True)
+        one = compare(w, p, standard=std["standard"])
+        assert int(std["hbm_bytes"]) == one.standard.traffic.hbm_bytes
+        assert int(til["hbm_bytes"]) == one.tiled.traffic.hbm_bytes
+        assert float(std["ratio_hbm_bytes"]) == pytest.approx(one.ratios()["hbm_bytes"], rel=1e-12)
+    # eager PyTorch's separate scale and mask kernels move more than Algorithm 0's
+    assert int(rows[4]["hbm_bytes"]) > int(rows[0]["hbm_bytes"])
+    r = run("sweep", "--n", "1024", "--d", "64", "--standard", "eager")
+    assert r.exit_code == 0 and "· standard eager" in r.stdout.splitlines()[0]
+    assert "standard" not in run("sweep", "--n", "1024", "--d", "64").stdout.splitlines()[0]  # the default: unsaid
+    r = run("sweep", "--n", "1024", "--d", "64", "--standard", "naive")
+    assert r.exit_code == 2 and "'naive' is not one of algorithm0, eager" in r.stderr
+
+
 def test_sweep_table(run):
     r = run("sweep", "--n", "512:131072:x4", "--d", "64,128", "--dtype", "fp16")
     assert r.exit_code == 0, r.stderr

@@ -20,7 +20,7 @@ from memmodel.cases import parse_case
 from memmodel.errors import WorkloadError
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
-from memmodel.gpu.validate import case_from_dict, rescore
+from memmodel.gpu.validate import case_from_dict, profile_entry, rescore
 from memmodel.hardware import load_profile
 from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
 from memmodel.validation import (
@@ -364,18 +364,28 @@ def test_flops_conventions():
 
 
 def test_figure_2_bytes_in_the_docs():
-    """The memmodel figures docs/training.md quotes beside the FlashAttention paper's Figure 2."""
+    """The memmodel totals docs/training.md sets beside the FlashAttention paper's Figure 2 (in
+    blocks the tool generates), and the published figures it cites (typed, in backticks)."""
     w = Workload(n=1024, d=64, batch=64, heads=16, dtype="fp16", causal=True, dropout=0.1)
     paper = compare(w, A100, impl="paper", tiled="fa1", backward=True)
     assert round(paper.standard.traffic.hbm_bytes / 1e7) == 4027  # 40.27 GB (published: 40.3 GB)
     assert round(paper.tiled.traffic.hbm_bytes / 1e7) == 342  # 3.42 GB (published: 4.4 GB)
+    assert (paper.tiled.traffic.params["block_q"], paper.tiled.traffic.params["block_kv"]) == (64, 328)
     blocks = compare(w, A100, impl="paper", tiled="fa1", block_q=128, block_kv=128, backward=True)
     assert round(blocks.tiled.traffic.hbm_bytes / 1e7) == 603
     pytorch = compare(w, A100, backward=True, standard="eager")
     assert round(pytorch.standard.traffic.hbm_bytes / 1e7) == 6389  # + 6.44 GB: the softmax gradient's product
     assert round(pytorch.tiled.traffic.hbm_bytes / 1e7) == 288
     text = (REPO / "docs" / "training.md").read_text()
-    for figure in ("40.27 GB", "3.42 GB", "6.03 GB", "63.89 GB", "2.88 GB", "40.3 GB", "41.7 ms", "4.4 GB", "7.3 ms"):
+    step = (
+        "memmodel sweep --n 1024 --d 64 --heads 16 --batch 64 --dtype fp16 --causal --dropout 0.1 --backward --gpu a100"
+    )
+    for block in (
+        f"<!-- run: {step} --tiled fa1 --impl paper --block-q 64,128 --block-kv 128,328 -->",
+        f"<!-- run: {step} --standard algorithm0,eager -->",
+    ):
+        assert block in text
+    for figure in ("`40.3 GB`", "`41.7 ms`", "`4.4 GB`", "`7.3 ms`"):  # published (Dao et al., 2022, Figure 2)
         assert figure in text
 
 
@@ -732,6 +742,20 @@ def test_earlier_records_rescore_exactly_as_before(path):
     plain = [e for e in data["cases"] if e["status"] == "ok" and not e["case"].get("backward")]
     for e in plain[:1]:  # (the training record has none)
         assert case_from_dict({**e["case"], "backward": False, "dropout": 0.0}) == case_from_dict(e["case"])
+
+
+def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch, tmp_path):
+    """A bundled profile is recorded as ``hardware/h200.yaml`` (relative to the folder validate
+    runs in), not as the measuring machine's absolute path, which no other checkout has."""
+    monkeypatch.chdir(REPO)
+    assert profile_entry(load_profile("h200")) == {"name": "h200", "path": "hardware/h200.yaml"}
+    assert profile_entry(load_profile("validation/h200/h200-calibrated.yaml"))["path"] == (
+        "validation/h200/h200-calibrated.yaml"
+    )
+    monkeypatch.chdir(tmp_path)  # outside the repository: the path as it is
+    assert profile_entry(load_profile("h200"))["path"] == (REPO / "hardware" / "h200.yaml").as_posix()
+    for record in FINAL:  # every committed record finds its profile from any checkout
+        assert not Path(json.loads(record.read_text())["profile"]["path"]).is_absolute(), record.name
 
 
 def test_rescore_cli_on_an_earlier_record(run, tmp_path):

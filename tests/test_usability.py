@@ -126,6 +126,7 @@ def small_grids(draw):
         backward=pick((False, True)),
         l2=pick(("on", "cold", "off"), 1),
         dropout=pick((0.0, 0.1), 1),
+        standard=pick(("algorithm0", "eager")),
     )
 
 
@@ -136,24 +137,29 @@ PROFILES = {g: load_profile(g) for g in ("a100", "h200")}
 @given(grid=small_grids())
 def test_every_sweep_row_is_what_compare_gives(grid):
     """The property that makes sweep a sweep of compare: whatever the grid mixes (decoding and
-    prefill, head dims the auto implementation treats apart, GQA with a backward pass), each
-    row equals one scalar compare call with that row's workload and options."""
+    prefill, head dims the auto implementation treats apart, GQA with a backward pass, the
+    standard-attention variants), each row equals one scalar compare call with that row's
+    workload and options: bytes exactly, times to rounding."""
     result = evaluate(grid, PROFILES, workers=1)
     rows = list(result.rows())
     for std, til in zip(rows[::2], rows[1::2]):
         w = Workload(n=std["n"], d=std["d"], batch=std["batch"], heads=std["heads"], kv_heads=std["kv_heads"],
                      n_kv=std["n_kv"], dtype=std["dtype"], causal=std["causal"], dropout=std["dropout"])  # fmt: skip
         p = PROFILES[std["gpu"]]
-        c = compare(w, p, options_for("auto", w, p, tiled=til["variant"], l2=std["l2"], backward=std["backward"]))
+        options = options_for("auto", w, p, tiled=til["variant"], l2=std["l2"], backward=std["backward"])
+        c = compare(w, p, options, standard=std["standard"])
         for row, ev in ((std, c.standard), (til, c.tiled)):
-            # bytes scaled by the share of causal blocks visited are floored for one workload and
-            # rounded for arrays (memmodel.traffic.flash._scaled): a few bytes apart, never more
-            # (a row evaluated with the wrong neighbours is off by percents)
             for level in ("hbm", "l2", "sram"):
-                assert row[f"{level}_bytes"] == pytest.approx(ev.traffic.bytes(level=level), rel=1e-7, abs=64), level
-            assert row["predicted_time_s"] == pytest.approx(ev.timing.time_s, rel=1e-7)
+                for direction in ("read", "write"):
+                    expected = ev.traffic.bytes(level=level, direction=direction)
+                    assert row[f"{level}_{direction}_bytes"] == expected, (level, direction)
+            assert row["flops"] == ev.traffic.flops and row["exp_ops"] == ev.traffic.exp_ops
+            assert row["predicted_time_s"] == pytest.approx(ev.timing.time_s, rel=1e-12)
             assert row["bound"] == ev.timing.bound
+            assert row["variant"] == ev.traffic.variant
         assert til["implementation"] == (c.options.implementation or "paper")
+        assert til["splits"] == c.tiled.traffic.params.get("splits", 1)
+        assert til["ctas_per_sm"] == c.tiled.traffic.params["ctas_per_sm"]
 
 
 # ---------------------------------------------------------------------------------------

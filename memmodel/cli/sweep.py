@@ -12,6 +12,7 @@ import click
 
 from ..implementations import CHOICES, TILED_VARIANTS
 from ..traffic.l2 import L2_MODES
+from ..traffic.standard import STANDARD_VARIANTS
 from ..workload import DTYPE_BYTES
 from .options import (
     Command,
@@ -167,6 +168,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 )
 @_grid("--splits", "Split-KV chunks for fa2.", default="FlashAttention-2's heuristic")
 @_grid("--ctas-per-sm", "Tiled CTAs resident per SM.", default="as the tile fits SRAM, at most 2")
+@_list(
+    "--standard",
+    _choices(STANDARD_VARIANTS),
+    "Standard attention as the paper's Algorithm 0/3 (algorithm0) or as eager PyTorch and autograd run it "
+    "(eager); see 'memmodel compare --help'. Default: algorithm0.",
+)
 @format_option(
     ("table", "csv", "json", "jsonl"),
     default=None,
@@ -207,6 +214,7 @@ def sweep_cmd(
     backward: tuple[bool, ...] | None,
     splits: tuple[int, ...] | None,
     ctas_per_sm: tuple[int, ...] | None,
+    standard: tuple[str, ...] | None,
     fmt: str | None,
     output: str | None,
     force: bool,
@@ -254,6 +262,7 @@ def sweep_cmd(
         "backward": backward,
         "splits": splits,
         "ctas_per_sm": ctas_per_sm,
+        "standard": standard,
     }
     grid = Grid(n=n, d=d, **{k: v for k, v in values.items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:

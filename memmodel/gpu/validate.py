@@ -27,6 +27,22 @@ from ..validation import predicted_times, score_case_detail, summarize_record
 SCHEMA = "memmodel.validate/1"
 
 
+def profile_entry(profile: Profile) -> dict[str, Any]:
+    """What a record says of its profile: the name, and the path relative to the current folder
+    where the profile lies inside it (a bundled profile of the repository a record is measured
+    from: ``hardware/h200.yaml``, not the measuring machine's absolute path), so that the record
+    finds it again from another checkout."""
+    if profile.path is None:
+        return {"name": profile.name, "path": None}
+    path = Path(profile.path)
+    if path.is_absolute():
+        try:
+            path = path.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:  # outside the current folder: as it is
+            pass
+    return {"name": profile.name, "path": path.as_posix()}
+
+
 class Record:
     def __init__(self, path: Path | None, device: str, profile: Profile, command: str) -> None:
         self.path = path
@@ -34,7 +50,7 @@ class Record:
             "schema": SCHEMA,
             "memmodel_version": __version__,
             "device": device,
-            "profile": {"name": profile.name, "path": str(profile.path) if profile.path else None},
+            "profile": profile_entry(profile),
             "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": command,
             "cases": [],
@@ -205,7 +221,7 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict
     and, given the record's Nsight Compute trace, for the measured bytes."""
     from .ncu import parse_csv, split_by_marker
 
-    out = {**data, "profile": {"name": profile.name, "path": str(profile.path) if profile.path else None}}
+    out = {**data, "profile": profile_entry(profile)}
     out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     cases = []
     ok_cases = [case_from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]

@@ -672,7 +672,7 @@ def sweep_plot(result: SweepResult, path: str, *, force: bool = False) -> None:
     for a, items in ends.values():
         _end_labels(fig, a, items)
     handles = [
-        Line2D([], [], color="black", linestyle="-", marker="s", markersize=5, label="standard (Algorithm 0)"),
+        Line2D([], [], color="black", linestyle="-", marker="s", markersize=5, label=_standard_label(constants)),
         Line2D(
             [],
             [],
@@ -823,6 +823,12 @@ def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
     return FuncFormatter(fmt)
 
 
+def _standard_label(constants: dict[str, Any]) -> str:
+    """The legend's name for the standard rows: the variant when the sweep has one."""
+    variant = str(constants.get("standard", ""))
+    return {"algorithm0": "standard (Algorithm 0)", "eager": "standard (eager PyTorch)"}.get(variant, "standard")
+
+
 def _axis_name(axis: str) -> str:
     return {"n": "N", "n_kv": "N_kv", "kv_heads": "kv heads"}.get(axis, axis)
 
@@ -850,6 +856,8 @@ def _series_part(key: str, value: Any) -> str:
         return "fwd + bwd" if value else "fwd"
     if key == "l2":
         return f"L2 {value}"
+    if key == "standard":
+        return f"standard {value}"
     if key == "dropout":
         return f"dropout {value:g}"
     from .sweep import TABLE_KEYS

@@ -73,6 +73,7 @@ TABLE_KEYS = {
     "block_kv": "B_c",
     "splits": "splits",
     "ctas_per_sm": "CTAs/SM",
+    "standard": "standard",
 }
 #: Keys that only the tiled rows carry.
 TILED_KEYS = frozenset({"variant", "implementation", "block_q", "block_kv", "splits", "ctas_per_sm"})
@@ -82,6 +83,7 @@ SWEPT_ONLY = {"block_q": "block_q", "block_kv": "block_kv", "splits": "splits", 
 COLUMN_ORDER = (
     "gpu",
     "dtype",
+    "standard",
     "variant",
     "implementation",
     "causal",
@@ -103,8 +105,8 @@ COLUMN_ORDER = (
 
 def describe(constants: dict[str, Any]) -> list[str]:
     """The constants of a sweep as people read them: ``gpu h200``, ``heads 32 (kv 8)``,
-    ``causal``, ``forward + backward``, ``dropout 0.1``, ``L2 on`` (defaults that change
-    nothing, such as no dropout, are left out)."""
+    ``causal``, ``forward + backward``, ``dropout 0.1``, ``L2 on``, ``standard eager`` (defaults
+    that change nothing, such as no dropout or the paper's standard attention, are left out)."""
     out = []
     c = dict(constants)
     for key, value in c.items():
@@ -118,6 +120,8 @@ def describe(constants: dict[str, Any]) -> list[str]:
             out += ["forward + backward"] if value else []
         elif key == "dropout":
             out += [f"dropout {value:g}"] if value else []
+        elif key == "standard":
+            out += [f"standard {value}"] if value != "algorithm0" else []
         else:
             out.append(f"{TABLE_KEYS.get(key, key)} {value}")
     if "kv_heads" in c and "heads" not in c:

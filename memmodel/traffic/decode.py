@@ -20,8 +20,12 @@ from .ledger import Kernel, KernelBuilder
 ACC_BYTES = 4
 
 
-def split_block_kv(d: int) -> int:
-    """K/V rows per block in FA2's split-KV kernels: 256 for d ≤ 64, 128 for d ≤ 128, else 64."""
+def split_block_kv(d: IntLike) -> IntLike:
+    """K/V rows per block in FA2's split-KV kernels: 256 for d ≤ 64, 128 for d ≤ 128, else 64
+    (for each element of an array of head dims)."""
+    if intmath.is_array(d):
+        arr = np.asarray(d)
+        return np.where(arr <= 64, 256, np.where(arr <= 128, 128, 64)).astype(np.int64)
     return 256 if d <= 64 else (128 if d <= 128 else 64)
 
 
@@ -59,7 +63,7 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64) -> IntLike:
         if n != 1:
             return 1
         rows, heads = (h // hk, hk) if h > hk else (n, h)
-        return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // split_block_kv(d)))
+        return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // int(split_block_kv(d))))
 
     if w.is_grid:
         # only decoding (n = 1) needs the heuristic: evaluate it there alone
@@ -97,17 +101,18 @@ def split_kv_kernels(ctx: object, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
     k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
     scores = intmath.mul(bh, w.n, w.n_kv_)
     heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
+    rows = np.where(swapped, np.asarray(intmath.mul(w.group, w.n)), np.asarray(w.n))  # Q rows per CTA row
     ctas = intmath.mul(
         heads.astype(np.int64) if heads.ndim else int(heads),
         splits,
-        intmath.ceil_div(intmath.mul(w.group, w.n) if np.all(swapped) else w.n, 64),
+        intmath.ceil_div(rows.astype(np.int64) if rows.ndim else int(rows), 64),
     )
     split = k.build(
         matmul_flops=intmath.mul(4, scores, w.d),
         softmax_flops=intmath.mul(4, scores),
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
-        bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(int(np.max(w.d))), w.d, e),
+        bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
     )
     c = KernelBuilder("fa2_combine")

@@ -33,7 +33,7 @@ from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import ctas_per_sm, diagonal_blocks, visited_blocks
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
+from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
 
 ACC_BYTES = 4  # fp32 accumulators (dQ in FA2's backward, split-KV partial outputs)
 
@@ -213,13 +213,6 @@ def _frac(ctx: TileContext) -> Any:
     return ctx.visited, intmath.mul(ctx.blocks.t_r, ctx.blocks.t_c)
 
 
-def _scaled(nbytes: IntLike, num: IntLike, den: IntLike) -> IntLike:
-    """nbytes · num / den, exact for scalars (num ≤ den)."""
-    if not intmath.is_array(nbytes, num, den):
-        return int(nbytes) * int(num) // int(den)
-    return (np.asarray(nbytes, dtype=np.float64) * np.asarray(num) / np.asarray(den)).round().astype(np.int64)
-
-
 # ---------------------------------------------------------------------------------------
 # FA2
 
@@ -233,7 +226,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     kv_head = intmath.mul(w.n_kv_, w.d, e)
     visited, pairs = _frac(ctx)
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
-    kv_req = _scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
+    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     kv_hbm = _kv_hbm(
@@ -396,7 +389,7 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d)))
 
     # main kernel: CTAs over K/V blocks; each re-reads its head's Q, dO, lse, D per visited block
-    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     q_head = intmath.mul(w.n, w.d, e)
     ws = intmath.add(intmath.mul(2, q_head), intmath.mul(w.n, w.d, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES))
     sharing = b.t_c
@@ -435,15 +428,15 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     conv.write("dQ", "output", q, "B·H·N·d·e")
     kernels.append(conv.build(softmax_flops=intmath.mul(bh, w.n, w.d)))
 
-    if not (np.all(np.asarray(w.group) == 1)):
-        kv = w.kv_bytes()
-        red = KernelBuilder("dkdv_group_sum", "backward")
-        red.read("dK", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
-        red.read("dV", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
-        red.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
-        red.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
-        kernels.append(red.build(softmax_flops=intmath.mul(2, bh, w.n_kv_, w.d)))
-    return kernels
+    kv = w.kv_bytes()
+    red = KernelBuilder("dkdv_group_sum", "backward")
+    red.read("dK", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
+    red.read("dV", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
+    red.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
+    red.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
+    # GQA only (on a grid: the rows with a group of query heads per K/V head)
+    summed = only_where(red.build(softmax_flops=intmath.mul(2, bh, w.n_kv_, w.d)), np.asarray(w.group) > 1)
+    return kernels + present_kernels(summed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -466,7 +459,7 @@ class _Fa1:
 
     def steps(self, nbytes: IntLike) -> IntLike:
         """``nbytes`` once per visited outer step (T_c times unless causal)."""
-        return _scaled(intmath.mul(self.t_c, nbytes), self.steps_num, self.steps_den)
+        return intmath.scaled(intmath.mul(self.t_c, nbytes), self.steps_num, self.steps_den)
 
     def hbm(self, unique: IntLike, requested: IntLike) -> IntLike:
         if isinstance(self.fits, np.ndarray):
@@ -572,16 +565,16 @@ def _check_no_l2(l2: l2m.L2 | None) -> l2m.L2:
 def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
     from .decode import split_kv_kernels
 
+    if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
+        splits = 1
     if intmath.is_array(splits):
-        arr = np.asarray(splits)
-        if np.all(arr == 1):
-            splits = 1
-        elif np.any(arr == 1):
-            raise WorkloadError(
-                "this grid mixes workloads FA2 runs with split-KV (decoding, n = 1) and without: "
-                "sweep them separately, or give splits"
-            )
-    if intmath.is_array(splits) or int(splits) > 1:
+        # a grid: the rows of one split count run the split-KV kernels, the others the plain one
+        split = np.asarray(splits) > 1
+        kernels = present_kernels(
+            only_where(fa2_forward_kernel(ctx, l2), ~split),
+            *(only_where(k, split) for k in split_kv_kernels(ctx, l2, splits)),
+        )
+    elif int(splits) > 1:
         kernels = split_kv_kernels(ctx, l2, splits)
     else:
         kernels = [fa2_forward_kernel(ctx, l2)]

@@ -59,8 +59,8 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
-from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, _scaled, tile_context
-from .ledger import Kernel, KernelBuilder
+from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, tile_context
+from .ledger import Kernel, KernelBuilder, only_where, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
 SEQ_ROUND = 128
@@ -155,7 +155,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     # per element of dO: multiply and add
     kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d), op="elementwise"))
 
-    req = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     per_head = intmath.add(
         intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
@@ -231,7 +231,8 @@ def _gqa_kv_hbm(w: Workload, requested: IntLike, per_head: IntLike, l2: l2m.L2) 
 
 def group_sum_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
     """GQA: ``at::sum_out`` of the per-query-head dK (then dV) over the group (``mha_bwd``)."""
-    if np.all(np.asarray(w.group) == 1):
+    grouped = np.asarray(w.group) > 1  # on a grid, the rows with GQA
+    if not grouped.any():
         return []
     e = w.element_bytes
     expanded = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, e)
@@ -242,30 +243,32 @@ def group_sum_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
         k.read(tensor, "output", expanded, l2m.carried_over(expanded, l2), "B·H·N_kv·d·e (per query head)")
         k.write(tensor, "output", kv, "B·H_kv·N_kv·d·e")
         out.append(k.build(softmax_flops=intmath.mul(w.batch, w.heads, w.n_kv_, w.d), op="reduction"))
-    return out
+    return present_kernels(*(only_where(k, grouped) for k in out))
 
 
 # ---------------------------------------------------------------------------------------
 # Memory-efficient attention (CUTLASS)
 
 
-def cutlass_splits(w: Workload, tiles: BackwardTiles, output_in_registers: bool = True) -> IntLike:
+def cutlass_splits(w: Workload, tiles: BackwardTiles, output_in_registers: Any = True) -> IntLike:
     """Key splits of the CUTLASS backward (``_efficient_attention_backward``'s heuristic): one
     per K/V block; one when batch × heads ≥ 256 CTAs already and N_kv ≤ 2 K/V blocks; at most
-    200 / (batch × heads) (at least 1) when dK/dV need fp32 staging (d above the Q block)."""
+    200 / (batch × heads) (at least 1) when dK/dV need fp32 staging (d above the Q block;
+    ``output_in_registers`` false, or false on some rows of a grid)."""
     t_c = intmath.ceil_div(w.n_kv_, tiles.block_kv)
     bh = intmath.mul(w.batch, w.heads)
     one = np.logical_and(np.asarray(bh) >= 256, np.asarray(w.n_kv_) <= 2 * np.asarray(tiles.block_kv))
     splits = np.where(one, 1, np.asarray(t_c))
-    if not output_in_registers:
-        splits = np.maximum(1, np.minimum(splits, 200 // np.asarray(bh)))
+    staged = np.maximum(1, np.minimum(splits, 200 // np.asarray(bh)))
+    splits = np.where(np.asarray(output_in_registers, dtype=bool), splits, staged)
     return int(splits) if splits.ndim == 0 else splits.astype(np.int64)
 
 
 def cutlass_backward(
-    w: Workload, ctx: TileContext, tiles: BackwardTiles, l2: l2m.L2, output_in_registers: bool = True
+    w: Workload, ctx: TileContext, tiles: BackwardTiles, l2: l2m.L2, output_in_registers: Any = True
 ) -> list[Kernel]:
-    """The memory-efficient (CUTLASS) backward as PyTorch launches it (module docstring)."""
+    """The memory-efficient (CUTLASS) backward as PyTorch launches it (module docstring).
+    ``output_in_registers``: dK, dV held in registers (a bool, or per row of a grid)."""
     b = ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -283,13 +286,12 @@ def cutlass_backward(
     )
     many = np.asarray(splits) > 1
     kernels = []
-    if np.any(many):
+    if np.any(many):  # on a grid, only on the rows with more than one split
         z = KernelBuilder("mea_bwd_zero", "backward")
-        ws = np.where(many, np.asarray(workspace), 0) if intmath.is_array(workspace, splits) else workspace
-        z.write("dQacc", "state", ws, "B·H·⌈N/B_i⌉·B_i·⌈d/B_j⌉·B_j·4 (zeroed)")
-        kernels.append(z.build(op="elementwise"))
+        z.write("dQacc", "state", workspace, "B·H·⌈N/B_i⌉·B_i·⌈d/B_j⌉·B_j·4 (zeroed)")
+        kernels += present_kernels(only_where(z.build(op="elementwise"), many))
 
-    pair = lambda nbytes: _scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    pair = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
     per_head = intmath.add(
         intmath.mul(3, w.n, w.d, e), intmath.mul(w.n, acc_cols, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
@@ -310,7 +312,7 @@ def cutlass_backward(
     for tensor, nbytes in (("lse", stat), ("D", stat)):
         main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), "T_c · B·H·N·4")
     # K_j stays in shared memory for S; V_j (for dP) and K_j (for dQ) are loaded again per pair
-    kv_pairs = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+    kv_pairs = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
     k_req = intmath.add(kv_q_heads, kv_pairs)
     main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
     main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
@@ -341,11 +343,19 @@ def cutlass_backward(
         hbm=_kv_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
     )
     main.write("dQ", "output", q, "B·H·N·d·e")
-    if output_in_registers:
+    if np.ndim(output_in_registers) and not np.all(output_in_registers) and np.any(output_in_registers):
+        # a grid, some rows each way: the accumulation's reads are zero where dK, dV stay in registers
+        in_rf = np.asarray(output_in_registers, dtype=bool)
+        kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+        for tensor in ("dK", "dV"):
+            acc_rows = np.where(in_rf, 0, kv_acc)
+            main.read(tensor, "output", acc_rows, np.where(in_rf, 0, kv_q_heads), "T_r · B·H·N_kv·d·e (accumulate)")
+            main.write(tensor, "output", np.where(in_rf, kv_q_heads, kv_acc), "B·H·N_kv·d·e or T_r · …", hbm=kv_q_heads)
+    elif np.all(output_in_registers):
         main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
         main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
     else:  # accumulated in global memory: read and written per visited pair
-        kv_acc = _scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
+        kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
             main.read(tensor, "output", kv_acc, kv_q_heads, "T_r · B·H·N_kv·d·e (accumulate)")
             main.write(tensor, "output", kv_acc, "T_r · B·H·N_kv·d·e (accumulate)", hbm=kv_q_heads)

@@ -108,12 +108,7 @@ def reread_hbm(
             n_waves[need] = waves_spanned(*(f[need] for f in factors))
     else:
         n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
-    if intmath.is_array(unique, n_waves, groups):
-        per_wave = np.round(
-            np.asarray(intmath.to_float(unique)) * np.asarray(n_waves) / np.asarray(intmath.to_float(groups))
-        ).astype(np.int64)
-    else:
-        per_wave = int(unique) * int(n_waves) // int(groups)
+    per_wave = intmath.scaled(unique, n_waves, groups)
     if not intmath.is_array(unique, requested, ctas_sharing, working_set, n_waves) and not isinstance(ok, np.ndarray):
         return min(int(requested), int(unique) if ok else int(per_wave))
     return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))

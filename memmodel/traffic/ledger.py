@@ -113,6 +113,10 @@ class Kernel:
     splits: IntLike = 0
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
+    #: grids: the rows this kernel runs on (a bool array; see :func:`only_where`); on the
+    #: others it moves and computes nothing and takes no time. One workload: True (a kernel
+    #: that does not run is not in the ledger)
+    present: Any = True
 
     @property
     def flops(self) -> IntLike:
@@ -120,6 +124,38 @@ class Kernel:
 
     def bytes(self, **match: str) -> IntLike:
         return total(self.transfers, **match)
+
+
+#: Kernel fields that count work (zeroed where a kernel does not run)
+_COUNTS = ("matmul_flops", "softmax_flops", "exp_ops", "ctas", "blocks", "diagonal_blocks", "rows")
+
+
+def only_where(kernel: Kernel, rows: Any) -> Kernel | None:
+    """``kernel`` where it runs: on the rows of a grid where ``rows`` is true (a kernel that
+    exists for some workloads and not others, such as GQA's dK/dV group sums or the split-KV
+    kernels). None where it runs on no row (or ``rows`` is false), the kernel unchanged where
+    it runs on every one; else its transfers and counts are zeroed on the other rows and
+    ``present`` says where it runs, so each row sums what a ledger of that workload alone
+    holds."""
+    mask = np.asarray(rows, dtype=bool)
+    if not mask.any():
+        return None
+    if mask.all():
+        return kernel
+    import dataclasses
+
+    def zeroed(value: Any) -> Any:
+        return np.where(mask, np.asarray(value, dtype=np.int64), 0)
+
+    transfers = tuple(dataclasses.replace(t, bytes=zeroed(t.bytes)) for t in kernel.transfers)
+    counts = {name: zeroed(getattr(kernel, name)) for name in _COUNTS}
+    present = mask if np.ndim(kernel.present) == 0 else mask & np.asarray(kernel.present, dtype=bool)
+    return dataclasses.replace(kernel, transfers=transfers, present=present, **counts)
+
+
+def present_kernels(*kernels: Kernel | None) -> list[Kernel]:
+    """The kernels that run on some row (:func:`only_where` gives None for the others)."""
+    return [k for k in kernels if k is not None]
 
 
 class KernelBuilder:
