@@ -353,7 +353,10 @@ def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str
 
 def default_by_head_dim(workload: Workload, profile: Profile | None = None) -> dict[int, tuple[str, str]]:
     """:func:`default_for` for each head dim of ``workload`` (one for a single workload)."""
-    return {int(d): _default_one(int(d), workload.dtype, profile) for d in np.unique(np.asarray(workload.d))}
+    # sorted(set(...)), not np.unique: numpy's set routines cost ~20 ms to load, which a single
+    # `memmodel compare` would pay at start-up
+    ds = sorted({int(x) for x in np.asarray(workload.d).ravel().tolist()})
+    return {d: _default_one(d, workload.dtype, profile) for d in ds}
 
 
 def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]:
