@@ -533,41 +533,13 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             copy_bytes_per_s=values.get("kernels.copy.bandwidth"),
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
-        implementation_efficiency={
-            name: curves[f"implementations.{name}.efficiency"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.efficiency" in curves
-        },
-        implementation_cta_bandwidth={
-            name: values[f"implementations.{name}.cta_bandwidth"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.cta_bandwidth" in values
-        },
-        implementation_backward_efficiency={
-            name: curves[f"implementations.{name}.backward_efficiency"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.backward_efficiency" in curves
-        },
-        implementation_cta_overhead={
-            name: curves[f"implementations.{name}.cta_overhead"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.cta_overhead" in curves
-        },
-        implementation_masked_cost={
-            name: curves[f"implementations.{name}.masked_block_cost"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.masked_block_cost" in curves
-        },
-        implementation_dropout_rate={
-            name: curves[f"implementations.{name}.dropout_rate"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.dropout_rate" in curves
-        },
-        implementation_backward_dropout_rate={
-            name: curves[f"implementations.{name}.backward_dropout_rate"]
-            for name in IMPLEMENTATION_NAMES
-            if f"implementations.{name}.backward_dropout_rate" in curves
-        },
+        implementation_efficiency=_per_implementation(curves, "efficiency"),
+        implementation_cta_bandwidth=_per_implementation(values, "cta_bandwidth"),
+        implementation_backward_efficiency=_per_implementation(curves, "backward_efficiency"),
+        implementation_cta_overhead=_per_implementation(curves, "cta_overhead"),
+        implementation_masked_cost=_per_implementation(curves, "masked_block_cost"),
+        implementation_dropout_rate=_per_implementation(curves, "dropout_rate"),
+        implementation_backward_dropout_rate=_per_implementation(curves, "backward_dropout_rate"),
         implementation_combine_time={
             name: (
                 values.get(f"implementations.{name}.combine_time", 0.0),
@@ -581,6 +553,15 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
     )
+
+
+def _per_implementation(figures: Mapping[str, Any], leaf: str) -> dict[str, Any]:
+    """``implementations.<name>.<leaf>`` of every implementation that has it, by name."""
+    return {
+        name: figures[f"implementations.{name}.{leaf}"]
+        for name in IMPLEMENTATION_NAMES
+        if f"implementations.{name}.{leaf}" in figures
+    }
 
 
 def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath: str) -> tuple[tuple[int, float], ...]:
@@ -889,33 +870,25 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
         raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
     except (ValueError, TypeError, AttributeError) as exc:  # PyYAML's constructors: 2024-13-45, !!int abc, 5000 digits
         raise ProfileError(f"{where}: invalid YAML: a value cannot be read ({_shorten(str(exc))})") from None
-    if isinstance(data, Mapping) and data.get("derive_from") is not None:
-        spec = data["derive_from"]
-        if not isinstance(spec, str) or not spec.strip():
-            raise _fail(where, "derive_from", "must name a profile (e.g. h200) or a path to one")
-        key = str(p.resolve())
-        if key in _chain or len(_chain) > 8:
-            raise _fail(where, "derive_from", f"{spec!r} derives, directly or not, from this profile: a cycle")
-        if is_path(spec):
-            spec_path = Path(spec).expanduser()
-            base = load_file(spec_path if spec_path.is_absolute() else p.parent / spec_path, _chain=(*_chain, key))
-        else:
-            base = load_profile(spec, _chain=(*_chain, key))
-        data = derive(data, where, base)
-    if isinstance(data, Mapping) and data.get("library_rates_from") is not None:
-        spec = data["library_rates_from"]
-        if not isinstance(spec, str) or not spec.strip():
-            raise _fail(where, "library_rates_from", "must name a profile (e.g. h200) or a path to one")
-        key = str(p.resolve())
-        if key in _chain or len(_chain) > 8:
-            raise _fail(where, "library_rates_from", f"{spec!r} derives, directly or not, from this profile: a cycle")
-        if is_path(spec):
-            spec_path = Path(spec).expanduser()
-            base = load_file(spec_path if spec_path.is_absolute() else p.parent / spec_path, _chain=(*_chain, key))
-        else:
-            base = load_profile(spec, _chain=(*_chain, key))
-        data = derive(data, where, base, library_only=True)
+    for key, library_only in (("derive_from", False), ("library_rates_from", True)):
+        if isinstance(data, Mapping) and data.get(key) is not None:
+            base = _base_profile(data[key], key, where, p, _chain)
+            data = derive(data, where, base, library_only=library_only)
     return parse_profile(data, where, path=p, origin=origin)
+
+
+def _base_profile(spec: object, key: str, where: str, path: Path, chain: tuple[str, ...]) -> Profile:
+    """The profile ``key`` (``derive_from``, ``library_rates_from``) names: a name on the search
+    path or a file (relative to ``path``'s folder); refuses a cycle."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise _fail(where, key, "must name a profile (e.g. h200) or a path to one")
+    me = str(path.resolve())
+    if me in chain or len(chain) > 8:
+        raise _fail(where, key, f"{spec!r} derives, directly or not, from this profile: a cycle")
+    if is_path(spec):
+        spec_path = Path(spec).expanduser()
+        return load_file(spec_path if spec_path.is_absolute() else path.parent / spec_path, _chain=(*chain, me))
+    return load_profile(spec, _chain=(*chain, me))
 
 
 def _python_yaml_error(yaml: Any, text: str) -> Exception | None:

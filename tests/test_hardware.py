@@ -8,7 +8,7 @@ import yaml
 from memmodel.errors import ProfileError
 from memmodel.hardware import available, load_file, load_profile, parse_profile
 
-from .conftest import HARDWARE
+from .conftest import HARDWARE, REPO
 
 REQUIRED = [
     "a100",
@@ -187,3 +187,85 @@ def test_profiles_are_frozen():
     p = load_profile("a100")
     with pytest.raises(AttributeError):
         p.sm_count = 1  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------------------------------
+# Provenance and derivation
+
+
+def test_h100_figures_derive_from_the_h200_calibration_by_the_stated_rules():
+    h200, pcie, sxm = load_profile("h200"), load_profile("h100-pcie"), load_profile("h100-sxm")
+    # per SM per clock: × (114 SMs × 1755 MHz) / (132 × 1980) = 0.76550
+    scale = 114 * 1755e6 / (132 * 1980e6)
+    assert pcie.peak_flops("fp16") == pytest.approx(h200.peak_flops("fp16") * scale, rel=1e-3)
+    assert pcie.mma_sync_flops_per_s["fp16"] == pytest.approx(h200.mma_sync_flops_per_s["fp16"] * scale, rel=1e-3)
+    # HBM: the H200's measured share of its 4.8 TB/s datasheet, on 2.0 TB/s (H100 PCIe) and 3.35 TB/s (SXM)
+    assert pcie.hbm.bandwidth_bytes_per_s == pytest.approx(h200.hbm.bandwidth_bytes_per_s * 2.0 / 4.8, rel=1e-3)
+    assert sxm.hbm.bandwidth_bytes_per_s == pytest.approx(h200.hbm.bandwidth_bytes_per_s * 3.35 / 4.8, rel=1e-3)
+    # on-chip latency in cycles: × 1980 / 1755; the effective L2 as the same share: 30 MiB × 50/60 = 25 MiB
+    assert pcie.l2.latency_s == pytest.approx(h200.l2.latency_s * 1980 / 1755, rel=1e-3)
+    assert sxm.l2.usable_capacity_bytes == pytest.approx(25 * 2**20, rel=1e-3)
+    # dimensionless: as they are
+    assert pcie.implementation_efficiency == h200.implementation_efficiency
+    prov = pcie.provenance["compute.fp16"]
+    assert prov.kind == "derived" and "per SM per clock" in prov.note and "measured" in prov.note
+    assert pcie.derived_from == "h200" and pcie.kind_of("sm_count") == "datasheet"
+
+
+def test_a_users_own_calibration_improves_the_siblings(tmp_path, monkeypatch):
+    import re
+
+    text = re.sub(
+        r"(\n  fp16: \{value: )[0-9.]+ TFLOP/s", r"\g<1>700 TFLOP/s", (REPO / "hardware" / "h200.yaml").read_text()
+    )
+    assert "fp16: {value: 700 TFLOP/s" in text
+    (tmp_path / "h200.yaml").write_text(text)
+    monkeypatch.setenv("MEMMODEL_HARDWARE_PATH", str(tmp_path))
+    assert load_profile("h100-sxm").peak_flops("fp16") == pytest.approx(700e12, rel=1e-3)  # same SMs, clock
+
+
+def test_derivation_needs_its_inputs_and_refuses_cycles(tmp_path):
+    base = (REPO / "hardware" / "h100-sxm.yaml").read_text()
+    (tmp_path / "no-clock.yaml").write_text(base.replace("clock:", "# clock:", 1))
+    with pytest.raises(ProfileError, match=r"no-clock.yaml -> clock: missing: a profile that derives from 'h200'"):
+        load_file(tmp_path / "no-clock.yaml")
+    (tmp_path / "a.yaml").write_text(base.replace("derive_from: h200", "derive_from: ./b.yaml"))
+    (tmp_path / "b.yaml").write_text(base.replace("derive_from: h200", "derive_from: ./a.yaml"))
+    with pytest.raises(ProfileError, match="a cycle"):
+        load_file(tmp_path / "a.yaml")
+
+
+def test_library_rates_cross_architectures_as_a_share_of_the_datasheet_bandwidth():
+    a100, h200 = load_profile("a100"), load_profile("h200")
+    # 2.039 TB/s over 4.8 TB/s of datasheet bandwidth
+    assert a100.kernel_rates.gemm_read_bytes_per_s == pytest.approx(
+        h200.kernel_rates.gemm_read_bytes_per_s * 2.039 / 4.8, rel=1e-3
+    )
+    assert a100.peak_flops("fp16") == 312e12  # compute stays the A100's datasheet
+    assert a100.provenance["kernels.gemm.read_bandwidth"].kind == "derived"
+
+
+def test_every_bundled_source_says_what_kind_of_figure_it_gives():
+    from memmodel.hardware import SOURCE_KINDS, available
+
+    for name in available():
+        p = load_profile(name)
+        for fpath, prov in p.provenance.items():
+            assert prov.kind in SOURCE_KINDS, (name, fpath)
+        measured = [s for s in p.sources.values() if s.kind == "measured"]
+        assert all(s.machine and s.date and s.command for s in measured), name
+
+
+def test_rates_and_caveats_say_how_much_to_trust_a_time(run):
+    from memmodel.timing import caveats, rate_sources
+
+    assert rate_sources(load_profile("h200")).startswith("measured")
+    assert rate_sources(load_profile("h100-sxm")).startswith("derived from profile h200")
+    assert "expect large errors" in rate_sources(load_profile("mi300x"))
+    lines = caveats(load_profile("mi300x"), "sdpa-flash", "fp16", 128)
+    assert any("no exp rate" in line for line in lines) and any("no launch overhead" in line for line in lines)
+    datasheet = load_file(REPO / "validation" / "h200" / "h200-datasheet.yaml")
+    assert any("no mma.sync rate" in line for line in caveats(datasheet, "sdpa-flash", "fp16", 128))
+    assert not any("mma.sync" in line for line in caveats(load_profile("a100"), "sdpa-flash", "fp16", 128))
+    r = run("hardware", "sources", "--format", "markdown")
+    assert r.exit_code == 0 and "| h100-sxm | derived from profile h200" in r.stdout

@@ -61,3 +61,28 @@ def test_latency_bound_for_a_decode_with_few_ctas():
     c = compare(Workload(n=1, n_kv=4096, d=64, dtype="fp16"), p, splits=1)
     (k,) = c.tiled.timing.kernels
     assert k.bound == "latency"
+
+
+def test_fa1_runs_one_cta_per_batch_and_head():
+    """FlashAttention-1 launches a CTA per (batch, head): one head keeps one SM of 108 busy."""
+    a100 = load_profile("a100")
+    (one,) = compare(Workload(n=4096, d=64, dtype="fp16"), a100, tiled="fa1").tiled.timing.kernels
+    # 4·4096²·64 = 4.295 GFLOP of products at 312 TFLOP/s, on one SM of 108: × 108
+    assert one.terms["matmul"] == pytest.approx(4 * 4096 * 4096 * 64 / 312e12 * 108)
+    # 216 heads fill two waves exactly: no tail
+    (full,) = compare(Workload(n=4096, d=64, heads=216, dtype="fp16"), a100, tiled="fa1").tiled.timing.kernels
+    assert full.terms["matmul"] == pytest.approx(216 * 4 * 4096 * 4096 * 64 / 312e12)
+
+
+def test_cudnn_overlaps_its_softmax_with_the_products():
+    """cuDNN (FlashAttention-3's design): compute is the larger of the products and the softmax
+    work, where FlashAttention-2 adds them."""
+    h200 = load_profile("h200")
+    w = Workload(n=4096, d=64, batch=4, heads=16, dtype="fp16")
+    (k,) = [k for k in compare(w, h200, impl="sdpa-cudnn").tiled.timing.kernels if k.name == "fa2_fwd"]
+    t = k.terms
+    assert t["compute"] == pytest.approx(max(t["matmul"], t["exp"] + t["softmax"]) + t.get("cta", 0.0))
+    (f,) = [k for k in compare(w, h200, impl="sdpa-flash").tiled.timing.kernels if k.name == "fa2_fwd"]
+    assert f.terms["compute"] == pytest.approx(
+        f.terms["matmul"] + f.terms["exp"] + f.terms["softmax"] + f.terms.get("cta", 0.0)
+    )
