@@ -169,6 +169,12 @@ def rate_sources(profile: Profile) -> str:
         return f"measured{where}"
     if "measured" in kinds:
         return "partly measured, partly datasheet: expect errors of tens of percent where datasheet figures bind"
+    borrowed = any(s.kind == "derived" for s in profile.sources.values())
+    if borrowed:
+        return (
+            "datasheet and published figures, with library rates and launch overhead carried from a calibration of "
+            "another GPU: expect large errors (tens of percent; see docs/accuracy.md)"
+        )
     return "datasheet and published figures only: expect large errors (tens of percent; see docs/accuracy.md)"
 
 
