@@ -57,10 +57,6 @@ SDPA_SHAPES = (
 #: implementations whose kernel for a head dim memmodel does not model (measured, not fitted):
 #: the memory-efficient kernel above d = 128 accumulates O in global memory
 SDPA_SKIP = {("sdpa-efficient", 256)}
-#: decoding reference for the split-KV CTA rate: (batch, heads, kv heads, d) at two K/V lengths
-#: (28 splits each on 132 SMs); the longer one gives the rate
-DECODE_SHAPE = (1, 32, 8, 128)
-DECODE_NKV = (49152, 98304)
 #: decoding references, (batch, heads, kv heads, d) at two K/V lengths each: batch 1 splits
 #: K/V 28 ways on 132 SMs, batch 8 four ways; the slope gives the per-CTA streaming rate, the
 #: intercepts at two split counts the combine kernel's fixed and per-split cost
