@@ -51,7 +51,8 @@ import numpy as np
 
 from .implementations import padded_head_dim
 from .traffic import l2 as l2m
-from .traffic.flash import TileContext, fa2_backward_kernels
+from .traffic.blocks import TileContext
+from .traffic.flash import fa2_backward_kernels
 from .traffic.flash_backward import (
     BackwardTiles,
     backward_context,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import WorkloadError
-from .traffic.flash import KV_ORDERS
+from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,8 +13,9 @@ from .hardware import Profile
 from .implementations import Options, kernel_workload, options_for, padded_head_dim, smem_reads, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
 from .traffic import l2 as l2m
+from .traffic.blocks import block_sizes, tile_context
 from .traffic.decode import choose_splits
-from .traffic.flash import block_sizes, fa1, fa2, tile_context
+from .traffic.flash import fa1, fa2
 from .traffic.ledger import AlgorithmTraffic
 from .traffic.standard import standard_variant
 from .workload import Workload

@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cases import Case
 from .hardware import Profile
 from .implementations import Options, options_for
-from .model import compare
+from .model import Comparison, compare
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
 
@@ -92,18 +93,18 @@ OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})
 BACKWARD_MAIN = {"sdpa-flash": "fa2_bwd", "sdpa-efficient": "mea_bwd", "sdpa-cudnn": "cudnn_bwd"}
 
 
-def standard_variant(case: Any) -> str:
+def standard_variant(case: Case) -> str:
     """The standard-attention variant a case runs: the training step runs eager PyTorch's
     op sequence under autograd (``eager``); forward-only cases run Algorithm 0 (the scale
     applied to Q beforehand, untimed), as every earlier record did."""
-    return "eager" if getattr(case, "backward", False) else "algorithm0"
+    return "eager" if case.backward else "algorithm0"
 
 
-def case_options(case: Any, l2: str, ctas_per_sm: int | None = None, profile: Profile | None = None) -> Options:
+def case_options(case: Case, l2: str, ctas_per_sm: int | None = None, profile: Profile | None = None) -> Options:
     """How to model a measured case: its implementation (tiles, instructions, measured
     efficiency) and, when Nsight Compute reported it, the number of CTAs the kernel really
     ran per SM (its occupancy)."""
-    backward = bool(getattr(case, "backward", False))
+    backward = case.backward
     if case.impl == "standard":
         return Options(l2=l2, implementation="paper", backward=backward)
     return options_for(
@@ -130,7 +131,7 @@ def measured_ctas_per_sm(measured: list[Any], sm_count: int) -> int | None:
     return max(1, round(grid / (waves * sm_count)))
 
 
-def _compare(case: Any, profile: Profile, l2: str, ctas_per_sm: int | None, backward_ctas: int | None) -> Any:
+def _compare(case: Case, profile: Profile, l2: str, ctas_per_sm: int | None, backward_ctas: int | None) -> Comparison:
     return compare(
         case.workload(),
         profile,
@@ -141,7 +142,7 @@ def _compare(case: Any, profile: Profile, l2: str, ctas_per_sm: int | None, back
 
 
 def predicted_kernels(
-    case: Any,
+    case: Case,
     profile: Profile,
     l2: str = "cold",
     ctas_per_sm: int | None = None,
@@ -152,7 +153,7 @@ def predicted_kernels(
     return list(alg.traffic.kernels)
 
 
-def compulsory_kernels(case: Any, profile: Profile) -> list[Kernel]:
+def compulsory_kernels(case: Case, profile: Profile) -> list[Kernel]:
     """The model's kernels with an infinite L2: each tensor a kernel touches, once."""
     from .model import tiled_traffic
     from .traffic.standard import standard_variant as variant
@@ -348,12 +349,12 @@ class CaseScores:
     backward_ctas_per_sm: int | None = None
 
 
-def occupancies(case: Any, measured: list[Any], profile: Profile) -> tuple[int | None, int | None]:
+def occupancies(case: Case, measured: list[Any], profile: Profile) -> tuple[int | None, int | None]:
     """CTAs per SM of the forward and of the backward fused kernel, as measured. Forward-only
     cases: of the largest measured kernel (as every earlier record was scored)."""
     if case.impl == "standard":
         return None, None
-    if not getattr(case, "backward", False):
+    if not case.backward:
         return measured_ctas_per_sm(measured, profile.sm_count), None
     kernels = predicted_kernels(case, profile, "cold")
     pairs = dict((n, k) for n, k in align_launches(case.impl, kernels, measured) if n is not None and k is not None)
@@ -365,7 +366,7 @@ def occupancies(case: Any, measured: list[Any], profile: Profile) -> tuple[int |
     )
 
 
-def _score(case: Any, k: Kernel, m: Any, p: Kernel, c: Kernel, profile: Profile) -> KernelScore:
+def _score(case: Case, k: Kernel, m: Any, p: Kernel, c: Kernel, profile: Profile) -> KernelScore:
     return KernelScore(
         case=case.id,
         kernel=k.name,
@@ -385,10 +386,10 @@ def _score(case: Any, k: Kernel, m: Any, p: Kernel, c: Kernel, profile: Profile)
     )
 
 
-def score_case_detail(case: Any, measured: list[Any], profile: Profile) -> CaseScores:
+def score_case_detail(case: Case, measured: list[Any], profile: Profile) -> CaseScores:
     """Byte scores of every matched kernel; for the training step (``case.backward``) through
     :func:`align_kernels`, with the kernels left unmatched on either side."""
-    if not getattr(case, "backward", False):
+    if not case.backward:
         return CaseScores(score_case(case, measured, profile), ctas_per_sm=occupancies(case, measured, profile)[0])
     fwd_ctas, bwd_ctas = occupancies(case, measured, profile)
     model = {k.name: k for k in predicted_kernels(case, profile, "cold", fwd_ctas, bwd_ctas)}
@@ -405,8 +406,8 @@ def score_case_detail(case: Any, measured: list[Any], profile: Profile) -> CaseS
     return out
 
 
-def score_case(case: Any, measured: list[Any], profile: Profile) -> list[KernelScore]:
-    if getattr(case, "backward", False):
+def score_case(case: Case, measured: list[Any], profile: Profile) -> list[KernelScore]:
+    if case.backward:
         return score_case_detail(case, measured, profile).scores
     occupancy = None if case.impl == "standard" else measured_ctas_per_sm(measured, profile.sm_count)
     model = predicted_kernels(case, profile, "cold", occupancy)
@@ -437,7 +438,7 @@ def summary(scores: list[KernelScore]) -> dict[str, Any]:
 
 
 def predicted_times(
-    case: Any, profile: Profile, ctas_per_sm: int | None = None, backward_ctas_per_sm: int | None = None
+    case: Case, profile: Profile, ctas_per_sm: int | None = None, backward_ctas_per_sm: int | None = None
 ) -> dict[str, Any]:
     """The model's times for a case (L2 on: the timing loop runs warm), per measured step:
     standard attention's kernels, a fused kernel's ``attention``, or for the training step
@@ -446,7 +447,7 @@ def predicted_times(
     ev = c.standard if case.impl == "standard" else c.tiled
     pairs = list(zip(ev.traffic.kernels, ev.timing.kernels))
     kernels = {k.name: float(t.time_s) for k, t in pairs}
-    if getattr(case, "backward", False):
+    if case.backward:
         work: dict[str, tuple[int, int]] = {}
         steps: dict[str, float] = {}
         for pass_ in ("forward", "backward"):
@@ -475,7 +476,7 @@ def predicted_times(
         "hbm_bytes": int(ev.traffic.hbm_bytes),
         "flops": int(ev.traffic.flops),
     }
-    if getattr(case, "backward", False):
+    if case.backward:
         from .flops import convention_flops
 
         out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels}
@@ -485,7 +486,7 @@ def predicted_times(
     return out
 
 
-def prediction_line(case: Any, profile: Profile) -> str:
+def prediction_line(case: Case, profile: Profile) -> str:
     """One case's predictions as committed before measuring: each timed step's time (µs,
     L2 on, the model's own occupancy) and each kernel's HBM reads (bytes, L2 cold, as Nsight
     Compute measures)."""

@@ -15,6 +15,8 @@ from .intmath import IntLike
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 #: Softmax statistics (l, m, logsumexp) are kept in fp32 whatever the input dtype.
 STAT_BYTES = 4
+#: Accumulators kept in HBM (FA2's dQ, split-KV partial outputs) are fp32.
+ACC_BYTES = 4
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from memmodel.gpu.calibrate import profile_yaml  # noqa: E402
+from memmodel.calibration.profile import profile_yaml  # noqa: E402
 from memmodel.hardware import load_file  # noqa: E402
 
 RUN = ROOT / "validation" / "h200" / "calibrate.json"

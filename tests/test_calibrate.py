@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from memmodel.calibration import figures, plan, profile
 from memmodel.errors import MemmodelError, RuntimeFailure
 from memmodel.fileio import write_atomic
 from memmodel.gpu import calibrate as cal
@@ -30,7 +31,7 @@ MiB = 2**20
 
 def fake_result(**errors: str) -> dict[str, Any]:
     """What run_calibration returns on an H200, with round numbers."""
-    sizes = [int(s) for s in cal.sweep_sizes(60 * MiB)]
+    sizes = [int(s) for s in plan.sweep_sizes(60 * MiB)]
     points = [
         {"bytes": s, "bytes_per_s": 10e12 if s <= 28 * MiB else 4.2e12, "passes": 10, "spread": 0.01} for s in sizes
     ]
@@ -45,7 +46,7 @@ def fake_result(**errors: str) -> dict[str, Any]:
             "copy_torch": {"rate": 4.15e12},
         },
         "l2": {"rate": 10.5e12, "buffer_bytes": 15 * MiB},
-        "l2_sweep": {"points": points, **cal.knee_summary(points)},
+        "l2_sweep": {"points": points, **plan.knee_summary(points)},
         "smem": {"rate": 30e12, "per_sm_bytes_per_s": 30e12 / 132},
         "matmul": {
             "fp16": {"rate": 750e12, "n": 8192, "method": "torch.matmul"},
@@ -69,7 +70,7 @@ def fake_result(**errors: str) -> dict[str, Any]:
     for step in errors:
         m.pop(step, None)
     return {
-        "schema": cal.SCHEMA,
+        "schema": plan.SCHEMA,
         "memmodel": "0.1.0",
         "date": "2026-11-29",
         "quick": False,
@@ -101,7 +102,7 @@ def DATASHEET():  # noqa: N802 - reads like the constant it stands for
 def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     base = DATASHEET()
     path = tmp_path / "h200-calibrated.yaml"
-    path.write_text(cal.profile_yaml(fake_result(), base=base, name="h200-calibrated"), encoding="utf-8")
+    path.write_text(profile.profile_yaml(fake_result(), base=base, name="h200-calibrated"), encoding="utf-8")
     p = load_file(path)
     assert p.name == "h200-calibrated"
     assert p.hbm.bandwidth_bytes_per_s == 4.5e12  # reads: Triton read 4.5 beats torch sum 4.1
@@ -153,10 +154,10 @@ def _base_without_effective_capacity():
 
 def test_effective_capacity_is_the_smallest_knee_of_the_curves():
     result = fake_result()
-    sizes = [int(s) for s in cal.sweep_sizes(60 * MiB)]
+    sizes = [int(s) for s in plan.sweep_sizes(60 * MiB)]
     halves = [{"bytes": s, "bytes_per_s": 9e12 if s <= 19 * MiB else 4.5e12} for s in sizes]
-    result["measurements"]["l2_split"] = {"curves": {"smid_half": {"points": halves, **cal.knee_summary(halves)}}}
-    p = cal.profile_data(result, base=_base_without_effective_capacity())
+    result["measurements"]["l2_split"] = {"curves": {"smid_half": {"points": halves, **plan.knee_summary(halves)}}}
+    p = profile.profile_data(result, base=_base_without_effective_capacity())
     eff = p["memory"]["l2"]["effective_capacity"]
     # 18.88 MiB is the last point at 9 TB/s, 22.63 MiB the first at 4.5: 90 % of the way up a tenth along
     assert eff["value"] == "19.2 MiB"
@@ -164,7 +165,7 @@ def test_effective_capacity_is_the_smallest_knee_of_the_curves():
 
 
 def test_every_figure_has_a_value_a_source_and_a_note():
-    data = yaml.safe_load(cal.profile_yaml(fake_result(), base=DATASHEET()))
+    data = yaml.safe_load(profile.profile_yaml(fake_result(), base=DATASHEET()))
     leaves = [data["sm_count"], *data["memory"]["hbm"].values(), *data["memory"]["l2"].values()]
     leaves += [*data["memory"]["sram"].values(), *data["compute"].values()]
     for leaf in leaves:
@@ -178,7 +179,7 @@ def test_without_write_figures_the_bandwidth_is_the_best_of_all():
     result = fake_result()
     for key in ("write", "write_torch"):
         del result["measurements"]["hbm"][key]
-    data = cal.profile_data(result, base=DATASHEET())
+    data = profile.profile_data(result, base=DATASHEET())
     assert data["memory"]["hbm"]["bandwidth"]["value"] == "4.5 TB/s"
     assert "write_bandwidth" not in data["memory"]["hbm"]
 
@@ -186,7 +187,7 @@ def test_without_write_figures_the_bandwidth_is_the_best_of_all():
 def test_fields_calibrate_does_not_measure_are_carried_over(tmp_path):
     base = DATASHEET()
     path = tmp_path / "out.yaml"
-    path.write_text(cal.profile_yaml(fake_result(), base=base), encoding="utf-8")
+    path.write_text(profile.profile_yaml(fake_result(), base=base), encoding="utf-8")
     p = load_file(path)
     assert p.sram.latency_s == base.sram.latency_s
     assert "carried over from profile h200-datasheet" in (p.provenance["memory.sram.latency"].note or "")
@@ -194,48 +195,48 @@ def test_fields_calibrate_does_not_measure_are_carried_over(tmp_path):
 
 def test_without_a_base_the_unmeasured_required_figure_is_named():
     with pytest.raises(RuntimeFailure, match=r"memory\.sram\.latency not measured.*--base"):
-        cal.profile_data(fake_result(), base=None)
+        profile.profile_data(fake_result(), base=None)
 
 
 def test_a_failed_step_is_carried_over_from_the_base_or_named():
     result = fake_result(l2="RuntimeError: boom")
-    data = cal.profile_data(result, base=DATASHEET())
+    data = profile.profile_data(result, base=DATASHEET())
     assert data["memory"]["l2"]["bandwidth"]["value"] == "9.8 TB/s"
     assert "not measured in this run" in data["memory"]["l2"]["bandwidth"]["note"]
     with pytest.raises(RuntimeFailure, match=r"memory\.l2\.bandwidth.*failed steps: l2: RuntimeError: boom"):
-        cal.profile_data(result, base=None)
+        profile.profile_data(result, base=None)
 
 
 def test_a_base_effective_capacity_larger_than_this_l2_is_dropped():
     result = fake_result(l2_sweep="RuntimeError: boom")
     result["device"]["l2_bytes"] = 16 * MiB  # smaller than the base's 30 MiB
-    data = cal.profile_data(result, base=DATASHEET())
+    data = profile.profile_data(result, base=DATASHEET())
     assert "effective_capacity" not in data["memory"]["l2"]
-    cal.profile_yaml(result, base=DATASHEET())  # and it validates
+    profile.profile_yaml(result, base=DATASHEET())  # and it validates
 
 
 def test_values_keep_four_significant_digits_and_read_back():
     from memmodel import units
 
-    assert cal._bw(4.5213e12) == "4.521 TB/s"
-    assert cal._bw(34.4e6) == "34.4 MB/s"  # small values do not round to zero
-    assert cal._flops(789.34e12) == "789.3 TFLOP/s"
-    assert cal._ns(2.1e-7) == "210 ns"
-    assert cal._ns(1.5e-6) == "1.5 us"
-    assert units.parse(cal._si(3.9512e12, "op/s"), "ops") == 3.951e12
-    assert cal._bytes_text(60 * MiB) == "60 MiB"
-    assert cal._bytes_text(228 * 1024) == "228 KiB"
-    assert cal._bytes_text(150_109_880_320) == "139.801 GiB"  # not a whole MiB: 3 decimals
-    assert cal._bytes_text(1000) == "1000 B"
+    assert figures._bw(4.5213e12) == "4.521 TB/s"
+    assert figures._bw(34.4e6) == "34.4 MB/s"  # small values do not round to zero
+    assert figures._flops(789.34e12) == "789.3 TFLOP/s"
+    assert figures._ns(2.1e-7) == "210 ns"
+    assert figures._ns(1.5e-6) == "1.5 us"
+    assert units.parse(figures._si(3.9512e12, "op/s"), "ops") == 3.951e12
+    assert figures._bytes_text(60 * MiB) == "60 MiB"
+    assert figures._bytes_text(228 * 1024) == "228 KiB"
+    assert figures._bytes_text(150_109_880_320) == "139.801 GiB"  # not a whole MiB: 3 decimals
+    assert figures._bytes_text(1000) == "1000 B"
 
 
 def test_match_bundled_by_the_gpu_name():
     names = {"h200": "NVIDIA H200 SXM 141GB", "h100-sxm": "NVIDIA H100 SXM5 80GB", "h100-pcie": "NVIDIA H100 PCIe 80GB"}
-    assert cal.match_bundled("NVIDIA H200", names) == "h200"
-    assert cal.match_bundled("NVIDIA H100", names) is None  # two match: none is chosen
-    assert cal.match_bundled("NVIDIA H100-SXM5-80GB", names) == "h100-sxm"  # dashes are spaces
-    assert cal.match_bundled("NVIDIA H20", names) is None  # a whole word, not a prefix of one
-    assert cal.match_bundled("", names) is None
+    assert profile.match_bundled("NVIDIA H200", names) == "h200"
+    assert profile.match_bundled("NVIDIA H100", names) is None  # two match: none is chosen
+    assert profile.match_bundled("NVIDIA H100-SXM5-80GB", names) == "h100-sxm"  # dashes are spaces
+    assert profile.match_bundled("NVIDIA H20", names) is None  # a whole word, not a prefix of one
+    assert profile.match_bundled("", names) is None
 
 
 # ---------------------------------------------------------------------------------------
@@ -249,12 +250,12 @@ def _sigmoid(size: float, knee: float, top: float = 10e12, bottom: float = 4e12,
 def test_knee_of_a_smooth_drop_is_where_it_is_half_way():
     sizes = [s * MiB for s in range(8, 121, 2)]
     rates = [_sigmoid(s, 30 * MiB) for s in sizes]
-    knee = cal.find_knee(sizes, rates)
+    knee = plan.find_knee(sizes, rates)
     assert knee.bytes == pytest.approx(30 * MiB, rel=0.02)
     assert knee.plateau_bytes_per_s == pytest.approx(10e12, rel=1e-2)  # median of the smallest quarter
     assert knee.floor_bytes_per_s == pytest.approx(4e12, rel=1e-3)
     # still 90 % of the way up: an earlier size
-    end = cal.find_knee(sizes, rates, fraction=0.9)
+    end = plan.find_knee(sizes, rates, fraction=0.9)
     assert end.bytes < knee.bytes
 
 
@@ -262,50 +263,50 @@ def test_knee_of_a_step_is_interpolated_between_the_two_points():
     sizes = [8, 16, 24, 32, 40, 48]
     rates = [10, 10, 10, 4, 4, 4]
     # threshold 4 + 0.5 x 6 = 7: from 10 at 24 to 4 at 32, 7 is crossed half-way, at 28
-    assert cal.find_knee(sizes, rates).bytes == pytest.approx(28)
+    assert plan.find_knee(sizes, rates).bytes == pytest.approx(28)
 
 
 def test_a_dip_on_the_plateau_is_not_the_knee():
     sizes = [8, 16, 24, 32, 40, 48, 56]
     rates = [10, 6, 10, 10, 4, 4, 4]  # one noisy point at 16
     # last point at or above 7 is 32; 10 -> 4 between 32 and 40: 7 at 36
-    assert cal.find_knee(sizes, rates).bytes == pytest.approx(36)
+    assert plan.find_knee(sizes, rates).bytes == pytest.approx(36)
 
 
 def test_no_knee_when_the_curve_does_not_fall():
     sizes = [8, 16, 24, 32]
-    assert cal.find_knee(sizes, [10, 10.2, 9.9, 10.1]).bytes is None  # flat: within 10 %
-    assert cal.find_knee(sizes, [10, 10, 10, 4]).bytes == pytest.approx(28)
-    assert cal.find_knee(sizes, [4, 10, 10, 10], floor=4).bytes is None  # rises: never falls below
+    assert plan.find_knee(sizes, [10, 10.2, 9.9, 10.1]).bytes is None  # flat: within 10 %
+    assert plan.find_knee(sizes, [10, 10, 10, 4]).bytes == pytest.approx(28)
+    assert plan.find_knee(sizes, [4, 10, 10, 10], floor=4).bytes is None  # rises: never falls below
 
 
 def test_knee_points_may_come_in_any_order_and_bad_input_is_refused():
-    assert cal.find_knee([32, 8, 24, 16], [4, 10, 10, 10]).bytes == pytest.approx(28)
+    assert plan.find_knee([32, 8, 24, 16], [4, 10, 10, 10]).bytes == pytest.approx(28)
     with pytest.raises(ValueError):
-        cal.find_knee([8], [10])
+        plan.find_knee([8], [10])
     with pytest.raises(ValueError):
-        cal.find_knee([8, 16], [10, 4], fraction=1.5)
+        plan.find_knee([8, 16], [10, 4], fraction=1.5)
 
 
 def test_sweep_sizes_run_from_8_mb_to_twice_l2_in_whole_blocks():
-    sizes = cal.sweep_sizes(60 * MiB)
-    assert sizes[0] == 8_000_000 // cal.BLOCK_BYTES * cal.BLOCK_BYTES
+    sizes = plan.sweep_sizes(60 * MiB)
+    assert sizes[0] == 8_000_000 // plan.BLOCK_BYTES * plan.BLOCK_BYTES
     assert sizes[-1] == 120 * MiB
     assert list(sizes) == sorted(set(sizes))
-    assert all(s % cal.BLOCK_BYTES == 0 for s in sizes)
+    assert all(s % plan.BLOCK_BYTES == 0 for s in sizes)
     fine = [s for s in sizes if s < 60 * MiB]
-    assert max(b - a for a, b in zip(fine, fine[1:])) <= 60 * MiB / 16 + cal.BLOCK_BYTES  # 3.75 MiB apart
-    assert len(cal.sweep_sizes(60 * MiB, quick=True)) < len(sizes)
+    assert max(b - a for a, b in zip(fine, fine[1:])) <= 60 * MiB / 16 + plan.BLOCK_BYTES  # 3.75 MiB apart
+    assert len(plan.sweep_sizes(60 * MiB, quick=True)) < len(sizes)
 
 
 def test_resident_programs():
     # 40 registers x 32 lanes = 1280 per warp (a multiple of 256); 65536 / 1280 = 51 warps; / 8 = 6 programs
-    assert cal.resident_programs(40, 8) == 6
+    assert plan.resident_programs(40, 8) == 6
     # 32 registers: 1024 per warp, 64 warps, the thread limit too: 2048 / 256 = 8 programs
-    assert cal.resident_programs(32, 8) == 8
+    assert plan.resident_programs(32, 8) == 8
     # 16 KiB of shared memory each, 228 KiB per SM: 14; threads allow 2048 / 128 = 16
-    assert cal.resident_programs(None, 4, 16384, smem_per_sm=228 * 1024) == 14
-    assert cal.resident_programs(255, 32) == 1  # never zero
+    assert plan.resident_programs(None, 4, 16384, smem_per_sm=228 * 1024) == 14
+    assert plan.resident_programs(255, 32) == 1  # never zero
 
 
 # ---------------------------------------------------------------------------------------
@@ -416,8 +417,8 @@ def fake_gpu(monkeypatch):
 
     def run_calibration(*, quick=False, on_step=None, context=None):
         calls["quick"] = quick
-        for i, (_, what) in enumerate(cal.STEPS):
-            on_step(i, len(cal.STEPS), what)
+        for i, step in enumerate(cal.STEPS):
+            on_step(i, len(cal.STEPS), step.description)
         on_step(len(cal.STEPS), len(cal.STEPS), "done")
         return fake_result()
 
@@ -451,6 +452,30 @@ def test_calibrate_writes_a_profile_and_shows_the_figures(run, tmp_path, fake_gp
     assert data["base"] == {"name": "h200", "path": data["base"]["path"], "how": "matched by the GPU's name"}
 
 
+def test_one_figures_table_feeds_the_profile_and_the_cli_table(run, fake_gpu):
+    """Each figure of FIGURES is a row of the CLI's table, and the profile's figures are made of
+    the same values: what the table shows is what the profile holds."""
+    from memmodel.units import parse
+
+    result = run("calibrate")
+    assert result.exit_code == 0, result.stderr
+    for figure in figures.FIGURES:
+        assert figure.label in result.stdout
+    values = figures.figure_values(fake_result())
+    written = figures.measured_figures(fake_result())
+    for key, field, kind in (
+        ("hbm_read", "memory.hbm.bandwidth", "bandwidth"),  # the best read: Triton's 4.5 TB/s
+        ("hbm_write", "memory.hbm.write_bandwidth", "bandwidth"),
+        ("l2", "memory.l2.bandwidth", "bandwidth"),
+        ("l2_latency", "memory.l2.latency", "time"),
+        ("dram_latency", "memory.hbm.latency", "time"),
+        ("matmul_bf16", "compute.bf16", "flops"),
+        ("exp", "compute.exp", "ops"),
+        ("launch", "launch_overhead", "time"),
+    ):
+        assert parse(written[field][0], kind) == pytest.approx(values[key], rel=1e-3)
+
+
 def test_calibrate_with_an_unmatched_gpu_needs_a_base_to_write(run, tmp_path, fake_gpu, monkeypatch):
     monkeypatch.setattr(_FakeInfo, "name", "Imaginary GPU 9000")
     path = tmp_path / "x.yaml"
@@ -468,7 +493,7 @@ def test_calibrate_with_an_unmatched_gpu_needs_a_base_to_write(run, tmp_path, fa
 
 def test_ctrl_c_stops_cleanly_and_writes_nothing(run, tmp_path, monkeypatch):
     def interrupted(*, quick=False, on_step=None, context=None):
-        on_step(0, len(cal.STEPS), cal.STEPS[0][1])
+        on_step(0, len(cal.STEPS), cal.STEPS[0].description)
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cal, "make_context", lambda quick=False: _FakeContext())
@@ -493,31 +518,31 @@ def test_the_gpu_modules_import_without_torch_or_triton():
 
 
 def test_every_step_is_measured_by_its_function(monkeypatch):
-    """run_calibration dispatches each of STEPS to a measuring function (no step left out)."""
+    """STEPS is the one table of steps: each names a measuring function of the GPU code, and
+    run_calibration runs each in order, keeps its measurements under its key and hands it the
+    measurements of the earlier steps it uses."""
+    import dataclasses
     import types
 
-    from memmodel.gpu import calibrate_backward, calibrate_impl
+    keys = [step.key for step in cal.STEPS]
+    assert len(set(keys)) == len(keys)
+    for i, step in enumerate(cal.STEPS):
+        assert step.measure.__module__.startswith("memmodel.gpu.") and step.measure.__name__.startswith("measure_")
+        assert all(used in keys[:i] for used in step.uses), step.key
+    calls: list[tuple[str, dict[str, Any]]] = []
 
-    names = {
-        "hbm": (cal, "measure_hbm"),
-        "l2": (cal, "measure_l2"),
-        "l2_sweep": (cal, "measure_l2_sweep"),
-        "l2_split": (cal, "measure_l2_split"),
-        "smem": (cal, "measure_smem"),
-        "matmul": (cal, "measure_matmul"),
-        "exp": (cal, "measure_exp"),
-        "latency": (cal, "measure_latency"),
-        "launch": (cal, "measure_launch"),
-        "mma_sync": (calibrate_impl, "measure_mma_sync"),
-        "kernels": (calibrate_impl, "measure_kernels"),
-        "sdpa": (calibrate_impl, "measure_sdpa"),
-        "backward": (calibrate_backward, "measure_backward"),
-    }
-    assert set(names) == {key for key, _ in cal.STEPS}
-    for key, (module, fn) in names.items():
-        monkeypatch.setattr(module, fn, lambda *a, key=key, **k: {"measured": key})
-    info = cal.DeviceInfo("fake", 132, 60 * 2**20, 2**37, 228 * 1024, (9, 0))
+    def fake(key):
+        def measure(ctx, **used):
+            calls.append((key, used))
+            return {"measured": key}
+
+        return measure
+
+    monkeypatch.setattr(cal, "STEPS", tuple(dataclasses.replace(s, measure=fake(s.key)) for s in cal.STEPS))
+    info = plan.DeviceInfo("fake", 132, 60 * 2**20, 2**37, 228 * 1024, (9, 0))
     ctx = types.SimpleNamespace(info=info, free=lambda: None)
     result = cal.run_calibration(context=ctx)
     assert result["errors"] == {}
-    assert {k: v["measured"] for k, v in result["measurements"].items()} == {k: k for k in names}
+    assert [key for key, _ in calls] == keys
+    assert {k: v["measured"] for k, v in result["measurements"].items()} == {k: k for k in keys}
+    assert list(dict(calls)["l2_sweep"]) == ["hbm"] and dict(calls)["l2_sweep"]["hbm"]["measured"] == "hbm"

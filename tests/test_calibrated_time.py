@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memmodel import units
+from memmodel.calibration import figures, fits, plan
 from memmodel.errors import ProfileError, WorkloadError
-from memmodel.gpu import calibrate_impl as ci
 from memmodel.hardware import interpolate_log2, load_profile, parse_profile
 from memmodel.model import Options, compare
 from memmodel.timing import kernel_time, matmul_peak
@@ -240,7 +240,7 @@ def test_kernel_figures_keep_memory_bound_products_only():
             "masked_fill": {"points": [{"n": 1024, "rate": 1.8e12}, {"n": 4096, "rate": 2.0e12}]},
         }
     }
-    out = ci.kernel_figures(m, {"fp16": 765e12})
+    out = figures.kernel_figures(m, {"fp16": 765e12})
     assert out["kernels.gemm.write_bandwidth"][0] == "3.5 TB/s"
     assert "kernels.gemm.read_bandwidth" not in out
     assert out["kernels.softmax.bandwidth"][0] == {1024: "2.7 TB/s", 4096: "1.2 TB/s"}  # dtypes averaged
@@ -253,11 +253,11 @@ def test_kernel_figures_keep_memory_bound_products_only():
 
 def test_efficiency_is_the_model_over_the_measured_time(h200):
     bare = parse_profile({k: v for k, v in _yaml_data().items() if k != "implementations"}, "x")
-    part = ci._fused_parts("sdpa-efficient", (8, 16, 2048, 64, False), bare)
+    part = fits._fused_parts("sdpa-efficient", (8, 16, 2048, 64, False), bare)
     # twice the model's compute time, plus the launch (which no efficiency scales)
     time = 2 * part["compute_s"] + part["launch_s"]
     m = {"sdpa": {"points": [{"impl": "sdpa-efficient", "shape": [8, 16, 2048, 64, False], "time_s": time}]}}
-    out = ci.efficiency_figures(m, bare)
+    out = fits.efficiency_figures(m, bare)
     assert out["implementations.sdpa-efficient.efficiency"][0] == {64: 0.5}
 
 
@@ -266,12 +266,12 @@ def test_the_reference_fit_recovers_efficiency_cta_overhead_and_diagonal_cost(h2
     bare = parse_profile({k: v for k, v in _yaml_data().items() if k != "implementations"}, "x")
     e, t, m = 0.8, 3e-6, 1.5
     points = []
-    for shape in ci.SDPA_SHAPES:
-        part = ci._fused_parts("sdpa-flash", shape, bare)
+    for shape in plan.SDPA_SHAPES:
+        part = fits._fused_parts("sdpa-flash", shape, bare)
         # the model's fused time with these figures: C/e·(1 + m·r) + F·t, plus the launch
         time = part["compute_s"] / e * (1 + m * part["diagonal_share"]) + part["waves"] * t + part["launch_s"]
         points.append({"impl": "sdpa-flash", "shape": list(shape), "time_s": time})
-    out = ci.efficiency_figures({"sdpa": {"points": points}}, bare)
+    out = fits.efficiency_figures({"sdpa": {"points": points}}, bare)
     eff = out["implementations.sdpa-flash.efficiency"][0]
     assert set(eff) == {64, 96, 128, 256} and all(v == pytest.approx(e, abs=1e-3) for v in eff.values())
     cta = out["implementations.sdpa-flash.cta_overhead"][0]
@@ -293,7 +293,7 @@ def test_the_decode_fit_recovers_the_cta_rate_and_the_combine_cost():
         (1, 4, 0.5e6, t(4, 0.5e6), 12288),
         (1, 4, 1.0e6, t(4, 1.0e6), 24576),
     ]
-    fit = ci.fit_decode(points, launch)
+    fit = fits.fit_decode(points, launch)
     assert fit["cta_bandwidth"] == pytest.approx(rate)
     # intercepts 3 + 0.4·28 = 14.2 µs and 3 + 0.4·4 = 4.6 µs: (14.2 − 4.6)/(28 − 4) = 0.4 µs per split
     assert fit["combine_per_split_s"] == pytest.approx(c1) and fit["combine_s"] == pytest.approx(c0)
@@ -302,7 +302,7 @@ def test_the_decode_fit_recovers_the_cta_rate_and_the_combine_cost():
 def test_a_negative_overhead_is_clamped_and_the_efficiency_taken_from_the_long_shape():
     long = {"measured_s": 1.0e-3, "launch_s": 0.0, "compute_s": 0.9e-3, "waves": 8.0}
     short = {"measured_s": 0.1e-3, "launch_s": 0.0, "compute_s": 0.12e-3, "waves": 8.0}  # faster than its compute
-    fit = ci.fit_reference(long, short, None)
+    fit = fits.fit_reference(long, short, None)
     assert fit["cta_overhead_s"] == 0.0
     assert fit["efficiency"] == pytest.approx(0.9)  # 0.9 ms of compute in 1.0 ms
     assert fit["masked_cost"] is None

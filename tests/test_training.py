@@ -915,7 +915,7 @@ def test_time_a_training_step_on_the_gpu():  # pragma: no cover - GPU only
 
 
 def test_backward_calibration_figures():
-    from memmodel.gpu import calibrate_backward as cb
+    from memmodel.calibration import fits as cb
 
     m = {
         "softmax_backward": {
@@ -959,7 +959,7 @@ def test_backward_calibration_figures():
 
 
 def test_backward_efficiency_is_the_fused_kernels_compute_share():
-    from memmodel.gpu import calibrate_backward as cb
+    from memmodel.calibration import fits as cb
 
     m = {
         "points": [
@@ -978,7 +978,7 @@ def test_backward_efficiency_is_the_fused_kernels_compute_share():
 
 
 def test_dropout_rate_figures_and_their_use():
-    from memmodel.gpu import calibrate_backward as cb
+    from memmodel.calibration import fits as cb
 
     m = {
         "points": [
@@ -1036,7 +1036,7 @@ def _profile_data_with(fields, impl):
 
 
 def test_library_wiring_is_documented():
-    text = Path(REPO / "memmodel" / "gpu" / "calibrate_backward.py").read_text()
+    text = Path(REPO / "memmodel" / "calibration" / "figures.py").read_text()
     for field in (
         "kernels.softmax_backward.bandwidth",
         "kernels.dropout.bandwidth",

@@ -43,6 +43,7 @@ def calibrate_cmd(
     Needs PyTorch with CUDA and Triton. Prints the figures (next to --base's, if any) and, with
     --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
     """
+    from ..calibration.profile import NOT_MEASURED_REQUIRED, match_bundled, profile_data, profile_yaml
     from ..errors import MemmodelError
     from ..fileio import write_atomic
     from ..gpu import calibrate as cal
@@ -61,12 +62,12 @@ def calibrate_cmd(
                 names[n] = load_file(path).full_name
             except MemmodelError:
                 continue
-        match = cal.match_bundled(ctx.info.name, names)
+        match = match_bundled(ctx.info.name, names)
         if match:
             base_profile, base_how = load_file(bundled[match], origin="bundled"), "matched by the GPU's name"
     if output and base_profile is None:
         raise MemmodelError(
-            f"calibrate does not measure {', '.join(cal.NOT_MEASURED_REQUIRED)} and no bundled profile matches "
+            f"calibrate does not measure {', '.join(NOT_MEASURED_REQUIRED)} and no bundled profile matches "
             f"{ctx.info.name!r}: give --base PROFILE (a bundled name or a YAML file) to carry it over"
         )
 
@@ -85,8 +86,8 @@ def calibrate_cmd(
     text: str | None = None
     profile_error: MemmodelError | None = None
     try:
-        result["profile"] = cal.profile_data(result, base=base_profile, name=profile_name)
-        text = cal.profile_yaml(result, base=base_profile, name=profile_name)
+        result["profile"] = profile_data(result, base=base_profile, name=profile_name)
+        text = profile_yaml(result, base=base_profile, name=profile_name)
     except MemmodelError as exc:
         result["profile"], profile_error = None, exc
     result["output"] = output
@@ -109,66 +110,27 @@ def calibrate_cmd(
 
 
 def _print_table(result: dict[str, Any], base: Any) -> None:
+    from ..calibration.figures import FIGURES, figure_values
     from ..units import format_bandwidth, format_bytes, format_rate, format_time
     from . import terminal
 
     m = result["measurements"]
     dev = result["device"]
-
-    def get(*path: str) -> float | None:
-        cur: Any = m
-        for key in path:
-            if not isinstance(cur, dict) or key not in cur:
-                return None
-            cur = cur[key]
-        return float(cur) if isinstance(cur, (int, float)) and not isinstance(cur, bool) else None
-
-    fl, t = (lambda v: format_rate(v, digits=1)), (lambda v: format_time(v, digits=1))
+    t = lambda v: format_time(v, digits=1)  # noqa: E731
     bw2 = lambda v: format_bandwidth(v, digits=2)  # noqa: E731
-    ex = lambda v: format_rate(v, "op/s", digits=2)  # noqa: E731
     mb = lambda v: format_bytes(v, digits=1)  # noqa: E731
+    shown = {
+        "bandwidth": bw2,
+        "bytes": mb,
+        "flops": lambda v: format_rate(v, digits=1),
+        "ops": lambda v: format_rate(v, "op/s", digits=2),
+        "time": t,
+    }
     b = base
-    rows: list[tuple[str, float | None, Any, float | None]] = [
-        ("HBM read (Triton)", get("hbm", "read", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("HBM write (Triton)", get("hbm", "write", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("HBM copy, read + write (Triton)", get("hbm", "copy", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("HBM read (torch sum)", get("hbm", "read_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("HBM write (torch fill_)", get("hbm", "write_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("HBM copy (torch copy_)", get("hbm", "copy_torch", "rate"), bw2, b and b.hbm.bandwidth_bytes_per_s),
-        ("L2 read, 1/4 of L2", get("l2", "rate"), bw2, b and b.l2.bandwidth_bytes_per_s),
-        ("L2 knee, any SM each pass", get("l2_sweep", "knee_bytes"), mb, b and b.l2.effective_capacity_bytes),
-        ("L2 knee, near SM each pass", get("l2_sweep", "near_reader", "knee_bytes"), mb, None),
-        ("L2 knee, smid halves in turn", get("l2_split", "curves", "smid_half", "knee_bytes"), mb, None),
-        ("L2 knee, even/odd smid in turn", get("l2_split", "curves", "smid_parity", "knee_bytes"), mb, None),
-        ("shared memory, all SMs", get("smem", "rate"), bw2, b and b.sram.bandwidth_bytes_per_s),
-    ]
-    for dtype in ("fp16", "bf16", "tf32", "fp32", "fp8"):
-        peak = b.compute_flops_per_s.get(dtype) if b is not None else None
-        rows.append((f"matmul {dtype}", get("matmul", dtype, "rate"), fl, peak))
-    for dtype in ("fp16", "bf16"):
-        rows.append((f"mma.sync {dtype} (Triton, no wgmma)", get("mma_sync", dtype, "rate"), fl, None))
-    k = m.get("kernels") or {}
-    soft = {p["row"]: p["rate"] for p in (k.get("softmax") or {}).get("fp16", []) if p.get("rate")}
-    few = [p for p in (k.get("softmax") or {}).get("few_rows", []) if p.get("rows_per_sm") == 2]
-    fill = [p["rate"] for p in (k.get("masked_fill") or {}).get("points", []) if p.get("rate")]
-    gemm = k.get("gemm") or {}
-    for kind, label in (("qk", "cuBLAS Q·Kᵀ-shaped, d=64"), ("pv", "cuBLAS P·V-shaped, d=64")):
-        pt = next((p for p in gemm.get(kind, []) if p.get("d") == 64 and p.get("dtype") == "fp16"), None)
-        rows.append((label, pt and pt.get("rate"), bw2, None))
-    for row in (1024, 4096, 32768):
-        rows.append((f"softmax, rows of {row} (fp16)", soft.get(row), bw2, None))
-    rows += [
-        ("softmax, two rows of 32768 per SM", few[0]["time_s"] if few else None, t, None),
-        ("masked_fill_ (with its mask)", sum(fill) / len(fill) if fill else None, bw2, None),
-    ]
-    rows += [
-        ("exp2", get("exp", "rate"), ex, b and b.exp_ops_per_s),
-        ("L2 latency", get("latency", "l2", "latency_s"), t, b and b.l2.latency_s),
-        ("DRAM latency", get("latency", "dram", "latency_s"), t, b and b.hbm.latency_s),
-        ("DRAM latency, 32 x L2 buffer", get("latency", "dram_large", "latency_s"), t, None),
-        ("launch, host per launch", get("launch", "host_per_launch_s"), t, None),
-        ("shortest kernel (events)", get("launch", "min_kernel_s"), t, None),
-        ("per kernel in a CUDA graph", get("launch", "graph_per_kernel_s"), t, None),
+    values = figure_values(result)
+    rows = [
+        (f.label, values[f.key], shown[f.kind], f.base(b) if b is not None and f.base is not None else None)
+        for f in FIGURES
     ]
     base_head = terminal.escape(b.name) if b is not None else "base"
     table_rows = []

@@ -1,6 +1,7 @@
 """Traffic models: one module per algorithm, each returning a ledger of transfer records."""
 
-from .flash import BlockSizes, block_sizes, fa1_forward, fa2_forward
+from .blocks import BlockSizes, block_sizes
+from .flash import fa1_forward, fa2_forward
 from .ledger import ROLES, AlgorithmTraffic, Kernel, Transfer
 from .standard import standard_forward
 

@@ -1,13 +1,18 @@
-"""Which (Q block, K/V block) pairs a tiled kernel visits, and how many CTAs run at once."""
+"""A tiled kernel's blocks: their sizes (:func:`block_sizes`), which (Q block, K/V block) pairs
+it visits, how many CTAs run at once, and what every tiled kernel of one workload shares
+(:class:`TileContext`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..errors import WorkloadError
 from ..intmath import IntLike
+from ..workload import Workload
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -150,3 +155,178 @@ def ctas_per_sm(footprint_bytes: IntLike, sram_per_sm: float, given: int | None 
     by_smem = np.floor(sram_per_sm / np.maximum(np.asarray(intmath.to_float(footprint_bytes)), 1.0)).astype(np.int64)
     out = np.clip(by_smem, 1, MAX_CTAS_PER_SM)
     return int(out) if out.ndim == 0 else out
+
+
+@dataclass(frozen=True)
+class BlockSizes:
+    block_q: IntLike  # B_r, rows of Q per block (after clamping to N)
+    block_kv: IntLike  # B_c, rows of K/V per block (after clamping to N_kv)
+    t_r: IntLike  # ⌈N / B_r⌉
+    t_c: IntLike  # ⌈N_kv / B_c⌉
+    source: str  # "algorithm1" or "given"
+    sram_elements: IntLike  # M
+
+    def to_dict(self) -> dict[str, Any]:
+        def plain(v: Any) -> Any:
+            return v.tolist() if isinstance(v, np.ndarray) else v
+
+        return {
+            "block_q": plain(self.block_q),
+            "block_kv": plain(self.block_kv),
+            "t_r": plain(self.t_r),
+            "t_c": plain(self.t_c),
+            "blocks_from": self.source,
+            "sram_elements_per_sm": plain(self.sram_elements),
+        }
+
+
+def tile_footprint_bytes(block_q: IntLike, block_kv: IntLike, w: Workload) -> IntLike:
+    """SRAM a thread block holds at once: Q_i (B_r·d), K_j and V_j (B_c·d each), in the dtype.
+
+    O_i's accumulator and S_ij live in registers in current implementations (FA2, Triton).
+    """
+    return intmath.mul(intmath.add(block_q, intmath.mul(2, block_kv)), w.d, w.element_bytes)
+
+
+def block_sizes(
+    w: Workload,
+    sram_bytes_per_sm: float,
+    block_q: int | None = None,
+    block_kv: int | None = None,
+) -> BlockSizes:
+    """Algorithm 1's block sizes for ``w`` on an SRAM of ``sram_bytes_per_sm``, or the given ones.
+
+    Raises :class:`WorkloadError` when given blocks (or a head dimension) do not fit.
+    """
+    for name, value in (("block-q", block_q), ("block-kv", block_kv)):
+        if value is None:
+            continue
+        if isinstance(value, np.ndarray):  # per grid element (an implementation's tiles by head dim)
+            if value.dtype.kind not in "iu" or np.any(value < 1):
+                raise WorkloadError(f"{name} must be positive integers")
+        elif not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
+    m = max(1, int(sram_bytes_per_sm) // w.element_bytes)
+    auto_c = intmath.ceil_div(m, intmath.mul(4, w.d))
+    b_c = auto_c if block_kv is None else block_kv
+    b_r = intmath.minimum(auto_c, w.d) if block_q is None else block_q
+    footprint = tile_footprint_bytes(b_r, b_c, w)
+    too_big = np.asarray(footprint) > sram_bytes_per_sm
+    if np.any(too_big):
+        fp = int(np.max(np.asarray(footprint)))
+        if block_q is None and block_kv is None:
+            raise WorkloadError(
+                f"head dimension d={_first(w.d, too_big)} is too large: even one row of Q, K and V "
+                f"({fp} bytes) exceeds the {int(sram_bytes_per_sm)} bytes of SRAM per SM"
+            )
+        raise WorkloadError(
+            f"blocks block-q={_first(b_r, too_big)} × block-kv={_first(b_c, too_big)} need "
+            f"(B_r + 2·B_c)·d·e = {fp} bytes of SRAM; the profile has {int(sram_bytes_per_sm)} "
+            f"bytes per SM (choose smaller blocks)"
+        )
+    b_r = intmath.minimum(b_r, w.n)
+    b_c = intmath.minimum(b_c, w.n_kv_)
+    return BlockSizes(
+        block_q=b_r,
+        block_kv=b_c,
+        t_r=intmath.ceil_div(w.n, b_r),
+        t_c=intmath.ceil_div(w.n_kv_, b_c),
+        source="algorithm1" if block_q is None and block_kv is None else "given",
+        sram_elements=m,
+    )
+
+
+def _first(value: IntLike, mask: Any) -> int:
+    arr = np.broadcast_to(np.asarray(value), np.shape(mask))
+    return int(arr[mask].flat[0]) if np.ndim(mask) else int(arr)
+
+
+#: the orders a kernel walks its K/V blocks in (:attr:`TileContext.kv_order`)
+KV_ORDERS = ("reverse", "forward")
+
+
+@dataclass(frozen=True)
+class TileContext:
+    """What every tiled kernel of one workload shares."""
+
+    w: Workload
+    blocks: BlockSizes
+    visited: IntLike  # visited (Q block, K/V block) pairs per head
+    scores: IntLike  # computed scores over all heads (≈ visited · B_r · B_c)
+    ctas_per_sm: IntLike
+    concurrent: IntLike  # CTAs resident at once
+    kv_order: str = "reverse"  # FA2's forward CTA walks its K/V blocks from the diagonal down
+    #: the work a real kernel executes: its head dim rounded up to the one it is built for,
+    #: and whole tiles (a ragged last block computes a full tile); the paper's algorithm: exact
+    exec_d: IntLike = 0
+    exec_scores: IntLike = 0
+    diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
+    smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
+
+    @property
+    def all_pairs(self) -> IntLike:
+        """(Q block, K/V block) pairs per head, visited or not: T_r · T_c (``visited`` is all
+        of them unless causal)."""
+        return intmath.mul(self.blocks.t_r, self.blocks.t_c)
+
+
+def tile_context(
+    w: Workload,
+    blocks: BlockSizes,
+    sm_count: int,
+    sram_per_sm: float,
+    given_ctas: int | None,
+    kv_order: str = "reverse",
+    exec_d: IntLike | None = None,
+    whole_tiles: bool = False,
+    smem_reads: IntLike = 4,
+    tile: tuple[IntLike, IntLike] | None = None,
+) -> TileContext:
+    """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
+    at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
+    last ones too (real kernels; the paper's algorithm counts exact work); ``tile`` is the
+    kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
+    for four query rows)."""
+    visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
+    if w.causal:
+        scores = np.minimum(
+            np.asarray(full, dtype=object if not intmath.is_array(full) else np.int64),
+            np.asarray(intmath.mul(w.batch, w.heads, visited, blocks.block_q, blocks.block_kv)),
+        )
+        scores = int(scores) if np.ndim(scores) == 0 else scores.astype(np.int64)
+    else:
+        scores = full
+    per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
+    if kv_order not in KV_ORDERS:
+        raise WorkloadError(f"unknown K/V order {kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
+    # a real kernel computes its compile-time tile whole (``tile``; at least the block)
+    tq, tkv = tile if tile is not None else (blocks.block_q, blocks.block_kv)
+    tq, tkv = intmath.maximum(tq, blocks.block_q), intmath.maximum(tkv, blocks.block_kv)
+    executed = intmath.mul(w.batch, w.heads, visited, tq, tkv) if whole_tiles else scores
+    return TileContext(
+        w,
+        blocks,
+        visited,
+        scores,
+        per_sm,
+        intmath.mul(sm_count, per_sm),
+        kv_order,
+        exec_d=w.d if exec_d is None else exec_d,
+        exec_scores=executed,
+        diagonal=_masked_blocks(w, blocks, whole_tiles),
+        smem_reads=smem_reads,
+    )
+
+
+def _masked_blocks(w: Workload, blocks: BlockSizes, whole_tiles: bool) -> IntLike:
+    """(Q block, K/V block) pairs per head a real kernel masks element by element: those on
+    the causal diagonal and, without causal masking, each Q block's last K/V block when N_kv is
+    not a multiple of B_c (its keys past the end are masked: FlashAttention-2's ``Is_even_MN``
+    false path). The paper's algorithm: the diagonal only."""
+    diagonal = diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    if not whole_tiles or w.causal:
+        return diagonal
+    ragged = np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0
+    out = np.where(ragged, np.asarray(blocks.t_r), 0)
+    return int(out) if out.ndim == 0 else out.astype(np.int64)

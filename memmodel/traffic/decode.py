@@ -13,11 +13,10 @@ import numpy as np
 
 from .. import intmath
 from ..intmath import IntLike
-from ..workload import STAT_BYTES, Workload
+from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
+from .blocks import TileContext
 from .ledger import Kernel, KernelBuilder
-
-ACC_BYTES = 4
 
 
 def split_block_kv(d: IntLike) -> IntLike:
@@ -76,10 +75,7 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64) -> IntLike:
     return one(int(w.batch), int(w.heads), int(w.kv_heads_), int(w.n), int(w.n_kv_), int(w.d))
 
 
-def split_kv_kernels(ctx: object, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
-    from .flash import TileContext
-
-    assert isinstance(ctx, TileContext)
+def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
     w = ctx.w
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)

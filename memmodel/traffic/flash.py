@@ -28,190 +28,12 @@ from typing import Any
 import numpy as np
 
 from .. import intmath
-from ..errors import WorkloadError
 from ..intmath import IntLike
-from ..workload import STAT_BYTES, Workload
+from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import ctas_per_sm, diagonal_blocks, visited_blocks
+from .blocks import BlockSizes, TileContext, tile_context
+from .decode import split_kv_kernels
 from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
-
-ACC_BYTES = 4  # fp32 accumulators (dQ in FA2's backward, split-KV partial outputs)
-
-
-@dataclass(frozen=True)
-class BlockSizes:
-    block_q: IntLike  # B_r, rows of Q per block (after clamping to N)
-    block_kv: IntLike  # B_c, rows of K/V per block (after clamping to N_kv)
-    t_r: IntLike  # ⌈N / B_r⌉
-    t_c: IntLike  # ⌈N_kv / B_c⌉
-    source: str  # "algorithm1" or "given"
-    sram_elements: IntLike  # M
-
-    def to_dict(self) -> dict[str, Any]:
-        def plain(v: Any) -> Any:
-            return v.tolist() if isinstance(v, np.ndarray) else v
-
-        return {
-            "block_q": plain(self.block_q),
-            "block_kv": plain(self.block_kv),
-            "t_r": plain(self.t_r),
-            "t_c": plain(self.t_c),
-            "blocks_from": self.source,
-            "sram_elements_per_sm": plain(self.sram_elements),
-        }
-
-
-def tile_footprint_bytes(block_q: IntLike, block_kv: IntLike, w: Workload) -> IntLike:
-    """SRAM a thread block holds at once: Q_i (B_r·d), K_j and V_j (B_c·d each), in the dtype.
-
-    O_i's accumulator and S_ij live in registers in current implementations (FA2, Triton).
-    """
-    return intmath.mul(intmath.add(block_q, intmath.mul(2, block_kv)), w.d, w.element_bytes)
-
-
-def block_sizes(
-    w: Workload,
-    sram_bytes_per_sm: float,
-    block_q: int | None = None,
-    block_kv: int | None = None,
-) -> BlockSizes:
-    """Algorithm 1's block sizes for ``w`` on an SRAM of ``sram_bytes_per_sm``, or the given ones.
-
-    Raises :class:`WorkloadError` when given blocks (or a head dimension) do not fit.
-    """
-    for name, value in (("block-q", block_q), ("block-kv", block_kv)):
-        if value is None:
-            continue
-        if isinstance(value, np.ndarray):  # per grid element (an implementation's tiles by head dim)
-            if value.dtype.kind not in "iu" or np.any(value < 1):
-                raise WorkloadError(f"{name} must be positive integers")
-        elif not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise WorkloadError(f"{name} must be a positive integer (got {value!r})")
-    m = max(1, int(sram_bytes_per_sm) // w.element_bytes)
-    auto_c = intmath.ceil_div(m, intmath.mul(4, w.d))
-    b_c = auto_c if block_kv is None else block_kv
-    b_r = intmath.minimum(auto_c, w.d) if block_q is None else block_q
-    footprint = tile_footprint_bytes(b_r, b_c, w)
-    too_big = np.asarray(footprint) > sram_bytes_per_sm
-    if np.any(too_big):
-        fp = int(np.max(np.asarray(footprint)))
-        if block_q is None and block_kv is None:
-            raise WorkloadError(
-                f"head dimension d={_first(w.d, too_big)} is too large: even one row of Q, K and V "
-                f"({fp} bytes) exceeds the {int(sram_bytes_per_sm)} bytes of SRAM per SM"
-            )
-        raise WorkloadError(
-            f"blocks block-q={_first(b_r, too_big)} × block-kv={_first(b_c, too_big)} need "
-            f"(B_r + 2·B_c)·d·e = {fp} bytes of SRAM; the profile has {int(sram_bytes_per_sm)} "
-            f"bytes per SM (choose smaller blocks)"
-        )
-    b_r = intmath.minimum(b_r, w.n)
-    b_c = intmath.minimum(b_c, w.n_kv_)
-    return BlockSizes(
-        block_q=b_r,
-        block_kv=b_c,
-        t_r=intmath.ceil_div(w.n, b_r),
-        t_c=intmath.ceil_div(w.n_kv_, b_c),
-        source="algorithm1" if block_q is None and block_kv is None else "given",
-        sram_elements=m,
-    )
-
-
-def _first(value: IntLike, mask: Any) -> int:
-    arr = np.broadcast_to(np.asarray(value), np.shape(mask))
-    return int(arr[mask].flat[0]) if np.ndim(mask) else int(arr)
-
-
-@dataclass(frozen=True)
-class TileContext:
-    """What every tiled kernel of one workload shares."""
-
-    w: Workload
-    blocks: BlockSizes
-    visited: IntLike  # visited (Q block, K/V block) pairs per head
-    scores: IntLike  # computed scores over all heads (≈ visited · B_r · B_c)
-    ctas_per_sm: IntLike
-    concurrent: IntLike  # CTAs resident at once
-    kv_order: str = "reverse"  # FA2's forward CTA walks its K/V blocks from the diagonal down
-    #: the work a real kernel executes: its head dim rounded up to the one it is built for,
-    #: and whole tiles (a ragged last block computes a full tile); the paper's algorithm: exact
-    exec_d: IntLike = 0
-    exec_scores: IntLike = 0
-    diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
-    smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
-
-
-KV_ORDERS = ("reverse", "forward")
-
-
-def tile_context(
-    w: Workload,
-    blocks: BlockSizes,
-    sm_count: int,
-    sram_per_sm: float,
-    given_ctas: int | None,
-    kv_order: str = "reverse",
-    exec_d: IntLike | None = None,
-    whole_tiles: bool = False,
-    smem_reads: IntLike = 4,
-    tile: tuple[IntLike, IntLike] | None = None,
-) -> TileContext:
-    """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
-    at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
-    last ones too (real kernels; the paper's algorithm counts exact work); ``tile`` is the
-    kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
-    for four query rows)."""
-    visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
-    all_pairs = intmath.mul(blocks.t_r, blocks.t_c)
-    full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
-    if w.causal:
-        scores = np.minimum(
-            np.asarray(full, dtype=object if not intmath.is_array(full) else np.int64),
-            np.asarray(intmath.mul(w.batch, w.heads, visited, blocks.block_q, blocks.block_kv)),
-        )
-        scores = int(scores) if np.ndim(scores) == 0 else scores.astype(np.int64)
-    else:
-        scores = full
-    del all_pairs
-    per_sm = ctas_per_sm(tile_footprint_bytes(blocks.block_q, blocks.block_kv, w), sram_per_sm, given_ctas)
-    if kv_order not in KV_ORDERS:
-        raise WorkloadError(f"unknown K/V order {kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
-    # a real kernel computes its compile-time tile whole (``tile``; at least the block)
-    tq, tkv = tile if tile is not None else (blocks.block_q, blocks.block_kv)
-    tq, tkv = intmath.maximum(tq, blocks.block_q), intmath.maximum(tkv, blocks.block_kv)
-    executed = intmath.mul(w.batch, w.heads, visited, tq, tkv) if whole_tiles else scores
-    return TileContext(
-        w,
-        blocks,
-        visited,
-        scores,
-        per_sm,
-        intmath.mul(sm_count, per_sm),
-        kv_order,
-        exec_d=w.d if exec_d is None else exec_d,
-        exec_scores=executed,
-        diagonal=_masked_blocks(w, blocks, whole_tiles),
-        smem_reads=smem_reads,
-    )
-
-
-def _masked_blocks(w: Workload, blocks: BlockSizes, whole_tiles: bool) -> IntLike:
-    """(Q block, K/V block) pairs per head a real kernel masks element by element: those on
-    the causal diagonal and, without causal masking, each Q block's last K/V block when N_kv is
-    not a multiple of B_c (its keys past the end are masked: FlashAttention-2's ``Is_even_MN``
-    false path). The paper's algorithm: the diagonal only."""
-    diagonal = diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
-    if not whole_tiles or w.causal:
-        return diagonal
-    ragged = np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0
-    out = np.where(ragged, np.asarray(blocks.t_r), 0)
-    return int(out) if out.ndim == 0 else out.astype(np.int64)
-
-
-def _frac(ctx: TileContext) -> Any:
-    """Share of all (Q block, K/V block) pairs visited (1 unless causal)."""
-    return ctx.visited, intmath.mul(ctx.blocks.t_r, ctx.blocks.t_c)
-
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -224,12 +46,12 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     q = intmath.mul(bh, w.n, w.d, e)
     kv_unique = w.kv_bytes()
     kv_head = intmath.mul(w.n_kv_, w.d, e)
-    visited, pairs = _frac(ctx)
+    visited, pairs = ctx.visited, ctx.all_pairs
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
     kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
-    kv_hbm = _kv_hbm(
+    kv_hbm = tile_reread_hbm(
         kv_unique,
         kv_req,
         sharing,
@@ -280,6 +102,11 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     )
 
 
+def _floats(value: IntLike) -> np.ndarray:
+    """``value`` as float64 (a 0-d array for a scalar): for the real-valued rules below."""
+    return np.asarray(intmath.to_float(value), dtype=np.float64)
+
+
 def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses (see below).
 
@@ -306,20 +133,19 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     ``k`` = C · window / S, with S = capacity / (2·B_c·d·e) K/V blocks in the effective L2.
     """
     w, b = ctx.w, ctx.blocks
-    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
-    conc = np.maximum(f(l2.concurrent_ctas), 1.0)
-    visited = np.maximum(f(ctx.visited), 1.0)
-    t_r, t_c = f(b.t_r), f(b.t_c)
+    conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
+    visited = np.maximum(_floats(ctx.visited), 1.0)
+    t_r, t_c = _floats(b.t_r), _floats(b.t_c)
     gap = visited / t_r / conc
-    lag = f(b.block_q) / f(b.block_kv) if ctx.kv_order == "reverse" else 0.0
+    lag = _floats(b.block_q) / _floats(b.block_kv) if ctx.kv_order == "reverse" else 0.0
     in_flight = 1.0 + conc * t_c / visited
-    sharing_heads = np.clip(in_flight / f(w.batch), 1.0, f(w.group))
+    sharing_heads = np.clip(in_flight / _floats(w.batch), 1.0, _floats(w.group))
     window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
-    block_bytes = f(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
+    block_bytes = _floats(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
-def _kv_hbm(
+def tile_reread_hbm(
     unique: IntLike,
     requested: IntLike,
     sharing: IntLike,
@@ -329,7 +155,8 @@ def _kv_hbm(
     groups: IntLike = 1,
     reuse: Any = None,
 ) -> IntLike:
-    """HBM reads of a tensor re-read by ``sharing`` consecutive CTAs per head (K/V per Q block).
+    """HBM reads of a tensor re-read by ``sharing`` consecutive CTAs per head: K/V once per Q
+    block in the forward; Q, dO, lse, D and the dQ accumulator once per K/V block in the backward.
 
     Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`).
 
@@ -351,19 +178,18 @@ def _kv_hbm(
     base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
-    f = lambda v: np.asarray(intmath.to_float(v))  # noqa: E731
-    ws_f = np.maximum(f(ws), 1.0)
-    ok = f(ws) <= l2.capacity_bytes
+    ws_f = np.maximum(_floats(ws), 1.0)
+    ok = _floats(ws) <= l2.capacity_bytes
     if reuse is not None:
-        share = f(unique) / np.maximum(f(requested), 1.0)
-        fitting = np.maximum(f(unique), f(requested) * l2m.random_replacement_miss_ratio(share, reuse))
+        share = _floats(unique) / np.maximum(_floats(requested), 1.0)
+        fitting = np.maximum(_floats(unique), _floats(requested) * l2m.random_replacement_miss_ratio(share, reuse))
     else:
-        heads = np.minimum(f(groups), 1.0 + 2.0 * f(l2.concurrent_ctas) / np.maximum(f(sharing), 1.0))
-        fitting = np.minimum(f(requested), f(unique) * np.maximum(1.0, heads * ws_f / l2.capacity_bytes))
+        heads = np.minimum(_floats(groups), 1.0 + 2.0 * _floats(l2.concurrent_ctas) / np.maximum(_floats(sharing), 1.0))
+        fitting = np.minimum(_floats(requested), _floats(unique) * np.maximum(1.0, heads * ws_f / l2.capacity_bytes))
     single_wave = np.asarray(l2m.waves(sharing, l2)) <= 1
     hit = np.minimum(1.0, l2.whole / ws_f)
-    spread = np.maximum(f(unique), f(requested) * (1.0 - hit))
-    out = np.where(ok, fitting, np.where(single_wave, f(base), spread)).round()
+    spread = np.maximum(_floats(unique), _floats(requested) * (1.0 - hit))
+    out = np.where(ok, fitting, np.where(single_wave, _floats(base), spread)).round()
     if np.ndim(out) == 0:
         return int(out)
     return out.astype(np.int64)
@@ -377,7 +203,7 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     stat = intmath.mul(bh, w.n, STAT_BYTES)  # lse, D
     dq_acc = intmath.mul(bh, w.n, w.d, ACC_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V as read (and dK, dV as written) per query head
-    visited, pairs = _frac(ctx)
+    visited, pairs = ctx.visited, ctx.all_pairs
     l2c = l2.with_ctas(ctx.concurrent)
     kernels = []
 
@@ -396,16 +222,22 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main = KernelBuilder("fa2_bwd", "backward")
     main.read("K", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
     main.read("V", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
-    for tensor, role, nbytes, f in (
+    for tensor, role, nbytes, formula in (
         ("Q", "input", q, "B·H·N·d·e"),
         ("dO", "input", q, "B·H·N·d·e"),
         ("lse", "state", stat, "B·H·N·4"),
         ("D", "state", stat, "B·H·N·4"),
     ):
-        main.read(tensor, role, req(nbytes), _kv_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c, bh), "T_c · " + f)
+        main.read(
+            tensor,
+            role,
+            req(nbytes),
+            tile_reread_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c, bh),
+            "T_c · " + formula,
+        )
     # atomic adds to dQacc happen in L2: requests T_c times; HBM: read once, write back once if it fits
     acc_req = req(dq_acc)
-    acc_hbm = _kv_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c, bh)
+    acc_hbm = tile_reread_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c, bh)
     main.read("dQacc", "state", acc_req, acc_hbm, "T_c · B·H·N·d·4 (atomic add)")
     main.write("dQacc", "state", acc_req, "T_c · B·H·N·d·4 (atomic add)", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
@@ -473,7 +305,7 @@ def _fa1(ctx: TileContext, l2: l2m.L2, row_tensors: int) -> _Fa1:
     bh = intmath.mul(w.batch, w.heads)
     heads = intmath.minimum(bh, ctx.concurrent)
     per_head = intmath.add(intmath.mul(row_tensors, w.n, w.d, e), intmath.mul(2, w.n, STAT_BYTES))
-    visited, pairs = _frac(ctx)
+    visited, pairs = ctx.visited, ctx.all_pairs
     return _Fa1(
         q=intmath.mul(bh, w.n, w.d, e),
         kv=intmath.mul(bh, w.n_kv_, w.d, e),
@@ -490,9 +322,9 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    f = _fa1(ctx, l2, 2)  # Q and O re-read per outer step
-    q, kv, stat, steps, hbm, heads_in_flight = f.q, f.kv, f.stat, f.steps, f.hbm, f.heads_in_flight
-    visited = f.steps_num
+    plan = _fa1(ctx, l2, 2)  # Q and O re-read per outer step
+    q, kv, stat, steps, hbm, heads_in_flight = plan.q, plan.kv, plan.stat, plan.steps, plan.hbm, plan.heads_in_flight
+    visited = plan.steps_num
 
     k = KernelBuilder("fa1_fwd")
     k.write("O", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
@@ -525,21 +357,21 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    f = _fa1(ctx, l2, 4)  # Q, O, dO and dQ re-read per outer step
-    q, kv, stat, steps, hbm, heads_in_flight = f.q, f.kv, f.stat, f.steps, f.hbm, f.heads_in_flight
+    plan = _fa1(ctx, l2, 4)  # Q, O, dO and dQ re-read per outer step
+    q, kv, stat, steps, hbm, heads_in_flight = plan.q, plan.kv, plan.stat, plan.steps, plan.hbm, plan.heads_in_flight
 
     k = KernelBuilder("fa1_bwd", "backward")
     k.write("dQ", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
     k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e")
     k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e")
-    for tensor, role, nbytes, f in (
+    for tensor, role, nbytes, formula in (
         ("Q", "input", q, "B·H·N·d·e"),
         ("O", "output", q, "B·H·N·d·e"),
         ("dO", "input", q, "B·H·N·d·e"),
         ("l", "state", stat, "B·H·N·4"),
         ("m", "state", stat, "B·H·N·4"),
     ):
-        k.read(tensor, role, steps(nbytes), hbm(nbytes, steps(nbytes)), "T_c · " + f)
+        k.read(tensor, role, steps(nbytes), hbm(nbytes, steps(nbytes)), "T_c · " + formula)
     k.read("dQ", "output", steps(q), hbm(0, steps(q)), "T_c · B·H·N·d·e")
     k.write("dQ", "output", steps(q), "T_c · B·H·N·d·e", hbm=hbm(q, steps(q)))
     k.write("dK", "output", kv, "B·H·N_kv·d·e")
@@ -558,13 +390,12 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
 # Entry points
 
 
-def _check_no_l2(l2: l2m.L2 | None) -> l2m.L2:
+def _given_or_no_l2(l2: l2m.L2 | None) -> l2m.L2:
+    """``l2``, or none at all (the paper's view: every request reaches HBM)."""
     return l2 or l2m.L2("off", 0.0, 1)
 
 
 def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
-    from .decode import split_kv_kernels
-
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     if intmath.is_array(splits):
@@ -606,7 +437,7 @@ def fa2_forward(
 ) -> AlgorithmTraffic:
     """FA2 forward alone; without ``l2`` the paper's view (every request reaches HBM)."""
     ctx = tile_context(w, blocks, sm_count, sram_per_sm or 1.0, 1)
-    return fa2(ctx, _check_no_l2(l2))
+    return fa2(ctx, _given_or_no_l2(l2))
 
 
 def fa1_forward(
@@ -614,4 +445,4 @@ def fa1_forward(
 ) -> AlgorithmTraffic:
     """FA1 forward alone; without ``l2`` the paper's view (every request reaches HBM)."""
     ctx = tile_context(w, blocks, sm_count, sram_per_sm or 1.0, 1)
-    return fa1(ctx, _check_no_l2(l2))
+    return fa1(ctx, _given_or_no_l2(l2))

@@ -57,9 +57,10 @@ import numpy as np
 
 from .. import intmath
 from ..intmath import IntLike
-from ..workload import STAT_BYTES, Workload
+from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .flash import ACC_BYTES, BlockSizes, TileContext, _frac, _kv_hbm, tile_context
+from .blocks import BlockSizes, TileContext, tile_context
+from .flash import tile_reread_hbm
 from .ledger import Kernel, KernelBuilder, only_where, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -143,7 +144,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     d_written = intmath.mul(bh, rows_q, STAT_BYTES)
     acc = intmath.mul(bh, rows_q, d_r, ACC_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V per query head (dK, dV as written)
-    visited, pairs = _frac(ctx)
+    visited, pairs = ctx.visited, ctx.all_pairs
     l2c = l2.with_ctas(ctx.concurrent)
     kernels = []
 
@@ -164,7 +165,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main.read("K", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
     main.read("V", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
     suffix = " · visited" if w.causal else ""
-    for tensor, role, nbytes, f in (
+    for tensor, role, nbytes, formula in (
         ("Q", "input", q, "B·H·N·d·e"),
         ("dO", "input", q, "B·H·N·d·e"),
         ("lse", "state", stat, "B·H·N·4"),
@@ -174,13 +175,13 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             tensor,
             role,
             req(nbytes),
-            _kv_hbm(nbytes, req(nbytes), b.t_c, per_head, w.causal, l2c, bh),
-            f"T_c · {f}{suffix}",
+            tile_reread_hbm(nbytes, req(nbytes), b.t_c, per_head, w.causal, l2c, bh),
+            f"T_c · {formula}{suffix}",
         )
     # dQ_i += dS K_j by atomicAdd: every visited pair adds a B_r × d_r fp32 tile in L2; the
     # accumulator is read from HBM on first touch and written back once
     acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
-    acc_hbm = _kv_hbm(acc, acc_req, b.t_c, per_head, w.causal, l2c, bh)
+    acc_hbm = tile_reread_hbm(acc, acc_req, b.t_c, per_head, w.causal, l2c, bh)
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
@@ -276,7 +277,7 @@ def cutlass_backward(
     stat = intmath.mul(bh, w.n, STAT_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)
     splits = cutlass_splits(w, tiles, output_in_registers)
-    visited, pairs = _frac(ctx)
+    visited, pairs = ctx.visited, ctx.all_pairs
     l2c = l2.with_ctas(ctx.concurrent)
     # the dQ workspace: per head ⌈N/B_i⌉ · ⌈d/B_j⌉ tiles of B_i × B_j fp32 (plus a 16-byte lock)
     acc_cols = round_up(w.d, b.block_kv)
@@ -295,7 +296,7 @@ def cutlass_backward(
     per_head = intmath.add(
         intmath.mul(3, w.n, w.d, e), intmath.mul(w.n, acc_cols, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
-    reread = lambda unique, requested: _kv_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)  # noqa: E731
+    reread = lambda unique, requested: tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)  # noqa: E731
     main = KernelBuilder("mea_bwd", "backward")
     # every CTA computes D for all the queries of its head: reads O and dO, writes D
     delta_req = intmath.mul(splits, q)
@@ -332,7 +333,7 @@ def cutlass_backward(
         "dQacc",
         "state",
         loaded,
-        _kv_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh),
+        tile_reread_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh),
         "T_c · B·H·N·⌈d/B_j⌉·B_j·4 (with key splits; one split: T_c − 1)",
     )
     main.write(
@@ -340,7 +341,7 @@ def cutlass_backward(
         "state",
         stored,
         "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4",
-        hbm=_kv_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
+        hbm=tile_reread_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
     )
     main.write("dQ", "output", q, "B·H·N·d·e")
     if np.ndim(output_in_registers) and not np.all(output_in_registers) and np.any(output_in_registers):

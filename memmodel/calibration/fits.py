@@ -1,0 +1,359 @@
+"""Implementation figures that compare the model with the measured: the efficiency, CTA
+overhead and diagonal-block cost of each attention implementation (:func:`efficiency_figures`),
+the split-KV CTA rate and combine cost (:func:`cta_figures`), and the training step's backward
+efficiency and dropout rates (:func:`backward_figures`). Each runs the model on the reference
+shapes of :mod:`.plan`, so it changes when the model does. Pure: tested on the CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..cases import Case
+from ..hardware import Profile, interpolate_log2
+from ..implementations import options_for, padded_head_dim
+from ..model import compare
+from ..timing import kernel_time
+from ..validation import BACKWARD_MAIN, _compare, case_options, predicted_kernels
+from ..workload import Workload
+from .figures import _bw, _ops, backward_kernel_figures
+from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_SHORT
+
+
+def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> Case:
+    return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal)
+
+
+def _fused_parts(impl: str, shape: tuple[int, ...], profile: Profile) -> dict[str, float]:
+    """The model's view of a reference shape with no efficiency, CTA overhead or diagonal
+    cost: the fused kernel's compute time C (tail included), its CTA waves F (CTAs per CTA
+    slot), the share r of its blocks on the diagonal, its launch overhead, and whether
+    compute bounds it."""
+    b, h, n, d, causal = shape
+    case = reference_case(impl, b, h, n, d, causal)
+    c = compare(case.workload(), profile, case_options(case, "on", None, profile))
+    kernel = next(k for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
+    t = next(k for k in c.tiled.timing.kernels if k.name == kernel.name)
+    bare = kernel_time(kernel, profile, case.dtype, impl, padded_head_dim(impl, d), None)
+    tail = float(t.terms["compute"]) / max(float(bare.terms["compute"]), 1e-30)
+    return {
+        "compute_s": float(t.terms["compute"]),
+        "waves": float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0),
+        "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
+        "launch_s": float(t.terms.get("launch", 0.0)),
+        "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
+        "tail": tail,
+    }
+
+
+def fit_reference(
+    long: dict[str, float], short: dict[str, float] | None, causal: dict[str, float] | None, cta_s: float | None = None
+) -> dict[str, float | None]:
+    """Efficiency e, CTA overhead t (s) and diagonal cost m from the measured times of the
+    reference shapes (``measured_s`` beside :func:`_fused_parts`' figures), with the model's
+    fused-kernel time ``C/e·(1 + m·r) + F·t`` plus the launch:
+
+    * long and short: ``T − launch = C·x + F·t`` twice, x = 1/e; solved for x and t (t
+      clamped at 0, then x from the long shape alone); without a short shape, ``cta_s``
+      (from neighbouring head dims) or 0;
+    * causal: ``T − launch − F·t = C·x·(1 + m·r)``, solved for m (at least 0).
+    """
+    tl, cl, fl = long["measured_s"] - long["launch_s"], long["compute_s"], long["waves"]
+    t = cta_s
+    if short is not None:
+        ts, cs, fs = short["measured_s"] - short["launch_s"], short["compute_s"], short["waves"]
+        det = cl * fs - cs * fl
+        if det != 0:
+            t = (cl * ts - cs * tl) / det
+    t = max(0.0, t or 0.0)
+    x = (tl - fl * t) / cl
+    if x <= 0:  # the overhead cannot explain more than the whole: no overhead
+        t, x = 0.0, tl / cl
+    m = None
+    if causal is not None and causal["diagonal_share"] > 0:
+        tc = causal["measured_s"] - causal["launch_s"] - causal["waves"] * t
+        m = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
+    return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m}
+
+
+def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
+    """Per implementation, by head dim: ``implementations.<name>.efficiency`` (the model's
+    time of a block's work over the measured), ``cta_overhead`` (what a CTA costs beyond its
+    blocks, per CTA slot) and ``masked_block_cost`` (what a diagonal block costs beyond a
+    plain one), fitted jointly to the long, short and causal reference shapes
+    (:func:`fit_reference`); head dims measured long only take the CTA overhead of their
+    neighbours (log2-interpolated)."""
+    points = [
+        p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p and "shape" in p
+    ]
+    out: dict[str, tuple[Any, str]] = {}
+    for impl in sorted({p["impl"] for p in points}):
+        mine = [p for p in points if p["impl"] == impl]
+
+        def part(
+            b: int, h: int, n: int, d: int, causal: bool, impl: str = impl, mine: list[Any] = mine
+        ) -> dict[str, float] | None:
+            hit = next((p for p in mine if tuple(p["shape"]) == (b, h, n, d, causal)), None)
+            if hit is None:
+                return None
+            return {**_fused_parts(impl, (b, h, n, d, causal), profile), "measured_s": hit["time_s"]}
+
+        fits: dict[int, dict[str, Any]] = {}
+        heads = sorted({int(p["shape"][3]) for p in mine})
+        for d in heads:  # head dims with a short shape first: their CTA overhead serves the others
+            long = part(*REFERENCE_LONG, d, False)
+            short = part(*REFERENCE_SHORT, d, False)
+            if long is not None and short is not None:
+                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True)), "long": long}
+        known = tuple(sorted((d, f["cta_overhead_s"]) for d, f in fits.items() if f["cta_overhead_s"] is not None))
+        for d in heads:
+            long = part(*REFERENCE_LONG, d, False)
+            if d in fits or long is None:
+                continue
+            cta = interpolate_log2(known, d) if known else None
+            fits[d] = {**fit_reference(long, None, part(*REFERENCE_LONG, d, True), cta), "long": long}
+        if not fits:
+            continue
+        b, h, n = REFERENCE_LONG
+        bs, hs, ns = REFERENCE_SHORT
+        kinds = {tuple(p["shape"][:3]) + (bool(p["shape"][4]),) for p in mine}
+        shapes = [f"{b} x {h} heads x {n} tokens"]
+        if (b, h, n, True) in kinds:
+            shapes.append(f"{b} x {h} x {n} causal")
+        if (bs, hs, ns, False) in kinds:
+            shapes.append(f"{bs} x {hs} x {ns}")
+        shared = (
+            f"fp16, medians of CUDA-event times; fitted jointly to {', '.join(shapes)}: model time = compute / "
+            "efficiency x (1 + diagonal cost x diagonal share) + CTA waves x CTA overhead + launch"
+        )
+        fitted = {d: f for d, f in sorted(fits.items())}
+        out[f"implementations.{impl}.efficiency"] = (
+            {d: round(f["efficiency"], 3) for d, f in fitted.items()},
+            f"model time (instructions of {impl}) / measured, {shared}; tail factor "
+            + ", ".join(f"d={d}: {f['long']['tail']:.3f}" for d, f in fitted.items()),
+        )
+        cta = {
+            d: f["cta_overhead_s"]
+            for d, f in fitted.items()
+            if f["cta_overhead_s"] is not None
+            and d in {int(p["shape"][3]) for p in mine if tuple(p["shape"][:3]) == REFERENCE_SHORT}
+        }
+        if cta and any(v > 0 for v in cta.values()):
+            out[f"implementations.{impl}.cta_overhead"] = (
+                {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in cta.items()},
+                f"seconds a CTA costs beyond its blocks' work, per CTA slot; {shared}",
+            )
+        masked = {d: f["masked_cost"] for d, f in fitted.items() if f["masked_cost"] is not None}
+        if masked and any(v > 0 for v in masked.values()):
+            out[f"implementations.{impl}.masked_block_cost"] = (
+                {d: round(max(v, 1e-3), 3) for d, v in masked.items()},
+                f"extra cost of a block on the causal diagonal, in plain blocks; {shared}",
+            )
+    out.update(cta_figures(m, profile))
+    return out
+
+
+def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: float) -> dict[str, float]:
+    """Per-CTA streaming rate and the combine kernel's cost from decoding references.
+
+    ``points``: (shape id, splits, K/V bytes per CTA, measured time, n_kv) for each reference
+    length. Per shape, time = intercept + bytes per CTA / rate: the slope between its two
+    lengths gives the rate (that of the shape with the most splits, where the per-CTA rate
+    binds; with fewer splits the kernel's padded compute can bind instead). The intercept,
+    less two launches, is the combine kernel: ``combine = c0 + c1 × splits``, solved from the
+    two shapes' split counts (c0, c1 at least 0; one shape: all in c1)."""
+    by_shape: dict[int, list[tuple[int, int, float, float, float]]] = {}
+    for p in points:
+        by_shape.setdefault(p[0], []).append(p)
+    fits = []
+    for pts in by_shape.values():
+        (_, s, x1, t1, _), (_, _, x2, t2, _) = sorted(pts, key=lambda p: p[4])[:2]
+        slope = (t2 - t1) / (x2 - x1)
+        fits.append((s, 1.0 / slope if slope > 0 else float("inf"), t1 - x1 * slope - 2 * launch_s, x2))
+    rate = max(fits, key=lambda f: f[0])[1]  # the most splits: the regime the per-CTA rate binds in
+    if len(fits) >= 2 and fits[0][0] != fits[1][0]:
+        (sa, _, ia, _), (sb, _, ib, _) = fits[0], fits[1]
+        c1 = max(0.0, (ia - ib) / (sa - sb))
+        c0 = max(0.0, ia - c1 * sa)
+    else:
+        c0, c1 = 0.0, max(0.0, fits[0][2] / max(fits[0][0], 1))
+    return {"cta_bandwidth": rate, "combine_s": c0, "combine_per_split_s": c1}
+
+
+def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second)
+    and ``combine_time``/``combine_time_per_split`` (the combine kernel) from the decoding
+    references (:data:`DECODE_REFERENCES`, :func:`fit_decode`), each CTA's bytes counted as
+    the time model counts them (FlashAttention-2's split count; cuDNN's own split is not
+    public: assumed the same; the CTAs its occupancy runs at once)."""
+    out: dict[str, tuple[Any, str]] = {}
+    points = [p for p in (m.get("sdpa") or {}).get("points", []) if "decode" in p and p.get("time_s")]
+    launch = float(profile.launch_overhead_s or 0.0)
+    for impl in sorted({p["impl"] for p in points}):
+        rows = []
+        shapes: dict[tuple[int, ...], int] = {}
+        for p in sorted((p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][0], p["decode"][3])):
+            b, h, hkv, nkv, d = p["decode"]
+            w = Workload(n=1, n_kv=nkv, d=d, batch=b, heads=h, kv_heads=hkv, dtype=p.get("dtype", "fp16"))
+            # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
+            # over the CTAs it runs at once (its occupancy), as the time model divides them
+            c = compare(w, profile, options_for(impl, w, profile))
+            split = next((k for k in c.tiled.traffic.kernels if k.name == "fa2_splitkv"), None)
+            if split is None:
+                continue
+            splits = int(c.tiled.traffic.params["splits"])
+            per_cta = float(split.bytes(level="hbm")) / max(float(split.concurrent_ctas), 1.0)
+            sid = shapes.setdefault((b, h, hkv, d), len(shapes))
+            rows.append((sid, splits, per_cta, p["time_s"], nkv))
+        if len({r[0] for r in rows}) < 1 or any(sum(1 for r in rows if r[0] == s) < 2 for s in {r[0] for r in rows}):
+            continue
+        fit = fit_decode(rows, launch)
+        refs = "; ".join(
+            f"{b}x{h} heads ({hkv} K/V), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
+            for r, (b, h, hkv, _) in ((r, next(k for k, v in shapes.items() if v == r[0])) for r in rows)
+        )
+        note = f"decoding references, d = 128, fp16, FlashAttention-2's split count: {refs}"
+        out[f"implementations.{impl}.cta_bandwidth"] = (
+            _bw(fit["cta_bandwidth"]),
+            f"per split-KV CTA, from the slope between the two lengths of the shape with the most splits; {note}",
+        )
+        out[f"implementations.{impl}.combine_time"] = (
+            f"{max(fit['combine_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's fixed cost: the intercepts less two launches, at two split counts; {note}",
+        )
+        out[f"implementations.{impl}.combine_time_per_split"] = (
+            f"{max(fit['combine_per_split_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's cost per split; {note}",
+        )
+    return out
+
+
+Predict = Callable[[str, int, int, int, int, bool], Any]
+#: (impl, b, h, n, d, backward) -> the scores whose dropout mask the fused kernel draws
+DropoutScores = Callable[[str, int, int, int, int, bool], float]
+
+
+def dropout_scores(profile: Profile) -> DropoutScores:
+    """The model's ``dropout_scores`` of an implementation's fused forward (``fa2_fwd``) or
+    backward kernel on a non-causal reference shape (fp16, dropout on)."""
+
+    def scores(impl: str, b: int, h: int, n: int, d: int, backward: bool) -> float:
+        case = Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", dropout=DROPOUT_P, backward=True)
+        want = BACKWARD_MAIN[impl] if backward else "fa2_fwd"
+        kernel = next(k for k in predicted_kernels(case, profile, "cold") if k.name == want)
+        return float(kernel.dropout_scores)
+
+    return scores
+
+
+def dropout_rate_figures(m: dict[str, Any], scores: DropoutScores) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.dropout_rate`` and ``backward_dropout_rate`` by head dim: the
+    scores the fused kernel draws a mask for (``scores``, the model's count) over the extra
+    time of the pass with dropout (measured with and without, back to back). A head dim whose
+    pass was not slower with dropout gives no figure."""
+    points = [p for p in (m or {}).get("points", []) if p.get("dropout") and p.get("plain")]
+    out: dict[str, tuple[Any, str]] = {}
+    for impl in sorted({p["impl"] for p in points}):
+        for backward, field, step in ((False, "dropout_rate", "forward"), (True, "backward_dropout_rate", "backward")):
+            curve: dict[int, str] = {}
+            parts = []
+            for p in (q for q in points if q["impl"] == impl):
+                b, h, n, d, _ = p["shape"]
+                extra = p["dropout"][step]["time_s"] - p["plain"][step]["time_s"]
+                if extra <= 0:
+                    continue
+                rate = scores(impl, b, h, n, d, backward) / extra
+                curve[int(d)] = _ops(rate)
+                parts.append(
+                    f"d={d}: {p['plain'][step]['time_s'] * 1e6:.1f} us -> {p['dropout'][step]['time_s'] * 1e6:.1f} us"
+                )
+            if not curve:
+                continue
+            b, h, n = points[0]["shape"][:3]
+            note = (
+                f"{step} pass of {impl} with dropout_p = {points[0].get('p', DROPOUT_P)} against without, fp16, "
+                f"{b} x {h} heads x {n} tokens, non-causal, best of three medians of CUDA-event times: scores "
+                f"drawn / extra time ({'; '.join(parts)})"
+            )
+            out[f"implementations.{impl}.{field}"] = (dict(sorted(curve.items())), note)
+    return out
+
+
+def predicted_backward_s(profile: Profile) -> Predict:
+    """The model's backward pass on a reference shape on ``profile`` (no efficiency yet), as
+    (the fused backward kernel's compute time, the other backward kernels' time): the
+    efficiency divides the first alone."""
+
+    def predict(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> tuple[float, float]:
+        case = Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal, backward=True)
+        ev = _compare(case, profile, "on", None, None).tiled
+        compute = other = 0.0
+        for k, t in zip(ev.traffic.kernels, ev.timing.kernels):
+            if k.pass_ != "backward":
+                continue
+            if k.name == BACKWARD_MAIN[impl]:
+                compute += float(t.terms["compute"]) + float(t.terms.get("launch", 0.0))
+            else:
+                other += float(t.time_s)
+        return compute, other
+
+    return predict
+
+
+def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.backward_efficiency`` by head dim: the fused backward kernel's
+    compute time in the model (``predict``, made without a backward efficiency) over the time
+    it took, the measured pass less the model's other backward kernels, on the non-causal
+    reference shapes; the causal shape is reported in the note as a check. (The efficiency
+    divides the fused kernel's compute terms alone: a ratio of whole-pass times would be off
+    by the other kernels' share, and wrong where the model without it is bound by memory.)
+    ``predict`` may return a plain time (taken as all compute)."""
+
+    def parts(impl: str, shape: list[Any]) -> tuple[float, float]:
+        got = predict(impl, *shape)
+        return (float(got), 0.0) if not isinstance(got, tuple) else (float(got[0]), float(got[1]))
+
+    points = [p for p in (m or {}).get("points", []) if (p.get("backward") or {}).get("time_s")]
+    out: dict[str, tuple[Any, str]] = {}
+    for impl in sorted({p["impl"] for p in points}):
+        curve: dict[int, float] = {}
+        checks = []
+        for p in (q for q in points if q["impl"] == impl and tuple(q["shape"][:3]) == REFERENCE_LONG):
+            compute, other = parts(impl, p["shape"])
+            if p["shape"][4]:
+                checks.append((p, compute, other))
+            else:
+                curve[int(p["shape"][3])] = round(compute / max(p["backward"]["time_s"] - other, 1e-12), 3)
+        if not curve:
+            continue
+        b, h, n = points[0]["shape"][:3]
+        note = (
+            f"model compute time of the fused backward kernel (no efficiency) / measured backward less the model's "
+            f"other backward kernels, fp16, {b} x {h} heads x {n} tokens, non-causal, torch.autograd.grad with the "
+            "graph kept, best of three medians of CUDA-event times"
+        )
+        for p, compute, other in checks:
+            e = interpolate_log2(tuple(sorted(curve.items())), p["shape"][3])
+            err = (other + compute / e - p["backward"]["time_s"]) / p["backward"]["time_s"]
+            note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
+        out[f"implementations.{impl}.backward_efficiency"] = (dict(sorted(curve.items())), note)
+    return out
+
+
+def backward_figures(
+    result: dict[str, Any],
+    profile: Profile | None = None,
+    predict: Predict | None = None,
+    scores: DropoutScores | None = None,
+) -> dict[str, tuple[Any, str]]:
+    """Every profile field the backward measurements give (value, note)."""
+    out = backward_kernel_figures(result)
+    if predict is None and profile is not None:
+        predict = predicted_backward_s(profile)
+    if predict is not None:
+        out.update(backward_efficiency_figures(result.get("sdpa_backward") or {}, predict))
+    if scores is None and profile is not None:
+        scores = dropout_scores(profile)
+    if scores is not None:
+        out.update(dropout_rate_figures(result.get("sdpa_dropout") or {}, scores))
+    return out
