@@ -1,0 +1,190 @@
+"""``--context-parallel P`` and ``--cp-scheme``: the options and the report of
+:mod:`memmodel.parallel`, shared by ``compare`` and ``sweep``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from .options import choice, option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def context_parallel_options(func: F) -> F:
+    func = option(
+        "--cp-scheme",
+        "cp_scheme",
+        type=choice(["ring", "ulysses"]),
+        default=None,
+        help="With --context-parallel: ring (K/V blocks passed around a ring, merged by logsumexp; "
+        "causal: load-balanced zigzag; the default) or ulysses (all-to-all over heads).",
+    )(func)
+    return option(
+        "--context-parallel",
+        "context_parallel",
+        type=int,
+        default=None,
+        metavar="P",
+        help="Split the sequence over P GPUs (context parallelism): per GPU, each step's kernels and bytes, "
+        "the bytes sent over the links, compute and link time and their overlap; the time is the wall time.",
+    )(func)
+
+
+def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str]:
+    """(P, scheme) from a command's keyword arguments; --cp-scheme without P is a usage error."""
+    from ..errors import WorkloadError
+
+    p, scheme = kw.pop("context_parallel", None), kw.pop("cp_scheme", None)
+    if p is None:
+        if scheme is not None:
+            raise WorkloadError("--cp-scheme needs --context-parallel P")
+        return None, "ring"
+    if p < 1:
+        raise WorkloadError(f"--context-parallel must be at least 1 (got {p})")
+    return p, scheme or "ring"
+
+
+def run_compare(
+    workload: Any, gpus: tuple[str, ...], impl: str, opts: dict[str, Any], p: int, scheme: str, standard: str, fmt: str
+) -> None:
+    from ..errors import WorkloadError
+    from ..hardware import load_profile
+    from ..parallel import context_parallel, to_dict
+    from . import terminal
+
+    if len(gpus) > 1:
+        raise WorkloadError("--context-parallel takes one --gpu")
+    profile = load_profile(gpus[0] if gpus else "a100")
+    result = context_parallel(workload, profile, p, scheme, impl=impl, standard=standard, **opts)
+    data = to_dict(result)
+    if fmt == "json":
+        terminal.print_json(data)
+    elif fmt == "csv":
+        terminal.print_csv(_CSV, _csv_rows(data))
+    else:
+        _print(result, data)
+    for line in [*data["caveats"], *data["context_parallel"]["notes"]]:
+        terminal.note(line)
+
+
+_CSV = (
+    "algorithm",
+    "pass",
+    "step",
+    "kind",
+    "compute_s",
+    "merge_s",
+    "link_bytes",
+    "link_s",
+    "time_s",
+    "overlap",
+)
+
+
+def _csv_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for alg in data["algorithms"]:
+        for s in alg["steps"]:
+            rows.append({"algorithm": alg["name"], "step": s["index"], **{k: s[k] for k in _CSV if k in s}})
+    return rows
+
+
+def _print(result: Any, data: dict[str, Any]) -> None:
+    from ..report.compare import workload_summary
+    from ..units import format_bytes, format_count, format_time
+    from . import terminal
+
+    con = terminal.console()
+    cp = data["context_parallel"]
+    ic = cp["interconnect"]
+    scheme = cp["scheme"] + (" (zigzag, load-balanced)" if cp["zigzag"] else "")
+    con.print(
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] × {cp['gpus']} · {scheme} · "
+        f"{terminal.escape(workload_summary(result.single))}",
+        soft_wrap=True,
+    )
+    if ic:
+        curve = "measured NCCL curve" if ic["send_recv_efficiency"] else "no measured curve: latency + bytes/bandwidth"
+        con.print(
+            f"[dim]link: {format_bytes(ic['peer_bandwidth_bytes_per_s'])}/s per direction to a peer, "
+            f"{ic['topology']}, latency {format_time(ic['latency_s'])}, {curve}[/]",
+            soft_wrap=True,
+        )
+    for alg, par in zip(data["algorithms"], (result.standard, result.tiled)):
+        con.print()
+        con.print(f"[bold]{alg['name']}[/] ({alg['variant']}): steps on the slowest GPU of each step")
+        rows = []
+        for s in alg["steps"]:
+            rows.append(
+                (
+                    s["pass"],
+                    str(s["index"]),
+                    s["kind"],
+                    _t(s["compute_s"]),
+                    _t(s["merge_s"]),
+                    format_bytes(s["link_bytes"]),
+                    _t(s["link_s"]),
+                    _t(s["hidden_link_s"]),
+                    format_time(s["time_s"]),
+                )
+            )
+        con.print(
+            terminal.table(
+                None,
+                [
+                    ("pass", "left"),
+                    ("step", "right"),
+                    ("kind", "left"),
+                    ("compute", "right"),
+                    ("merge/copy", "right"),
+                    ("sent", "right"),
+                    ("link", "right"),
+                    ("hidden", "right"),
+                    ("step time", "right"),
+                ],
+                rows,
+            )
+        )
+        krows = [
+            (
+                k["name"],
+                format_bytes(k["hbm_read_bytes"]),
+                format_bytes(k["hbm_write_bytes"]),
+                format_bytes(k["l2_bytes"]),
+                format_bytes(k["sram_bytes"]),
+                format_count(k["flops"]),
+                format_time(k["predicted_time_s"]),
+            )
+            for k in alg["kernels"]
+        ]
+        con.print(
+            terminal.table(
+                None,
+                [
+                    ("GPU 0 kernel", "left"),
+                    ("HBM read", "right"),
+                    ("HBM write", "right"),
+                    ("L2", "right"),
+                    ("SRAM", "right"),
+                    ("FLOPs", "right"),
+                    ("time", "right"),
+                ],
+                krows,
+            )
+        )
+        con.print(
+            f"per GPU: HBM {format_bytes(alg['hbm_bytes'])} · sent {format_bytes(alg['link_bytes'])} · "
+            f"[bold]wall time {format_time(alg['predicted_time_s'])}[/] · one GPU {format_time(par.single_gpu_time_s)}"
+            f" · speed-up {par.speedup:.2f}× · {alg['bound']}-bound",
+            soft_wrap=True,
+        )
+    _ = click
+
+
+def _t(seconds: float) -> str:
+    from ..units import format_time
+
+    return format_time(seconds) if seconds else "—"
