@@ -319,13 +319,6 @@ def _notes(profile: Profile, p: int) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _timed(kernels: list[Kernel], profile: Profile, ev: Any, comparison: Any) -> list[Any]:
-    """Kernel timings: the attention kernels' from their own comparison, the others' from the profile."""
-    from .timing import kernel_time
-
-    return [kernel_time(k, profile, comparison.workload.dtype) for k in kernels]
-
-
 def _renamed(kernel: Kernel, prefix: str) -> Kernel:
     name = f"{prefix}.{kernel.name}"
     return dataclasses.replace(
@@ -377,10 +370,10 @@ def _ring(
                 if i > 0 and pass_ == "forward":
                     extra = merge_kernels(b * h * nq, d, e)
                 elif i > 0:
-                    extra = [add_kernel("acc_dq", b * h * nq * d * e, tensor="dQ")]
-                    extra += [
-                        add_kernel(f"acc_{t}", b * hk * nkv * d * e, tensor=t.replace("d", "d")) for t in ("dK", "dV")
-                    ]
+                    # the second half's logsumexp made contiguous for the backward kernel
+                    extra = [copy_kernel("lse_half", b * h * nq * STAT_BYTES, pass_, "lse")] if kind == "q_half" else []
+                    extra.append(add_kernel("acc_dQ", b * h * nq * d * e, tensor="dQ"))
+                    extra += [add_kernel(f"acc_{t}", b * hk * nkv * d * e, tensor=t) for t in ("dK", "dV")]
                 ex_t, ex_s = timed(extra)
                 if worst is None or att_s + ex_s > worst[0] + worst[1]:
                     worst = (att_s, ex_s, 0.0, att_k + extra, att_t + ex_t, kind)
@@ -529,12 +522,6 @@ def _link_bound(alg: ParallelAlgorithm) -> bool:
     return exposed > 0.5 * alg.wall_time_s
 
 
-def stats_bytes(kind: str, n_local: int, b: int, h: int) -> int:
-    """Bytes of one logsumexp block (fp32) a step of ``kind`` produces."""
-    nq, _, _ = step_shape(kind, n_local)
-    return b * h * nq * STAT_BYTES
-
-
 def to_dict(result: ParallelResult) -> dict[str, Any]:
     """``memmodel compare --context-parallel`` JSON: ``compare/1`` for GPU 0 (times: wall
     times), with ``link_bytes`` per algorithm and the steps."""
@@ -563,3 +550,95 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
         "Merge, accumulation and pack kernels run at the profile's elementwise (scale) and copy rates.",
     ]
     return data
+
+
+# ---------------------------------------------------------------------------------------
+# Validation cases: plain data, planned on the CPU
+
+CP_CASE_KEYS = ("scheme", "p", "batch", "heads", "kv_heads", "n", "d", "dtype", "causal", "backward")
+
+
+@dataclass(frozen=True)
+class CPCase:
+    """One context-parallel validation case: ``scheme=ring,p=2,n=16384,d=128,heads=8,causal=1``."""
+
+    scheme: str
+    n: int
+    d: int
+    p: int = 2
+    batch: int = 1
+    heads: int = 1
+    kv_heads: int | None = None
+    dtype: str = "bf16"
+    causal: bool = False
+    backward: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("fp16", "bf16"):
+            raise WorkloadError(f"context-parallel case dtype {self.dtype!r}: fp16 or bf16 (FlashAttention's)")
+        check(self.workload(), self.p, self.scheme)
+
+    def workload(self) -> Workload:
+        return Workload(
+            n=self.n,
+            d=self.d,
+            batch=self.batch,
+            heads=self.heads,
+            kv_heads=self.kv_heads or self.heads,
+            dtype=self.dtype,
+            causal=self.causal,
+        )
+
+    @property
+    def id(self) -> str:
+        kv = f"kv{self.kv_heads}" if self.kv_heads and self.kv_heads != self.heads else ""
+        extra = ("-causal" if self.causal else "") + ("-bwd" if self.backward else "")
+        return f"{self.scheme}{self.p}/b{self.batch}h{self.heads}{kv}n{self.n}d{self.d}/{self.dtype}{extra}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_cp_case(spec: str) -> CPCase:
+    """``key=value`` pairs separated by commas (:data:`CP_CASE_KEYS`)."""
+    fields: dict[str, Any] = {}
+    for part in spec.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in CP_CASE_KEYS:
+            raise WorkloadError(
+                f"context-parallel case {spec!r}: {part!r} is not key=value with a key of {', '.join(CP_CASE_KEYS)}"
+            )
+        value = value.strip()
+        if key in ("scheme", "dtype"):
+            fields[key] = value
+        elif key in ("causal", "backward"):
+            if value not in ("0", "1", "true", "false"):
+                raise WorkloadError(f"context-parallel case {spec!r}: {key} is 0 or 1")
+            fields[key] = value in ("1", "true")
+        else:
+            try:
+                fields[key] = int(value)
+            except ValueError:
+                raise WorkloadError(f"context-parallel case {spec!r}: {key}={value!r} is not a whole number") from None
+    for key in ("scheme", "n", "d"):
+        if key not in fields:
+            raise WorkloadError(f"context-parallel case {spec!r}: missing {key}=")
+    return CPCase(**fields)
+
+
+def predict_case(case: CPCase, profile: Profile, impl: str = "sdpa-flash") -> dict[str, Any]:
+    """The model's figures for a case, as its record holds them (the tiled algorithm: the
+    code runs FlashAttention-2's kernels)."""
+    r = context_parallel(case.workload(), profile, case.p, case.scheme, impl=impl, backward=case.backward)
+    t = r.tiled
+    return {
+        "wall_s": t.wall_time_s,
+        "forward_s": t.pass_time("forward"),
+        "backward_s": t.pass_time("backward") if case.backward else None,
+        "link_bytes": t.link_bytes,
+        "single_gpu_s": t.single_gpu_time_s,
+        "speedup": t.speedup,
+    }

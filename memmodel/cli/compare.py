@@ -54,7 +54,6 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     from .. import compare
     from ..hardware import load_profile
     from ..implementations import options_for
-
     from .parallel import pop_context_parallel, run_compare
 
     cp, scheme = pop_context_parallel(kw)
