@@ -171,6 +171,7 @@ def merge(torch: Any, out: Any, lse: Any, o_blk: Any, lse_blk: Any) -> None:
 
 def _exchange(dist: Any, torch: Any, tensors: list[Any], group: Any, counter: LinkCounter | None, what: str) -> Any:
     """Send ``tensors`` to the next rank, receive as many from the last: (requests, received)."""
+    group = group or dist.group.WORLD
     rank, p = dist.get_rank(group), dist.get_world_size(group)
     nxt, prv = dist.get_global_rank(group, (rank + 1) % p), dist.get_global_rank(group, (rank - 1) % p)
     recv = [torch.empty_like(x) for x in tensors]
@@ -315,11 +316,11 @@ def ulysses_forward(
     hq, hk = h // p, k.shape[2] // p
     send = q.new_empty(p, b, n, hq + 2 * hk, d)
     for lo, x, hx in ((0, q, hq), (hq, k, hk), (hq + hk, v, hk)):
-        send[..., lo : lo + hx].copy_(x.view(b, n, p, hx, d).permute(2, 0, 1, 3, 4))
+        send[:, :, :, lo : lo + hx].copy_(x.view(b, n, p, hx, d).permute(2, 0, 1, 3, 4))
     recv = _all_to_all(dist, torch, send, group, counter, "qkv")
 
     def seq(lo: int, hi: int) -> Any:  # [B, P·n, heads, d]: a view when batch is 1
-        return recv[..., lo:hi].permute(1, 0, 2, 3, 4).reshape(b, p * n, hi - lo, d)
+        return recv[:, :, :, lo:hi].permute(1, 0, 2, 3, 4).reshape(b, p * n, hi - lo, d)
 
     qf, kf, vf = seq(0, hq), seq(hq, hq + hk), seq(hq + hk, hq + 2 * hk)
     o, lse = attn.forward(qf, kf, vf, causal, scale)
@@ -352,11 +353,11 @@ def ulysses_backward(
     dq, dk, dv = attn.backward(dof, qf, kf, vf, o, lse, causal, scale)
     send = do.new_empty(p, b, n, hq + 2 * hk, d)
     for lo, x, hx in ((0, dq, hq), (hq, dk, hk), (hq + hk, dv, hk)):
-        send[..., lo : lo + hx].copy_(x.reshape(b, p, n, hx, d).permute(1, 0, 2, 3, 4))
+        send[:, :, :, lo : lo + hx].copy_(x.reshape(b, p, n, hx, d).permute(1, 0, 2, 3, 4))
     recv = _all_to_all(dist, torch, send, group, counter, "dqkv")
 
     def back(lo: int, hx: int) -> Any:
-        return recv[..., lo : lo + hx].permute(1, 2, 0, 3, 4).reshape(b, n, p * hx, d)
+        return recv[:, :, :, lo : lo + hx].permute(1, 2, 0, 3, 4).reshape(b, n, p * hx, d)
 
     return back(0, hq), back(hq, hk), back(hq + hk, hk)
 
