@@ -22,7 +22,7 @@ def efficiencies(result: Mapping[str, Any], bandwidth: float) -> dict[str, dict[
         points = {}
         for size, seconds, sent in rows:
             if seconds > 0 and sent > 0:
-                points[int(size)] = round(sent / seconds / bandwidth, 4)
+                points[int(size)] = float(f"{sent / seconds / bandwidth:.4g}")
         if points:
             out[name] = points
     return out
@@ -75,7 +75,7 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
             "note": f"bytes sent / time / {raw} by message bytes; {what[name]}; {how}: {detail}",
         }
     lat = latency(result)
-    if lat is not None:
+    if lat:
         ic["latency"] = {
             "value": quantity(lat, "time"),
             "source": "measured-nccl",

@@ -79,7 +79,10 @@ def launch(target: str, world: int, config: dict[str, Any]) -> list[dict[str, An
 
 
 def _entry(rank: int, target: str, world: int, config: dict[str, Any]) -> None:
+    import warnings
+
     safe_environment()
+    warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's renaming
     import torch
     import torch.distributed as dist
 
