@@ -38,7 +38,14 @@ from .options import Command, check_outputs, force_option, format_option, option
     help="Measure the links instead: NCCL send/recv, all-gather and all-to-all from 1 MiB to 1 GiB on this many "
     "GPUs; --output writes --base (default h200) with the measured curves.",
 )
-@option("--device", "cp_device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True)
+@option(
+    "--device",
+    "cp_device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    hidden=True,
+    help="With --gpus: cpu runs the workers on the CPU (gloo, math attention), for tests.",
+)
 @format_option(("table", "json"), json="the measurements as JSON on stdout")
 def calibrate_cmd(
     *,

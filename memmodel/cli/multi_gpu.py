@@ -167,9 +167,15 @@ def validate(
     from ..hardware import load_profile
 
     if rescore_path:
+        from ..errors import WorkloadError
         from ..fileio import read_text
 
-        record = json.loads(read_text(rescore_path, what="validation record"))
+        try:
+            record = json.loads(read_text(rescore_path, what="validation record"))
+        except ValueError:
+            raise WorkloadError(f"{rescore_path} is not a JSON record of validate --gpus") from None
+        if not isinstance(record, dict) or record.get("schema") != CP_RECORD_SCHEMA:
+            raise WorkloadError(f"{rescore_path} is not a {CP_RECORD_SCHEMA} record (validate --gpus writes those)")
         profile = load_profile(gpu or record.get("profile", {}).get("name") or "h200")
         record = score(record, profile)
         if output:

@@ -188,3 +188,155 @@ def _t(seconds: float) -> str:
     from ..units import format_time
 
     return format_time(seconds) if seconds else "—"
+
+
+SWEEP_COLUMNS = (
+    "gpu",
+    "p",
+    "scheme",
+    "n",
+    "d",
+    "batch",
+    "heads",
+    "kv_heads",
+    "dtype",
+    "causal",
+    "impl",
+    "backward",
+    "algorithm",
+    "predicted_time_s",
+    "single_gpu_time_s",
+    "speedup",
+    "link_bytes",
+    "hbm_bytes",
+    "bound",
+)
+
+
+def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: str | None, force: bool) -> None:
+    """``sweep --context-parallel``: every combination of the axes, one context-parallel
+    evaluation each (scalar, not vectorised), a row per workload × algorithm."""
+    import contextlib
+    import itertools
+    import json
+    import sys
+
+    from ..errors import WorkloadError
+    from ..fileio import atomic_open
+    from ..hardware import load_profile
+    from ..parallel import context_parallel, to_dict
+    from ..workload import Workload
+    from . import terminal
+
+    for key, values in fixed.items():
+        if values and len(values) > 1:
+            raise WorkloadError(f"--{key.replace('_', '-')} takes one value with --context-parallel")
+    one = {k: (v[0] if v else None) for k, v in fixed.items()}
+    if one["n_kv"] is not None or one["dropout"]:
+        raise WorkloadError("--context-parallel splits one sequence without dropout: leave out --n-kv and --dropout")
+    opts = {k: one[k] for k in ("tiled", "block_q", "block_kv", "l2", "splits", "ctas_per_sm") if one[k] is not None}
+    defaults = {
+        "batch": (1,),
+        "heads": (1,),
+        "kv_heads": (None,),
+        "dtype": ("fp32",),
+        "gpu": ("a100",),
+        "causal": (False,),
+        "impl": ("auto",),
+        "backward": (False,),
+        "scheme": ("ring",),
+    }
+    names = list(axes)
+    grids = [axes[k] or defaults[k] for k in names]
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, None] = {}
+    profiles: dict[str, Any] = {}
+    for combo in itertools.product(*grids):
+        a = dict(zip(names, combo))
+        profile = profiles.setdefault(a["gpu"], load_profile(a["gpu"]))
+        w = Workload(
+            n=a["n"],
+            d=a["d"],
+            batch=a["batch"],
+            heads=a["heads"],
+            kv_heads=a["kv_heads"],
+            dtype=a["dtype"],
+            causal=a["causal"],
+        )
+        try:
+            r = context_parallel(
+                w,
+                profile,
+                a["p"],
+                a["scheme"],
+                impl=a["impl"],
+                standard=one["standard"] or "algorithm0",
+                backward=a["backward"],
+                **opts,
+            )
+        except WorkloadError as exc:  # this combination cannot be split so: said once, the others go on
+            skipped.setdefault(str(exc), None)
+            continue
+        data = to_dict(r)
+        for alg in data["algorithms"]:
+            rows.append(
+                {
+                    **{k: a[k] for k in names},
+                    "kv_heads": int(w.kv_heads_),
+                    "algorithm": alg["name"],
+                    "predicted_time_s": alg["predicted_time_s"],
+                    "single_gpu_time_s": alg["single_gpu_time_s"],
+                    "speedup": alg["speedup"],
+                    "link_bytes": alg["link_bytes"],
+                    "hbm_bytes": alg["hbm_bytes"],
+                    "bound": alg["bound"],
+                }
+            )
+    if not rows:
+        raise WorkloadError(next(iter(skipped)))
+    to_file = output is not None and output != "-"
+    target: Any = atomic_open(output, force=force) if to_file else contextlib.nullcontext(sys.stdout)
+    with target as stream:
+        if fmt == "json":
+            stream.write(json.dumps(rows, indent=1) + "\n")
+        elif fmt == "jsonl":
+            stream.writelines(json.dumps(r) + "\n" for r in rows)
+        elif fmt == "csv":
+            import csv
+
+            writer = csv.DictWriter(stream, SWEEP_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            from ..units import format_bytes, format_time
+
+            con = terminal.console(file=stream)
+            fixed_axes = [
+                f"{k} {axes[k][0]}"
+                for k in ("gpu", "batch", "heads", "kv_heads", "dtype", "causal", "impl", "backward")
+                if axes[k] and len(axes[k]) == 1
+            ]
+            con.print(
+                "[bold]Sweep · context parallel[/] · "
+                + terminal.escape(" · ".join(fixed_axes))
+                + " (time: wall time of the distributed pass per GPU group)",
+                soft_wrap=True,
+            )
+            cols = ("p", "scheme", "n", "d", "algorithm")
+            table = [
+                (
+                    *(str(r[c]) for c in cols),
+                    format_time(r["predicted_time_s"], digits=1),
+                    format_time(r["single_gpu_time_s"], digits=1),
+                    f"{r['speedup']:.2f}×",
+                    format_bytes(r["link_bytes"]),
+                    r["bound"],
+                )
+                for r in rows
+            ]
+            headers = ["P", "scheme", "N", "d", "alg", "time", "1 GPU", "speed-up", "sent", "bound"]
+            con.print(terminal.table(None, [(h, "right") for h in headers], table))
+    for line in skipped:
+        terminal.note(f"skipped where {line}")
+    if to_file:
+        terminal.note(f"wrote {len(rows):,} rows to {output}")

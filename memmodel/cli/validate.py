@@ -81,7 +81,14 @@ from .options import Command, check_outputs, choice, force_option, format_option
     help="Run context-parallel attention (ring and Ulysses cases: scheme=ring,n=16384,d=128,...) on this many "
     "GPUs of this machine through NCCL, checked against one GPU and timed (docs/context-parallel.md).",
 )
-@option("--device", "cp_device", type=click.Choice(["cuda", "cpu"]), default="cuda", hidden=True)
+@option(
+    "--device",
+    "cp_device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    hidden=True,
+    help="With --gpus: cpu runs the workers on the CPU (gloo, math attention), for tests.",
+)
 @force_option
 @format_option(
     ("table", "json", "markdown", "summary", "stats"),
