@@ -279,3 +279,13 @@ def test_to_dict_keeps_the_compare_keys():
     for alg in data["algorithms"]:
         for key in ("hbm_read_bytes", "hbm_write_bytes", "hbm_bytes", "flops", "predicted_time_s", "link_bytes"):
             assert key in alg
+
+
+def test_roofline_shows_the_link_as_a_roof(run):
+    r = run("roofline", "--gpu", "h200", "--n", "4096", "--d", "128", "--dtype", "bf16", "--link", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    roofs = {c["name"]: c for c in json.loads(r.stdout)["gpus"][0]["ceilings"]}
+    # NVLink 4: 900 GB/s bidirectional = 450 GB/s per direction
+    assert roofs["link"] == {"name": "link", "kind": "memory", "label": "link to a peer", "value": 450e9, "unit": "B/s"}
+    r = run("roofline", "--gpu", "h200", "--n", "4096", "--d", "128", "--format", "json")
+    assert "link" not in {c["name"] for c in json.loads(r.stdout)["gpus"][0]["ceilings"]}

@@ -110,6 +110,9 @@ class Flash:
 
     def __init__(self, torch: Any) -> None:
         self.torch = torch
+        #: what the forward returns for dense inputs and its backward takes back, as autograd
+        #: passes them: (cum_seq_q, cum_seq_k) (undefined: not variable-length) and the RNG state
+        self.dense: tuple[Any, Any] = (None, None)
         self.rng: tuple[Any, Any] | None = None
 
     def forward(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
@@ -117,17 +120,16 @@ class Flash:
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), 0.0, causal, False, scale=scale
         )
         if self.rng is None:
-            self.rng = (r[6], r[7])
+            self.dense, self.rng = (r[2], r[3]), (r[6], r[7])
         return r[0].transpose(1, 2), r[1]
 
     def backward(
         self, do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, scale: float
     ) -> tuple[Any, Any, Any]:
         t = self.torch
-        if self.rng is None:
-            empty = t.empty((), dtype=t.long, device=q.device)
-            self.rng = (empty, empty)
-        empty_f = t.empty(0, dtype=t.int32, device=q.device)
+        if self.rng is None:  # no forward ran on this backend: dropout is off, the state unread
+            self.forward(q[:, :1], k[:, :1], v[:, :1], False, scale)
+        assert self.rng is not None
         dq, dk, dv = t.ops.aten._scaled_dot_product_flash_attention_backward(
             do.transpose(1, 2),
             q.transpose(1, 2),
@@ -135,8 +137,8 @@ class Flash:
             v.transpose(1, 2),
             out.transpose(1, 2),
             lse,
-            empty_f,
-            empty_f,
+            self.dense[0],
+            self.dense[1],
             q.shape[1],
             k.shape[1],
             0.0,
