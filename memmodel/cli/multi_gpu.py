@@ -221,7 +221,12 @@ def validate(
 
         record["device"] = torch.cuda.get_device_name(0)
         record["torch_version"] = torch.__version__
-    record["cases"] = cp_run.launch("validate_worker", gpus, {"cases": specs, "reps": reps, "device": device})
+    record["cases"] = cp_run.launch(
+        "validate_worker",
+        gpus,
+        {"cases": specs, "reps": reps, "device": device},
+        partial=f"{output}.partial" if output else None,
+    )
     record = score(record, profile)
     if output:
         write_atomic(output, json.dumps(record, indent=1) + "\n", force=force)

@@ -57,11 +57,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(target: str, world: int, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run worker ``target`` (a name in this module) on ``world`` ranks; rank 0's results."""
+def launch(target: str, world: int, config: dict[str, Any], *, partial: str | None = None) -> list[dict[str, Any]]:
+    """Run worker ``target`` (a name in this module) on ``world`` ranks; rank 0's results.
+    ``partial``: where rank 0 keeps its rows as they come (they survive a run cut short)."""
     safe_environment()
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "results.json"
+        out = Path(partial) if partial else Path(tmp) / "results.json"
         config = {**config, "results": str(out)}
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
             rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -72,10 +73,17 @@ def launch(target: str, world: int, config: dict[str, Any]) -> list[dict[str, An
             import torch.multiprocessing as mp
 
             config["init"] = f"tcp://127.0.0.1:{_free_port()}"
-            mp.spawn(_entry, args=(target, world, config), nprocs=world, join=True)
+            try:
+                mp.spawn(_entry, args=(target, world, config), nprocs=world, join=True)
+            except Exception as exc:  # a worker's failure: its first line, not the spawn machinery's
+                lines = [line for line in str(exc).splitlines() if line.strip()]
+                raise RuntimeFailure(f"a worker failed: {lines[-1] if lines else type(exc).__name__}") from None
         if not out.exists():
             raise RuntimeFailure("the workers wrote no results")
-        return list(json.loads(out.read_text()))
+        rows = list(json.loads(out.read_text()))
+        if partial:
+            out.unlink()
+        return rows
 
 
 def _entry(rank: int, target: str, world: int, config: dict[str, Any]) -> None:
