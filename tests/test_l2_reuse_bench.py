@@ -212,3 +212,59 @@ def test_the_runner_writes_few_files_and_keeps_the_raw_output_when_parsing_fails
 def test_an_unknown_family_is_refused():
     with pytest.raises(ValueError, match="no pattern family nope"):
         lr.make_patterns(L2, only=("nope",))
+
+
+_COMPILE = r"""
+import os, re, subprocess, sys, tempfile
+import triton, triton.compiler as tc
+from triton.backends.compiler import GPUTarget
+from memmodel.calibration import l2_reuse as lr
+from memmodel.calibration.plan import resident_programs
+from memmodel.gpu import l2_reuse_kernels as lk
+from memmodel.gpu.l2_reuse import ORDER_CODE
+
+tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+sig = {n: "*fp16" if n == "kv_ptr" else "*fp32" if n == "out_ptr" else "*i32" for n in
+       ("kv_ptr", "out_ptr", "sm_ptr", "counter_ptr", "group_ptr")}
+sig.update({n: "i32" for n in ("n_virtual", "ctas_per_q_head", "q_per_kv", "tiles")})
+sig.update({n: "constexpr" for n in ("BM", "BN", "D", "ORDER", "SELECT", "COMPUTE", "FAKE")})
+families = sys.argv[1].split(",")
+for p in [p for p in lr.make_patterns(60 * 2**20) if p.family in families and p.footprint_factor == 1.0]:
+    consts = dict(BM=p.bm, BN=p.bn, D=p.d, ORDER=ORDER_CODE[p.order], SELECT=p.sms != "all", COMPUTE=p.compute, FAKE=False)
+    k = triton.compile(tc.ASTSource(fn=lk.l2_reuse_kernel, signature=sig, constexprs=consts),
+                       target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=p.num_warps, maxnreg=p.maxnreg, num_stages=p.num_stages))
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"]); f.flush()
+        usage = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    regs, local = (int(x) for x in re.search(r"REG:(\d+).*?LOCAL:(\d+)", usage).groups())
+    fit = resident_programs(regs, p.num_warps, k.metadata.shared, smem_per_sm=228 * 1024)
+    print(p.family, regs, local, fit, p.per_sm, "wgmma" in k.asm["ptx"])
+"""
+
+
+def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling():
+    """Compiled for an H100/H200 (sm_90) on the CPU with Triton's own ptxas: the register cap
+    lets ``per_sm`` programs share an SM, nothing spills to local memory, and the products are
+    Hopper's ``wgmma``. A fresh process: ``TRITON_INTERPRET`` must be off to compile."""
+    import subprocess
+
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    if proc.returncode != 0 and (
+        "ptxas" in proc.stderr and "not found" in proc.stderr or "No such file" in proc.stderr
+    ):
+        pytest.skip("no ptxas/cuobjdump in this Triton")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream"}
+    for family, regs, local, fit, per_sm, wgmma in rows:
+        assert local == "0" and int(fit) == int(per_sm), (family, regs, fit)
+        assert wgmma == str(family != "stream")

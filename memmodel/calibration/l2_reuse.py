@@ -82,9 +82,18 @@ class Pattern:
     def num_warps(self) -> int:
         return 8 if self.bm >= 128 or self.d >= 256 else 4
 
-    def variant(self) -> tuple[int, int, int, str, bool, bool]:
+    @property
+    def maxnreg(self) -> int:
+        """Registers per thread allowed, so that ``per_sm`` programs fit in 64 K registers
+        (without it Triton's kernel takes 255 and one program fills an SM): 128 at 8 warps and
+        2 per SM (compiles without spilling at ``num_stages`` 2 for sm_90)."""
+        return min(255, 65536 // (32 * self.num_warps * self.per_sm)) // 8 * 8
+
+    num_stages = 2  # K/V loads in flight per program (Triton's software pipeline)
+
+    def variant(self) -> tuple[int, int, int, str, bool, bool, int]:
         """What selects a compiled kernel (its constexpr arguments)."""
-        return (self.bm, self.bn, self.d, self.order, self.sms != "all", self.compute)
+        return (self.bm, self.bn, self.d, self.order, self.sms != "all", self.compute, self.per_sm)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "tiles": self.tiles}
@@ -196,13 +205,14 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
             add("causal-down", f, order="causal-down")
             add("causal-up", f, order="causal-up", bm=64)
     for f in GQA_FACTORS + (2.0,) if not quick else (0.25, 1.0):
-        add("causal-down-d256", f, order="causal-down", bm=64, d=256, per_sm=1)
+        add("causal-down-d256", f, order="causal-down", d=256, per_sm=1)  # FA2's 128 x 64 tiles at d = 256
     for g in (4, 8):
         for f in GQA_FACTORS[::2] if quick else GQA_FACTORS:
             add(f"gqa-{g}-causal", f, kv_heads=2, q_per_kv=g, order="causal-down")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):
         for f in few:
-            add(f"tile-{bm}x{bn}-d{d}", f, bm=bm, bn=bn, d=d, per_sm=1 if d >= 256 else 2)
+            # one per SM where two do not compile without spilling (128 x 128 scores) or d = 256
+            add(f"tile-{bm}x{bn}-d{d}", f, bm=bm, bn=bn, d=d, per_sm=1 if d >= 256 or bn >= 128 else 2)
     for f in few:
         add("stream", f, compute=False)
     if only:

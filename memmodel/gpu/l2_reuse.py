@@ -25,7 +25,7 @@ from typing import Any
 from ..calibration import l2_reuse as plan_mod
 from ..calibration.l2_reuse import Pattern
 from ..errors import RuntimeFailure
-from .measure import Context
+from .measure import Context, describe
 
 KERNEL = "l2_reuse_kernel"
 ORDER_CODE = {"full": 0, "causal-up": 1, "causal-down": 2}
@@ -80,11 +80,11 @@ def run_patterns(
     tables = {
         rule: torch.tensor(_groups(ctx, rule, smids), device=ctx.device, dtype=torch.int32) for rule in plan_mod.SMS
     }
-    compiled: dict[tuple[Any, ...], int] = {}  # variant -> programs per SM that fit
+    compiled: dict[tuple[Any, ...], tuple[int, int | None]] = {}  # variant -> (programs per SM that fit, maxnreg)
 
-    def launch(p: Pattern, grid: int, n_virtual: int, ctas: int) -> None:
+    def launch(p: Pattern, grid: int, n_virtual: int, ctas: int, q_per_kv: int, tiles: int, maxnreg: int | None) -> Any:
         counter.zero_()
-        lk.l2_reuse_kernel[(grid,)](
+        return lk.l2_reuse_kernel[(grid,)](
             buf,
             out,
             sms,
@@ -92,8 +92,8 @@ def run_patterns(
             tables[p.sms],
             n_virtual,
             ctas,
-            p.q_per_kv,
-            p.tiles,
+            q_per_kv,
+            tiles,
             BM=p.bm,
             BN=p.bn,
             D=p.d,
@@ -102,6 +102,8 @@ def run_patterns(
             COMPUTE=p.compute,
             FAKE=fake,
             num_warps=p.num_warps,
+            num_stages=p.num_stages,
+            **({"maxnreg": maxnreg} if maxnreg else {}),
         )
 
     started = time.monotonic()
@@ -111,30 +113,19 @@ def run_patterns(
             break
         var = (*p.variant(), p.num_warps)
         if var not in compiled:
-            counter.zero_()
-            kernel = lk.l2_reuse_kernel[(1,)](
-                buf,
-                out,
-                sms,
-                counter,
-                tables[p.sms],
-                0,
-                1,
-                1,
-                1,
-                BM=p.bm,
-                BN=p.bn,
-                D=p.d,
-                ORDER=ORDER_CODE[p.order],
-                SELECT=p.sms != "all",
-                COMPUTE=p.compute,
-                FAKE=fake,
-                num_warps=p.num_warps,
-            )
+            # a probe that does no work (no virtual CTA) compiles the variant; where the register
+            # cap does not compile (another ptxas), the variant runs without it, as many per SM as fit
+            entry: dict[str, Any] = {"kind": "probe", "variant": list(var), "maxnreg": p.maxnreg}
+            try:
+                kernel = launch(p, 1, 0, 1, p.q_per_kv, p.tiles, p.maxnreg)
+            except Exception as exc:  # noqa: BLE001 - a compile failure of this variant only
+                entry.update(maxnreg=None, maxnreg_error=describe(exc))
+                kernel = launch(p, 1, 0, 1, p.q_per_kv, p.tiles, None)
             ctx.sync()
-            log.append({"kind": "probe", "variant": list(var)})
-            compiled[var] = max(1, ctx.grid_for(kernel, p.num_warps) // info.sm_count)
-        per_sm = min(p.per_sm, compiled[var])
+            log.append(entry)
+            compiled[var] = (max(1, ctx.grid_for(kernel, p.num_warps) // info.sm_count), entry["maxnreg"])
+        fit, maxnreg = compiled[var]
+        per_sm = min(p.per_sm, fit)
         grid = info.sm_count * per_sm
         working_sms = sum(1 for s in smids if int(tables[p.sms][s]) == 0) if p.sms != "all" else info.sm_count
         slots = working_sms * per_sm
@@ -142,7 +133,14 @@ def run_patterns(
         n_virtual = ctas * p.q_heads
         sms.fill_(-1)
         t0 = time.perf_counter()
-        launch(p, grid, n_virtual, ctas)
+        note = None
+        try:
+            launch(p, grid, n_virtual, ctas, p.q_per_kv, p.tiles, maxnreg)
+        except Exception as exc:  # noqa: BLE001 - this specialisation does not compile with the cap
+            if maxnreg is None:
+                raise
+            note, maxnreg = describe(exc), None
+            launch(p, grid, n_virtual, ctas, p.q_per_kv, p.tiles, None)
         ctx.sync()
         wall = time.perf_counter() - t0
         placed = Counter(int(s) for s in sms[:grid].tolist() if s >= 0)
@@ -154,7 +152,9 @@ def run_patterns(
                 "slots": slots,
                 "grid": grid,
                 "per_sm": per_sm,
-                "fit_per_sm": compiled[var],
+                "fit_per_sm": fit,
+                "maxnreg": maxnreg,
+                **({"maxnreg_error": note} if note else {}),
                 "ctas": ctas,
                 "virtual_ctas": n_virtual,
                 "working_sms": len(placed),
@@ -171,7 +171,7 @@ def join(
     """The measured points: the launch log's entries matched with ncu's ``l2_reuse_kernel``
     kernels, one for one in launch order (probes dropped). ``partial``: the run stopped early,
     keep the launches both sides have."""
-    log = [e for e in log if e["kind"] != "stopped"]
+    log = [e for e in log if e["kind"] in ("probe", "measure")]
     ours = [k for k in kernels if KERNEL in k.name]
     if partial:
         n = min(len(ours), len(log))
