@@ -25,14 +25,14 @@ def test_the_plan_spans_the_families_and_footprints_the_issue_asks_for():
     families = {p.family for p in patterns}
     for family in ("waves-1", "waves-2", "waves-4", "heads-4", "half", "parity", "causal-down", "causal-up"):
         assert family in families
-    assert {"gqa-4-causal", "gqa-8-causal", "stream"} <= families
+    assert {"gqa-4-causal", "gqa-8-causal", "stream", "dq-atomic"} <= families
     assert {p.d for p in patterns} == {64, 128, 256} and {p.bm for p in patterns} == {64, 128}
     factors = sorted({p.footprint_factor for p in patterns})
     assert factors[0] == 1 / 8 and factors[-1] == 4
     for p in patterns:  # the live footprint is the factor of L2, to a tile per live head
         assert abs(lr.live_bytes(p) - p.footprint_factor * L2) <= max(1, p.heads_per_wave) * lr.tile_step_bytes(p)
         assert p.tiles >= 1 and p.kv_bytes == 2 * p.tiles * p.bn * p.d * 2
-    assert len(lr.make_patterns(L2, quick=True)) < len(patterns) <= 110
+    assert len(lr.make_patterns(L2, quick=True)) < len(patterns) <= 120
     # the biggest buffer: 16 heads of 1/2 of 4 x L2 each (heads-2)
     assert lr.buffer_bytes(patterns) == pytest.approx(32 * L2, rel=0.01)
 
@@ -151,17 +151,21 @@ def test_the_kernel_checksum_is_the_sum_of_the_tiles_read(monkeypatch):
         counter = torch.zeros(1, dtype=torch.int32)
         group = torch.zeros(1024, dtype=torch.int32)
         n_virtual = ctas * kv_heads * q_per_kv
-        lk.l2_reuse_kernel[(4,)](buf, out, sms, counter, group, n_virtual, ctas, q_per_kv, tiles,
-                                 BM=bm, BN=bn, D=d, ORDER=code, SELECT=False, COMPUTE=False, FAKE=True, num_warps=4)  # fmt: skip
+        dq = torch.zeros(kv_heads * tiles * bn * d)
+        lk.l2_reuse_kernel[(4,)](buf, out, sms, counter, group, dq, n_virtual, ctas, q_per_kv, tiles,
+                                 BM=bm, BN=bn, D=d, ORDER=code, SELECT=False, COMPUTE=False, ATOMIC=True,
+                                 FAKE=True, num_warps=4)  # fmt: skip
         heads = buf.float().view(kv_heads, 2, tiles, bn * d).sum(-1)  # per head, K/V, tile
-        want = 0.0
+        want = want_dq = 0.0
         for v in range(n_virtual):
             qh, m = divmod(v, ctas)
             p = lr.Pattern("x", "x", 1, kv_bytes=2 * tiles * bn * d * 2, kv_heads=kv_heads, q_per_kv=q_per_kv,
                            order=order, sms="all", bm=bm, bn=bn, d=d)  # fmt: skip
             n = lr.tiles_of_cta(p, m)
             want += float(heads[qh // q_per_kv, :, :n].sum())
+            want_dq += float(heads[qh // q_per_kv, 0, :n].sum())  # each K tile read added once
         assert float(out.sum()) == pytest.approx(want, rel=1e-3, abs=1e-2), order
+        assert float(dq.sum()) == pytest.approx(want_dq, rel=1e-3, abs=1e-2), order
         assert int(counter) == n_virtual + 4  # every program's last take is past the end
 
 
@@ -225,12 +229,13 @@ from memmodel.gpu.l2_reuse import ORDER_CODE
 
 tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 sig = {n: "*fp16" if n == "kv_ptr" else "*fp32" if n == "out_ptr" else "*i32" for n in
-       ("kv_ptr", "out_ptr", "sm_ptr", "counter_ptr", "group_ptr")}
+       ("kv_ptr", "out_ptr", "sm_ptr", "counter_ptr", "group_ptr", "dq_ptr")}
 sig.update({n: "i32" for n in ("n_virtual", "ctas_per_q_head", "q_per_kv", "tiles")})
-sig.update({n: "constexpr" for n in ("BM", "BN", "D", "ORDER", "SELECT", "COMPUTE", "FAKE")})
+sig.update({n: "constexpr" for n in ("BM", "BN", "D", "ORDER", "SELECT", "COMPUTE", "ATOMIC", "FAKE")})
 families = sys.argv[1].split(",")
 for p in [p for p in lr.make_patterns(60 * 2**20) if p.family in families and p.footprint_factor == 1.0]:
-    consts = dict(BM=p.bm, BN=p.bn, D=p.d, ORDER=ORDER_CODE[p.order], SELECT=p.sms != "all", COMPUTE=p.compute, FAKE=False)
+    consts = dict(BM=p.bm, BN=p.bn, D=p.d, ORDER=ORDER_CODE[p.order], SELECT=p.sms != "all", COMPUTE=p.compute,
+                  ATOMIC=p.atomic, FAKE=False)
     k = triton.compile(tc.ASTSource(fn=lk.l2_reuse_kernel, signature=sig, constexprs=consts),
                        target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p.num_warps, maxnreg=p.maxnreg, num_stages=p.num_stages))
@@ -252,7 +257,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream"],
+        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream,dq-atomic"],
         capture_output=True,
         text=True,
         env=env,
@@ -264,7 +269,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
         pytest.skip("no ptxas/cuobjdump in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines()]
-    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream"}
+    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream", "dq-atomic"}
     for family, regs, local, fit, per_sm, wgmma in rows:
         assert local == "0" and int(fit) == int(per_sm), (family, regs, fit)
         assert wgmma == str(family != "stream")

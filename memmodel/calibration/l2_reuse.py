@@ -66,6 +66,7 @@ class Pattern:
     bn: int
     d: int
     compute: bool = True
+    atomic: bool = False  # also an fp32 accumulator tile added per step (dQ in the backward)
     waves: float = 2.0
     heads_per_wave: int = 1
     per_sm: int = 2  # slots per SM wanted (fewer where fewer programs fit)
@@ -91,9 +92,9 @@ class Pattern:
 
     num_stages = 2  # K/V loads in flight per program (Triton's software pipeline)
 
-    def variant(self) -> tuple[int, int, int, str, bool, bool, int]:
+    def variant(self) -> tuple[int, int, int, str, bool, bool, int, bool]:
         """What selects a compiled kernel (its constexpr arguments)."""
-        return (self.bm, self.bn, self.d, self.order, self.sms != "all", self.compute, self.per_sm)
+        return (self.bm, self.bn, self.d, self.order, self.sms != "all", self.compute, self.per_sm, self.atomic)
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "tiles": self.tiles}
@@ -138,15 +139,22 @@ def unique_bytes(p: Pattern, slots: int) -> int:
     return p.kv_heads * touched * tile_step_bytes(p)
 
 
+def dq_bytes(p: Pattern) -> int:
+    """One K/V head's fp32 accumulator (``atomic`` patterns): tiles × BN × D × 4."""
+    return p.tiles * p.bn * p.d * 4 if p.atomic else 0
+
+
 def live_bytes(p: Pattern) -> int:
-    """The footprint live across a re-read, as planned: one K/V head's bytes times the K/V
-    heads a wave spans (``heads_per_wave`` Q heads; Q heads of a GQA group share one)."""
-    return max(1, p.heads_per_wave // p.q_per_kv) * p.kv_bytes
+    """The footprint live across a re-read, as planned: one K/V head's bytes (and accumulator)
+    times the K/V heads a wave spans (``heads_per_wave`` Q heads; Q heads of a GQA group share one)."""
+    return max(1, p.heads_per_wave // p.q_per_kv) * (p.kv_bytes + dq_bytes(p))
 
 
-def _kv_bytes(live: float, bn: int, d: int) -> int:
+def _kv_bytes(live: float, bn: int, d: int, atomic: bool = False) -> int:
+    """K/V bytes of one head whose K/V (and accumulator, ``atomic``) make ``live`` bytes."""
     tile = 2 * bn * d * ELEMENT_BYTES
-    return max(1, round(live / tile)) * tile
+    per_tile = tile + (bn * d * 4 if atomic else 0)
+    return max(1, round(live / per_tile)) * tile
 
 
 def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = ()) -> tuple[Pattern, ...]:
@@ -164,7 +172,9 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
       diagonal down;
     * ``tile-…``: ``waves-2`` at other tile sizes and head dims (d 64, 128, 256; BM 64, 128;
       BN 64, 128);
-    * ``stream``: ``waves-2`` without the matrix products (memory-bound pacing).
+    * ``stream``: ``waves-2`` without the matrix products (memory-bound pacing);
+    * ``dq-atomic``: ``waves-2`` adding an fp32 tile per step to the head's accumulator (the
+      backward's dQ; the live footprint counts K/V and the accumulator).
 
     ``quick``: fewer footprints per family; ``only``: the families named (all if empty).
     """
@@ -178,7 +188,7 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
         heads_per_wave = kw.get("heads_per_wave", 1)
         q_per_kv = kw.get("q_per_kv", 1)
         live_heads = max(1, heads_per_wave // q_per_kv)
-        kv = _kv_bytes(f * L / live_heads, bn, d)
+        kv = _kv_bytes(f * L / live_heads, bn, d, kw.get("atomic", False))
         kw.setdefault("kv_heads", 1)
         kw.setdefault("q_per_kv", 1)
         kw.setdefault("order", "full")
@@ -187,6 +197,7 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
         kw["bn"], kw["d"] = bn, d
         out.append(Pattern(key=f"{family}@{f:g}", family=family, footprint_factor=f, kv_bytes=kv, **kw))
 
+    # in order of what the model needs most: a run cut short by its time budget keeps these
     for f in factors:
         add("waves-2", f, waves=2.0)
     for f in few:
@@ -197,22 +208,24 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
     for f in few:
         add("heads-2", f, kv_heads=16, heads_per_wave=2, waves=1.0)  # 16 heads, 2 per wave: 8 waves
     for f in factors:
-        add("half", f, sms="smid-half")
-    for f in few:
-        add("parity", f, sms="smid-parity")
-    for f in factors:
         if f <= CAUSAL_MAX:
             add("causal-down", f, order="causal-down")
             add("causal-up", f, order="causal-up", bm=64)
-    for f in GQA_FACTORS + (2.0,) if not quick else (0.25, 1.0):
-        add("causal-down-d256", f, order="causal-down", d=256, per_sm=1)  # FA2's 128 x 64 tiles at d = 256
     for g in (4, 8):
         for f in GQA_FACTORS[::2] if quick else GQA_FACTORS:
             add(f"gqa-{g}-causal", f, kv_heads=2, q_per_kv=g, order="causal-down")
+    for f in GQA_FACTORS + (2.0,) if not quick else (0.25, 1.0):
+        add("causal-down-d256", f, order="causal-down", d=256, per_sm=1)  # FA2's 128 x 64 tiles at d = 256
+    for f in few:
+        add("dq-atomic", f, atomic=True)
+    for f in factors:
+        add("half", f, sms="smid-half")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):
         for f in few:
             # one per SM where two do not compile without spilling (128 x 128 scores) or d = 256
             add(f"tile-{bm}x{bn}-d{d}", f, bm=bm, bn=bn, d=d, per_sm=1 if d >= 256 or bn >= 128 else 2)
+    for f in few:
+        add("parity", f, sms="smid-parity")
     for f in few:
         add("stream", f, compute=False)
     if only:
@@ -228,17 +241,28 @@ def buffer_bytes(patterns: Sequence[Pattern]) -> int:
     return max(p.kv_heads * p.kv_bytes for p in patterns)
 
 
+def dq_buffer_bytes(patterns: Sequence[Pattern]) -> int:
+    """The accumulator the ``atomic`` launches add to (at least one element)."""
+    return max([p.kv_heads * dq_bytes(p) for p in patterns] + [4])
+
+
 # ---------------------------------------------------------------------------------------
 # Reading the measurements
 
 
-def point(p: Pattern, launch: Mapping[str, Any], dram_read: float, l2_bytes: float, time_s: float) -> dict[str, Any]:
+def point(
+    p: Pattern, launch: Mapping[str, Any], dram_read: float, l2_bytes: float, time_s: float, dram_write: float = 0.0
+) -> dict[str, Any]:
     """One measured point: the pattern, its launch (slots, CTAs) and the DRAM bytes against
     what it requested. ``reread_miss``: the share of re-read bytes (requests beyond the first
-    touch) that came from DRAM."""
+    touch) that came from DRAM (``atomic``: the accumulator's reads count as requests too, as
+    the atomics are served in L2)."""
     slots = int(launch["slots"])
     req = requested_bytes(p, slots)
     uniq = unique_bytes(p, slots)
+    if p.atomic:  # each step also reads (in L2) an accumulator tile of BN x D fp32
+        req += req // tile_step_bytes(p) * p.bn * p.d * 4
+        uniq += p.kv_heads * dq_bytes(p)
     rereads = req - uniq
     miss = (dram_read - uniq) / rereads if rereads > 0 else 0.0
     return {
@@ -248,6 +272,7 @@ def point(p: Pattern, launch: Mapping[str, Any], dram_read: float, l2_bytes: flo
         "requested_bytes": req,
         "unique_bytes": uniq,
         "dram_read_bytes": dram_read,
+        "dram_write_bytes": dram_write,
         "l2_bytes_measured": l2_bytes,
         "time_s": time_s,
         "hbm_over_unique": dram_read / uniq if uniq else float("nan"),

@@ -72,6 +72,7 @@ def run_patterns(
     info = ctx.info
     buf = torch.empty(plan_mod.buffer_bytes(patterns) // 2, device=ctx.device, dtype=torch.float16)
     buf.uniform_(-1, 1, generator=ctx.generator(11))
+    dq = torch.zeros(plan_mod.dq_buffer_bytes(patterns) // 4, device=ctx.device, dtype=torch.float32)
     max_grid = info.sm_count * 8
     out = torch.zeros(max_grid, device=ctx.device, dtype=torch.float32)
     sms = torch.full((max_grid,), -1, device=ctx.device, dtype=torch.int32)
@@ -90,6 +91,7 @@ def run_patterns(
             sms,
             counter,
             tables[p.sms],
+            dq,
             n_virtual,
             ctas,
             q_per_kv,
@@ -100,6 +102,7 @@ def run_patterns(
             ORDER=ORDER_CODE[p.order],
             SELECT=p.sms != "all",
             COMPUTE=p.compute,
+            ATOMIC=p.atomic,
             FAKE=fake,
             num_warps=p.num_warps,
             num_stages=p.num_stages,
@@ -184,12 +187,12 @@ def join(
         if entry["kind"] != "measure":
             continue
         p = by_key[entry["key"]]
-        points.append(plan_mod.point(p, entry, k.dram_read_bytes, k.l2_bytes, k.time_s))
+        points.append(plan_mod.point(p, entry, k.dram_read_bytes, k.l2_bytes, k.time_s, k.dram_write_bytes))
     return points
 
 
 def measure_l2_reuse(
-    ctx: Context, *, only: Sequence[str] = (), raw_dir: Path | None = None, budget_s: float = 400.0
+    ctx: Context, *, only: Sequence[str] = (), raw_dir: Path | None = None, budget_s: float = 180.0
 ) -> dict[str, Any]:
     """``calibrate``'s step: the patterns under Nsight Compute in a child process (``only``:
     these families; ``budget_s``: the child launches no pattern after that many seconds). ``raw_dir``: write ncu's output (``l2_reuse.ncu.csv``), its stderr and the

@@ -16,6 +16,7 @@ def l2_reuse_kernel(
     sm_ptr,
     counter_ptr,
     group_ptr,
+    dq_ptr,
     n_virtual,
     ctas_per_q_head,
     q_per_kv,
@@ -26,6 +27,7 @@ def l2_reuse_kernel(
     ORDER: tl.constexpr,  # 0: every tile; 1: causal, first tile up; 2: causal, diagonal down
     SELECT: tl.constexpr,  # only programs on SMs with group_ptr[smid] == 0 work
     COMPUTE: tl.constexpr,  # pace each step with attention's two matrix products
+    ATOMIC: tl.constexpr,  # also add a BN x D fp32 tile into dq_ptr per step (the backward's dQ accumulator)
     FAKE: tl.constexpr = False,  # CPU interpreter: %smid is pid % 132
 ):
     """Persistent programs take virtual CTAs in grid order from ``counter_ptr`` (zero at launch).
@@ -76,6 +78,9 @@ def l2_reuse_kernel(
                 acc += tl.dot(s.to(tl.float16), vv)
             else:
                 acc += k.to(tl.float32) + vv.to(tl.float32)
+            if ATOMIC:
+                dq_at = kv_head.to(tl.int64) * (tiles * tile_elems) + tile.to(tl.int64) * tile_elems
+                tl.atomic_add(dq_ptr + dq_at + offs, k.to(tl.float32), sem="relaxed")
         v = tl.atomic_add(counter_ptr, 1)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
     tl.store(sm_ptr + pid, tl.where(keep, sm, -1))

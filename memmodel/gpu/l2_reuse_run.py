@@ -43,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer footprints per family")
     parser.add_argument("--only", default="", metavar="FAMILY,...", help="only these pattern families")
     parser.add_argument(
-        "--budget-s", type=float, default=400.0, help="launch no pattern after this many seconds (default 400)"
+        "--budget-s", type=float, default=180.0, help="launch no pattern after this many seconds (default 180)"
     )
     parser.add_argument("--child", metavar="LOG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
