@@ -308,6 +308,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.hbm.latency": ("time", True),
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
+    "memory.l2.reuse": ("ratio", False),
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
     "memory.sram.capacity_per_sm": ("bytes", True),
@@ -355,6 +356,9 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
+    #: the share of a cross-wave re-read that misses in L2 against the footprint live across
+    #: it (per mille of memory.l2.capacity): the L2 reuse microbenchmark (traffic/reuse.py)
+    "memory.l2.reuse": "live footprint, per mille of the L2",
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
     "kernels.softmax.masked_bandwidth": "row length",
@@ -746,6 +750,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.write_bandwidth", "hbm"),
     ("kernels.*", "hbm"),
     ("memory.l2.effective_capacity", "l2"),
+    ("memory.l2.reuse", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("implementations.*.efficiency", "same"),

@@ -65,7 +65,10 @@ class Comparison:
 
 
 def l2_context(profile: Profile, mode: str) -> l2m.L2:
-    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes)
+    from .traffic.reuse import curve_from_profile
+
+    reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
+    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse)
 
 
 def tiled_traffic(

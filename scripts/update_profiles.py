@@ -40,16 +40,25 @@ TARGETS = {ROOT / "hardware" / "h200.yaml": "h200", ROOT / "validation" / "h200"
 NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
 
 
+L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json"
+
+
 def with_links(text: str) -> str:
-    """``text`` (a profile's YAML) with the measured NCCL curves, where they were measured."""
-    if not NCCL.exists():
+    """``text`` (a profile's YAML) with the measured NCCL curves and the L2 reuse curve, where
+    they were measured."""
+    if not NCCL.exists() and not L2_REUSE.exists():
         return text
     import yaml
 
+    from memmodel.calibration import l2_reuse_fit
     from memmodel.calibration.interconnect import apply
 
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    data = apply(yaml.safe_load(text), json.loads(NCCL.read_text()))
+    data = yaml.safe_load(text)
+    if NCCL.exists():
+        data = apply(data, json.loads(NCCL.read_text()))
+    if L2_REUSE.exists():
+        data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
 
 

@@ -27,6 +27,7 @@ FlashAttention paper's view).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -42,9 +43,11 @@ class L2:
     capacity_bytes: float  # effective capacity for one data set read by every SM
     concurrent_ctas: IntLike  # CTAs resident on the GPU at once for the kernel at hand
     total_bytes: float = 0.0  # the whole L2 (for scattered re-reads); 0 = capacity_bytes
+    #: the measured cross-wave reuse curve (:class:`.reuse.ReuseCurve`); None: the step at capacity
+    reuse: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
-        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes)
+        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes, self.reuse)
 
     @property
     def whole(self) -> float:
@@ -96,6 +99,12 @@ def reread_hbm(
     """
     if l2.mode == "off":
         return requested
+    if l2.reuse is not None:
+        from .reuse import cross_wave_hbm, live_footprint
+
+        n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
+        live = live_footprint(working_set, ctas_sharing, l2.concurrent_ctas)
+        return cross_wave_hbm(unique, intmath.scaled(unique, n_waves, groups), requested, live, l2.reuse)
     ok = fits(working_set, l2)
     if isinstance(ok, np.ndarray) and intmath.is_array(groups, ctas_sharing, l2.concurrent_ctas):
         # waves only matter where the working set does not fit: count them there alone
