@@ -371,6 +371,8 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.backward_dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }
+#: curves whose values may be 0
+_ZERO_ALLOWED = {"memory.l2.reuse"}
 _TEXT_FIELDS = {
     "schema": False,
     "name": True,
@@ -621,7 +623,8 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
         if isinstance(key, bool) or not isinstance(key, int) or key < 1:
             raise _fail(where, fpath, f"key {key!r} is not a positive whole number ({key_name}); expected {example}")
         try:
-            y = units.parse(value, kind)
+            # a miss share may be 0 (every re-read hits); other figures must be positive
+            y = 0.0 if fpath in _ZERO_ALLOWED and value in (0, 0.0, "0", "0 %") else units.parse(value, kind)
         except units.UnitError as exc:
             raise _fail(where, f"{fpath}.{key}", str(exc)) from None
         floor = _FLOORS.get(kind)

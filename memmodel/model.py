@@ -171,6 +171,7 @@ def compare(
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
         caveats=tuple(
             list(opts.notes)
+            + l2_knee_caveats(til, workload, profile, opts.l2)
             + caveats(
                 profile,
                 opts.model_implementation,
@@ -182,6 +183,18 @@ def compare(
         options=opts,
         bounds=bounds(workload, profile, opts),
     )
+
+
+def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile, mode: str) -> list[str]:
+    """A caveat where the tiled kernel's K/V re-reads sit near the L2's capacity knee (issue 14)."""
+    flags = til.params.get("l2_knee")
+    if flags is None or mode == "off":
+        return []
+    from .traffic.reuse import knee_note, step_curve
+
+    l2 = l2_context(profile, mode)
+    note = knee_note(flags, l2.reuse or step_curve(l2.capacity_bytes), bool(workload.causal))
+    return [note] if note else []
 
 
 def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:

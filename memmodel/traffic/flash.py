@@ -39,7 +39,7 @@ from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present
 # FA2
 
 
-def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> Kernel:
+def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -50,6 +50,8 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
     kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = l2.with_ctas(ctx.concurrent)
+    if streams_q:  # each CTA of a wave reads its Q tile and writes its O tile and logsumexp once
+        l2c = l2c.with_streamed(per_wave_stream(ctx, b.block_q, intmath.add(intmath.mul(2, w.d, e), STAT_BYTES)))
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     kv_hbm = tile_reread_hbm(
         kv_unique,
@@ -100,6 +102,12 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd") -> K
         # with dropout the kernel draws a mask element for every score of its tiles
         dropout_scores=scores if w.dropout > 0 else 0,
     )
+
+
+def per_wave_stream(ctx: TileContext, rows: IntLike, bytes_per_row: IntLike) -> IntLike:
+    """Bytes the CTAs of one wave stream through L2 once each (``rows`` rows of
+    ``bytes_per_row`` per CTA): live between two waves' uses of a re-read line."""
+    return intmath.mul(ctx.concurrent, rows, bytes_per_row)
 
 
 def _floats(value: IntLike) -> np.ndarray:
@@ -204,7 +212,7 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     dq_acc = intmath.mul(bh, w.n, w.d, ACC_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V as read (and dK, dV as written) per query head
     visited, pairs = ctx.visited, ctx.all_pairs
-    l2c = l2.with_ctas(ctx.concurrent)
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
     kernels = []
 
     pre = KernelBuilder("fa2_bwd_pre", "backward")
@@ -417,7 +425,19 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         "concurrent_ctas": _plain(ctx.concurrent),
         "splits": _plain(splits),
     }
+    if l2.mode != "off":
+        params["l2_knee"] = _plain(_knee(ctx, l2))
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
+
+
+def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
+    """Where the forward's K/V re-reads sit near the L2's capacity knee (:func:`.reuse.poorly_modelled`)."""
+    from .reuse import poorly_modelled, step_curve
+
+    w = ctx.w
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    ws = intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    return poorly_modelled(ws, intmath.mul(w.group, ctx.blocks.t_r), ctx.concurrent, w.causal, curve)
 
 
 def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTraffic:

@@ -60,7 +60,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
-from .flash import tile_reread_hbm
+from .flash import per_wave_stream, tile_reread_hbm
 from .ledger import Kernel, KernelBuilder, only_where, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -145,7 +145,8 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     acc = intmath.mul(bh, rows_q, d_r, ACC_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V per query head (dK, dV as written)
     visited, pairs = ctx.visited, ctx.all_pairs
-    l2c = l2.with_ctas(ctx.concurrent)
+    # each CTA of a wave reads its K, V tiles and writes dK, dV once: live across a wave
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
     kernels = []
 
     pre = KernelBuilder("fa2_bwd_pre", "backward")
@@ -278,7 +279,7 @@ def cutlass_backward(
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)
     splits = cutlass_splits(w, tiles, output_in_registers)
     visited, pairs = ctx.visited, ctx.all_pairs
-    l2c = l2.with_ctas(ctx.concurrent)
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
     # the dQ workspace: per head ⌈N/B_i⌉ · ⌈d/B_j⌉ tiles of B_i × B_j fp32 (plus a 16-byte lock)
     acc_cols = round_up(w.d, b.block_kv)
     tiles_q = intmath.mul(b.t_r, intmath.ceil_div(w.d, b.block_kv))

@@ -45,9 +45,15 @@ class L2:
     total_bytes: float = 0.0  # the whole L2 (for scattered re-reads); 0 = capacity_bytes
     #: the measured cross-wave reuse curve (:class:`.reuse.ReuseCurve`); None: the step at capacity
     reuse: Any = None
+    #: bytes a wave streams through L2 besides the re-read data (Q in, O out: one tile per CTA),
+    #: live between two waves' uses of a line with the curve (0: none)
+    streamed: IntLike = 0
 
     def with_ctas(self, ctas: IntLike) -> L2:
-        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes, self.reuse)
+        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes, self.reuse, self.streamed)
+
+    def with_streamed(self, nbytes: IntLike) -> L2:
+        return L2(self.mode, self.capacity_bytes, self.concurrent_ctas, self.total_bytes, self.reuse, nbytes)
 
     @property
     def whole(self) -> float:
@@ -103,7 +109,9 @@ def reread_hbm(
         from .reuse import cross_wave_hbm, live_footprint
 
         n_waves = waves_spanned(groups, ctas_sharing, l2.concurrent_ctas)
-        live = live_footprint(working_set, ctas_sharing, l2.concurrent_ctas)
+        live = intmath.to_float(live_footprint(working_set, ctas_sharing, l2.concurrent_ctas)) + np.asarray(
+            intmath.to_float(l2.streamed), dtype=np.float64
+        )
         return cross_wave_hbm(unique, intmath.scaled(unique, n_waves, groups), requested, live, l2.reuse)
     ok = fits(working_set, l2)
     if isinstance(ok, np.ndarray) and intmath.is_array(groups, ctas_sharing, l2.concurrent_ctas):

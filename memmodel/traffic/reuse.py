@@ -106,3 +106,41 @@ def near_knee(live: Any, curve: ReuseCurve) -> Any:
 
 def _f(value: IntLike) -> np.ndarray:
     return np.asarray(intmath.to_float(value), dtype=np.float64)
+
+
+def poorly_modelled(ws: IntLike, sharing: IntLike, concurrent: IntLike, causal: bool, curve: ReuseCurve) -> Any:
+    """Where the K/V re-reads of a tiled kernel sit in a regime the model handles poorly:
+
+    * not causal, the head's CTAs span more than one wave and the live footprint is near the
+      knee (the miss share moves from 0 to 1 there: a 10 % error in the footprint or in the
+      occupancy moves the HBM bytes by up to a factor of the waves);
+    * causal, one head's re-read data at or past the knee's start: CTAs of different lengths
+      drift apart and the microbenchmark measured 1.2 to 90 × the unique bytes there, which
+      the causal rules (:func:`memmodel.traffic.flash.tile_reread_hbm`) do not follow.
+    """
+    live = live_footprint(ws, sharing, concurrent)
+    lo, _ = curve.knee
+    if causal:
+        out = _f(ws) >= lo
+    else:
+        out = np.asarray(near_knee(live, curve)) & (_f(sharing) > _f(concurrent))
+    return bool(out) if np.ndim(out) == 0 else out
+
+
+def knee_note(flags: Any, curve: ReuseCurve, causal: bool) -> str | None:
+    """A caveat line where ``flags`` (from :func:`poorly_modelled`) holds anywhere; else None."""
+    arr = np.asarray(flags, dtype=bool)
+    if not arr.any():
+        return None
+    lo, hi = curve.knee
+    where = f"{arr.sum()} of {arr.size} rows: " if arr.size > 1 else ""
+    what = (
+        "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
+        f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
+        "(measured 1.2-90 x the unique K/V on the H200's microbenchmark; the model's causal rule does not follow it)"
+        if causal
+        else f"K/V re-read across waves near the L2's capacity knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB "
+        "live): the HBM bytes of the tiled kernel move steeply with the footprint there"
+    )
+    basis = "" if curve.measured else " (no measured memory.l2.reuse curve: a step at the effective capacity assumed)"
+    return f"{where}{what}{basis}."
