@@ -1,6 +1,9 @@
 """Grid throughput: workload configurations per second through the Python API.
 
-    python benchmarks/bench_grid.py [--runs 3] [--sample 2000]
+    python benchmarks/bench_grid.py [--runs 3] [--sample 2000] [--gpu a100]
+
+``--gpu h200`` runs the grid through the measured L2 reuse curve (``memory.l2.reuse``: per-head
+K/V of up to 64 MiB at N = 131072, d = 128, across the H200's capacity knee).
 
 The same grid is evaluated two ways and both figures are printed:
 
@@ -53,15 +56,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="timed runs of the whole grid (median; default 5)")
     parser.add_argument("--sample", type=int, default=2000, help="configurations evaluated one by one (default 2000)")
+    parser.add_argument("--gpu", default="a100", help="bundled profile (default a100; h200 has the L2 reuse curve)")
     args = parser.parse_args()
-    profile = load_profile("a100")
-    profiles = {"a100": profile}
-    grid = Grid(gpus=("a100",), **GRID)
-    print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on a100")
+    profile = load_profile(args.gpu)
+    profiles = {args.gpu: profile}
+    grid = Grid(gpus=(args.gpu,), **GRID)
+    print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on {args.gpu}")
     if hasattr(os, "getloadavg"):  # other work on the machine slows both paths down
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
 
-    evaluate(Grid(n="32:4096:+32", d="64", dtypes=("fp16",)), profiles)  # warm-up
+    evaluate(Grid(gpus=(args.gpu,), n="32:4096:+32", d="64", dtypes=("fp16",)), profiles)  # warm-up
     result = None
     rates = {}
     for workers, what in ((1, "one process"), (None, f"all {os.cpu_count()} cores")):

@@ -861,6 +861,8 @@ def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: 
             continue
         if rule is None or _leaf(data, fpath) is not None:
             continue
+        if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
+            continue  # a sibling without links of its own takes none of the base's link curves
         kind = _FIELDS[fpath][0]
         factor = scale[rule]
         prov = base.provenance.get(fpath)

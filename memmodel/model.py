@@ -194,7 +194,13 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
 
     l2 = l2_context(profile, mode)
     note = knee_note(flags, l2.reuse or step_curve(l2.capacity_bytes), bool(workload.causal))
-    return [note] if note else []
+    out = [note] if note else []
+    if l2.reuse is None and np.any(til.params.get("l2_cross_wave", False)):
+        out.append(
+            f"{profile.name} has no measured L2 reuse curve (memory.l2.reuse): K/V re-read across waves is "
+            f"assumed to hit in L2 up to {l2.capacity_bytes / 2**20:.0f} MiB live and to miss past it (a step)."
+        )
+    return out
 
 
 def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:

@@ -78,7 +78,7 @@ def assert_rows_are_scalar_calls(mesh, gpu, dtype, impl, *, causal=False, dropou
             assert np.broadcast_to(g.traffic.exp_ops, mesh["n"].shape)[i] == s.traffic.exp_ops, where
             assert np.broadcast_to(g.timing.time_s, mesh["n"].shape)[i] == pytest.approx(s.timing.time_s, rel=1e-12)
             assert np.broadcast_to(np.asarray(g.timing.bound, dtype=object), mesh["n"].shape)[i] == s.timing.bound
-        for key in ("block_q", "block_kv", "ctas_per_sm", "splits"):
+        for key in ("block_q", "block_kv", "ctas_per_sm", "splits", "l2_knee", "l2_cross_wave"):
             if key in cs.tiled.traffic.params:
                 got = np.broadcast_to(np.asarray(cg.tiled.traffic.params[key]), mesh["n"].shape)[i]
                 assert got == cs.tiled.traffic.params[key], (where, key)

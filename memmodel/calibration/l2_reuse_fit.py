@@ -55,6 +55,8 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
     sources[SOURCE] = {
         "title": f"memmodel L2 reuse microbenchmark, {dev.get('name', 'GPU')} ({RECORD})",
         "kind": "measured",
+        "machine": f"{dev.get('name', 'GPU')} ({dev.get('sm_count', '?')} SMs, CUDA {dev.get('cuda_version', '?')}, "
+        f"torch {dev.get('torch_version', '?')}, Triton {dev.get('triton_version', '?')})",
         "date": str(result.get("date", "")),
         "command": str(result.get("command", "")),
     }

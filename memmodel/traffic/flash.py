@@ -427,6 +427,10 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
     }
     if l2.mode != "off":
         params["l2_knee"] = _plain(_knee(ctx, l2))
+        # a head's CTAs span more than one wave: its K/V is re-read across waves
+        params["l2_cross_wave"] = _plain(
+            np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
+        )
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
 
 
@@ -449,7 +453,7 @@ def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
 
 
 def _plain(v: Any) -> Any:
-    return v.tolist() if isinstance(v, np.ndarray) else v
+    return v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def fa2_forward(
