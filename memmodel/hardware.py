@@ -853,6 +853,8 @@ def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: 
             continue
         if rule is None or _leaf(data, fpath) is not None:
             continue
+        if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
+            continue  # a part without links of its own (H100 PCIe) takes no measured link curve
         kind = _FIELDS[fpath][0]
         factor = scale[rule]
         prov = base.provenance.get(fpath)
