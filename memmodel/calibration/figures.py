@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Profile
-from ..units import quantity
+from ..units import format_si, quantity
 from .plan import DROPOUT_P, GROUP_SUM_SHAPE, MATMUL_DTYPES, SCORES_BYTES, SOFTMAX_BYTES
 
 
@@ -54,10 +54,7 @@ def _bytes_text(n: float) -> str:
 
 def _si(value: float, unit: str) -> str:
     """4 significant digits with an SI prefix: ``4.521e12, 'B/s' -> '4.521 TB/s'`` (units.parse reads it back)."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.4g} {prefix}{unit}"
-    return f"{value:.4g} {unit}"
+    return format_si(value, unit, 4, significant=True, largest="P")
 
 
 def _bw(v: float) -> str:

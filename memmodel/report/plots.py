@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import MemmodelError, MissingDependency
 from ..roofline import LEVEL_LABELS, Roofline
+from ..units import format_si
 
 if TYPE_CHECKING:
     from ..sweep import SweepResult
@@ -74,10 +75,8 @@ def _metadata(path: str) -> dict[str, Any]:
 
 
 def _si(value: float, unit: str = "") -> str:
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale * 0.9995:
-            return f"{value / scale:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}".rstrip()
+    """Chart labels: 3 significant digits with an SI prefix up to P (``'312 TFLOP/s'``)."""
+    return format_si(value, unit, 3, significant=True, largest="P")
 
 
 def _log_formatter(unit: str = "") -> Any:
