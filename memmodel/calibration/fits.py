@@ -198,7 +198,7 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
             # over the CTAs it runs at once (its occupancy), as the time model divides them
             c = compare(w, profile, options_for(impl, w, profile))
-            split = next((k for k in c.tiled.traffic.kernels if k.name == "fa2_splitkv"), None)
+            split = next((k for k in c.tiled.traffic.kernels if k.kind == "split_kv"), None)
             if split is None:
                 continue
             splits = int(c.tiled.traffic.params["splits"])

@@ -116,6 +116,11 @@ class Kernel:
     dropout_scores: IntLike = 0
     #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
     splits: IntLike = 0
+    #: what the kernel is, where its timing differs from its transfers' and FLOPs': "split_kv"
+    #: (one split of a split-KV decode: its CTAs stream their K/V chunks, timed at the
+    #: implementation's measured CTA rate where the profile has one), "combine" (merges the
+    #: splits; the implementation's measured fixed and per-split cost), or "" (nothing special)
+    kind: str = ""
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
     #: grids: the rows this kernel runs on (a bool array; see :func:`only_where`); on the
