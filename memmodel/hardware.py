@@ -26,6 +26,7 @@ import numpy as np
 from . import units
 from .errors import ProfileError
 from .implementations import PROFILE_IMPLEMENTATIONS as IMPLEMENTATION_NAMES
+from .interconnect import COLLECTIVES, TOPOLOGIES, Interconnect
 
 SCHEMA = "memmodel.hardware/1"
 
@@ -214,6 +215,8 @@ class Profile:
     derived_from: str | None = None
     #: every figure by field path, in base units (curves as tuples): what derivation reads
     figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the links to other GPUs (``interconnect:``), None where the profile gives none
+    interconnect: Interconnect | None = None
 
     def efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation`` at ``head_dim`` (linear in log2 between
@@ -342,6 +345,13 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
+    "interconnect.bandwidth": ("bandwidth", False),
+    "interconnect.latency": ("time", False),
+    "interconnect.peers": ("count", False),
+    "interconnect.gpus_per_node": ("count", False),
+    "interconnect.inter_node_bandwidth": ("bandwidth", False),
+    "interconnect.inter_node_latency": ("time", False),
+    **{f"interconnect.{c}_efficiency": ("ratio", False) for c in COLLECTIVES},
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
@@ -355,6 +365,7 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }
 _TEXT_FIELDS = {
     "schema": False,
@@ -365,6 +376,7 @@ _TEXT_FIELDS = {
     "compute_capability": False,
     "derive_from": False,
     "library_rates_from": False,
+    "interconnect.topology": False,
 }
 _SECTIONS = {
     "memory",
@@ -386,6 +398,7 @@ _SECTIONS = {
     "kernels.reduction",
     "implementations",
     *(f"implementations.{name}" for name in IMPLEMENTATION_NAMES),
+    "interconnect",
     "sources",
 }
 #: Largest efficiency a profile may state (a kernel faster than the model by 10× is a wrong profile)
@@ -552,6 +565,35 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
+        interconnect=_interconnect(where, values, curves, texts),
+    )
+
+
+def _interconnect(
+    where: str, values: Mapping[str, float], curves: Mapping[str, Any], texts: Mapping[str, str]
+) -> Interconnect | None:
+    """The ``interconnect:`` section, or None where the profile has none (its bandwidth is required)."""
+    given = [k for k in (*values, *curves, *texts) if k.startswith("interconnect.")]
+    if not given:
+        return None
+    if "interconnect.bandwidth" not in values:
+        raise _fail(where, "interconnect.bandwidth", "missing (per GPU, per direction, e.g. 450 GB/s)")
+    topology = texts.get("interconnect.topology", "switch")
+    if topology not in TOPOLOGIES:
+        raise _fail(where, "interconnect.topology", f"{topology!r} is not one of {', '.join(TOPOLOGIES)}")
+    peers = values.get("interconnect.peers")
+    if topology == "mesh" and not peers:
+        raise _fail(where, "interconnect.peers", "missing: a mesh splits its bandwidth over this many peers")
+    gpn = values.get("interconnect.gpus_per_node")
+    return Interconnect(
+        bandwidth_bytes_per_s=values["interconnect.bandwidth"],
+        latency_s=values.get("interconnect.latency", 0.0),
+        topology=topology,
+        peers=int(peers) if peers else None,
+        gpus_per_node=int(gpn) if gpn else None,
+        inter_node_bandwidth_bytes_per_s=values.get("interconnect.inter_node_bandwidth"),
+        inter_node_latency_s=values.get("interconnect.inter_node_latency"),
+        **{f"{c}_efficiency": curves.get(f"interconnect.{c}_efficiency", ()) for c in COLLECTIVES},
     )
 
 
@@ -712,6 +754,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),
+    ("interconnect.*_efficiency", "same"),
 )
 RULE_TEXT = {
     "sm-clock": "per SM per clock, × SMs × clock",
@@ -772,7 +815,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: 
     import fnmatch
 
     out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
-    for key in ("memory", "compute", "kernels", "implementations"):
+    for key in ("memory", "compute", "kernels", "implementations", "interconnect"):
         if isinstance(out.get(key), Mapping):
             out[key] = _deep_copy(out[key])
     needed = ("memory.hbm.datasheet_bandwidth",) if library_only else _DERIVE_INPUTS

@@ -26,7 +26,7 @@ from .timing import MATMUL_PEAK
 from .traffic.ledger import LEVELS
 
 #: How each memory level and compute peak is named for people.
-LEVEL_LABELS = {"hbm": "HBM", "l2": "L2", "sram": "SRAM"}
+LEVEL_LABELS = {"hbm": "HBM", "l2": "L2", "sram": "SRAM", "link": "link to a peer"}
 COMPUTE_LABELS = {
     "fp32": "FP32",
     "tf32": "TF32 tensor",
@@ -273,10 +273,15 @@ class _Total:
         return self._t.bytes(**match)
 
 
-def roofline(profile: Profile, comparison: Comparison | None = None) -> Roofline:
-    """The roofline of ``profile``, with the kernels of ``comparison`` (if given) placed on it."""
+def roofline(profile: Profile, comparison: Comparison | None = None, *, link: bool = False) -> Roofline:
+    """The roofline of ``profile``, with the kernels of ``comparison`` (if given) placed on it;
+    ``link`` adds the interconnect's per-direction bandwidth to one peer as a memory roof
+    (where the profile has one): a context-parallel step whose FLOPs per byte sent lie left of
+    its ridge point cannot hide its messages behind its compute."""
     if comparison is not None and comparison.profile is not profile:
         raise ValueError("the comparison was made on another profile")
     roofs = ceilings(profile)
+    if link and profile.interconnect is not None:
+        roofs = (Ceiling("link", "memory", profile.interconnect.peer_bandwidth_bytes_per_s(), "B/s"), *roofs)
     points = kernel_points(comparison, roofs) if comparison is not None else ()
     return Roofline(profile, roofs, ridge_points(roofs), points, comparison)

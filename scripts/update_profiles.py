@@ -8,7 +8,9 @@ the model does. This script rebuilds, from the run's JSON (what ``memmodel calib
 * ``hardware/h200.yaml``, the bundled H200 profile (name ``h200``);
 * ``validation/h200/h200-calibrated.yaml``, the same calibration under its own name,
 
-each with ``validation/h200/h200-datasheet.yaml`` as ``--base`` (the figures calibrate does
+each with ``validation/h200/h200-datasheet.yaml`` as ``--base``, and with the NCCL curves of
+``validation/h200x2/calibrate-nccl.json`` (``memmodel calibrate --gpus 2 --format json`` on the
+two-GPU machine) in its ``interconnect`` section where that file exists (the figures calibrate does
 not measure: the datasheet HBM bandwidth, shared-memory latency, the L2's effective
 capacity measured with Nsight Compute). On an H200 the same files come from::
 
@@ -35,10 +37,26 @@ BASE = ROOT / "validation" / "h200" / "h200-datasheet.yaml"
 TARGETS = {ROOT / "hardware" / "h200.yaml": "h200", ROOT / "validation" / "h200" / "h200-calibrated.yaml": None}
 
 
+NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
+
+
+def with_links(text: str) -> str:
+    """``text`` (a profile's YAML) with the measured NCCL curves, where they were measured."""
+    if not NCCL.exists():
+        return text
+    import yaml
+
+    from memmodel.calibration.interconnect import apply
+
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    data = apply(yaml.safe_load(text), json.loads(NCCL.read_text()))
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
+
+
 def expected() -> dict[Path, str]:
     result = json.loads(RUN.read_text())
     base = load_file(BASE)
-    return {path: profile_yaml(result, base=base, name=name) for path, name in TARGETS.items()}
+    return {path: with_links(profile_yaml(result, base=base, name=name)) for path, name in TARGETS.items()}
 
 
 def main(argv: list[str]) -> int:

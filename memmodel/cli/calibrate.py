@@ -30,9 +30,33 @@ from .options import Command, check_outputs, force_option, format_option, option
 )
 @option("--name", help="Profile name written in the YAML. Default: the output file's name.")
 @option("--quick", is_flag=True, help="Smaller buffers and fewer repeats (a rougher, faster run).")
+@option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Measure the links instead: NCCL send/recv, all-gather and all-to-all from 1 MiB to 1 GiB on this many "
+    "GPUs; --output writes --base (default h200) with the measured curves.",
+)
+@option(
+    "--device",
+    "cp_device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    hidden=True,
+    help="With --gpus: cpu runs the workers on the CPU (gloo, math attention), for tests.",
+)
 @format_option(("table", "json"), json="the measurements as JSON on stdout")
 def calibrate_cmd(
-    *, output: str | None, force: bool, base: str | None, name: str | None, quick: bool, fmt: str
+    *,
+    output: str | None,
+    force: bool,
+    base: str | None,
+    name: str | None,
+    quick: bool,
+    fmt: str,
+    gpus: int = 1,
+    cp_device: str = "cuda",
 ) -> None:
     """Measure this GPU's ceilings: HBM and L2 bandwidth, L2 effective capacity, shared-memory
     bandwidth, matmul TFLOP/s per dtype, exp rate, L2 and DRAM latency, launch overhead; and
@@ -43,6 +67,10 @@ def calibrate_cmd(
     Needs PyTorch with CUDA and Triton. Prints the figures (next to --base's, if any) and, with
     --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
     """
+    if gpus > 1:
+        from .multi_gpu import calibrate
+
+        return calibrate(gpus=gpus, base=base, output=output, force=force, quick=quick, fmt=fmt, device=cp_device)
     from ..calibration.profile import NOT_MEASURED_REQUIRED, match_bundled, profile_data, profile_yaml
     from ..errors import MemmodelError
     from ..fileio import write_atomic

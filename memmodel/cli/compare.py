@@ -16,6 +16,7 @@ from .options import (
     pop_model_options,
     workload_options,
 )
+from .parallel import context_parallel_options
 
 ROLE_LABELS = (
     ("input", "inputs (Q, K, V, dO)"),
@@ -38,6 +39,7 @@ ROLE_LABELS = (
     help="Standard attention as the FlashAttention paper's Algorithm 0 (3 backward), or as eager PyTorch and "
     "autograd run it (scale, mask, softmax, dropout and their gradients as separate kernels).",
 )
+@context_parallel_options
 @format_option(
     json="JSON on stdout (several GPUs: a memmodel.compare-gpus/1 object, one compare/1 object per GPU)",
     csv="CSV on stdout: one row per kernel and a total per algorithm, with the workload's columns",
@@ -52,9 +54,13 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     from .. import compare
     from ..hardware import load_profile
     from ..implementations import options_for
+    from .parallel import pop_context_parallel, run_compare
 
+    cp, scheme = pop_context_parallel(kw)
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
+    if cp is not None:
+        return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or ("a100",):
         profile = load_profile(spec)

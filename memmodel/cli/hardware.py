@@ -180,6 +180,7 @@ def show_cmd(*, name: str, fmt: str) -> None:
                 },
                 "compute_flops_per_s": dict(p.compute_flops_per_s),
                 "exp_ops_per_s": p.exp_ops_per_s,
+                "interconnect": p.interconnect.describe() if p.interconnect is not None else None,
                 "provenance": {
                     k: {"value": v.text, "source": v.source, "note": v.note} for k, v in p.provenance.items()
                 },

@@ -14,6 +14,7 @@ from .options import (
     format_option,
     gpu_list_option,
     model_options,
+    option,
     plot_option,
     pop_model_options,
     workload_options,
@@ -24,13 +25,19 @@ from .options import (
 @workload_options(n=4096, d=768)
 @gpu_list_option(" Several GPUs share one chart.")
 @model_options
+@option(
+    "--link",
+    is_flag=True,
+    help="Add the link to another GPU (the profile's interconnect, per direction) as a memory roof: where "
+    "context parallelism's FLOPs per byte sent cross it, the messages hide behind the compute.",
+)
 @plot_option
 @force_option
 @format_option(
     json="JSON on stdout (memmodel.roofline/1: ceilings, ridge points and kernel points per GPU)",
     csv="CSV on stdout, one row per ceiling, ridge point or kernel point",
 )
-def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: str, **kw: Any) -> None:
+def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: str, link: bool, **kw: Any) -> None:
     """Hierarchical roofline: memory roofs (HBM, L2, SRAM), compute roofs (FP32, TF32,
     FP16/BF16, FP8, exp unit), their ridge points, and the standard and tiled kernels of a
     workload at their arithmetic intensity per level, with predicted performance and time.
@@ -54,7 +61,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
         profile = load_profile(spec)
         comparisons.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
     notes = check_comparisons(comparisons)
-    rooflines = [roofline(c.profile, c) for c in comparisons]
+    rooflines = [roofline(c.profile, c, link=link) for c in comparisons]
     from . import terminal
 
     if fmt == "json":

@@ -174,6 +174,8 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "Standard attention as the paper's Algorithm 0/3 (algorithm0) or as eager PyTorch and autograd run it "
     "(eager); see 'memmodel compare --help'. Default: algorithm0.",
 )
+@_grid("--context-parallel", "GPUs the sequence is split over (context parallelism); see 'memmodel compare --help'.")
+@_list("--cp-scheme", _choices(("ring", "ulysses")), "Context-parallel schemes (ring, ulysses). Default: ring.")
 @format_option(
     ("table", "csv", "json", "jsonl"),
     default=None,
@@ -215,6 +217,8 @@ def sweep_cmd(
     splits: tuple[int, ...] | None,
     ctas_per_sm: tuple[int, ...] | None,
     standard: tuple[str, ...] | None,
+    context_parallel: tuple[int, ...] | None,
+    cp_scheme: tuple[str, ...] | None,
     fmt: str | None,
     output: str | None,
     force: bool,
@@ -245,6 +249,41 @@ def sweep_cmd(
     from ..sweep import Grid, evaluate
     from . import terminal
 
+    if cp_scheme and not context_parallel:
+        raise WorkloadError("--cp-scheme needs --context-parallel P")
+    if context_parallel:
+        from .parallel import run_sweep
+
+        return run_sweep(
+            axes={
+                "n": n,
+                "d": d,
+                "batch": batch,
+                "heads": heads,
+                "kv_heads": kv_heads,
+                "dtype": dtype,
+                "gpu": gpu,
+                "causal": causal,
+                "impl": impl,
+                "backward": backward,
+                "p": context_parallel,
+                "scheme": cp_scheme,
+            },
+            fixed={
+                "n_kv": n_kv,
+                "dropout": dropout,
+                "tiled": tiled,
+                "block_q": block_q,
+                "block_kv": block_kv,
+                "l2": l2,
+                "splits": splits,
+                "ctas_per_sm": ctas_per_sm,
+                "standard": standard,
+            },
+            fmt=fmt,
+            output=output,
+            force=force,
+        )
     values: dict[str, Any] = {
         "n_kv": n_kv,
         "batch": batch,

@@ -73,6 +73,22 @@ from .options import Command, check_outputs, choice, force_option, format_option
     help="Write predicted against measured (bytes, time) as PNG, SVG or PDF by FILE's suffix (needs matplotlib); "
     "an existing FILE is replaced only with --force.",
 )
+@option(
+    "--gpus",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Run context-parallel attention (ring and Ulysses cases: scheme=ring,n=16384,d=128,...) on this many "
+    "GPUs of this machine through NCCL, checked against one GPU and timed (docs/context-parallel.md).",
+)
+@option(
+    "--device",
+    "cp_device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    hidden=True,
+    help="With --gpus: cpu runs the workers on the CPU (gloo, math attention), for tests.",
+)
 @force_option
 @format_option(
     ("table", "json", "markdown", "summary", "stats"),
@@ -103,12 +119,31 @@ def validate_cmd(
     plot_path: str | None,
     force: bool,
     fmt: str,
+    gpus: int,
+    cp_device: str,
 ) -> None:
     """Run attention kernels on this machine's GPU (standard in eager PyTorch, FlashAttention
     through PyTorch SDPA, memmodel's Triton kernel), check each against float32, time it, and
     compare with the model's prediction; with --ncu also the HBM and L2 bytes."""
     from pathlib import Path
 
+    if gpus > 1:
+        from .multi_gpu import validate
+
+        return validate(
+            gpus=gpus,
+            gpu=gpu,
+            case_specs=case_specs,
+            cases_file=cases_file,
+            reps=reps,
+            output=output,
+            list_only=list_only,
+            predict_only=predict_only,
+            rescore_path=rescore_path,
+            force=force,
+            fmt=fmt,
+            device=cp_device,
+        )
     from ..cases import default_cases, parse_case
     from . import terminal
 

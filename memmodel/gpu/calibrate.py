@@ -20,6 +20,9 @@ What is measured, and how (every time is a CUDA-event time, median of repeats af
   one 128-byte line per entry, in a buffer of 1/4 of L2 (after a full warm-up pass) and in one
   of 4 × L2 (after flushing L2). Includes the loop's few instructions per step and, for DRAM,
   any TLB misses: what a dependent load costs a kernel.
+* L2 reuse by access pattern (:mod:`memmodel.gpu.l2_reuse`): attention-shaped re-reads of K/V
+  tiles (waves, heads, half the SMs, causal, GQA, tile sizes) under Nsight Compute; the share
+  of re-reads that miss against the footprint live across them.
 * Launch overhead: host time per launch of an empty Triton kernel (and of a tiny torch op),
   the shortest kernel time through CUDA events, and per kernel in a replayed CUDA graph.
 
@@ -40,7 +43,7 @@ from typing import Any
 from .. import __version__
 from ..calibration.plan import BLOCK_BYTES, MATMUL_DTYPES, SCHEMA, DeviceInfo, knee_summary, make_plan
 from ..errors import RuntimeFailure
-from . import calibrate_backward, calibrate_impl
+from . import calibrate_backward, calibrate_impl, l2_reuse
 from .measure import Context, cuda_timer, describe, median, persistent_grid, rate
 
 #: Block shift per pass of the L2 kernels: a large prime sends each block to a program far
@@ -585,6 +588,7 @@ STEPS: tuple[Step, ...] = (
     Step("l2", "L2 bandwidth", measure_l2),
     Step("l2_sweep", "L2 effective capacity", measure_l2_sweep, uses=("hbm",)),
     Step("l2_split", "L2 partitions (SM groups)", measure_l2_split),
+    Step("l2_reuse", "L2 reuse by access pattern (Nsight Compute)", l2_reuse.measure_l2_reuse),
     Step("smem", "shared-memory bandwidth", measure_smem),
     Step("matmul", "matrix products", measure_matmul),
     Step("exp", "exp throughput", measure_exp),

@@ -35,9 +35,12 @@ BEGIN = "memmodel_begin"
 END = "memmodel_end"
 
 
-def command(python_args: list[str], *, cache_control: str = "all") -> list[str]:
+def command(python_args: list[str], *, cache_control: str = "all", kernel_regex: str | None = None) -> list[str]:
+    """The ncu command line over ``python_args``; ``kernel_regex``: profile only the kernels
+    whose function name matches it."""
     return [
         "ncu",
+        *(["--kernel-name", f"regex:{kernel_regex}"] if kernel_regex else []),
         "--csv",
         "--print-units",
         "base",

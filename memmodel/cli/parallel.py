@@ -1,0 +1,342 @@
+"""``--context-parallel P`` and ``--cp-scheme``: the options and the report of
+:mod:`memmodel.parallel`, shared by ``compare`` and ``sweep``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from .options import choice, option
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def context_parallel_options(func: F) -> F:
+    func = option(
+        "--cp-scheme",
+        "cp_scheme",
+        type=choice(["ring", "ulysses"]),
+        default=None,
+        help="With --context-parallel: ring (K/V blocks passed around a ring, merged by logsumexp; "
+        "causal: load-balanced zigzag; the default) or ulysses (all-to-all over heads).",
+    )(func)
+    return option(
+        "--context-parallel",
+        "context_parallel",
+        type=int,
+        default=None,
+        metavar="P",
+        help="Split the sequence over P GPUs (context parallelism): per GPU, each step's kernels and bytes, "
+        "the bytes sent over the links, compute and link time and their overlap; the time is the wall time.",
+    )(func)
+
+
+def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str]:
+    """(P, scheme) from a command's keyword arguments; --cp-scheme without P is a usage error."""
+    from ..errors import WorkloadError
+
+    p, scheme = kw.pop("context_parallel", None), kw.pop("cp_scheme", None)
+    if p is None:
+        if scheme is not None:
+            raise WorkloadError("--cp-scheme needs --context-parallel P")
+        return None, "ring"
+    if p < 1:
+        raise WorkloadError(f"--context-parallel must be at least 1 (got {p})")
+    return p, scheme or "ring"
+
+
+def run_compare(
+    workload: Any, gpus: tuple[str, ...], impl: str, opts: dict[str, Any], p: int, scheme: str, standard: str, fmt: str
+) -> None:
+    from ..errors import WorkloadError
+    from ..hardware import load_profile
+    from ..parallel import context_parallel, to_dict
+    from . import terminal
+
+    if len(gpus) > 1:
+        raise WorkloadError("--context-parallel takes one --gpu")
+    profile = load_profile(gpus[0] if gpus else "a100")
+    result = context_parallel(workload, profile, p, scheme, impl=impl, standard=standard, **opts)
+    data = to_dict(result)
+    if fmt == "json":
+        terminal.print_json(data)
+    elif fmt == "csv":
+        terminal.print_csv(_CSV, _csv_rows(data))
+    else:
+        _print(result, data)
+    for line in [*data["caveats"], *data["context_parallel"]["notes"]]:
+        terminal.note(line)
+
+
+_CSV = (
+    "algorithm",
+    "pass",
+    "step",
+    "kind",
+    "compute_s",
+    "merge_s",
+    "link_bytes",
+    "link_s",
+    "time_s",
+    "overlap",
+)
+
+
+def _csv_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for alg in data["algorithms"]:
+        for s in alg["steps"]:
+            rows.append({"algorithm": alg["name"], "step": s["index"], **{k: s[k] for k in _CSV if k in s}})
+    return rows
+
+
+def _print(result: Any, data: dict[str, Any]) -> None:
+    from ..report.compare import workload_summary
+    from ..units import format_bytes, format_count, format_time
+    from . import terminal
+
+    con = terminal.console()
+    cp = data["context_parallel"]
+    ic = cp["interconnect"]
+    scheme = cp["scheme"] + (" (zigzag, load-balanced)" if cp["zigzag"] else "")
+    con.print(
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] × {cp['gpus']} · {scheme} · "
+        f"{terminal.escape(workload_summary(result.single))}",
+        soft_wrap=True,
+    )
+    if ic:
+        curve = "measured NCCL curve" if ic["send_recv_efficiency"] else "no measured curve: latency + bytes/bandwidth"
+        con.print(
+            f"[dim]link: {format_bytes(ic['peer_bandwidth_bytes_per_s'])}/s per direction to a peer, "
+            f"{ic['topology']}, latency {format_time(ic['latency_s'])}, {curve}[/]",
+            soft_wrap=True,
+        )
+    for alg, par in zip(data["algorithms"], (result.standard, result.tiled)):
+        con.print()
+        con.print(f"[bold]{alg['name']}[/] ({alg['variant']}): steps on the slowest GPU of each step")
+        rows = []
+        for s in alg["steps"]:
+            rows.append(
+                (
+                    s["pass"],
+                    str(s["index"]),
+                    s["kind"],
+                    _t(s["compute_s"]),
+                    _t(s["merge_s"]),
+                    format_bytes(s["link_bytes"]),
+                    _t(s["link_s"]),
+                    _t(s["hidden_link_s"]),
+                    format_time(s["time_s"]),
+                )
+            )
+        con.print(
+            terminal.table(
+                None,
+                [
+                    ("pass", "left"),
+                    ("step", "right"),
+                    ("kind", "left"),
+                    ("compute", "right"),
+                    ("merge/copy", "right"),
+                    ("sent", "right"),
+                    ("link", "right"),
+                    ("hidden", "right"),
+                    ("step time", "right"),
+                ],
+                rows,
+            )
+        )
+        krows = [
+            (
+                k["name"],
+                format_bytes(k["hbm_read_bytes"]),
+                format_bytes(k["hbm_write_bytes"]),
+                format_bytes(k["l2_bytes"]),
+                format_bytes(k["sram_bytes"]),
+                format_count(k["flops"]),
+                format_time(k["predicted_time_s"]),
+            )
+            for k in alg["kernels"]
+        ]
+        con.print(
+            terminal.table(
+                None,
+                [
+                    ("GPU 0 kernel", "left"),
+                    ("HBM read", "right"),
+                    ("HBM write", "right"),
+                    ("L2", "right"),
+                    ("SRAM", "right"),
+                    ("FLOPs", "right"),
+                    ("time", "right"),
+                ],
+                krows,
+            )
+        )
+        con.print(
+            f"per GPU: HBM {format_bytes(alg['hbm_bytes'])} · sent {format_bytes(alg['link_bytes'])} · "
+            f"[bold]wall time {format_time(alg['predicted_time_s'])}[/] · one GPU {format_time(par.single_gpu_time_s)}"
+            f" · speed-up {par.speedup:.2f}× · {alg['bound']}-bound",
+            soft_wrap=True,
+        )
+    _ = click
+
+
+def _t(seconds: float) -> str:
+    from ..units import format_time
+
+    return format_time(seconds) if seconds else "—"
+
+
+SWEEP_COLUMNS = (
+    "gpu",
+    "p",
+    "scheme",
+    "n",
+    "d",
+    "batch",
+    "heads",
+    "kv_heads",
+    "dtype",
+    "causal",
+    "impl",
+    "backward",
+    "algorithm",
+    "predicted_time_s",
+    "single_gpu_time_s",
+    "speedup",
+    "link_bytes",
+    "hbm_bytes",
+    "bound",
+)
+
+
+def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: str | None, force: bool) -> None:
+    """``sweep --context-parallel``: every combination of the axes, one context-parallel
+    evaluation each (scalar, not vectorised), a row per workload × algorithm."""
+    import contextlib
+    import itertools
+    import json
+    import sys
+
+    from ..errors import WorkloadError
+    from ..fileio import atomic_open
+    from ..hardware import load_profile
+    from ..parallel import context_parallel, to_dict
+    from ..workload import Workload
+    from . import terminal
+
+    for key, values in fixed.items():
+        if values and len(values) > 1:
+            raise WorkloadError(f"--{key.replace('_', '-')} takes one value with --context-parallel")
+    one = {k: (v[0] if v else None) for k, v in fixed.items()}
+    if one["n_kv"] is not None or one["dropout"]:
+        raise WorkloadError("--context-parallel splits one sequence without dropout: leave out --n-kv and --dropout")
+    opts = {k: one[k] for k in ("tiled", "block_q", "block_kv", "l2", "splits", "ctas_per_sm") if one[k] is not None}
+    defaults = {
+        "batch": (1,),
+        "heads": (1,),
+        "kv_heads": (None,),
+        "dtype": ("fp32",),
+        "gpu": ("a100",),
+        "causal": (False,),
+        "impl": ("auto",),
+        "backward": (False,),
+        "scheme": ("ring",),
+    }
+    names = list(axes)
+    grids = [axes[k] or defaults[k] for k in names]
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, None] = {}
+    profiles: dict[str, Any] = {}
+    for combo in itertools.product(*grids):
+        a = dict(zip(names, combo))
+        profile = profiles.setdefault(a["gpu"], load_profile(a["gpu"]))
+        w = Workload(
+            n=a["n"],
+            d=a["d"],
+            batch=a["batch"],
+            heads=a["heads"],
+            kv_heads=a["kv_heads"],
+            dtype=a["dtype"],
+            causal=a["causal"],
+        )
+        try:
+            r = context_parallel(
+                w,
+                profile,
+                a["p"],
+                a["scheme"],
+                impl=a["impl"],
+                standard=one["standard"] or "algorithm0",
+                backward=a["backward"],
+                **opts,
+            )
+        except WorkloadError as exc:  # this combination cannot be split so: said once, the others go on
+            skipped.setdefault(str(exc), None)
+            continue
+        data = to_dict(r)
+        for alg in data["algorithms"]:
+            rows.append(
+                {
+                    **{k: a[k] for k in names},
+                    "kv_heads": int(w.kv_heads_),
+                    "algorithm": alg["name"],
+                    "predicted_time_s": alg["predicted_time_s"],
+                    "single_gpu_time_s": alg["single_gpu_time_s"],
+                    "speedup": alg["speedup"],
+                    "link_bytes": alg["link_bytes"],
+                    "hbm_bytes": alg["hbm_bytes"],
+                    "bound": alg["bound"],
+                }
+            )
+    if not rows:
+        raise WorkloadError(next(iter(skipped)))
+    to_file = output is not None and output != "-"
+    target: Any = atomic_open(output, force=force) if to_file else contextlib.nullcontext(sys.stdout)
+    with target as stream:
+        if fmt == "json":
+            stream.write(json.dumps(rows, indent=1) + "\n")
+        elif fmt == "jsonl":
+            stream.writelines(json.dumps(r) + "\n" for r in rows)
+        elif fmt == "csv":
+            import csv
+
+            writer = csv.DictWriter(stream, SWEEP_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(rows)
+        else:
+            from ..units import format_bytes, format_time
+
+            con = terminal.console(file=stream)
+            fixed_axes = [
+                f"{k} {axes[k][0]}"
+                for k in ("gpu", "batch", "heads", "kv_heads", "dtype", "causal", "impl", "backward")
+                if axes[k] and len(axes[k]) == 1
+            ]
+            con.print(
+                "[bold]Sweep · context parallel[/] · "
+                + terminal.escape(" · ".join(fixed_axes))
+                + " (time: wall time of the distributed pass per GPU group)",
+                soft_wrap=True,
+            )
+            cols = ("p", "scheme", "n", "d", "algorithm")
+            table = [
+                (
+                    *(str(r[c]) for c in cols),
+                    format_time(r["predicted_time_s"], digits=1),
+                    format_time(r["single_gpu_time_s"], digits=1),
+                    f"{r['speedup']:.2f}×",
+                    format_bytes(r["link_bytes"]),
+                    r["bound"],
+                )
+                for r in rows
+            ]
+            headers = ["P", "scheme", "N", "d", "alg", "time", "1 GPU", "speed-up", "sent", "bound"]
+            con.print(terminal.table(None, [(h, "right") for h in headers], table))
+    for line in skipped:
+        terminal.note(f"skipped where {line}")
+    if to_file:
+        terminal.note(f"wrote {len(rows):,} rows to {output}")

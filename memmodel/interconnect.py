@@ -1,0 +1,106 @@
+"""The links between GPUs: a profile's ``interconnect:`` section and the time of a message.
+
+Figures (``hardware/*.yaml``, section ``interconnect``), each with its source:
+
+* ``bandwidth``: what one GPU can send per direction over its links, in total (NVLink 4: 18
+  links × 25 GB/s = 450 GB/s per direction, "900 GB/s" bidirectional on the datasheet).
+* ``topology``: ``switch`` (NVSwitch, or two GPUs joined directly: the whole bandwidth reaches
+  any one peer) or ``mesh`` (a direct link to each of ``peers`` GPUs, as MI300X's Infinity
+  Fabric: one peer gets ``bandwidth / peers``).
+* ``latency``: the fixed cost of one message (or one group of messages).
+* ``gpus_per_node``, ``inter_node_bandwidth``, ``inter_node_latency``: the node's size and the
+  per-GPU network link beyond it (P > gpus_per_node: modelled only).
+* ``send_recv_efficiency``, ``all_to_all_efficiency``, ``all_gather_efficiency``: curves from
+  message bytes to the share of ``bandwidth`` NCCL reaches (``memmodel calibrate --gpus 2``).
+  A measured curve is a measured time, latency included: where one is given the time of a
+  message is ``bytes / (bandwidth × efficiency(bytes))``; where none is, ``latency + bytes /
+  bandwidth`` (the alpha-beta model, which is optimistic for mid-size messages).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TOPOLOGIES = ("switch", "mesh")
+#: collectives with a curve of their own (``<kind>_efficiency``)
+COLLECTIVES = ("send_recv", "all_to_all", "all_gather")
+
+Curve = tuple[tuple[int, float], ...]
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    #: what one GPU sends per direction over all its links (bytes/s)
+    bandwidth_bytes_per_s: float
+    #: fixed cost of one message or group of messages (s)
+    latency_s: float = 0.0
+    topology: str = "switch"
+    #: mesh: GPUs linked directly (the bandwidth is split over them)
+    peers: int | None = None
+    gpus_per_node: int | None = None
+    inter_node_bandwidth_bytes_per_s: float | None = None
+    inter_node_latency_s: float | None = None
+    send_recv_efficiency: Curve = ()
+    all_to_all_efficiency: Curve = ()
+    all_gather_efficiency: Curve = ()
+
+    def peer_bandwidth_bytes_per_s(self) -> float:
+        """Per direction to one peer: all of it through a switch, a share of it in a mesh."""
+        if self.topology == "mesh" and self.peers:
+            return self.bandwidth_bytes_per_s / self.peers
+        return self.bandwidth_bytes_per_s
+
+    def curve(self, collective: str) -> Curve:
+        return getattr(self, f"{collective}_efficiency")
+
+    def efficiency(self, collective: str, message_bytes: float) -> float | None:
+        """The measured share of the bandwidth at ``message_bytes`` (linear in log2 of the size
+        between measured points, the end point's value outside); None where not measured."""
+        curve = self.curve(collective)
+        if not curve:
+            return None
+        xs = np.log2([p[0] for p in curve])
+        ys = np.array([p[1] for p in curve])
+        return float(np.interp(np.log2(max(float(message_bytes), 1.0)), xs, ys))
+
+    def message_time(self, collective: str, sent_bytes: float, *, message_bytes: float | None = None) -> float:
+        """Seconds one GPU needs to send ``sent_bytes`` to one peer in one message (or one
+        group); ``message_bytes`` picks the point of the curve (default: ``sent_bytes``)."""
+        if sent_bytes <= 0:
+            return 0.0
+        size = sent_bytes if message_bytes is None else message_bytes
+        eff = self.efficiency(collective, size)
+        bw = self.peer_bandwidth_bytes_per_s()
+        if eff is None:
+            return self.latency_s + sent_bytes / bw
+        return sent_bytes / (bw * eff)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "peer_bandwidth_bytes_per_s": self.peer_bandwidth_bytes_per_s(),
+            "latency_s": self.latency_s,
+            "topology": self.topology,
+            "peers": self.peers,
+            "gpus_per_node": self.gpus_per_node,
+            "inter_node_bandwidth_bytes_per_s": self.inter_node_bandwidth_bytes_per_s,
+            "inter_node_latency_s": self.inter_node_latency_s,
+            **{f"{c}_efficiency": [list(p) for p in self.curve(c)] for c in COLLECTIVES},
+        }
+
+    def across_nodes(self) -> Interconnect | None:
+        """The link a message between nodes crosses, as an Interconnect of its own (the
+        node's curves carried over); None where the profile gives no network figure."""
+        if self.inter_node_bandwidth_bytes_per_s is None:
+            return None
+        return Interconnect(
+            bandwidth_bytes_per_s=self.inter_node_bandwidth_bytes_per_s,
+            latency_s=self.inter_node_latency_s if self.inter_node_latency_s is not None else self.latency_s,
+            topology="switch",
+            send_recv_efficiency=(),
+            all_to_all_efficiency=(),
+            all_gather_efficiency=(),
+        )
