@@ -70,10 +70,7 @@ def _flops(v: float) -> str:
 
 
 def _ns(v: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if v >= scale:
-            return f"{v / scale:.4g} {unit}"
-    return f"{v / 1e-12:.4g} ps"
+    return format_si(v, "s", 4, significant=True, largest="", smallest="p")
 
 
 # ---------------------------------------------------------------------------------------
