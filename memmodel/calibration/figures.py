@@ -502,11 +502,11 @@ def reduction_figures(m: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """``kernels.reduction.bandwidth``: ATen's sum over the group dimension (GQA dK, dV)."""
     if not m or not m.get("rate"):
         return {}
-    b, nkv, hkv, g, d = m.get("shape", GROUP_SUM_SHAPE)
+    b, n_kv, kv_heads, g, d = m.get("shape", GROUP_SUM_SHAPE)
     return {
         "kernels.reduction.bandwidth": (
             _bw(m["rate"]),
-            f"torch.sum over dim 3 of fp16 [{b}, {nkv}, {hkv}, {g}, {d}] (FlashAttention-2's GQA dK/dV sum), "
+            f"torch.sum over dim 3 of fp16 [{b}, {n_kv}, {kv_heads}, {g}, {d}] (FlashAttention-2's GQA dK/dV sum), "
             "bytes read + written",
         )
     }
