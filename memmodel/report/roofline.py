@@ -140,7 +140,9 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = Fal
     margin_labels: list[tuple[str, Any]] = []
     obstacles: list[tuple[Any, float, float, float]] = []  # markers labels keep off: (axes, x, y, size)
     flop_roofs = [[c for c in r.compute_ceilings if c.unit == "FLOP/s"] for r in rooflines]
-    points = [p for r in rooflines for p in r.points if not p.is_total]
+    # kernels that do no arithmetic (a fill, a copy) have no place on a log-scaled FLOP/s axis
+    points = [p for r in rooflines for p in r.points if _drawable(p)]
+    unplaced = sorted({p.kernel for r in rooflines for p in r.points if not p.is_total and not _drawable(p)})
     xs = [rp.intensity for r in rooflines for rp in r.ridge_points if rp.unit == "FLOP/B"]
     xs += [i for p in points for i in p.intensity.values() if i]
     ys = [c.value for roofs in flop_roofs for c in roofs] + [p.performance_flops_per_s for p in points]
@@ -260,7 +262,7 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = Fal
         colour = plots.COLOURS[g % len(plots.COLOURS)]
         labels: dict[tuple[str, float, float], list[str]] = {}
         for p in r.points:
-            if p.is_total:
+            if not _drawable(p):
                 continue
             y = p.performance_flops_per_s
             shown = {level: x for level, x in p.intensity.items() if x}
@@ -420,6 +422,8 @@ def roofline_plot(rooflines: Sequence[Roofline], path: str, *, force: bool = Fal
         "(SRAM = per-SM figure × SMs). The exp unit is rated in exp/s, not FLOP/s: where it caps a kernel "
         "within 3× of its performance, a dotted dash marks that cap (exp rate × the kernel's FLOPs per exp)."
     )
+    if unplaced:
+        notes += f" Not drawn (no FLOPs): {', '.join(unplaced)}."
     fig.text(0.085, 0.015, textwrap.fill(notes, 150), fontsize=6.5, color="#444444", va="bottom")
     plots.declutter(fig, margin_labels)
     plots.declutter(fig, movable, obstacles)
@@ -492,6 +496,11 @@ def _clear_spot(
     assert best is not None
     placed.append((math.log10(best), math.log10(best) + 0.4, *band))
     return best
+
+
+def _drawable(point: Any) -> bool:
+    """A kernel point the chart can place: not a total, and some FLOP/s to show."""
+    return not point.is_total and point.performance_flops_per_s > 0
 
 
 def _tiled_variant(rooflines: Sequence[Roofline]) -> str:
