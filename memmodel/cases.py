@@ -42,21 +42,23 @@ class Case:
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
-    def kvh(self) -> int:
+    def kv_heads_(self) -> int:
+        """K/V heads: as given, else ``heads`` (as :attr:`Workload.kv_heads_`)."""
         return self.kv_heads or self.heads
 
     @property
-    def nkv(self) -> int:
+    def n_kv_(self) -> int:
+        """Keys: as given, else ``n`` (as :attr:`Workload.n_kv_`)."""
         return self.n_kv or self.n
 
     @property
     def id(self) -> str:
         shape = f"b{self.batch}h{self.heads}"
-        if self.kvh != self.heads:
-            shape += f"kv{self.kvh}"
+        if self.kv_heads_ != self.heads:
+            shape += f"kv{self.kv_heads_}"
         shape += f"n{self.n}"
-        if self.nkv != self.n:
-            shape += f"nkv{self.nkv}"
+        if self.n_kv_ != self.n:
+            shape += f"nkv{self.n_kv_}"
         shape += f"d{self.d}"
         extra = "-causal" if self.causal else ""
         if self.block_q:
@@ -73,8 +75,8 @@ class Case:
             d=self.d,
             batch=self.batch,
             heads=self.heads,
-            kv_heads=self.kvh,
-            n_kv=self.nkv,
+            kv_heads=self.kv_heads_,
+            n_kv=self.n_kv_,
             dtype=self.dtype,
             causal=self.causal,
             dropout=self.dropout,

@@ -862,7 +862,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: 
         if rule is None or _leaf(data, fpath) is not None:
             continue
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
-            continue  # a sibling without links of its own takes none of the base's link curves
+            continue  # a part without links of its own (H100 PCIe) takes no measured link curve
         kind = _FIELDS[fpath][0]
         factor = scale[rule]
         prov = base.provenance.get(fpath)

@@ -512,7 +512,7 @@ def _as_comparison(single: Any, results: list[ParallelAlgorithm]) -> Any:
         warnings=(),
         caveats=single.caveats,
         options=single.options,
-        bounds={},
+        known_bounds={},
     )
 
 

@@ -595,7 +595,7 @@ def evaluate(
         workers = min(os.cpu_count() or 1, len(tasks)) if configurations >= PARALLEL_MIN else 1
     parallel = workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods()
     columns = _allocate(rows_out, dtypes, shared=parallel)
-    bounds: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
+    bound_codes: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
     job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     done = False
     if parallel:
@@ -607,7 +607,7 @@ def evaluate(
             job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     if not done:
         for g, start in tasks:
-            size = job.run(g, start, bounds)
+            size = job.run(g, start, bound_codes)
             if progress is not None:
                 progress(size)
     if progress is not None and configurations == 0:
@@ -617,7 +617,7 @@ def evaluate(
         "dtype": grid.dtypes,
         "algorithm": ALGORITHMS,
         "variant": VARIANTS,
-        "bound": tuple(bounds),
+        "bound": tuple(bound_codes),
         "l2": L2_MODES,
         "implementation": IMPLEMENTATION_CODES,
         "standard": STANDARD_VARIANTS,
@@ -662,7 +662,7 @@ class _Job:
     grid: Grid
     columns: dict[str, np.ndarray]
 
-    def run(self, g: int, start: int, bounds: dict[str, int]) -> int:
+    def run(self, g: int, start: int, bound_codes: dict[str, int]) -> int:
         setting, rows, impl_of_d = self.runnable[g]
         if rows is None:
             chunk = {k: v[start : start + CHUNK] for k, v in self.mesh.items()}
@@ -676,7 +676,7 @@ class _Job:
             "standard": STANDARD_VARIANTS.index(setting.standard),
         }
         at = self.offsets[g] + 2 * start
-        _evaluate_chunk(chunk, self.profiles[setting.gpu], setting, impl_of_d, codes, bounds, self.columns, at)
+        _evaluate_chunk(chunk, self.profiles[setting.gpu], setting, impl_of_d, codes, bound_codes, self.columns, at)
         return len(chunk["n"])
 
 
@@ -750,7 +750,7 @@ def _evaluate_chunk(
     setting: Setting,
     impl_of_d: dict[int, str],
     codes: dict[str, int],
-    bounds: dict[str, int],
+    bound_codes: dict[str, int],
     columns: dict[str, np.ndarray],
     at: int,
 ) -> None:
@@ -772,7 +772,7 @@ def _evaluate_chunk(
         else:
             std_at = at + 2 * rows
             til_at = std_at + 1
-        _evaluate_part(sub, profile, setting, impl, bounds, columns, std_at, til_at)
+        _evaluate_part(sub, profile, setting, impl, bound_codes, columns, std_at, til_at)
 
 
 def _evaluate_part(
@@ -780,7 +780,7 @@ def _evaluate_part(
     profile: Profile,
     setting: Setting,
     impl: str,
-    bounds: dict[str, int],
+    bound_codes: dict[str, int],
     columns: dict[str, np.ndarray],
     std_at: Any,
     til_at: Any,
@@ -844,22 +844,22 @@ def _evaluate_part(
             intensity = np.where(hbm > 0, np.asarray(ev.traffic.flops, dtype=np.float64) / hbm, 0.0)
         columns["arithmetic_intensity"][std_at if name == "standard" else til_at] = intensity
     put("predicted_time_s", s.timing.time_s, t.timing.time_s)
-    put("bound", _bound_codes(s.timing, bounds), _bound_codes(t.timing, bounds))
+    put("bound", _encode_bounds(s.timing, bound_codes), _encode_bounds(t.timing, bound_codes))
     for key, value in c.ratios().items():
         put(f"ratio_{key}", value, value)
 
 
-def _bound_codes(timing: Any, bounds: dict[str, int]) -> Any:
-    """The timing's bound labels as codes into ``bounds`` (label -> code, grown as labels appear)."""
+def _encode_bounds(timing: Any, bound_codes: dict[str, int]) -> Any:
+    """The timing's bound labels as codes into ``bound_codes`` (label -> code, grown as labels appear)."""
     labels = getattr(timing, "bound_labels", None)
     index = getattr(timing, "bound_index", None)
     if labels and index is not None:
-        lut = np.array([bounds.setdefault(label, len(bounds)) for label in labels], dtype=np.int16)
+        lut = np.array([bound_codes.setdefault(label, len(bound_codes)) for label in labels], dtype=np.int16)
         return lut[index]
     values = np.asarray(timing.bound, dtype=object)
     out = np.empty(values.shape, dtype=np.int16)
     for label in sorted({str(x) for x in values.ravel()}):
-        out[values == label] = bounds.setdefault(label, len(bounds))
+        out[values == label] = bound_codes.setdefault(label, len(bound_codes))
     return out
 
 

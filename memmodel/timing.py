@@ -373,7 +373,7 @@ def kernel_time(
         else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
-    cta_rate = profile.implementation_cta_bandwidth.get(impl.name) if impl and kernel.name == "fa2_splitkv" else None
+    cta_rate = profile.implementation_cta_bandwidth.get(impl.name) if impl and kernel.kind == "split_kv" else None
     if cta_rate:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
@@ -386,7 +386,7 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    combine = profile.implementation_combine_time.get(implementation or "") if kernel.name == "fa2_combine" else None
+    combine = profile.implementation_combine_time.get(implementation or "") if kernel.kind == "combine" else None
     if combine is not None:
         # measured: a fixed cost and one per split (each combine CTA walks the splits in turn)
         fixed, per_split = combine

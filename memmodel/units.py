@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Literal
 
 Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count", "ratio"]
@@ -130,22 +129,70 @@ def _show(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
-    """``318_767_104 -> '318.8 MB'`` (decimal by default, as vendors write)."""
-    base, units = (
-        (1024.0, ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"])
-        if binary
-        else (
-            1000.0,
-            ["B", "kB", "MB", "GB", "TB", "PB", "EB"],
-        )
-    )
-    value = float(n)
-    for unit in units:
-        if abs(value) < base or unit == units[-1]:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{_number(value, digits)} {unit}"
-        value /= base
+#: Prefixes from the largest down, past the unit to nano (for times); binary ones for sizes.
+_DECIMAL = (
+    ("E", 1e18),
+    ("P", 1e15),
+    ("T", 1e12),
+    ("G", 1e9),
+    ("M", 1e6),
+    ("k", 1e3),
+    ("", 1.0),
+    ("m", 1e-3),
+    ("u", 1e-6),
+    ("n", 1e-9),
+    ("p", 1e-12),
+)
+_BINARY = (
+    ("Ei", 2.0**60),
+    ("Pi", 2.0**50),
+    ("Ti", 2.0**40),
+    ("Gi", 2.0**30),
+    ("Mi", 2.0**20),
+    ("Ki", 2.0**10),
+    ("", 1.0),
+)
+
+
+def format_si(
+    value: float,
+    unit: str = "",
+    digits: int = 1,
+    *,
+    significant: bool = False,
+    binary: bool = False,
+    largest: str = "E",
+    smallest: str = "",
+    sep: str = " ",
+) -> str:
+    """The one formatter of a quantity with a prefix: ``value`` (in base units) scaled by the
+    largest prefix, from ``largest`` down to ``smallest``, that leaves at least 1 (the
+    smallest takes every smaller value): ``3.12e14, "FLOP/s" -> '312.0 TFLOP/s'``.
+
+    ``digits`` decimals by default; with ``significant``, ``digits`` significant digits with
+    trailing zeros dropped, and the prefix chosen after rounding (``999.96e9, "B/s", 4,
+    significant=True -> '1 TB/s'``): as profiles, tables of GPUs and chart labels write
+    numbers, and :func:`parse` reads them back. ``binary``: Ki, Mi, Gi... (powers of 1024).
+    (``largest`` names the prefix without its ``i``.) ``smallest="n"`` goes below the unit (m, u, n: times). ``sep`` goes between the number and
+    the prefix; nothing trails when both prefix and unit are empty. A number past a million of
+    the largest prefix prints in scientific notation (never 5000 digits of a float).
+    """
+    table = _BINARY if binary else _DECIMAL
+    names = [name.rstrip("i") for name, _ in table]
+    value = float(value)
+    for prefix, scale in table[names.index(largest) : names.index(smallest) + 1]:
+        mantissa = value / scale
+        text = _significant(mantissa, digits) if significant else _number(mantissa, digits)
+        if prefix == smallest or abs(float(text) if significant else mantissa) >= 1:
+            return f"{text}{sep}{prefix}{unit}".rstrip()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _significant(value: float, digits: int) -> str:
+    """``digits`` significant digits, trailing zeros dropped (``%g``); a whole number under a
+    million written out (``1020``, not ``1.02e+03``: a binary prefix leaves up to 1023)."""
+    text = f"{value:.{digits}g}"
+    return f"{float(text):g}" if "e+" in text else text
 
 
 def _number(value: float, digits: int) -> str:
@@ -156,34 +203,37 @@ def _number(value: float, digits: int) -> str:
     return f"{value:.{digits}f}"
 
 
-def _format_si(value: float, unit: str, digits: int) -> str:
-    for prefix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{_number(value / scale, digits)} {prefix}{unit}"
-    return f"{value:.{digits}f} {unit}"
+def format_bytes(n: float, *, binary: bool = False, digits: int = 1, significant: bool = False) -> str:
+    """``318_767_104 -> '318.8 MB'`` (decimal by default, as vendors write; ``binary``: KiB,
+    MiB...); below 1 kB (1 KiB) whole bytes. ``significant``: as :func:`format_si`'s."""
+    if abs(float(n)) < (1024.0 if binary else 1000.0):
+        return f"{float(n):.0f} B"
+    return format_si(n, "B", digits, significant=significant, binary=binary)
 
 
-def format_rate(value: float, unit: str = "FLOP/s", digits: int = 1) -> str:
+def format_rate(value: float, unit: str = "FLOP/s", digits: int = 1, *, significant: bool = False) -> str:
     """``3.12e14 -> '312.0 TFLOP/s'``."""
-    return _format_si(value, unit, digits)
+    return format_si(value, unit, digits, significant=significant)
 
 
 def format_count(value: float, unit: str = "FLOP", digits: int = 1) -> str:
     """``2.58e10 -> '25.8 GFLOP'``."""
-    return _format_si(value, unit, digits)
+    return format_si(value, unit, digits)
 
 
-def format_bandwidth(value: float, digits: int = 1) -> str:
+def format_bandwidth(value: float, digits: int = 1, *, significant: bool = False) -> str:
     """``2.039e12 -> '2.0 TB/s'``."""
-    return _format_si(value, "B/s", digits)
+    return format_si(value, "B/s", digits, significant=significant)
 
 
 def format_time(seconds: float, digits: int = 3) -> str:
-    """``1.234e-3 -> '1.234 ms'``."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if abs(seconds) >= scale:
-            return f"{_number(seconds / scale, digits)} {unit}"
-    return f"{seconds / 1e-9:.{digits}f} ns"
+    """``1.234e-3 -> '1.234 ms'`` (s, ms, us or ns)."""
+    return format_si(seconds, "s", digits, largest="", smallest="n")
+
+
+def format_percent(ratio: float | None, digits: int = 1) -> str:
+    """A signed relative error or change: ``0.123 -> '+12.3%'``; ``'—'`` for None (not known)."""
+    return "—" if ratio is None else f"{ratio * 100:+.{digits}f}%"
 
 
 _KIND_UNITS: dict[str, str] = {"bandwidth": "B/s", "flops": "FLOP/s", "ops": "op/s", "frequency": "Hz", "bytes": "B"}
@@ -196,30 +246,5 @@ def quantity(value: float, kind: Kind, digits: int = 4) -> str | float:
     if kind in ("count", "ratio"):
         return float(f"{value:.{digits}g}")
     if kind == "time":
-        for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-            if abs(value) >= scale or unit == "ns":
-                return f"{float(f'{value / scale:.{digits}g}'):g} {unit}"
-    unit = _KIND_UNITS[kind]
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3), ("", 1.0)):
-        if abs(value) >= scale or prefix == "":
-            return f"{float(f'{value / scale:.{digits}g}'):g} {prefix}{unit}"
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def significant(value: float, formatter: Callable[..., str], figures: int = 3) -> str:
-    """``value`` through ``formatter(value, digits=...)`` to ``figures`` significant digits,
-    trailing zeros dropped: 2.25 PFLOP/s, 312 TFLOP/s, 4.8 TB/s, 80 GB (not 2 PFLOP/s)."""
-    text = formatter(value, digits=figures)
-    number, _, unit = text.partition(" ")
-    try:
-        mantissa = float(number)
-    except ValueError:
-        return text
-    if mantissa == 0 or "e" in number.lower():
-        return text
-    magnitude = math.floor(math.log10(abs(mantissa)))
-    decimals = max(0, figures - 1 - magnitude)
-    shown = f"{round(mantissa, decimals):.{decimals}f}"
-    if "." in shown:
-        shown = shown.rstrip("0").rstrip(".")
-    return f"{shown} {unit}".strip()
+        return format_si(value, "s", digits, significant=True, largest="", smallest="n")
+    return format_si(value, _KIND_UNITS[kind], digits, significant=True, largest="P")

@@ -358,6 +358,37 @@ def test_write_atomic_replaces_in_one_step(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
 
 
+def test_the_one_writer_syncs_before_it_renames_and_names_only_the_users_path(tmp_path, monkeypatch):
+    """The strictest of the two writers there were: data on disk (fsync) before the rename; a
+    failure names the path the user gave, never the hidden temporary file; a symbolic link or a
+    device is refused even with force; an existing file only with force (every output: sweep -o,
+    --plot, calibrate --output, validate --output)."""
+    from memmodel.fileio import atomic_open
+
+    events = []
+    real_fsync, real_link = os.fsync, os.link
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "link", lambda a, b: (events.append("link"), real_link(a, b))[1])
+    path = tmp_path / "p.json"
+    write_atomic(path, "x\n", force=False)
+    assert events == ["fsync", "link"]  # no clobbering without force: link fails if the file exists
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device", str(tmp_path / ".p.json.abc.tmp"))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(RuntimeFailure) as info:
+        with atomic_open(path, force=True) as handle:
+            handle.write("y\n")
+    assert str(info.value) == f"{path}: cannot write (No space left on device)" and ".tmp" not in str(info.value)
+    assert path.read_text() == "x\n" and sorted(p.name for p in tmp_path.iterdir()) == ["p.json"]
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    with pytest.raises(MemmodelError, match="is a symbolic link, not a regular file"):
+        write_atomic(link, "z\n", force=True)
+    assert path.read_text() == "x\n"
+
+
 # ---------------------------------------------------------------------------------------
 # The command
 

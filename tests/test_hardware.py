@@ -269,3 +269,17 @@ def test_rates_and_caveats_say_how_much_to_trust_a_time(run):
     assert not any("mma.sync" in line for line in caveats(load_profile("a100"), "sdpa-flash", "fp16", 128))
     r = run("hardware", "sources", "--format", "markdown")
     assert r.exit_code == 0 and "| h100-sxm | derived from profile h200" in r.stdout
+
+
+def test_link_curves_derive_only_to_parts_that_give_their_own_links():
+    """The H200 pair's measured NCCL curves carry to the H100 SXM (same NVLink 4, its own
+    bandwidth in its file) as they are; the H100 PCIe gives no links of its own and takes none
+    (a curve without a bandwidth would not load)."""
+    from memmodel.hardware import load_profile
+
+    h200, sxm, pcie = (load_profile(n) for n in ("h200", "h100-sxm", "h100-pcie"))
+    assert h200.interconnect is not None and h200.interconnect.send_recv_efficiency
+    assert sxm.interconnect is not None
+    assert sxm.interconnect.send_recv_efficiency == h200.interconnect.send_recv_efficiency
+    assert sxm.interconnect.bandwidth_bytes_per_s == 450e9  # its own datasheet figure
+    assert pcie.interconnect is None

@@ -213,6 +213,18 @@ def test_roofline_plot_files(run, tmp_path, suffix):
     assert head.startswith({".png": b"\x89PNG", ".svg": b"<?xml", ".pdf": b"%PDF"}[suffix])
 
 
+def test_roofline_plot_leaves_out_kernels_without_flops(run, tmp_path, monkeypatch):
+    """The memory-efficient backward's workspace fill does no arithmetic: it has no place on a
+    log FLOP/s axis (it used to end the command with 'math domain error'); the chart says so."""
+    matplotlib = pytest.importorskip("matplotlib")
+    monkeypatch.setitem(matplotlib.rcParams, "svg.fonttype", "none")  # text as text, to be read back
+    out = tmp_path / "train.svg"
+    r = run("roofline", "--n", "4096", "--d", "128", "--gpu", "a100,h200", "--causal", "--backward", "--plot", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert "mea_bwd_zero" in r.stdout  # still in the table
+    assert "mea_bwd_zero." in out.read_text()  # only the chart's note names it (the label says mea_bwd)
+
+
 def test_plot_errors(run, tmp_path, monkeypatch):
     r = run("roofline", "--plot", str(tmp_path / "chart.jpg"))
     assert r.exit_code == 2 and "is not one of .png, .svg, .pdf" in r.stderr

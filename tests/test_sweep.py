@@ -260,7 +260,7 @@ def test_sweep_plot(run, tmp_path):
     r = run("sweep", "--n", "64:16384:x2", "--d", "256,512", "--plot", str(out), "--format", "csv")
     assert r.exit_code == 0, r.stderr
     assert out.stat().st_size > 10_000 and out.read_bytes()[:4] == b"\x89PNG"
-    from memmodel.report.plots import _crossings
+    from memmodel.report.sweep import _crossings
 
     # ratio 0.5 → 2 between x = 1 and x = 4 crosses 1 at x = 2 (midway in log–log)
     assert _crossings(np.array([1, 4]), np.array([0.5, 2.0])) == [pytest.approx(2.0)]

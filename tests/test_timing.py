@@ -86,3 +86,26 @@ def test_cudnn_overlaps_its_softmax_with_the_products():
     assert f.terms["compute"] == pytest.approx(
         f.terms["matmul"] + f.terms["exp"] + f.terms["softmax"] + f.terms.get("cta", 0.0)
     )
+
+
+def test_split_kv_timing_follows_the_kernels_kind_not_its_name():
+    """The measured CTA rate (split-KV) and combine cost apply to kernels of that kind, whatever
+    they are called."""
+    import dataclasses
+
+    from memmodel.implementations import padded_head_dim
+
+    from .conftest import REPO
+
+    profile = load_profile(str(REPO / "validation" / "h200" / "h200-calibrated.yaml"))
+    c = compare(Workload(n=1, n_kv=65_536, d=128, heads=32, kv_heads=8, dtype="bf16"), profile, impl="sdpa-flash")
+    kernels = {k.kind: k for k in c.tiled.traffic.kernels}
+    assert set(kernels) >= {"split_kv", "combine"}
+    impl = c.options.model_implementation
+    for kind in ("split_kv", "combine"):
+        k = kernels[kind]
+        renamed = dataclasses.replace(k, name="renamed")
+        args = (profile, "bf16", impl, padded_head_dim(impl, 128))
+        assert kernel_time(renamed, *args).time_s == kernel_time(k, *args).time_s
+        plain = dataclasses.replace(k, kind="")
+        assert kernel_time(plain, *args).time_s != kernel_time(k, *args).time_s

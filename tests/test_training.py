@@ -98,11 +98,11 @@ def test_training_case_files():
         assert {c.impl for c in full} == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "standard"}
         assert {c.dtype for c in full} == {"fp16", "bf16"} and {c.d for c in full} == {64, 128}
         assert {c.causal for c in full} == {True, False} and {c.dropout for c in full} == {0.0, 0.1}
-        assert any(c.kvh != c.heads for c in full)
+        assert any(c.kv_heads_ != c.heads for c in full)
         assert min(c.n for c in full) == 1024 and max(c.n for c in full) == 16384
         assert len({c.id for c in full}) == len(full)
     # the second set's shapes are in no earlier case file (nor, so, in any record)
-    shape = lambda c: (c.batch, c.heads, c.kvh, c.n, c.nkv, c.d)  # noqa: E731
+    shape = lambda c: (c.batch, c.heads, c.kv_heads_, c.n, c.n_kv_, c.d)  # noqa: E731
     earlier = {
         shape(c)
         for f in (REPO / "validation" / "cases").glob("*.txt")
@@ -113,7 +113,7 @@ def test_training_case_files():
     assert not {shape(c) for c in second} & earlier
     # every fused backend with dropout, and the eager ops past 32-bit offsets
     assert {c.impl for c in second if c.dropout} == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "standard"}
-    assert any(c.impl == "standard" and c.batch * c.heads * c.n * c.nkv * 2 > 2**31 for c in second)
+    assert any(c.impl == "standard" and c.batch * c.heads * c.n * c.n_kv_ * 2 > 2**31 for c in second)
     smoke = cases("h200-training-smoke.txt")
     assert {c.impl for c in smoke} == {"sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "standard"}
     assert max(c.n for c in smoke) <= 512 and any(not c.backward and c.dropout for c in smoke)

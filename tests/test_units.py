@@ -77,3 +77,47 @@ def test_formatting():
     assert units.format_rate(3.12e14) == "312.0 TFLOP/s"
     assert units.format_count(2.58e10) == "25.8 GFLOP"
     assert units.format_bandwidth(2.039e12) == "2.0 TB/s"
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "expected"),
+    [
+        # fixed decimals, prefix chosen on the value as it is (tables: 999.96 GB/s stays in GB/s)
+        ((999.96e9, "B/s"), {}, "1000.0 GB/s"),
+        ((3.12e14, "FLOP/s"), {}, "312.0 TFLOP/s"),
+        ((12.0, "B/s"), {}, "12.0 B/s"),
+        ((8e42, "B"), {}, "8.0e+24 EB"),  # past a million of the largest prefix: scientific
+        # significant digits, prefix chosen after rounding (profiles, chart labels, the GPU table)
+        ((999.96e9, "B/s", 4), {"significant": True}, "1 TB/s"),
+        ((4.8e12, "B/s", 3), {"significant": True}, "4.8 TB/s"),
+        ((1954.75, "B", 3), {"significant": True}, "1.95 kB"),  # rounded once (1.955 kB is not rounded again)
+        ((2.25e15, "FLOP/s", 3), {"significant": True, "largest": "P"}, "2.25 PFLOP/s"),
+        ((1000 * 2**10, "B", 3), {"significant": True, "binary": True}, "1000 KiB"),  # not 1e+03 KiB
+        ((228 * 2**10, "B", 3), {"significant": True, "binary": True}, "228 KiB"),
+        # times: below the unit down to ns
+        ((1.2e-3, "s", 3), {"largest": "", "smallest": "n"}, "1.200 ms"),
+        ((2e-12, "s", 3), {"largest": "", "smallest": "n"}, "0.002 ns"),
+        # tick labels: no separator, no unit, plain numbers below 1
+        ((1e4,), {"digits": 3, "significant": True, "sep": ""}, "10k"),
+        ((0.01,), {"digits": 3, "significant": True, "sep": ""}, "0.01"),
+        ((999.6e3,), {"digits": 3, "significant": True, "sep": ""}, "1M"),
+    ],
+)
+def test_format_si_is_the_one_prefix_formatter(args, kwargs, expected):
+    assert units.format_si(*args, **kwargs) == expected
+
+
+def test_the_format_helpers_are_format_si():
+    assert units.format_bytes(1954.75, digits=3, significant=True) == units.format_si(1954.75, "B", 3, significant=True)
+    assert units.format_bytes(37.5, digits=3, significant=True) == "38 B"  # whole bytes under 1 kB
+    assert units.quantity(7.686e14, "flops") == "768.6 TFLOP/s"
+    assert units.quantity(999.96e9, "bandwidth") == "1 TB/s"
+    assert units.quantity(2.5e-6, "time") == "2.5 us"
+    for kind in ("bandwidth", "flops", "ops", "bytes", "time"):
+        for value in (1.234e-6, 999.96e9, 4.521e12, 3.0):
+            assert math.isclose(parse(units.quantity(value, kind), kind), float(f"{value:.4g}"), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(("ratio", "expected"), [(0.123, "+12.3%"), (-0.05, "-5.0%"), (0.0, "+0.0%"), (None, "—")])
+def test_format_percent(ratio, expected):
+    assert units.format_percent(ratio) == expected

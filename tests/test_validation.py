@@ -50,10 +50,10 @@ def test_default_cases_cover_what_the_issue_asks():
     assert len({c.id for c in cases}) == len(cases)
     assert {c.impl for c in cases} == {"standard", "sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton"}
     assert {c.d for c in cases} >= {64, 128} and {c.dtype for c in cases} >= {"fp16", "bf16"}
-    assert any(c.causal for c in cases) and any(c.kvh != c.heads for c in cases) and any(c.n == 1 for c in cases)
+    assert any(c.causal for c in cases) and any(c.kv_heads_ != c.heads for c in cases) and any(c.n == 1 for c in cases)
     assert min(c.n for c in cases if c.n > 1) <= 1024 and max(c.n for c in cases if c.heads > 1) >= 16384
     # one long sequence whose K/V (one head) exceed the H200's 60 MiB L2
-    assert any(2 * c.nkv * c.d * 2 > 60 * 2**20 and c.heads == 1 for c in cases)
+    assert any(2 * c.n_kv_ * c.d * 2 > 60 * 2**20 and c.heads == 1 for c in cases)
 
 
 def test_profile_for_device():

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Profile
-from ..units import quantity
+from ..units import format_si, quantity
 from .plan import DROPOUT_P, GROUP_SUM_SHAPE, MATMUL_DTYPES, SCORES_BYTES, SOFTMAX_BYTES
 
 
@@ -54,10 +54,7 @@ def _bytes_text(n: float) -> str:
 
 def _si(value: float, unit: str) -> str:
     """4 significant digits with an SI prefix: ``4.521e12, 'B/s' -> '4.521 TB/s'`` (units.parse reads it back)."""
-    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:.4g} {prefix}{unit}"
-    return f"{value:.4g} {unit}"
+    return format_si(value, unit, 4, significant=True, largest="P")
 
 
 def _bw(v: float) -> str:
@@ -73,10 +70,7 @@ def _flops(v: float) -> str:
 
 
 def _ns(v: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if v >= scale:
-            return f"{v / scale:.4g} {unit}"
-    return f"{v / 1e-12:.4g} ps"
+    return format_si(v, "s", 4, significant=True, largest="", smallest="p")
 
 
 # ---------------------------------------------------------------------------------------
@@ -508,11 +502,11 @@ def reduction_figures(m: dict[str, Any]) -> dict[str, tuple[Any, str]]:
     """``kernels.reduction.bandwidth``: ATen's sum over the group dimension (GQA dK, dV)."""
     if not m or not m.get("rate"):
         return {}
-    b, nkv, hkv, g, d = m.get("shape", GROUP_SUM_SHAPE)
+    b, n_kv, kv_heads, g, d = m.get("shape", GROUP_SUM_SHAPE)
     return {
         "kernels.reduction.bandwidth": (
             _bw(m["rate"]),
-            f"torch.sum over dim 3 of fp16 [{b}, {nkv}, {hkv}, {g}, {d}] (FlashAttention-2's GQA dK/dV sum), "
+            f"torch.sum over dim 3 of fp16 [{b}, {n_kv}, {kv_heads}, {g}, {d}] (FlashAttention-2's GQA dK/dV sum), "
             "bytes read + written",
         )
     }

@@ -193,24 +193,24 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
         rows = []
         shapes: dict[tuple[int, ...], int] = {}
         for p in sorted((p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][0], p["decode"][3])):
-            b, h, hkv, nkv, d = p["decode"]
-            w = Workload(n=1, n_kv=nkv, d=d, batch=b, heads=h, kv_heads=hkv, dtype=p.get("dtype", "fp16"))
+            b, h, kv_heads, n_kv, d = p["decode"]
+            w = Workload(n=1, n_kv=n_kv, d=d, batch=b, heads=h, kv_heads=kv_heads, dtype=p.get("dtype", "fp16"))
             # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
             # over the CTAs it runs at once (its occupancy), as the time model divides them
             c = compare(w, profile, options_for(impl, w, profile))
-            split = next((k for k in c.tiled.traffic.kernels if k.name == "fa2_splitkv"), None)
+            split = next((k for k in c.tiled.traffic.kernels if k.kind == "split_kv"), None)
             if split is None:
                 continue
             splits = int(c.tiled.traffic.params["splits"])
             per_cta = float(split.bytes(level="hbm")) / max(float(split.concurrent_ctas), 1.0)
-            sid = shapes.setdefault((b, h, hkv, d), len(shapes))
-            rows.append((sid, splits, per_cta, p["time_s"], nkv))
+            sid = shapes.setdefault((b, h, kv_heads, d), len(shapes))
+            rows.append((sid, splits, per_cta, p["time_s"], n_kv))
         if len({r[0] for r in rows}) < 1 or any(sum(1 for r in rows if r[0] == s) < 2 for s in {r[0] for r in rows}):
             continue
         fit = fit_decode(rows, launch)
         refs = "; ".join(
-            f"{b}x{h} heads ({hkv} K/V), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
-            for r, (b, h, hkv, _) in ((r, next(k for k, v in shapes.items() if v == r[0])) for r in rows)
+            f"{b}x{h} heads ({kv_heads} K/V), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
+            for r, (b, h, kv_heads, _) in ((r, next(k for k, v in shapes.items() if v == r[0])) for r in rows)
         )
         note = f"decoding references, d = 128, fp16, FlashAttention-2's split count: {refs}"
         out[f"implementations.{impl}.cta_bandwidth"] = (

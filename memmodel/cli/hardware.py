@@ -19,7 +19,7 @@ def hardware_group() -> None:
 def list_cmd(*, fmt: str) -> None:
     """Every profile memmodel can find: bundled, user config folder, MEMMODEL_HARDWARE_PATH."""
     from ..hardware import available, load_file
-    from ..units import format_bandwidth, format_bytes, format_rate, significant
+    from ..units import format_bandwidth, format_bytes, format_rate
     from . import terminal
 
     rows: list[dict[str, Any]] = []
@@ -56,12 +56,11 @@ def list_cmd(*, fmt: str) -> None:
             (
                 r["name"],
                 r["full_name"],
-                significant(r["hbm_bytes"], format_bytes),
-                significant(r["hbm_bandwidth_bytes_per_s"], format_bandwidth),
-                significant(r["l2_bytes"], lambda v, digits: format_bytes(v, binary=True, digits=digits)),
-                f"{significant(r['sram_per_sm_bytes'], lambda v, digits: format_bytes(v, binary=True, digits=digits))}"
-                f" × {r['sm_count']}",
-                significant(r["fp16_flops_per_s"], format_rate) if r["fp16_flops_per_s"] else "—",
+                format_bytes(r["hbm_bytes"], digits=3, significant=True),
+                format_bandwidth(r["hbm_bandwidth_bytes_per_s"], digits=3, significant=True),
+                format_bytes(r["l2_bytes"], binary=True, digits=3, significant=True),
+                f"{format_bytes(r['sram_per_sm_bytes'], binary=True, digits=3, significant=True)} × {r['sm_count']}",
+                format_rate(r["fp16_flops_per_s"], digits=3, significant=True) if r["fp16_flops_per_s"] else "—",
                 r["origin"],
             )
         )

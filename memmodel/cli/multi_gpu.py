@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from ..units import format_percent
+
 CP_RECORD_SCHEMA = "memmodel.validate-cp/1"
 
 
@@ -101,7 +103,7 @@ def emit_record(record: dict[str, Any], fmt: str) -> None:
                 e["id"],
                 f"{p['wall_s'] * 1e3:.3f} ms",
                 f"{m['wall_s'] * 1e3:.3f} ms",
-                f"{err['wall'] * 100:+.1f}%",
+                format_percent(err["wall"]),
                 f"{p['speedup']:.2f}× / {m['speedup']:.2f}×",
                 "=" if err["link_bytes_equal"] else f"{p['link_bytes']} ≠ {m['link_bytes']}",
                 f"{e['check']['max_rel_error']:.1e}",
@@ -139,7 +141,7 @@ def markdown(record: dict[str, Any]) -> str:
             continue
         lines.append(
             f"| {e['id']} | {e['predicted']['wall_s'] * 1e3:.3f} ms | {e['measured']['wall_s'] * 1e3:.3f} ms | "
-            f"{e['errors']['wall'] * 100:+.1f}% | {'yes' if e['errors']['link_bytes_equal'] else 'no'} |"
+            f"{format_percent(e['errors']['wall'])} | {'yes' if e['errors']['link_bytes_equal'] else 'no'} |"
         )
     return "\n".join(lines) + "\n"
 

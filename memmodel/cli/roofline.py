@@ -75,7 +75,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
     else:
         _print_table(rooflines)
     if plot:
-        from ..report.plots import roofline_plot
+        from ..report.roofline import roofline_plot
 
         roofline_plot(rooflines, plot, force=force)
         terminal.note(f"wrote {plot}")

@@ -340,7 +340,7 @@ def sweep_cmd(
     if to_file:
         terminal.note(f"wrote {len(result):,} rows to {output}")
     if plot:
-        from ..report.plots import sweep_plot
+        from ..report.sweep import sweep_plot
 
         sweep_plot(result, plot, force=force)
         terminal.note(f"wrote {plot}")

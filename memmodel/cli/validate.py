@@ -309,12 +309,8 @@ def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:
     return None
 
 
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:+.1f}%"
-
-
 def _print_table(data: dict[str, Any]) -> None:
-    from ..units import format_bytes, format_time
+    from ..units import format_bytes, format_percent, format_time
     from ..validation import time_errors
     from . import terminal
 
@@ -331,7 +327,15 @@ def _print_table(data: dict[str, Any]) -> None:
             continue
         for t in time_errors(e):
             rows.append(
-                (cid, t["step"], format_time(t["predicted_s"]), format_time(t["measured_s"]), _pct(t["error"]), "", "")
+                (
+                    cid,
+                    t["step"],
+                    format_time(t["predicted_s"]),
+                    format_time(t["measured_s"]),
+                    format_percent(t["error"]),
+                    "",
+                    "",
+                )
             )
         for b in e.get("bytes", []):
             meas = b["measured_hbm_read_bytes"] + b["measured_hbm_write_bytes"]
@@ -342,9 +346,9 @@ def _print_table(data: dict[str, Any]) -> None:
                     f"{b['kernel']} bytes",
                     format_bytes(pred),
                     format_bytes(meas),
-                    _pct(b["error"]),
-                    _pct(b["paper_error"]),
-                    _pct(b["compulsory_error"]),
+                    format_percent(b["error"]),
+                    format_percent(b["paper_error"]),
+                    format_percent(b["compulsory_error"]),
                 )
             )
     con.print(

@@ -107,9 +107,9 @@ def measure_elementwise_backward(ctx: Any) -> dict[str, Any]:
 
 def measure_group_sum(ctx: Any) -> dict[str, Any]:
     torch = ctx.torch
-    b, nkv, hkv, g, d = GROUP_SUM_SHAPE
-    x = torch.randn(b, nkv, hkv, g, d, device=ctx.device, dtype=torch.float16, generator=ctx.generator(25))
-    y = torch.empty(b, nkv, hkv, d, device=ctx.device, dtype=torch.float16)
+    b, n_kv, kv_heads, g, d = GROUP_SUM_SHAPE
+    x = torch.randn(b, n_kv, kv_heads, g, d, device=ctx.device, dtype=torch.float16, generator=ctx.generator(25))
+    y = torch.empty(b, n_kv, kv_heads, d, device=ctx.device, dtype=torch.float16)
     moved = (x.numel() + y.numel()) * 2
     r = ctx.rate(moved, lambda x=x, y=y: torch.sum(x, dim=3, out=y))
     del x, y

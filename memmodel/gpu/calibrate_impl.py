@@ -330,19 +330,21 @@ def _measure_decode(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
     from torch.nn.attention import sdpa_kernel
 
     out = []
-    for (b, h, hkv, d), lengths in DECODE_REFERENCES:
-        for nkv in lengths:
+    for (b, h, kv_heads, d), lengths in DECODE_REFERENCES:
+        for n_kv in lengths:
             g = ctx.generator(17)
             q = torch.randn(b, h, 1, d, device=ctx.device, dtype=torch.float16, generator=g)
-            k, v = (torch.randn(b, hkv, nkv, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(2))
+            k, v = (
+                torch.randn(b, kv_heads, n_kv, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(2)
+            )
 
             def fn(q: Any = q, k: Any = k, v: Any = v) -> Any:
                 with sdpa_kernel([backend]):
                     return torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 
-            point: dict[str, Any] = {"impl": impl, "decode": [b, h, hkv, nkv, d], "dtype": "fp16"}
+            point: dict[str, Any] = {"impl": impl, "decode": [b, h, kv_heads, n_kv, d], "dtype": "fp16"}
             try:
-                point.update(ctx.rate(2 * b * hkv * nkv * d * 2, fn, reps=100))
+                point.update(ctx.rate(2 * b * kv_heads * n_kv * d * 2, fn, reps=100))
             except Exception as exc:  # a build without GQA in SDPA: recorded
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)

@@ -68,8 +68,8 @@ def make_inputs(case: Case, seed: int = 0) -> tuple[Any, Any, Any]:
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     dt = _torch_dtype(torch, case.dtype)
     q = torch.randn(case.batch, case.heads, case.n, case.d, device=DEVICE, dtype=dt, generator=g)
-    k = torch.randn(case.batch, case.kvh, case.nkv, case.d, device=DEVICE, dtype=dt, generator=g)
-    v = torch.randn(case.batch, case.kvh, case.nkv, case.d, device=DEVICE, dtype=dt, generator=g)
+    k = torch.randn(case.batch, case.kv_heads_, case.n_kv_, case.d, device=DEVICE, dtype=dt, generator=g)
+    v = torch.randn(case.batch, case.kv_heads_, case.n_kv_, case.d, device=DEVICE, dtype=dt, generator=g)
     if case.backward:
         for t in (q, k, v):
             t.requires_grad_(True)
@@ -109,8 +109,8 @@ def standard_steps(
     ``native_dropout`` of P (output and mask) between softmax and pv.
     """
     torch = _torch()
-    g = case.heads // case.kvh
-    qs = (q * (1.0 / math.sqrt(case.d))).reshape(case.batch, case.kvh, g * case.n, case.d)
+    g = case.heads // case.kv_heads_
+    qs = (q * (1.0 / math.sqrt(case.d))).reshape(case.batch, case.kv_heads_, g * case.n, case.d)
     state: dict[str, Any] = {}
     steps: list[tuple[str, Callable[[], Any]]] = []
     dropped = dropped or _Dropout()
@@ -121,10 +121,10 @@ def standard_steps(
 
     steps.append(("qk", qk))
     if case.causal:
-        mask = torch.ones(case.n, case.nkv, device=DEVICE, dtype=torch.bool).triu_(1)
+        mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1)
 
         def apply_mask() -> Any:
-            s = state["s"].view(case.batch, case.kvh, g, case.n, case.nkv)
+            s = state["s"].view(case.batch, case.kv_heads_, g, case.n, case.n_kv_)
             return s.masked_fill_(mask, float("-inf"))
 
         steps.append(("mask", apply_mask))
@@ -154,8 +154,8 @@ def causal_mask_stacked(case: Case) -> Any:
     """The (G·N) × N_kv boolean mask (True above the diagonal) of a GQA group's stacked query
     rows: row r is query r mod N (top-left alignment, as PyTorch's ``is_causal``)."""
     torch = _torch()
-    mask = torch.ones(case.n, case.nkv, device=DEVICE, dtype=torch.bool).triu_(1)
-    return mask.repeat(case.heads // case.kvh, 1)
+    mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1)
+    return mask.repeat(case.heads // case.kv_heads_, 1)
 
 
 def eager_forward(case: Case, q: Any, k: Any, v: Any, dropped: _Dropout) -> Callable[[], Any]:
@@ -163,12 +163,12 @@ def eager_forward(case: Case, q: Any, k: Any, v: Any, dropped: _Dropout) -> Call
     ``s = q @ kᵀ``; ``s = s * scale``; ``s.masked_fill_(mask, -inf)``; ``p = softmax(s)``;
     ``p, z = native_dropout(p)``; ``o = p @ v`` (GQA: the group's query heads stacked)."""
     torch = _torch()
-    g = case.heads // case.kvh
+    g = case.heads // case.kv_heads_
     scale = 1.0 / math.sqrt(case.d)
     mask = causal_mask_stacked(case) if case.causal else None
 
     def forward() -> Any:
-        qs = q.reshape(case.batch, case.kvh, g * case.n, case.d)
+        qs = q.reshape(case.batch, case.kv_heads_, g * case.n, case.d)
         s = torch.matmul(qs, k.transpose(-1, -2))
         s = s * scale
         if mask is not None:
@@ -199,7 +199,7 @@ def sdpa_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
     kwargs: dict[str, Any] = {"is_causal": case.causal}
     if case.dropout:
         kwargs["dropout_p"] = case.dropout
-    if case.kvh != case.heads:
+    if case.kv_heads_ != case.heads:
         kwargs["enable_gqa"] = True
 
     def run() -> Any:
@@ -312,7 +312,7 @@ def reference_rows(case: Case, q: Any, k: Any, v: Any, rows: list[int], keep: An
     kk, vv = k[0, 0].detach().float(), v[0, 0].detach().float()
     s = (qi @ kk.T) / math.sqrt(case.d)
     if case.causal:
-        cols = torch.arange(case.nkv, device=DEVICE)
+        cols = torch.arange(case.n_kv_, device=DEVICE)
         s = s.masked_fill(cols[None, :] > torch.tensor(rows, device=DEVICE)[:, None], float("-inf"))
     p = torch.softmax(s, dim=-1)
     if keep is not None:
@@ -351,7 +351,7 @@ def reference_grads(case: Case, q: Any, k: Any, v: Any, do: Any, keep: Any = Non
     attention with dO ``do``; ``keep`` ((G·N) × N_kv bool, the group's rows stacked) is the
     dropout mask the kernel drew. Rows in chunks, so a 16k × 16k head fits."""
     torch = _torch()
-    g = case.heads // case.kvh
+    g = case.heads // case.kv_heads_
     scale = 1.0 / math.sqrt(case.d)
     qf = q[0, :g].detach().float()
     kf, vf = k[0, 0].detach().float(), v[0, 0].detach().float()
@@ -359,8 +359,8 @@ def reference_grads(case: Case, q: Any, k: Any, v: Any, do: Any, keep: Any = Non
     dq = torch.zeros_like(qf)
     dk = torch.zeros_like(kf)
     dv = torch.zeros_like(vf)
-    chunk = max(1, min(case.n, 2**25 // max(1, case.nkv)))
-    cols = torch.arange(case.nkv, device=DEVICE)
+    chunk = max(1, min(case.n, 2**25 // max(1, case.n_kv_)))
+    cols = torch.arange(case.n_kv_, device=DEVICE)
     for h in range(g):
         for r0 in range(0, case.n, chunk):
             r1 = min(case.n, r0 + chunk)
@@ -385,9 +385,9 @@ def check_grads(case: Case, grads: Any, q: Any, k: Any, v: Any, do: Any, keep: A
     """Relative L2 errors of dQ, dK, dV (batch 0, the first K/V head's group) against float32;
     raises if one is over :data:`GRAD_TOLERANCE` or not finite."""
     torch = _torch()
-    g = case.heads // case.kvh
+    g = case.heads // case.kv_heads_
     shapes = [tuple(t.shape) for t in grads]
-    want = [(case.batch, case.heads, case.n, case.d)] + 2 * [(case.batch, case.kvh, case.nkv, case.d)]
+    want = [(case.batch, case.heads, case.n, case.d)] + 2 * [(case.batch, case.kv_heads_, case.n_kv_, case.d)]
     if shapes != want:
         raise RuntimeFailure(f"{case.id}: gradient shapes {shapes}, expected {want}")
     refs = reference_grads(case, q, k, v, do, keep)
@@ -414,7 +414,7 @@ def dropout_probe(case: Case) -> dict[str, float]:
     the float32 reference with that mask must then reproduce O, dQ, dK and dV (the backward
     regenerates the forward's mask). The kernels themselves keep their mask internal."""
     torch = _torch()
-    n, g = case.d, case.heads // case.kvh
+    n, g = case.d, case.heads // case.kv_heads_
     probe = Case(
         impl=case.impl,
         n=n,

@@ -1,15 +1,18 @@
-"""CSV, JSON Lines and table views of a :class:`~memmodel.sweep.SweepResult`. No rich, no click."""
+"""CSV, JSON Lines, table and chart views of a :class:`~memmodel.sweep.SweepResult`. No rich, no click."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import numpy as np
 
+from ..roofline import LEVEL_LABELS
 from ..sweep import AXES, SWEEP_COLUMNS, SweepResult
+from . import plots
 
 #: Rows written per batch (progress is reported per batch).
 BATCH = 65_536
@@ -202,3 +205,363 @@ def _cell(value: Any) -> Any:
 
 
 __all__ = ["AXES", "BATCH", "describe", "table_view", "write_csv", "write_json", "write_jsonl"]
+
+
+# ---------------------------------------------------------------------------------------
+# Charts of a sweep (matplotlib: the ``plot`` extra, imported when drawing)
+
+
+MEMORY_BOUND = {"hbm", "l2", "sram"}
+
+
+def _crossings(x: np.ndarray, ratio: np.ndarray) -> list[float]:
+    """x where log(ratio) changes sign between neighbours (interpolated in log–log)."""
+    out = []
+    lr = np.log(ratio)
+    for i in range(len(x) - 1):
+        a, b = lr[i], lr[i + 1]
+        if a == 0:
+            out.append(float(x[i]))
+        elif a * b < 0:
+            f = a / (a - b)
+            out.append(float(np.exp(np.log(x[i]) + f * (np.log(x[i + 1]) - np.log(x[i])))))
+    return out
+
+
+def sweep_plot(result: SweepResult, path: str, *, force: bool = False) -> None:
+    """Bytes per level, predicted time and standard/tiled ratios against the swept variable."""
+    plots.check_plot_path(path)
+    from matplotlib.lines import Line2D
+
+    from ..sweep import swept_axis
+    from .sweep import describe, split_keys
+
+    grid = result.grid
+    axis = swept_axis(grid)
+    constants, varying, values = split_keys(result)
+    series_keys = [k for k in varying if k != axis]
+    cols = {k: result.column(k) for k in ("variant", "bound")}
+    std = np.arange(0, len(result), 2)
+    til = std + 1
+    parts = [[_series_part(k, v) for v in values[k].tolist()] for k in series_keys]
+    labels = [" · ".join(p[j] for p in parts) for j in range(len(std))]
+    series: dict[str, np.ndarray] = {}
+    for label in dict.fromkeys(labels):
+        series[label] = std[np.asarray([lb == label for lb in labels])]
+    levels = [lv for lv in ("hbm", "l2", "sram") if np.any(result.columns[f"{lv}_bytes"] > 0)]
+    panels = [*(f"{lv}_bytes" for lv in levels), "predicted_time_s", "ratio"]
+    heights = [1.0] * (len(panels) - 1) + [0.75]
+    width = 8.6
+    fig = plots.figure(width, (2.6 if len(panels) <= 3 else 1.9) * sum(heights) + 1.0)
+    axes = fig.subplots(len(panels), 1, sharex=True, gridspec_kw={"height_ratios": heights})
+    longest = max((len(label) for label in series), default=0)
+    title_lines = plots.wrap(describe({k: v for k, v in constants.items() if k != axis}), 75) or [""]
+    title_lines[0] = f"memmodel sweep over {_axis_name(axis)}: {title_lines[0]}"
+    fig.subplots_adjust(
+        left=0.11,
+        right=min(0.87, 1 - (0.25 + 0.056 * longest) / width),
+        top=1 - (0.4 + 0.17 * len(title_lines)) / fig.get_figheight(),
+        bottom=0.55 / fig.get_figheight() + 0.02,
+        hspace=0.12,
+    )
+    x_all = result.columns[axis][std]
+    fig.suptitle("\n".join(title_lines), x=0.11, ha="left", fontsize=10)
+    transitions: list[str] = []
+    movable: list[tuple[str, Any]] = []  # labels moved apart before saving (plots.declutter)
+    seen_at: dict[tuple[int, float], int] = {}
+    ends: dict[int, tuple[Any, list[tuple[float, float, str, str]]]] = {}
+    for a, panel in zip(axes, panels):
+        a.set_xscale("log", base=2 if _powers_of_two(x_all) else 10)
+        a.set_yscale("log")
+        a.grid(True, which="major", color="#dddddd", linewidth=0.6)
+        a.set_axisbelow(True)
+        for s_i, (label, idx) in enumerate(series.items()):
+            colour = plots.COLOURS[s_i % len(plots.COLOURS)]
+            # earlier series are drawn wider, so a later one lying on top leaves them visible
+            wider = len(series) - 1 - s_i
+            order = idx[np.argsort(result.columns[axis][idx], kind="stable")]
+            x = result.columns[axis][order]
+            if panel == "ratio":
+                rb = result.columns["ratio_hbm_bytes"][order]
+                rt = result.columns["ratio_predicted_time_s"][order]
+                width, size = 1.4 + 1.0 * wider, 3.5 + 1.5 * wider
+                a.plot(x, rb, color=colour, linestyle="-", linewidth=width, marker="o", markersize=size, label=label)
+                a.plot(
+                    x, rt, color=colour, linestyle=":", linewidth=width, marker="D", markersize=size, fillstyle="none"
+                )
+                for xc in sorted(set(_crossings(x, rb) + _crossings(x, rt))):
+                    a.axvline(xc, color=colour, linewidth=0.8, linestyle=(0, (2, 2)))
+                    movable.append(
+                        (
+                            "y",
+                            a.annotate(
+                                f"crossover\n{_axis_name(axis)}≈{plots.si(xc)}",
+                                (xc, 1.0),
+                                xytext=(4, 6),
+                                textcoords="offset points",
+                                fontsize=7,
+                                color=colour,
+                            ),
+                        )
+                    )
+                continue
+            for alg, rows in (("standard", order), ("tiled", order + 1)):
+                y = result.columns[panel][rows].astype(np.float64)
+                bound = cols["bound"][rows]
+                memory_bound = np.array([b in MEMORY_BOUND for b in bound])
+                linestyle = "-" if alg == "standard" else "--"
+                a.plot(x, y, color=colour, linestyle=linestyle, linewidth=1.4 + 1.0 * wider)
+                if panel == "predicted_time_s":
+                    # filled marker: memory-bound; hollow: compute-bound
+                    for mask, fill in ((memory_bound, "full"), (~memory_bound, "none")):
+                        if mask.any():
+                            a.plot(
+                                x[mask],
+                                y[mask],
+                                linestyle="none",
+                                marker=plots.MARKERS[alg],
+                                markersize=5.5 + 1.5 * wider,
+                                color=colour,
+                                fillstyle=fill,
+                                markeredgecolor=colour,
+                            )
+                    for i in range(len(x) - 1):
+                        if bound[i] != bound[i + 1]:
+                            xm = math.sqrt(float(x[i]) * float(x[i + 1]))
+                            a.axvline(xm, color=colour, linewidth=0.7, linestyle=(0, (1, 2)))
+                            # named along the line, from the top of the panel down (side by side
+                            # when several changes fall between the same two points)
+                            nth = seen_at.setdefault((id(a), round(xm, 6)), 0)
+                            seen_at[(id(a), round(xm, 6))] += 1
+                            movable.append(
+                                (
+                                    "x",
+                                    a.annotate(
+                                        f"{alg}: {bound[i]}→{bound[i + 1]}",
+                                        (xm, 1.0),
+                                        xycoords=("data", "axes fraction"),
+                                        xytext=(2 + 10 * nth, -3),
+                                        textcoords="offset points",
+                                        rotation=90,
+                                        ha="left",
+                                        va="top",
+                                        fontsize=6.5,
+                                        color=colour,
+                                        bbox={
+                                            "boxstyle": "square,pad=0.05",
+                                            "facecolor": "white",
+                                            "edgecolor": "none",
+                                            "alpha": 0.8,
+                                        },
+                                    ),
+                                )
+                            )
+                            transitions.append(
+                                f"{label or alg}: {alg} {bound[i]}→{bound[i + 1]} at {_axis_name(axis)}≈{plots.si(xm)}"
+                            )
+                else:
+                    a.plot(
+                        x, y, linestyle="none", marker=plots.MARKERS[alg], markersize=5.5 + 1.5 * wider, color=colour
+                    )
+            # name the series at its right end (placed below, apart from each other)
+            if panel != "ratio" and label:
+                ends.setdefault(id(a), (a, []))[1].append(
+                    (float(x[-1]), float(result.columns[panel][order[-1]]), label, colour)
+                )
+            if panel != "ratio":
+                for xc in _crossings(
+                    x,
+                    result.columns[panel][order].astype(np.float64)
+                    / result.columns[panel][order + 1].astype(np.float64),
+                ):
+                    yc = float(
+                        np.interp(
+                            np.log(xc), np.log(x.astype(np.float64)), result.columns[panel][order].astype(np.float64)
+                        )
+                    )
+                    a.plot([xc], [yc], marker="o", markersize=11, fillstyle="none", color=colour, linestyle="none")
+                    movable.append(
+                        (
+                            "y",
+                            a.annotate(
+                                f"crossover {_axis_name(axis)}≈{plots.si(xc)}",
+                                (xc, yc),
+                                xytext=(8, -12),
+                                textcoords="offset points",
+                                fontsize=7,
+                                color=colour,
+                            ),
+                        )
+                    )
+        if panel == "ratio":
+            a.axhline(1.0, color="black", linewidth=0.9)
+            a.set_ylabel("standard / tiled\n(above 1×: tiled wins)")
+            lo, hi = a.get_ylim()
+            lo, hi = min(lo, 0.5), max(hi, 2.0) * 1.15
+            a.set_ylim(lo, hi)
+            a.yaxis.set_major_formatter(_ratio_formatter())
+            # minor labels (2×, 5×, ...) only while they have room
+            a.yaxis.set_minor_formatter(_ratio_formatter(minor=True) if hi / lo < 200 else _ratio_formatter(none=True))
+        elif panel == "predicted_time_s":
+            a.set_ylabel("predicted time")
+            a.yaxis.set_major_formatter(_time_formatter())
+        else:
+            level = panel.split("_")[0]
+            a.set_ylabel(f"{LEVEL_LABELS[level]} bytes")
+            a.yaxis.set_major_formatter(plots.log_formatter("B"))
+    axes[-1].set_xlabel(
+        {
+            "n": "sequence length N",
+            "n_kv": "key/value length N_kv (KV cache)",
+            "d": "head dimension d",
+            "kv_heads": "key/value heads",
+        }.get(axis, axis)
+    )
+    axes[-1].xaxis.set_major_formatter(_size_formatter())
+    for a, items in ends.values():
+        _end_labels(fig, a, items)
+    handles = [
+        Line2D([], [], color="black", linestyle="-", marker="s", markersize=5, label=_standard_label(constants)),
+        Line2D(
+            [],
+            [],
+            color="black",
+            linestyle="--",
+            marker="^",
+            markersize=5,
+            label=f"tiled ({', '.join(sorted(set(cols['variant'][til].tolist()))).upper()})",
+        ),
+        Line2D([], [], color="black", linestyle="none", marker="^", markersize=5, label="time: memory-bound"),
+        Line2D(
+            [],
+            [],
+            color="black",
+            linestyle="none",
+            marker="^",
+            markersize=5,
+            fillstyle="none",
+            label="time: compute-bound",
+        ),
+        Line2D([], [], color="black", linestyle="-", marker="o", markersize=3.5, label="ratio of HBM bytes"),
+        Line2D(
+            [], [], color="black", linestyle=":", marker="D", markersize=3.5, fillstyle="none", label="ratio of time"
+        ),
+    ]
+    # Curves rise to the right: the top-left corner of the first panel is free for the legend.
+    axes[0].legend(handles=handles, loc="upper left", fontsize=7, framealpha=0.9, edgecolor="#cccccc", ncol=2)
+    if not transitions:
+        bounds = {
+            alg: "/".join(sorted(set(cols["bound"][rows].tolist())))
+            for alg, rows in (("standard", std), ("tiled", til))
+        }
+        axes[-2].text(
+            0.99,
+            0.04,
+            f"same bound at every point: standard {bounds['standard']}, tiled {bounds['tiled']}",
+            transform=axes[-2].transAxes,
+            fontsize=7,
+            ha="right",
+            va="bottom",
+            color="#444444",
+        )
+    plots.declutter(fig, movable)
+    plots.save(fig, path, force=force)
+
+
+def _end_labels(fig: Any, ax: Any, items: list[tuple[float, float, str, str]]) -> None:
+    """Series names right of their last point, pushed apart vertically so none overlap, and
+    kept within the panel's height (a stack that would rise above it is moved down)."""
+    gap = 10.0  # points between label baselines
+    scale = 72.0 / fig.dpi
+    bottom, top = (v * scale for v in ax.get_window_extent().intervaly)
+    placed: list[list[Any]] = []
+    for x, y, label, colour in sorted(items, key=lambda t: t[1]):
+        py = ax.transData.transform((x, y))[1] * scale
+        want = py if not placed else max(py, placed[-1][0] + gap)
+        placed.append([want, py, x, y, label, colour])
+    if placed and placed[-1][0] > top - gap / 2:
+        shift = placed[-1][0] - (top - gap / 2)
+        for item in placed:
+            item[0] -= shift
+        floor = bottom + gap / 2  # too many to fit: squeeze them between the floor and the top
+        if placed[0][0] < floor and len(placed) > 1:
+            step = (top - gap / 2 - floor) / (len(placed) - 1)
+            for k, item in enumerate(placed):
+                item[0] = floor + k * step
+    for want, py, x, y, label, colour in placed:
+        ax.annotate(
+            label,
+            (x, y),
+            xytext=(8, want - py),
+            textcoords="offset points",
+            fontsize=7.5,
+            color=colour,
+            va="center",
+            annotation_clip=False,
+        )
+
+
+def _size_formatter() -> Any:
+    """Sizes as people write them: 512, 1K, 2K, ..., 128K (binary K when exact), else 1.5k."""
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v: float, _: Any) -> str:
+        if v >= 1024 and float(v).is_integer() and int(v) % 1024 == 0:
+            k = int(v) // 1024
+            return f"{k // 1024}M" if k % 1024 == 0 else f"{k}K"
+        return plots.si(v).replace(" ", "")
+
+    return FuncFormatter(fmt)
+
+
+def _ratio_formatter(minor: bool = False, none: bool = False) -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v: float, _: Any) -> str:
+        if none or (minor and not any(math.isclose(v, m) for m in (0.5, 2, 3, 5, 20, 50))):
+            return ""
+        return f"{v:g}×"
+
+    return FuncFormatter(fmt)
+
+
+def _standard_label(constants: dict[str, Any]) -> str:
+    """The legend's name for the standard rows: the variant when the sweep has one."""
+    variant = str(constants.get("standard", ""))
+    return {"algorithm0": "standard (Algorithm 0)", "eager": "standard (eager PyTorch)"}.get(variant, "standard")
+
+
+def _axis_name(axis: str) -> str:
+    return {"n": "N", "n_kv": "N_kv", "kv_heads": "kv heads"}.get(axis, axis)
+
+
+def _powers_of_two(x: np.ndarray) -> bool:
+    v = np.unique(x)
+    return len(v) > 1 and bool(np.all((v & (v - 1)) == 0))
+
+
+def _time_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    from ..units import format_time
+
+    return FuncFormatter(lambda v, _: format_time(v, digits=0) if v > 0 else "0")
+
+
+def _series_part(key: str, value: Any) -> str:
+    """One option of a series' name: ``a100``, ``bf16``, ``causal``, ``d=128``, ``L2 cold``."""
+    if key in ("gpu", "dtype", "implementation", "variant"):
+        return str(value)
+    if key == "causal":
+        return "causal" if value else "non-causal"
+    if key == "backward":
+        return "fwd + bwd" if value else "fwd"
+    if key == "l2":
+        return f"L2 {value}"
+    if key == "standard":
+        return f"standard {value}"
+    if key == "dropout":
+        return f"dropout {value:g}"
+    from .sweep import TABLE_KEYS
+
+    return f"{TABLE_KEYS.get(key, key)}={value}"

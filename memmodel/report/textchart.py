@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..roofline import LEVEL_LABELS, Roofline
+from ..units import format_si
 
 #: Characters for the roofs of the 1st, 2nd, 3rd... GPU: (memory roofs, compute roofs).
 ROOF_STYLES = (("/", "─"), (".", "┄"), (":", "╌"))
@@ -17,12 +18,7 @@ MARKERS = ({"standard": "S", "tiled": "T"}, {"standard": "s", "tiled": "t"}, {"s
 
 def _si(value: float) -> str:
     """Decade tick labels: 0.01, 0.1, 1, 10, 100, 1k, 10k, ... 1M, 1G, 1T, 1P."""
-    if value < 1:
-        return f"{value:.3g}"
-    for prefix, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale * 0.9995:
-            return f"{value / scale:.3g}{prefix}"
-    return f"{value:.3g}"
+    return format_si(value, digits=3, significant=True, sep="")
 
 
 @dataclass

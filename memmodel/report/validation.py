@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..units import format_bytes, format_time
+from ..units import format_bytes, format_percent, format_time
 from ..validation import kernel_time_errors, step_time_error, time_errors
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{x * 100:+.1f}%"
 
 
 def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
@@ -84,7 +80,7 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
             lines.append(
                 f"| {e['case']['id']} | {b['kernel']} | {format_bytes(pred)} | "
                 f"{format_bytes(b['measured_hbm_read_bytes'])} + {format_bytes(b['measured_hbm_write_bytes'])} | "
-                f"{_pct(b['error'])} | {_pct(b['read_error'])} | {_pct(b['paper_error'])} | {_pct(b['compulsory_error'])} | "
+                f"{format_percent(b['error'])} | {format_percent(b['read_error'])} | {format_percent(b['paper_error'])} | {format_percent(b['compulsory_error'])} | "
                 f"{e.get('measured_ctas_per_sm') or ''} |"
             )
     if brief:
@@ -104,7 +100,7 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
         for t in time_errors(e):
             lines.append(
                 f"| {e['case']['id']} | {t['step']} | {format_time(t['predicted_s'])} | {format_time(t['measured_s'])} | "
-                f"{_pct(t['error'])} | {_rate(t, 'achieved_hbm_bytes_per_s', 'hbm_share', 'B/s')} | "
+                f"{format_percent(t['error'])} | {_rate(t, 'achieved_hbm_bytes_per_s', 'hbm_share', 'B/s')} | "
                 f"{_rate(t, 'achieved_flops_per_s', 'flops_share', 'FLOP/s')} | {e['predicted'].get('bound', '')} |"
             )
     return "\n".join(lines) + "\n"
@@ -137,7 +133,7 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
         probe = e["timing"].get("dropout_probe") or {}
         lines.append(
             f"| {e['case']['id']} | {format_time(st['predicted_s'])} | {format_time(st['measured_s'])} | "
-            f"{_pct(st['error'])} | {', '.join(f'{v:.1e}' for v in grads.values())} | "
+            f"{format_percent(st['error'])} | {', '.join(f'{v:.1e}' for v in grads.values())} | "
             f"{', '.join(f'{k} {v:.1e}' for k, v in probe.items())} |"
         )
     lines += [
@@ -155,7 +151,7 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
             else:
                 lines.append(
                     f"| {e['case']['id']} | {r['kernel']} | {name} | {format_time(r['predicted_s'])} | "
-                    f"{format_time(r['measured_s'])} | {_pct(r['error'])} |"
+                    f"{format_time(r['measured_s'])} | {format_percent(r['error'])} |"
                 )
     missing = [(e["case"]["id"], k) for e in cases for k in e.get("unmodelled_kernels", [])]
     if missing:

@@ -110,6 +110,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
+        kind="split_kv",
     )
     c = KernelBuilder("fa2_combine")
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "B·H·splits·N·d·4")
@@ -117,6 +118,9 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     c.write("O", "output", q, "B·H·N·d·e")
     c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     combine = c.build(
-        softmax_flops=intmath.mul(3, bh, splits, w.n, w.d), exp_ops=intmath.mul(bh, splits, w.n), splits=splits
+        softmax_flops=intmath.mul(3, bh, splits, w.n, w.d),
+        exp_ops=intmath.mul(bh, splits, w.n),
+        splits=splits,
+        kind="combine",
     )
     return [split, combine]

@@ -39,6 +39,12 @@ from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present
 # FA2
 
 
+def visited_share(w: Workload) -> str:
+    """The formula's factor for a count a causal kernel makes only over the (Q block, K/V
+    block) pairs it visits (``intmath.scaled`` by visited / all pairs, floored)."""
+    return " · visited" if w.causal else ""
+
+
 def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True) -> Kernel:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
@@ -72,7 +78,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         "input",
         kv_req,
         kv_hbm,
-        "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""),
+        "T_r · B·H·N_kv·d·e" + visited_share(w),
         intmath.mul(ctx.smem_reads, kv_req),
     )
     k.read(
@@ -80,7 +86,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         "input",
         kv_req,
         kv_hbm,
-        "T_r · B·H·N_kv·d·e" + (" · visited" if w.causal else ""),
+        "T_r · B·H·N_kv·d·e" + visited_share(w),
         intmath.mul(ctx.smem_reads, kv_req),
     )
     k.write("O", "output", q, "B·H·N·d·e")
@@ -241,13 +247,13 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             role,
             req(nbytes),
             tile_reread_hbm(nbytes, req(nbytes), sharing, ws, w.causal, l2c, bh),
-            "T_c · " + formula,
+            "T_c · " + formula + visited_share(w),
         )
     # atomic adds to dQacc happen in L2: requests T_c times; HBM: read once, write back once if it fits
     acc_req = req(dq_acc)
     acc_hbm = tile_reread_hbm(dq_acc, acc_req, sharing, ws, w.causal, l2c, bh)
-    main.read("dQacc", "state", acc_req, acc_hbm, "T_c · B·H·N·d·4 (atomic add)")
-    main.write("dQacc", "state", acc_req, "T_c · B·H·N·d·4 (atomic add)", hbm=acc_hbm)
+    main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d·4 (atomic add){visited_share(w)}")
+    main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d·4 (atomic add){visited_share(w)}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
     main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
     kernels.append(
@@ -340,13 +346,13 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     k.write("m", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
     k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
     k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
-    k.read("Q", "input", steps(q), hbm(q, steps(q)), "T_c · B·H·N·d·e")
-    k.read("O", "output", steps(q), hbm(0, steps(q)), "T_c · B·H·N·d·e")
-    k.read("l", "state", steps(stat), hbm(0, steps(stat)), "T_c · B·H·N·4")
-    k.read("m", "state", steps(stat), hbm(0, steps(stat)), "T_c · B·H·N·4")
-    k.write("O", "output", steps(q), "T_c · B·H·N·d·e", hbm=hbm(q, steps(q)))
-    k.write("l", "state", steps(stat), "T_c · B·H·N·4", hbm=hbm(stat, steps(stat)))
-    k.write("m", "state", steps(stat), "T_c · B·H·N·4", hbm=hbm(stat, steps(stat)))
+    k.read("Q", "input", steps(q), hbm(q, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("O", "output", steps(q), hbm(0, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("l", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
+    k.read("m", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
+    k.write("O", "output", steps(q), f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, steps(q)))
+    k.write("l", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
+    k.write("m", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     return k.build(
         matmul_flops=intmath.mul(4, ctx.scores, w.d),
@@ -379,9 +385,9 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
         ("l", "state", stat, "B·H·N·4"),
         ("m", "state", stat, "B·H·N·4"),
     ):
-        k.read(tensor, role, steps(nbytes), hbm(nbytes, steps(nbytes)), "T_c · " + formula)
-    k.read("dQ", "output", steps(q), hbm(0, steps(q)), "T_c · B·H·N·d·e")
-    k.write("dQ", "output", steps(q), "T_c · B·H·N·d·e", hbm=hbm(q, steps(q)))
+        k.read(tensor, role, steps(nbytes), hbm(nbytes, steps(nbytes)), "T_c · " + formula + visited_share(w))
+    k.read("dQ", "output", steps(q), hbm(0, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.write("dQ", "output", steps(q), f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, steps(q)))
     k.write("dK", "output", kv, "B·H·N_kv·d·e")
     k.write("dV", "output", kv, "B·H·N_kv·d·e")
     return k.build(

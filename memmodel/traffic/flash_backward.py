@@ -60,7 +60,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
-from .flash import per_wave_stream, tile_reread_hbm
+from .flash import per_wave_stream, tile_reread_hbm, visited_share
 from .ledger import Kernel, KernelBuilder, only_where, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -290,7 +290,7 @@ def cutlass_backward(
     kernels = []
     if np.any(many):  # on a grid, only on the rows with more than one split
         z = KernelBuilder("mea_bwd_zero", "backward")
-        z.write("dQacc", "state", workspace, "B·H·⌈N/B_i⌉·B_i·⌈d/B_j⌉·B_j·4 (zeroed)")
+        z.write("dQacc", "state", workspace, "B·H·⌈N/B_i⌉·⌈d/B_j⌉·(B_i·B_j·4 + 16) (zeroed; a lock per tile)")
         kernels += present_kernels(only_where(z.build(op="elementwise"), many))
 
     pair = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
@@ -299,6 +299,7 @@ def cutlass_backward(
     )
     reread = lambda unique, requested: tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)  # noqa: E731
     main = KernelBuilder("mea_bwd", "backward")
+    v = visited_share(w)
     # every CTA computes D for all the queries of its head: reads O and dO, writes D
     delta_req = intmath.mul(splits, q)
     main.read("O", "output", delta_req, reread(q, delta_req), "splits · B·H·N·d·e (D per CTA)")
@@ -307,41 +308,44 @@ def cutlass_backward(
         "input",
         intmath.add(delta_req, pair(intmath.mul(2, q))),
         reread(q, intmath.add(delta_req, pair(intmath.mul(2, q)))),
-        "(splits + 2·T_c) · B·H·N·d·e",
+        f"(splits + 2·T_c{v}) · B·H·N·d·e",
     )
     main.write("D", "state", intmath.mul(splits, stat), "splits · B·H·N·4", hbm=stat)
-    main.read("Q", "input", pair(intmath.mul(2, q)), reread(q, pair(intmath.mul(2, q))), "2·T_c · B·H·N·d·e")
+    main.read("Q", "input", pair(intmath.mul(2, q)), reread(q, pair(intmath.mul(2, q))), f"2·T_c · B·H·N·d·e{v}")
     for tensor, nbytes in (("lse", stat), ("D", stat)):
-        main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), "T_c · B·H·N·4")
+        main.read(tensor, "state", pair(nbytes), reread(nbytes, pair(nbytes)), f"T_c · B·H·N·4{v}")
     # K_j stays in shared memory for S; V_j (for dP) and K_j (for dQ) are loaded again per pair
     kv_pairs = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
     k_req = intmath.add(kv_q_heads, kv_pairs)
-    main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), "(1 + T_r) · B·H·N_kv·d·e")
-    main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), "T_r · B·H·N_kv·d·e")
+    main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), f"(1 + T_r{v}) · B·H·N_kv·d·e")
+    main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), f"T_r · B·H·N_kv·d·e{v}")
     # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded, added to and stored
     # (``kernel_backward.h``: with key splits every pair loads the zeroed workspace tile; one
     # split loads all but the first key block's; the last contribution to a Q block writes dQ
     # instead of storing)
     contributions = pair(intmath.mul(bh, w.n, acc_cols, ACC_BYTES))
     first = intmath.mul(bh, w.n, acc_cols, ACC_BYTES)
+    partial = "B·H·N·⌈d/B_j⌉·B_j·4"
     if intmath.is_array(contributions, first, splits):
         stored = np.maximum(0, np.asarray(contributions) - np.asarray(first))
         loaded = np.where(np.asarray(splits) > 1, np.asarray(contributions), stored)
+        loaded_formula = f"T_c{v} · {partial} (with key splits; one split: T_c{v} − 1)"
     else:
         stored = max(0, int(contributions) - int(first))
         loaded = int(contributions) if int(splits) > 1 else stored
+        loaded_formula = f"T_c{v} · {partial}" if int(splits) > 1 else f"(T_c{v} − 1) · {partial}"
     main.read(
         "dQacc",
         "state",
         loaded,
         tile_reread_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh),
-        "T_c · B·H·N·⌈d/B_j⌉·B_j·4 (with key splits; one split: T_c − 1)",
+        loaded_formula,
     )
     main.write(
         "dQacc",
         "state",
         stored,
-        "(T_c − 1) · B·H·N·⌈d/B_j⌉·B_j·4",
+        f"(T_c{v} − 1) · {partial}",
         hbm=tile_reread_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
     )
     main.write("dQ", "output", q, "B·H·N·d·e")
@@ -351,7 +355,7 @@ def cutlass_backward(
         kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
             acc_rows = np.where(in_rf, 0, kv_acc)
-            main.read(tensor, "output", acc_rows, np.where(in_rf, 0, kv_q_heads), "T_r · B·H·N_kv·d·e (accumulate)")
+            main.read(tensor, "output", acc_rows, np.where(in_rf, 0, kv_q_heads), f"T_r · B·H·N_kv·d·e (accumulate){v}")
             main.write(tensor, "output", np.where(in_rf, kv_q_heads, kv_acc), "B·H·N_kv·d·e or T_r · …", hbm=kv_q_heads)
     elif np.all(output_in_registers):
         main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
@@ -359,8 +363,8 @@ def cutlass_backward(
     else:  # accumulated in global memory: read and written per visited pair
         kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
-            main.read(tensor, "output", kv_acc, kv_q_heads, "T_r · B·H·N_kv·d·e (accumulate)")
-            main.write(tensor, "output", kv_acc, "T_r · B·H·N_kv·d·e (accumulate)", hbm=kv_q_heads)
+            main.read(tensor, "output", kv_acc, kv_q_heads, f"T_r · B·H·N_kv·d·e (accumulate){v}")
+            main.write(tensor, "output", kv_acc, f"T_r · B·H·N_kv·d·e (accumulate){v}", hbm=kv_q_heads)
     scores, d_x = ctx.exec_scores, ctx.exec_d
     kernels.append(
         main.build(

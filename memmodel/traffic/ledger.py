@@ -24,7 +24,12 @@ DIRECTIONS = ("read", "write")
 class Transfer:
     """``bytes`` moved for ``tensor`` by ``kernel`` at memory ``level`` in ``direction``.
 
-    ``formula`` says how the count was made ("T_r · B·H·N_kv·d·e"), for humans.
+    ``formula`` is the count the kernel requests from L2 ("T_r · B·H·N_kv·d·e"), in every
+    row, standard or tiled: the ``l2`` bytes of a read (also the SRAM write of the bytes
+    arriving) and the stores of a write, in the symbols of the workload as the kernel sees it
+    (B, H, H_kv, G, N, N_kv, d, e; T_r, T_c, B_r, B_c: the pass's blocks; ``visited``: the
+    share of block pairs a causal kernel visits, floored). The HBM row of the same transfer is
+    what of it misses in L2. ``tests/test_formulas.py`` evaluates every formula against it.
     """
 
     kernel: str
@@ -111,6 +116,11 @@ class Kernel:
     dropout_scores: IntLike = 0
     #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
     splits: IntLike = 0
+    #: what the kernel is, where its timing differs from its transfers' and FLOPs': "split_kv"
+    #: (one split of a split-KV decode: its CTAs stream their K/V chunks, timed at the
+    #: implementation's measured CTA rate where the profile has one), "combine" (merges the
+    #: splits; the implementation's measured fixed and per-split cost), or "" (nothing special)
+    kind: str = ""
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
     #: grids: the rows this kernel runs on (a bool array; see :func:`only_where`); on the

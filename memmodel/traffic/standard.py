@@ -42,6 +42,12 @@ from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
 GEMM_TILE = 128
 
 
+def _requests(along: str, extents: dict[str, IntLike]) -> tuple[IntLike, str]:
+    """How often a GEMM operand is requested from L2: once per output tile along ``along``
+    (a symbol of ``extents``), and that count as a formula (``⌈N_kv/128⌉``)."""
+    return _tiles(extents[along]), f"⌈{along}/{GEMM_TILE}⌉"
+
+
 def _tiles(extent: IntLike) -> IntLike:
     """Output tiles of a GEMM along one dimension."""
     return intmath.ceil_div(extent, GEMM_TILE)
@@ -88,17 +94,25 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     matmul = intmath.mul(2, scores, w.d)
     z = scores  # dropout mask, 1 byte per score
     kernels: list[Kernel] = []
+    extents = {"N_kv": w.n_kv_, "G·N": rows, "d": w.d}
 
-    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, times: IntLike, formula: str) -> None:
-        k.read(tensor, role, intmath.mul(unique, times), unique, formula)
+    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, along: str | None, formula: str) -> None:
+        # requested once per output tile along ``along`` (:func:`_requests`; None: once), read from HBM once
+        if along is None:
+            k.read(tensor, role, unique, unique, formula)
+            return
+        times, times_formula = _requests(along, extents)
+        k.read(tensor, role, intmath.mul(unique, times), unique, f"{times_formula} · {formula}")
 
-    def just_written(k: KernelBuilder, tensor: str, times: IntLike = 1) -> None:
-        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), "B·H·N·N_kv·e")
+    def just_written(k: KernelBuilder, tensor: str, along: str | None = None) -> None:
+        times, times_formula = _requests(along, extents) if along else (1, "")
+        formula = f"{times_formula} · B·H·N·N_kv·e" if along else "B·H·N·N_kv·e"
+        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), formula)
 
     # --- forward -------------------------------------------------------------------
     k = KernelBuilder("qk")  # S = Q Kᵀ: [G·N × d] @ [d × N_kv]
-    operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
-    operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    operand(k, "Q", "input", q, "N_kv", "B·H·N·d·e")
+    operand(k, "K", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
     k.write("S", "intermediate", s, "B·H·N·N_kv·e")
     kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
@@ -143,22 +157,22 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
 
     k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d]
-    just_written(k, "P", _tiles(w.d))
-    operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    just_written(k, "P", "d")
+    operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
     k.write("O", "output", q, "B·H·N·d·e")
     kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     # --- backward ------------------------------------------------------------------
     if backward:
         k = KernelBuilder("dv", "backward")  # dV = Pᵀ dO: [N_kv × G·N] @ [G·N × d]
-        operand(k, "P", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
-        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        operand(k, "P", "intermediate", s, "d", "B·H·N·N_kv·e")
+        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
         k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dp", "backward")  # dP = dO Vᵀ: [G·N × d] @ [d × N_kv]
-        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
-        operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
+        operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
         k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
@@ -170,21 +184,21 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
 
         k = KernelBuilder("ds", "backward")
-        operand(k, "P", "intermediate", s, 1, "B·H·N·N_kv·e")
+        operand(k, "P", "intermediate", s, None, "B·H·N·N_kv·e")
         just_written(k, "dP")
         k.write("dS", "intermediate", s, "B·H·N·N_kv·e")
         # P·dP, row sum, subtract, multiply: 4 FP32 ops per score
         kernels.append(k.build(softmax_flops=intmath.mul(4, scores), op="elementwise"))
 
         k = KernelBuilder("dq", "backward")  # dQ = dS K: [G·N × N_kv] @ [N_kv × d]
-        just_written(k, "dS", _tiles(w.d))
-        operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        just_written(k, "dS", "d")
+        operand(k, "K", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
         k.write("dQ", "output", q, "B·H·N·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q: [N_kv × G·N] @ [G·N × d]
-        operand(k, "dS", "intermediate", s, _tiles(w.d), "B·H·N·N_kv·e")
-        operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        operand(k, "dS", "intermediate", s, "d", "B·H·N·N_kv·e")
+        operand(k, "Q", "input", q, "N_kv", "B·H·N·d·e")
         k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
@@ -296,12 +310,20 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
     z = scores  # native_dropout's mask: one bool per score
     f_s = "B·H·N·N_kv·e"
     kernels: list[Kernel] = []
+    extents = {"N_kv": w.n_kv_, "G·N": rows, "d": w.d}
 
-    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, times: IntLike, formula: str) -> None:
-        k.read(tensor, role, intmath.mul(unique, times), unique, formula)
+    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, along: str | None, formula: str) -> None:
+        # requested once per output tile along ``along`` (:func:`_requests`; None: once), read from HBM once
+        if along is None:
+            k.read(tensor, role, unique, unique, formula)
+            return
+        times, times_formula = _requests(along, extents)
+        k.read(tensor, role, intmath.mul(unique, times), unique, f"{times_formula} · {formula}")
 
-    def just_written(k: KernelBuilder, tensor: str, times: IntLike = 1) -> None:
-        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), f_s)
+    def just_written(k: KernelBuilder, tensor: str, along: str | None = None) -> None:
+        times, times_formula = _requests(along, extents) if along else (1, "")
+        formula = f"{times_formula} · B·H·N·N_kv·e" if along else "B·H·N·N_kv·e"
+        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), formula)
 
     def causal_mask(k: KernelBuilder) -> None:
         # one bool per (stacked query row, key); re-read per batch and K/V head, from L2 when
@@ -334,8 +356,8 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
 
     # --- forward -------------------------------------------------------------------
     k = KernelBuilder("qk")
-    operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
-    operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    operand(k, "Q", "input", q, "N_kv", "B·H·N·d·e")
+    operand(k, "K", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
     k.write("S", "intermediate", s, f_s)
     kernels.append(k.build(matmul_flops=matmul, op="gemm"))
     elementwise("scale", "S", "forward", scores, "scale", parts)
@@ -365,21 +387,21 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="dropout"))
         p_used = "P'"
     k = KernelBuilder("pv")
-    just_written(k, p_used, _tiles(w.d))
-    operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+    just_written(k, p_used, "d")
+    operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
     k.write("O", "output", q, "B·H·N·d·e")
     kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
     if backward:
         k = KernelBuilder("dv", "backward")  # dV = P'ᵀ dO
-        operand(k, p_used, "intermediate", s, _tiles(w.d), f_s)
-        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        operand(k, p_used, "intermediate", s, "d", f_s)
+        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
         k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dp", "backward")  # dP' = dO Vᵀ
-        operand(k, "dO", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
-        operand(k, "V", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
+        operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
         k.write("dP", "intermediate", s, f_s)
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
@@ -395,7 +417,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         for name, grad, out, flops in (("softmax_bwd_mul", "dP", "T", 1), ("softmax_bwd", "T", "dS", 3)):
             k = KernelBuilder(name, "backward")
             just_written(k, grad)
-            operand(k, "P", "intermediate", s, 1, f_s)
+            operand(k, "P", "intermediate", s, None, f_s)
             k.write(out, "intermediate", s, f_s)
             kernels.append(
                 k.build(
@@ -412,14 +434,14 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         elementwise("scale_bwd", "dS", "backward", scores, "scale", parts)
 
         k = KernelBuilder("dk", "backward")  # dK = dSᵀ Q
-        just_written(k, "dS", _tiles(w.d))
-        operand(k, "Q", "input", q, _tiles(w.n_kv_), "B·H·N·d·e")
+        just_written(k, "dS", "d")
+        operand(k, "Q", "input", q, "N_kv", "B·H·N·d·e")
         k.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
         k = KernelBuilder("dq", "backward")  # dQ = dS K
-        operand(k, "dS", "intermediate", s, _tiles(w.d), f_s)
-        operand(k, "K", "input", kv, _tiles(rows), "B·H_kv·N_kv·d·e")
+        operand(k, "dS", "intermediate", s, "d", f_s)
+        operand(k, "K", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
         k.write("dQ", "output", q, "B·H·N·d·e")
         kernels.append(k.build(matmul_flops=matmul, op="gemm"))
 
