@@ -48,6 +48,26 @@ def _requests(along: str, extents: dict[str, IntLike]) -> tuple[IntLike, str]:
     return _tiles(extents[along]), f"⌈{along}/{GEMM_TILE}⌉"
 
 
+def _readers(extents: dict[str, IntLike], s: IntLike, l2: l2m.L2) -> tuple[Any, Any]:
+    """The two ways a standard kernel reads: ``operand`` (an input requested once per output
+    tile along one extent, :func:`_requests`, read from HBM once) and ``just_written`` (an S-sized
+    intermediate the kernel before wrote, partly still in L2: :func:`l2m.carried_over`)."""
+
+    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, along: str | None, formula: str) -> None:
+        if along is None:
+            k.read(tensor, role, unique, unique, formula)
+            return
+        times, times_formula = _requests(along, extents)
+        k.read(tensor, role, intmath.mul(unique, times), unique, f"{times_formula} · {formula}")
+
+    def just_written(k: KernelBuilder, tensor: str, along: str | None = None) -> None:
+        times, times_formula = _requests(along, extents) if along else (1, "")
+        formula = f"{times_formula} · B·H·N·N_kv·e" if along else "B·H·N·N_kv·e"
+        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), formula)
+
+    return operand, just_written
+
+
 def _tiles(extent: IntLike) -> IntLike:
     """Output tiles of a GEMM along one dimension."""
     return intmath.ceil_div(extent, GEMM_TILE)
@@ -94,20 +114,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     matmul = intmath.mul(2, scores, w.d)
     z = scores  # dropout mask, 1 byte per score
     kernels: list[Kernel] = []
-    extents = {"N_kv": w.n_kv_, "G·N": rows, "d": w.d}
-
-    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, along: str | None, formula: str) -> None:
-        # requested once per output tile along ``along`` (:func:`_requests`; None: once), read from HBM once
-        if along is None:
-            k.read(tensor, role, unique, unique, formula)
-            return
-        times, times_formula = _requests(along, extents)
-        k.read(tensor, role, intmath.mul(unique, times), unique, f"{times_formula} · {formula}")
-
-    def just_written(k: KernelBuilder, tensor: str, along: str | None = None) -> None:
-        times, times_formula = _requests(along, extents) if along else (1, "")
-        formula = f"{times_formula} · B·H·N·N_kv·e" if along else "B·H·N·N_kv·e"
-        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), formula)
+    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d}, s, l2)
 
     # --- forward -------------------------------------------------------------------
     k = KernelBuilder("qk")  # S = Q Kᵀ: [G·N × d] @ [d × N_kv]
@@ -310,20 +317,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
     z = scores  # native_dropout's mask: one bool per score
     f_s = "B·H·N·N_kv·e"
     kernels: list[Kernel] = []
-    extents = {"N_kv": w.n_kv_, "G·N": rows, "d": w.d}
-
-    def operand(k: KernelBuilder, tensor: str, role: str, unique: IntLike, along: str | None, formula: str) -> None:
-        # requested once per output tile along ``along`` (:func:`_requests`; None: once), read from HBM once
-        if along is None:
-            k.read(tensor, role, unique, unique, formula)
-            return
-        times, times_formula = _requests(along, extents)
-        k.read(tensor, role, intmath.mul(unique, times), unique, f"{times_formula} · {formula}")
-
-    def just_written(k: KernelBuilder, tensor: str, along: str | None = None) -> None:
-        times, times_formula = _requests(along, extents) if along else (1, "")
-        formula = f"{times_formula} · B·H·N·N_kv·e" if along else "B·H·N·N_kv·e"
-        k.read(tensor, "intermediate", intmath.mul(s, times), l2m.carried_over(s, l2), formula)
+    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d}, s, l2)
 
     def causal_mask(k: KernelBuilder) -> None:
         # one bool per (stacked query row, key); re-read per batch and K/V head, from L2 when
