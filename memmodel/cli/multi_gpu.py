@@ -192,14 +192,9 @@ def validate(
             click.echo(parse_cp_case(spec).id)
         return
     if predict_only:
-        if gpu is None:
-            raise click.UsageError("--predict needs --gpu: the profile to predict with (e.g. --gpu h200)")
-        profile = load_profile(gpu)
-        click.echo(
-            f"# predicted with profile {profile.name} ({profile.origin} {profile.full_name}), memmodel {__version__}"
-        )
-        for spec in specs:
-            click.echo(prediction_line(spec, profile))
+        from .options import echo_predictions
+
+        echo_predictions(gpu, specs, prediction_line)
         return
     from .options import check_outputs
 

@@ -459,3 +459,19 @@ def require_module(module: str, purpose: str, *, extra: str) -> None:
         raise MissingDependency(
             f"{purpose} needs {module}, which is not installed: pip install 'memmodel[{extra}]'"
         ) from None
+
+
+def echo_predictions(gpu: str | None, items: Sequence[Any], line: Callable[[Any, Any], str]) -> None:
+    """``validate --predict``: the header naming profile and version, then one line per case
+    (``line(case, profile)``), the form every committed ``*-predictions.txt`` has."""
+    from .. import __version__
+    from ..hardware import load_profile
+
+    if gpu is None:
+        raise click.UsageError("--predict needs --gpu: the profile to predict with (e.g. --gpu h200)")
+    profile = load_profile(gpu)
+    click.echo(
+        f"# predicted with profile {profile.name} ({profile.origin} {profile.full_name}), memmodel {__version__}"
+    )
+    for item in items:
+        click.echo(line(item, profile))

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..implementations import CASE_IMPLEMENTATIONS
-from .options import Command, check_outputs, choice, force_option, format_option, option
+from .options import Command, check_outputs, choice, echo_predictions, force_option, format_option, option
 
 
 @click.command("validate", cls=Command)
@@ -166,17 +166,9 @@ def validate_cmd(
                 click.echo(c.id)
         return
     if predict_only:
-        from ..hardware import load_profile
         from ..validation import prediction_line
 
-        if gpu is None:
-            raise click.UsageError("--predict needs --gpu: the profile to predict with (e.g. --gpu h200)")
-        profile = load_profile(gpu)
-        click.echo(
-            f"# predicted with profile {profile.name} ({profile.origin} {profile.full_name}), memmodel {_version()}"
-        )
-        for c in cases:
-            click.echo(prediction_line(c, profile))
+        echo_predictions(gpu, cases, prediction_line)
         return
     check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
     if rescore_path:
@@ -387,9 +379,3 @@ def _print_table(data: dict[str, Any]) -> None:
         con.print(
             f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×"
         )
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
