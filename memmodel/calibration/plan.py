@@ -164,8 +164,15 @@ SDPA_SHAPES = (
 SDPA_SKIP = {("sdpa-efficient", 256)}
 #: decoding references, (batch, heads, kv heads, d) at two K/V lengths each: batch 1 splits
 #: K/V 28 ways on 132 SMs, batch 8 four ways; the slope gives the per-CTA streaming rate, the
-#: intercepts at two split counts the combine kernel's fixed and per-split cost
-DECODE_REFERENCES = (((1, 32, 8, 128), (49152, 98304)), ((8, 32, 8, 128), (12288, 24576)))
+#: intercepts at two split counts the combine kernel's fixed and per-split cost. At each head
+#: dim the kernels have (a CTA's tile, and so the bytes it keeps in flight, grows with d); the
+#: lengths scale as 1/d so every head dim streams the same bytes.
+DECODE_HEAD_DIMS = (64, 128, 256)
+DECODE_REFERENCES = tuple(
+    ((b, 32, 8, d), tuple(n * 128 // d for n in lengths))
+    for d in DECODE_HEAD_DIMS
+    for b, lengths in ((1, (49152, 98304)), (8, (12288, 24576)))
+)
 DECODE_IMPLS = ("sdpa-flash", "sdpa-cudnn")
 #: the training step's references: dropout probability, and the scores of the dropout and
 #: elementwise-gradient kernels (fp16)
