@@ -187,14 +187,18 @@ class Profile:
     origin: str = "file"
     #: dtype -> tensor-core peak of warp-level ``mma.sync`` instructions, where measured
     mma_sync_flops_per_s: Mapping[str, float] = field(default_factory=dict)
+    #: ``mma.sync`` rate of an SM holding one CTA of 4 warps, as a share of its rate with two
+    #: (measured by calibrate; None: not measured, taken as 1)
+    mma_sync_one_cta_share: float | None = None
     kernel_rates: KernelRates = field(default_factory=KernelRates)
     #: implementation -> ((head dim, efficiency), ...): the share of the model's compute rate
     #: the implementation reached on a reference shape (measured by ``memmodel calibrate``)
     implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, efficiency), ...) of its backward kernel (measured by calibrate)
     implementation_backward_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    #: implementation -> bytes per second one CTA of its split-KV (decoding) kernel streams
-    implementation_cta_bandwidth: Mapping[str, float] = field(default_factory=dict)
+    #: implementation -> ((head dim, bytes per second), ...) one CTA of its split-KV
+    #: (decoding) kernel streams (a single figure: the same at every head dim)
+    implementation_cta_bandwidth: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, seconds), ...): what a CTA costs beyond its blocks' work
     #: (loading Q, the first K/V tile's latency, writing O), per CTA slot (measured by calibrate)
     implementation_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -238,6 +242,13 @@ class Profile:
             return None
         rates = self.implementation_backward_dropout_rate if backward else self.implementation_dropout_rate
         return interpolate_log2(rates.get(implementation, ()), head_dim)
+
+    def cta_bandwidth(self, implementation: str | None, head_dim: Any) -> Any:
+        """Bytes per second one split-KV CTA of ``implementation`` streams at ``head_dim``
+        (linear in log2 between measured head dims, clamped at the ends); None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_cta_bandwidth.get(implementation, ()), head_dim)
 
     def cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
         """Seconds a CTA of ``implementation`` costs beyond its blocks, at ``head_dim``; None where not measured."""
@@ -321,6 +332,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "compute.fp8": ("flops", False),
     "compute.exp": ("ops", False),
     **{f"compute.mma_sync.{d}": ("flops", False) for d in MMA_SYNC_DTYPES},
+    "compute.mma_sync.one_cta_share": ("ratio", False),
     "kernels.gemm.read_bandwidth": ("bandwidth", False),
     "kernels.gemm.write_bandwidth": ("bandwidth", False),
     "kernels.softmax.bandwidth": ("bandwidth", False),
@@ -366,6 +378,7 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.cta_bandwidth": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -373,6 +386,8 @@ _CURVES: dict[str, str] = {
 }
 #: curves whose values may be 0
 _ZERO_ALLOWED = {"memory.l2.reuse"}
+#: curves that may also be one figure (the same at every key)
+_SCALAR_OR_CURVE = {f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES}
 _TEXT_FIELDS = {
     "schema": False,
     "name": True,
@@ -476,6 +491,14 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             if note is not None and not isinstance(note, str):
                 raise _fail(where, fpath, "note must be a string")
         source_kind = sources[source].kind if source is not None else None
+        if fpath in _SCALAR_OR_CURVE and not isinstance(raw, Mapping):
+            # one figure for every head dim (profiles written before it was measured per head dim)
+            try:
+                curves[fpath] = ((1, units.parse(raw, kind)),)
+            except units.UnitError as exc:
+                raise _fail(where, fpath, str(exc)) from None
+            provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
+            continue
         if fpath in _CURVES:
             curves[fpath] = _parse_curve(raw, kind, _CURVES[fpath], where, fpath)
             provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
@@ -534,6 +557,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         mma_sync_flops_per_s={
             d: values[f"compute.mma_sync.{d}"] for d in MMA_SYNC_DTYPES if f"compute.mma_sync.{d}" in values
         },
+        mma_sync_one_cta_share=values.get("compute.mma_sync.one_cta_share"),
         kernel_rates=KernelRates(
             gemm_read_bytes_per_s=values.get("kernels.gemm.read_bandwidth"),
             gemm_write_bytes_per_s=values.get("kernels.gemm.write_bandwidth"),
@@ -553,7 +577,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
         implementation_efficiency=_per_implementation(curves, "efficiency"),
-        implementation_cta_bandwidth=_per_implementation(values, "cta_bandwidth"),
+        implementation_cta_bandwidth=_per_implementation(curves, "cta_bandwidth"),
         implementation_backward_efficiency=_per_implementation(curves, "backward_efficiency"),
         implementation_cta_overhead=_per_implementation(curves, "cta_overhead"),
         implementation_masked_cost=_per_implementation(curves, "masked_block_cost"),
@@ -741,6 +765,7 @@ def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram
 #: clock); ``hbm``: the same share of the datasheet HBM bandwidth; ``l2``: the same share of
 #: the L2; ``same``: dimensionless, or fixed in nanoseconds.
 DERIVE_RULES: tuple[tuple[str, str], ...] = (
+    ("compute.mma_sync.one_cta_share", "same"),
     ("compute.*", "sm-clock"),
     ("memory.l2.bandwidth", "sm-clock"),
     ("memory.sram.bandwidth_per_sm", "clock"),

@@ -78,6 +78,10 @@ class Implementation:
     #: decoding with GQA (one query row per head), the query heads of a group are packed as
     #: the rows of one Q block of their K/V head (FlashAttention-2's "seqlenq_ngroups_swapped")
     packs_gqa_decode: bool = False
+    #: splits K/V across CTAs for any sequence length when batch × heads × Q blocks leave the
+    #: SMs under-filled (FlashAttention-2's forward: ``set_params_splitkv`` in ``mha_fwd``),
+    #: not only when decoding
+    splits_prefill: bool = False
     #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
     #: listed by PyTorch's profiler on an H200), each costing a launch overhead
     extra_launches: int = 0
@@ -92,6 +96,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         max_head_dim=256,
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
+        splits_prefill=True,
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",
@@ -200,9 +205,13 @@ def tiles(
       128×64 (64×64 with dropout); d ≤ 256: 64×64 where two such CTAs fit an SM's shared
       memory (H100/H200: 228 KiB ≥ 4·d·(64 + 2·64) bytes), else 128×64 (A100).
     * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
-    * cuDNN: 64×128, one warp group of 64 query rows against 128 keys (its kernel names on an
-      H200: ``..._64x128x128_4x1x1_...`` for d = 80 to 128, ``64x128x64`` for d = 64,
-      ``64x128x192``, ``64x128x256``; validation/h200/2026-11-30/sdpa-choice.jsonl).
+    * cuDNN: 128×128, 128 query rows per CTA against 128 keys. Its kernel names on an H200
+      (``..._64x128x128_4x1x1_...`` for d = 80 to 128, ``64x128x64`` for d = 64, ``64x128x192``,
+      ``64x128x256``; validation/h200/2026-11-30/sdpa-choice.jsonl) give 64 rows, but a CTA
+      (one per SM) covers 128: Nsight Compute's L2 bytes of these kernels are half of what
+      64-row CTAs request (every cuDNN forward kernel of the H200 records, d = 64 to 256), and
+      one head's CTAs take as long for 66 as for 132 SMs' worth of 64-row blocks
+      (validation/h200/probe-2).
     * FlashAttention-3: 128×128 for d ≤ 128, 128×80 above (d = 256).
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     """
@@ -212,7 +221,7 @@ def tiles(
     if impl == "sdpa-efficient":
         bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
-        bq, bkv = 64, 128
+        bq, bkv = 128, 128
     elif impl == "fa3":
         bq, bkv = (128, 128) if d <= 128 else (128, 80)
     elif impl == "triton":

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from . import intmath
+from . import implementations, intmath
 from .errors import WorkloadError
 from .hardware import Profile
 from .implementations import Options, kernel_workload, options_for, padded_head_dim, smem_reads, with_options
@@ -99,7 +99,11 @@ def tiled_traffic(
     impl = options.model_implementation
     # the split count follows the workload as the caller gives it (decoding: n = 1), then the
     # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
-    splits = options.splits if options.splits is not None else choose_splits(workload, profile.sm_count)
+    spec = implementations.get(impl)
+    prefill = bool(spec is not None and spec.splits_prefill and not options.backward)
+    splits = (
+        options.splits if options.splits is not None else choose_splits(workload, profile.sm_count, prefill=prefill)
+    )
     workload = kernel_workload(workload, impl)
     blocks = block_sizes(workload, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
     ctx = tile_context(

@@ -247,8 +247,22 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
     return float(out) if out.ndim == 0 else out
 
 
-def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count: int) -> Any:
+def cta_tail_factor(
+    workload: Any,
+    block_q: IntLike,
+    block_kv: IntLike,
+    sm_count: int,
+    ctas_per_sm: IntLike | None = None,
+    one_cta_share: float | None = None,
+) -> Any:
     """Makespan of a FlashAttention-2 forward grid over the balanced time, ≥ 1.
+
+    An SM holding one CTA of a kernel that keeps ``ctas_per_sm`` ≥ 2 runs it at
+    ``one_cta_share`` of its full rate (one CTA's 4 warps leave the tensor cores idle between
+    dependent products: calibrate's register loop, ``compute.mma_sync.one_cta_share``). CTAs
+    go to the SMs breadth first (one per SM before a second: validation/h200/probe-2), so
+    without masking an SM given m CTAs runs ⌊m/o⌋ full groups and, if m mod o is 1, one CTA
+    alone; with masking, a grid of at most one CTA per SM runs every CTA alone.
 
     Jobs: B·H·T_r CTAs, in grid order; CTA i of a head does ``visited(i)`` K/V blocks (T_c
     without causal masking). Handed to S = ``sm_count`` SMs as they free up (list
@@ -265,9 +279,18 @@ def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count
     t_r, t_c = np.ceil(n / bq), np.ceil(n_kv / bkv)
     s = float(sm_count)
     jobs = f(workload.batch) * f(workload.heads) * t_r
+    occ = np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64)
+    share = float(one_cta_share) if one_cta_share else 1.0
+    lone = np.where(occ >= 2, 1.0 / share, 1.0)  # the time of a CTA alone, in full-rate CTA times
     if not workload.causal:
         w = jobs / s
-        out = np.ceil(w) / w
+
+        def sm_time(m: Any) -> Any:  # m CTAs on one SM, o at a time
+            groups = np.floor(m / np.maximum(occ, 1.0))
+            rest = m - groups * np.maximum(occ, 1.0)
+            return groups * np.maximum(occ, 1.0) + np.where(rest == 1, lone, rest)
+
+        out = np.maximum(sm_time(np.ceil(w)), sm_time(np.floor(w))) / w
     else:
         from .traffic.blocks import visited_blocks
 
@@ -281,7 +304,7 @@ def cta_tail_factor(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count
 
         last = visited(t_r - 1)
         mean_before = np.where(s >= t_r, per_head / t_r, (visited(np.maximum(t_r - s, 0)) + last) / 2)
-        makespan = np.where(jobs <= s, last, (total - last) / s - mean_before / 2 + last)
+        makespan = np.where(jobs <= s, last * lone, (total - last) / s - mean_before / 2 + last)
         out = np.maximum(1.0, makespan / (total / s))
     return float(out) if out.ndim == 0 else out
 
@@ -373,8 +396,8 @@ def kernel_time(
         else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
-    cta_rate = profile.implementation_cta_bandwidth.get(impl.name) if impl and kernel.kind == "split_kv" else None
-    if cta_rate:
+    cta_rate = profile.cta_bandwidth(impl.name, hd) if impl and hd is not None and kernel.kind == "split_kv" else None
+    if cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
@@ -451,7 +474,16 @@ def algorithm_time(
     tailed = ("fa2_fwd",)
     if workload is not None and algorithm.variant == "fa2":
         p = algorithm.params
-        tail = cta_tail_factor(workload, np.asarray(p["block_q"]), np.asarray(p["block_kv"]), profile.sm_count)
+        spec = implementations.get(implementation)
+        share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
+        tail = cta_tail_factor(
+            workload,
+            np.asarray(p["block_q"]),
+            np.asarray(p["block_kv"]),
+            profile.sm_count,
+            p.get("ctas_per_sm"),
+            share,
+        )
     elif workload is not None and algorithm.variant == "fa1":
         # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
         jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)

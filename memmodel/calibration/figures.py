@@ -344,6 +344,15 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
                 f"{point.get('n', '?')}^3 product, {mma.get('method', 'Triton, mma.sync')}; best tiles "
                 f"{bm}x{bn}x{bk}, {warps} warps, {stages} stages",
             )
+    one = mma.get("one_cta") or {}
+    if one.get("share"):
+        a, b = one["ctas_1"], one["ctas_2"]
+        out["compute.mma_sync.one_cta_share"] = (
+            f"{one['share']:.3f}",
+            f"mma.sync rate with one CTA of {one.get('warps', 4)} warps per SM over two: a register-resident loop "
+            f"of {'x'.join(str(x) for x in one.get('tile', []))} products (no memory traffic), "
+            f"{a['ctas']} CTAs {a['rate'] / 1e12:.1f} TFLOP/s, {b['ctas']} CTAs {b['rate'] / 1e12:.1f} TFLOP/s",
+        )
     k = m.get("kernels") or {}
     gemm = k.get("gemm") or {}
     for kind, fpath, what in (

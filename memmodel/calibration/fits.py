@@ -17,7 +17,7 @@ from ..timing import kernel_time
 from ..validation import BACKWARD_MAIN, _compare, case_options, predicted_kernels
 from ..workload import Workload
 from .figures import _bw, _ops, backward_kernel_figures
-from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_SHORT
+from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT
 
 
 def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> Case:
@@ -47,33 +47,51 @@ def _fused_parts(impl: str, shape: tuple[int, ...], profile: Profile) -> dict[st
 
 
 def fit_reference(
-    long: dict[str, float], short: dict[str, float] | None, causal: dict[str, float] | None, cta_s: float | None = None
+    long: dict[str, float],
+    short: dict[str, float] | None,
+    causal: dict[str, float] | None,
+    cta_s: float | None = None,
+    loop: dict[str, float] | None = None,
 ) -> dict[str, float | None]:
     """Efficiency e, CTA overhead t (s) and diagonal cost m from the measured times of the
     reference shapes (``measured_s`` beside :func:`_fused_parts`' figures), with the model's
     fused-kernel time ``C/e·(1 + m·r) + F·t`` plus the launch:
 
-    * long and short: ``T − launch = C·x + F·t`` twice, x = 1/e; solved for x and t (t
-      clamped at 0, then x from the long shape alone); without a short shape, ``cta_s``
-      (from neighbouring head dims) or 0;
+    * the plain shapes (long, short, and the long-loop one where measured): ``T − launch =
+      C·x + F·t`` for each, x = 1/e, solved for x and t by least squares on the relative
+      error (exactly, with two shapes); t clamped at 0, then x from the plain shapes alone;
+      without a short shape, ``cta_s`` (from neighbouring head dims) or 0. The long-loop shape
+      (few CTAs, hundreds of K/V blocks each) pins the rate of a block's work where the CTA's
+      fixed costs no longer matter, so x is not left to the two short-loop shapes;
     * causal: ``T − launch − F·t = C·x·(1 + m·r)``, solved for m (at least 0).
     """
-    tl, cl, fl = long["measured_s"] - long["launch_s"], long["compute_s"], long["waves"]
+    plain = [p for p in (long, short, loop) if p is not None]
+    rows = [(p["compute_s"], p["waves"], p["measured_s"] - p["launch_s"]) for p in plain]
     t = cta_s
     if short is not None:
-        ts, cs, fs = short["measured_s"] - short["launch_s"], short["compute_s"], short["waves"]
-        det = cl * fs - cs * fl
+        # minimise Σ ((C·x + F·t)/T − 1)² over x and t: the 2×2 normal equations
+        a = [(c / m, f / m) for c, f, m in rows]
+        s_cc = sum(c * c for c, _ in a)
+        s_cf = sum(c * f for c, f in a)
+        s_ff = sum(f * f for _, f in a)
+        s_c1 = sum(c for c, _ in a)
+        s_f1 = sum(f for _, f in a)
+        det = s_cc * s_ff - s_cf * s_cf
         if det != 0:
-            t = (cl * ts - cs * tl) / det
+            t = (s_cc * s_f1 - s_cf * s_c1) / det
     t = max(0.0, t or 0.0)
-    x = (tl - fl * t) / cl
+    # x given t: least squares on the relative error over the plain shapes
+    num = sum((c / m) * (1.0 - f * t / m) for c, f, m in rows)
+    den = sum((c / m) ** 2 for c, _, m in rows)
+    x = num / den
     if x <= 0:  # the overhead cannot explain more than the whole: no overhead
-        t, x = 0.0, tl / cl
-    m = None
+        t = 0.0
+        x = sum(c / m for c, _, m in rows) / den
+    m_cost = None
     if causal is not None and causal["diagonal_share"] > 0:
         tc = causal["measured_s"] - causal["launch_s"] - causal["waves"] * t
-        m = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
-    return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m}
+        m_cost = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
+    return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m_cost}
 
 
 def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
@@ -104,7 +122,8 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
             long = part(*REFERENCE_LONG, d, False)
             short = part(*REFERENCE_SHORT, d, False)
             if long is not None and short is not None:
-                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True)), "long": long}
+                loop = part(*REFERENCE_LOOP, d, False)
+                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True), loop=loop), "long": long}
         known = tuple(sorted((d, f["cta_overhead_s"]) for d, f in fits.items() if f["cta_overhead_s"] is not None))
         for d in heads:
             long = part(*REFERENCE_LONG, d, False)
@@ -122,9 +141,13 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
             shapes.append(f"{b} x {h} x {n} causal")
         if (bs, hs, ns, False) in kinds:
             shapes.append(f"{bs} x {hs} x {ns}")
+        bl, hl, nl = REFERENCE_LOOP
+        if (bl, hl, nl, False) in kinds:
+            shapes.append(f"{bl} x {hl} x {nl}")
         shared = (
             f"fp16, medians of CUDA-event times; fitted jointly to {', '.join(shapes)}: model time = compute / "
-            "efficiency x (1 + diagonal cost x diagonal share) + CTA waves x CTA overhead + launch"
+            "efficiency x (1 + diagonal cost x diagonal share) + CTA waves x CTA overhead + launch (least squares "
+            "on the relative error over the plain shapes)"
         )
         fitted = {d: f for d, f in sorted(fits.items())}
         out[f"implementations.{impl}.efficiency"] = (
@@ -181,18 +204,21 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
 
 
 def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second)
-    and ``combine_time``/``combine_time_per_split`` (the combine kernel) from the decoding
-    references (:data:`DECODE_REFERENCES`, :func:`fit_decode`), each CTA's bytes counted as
-    the time model counts them (FlashAttention-2's split count; cuDNN's own split is not
-    public: assumed the same; the CTAs its occupancy runs at once)."""
+    """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second, by
+    head dim) and ``combine_time``/``combine_time_per_split`` (the combine kernel, from the
+    head dim 128 references, or the first measured) from the decoding references
+    (:data:`DECODE_REFERENCES`, :func:`fit_decode`), each CTA's bytes counted as the time model
+    counts them (FlashAttention-2's split count; cuDNN's own split is not public: assumed the
+    same; the CTAs its occupancy runs at once)."""
     out: dict[str, tuple[Any, str]] = {}
     points = [p for p in (m.get("sdpa") or {}).get("points", []) if "decode" in p and p.get("time_s")]
     launch = float(profile.launch_overhead_s or 0.0)
     for impl in sorted({p["impl"] for p in points}):
-        rows = []
+        by_d: dict[int, list[tuple[int, int, float, float, int]]] = {}
         shapes: dict[tuple[int, ...], int] = {}
-        for p in sorted((p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][0], p["decode"][3])):
+        for p in sorted(
+            (p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][4], p["decode"][0], p["decode"][3])
+        ):
             b, h, kv_heads, n_kv, d = p["decode"]
             w = Workload(n=1, n_kv=n_kv, d=d, batch=b, heads=h, kv_heads=kv_heads, dtype=p.get("dtype", "fp16"))
             # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
@@ -204,26 +230,39 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             splits = int(c.tiled.traffic.params["splits"])
             per_cta = float(split.bytes(level="hbm")) / max(float(split.concurrent_ctas), 1.0)
             sid = shapes.setdefault((b, h, kv_heads, d), len(shapes))
-            rows.append((sid, splits, per_cta, p["time_s"], n_kv))
-        if len({r[0] for r in rows}) < 1 or any(sum(1 for r in rows if r[0] == s) < 2 for s in {r[0] for r in rows}):
+            by_d.setdefault(d, []).append((sid, splits, per_cta, p["time_s"], n_kv))
+        fitted: dict[int, dict[str, float]] = {}
+        for d, rows in by_d.items():
+            ids = {r[0] for r in rows}
+            if any(sum(1 for r in rows if r[0] == i) < 2 for i in ids):
+                continue
+            fitted[d] = fit_decode(rows, launch)
+        if not fitted:
             continue
-        fit = fit_decode(rows, launch)
-        refs = "; ".join(
-            f"{b}x{h} heads ({kv_heads} K/V), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
-            for r, (b, h, kv_heads, _) in ((r, next(k for k, v in shapes.items() if v == r[0])) for r in rows)
+
+        def refs(d: int, by_d: dict[int, Any] = by_d, shapes: dict[tuple[int, ...], int] = shapes) -> str:
+            return "; ".join(
+                f"{b}x{h} heads ({kv}), n_kv {r[4]}, {r[1]} splits, {r[3] * 1e6:.1f} us"
+                for r in by_d[d]
+                for (b, h, kv, _) in [next(k for k, v in shapes.items() if v == r[0])]
+            )
+
+        note = "decoding references, fp16, FlashAttention-2's split count, at each head dim: " + " | ".join(
+            f"d = {d}: {refs(d)}" for d in sorted(fitted)
         )
-        note = f"decoding references, d = 128, fp16, FlashAttention-2's split count: {refs}"
         out[f"implementations.{impl}.cta_bandwidth"] = (
-            _bw(fit["cta_bandwidth"]),
+            {d: _bw(f["cta_bandwidth"]) for d, f in sorted(fitted.items())},
             f"per split-KV CTA, from the slope between the two lengths of the shape with the most splits; {note}",
         )
+        base = fitted.get(128) or fitted[min(fitted)]
+        at = 128 if 128 in fitted else min(fitted)
         out[f"implementations.{impl}.combine_time"] = (
-            f"{max(fit['combine_s'], 1e-9) * 1e6:.4g} us",
-            f"the combine kernel's fixed cost: the intercepts less two launches, at two split counts; {note}",
+            f"{max(base['combine_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's fixed cost: the intercepts less two launches, at two split counts, d = {at}; {note}",
         )
         out[f"implementations.{impl}.combine_time_per_split"] = (
-            f"{max(fit['combine_per_split_s'], 1e-9) * 1e6:.4g} us",
-            f"the combine kernel's cost per split; {note}",
+            f"{max(base['combine_per_split_s'], 1e-9) * 1e6:.4g} us",
+            f"the combine kernel's cost per split, d = {at}; {note}",
         )
     return out
 

@@ -149,14 +149,19 @@ FEW_ROWS_LENGTH = 32768
 #: reference shapes for the implementations: (batch, heads, n, d, causal), fp16; not validation
 #: cases. Long (8 × 16 × 2048) at every kernel head dim: the efficiency of a block's work;
 #: short (64 × 16 × 256, as many CTAs with 1/8 of the blocks each): what a CTA costs beyond
-#: its blocks; causal (8 × 16 × 2048): what a block on the diagonal costs beyond a plain one.
+#: its blocks; long-loop (1 × 8 × 16384): a block's work with the CTA's costs spread thin;
+#: causal (8 × 16 × 2048): what a block on the diagonal costs beyond a plain one.
 REFERENCE_LONG = (8, 16, 2048)
 REFERENCE_SHORT = (64, 16, 256)
+#: long-loop (1 × 8 × 16384: few CTAs, hundreds of K/V blocks each): the rate of a block's
+#: work where a CTA's fixed costs no longer count, which the two shapes above extrapolate to
+REFERENCE_LOOP = (1, 8, 16384)
 SDPA_HEAD_DIMS = (64, 96, 128, 256)
 SDPA_FIT_HEAD_DIMS = (64, 128, 256)
 SDPA_SHAPES = (
     *((*REFERENCE_LONG, d, False) for d in SDPA_HEAD_DIMS),
     *((*REFERENCE_SHORT, d, False) for d in SDPA_FIT_HEAD_DIMS),
+    *((*REFERENCE_LOOP, d, False) for d in SDPA_FIT_HEAD_DIMS),
     *((*REFERENCE_LONG, d, True) for d in SDPA_FIT_HEAD_DIMS),
 )
 #: implementations whose kernel for a head dim memmodel does not model (measured, not fitted):

@@ -122,8 +122,65 @@ def _mma_one(ctx: Any, kernel: Any, dtype: str) -> dict[str, Any]:
     return out
 
 
+def _dot_loop_kernel() -> Any:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def dot_loop(a_ptr, out_ptr, iters, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        """``iters`` products of one register-resident BM×BK by BK×BN pair, accumulated."""
+        pid = tl.program_id(0)
+        rm = tl.arange(0, BM)
+        rn = tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+        b = tl.load(a_ptr + rk[:, None] * BN + rn[None, :])
+        acc = tl.zeros([BM, BN], tl.float32)
+        for _ in range(iters):
+            acc = tl.dot(a, b, acc)
+        tl.store(out_ptr + pid * BM * BN + rm[:, None] * BN + rn[None, :], acc)
+
+    return dot_loop
+
+
+#: the register loop's tiles and warps: FlashAttention-2's CTA shape (4 warps, 128 rows)
+DOT_TILE, DOT_WARPS, DOT_ITERS = (128, 128, 64), 4, 4096
+
+
+def measure_one_cta(ctx: Any) -> dict[str, Any]:
+    """The tensor cores' rate with one CTA of 4 warps on every SM against two, products only
+    (a register-resident loop of ``mma.sync``; no memory traffic): what an SM left with one
+    CTA of a kernel that keeps two (the last wave's stragglers, grids of one CTA per SM)
+    reaches. Compiled with ``DISABLE_MMA_V3=1`` (the caller sets it), PTX checked."""
+    torch = ctx.torch
+    kernel = _dot_loop_kernel()
+    bm, bn, bk = DOT_TILE
+    sms = ctx.info.sm_count
+    a = torch.randn(bm * bk * 4, device=ctx.device, dtype=torch.float16, generator=ctx.generator(19)) * 0.01
+    out = torch.empty(2 * sms * bm * bn, device=ctx.device, dtype=torch.float32)
+    res: dict[str, Any] = {"tile": list(DOT_TILE), "warps": DOT_WARPS, "iters": DOT_ITERS}
+    for per_sm in (1, 2):
+        grid = (per_sm * sms,)
+
+        def launch(grid: tuple[int, ...] = grid) -> Any:
+            return kernel[grid](a, out, DOT_ITERS, BM=bm, BN=bn, BK=bk, num_warps=DOT_WARPS, num_stages=1)
+
+        compiled = launch()
+        ctx.sync()
+        ptx = compiled.asm.get("ptx", "") if hasattr(compiled, "asm") else ""
+        r = ctx.rate(2 * bm * bn * bk * DOT_ITERS * grid[0], launch, reps=10)
+        res[f"ctas_{per_sm}"] = {**r, "ctas": grid[0], "ptx_mma_sync": "mma.sync" in ptx, "ptx_wgmma": "wgmma" in ptx}
+    one, two = res["ctas_1"], res["ctas_2"]
+    if one["ptx_mma_sync"] and not one["ptx_wgmma"] and two["ptx_mma_sync"] and not two["ptx_wgmma"]:
+        res["share"] = one["rate"] / two["rate"]
+    else:
+        res["skipped"] = "the loop did not compile to mma.sync alone"
+    return res
+
+
 def measure_mma_sync(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> dict[str, Any]:
-    """Best of :data:`MMA_CONFIGS` per dtype, n³ products of n = the plan's matmul size."""
+    """Best of :data:`MMA_CONFIGS` per dtype, n³ products of n = the plan's matmul size; and
+    :func:`measure_one_cta`."""
     if ctx.device == "cuda" and ctx.info.capability < (8, 0):
         major, minor = ctx.info.capability
         return {"skipped": f"compute capability {major}.{minor} has no 16-bit mma.sync"}
@@ -137,6 +194,11 @@ def measure_mma_sync(ctx: Any, dtypes: tuple[str, ...] = ("fp16", "bf16")) -> di
         for dtype in dtypes:
             out[dtype] = _mma_one(ctx, kernel, dtype)
             ctx.free()
+        try:
+            out["one_cta"] = measure_one_cta(ctx)
+        except Exception as exc:  # recorded: the peaks above stand
+            out["one_cta"] = {"error": str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}
+        ctx.free()
         return out
     finally:
         if old is None:
