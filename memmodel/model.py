@@ -100,7 +100,7 @@ def tiled_traffic(
     # the split count follows the workload as the caller gives it (decoding: n = 1), then the
     # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
     spec = implementations.get(impl)
-    prefill = bool(spec is not None and spec.splits_prefill and not options.backward)
+    prefill = bool(spec is not None and spec.splits_prefill)
     splits = (
         options.splits if options.splits is not None else choose_splits(workload, profile.sm_count, prefill=prefill)
     )
@@ -132,8 +132,10 @@ def tiled_traffic(
             raise WorkloadError(
                 f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
             )
-    if options.backward:
-        splits = 1  # training runs the plain forward kernel (it must save the logsumexp), on every row
+    if options.backward and not prefill:
+        # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
+        # splits its training forward as any other (the combine writes the logsumexp)
+        splits = 1
     forward = fa2(ctx, l2, splits=splits)
     if not options.backward:
         return forward

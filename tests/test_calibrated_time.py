@@ -60,7 +60,10 @@ def test_calibrated_profile_fields(h200):
     assert rates.gemm_write_bytes_per_s == pytest.approx(3.43e12)
     assert rates.elementwise_bytes_per_s == pytest.approx(1.85e12)
     assert rates.softmax_row_time_s == pytest.approx(16.51e-6)
-    assert h200.implementation_cta_bandwidth == {"sdpa-flash": pytest.approx(15.5e9)}
+    # one figure (a profile from before it was measured per head dim): the same at every head dim
+    assert h200.implementation_cta_bandwidth == {"sdpa-flash": ((1, 15.5e9),)}
+    assert h200.cta_bandwidth("sdpa-flash", 64) == h200.cta_bandwidth("sdpa-flash", 256) == 15.5e9
+    assert h200.cta_bandwidth("sdpa-cudnn", 128) is None
     # 11 powers of two 2^7..2^17 and 10 rows of 3·2^k, 192..98304
     assert len(rates.softmax_bytes_per_s) == 21
     assert rates.softmax_rate(4096) == 1.28e12  # a measured point is returned as measured

@@ -529,7 +529,7 @@ def _check_profile(p: Any) -> None:
     rates = p.kernel_rates
     optional = [
         *p.mma_sync_flops_per_s.values(),
-        *p.implementation_cta_bandwidth.values(),
+        *(y for curve in p.implementation_cta_bandwidth.values() for _, y in curve),
         *(y for curve in p.implementation_efficiency.values() for _, y in curve),
         *(y for _, y in rates.softmax_bytes_per_s),
         *(

@@ -82,8 +82,10 @@ def test_fa1_small_case_by_hand():
 
 
 def test_batch_and_heads_multiply_everything():
-    one = compare(Workload(n=512, d=64, dtype="fp16"), load_profile("a100"))
-    many = compare(Workload(n=512, d=64, dtype="fp16", batch=3, heads=7), load_profile("a100"))
+    # the paper's algorithm: a library kernel's split count (FlashAttention-2 splits K/V when
+    # batch × heads leave SMs idle) changes with batch and heads by design
+    one = compare(Workload(n=512, d=64, dtype="fp16"), load_profile("a100"), impl="paper")
+    many = compare(Workload(n=512, d=64, dtype="fp16", batch=3, heads=7), load_profile("a100"), impl="paper")
     for a, b in zip(one.algorithms, many.algorithms):
         assert b.traffic.hbm_bytes == 21 * a.traffic.hbm_bytes
         assert b.traffic.flops == 21 * a.traffic.flops
@@ -138,7 +140,7 @@ def test_tiled_never_exceeds_standard_once_n_exceeds_the_block(n, d, dtype, vari
     w = Workload(n=n, d=d, dtype=dtype)
     b = block_sizes(w, profile.sram.capacity_per_sm_bytes)
     assume(int(b.block_q) == d and n >= 2 * int(b.block_kv))
-    c = compare(w, profile, tiled=variant)
+    c = compare(w, profile, tiled=variant, impl="paper")  # no split-KV partials: the algorithm's own bytes
     assert c.tiled.traffic.hbm_bytes <= c.standard.traffic.hbm_bytes
 
 
@@ -157,8 +159,9 @@ def test_bytes_are_monotone_in_n(n, d, dtype, variant):
 def test_bytes_are_proportional_to_dtype_size_except_fp32_statistics(n, d, bq, bkv, variant):
     """In the paper's view (no L2); with L2, whether data fits depends on its size."""
     profile = load_profile("a100")
-    half = compare(Workload(n=n, d=d, dtype="fp16"), profile, tiled=variant, block_q=bq, block_kv=bkv, l2="off")
-    full = compare(Workload(n=n, d=d, dtype="fp32"), profile, tiled=variant, block_q=bq, block_kv=bkv, l2="off")
+    opts = {"tiled": variant, "block_q": bq, "block_kv": bkv, "l2": "off", "impl": "paper"}
+    half = compare(Workload(n=n, d=d, dtype="fp16"), profile, **opts)
+    full = compare(Workload(n=n, d=d, dtype="fp32"), profile, **opts)
     assert full.standard.traffic.hbm_bytes == 2 * half.standard.traffic.hbm_bytes
     data = lambda c: c.tiled.traffic.hbm_bytes - c.tiled.traffic.bytes(level="hbm", role="state")  # noqa: E731
     assert data(full) == 2 * data(half)

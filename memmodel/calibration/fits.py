@@ -59,7 +59,8 @@ def fit_reference(
 
     * the plain shapes (long, short, and the long-loop one where measured): ``T − launch =
       C·x + F·t`` for each, x = 1/e, solved for x and t by least squares on the relative
-      error (exactly, with two shapes); t clamped at 0, then x from the plain shapes alone;
+      error (exactly, with two shapes); t clamped at 0, then x from the long and long-loop
+      shapes alone;
       without a short shape, ``cta_s`` (from neighbouring head dims) or 0. The long-loop shape
       (few CTAs, hundreds of K/V blocks each) pins the rate of a block's work where the CTA's
       fixed costs no longer matter, so x is not left to the two short-loop shapes;
@@ -79,7 +80,10 @@ def fit_reference(
         det = s_cc * s_ff - s_cf * s_cf
         if det != 0:
             t = (s_cc * s_f1 - s_cf * s_c1) / det
+    clamped = t is not None and t < 0
     t = max(0.0, t or 0.0)
+    if clamped:  # no overhead fits: the rate of a block's work from the shapes of long loops
+        rows = [(p["compute_s"], p["waves"], p["measured_s"] - p["launch_s"]) for p in (long, loop) if p is not None]
     # x given t: least squares on the relative error over the plain shapes
     num = sum((c / m) * (1.0 - f * t / m) for c, f, m in rows)
     den = sum((c / m) ** 2 for c, _, m in rows)

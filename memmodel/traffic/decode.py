@@ -105,8 +105,13 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
     k = KernelBuilder("fa2_splitkv")
     k.read("Q", "input", q, q, "B·H·N·d·e")
-    k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, "B·H_kv·N_kv·d·e (once across splits)")
-    k.read("V", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, "B·H_kv·N_kv·d·e (once across splits)")
+    # decoding: each K/V head once across the splits; a split prefill: once per Q block of 64
+    # rows of each query head (a grid mixing both is labelled by its prefill rows)
+    kv_formula = (
+        "B·H_kv·N_kv·d·e (once across splits)" if np.all(swapped | (np.asarray(w.n) == 1)) else "⌈N/64⌉ · B·H·N_kv·d·e"
+    )
+    k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
+    k.read("V", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
     k.write("O_partial", "intermediate", partial_o, "B·H·splits·N·d·4")
     k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
     scores = intmath.mul(bh, w.n, w.n_kv_)
