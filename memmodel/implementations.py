@@ -247,14 +247,15 @@ def tiles(
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
     (registers, not shared memory, are the limit), read off Nsight Compute's launch
-    statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1;
+    statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1 (its
+    decoding kernels, 16 query rows and 4 warps: 2, on eleven of the twelve decoding cases);
     the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with 8 warps
     (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
     16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
     128-row tiles and d = 128). None: the model's own rule (tiles that fit shared memory)."""
     p = padded_head_dim(impl, d)
     if impl == "sdpa-cudnn":
-        return 1
+        return 2 if block_q <= DECODE_ROWS else 1
     if impl == "sdpa-efficient":
         return 4 if d <= 64 else (2 if d <= 128 else None)
     if impl == "sdpa-flash":
@@ -571,6 +572,8 @@ def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, p
         ctas = occupancy(impl, d, bq, float(workload.dropout), profile)
         if ctas is None:
             return None
+        if impl == "sdpa-cudnn" and bq <= DECODE_ROWS:
+            return ctas  # read off Nsight Compute at d = 128 and 256: its K/V stages are not two whole tiles
         tile = (bq + 2 * bkv) * d * e
         return max(1, min(ctas, sram // max(tile, 1)))
 

@@ -348,7 +348,7 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
     if one.get("share"):
         a, b = one["ctas_1"], one["ctas_2"]
         out["compute.mma_sync.one_cta_share"] = (
-            f"{one['share']:.3f}",
+            round(one["share"], 3),
             f"mma.sync rate with one CTA of {one.get('warps', 4)} warps per SM over two: a register-resident loop "
             f"of {'x'.join(str(x) for x in one.get('tile', []))} products (no memory traffic), "
             f"{a['ctas']} CTAs {a['rate'] / 1e12:.1f} TFLOP/s, {b['ctas']} CTAs {b['rate'] / 1e12:.1f} TFLOP/s",
