@@ -378,7 +378,7 @@ def kernel_time(
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
         # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), per CTA slot
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
-        cta = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots * overhead
+        cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
     bandwidth = profile.levels()
     for level in LEVELS:

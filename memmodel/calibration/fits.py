@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from ..cases import Case
 from ..hardware import Profile, interpolate_log2
 from ..implementations import options_for, padded_head_dim
@@ -38,7 +40,7 @@ def _fused_parts(impl: str, shape: tuple[int, ...], profile: Profile) -> dict[st
     tail = float(t.terms["compute"]) / max(float(bare.terms["compute"]), 1e-30)
     return {
         "compute_s": float(t.terms["compute"]),
-        "waves": float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0),
+        "waves": float(np.ceil(float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0))),
         "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
         "launch_s": float(t.terms.get("launch", 0.0)),
         "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
