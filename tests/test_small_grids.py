@@ -1,0 +1,124 @@
+"""Grids that do not fill the GPU: FlashAttention-2's split-KV prefill, an SM left with one CTA,
+cuDNN's 128-row CTAs and its decoding occupancy, and the calibrate figures behind them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel.calibration import fits
+from memmodel.calibration.figures import kernel_figures
+from memmodel.hardware import load_profile
+from memmodel.implementations import occupancy, options_for, tiles
+from memmodel.model import compare
+from memmodel.timing import cta_tail_factor
+from memmodel.traffic.decode import choose_splits, num_splits_heuristic
+from memmodel.workload import Workload
+
+H200 = load_profile("h200")
+
+
+def test_flash_attention_2_splits_a_prefill_that_leaves_slots_empty():
+    # 12 heads × ⌈1024/64⌉ = 192 Q blocks < 0.8 × 264 slots; 4 K/V blocks of 256 (d = 64):
+    # the heuristic's best wave efficiency within 85 % is 4 splits (192·4/264 = 2.9 waves)
+    w = Workload(n=1024, d=64, heads=12, dtype="fp16")
+    assert num_splits_heuristic(192, 264, 4) == 4
+    assert choose_splits(w, 132, prefill=True) == 4
+    assert choose_splits(w, 132) == 1  # another kernel: only decoding splits
+    assert choose_splits(w.with_(dropout=0.1), 132, prefill=True) == 1  # no split kernel with dropout
+    # 14 heads × ⌈1536/64⌉ = 336 ≥ 211.2: no split
+    assert choose_splits(Workload(n=1536, d=64, heads=14, kv_heads=2, dtype="bf16"), 132, prefill=True) == 1
+    c = compare(w, H200, impl="sdpa-flash")
+    assert [k.name for k in c.tiled.traffic.kernels] == ["fa2_splitkv", "fa2_combine"]
+    assert c.tiled.traffic.params["splits"] == 4
+    # cuDNN does not split a prefill (one head's 33 and 66 CTAs take as long: probe 2)
+    assert [k.name for k in compare(w, H200, impl="sdpa-cudnn").tiled.traffic.kernels] == ["fa2_fwd"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.sampled_from([1, 128, 512, 1024, 1536, 4096]),
+    heads=st.sampled_from([1, 2, 8, 12, 32]),
+    batch=st.sampled_from([1, 2, 4]),
+    d=st.sampled_from([64, 128, 256]),
+)
+def test_a_grid_splits_as_its_rows_do(n, heads, batch, d):
+    grid = Workload(n=np.array([n, 2048]), d=d, heads=heads, batch=batch, n_kv=4096, dtype="fp16")
+    got = choose_splits(grid, 132, prefill=True)
+    for i, nn in enumerate([n, 2048]):
+        one = Workload(n=nn, d=d, heads=heads, batch=batch, n_kv=4096, dtype="fp16")
+        assert int(np.asarray(got).reshape(-1)[i]) == choose_splits(one, 132, prefill=True)
+
+
+def test_an_sm_left_with_one_cta_runs_at_the_one_cta_share():
+    w = Workload(n=128 * 132, d=128, dtype="bf16")  # 132 CTAs of 128 rows on 132 SMs
+    # one CTA per SM where the kernel keeps two: each runs at 0.8 of the rate → 1/0.8
+    assert cta_tail_factor(w, 128, 64, 132, 2, 0.8) == pytest.approx(1.25)
+    assert cta_tail_factor(w, 128, 64, 132, 1, 0.8) == pytest.approx(1.0)  # one is all it keeps
+    assert cta_tail_factor(w, 128, 64, 132, 2, None) == pytest.approx(1.0)  # no figure: full rate
+    # 396 CTAs: 3 per SM, a pair then one alone: (2 + 1/0.8) / 3
+    assert cta_tail_factor(w.with_(n=128 * 396), 128, 64, 132, 2, 0.8) == pytest.approx(3.25 / 3)
+    # 198 CTAs: the SMs with two set the time (2 against 1/0.8 alone): 2 / 1.5
+    assert cta_tail_factor(w.with_(n=128 * 198), 128, 64, 132, 2, 0.8) == pytest.approx(2 / 1.5)
+    # causal, at most one CTA per SM: the longest alone
+    causal = w.with_(causal=True)
+    assert cta_tail_factor(causal, 128, 64, 132, 2, 0.8) == pytest.approx(
+        cta_tail_factor(causal, 128, 64, 132, 2, None) / 0.8
+    )
+
+
+def test_the_profile_carries_the_share_and_the_model_uses_it_for_mma_sync_only():
+    assert 0.5 < H200.mma_sync_one_cta_share < 1.0
+    w = Workload(n=128 * 132, n_kv=16384, d=128, dtype="bf16")
+    flash = compare(w, H200, impl="sdpa-flash").tiled.timing.time_s
+    without = compare(w, dataclasses.replace(H200, mma_sync_one_cta_share=None), impl="sdpa-flash").tiled.timing
+    assert flash > without.time_s * 1.1  # the lone CTAs are slower
+    cudnn = compare(w, H200, impl="sdpa-cudnn").tiled.timing.time_s
+    cudnn_without = compare(w, dataclasses.replace(H200, mma_sync_one_cta_share=None), impl="sdpa-cudnn")
+    assert cudnn == cudnn_without.tiled.timing.time_s  # wgmma: one CTA per SM is all it keeps
+
+
+def test_cudnn_forward_ctas_cover_128_rows_and_its_decoding_kernels_keep_two_per_sm():
+    assert tiles("sdpa-cudnn", 128, False) == (128, 128)
+    assert tiles("sdpa-cudnn", 64, True) == (128, 128)
+    assert occupancy("sdpa-cudnn", 128, 128) == 1
+    assert occupancy("sdpa-cudnn", 256, 16) == 2  # decoding: 16 rows, 4 warps
+    w = Workload(n=1, n_kv=8192, d=256, batch=16, heads=8, kv_heads=4, dtype="bf16")
+    assert options_for("sdpa-cudnn", w, H200).ctas_per_sm == 2  # not capped by whole K/V tiles
+    # L2 requests of one head of 16384 tokens, d = 128: T_r = 128 Q blocks each read K and V
+    # (2 · 16384 · 128 · 2 B = 8 MiB): 128 · 8 MiB = 1 GiB, half of what 64-row blocks request
+    c = compare(Workload(n=16384, d=128, dtype="bf16"), H200, impl="sdpa-cudnn")
+    kv = sum(t.bytes for t in c.tiled.traffic.transfers if t.level == "l2" and t.tensor in ("K", "V"))
+    assert kv == 128 * 8 * 2**20
+
+
+def test_the_fit_is_least_squares_over_the_plain_references():
+    x, t = 1 / 0.9, 2e-6  # efficiency 0.9, 2 µs per CTA
+    ref = lambda c, f: {"compute_s": c, "waves": f, "launch_s": 1e-6, "measured_s": c * x + f * t + 1e-6}  # noqa: E731
+    long, short, loop = ref(400e-6, 8.0), ref(60e-6, 62.0), ref(1.8e-3, 4.0)
+    fit = fits.fit_reference(long, short, None, loop=loop)
+    assert fit["efficiency"] == pytest.approx(0.9) and fit["cta_overhead_s"] == pytest.approx(t)
+    # a long loop that runs 10 % slower than the short shapes say pulls the efficiency down
+    slow = {**loop, "measured_s": loop["measured_s"] * 1.1}
+    assert fits.fit_reference(long, short, None, loop=slow)["efficiency"] < 0.9
+
+
+def test_calibrate_writes_the_one_cta_share():
+    m = {
+        "mma_sync": {
+            "one_cta": {
+                "tile": [128, 128, 64],
+                "warps": 4,
+                "ctas_1": {"ctas": 132, "rate": 485.8e12},
+                "ctas_2": {"ctas": 264, "rate": 588.5e12},
+                "share": 485.8 / 588.5,
+            }
+        }
+    }
+    value, note = kernel_figures(m, {})["compute.mma_sync.one_cta_share"]
+    assert value == 0.825  # 485.8 / 588.5 = 0.8255
+    assert "132 CTAs 485.8 TFLOP/s, 264 CTAs 588.5 TFLOP/s" in note
