@@ -376,7 +376,8 @@ def kernel_time(
         terms["dropout"] = float(extra) if extra.ndim == 0 else extra
     overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward else None
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
-        # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), per CTA slot
+        # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), once per CTA the
+        # busiest slot runs (the waves rounded up)
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
