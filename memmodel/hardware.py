@@ -202,6 +202,9 @@ class Profile:
     #: implementation -> ((head dim, seconds), ...): what a CTA costs beyond its blocks' work
     #: (loading Q, the first K/V tile's latency, writing O), per CTA slot (measured by calibrate)
     implementation_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> ((head dim, seconds), ...): what a K/V block costs a CTA beyond its
+    #: products, per CTA slot (measured by calibrate at several tiles: our Triton kernel)
+    implementation_block_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
     #: diagonal (masked element by element), in units of a plain block's compute
     implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -255,6 +258,14 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
+
+    def block_overhead(self, implementation: str | None, head_dim: Any) -> Any:
+        """Seconds a K/V block of ``implementation`` costs a CTA beyond its products, at
+        ``head_dim``; None where not measured (then the efficiency carries it at the tiles it
+        was measured with)."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_block_overhead.get(implementation, ()), head_dim)
 
     def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
@@ -352,6 +363,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.block_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
@@ -378,6 +390,7 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.block_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -580,6 +593,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         implementation_cta_bandwidth=_per_implementation(curves, "cta_bandwidth"),
         implementation_backward_efficiency=_per_implementation(curves, "backward_efficiency"),
         implementation_cta_overhead=_per_implementation(curves, "cta_overhead"),
+        implementation_block_overhead=_per_implementation(curves, "block_overhead"),
         implementation_masked_cost=_per_implementation(curves, "masked_block_cost"),
         implementation_dropout_rate=_per_implementation(curves, "dropout_rate"),
         implementation_backward_dropout_rate=_per_implementation(curves, "backward_dropout_rate"),
@@ -773,6 +787,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.block_overhead", "cycles"),
     ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),

@@ -381,6 +381,13 @@ def kernel_time(
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
+    per_block = profile.block_overhead(impl.name, hd) if impl and hd is not None and forward else None
+    if per_block is not None and np.any(np.asarray(kernel.blocks) > 0):
+        # each K/V block's fixed cost in the CTA's loop (barriers, the loop, the online
+        # softmax's bookkeeping), per CTA slot: what smaller tiles pay more of
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        blk = np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64) / slots * per_block
+        terms["block"] = float(blk) if blk.ndim == 0 else blk
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
@@ -416,7 +423,7 @@ def kernel_time(
         fixed, per_split = combine
         lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
+    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "block", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
         if impl is not None and impl.softmax_overlap:
@@ -426,6 +433,8 @@ def kernel_time(
             total = arr["matmul"] + arr["exp"] + arr["softmax"]
         if "cta" in terms:
             total = total + np.asarray(terms["cta"], dtype=np.float64)
+        if "block" in terms:
+            total = total + np.asarray(terms["block"], dtype=np.float64)
         if "dropout" in terms:
             total = total + np.asarray(terms["dropout"], dtype=np.float64)
         candidates["compute"] = total

@@ -122,3 +122,38 @@ def test_calibrate_writes_the_one_cta_share():
     value, note = kernel_figures(m, {})["compute.mma_sync.one_cta_share"]
     assert value == 0.825  # 485.8 / 588.5 = 0.8255
     assert "132 CTAs 485.8 TFLOP/s, 264 CTAs 588.5 TFLOP/s" in note
+
+
+def test_a_k_v_blocks_fixed_cost_is_fitted_from_the_other_tiles():
+    x, t, b = 1 / 0.9, 2e-6, 50e-9  # efficiency 0.9, 2 µs per CTA, 50 ns per K/V block
+
+    def ref(c: float, f: float, blocks: float) -> dict[str, float]:
+        return {
+            "compute_s": c,
+            "waves": f,
+            "blocks_per_slot": blocks,
+            "launch_s": 1e-6,
+            "measured_s": c * x + f * t + blocks * b + 1e-6,
+        }
+
+    # the default tile's shapes: blocks per slot proportional to compute (one tile); the long
+    # loop at a tile of a quarter the area has four times the blocks for the same compute
+    long, short, loop = ref(400e-6, 8.0, 800.0), ref(60e-6, 62.0, 120.0), ref(1.8e-3, 4.0, 3600.0)
+    small = ref(1.8e-3, 8.0, 14400.0)
+    fit = fits.fit_reference(long, short, None, loop=loop, tiles=[small])
+    assert fit["efficiency"] == pytest.approx(0.9)
+    assert fit["cta_overhead_s"] == pytest.approx(t)
+    assert fit["block_overhead_s"] == pytest.approx(b)
+
+
+def test_the_block_cost_is_paid_per_block_per_slot():
+    w = Workload(n=131072, d=128, dtype="fp16")
+    base = dataclasses.replace(H200, implementation_block_overhead={})
+    cost = dataclasses.replace(H200, implementation_block_overhead={"triton": ((128, 1e-7),)})
+    a = compare(w, base, impl="triton", block_q=64, block_kv=64)
+    c = compare(w, cost, impl="triton", block_q=64, block_kv=64)
+    k = c.tiled.traffic.kernels[0]
+    # 2048 · 2048 blocks of 64 × 64 over the CTAs that run at once, 100 ns each
+    added = 2048 * 2048 / int(k.concurrent_ctas) * 1e-7
+    assert c.tiled.timing.kernels[0].terms["block"] == pytest.approx(added)
+    assert c.tiled.timing.time_s == pytest.approx(a.tiled.timing.time_s + added, rel=1e-9)

@@ -22,17 +22,22 @@ from .figures import _bw, _ops, backward_kernel_figures
 from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT
 
 
-def reference_case(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> Case:
-    return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal)
+def reference_case(
+    impl: str, b: int, h: int, n: int, d: int, causal: bool, block: tuple[int, int] | None = None
+) -> Case:
+    bq, bkv = block if block is not None else (None, None)
+    return Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal, block_q=bq, block_kv=bkv)
 
 
-def _fused_parts(impl: str, shape: tuple[int, ...], profile: Profile) -> dict[str, float]:
+def _fused_parts(
+    impl: str, shape: tuple[int, ...], profile: Profile, block: tuple[int, int] | None = None
+) -> dict[str, float]:
     """The model's view of a reference shape with no efficiency, CTA overhead or diagonal
     cost: the fused kernel's compute time C (tail included), its CTA waves F (CTAs per CTA
     slot), the share r of its blocks on the diagonal, its launch overhead, and whether
     compute bounds it."""
     b, h, n, d, causal = shape
-    case = reference_case(impl, b, h, n, d, causal)
+    case = reference_case(impl, b, h, n, d, causal, block)
     c = compare(case.workload(), profile, case_options(case, "on", None, profile))
     kernel = next(k for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
     t = next(k for k in c.tiled.timing.kernels if k.name == kernel.name)
@@ -41,6 +46,7 @@ def _fused_parts(impl: str, shape: tuple[int, ...], profile: Profile) -> dict[st
     return {
         "compute_s": float(t.terms["compute"]),
         "waves": float(np.ceil(float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0))),
+        "blocks_per_slot": float(kernel.blocks) / max(float(kernel.concurrent_ctas), 1.0),
         "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
         "launch_s": float(t.terms.get("launch", 0.0)),
         "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
@@ -54,6 +60,7 @@ def fit_reference(
     causal: dict[str, float] | None,
     cta_s: float | None = None,
     loop: dict[str, float] | None = None,
+    tiles: list[dict[str, float]] | None = None,
 ) -> dict[str, float | None]:
     """Efficiency e, CTA overhead t (s) and diagonal cost m from the measured times of the
     reference shapes (``measured_s`` beside :func:`_fused_parts`' figures), with the model's
@@ -66,8 +73,14 @@ def fit_reference(
       without a short shape, ``cta_s`` (from neighbouring head dims) or 0. The long-loop shape
       (few CTAs, hundreds of K/V blocks each) pins the rate of a block's work where the CTA's
       fixed costs no longer matter, so x is not left to the two short-loop shapes;
+    * other tiles of the long-loop shape (``tiles``, our Triton kernel's): with them the model
+      time gains ``B·b``, B the K/V blocks per CTA slot and b a block's fixed cost, and x, t,
+      b are solved together by least squares over every plain shape (b at least 0); the
+      other shapes alone cannot tell b from x (one tile: B is proportional to C);
     * causal: ``T − launch − F·t = C·x·(1 + m·r)``, solved for m (at least 0).
     """
+    if tiles:
+        return _fit_with_tiles(long, short, causal, loop, tiles)
     plain = [p for p in (long, short, loop) if p is not None]
     rows = [(p["compute_s"], p["waves"], p["measured_s"] - p["launch_s"]) for p in plain]
     t = cta_s
@@ -100,6 +113,41 @@ def fit_reference(
     return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m_cost}
 
 
+def _fit_with_tiles(
+    long: dict[str, float],
+    short: dict[str, float] | None,
+    causal: dict[str, float] | None,
+    loop: dict[str, float] | None,
+    tiles: list[dict[str, float]],
+) -> dict[str, float | None]:
+    """:func:`fit_reference` with a K/V block's fixed cost b: least squares on the relative
+    error of ``T − launch = C·x + F·t + B·b`` over the plain shapes; a negative t or b is
+    set to 0 and the rest solved again."""
+    plain = [p for p in (long, short, loop, *tiles) if p is not None]
+    rows = np.array([[p["compute_s"], p["waves"], p["blocks_per_slot"]] for p in plain])
+    target = np.array([p["measured_s"] - p["launch_s"] for p in plain])
+    scaled = rows / target[:, None]
+    free = [0, 1, 2] if short is not None else [0, 2]
+    while True:
+        sol, *_ = np.linalg.lstsq(scaled[:, free], np.ones(len(plain)), rcond=None)
+        coef = dict(zip(free, sol))
+        negative = [i for i in free[1:] if coef[i] < 0]
+        if not negative:
+            break
+        free.remove(negative[0])
+    x, t, b = coef[0], coef.get(1, 0.0), coef.get(2, 0.0)
+    m_cost = None
+    if causal is not None and causal["diagonal_share"] > 0:
+        tc = causal["measured_s"] - causal["launch_s"] - causal["waves"] * t - causal["blocks_per_slot"] * b
+        m_cost = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
+    return {
+        "efficiency": 1.0 / x,
+        "cta_overhead_s": t if short is not None else None,
+        "masked_cost": m_cost,
+        "block_overhead_s": b,
+    }
+
+
 def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
     """Per implementation, by head dim: ``implementations.<name>.efficiency`` (the model's
     time of a block's work over the measured), ``cta_overhead`` (what a CTA costs beyond its
@@ -117,7 +165,7 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
         def part(
             b: int, h: int, n: int, d: int, causal: bool, impl: str = impl, mine: list[Any] = mine
         ) -> dict[str, float] | None:
-            hit = next((p for p in mine if tuple(p["shape"]) == (b, h, n, d, causal)), None)
+            hit = next((p for p in mine if tuple(p["shape"]) == (b, h, n, d, causal) and "block" not in p), None)
             if hit is None:
                 return None
             return {**_fused_parts(impl, (b, h, n, d, causal), profile), "measured_s": hit["time_s"]}
@@ -129,7 +177,13 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
             short = part(*REFERENCE_SHORT, d, False)
             if long is not None and short is not None:
                 loop = part(*REFERENCE_LOOP, d, False)
-                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True), loop=loop), "long": long}
+                tiled = [
+                    {**_fused_parts(impl, tuple(p["shape"]), profile, tuple(p["block"])), "measured_s": p["time_s"]}
+                    for p in mine
+                    if "block" in p and int(p["shape"][3]) == d
+                ]
+                fit = fit_reference(long, short, part(*REFERENCE_LONG, d, True), loop=loop, tiles=tiled)
+                fits[d] = {**fit, "long": long, "tiles": [tuple(p["block"]) for p in mine if "block" in p]}
         known = tuple(sorted((d, f["cta_overhead_s"]) for d, f in fits.items() if f["cta_overhead_s"] is not None))
         for d in heads:
             long = part(*REFERENCE_LONG, d, False)
@@ -171,6 +225,15 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
             out[f"implementations.{impl}.cta_overhead"] = (
                 {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in cta.items()},
                 f"seconds a CTA costs beyond its blocks' work, per CTA slot; {shared}",
+            )
+        blocks = {d: f["block_overhead_s"] for d, f in fitted.items() if f.get("block_overhead_s") is not None}
+        if blocks:
+            tiles = sorted({t for f in fitted.values() for t in f.get("tiles", [])})
+            bl, hl, nl = REFERENCE_LOOP
+            out[f"implementations.{impl}.block_overhead"] = (
+                {d: f"{max(v, 1e-12) * 1e9:.4g} ns" for d, v in blocks.items()},
+                f"seconds a K/V block costs a CTA beyond its products, per CTA slot; {shared}; with "
+                f"{bl} x {hl} x {nl} also at tiles {', '.join(f'{a}x{b}' for a, b in tiles)}",
             )
         masked = {d: f["masked_cost"] for d, f in fitted.items() if f["masked_cost"] is not None}
         if masked and any(v > 0 for v in masked.values()):

@@ -37,12 +37,15 @@ from ..calibration.plan import (
     FEW_ROWS_LENGTH,
     GEMM_BYTES,
     GEMM_UNALIGNED_N,
+    REFERENCE_LOOP,
+    SDPA_FIT_HEAD_DIMS,
     SDPA_SHAPES,
     SDPA_SKIP,
     SOFTMAX_BYTES,
     SOFTMAX_MASKED_ROWS,
     SOFTMAX_ROWS,
     SOFTMAX_UNALIGNED_ROWS,
+    TRITON_TILES,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -382,9 +385,49 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
         ctx.free()
+    out += _measure_triton_tiles(ctx)
     for impl in DECODE_IMPLS:
         out += _measure_decode(ctx, backends[impl], impl)
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
+
+
+def _measure_triton_tiles(ctx: Any) -> list[dict[str, Any]]:
+    """Our Triton kernel on the long-loop reference at :data:`TRITON_TILES` besides its
+    defaults (``block`` in the point): a K/V block's fixed cost, which its users' tile choice
+    changes."""
+    from ..implementations import tiles
+    from .triton_fa import attention
+
+    torch = ctx.torch
+    b, h, n = REFERENCE_LOOP
+    out: list[dict[str, Any]] = []
+    for d in SDPA_FIT_HEAD_DIMS:
+        g = ctx.generator(16)
+        qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
+        ref = _reference(torch, qkv, False)
+        for bq, bkv in TRITON_TILES:
+            if (bq, bkv) == tiles("triton", d, False):
+                continue
+
+            def fn(qkv: list[Any] = qkv, bq: int = bq, bkv: int = bkv) -> Any:
+                return attention(*qkv, block_q=bq, block_kv=bkv)
+
+            point: dict[str, Any] = {
+                "impl": "triton",
+                "shape": [b, h, n, d, False],
+                "block": [bq, bkv],
+                "dtype": "fp16",
+            }
+            try:
+                err = float((fn().float() - ref).abs().max())
+                rounds = [ctx.rate(4 * b * h * n * n * d, fn) for _ in range(3)]
+                best = min(rounds, key=lambda r: r["time_s"])
+                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
+            except Exception as exc:  # a tile that does not fit this GPU: recorded
+                point["error"] = str(exc).splitlines()[0][:200]
+            out.append(point)
+        ctx.free()
+    return out
 
 
 def _measure_decode(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
