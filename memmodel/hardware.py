@@ -32,6 +32,9 @@ SCHEMA = "memmodel.hardware/1"
 
 #: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
+#: tiles (``implementations.<name>.efficiency_<B_r>x<B_c>``)
+TILE_EFFICIENCY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
 #: Dtypes with an ``mma.sync`` peak (``compute.mma_sync.<dtype>``).
 MMA_SYNC_DTYPES = ("fp16", "bf16")
 
@@ -194,6 +197,11 @@ class Profile:
     #: implementation -> ((head dim, efficiency), ...): the share of the model's compute rate
     #: the implementation reached on a reference shape (measured by ``memmodel calibrate``)
     implementation_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> {(B_r, B_c): ((head dim, efficiency), ...)}: measured at tiles other
+    #: than its defaults (our Triton kernel, whose tiles its users choose)
+    implementation_tile_efficiency: Mapping[str, Mapping[tuple[int, int], tuple[tuple[int, float], ...]]] = field(
+        default_factory=dict
+    )
     #: implementation -> ((head dim, efficiency), ...) of its backward kernel (measured by calibrate)
     implementation_backward_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, bytes per second), ...) one CTA of its split-KV
@@ -202,9 +210,6 @@ class Profile:
     #: implementation -> ((head dim, seconds), ...): what a CTA costs beyond its blocks' work
     #: (loading Q, the first K/V tile's latency, writing O), per CTA slot (measured by calibrate)
     implementation_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    #: implementation -> ((head dim, seconds), ...): what a K/V block costs a CTA beyond its
-    #: products, per CTA slot (measured by calibrate at several tiles: our Triton kernel)
-    implementation_block_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
     #: diagonal (masked element by element), in units of a plain block's compute
     implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -225,12 +230,21 @@ class Profile:
     #: the links to other GPUs (``interconnect:``), None where the profile gives none
     interconnect: Interconnect | None = None
 
-    def efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+    def efficiency(self, implementation: str | None, head_dim: Any, tile: tuple[Any, Any] | None = None) -> Any:
         """Measured efficiency of ``implementation`` at ``head_dim`` (linear in log2 between
-        the measured head dims, clamped at the ends); None where not measured."""
+        the measured head dims, clamped at the ends); None where not measured. With ``tile``
+        (B_r, B_c, numbers or arrays), where the profile measured the implementation at that
+        tile (``efficiency_<B_r>x<B_c>``), that figure instead."""
         if implementation is None:
             return None
-        return interpolate_log2(self.implementation_efficiency.get(implementation, ()), head_dim)
+        out = interpolate_log2(self.implementation_efficiency.get(implementation, ()), head_dim)
+        by_tile = self.implementation_tile_efficiency.get(implementation) if tile is not None else None
+        if out is None or not by_tile:
+            return out
+        bq, bkv = (np.asarray(x) for x in tile)
+        for (a, b), curve in by_tile.items():
+            out = np.where((bq == a) & (bkv == b), interpolate_log2(curve, head_dim), out)
+        return float(out) if np.ndim(out) == 0 else out
 
     def backward_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation``'s backward kernel at ``head_dim``; None where not measured."""
@@ -258,14 +272,6 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
-
-    def block_overhead(self, implementation: str | None, head_dim: Any) -> Any:
-        """Seconds a K/V block of ``implementation`` costs a CTA beyond its products, at
-        ``head_dim``; None where not measured (then the efficiency carries it at the tiles it
-        was measured with)."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_block_overhead.get(implementation, ()), head_dim)
 
     def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
@@ -361,9 +367,13 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "kernels.copy.bandwidth": ("bandwidth", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{
+        f"implementations.{name}.efficiency_{a}x{b}": ("ratio", False)
+        for name in IMPLEMENTATION_NAMES
+        for a, b in TILE_EFFICIENCY_TILES
+    },
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
-    **{f"implementations.{name}.block_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
@@ -389,8 +399,12 @@ _CURVES: dict[str, str] = {
     "kernels.softmax_backward.bandwidth": "row length",
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{
+        f"implementations.{name}.efficiency_{a}x{b}": "head dim"
+        for name in IMPLEMENTATION_NAMES
+        for a, b in TILE_EFFICIENCY_TILES
+    },
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
-    **{f"implementations.{name}.block_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -590,10 +604,18 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
         implementation_efficiency=_per_implementation(curves, "efficiency"),
+        implementation_tile_efficiency={
+            name: {
+                (a, b): curves[f"implementations.{name}.efficiency_{a}x{b}"]
+                for a, b in TILE_EFFICIENCY_TILES
+                if f"implementations.{name}.efficiency_{a}x{b}" in curves
+            }
+            for name in IMPLEMENTATION_NAMES
+            if any(f"implementations.{name}.efficiency_{a}x{b}" in curves for a, b in TILE_EFFICIENCY_TILES)
+        },
         implementation_cta_bandwidth=_per_implementation(curves, "cta_bandwidth"),
         implementation_backward_efficiency=_per_implementation(curves, "backward_efficiency"),
         implementation_cta_overhead=_per_implementation(curves, "cta_overhead"),
-        implementation_block_overhead=_per_implementation(curves, "block_overhead"),
         implementation_masked_cost=_per_implementation(curves, "masked_block_cost"),
         implementation_dropout_rate=_per_implementation(curves, "dropout_rate"),
         implementation_backward_dropout_rate=_per_implementation(curves, "backward_dropout_rate"),
@@ -787,7 +809,6 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
-    ("implementations.*.block_overhead", "cycles"),
     ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
@@ -797,6 +818,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("implementations.*.efficiency", "same"),
+    ("implementations.*.efficiency_*", "same"),
     ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),

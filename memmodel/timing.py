@@ -338,11 +338,13 @@ def kernel_time(
     implementation: str | None = None,
     head_dim: IntLike | None = None,
     tail: Any = None,
+    tile: tuple[Any, Any] | None = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
     kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
-    overlaps the products, and the measured efficiency, CTA overhead and cost of diagonal
-    blocks; ``tail`` (:func:`cta_tail_factor`) multiplies their compute terms."""
+    overlaps the products, and the measured efficiency (at ``tile``, where the profile
+    measured it there), CTA overhead and cost of diagonal blocks; ``tail``
+    (:func:`cta_tail_factor`) multiplies their compute terms."""
     fused = kernel.overlap == "serial-compute"
     impl = implementations.get(implementation) if fused else None
     peak, _ = matmul_peak(profile, dtype, impl.instructions if impl else "native")
@@ -354,7 +356,7 @@ def kernel_time(
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
     if impl and hd is not None:
-        eff = profile.efficiency(impl.name, hd) if forward else profile.backward_efficiency(impl.name, hd)
+        eff = profile.efficiency(impl.name, hd, tile) if forward else profile.backward_efficiency(impl.name, hd)
     else:
         eff = None
     # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
@@ -381,13 +383,6 @@ def kernel_time(
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
-    per_block = profile.block_overhead(impl.name, hd) if impl and hd is not None and forward else None
-    if per_block is not None and np.any(np.asarray(kernel.blocks) > 0):
-        # each K/V block's fixed cost in the CTA's loop (barriers, the loop, the online
-        # softmax's bookkeeping), per CTA slot: what smaller tiles pay more of
-        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
-        blk = np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64) / slots * per_block
-        terms["block"] = float(blk) if blk.ndim == 0 else blk
     bandwidth = profile.levels()
     for level in LEVELS:
         moved = kernel.bytes(level=level)
@@ -423,7 +418,7 @@ def kernel_time(
         fixed, per_split = combine
         lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "block", "dropout"))}
+    candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
         if impl is not None and impl.softmax_overlap:
@@ -433,8 +428,6 @@ def kernel_time(
             total = arr["matmul"] + arr["exp"] + arr["softmax"]
         if "cta" in terms:
             total = total + np.asarray(terms["cta"], dtype=np.float64)
-        if "block" in terms:
-            total = total + np.asarray(terms["block"], dtype=np.float64)
         if "dropout" in terms:
             total = total + np.asarray(terms["dropout"], dtype=np.float64)
         candidates["compute"] = total
@@ -501,8 +494,19 @@ def algorithm_time(
         out = np.ceil(w) / w
         tail = float(out) if out.ndim == 0 else out
         tailed = ("fa1_fwd", "fa1_bwd")
+    # the forward kernel's tiles: an implementation measured at other tiles than its defaults
+    # (our Triton kernel) runs at its efficiency there
+    tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None
     kernels = tuple(
-        kernel_time(k, profile, dtype, implementation, head_dim, tail if k.name in tailed else None)
+        kernel_time(
+            k,
+            profile,
+            dtype,
+            implementation,
+            head_dim,
+            tail if k.name in tailed else None,
+            tile if k.name == "fa2_fwd" else None,
+        )
         for k in algorithm.kernels
     )
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))

@@ -124,36 +124,38 @@ def test_calibrate_writes_the_one_cta_share():
     assert "132 CTAs 485.8 TFLOP/s, 264 CTAs 588.5 TFLOP/s" in note
 
 
-def test_a_k_v_blocks_fixed_cost_is_fitted_from_the_other_tiles():
-    x, t, b = 1 / 0.9, 2e-6, 50e-9  # efficiency 0.9, 2 µs per CTA, 50 ns per K/V block
-
-    def ref(c: float, f: float, blocks: float) -> dict[str, float]:
-        return {
-            "compute_s": c,
-            "waves": f,
-            "blocks_per_slot": blocks,
-            "launch_s": 1e-6,
-            "measured_s": c * x + f * t + blocks * b + 1e-6,
-        }
-
-    # the default tile's shapes: blocks per slot proportional to compute (one tile); the long
-    # loop at a tile of a quarter the area has four times the blocks for the same compute
-    long, short, loop = ref(400e-6, 8.0, 800.0), ref(60e-6, 62.0, 120.0), ref(1.8e-3, 4.0, 3600.0)
-    small = ref(1.8e-3, 8.0, 14400.0)
-    fit = fits.fit_reference(long, short, None, loop=loop, tiles=[small])
-    assert fit["efficiency"] == pytest.approx(0.9)
-    assert fit["cta_overhead_s"] == pytest.approx(t)
-    assert fit["block_overhead_s"] == pytest.approx(b)
-
-
-def test_the_block_cost_is_paid_per_block_per_slot():
+def test_our_triton_kernel_runs_at_its_efficiency_at_the_tile_it_is_given():
+    # the bundled h200 measured it at 64x64 and 128x64 on the long-loop reference
+    tiles = H200.implementation_tile_efficiency["triton"]
+    assert set(tiles) == {(64, 64), (128, 64)}
+    default = H200.efficiency("triton", 128)
+    assert H200.efficiency("triton", 128, (128, 128)) == default  # its default tile at d = 128
+    assert H200.efficiency("triton", 128, (64, 64)) == dict(tiles[(64, 64)])[128]
+    # at d = 64, 128x64 is the default tile: the two figures agree
+    assert H200.efficiency("triton", 64, (128, 64)) == pytest.approx(H200.efficiency("triton", 64), abs=1e-3)
+    # arrays of tiles take each element's figure
+    got = H200.efficiency("triton", 128, (np.array([64, 128]), np.array([64, 128])))
+    assert list(got) == [dict(tiles[(64, 64)])[128], default]
     w = Workload(n=131072, d=128, dtype="fp16")
-    base = dataclasses.replace(H200, implementation_block_overhead={})
-    cost = dataclasses.replace(H200, implementation_block_overhead={"triton": ((128, 1e-7),)})
-    a = compare(w, base, impl="triton", block_q=64, block_kv=64)
-    c = compare(w, cost, impl="triton", block_q=64, block_kv=64)
-    k = c.tiled.traffic.kernels[0]
-    # 2048 · 2048 blocks of 64 × 64 over the CTAs that run at once, 100 ns each
-    added = 2048 * 2048 / int(k.concurrent_ctas) * 1e-7
-    assert c.tiled.timing.kernels[0].terms["block"] == pytest.approx(added)
-    assert c.tiled.timing.time_s == pytest.approx(a.tiled.timing.time_s + added, rel=1e-9)
+    small = compare(w, H200, impl="triton", block_q=64, block_kv=64).tiled.timing.time_s
+    big = compare(w, H200, impl="triton", block_q=128, block_kv=128).tiled.timing.time_s
+    assert small > big  # 64x64 tiles measured slower per FLOP than the defaults
+
+
+def test_a_tile_figure_reads_from_a_profile(tmp_path):
+    from memmodel.hardware import parse_profile
+
+    text = (
+        "name: x\nfull_name: X\nvendor: NVIDIA\narchitecture: Hopper\nsm_count: 132\n"
+        "memory:\n  hbm: {capacity: 141 GB, bandwidth: 4.8 TB/s, latency: 300 ns}\n"
+        "  l2: {capacity: 60 MiB, bandwidth: 9 TB/s, latency: 150 ns}\n"
+        "  sram: {capacity_per_sm: 228 KiB, bandwidth_per_sm: 250 GB/s, latency: 15 ns}\n"
+        "compute: {fp32: 60 TFLOP/s, fp16: 800 TFLOP/s}\n"
+        "implementations:\n  triton:\n    efficiency: {64: 1.0, 128: 0.9}\n    efficiency_64x64: {128: 0.6}\n"
+    )
+    import yaml
+
+    p = parse_profile(yaml.safe_load(text), "x.yaml")
+    assert p.efficiency("triton", 128, (64, 64)) == 0.6
+    assert p.efficiency("triton", 64, (64, 64)) == 0.6  # one head dim: the figure for all
+    assert p.efficiency("triton", 128, (128, 64)) == 0.9  # a tile it was not measured at

@@ -14,6 +14,7 @@ import numpy as np
 from ..cases import Case
 from ..hardware import Profile, interpolate_log2
 from ..implementations import options_for, padded_head_dim
+from ..implementations import tiles as tiles_for
 from ..model import compare
 from ..timing import kernel_time
 from ..validation import BACKWARD_MAIN, _compare, case_options, predicted_kernels
@@ -41,12 +42,12 @@ def _fused_parts(
     c = compare(case.workload(), profile, case_options(case, "on", None, profile))
     kernel = next(k for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
     t = next(k for k in c.tiled.timing.kernels if k.name == kernel.name)
-    bare = kernel_time(kernel, profile, case.dtype, impl, padded_head_dim(impl, d), None)
+    tile = (c.tiled.traffic.params["block_q"], c.tiled.traffic.params["block_kv"])
+    bare = kernel_time(kernel, profile, case.dtype, impl, padded_head_dim(impl, d), None, tile)
     tail = float(t.terms["compute"]) / max(float(bare.terms["compute"]), 1e-30)
     return {
         "compute_s": float(t.terms["compute"]),
         "waves": float(np.ceil(float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0))),
-        "blocks_per_slot": float(kernel.blocks) / max(float(kernel.concurrent_ctas), 1.0),
         "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
         "launch_s": float(t.terms.get("launch", 0.0)),
         "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
@@ -60,7 +61,6 @@ def fit_reference(
     causal: dict[str, float] | None,
     cta_s: float | None = None,
     loop: dict[str, float] | None = None,
-    tiles: list[dict[str, float]] | None = None,
 ) -> dict[str, float | None]:
     """Efficiency e, CTA overhead t (s) and diagonal cost m from the measured times of the
     reference shapes (``measured_s`` beside :func:`_fused_parts`' figures), with the model's
@@ -73,14 +73,8 @@ def fit_reference(
       without a short shape, ``cta_s`` (from neighbouring head dims) or 0. The long-loop shape
       (few CTAs, hundreds of K/V blocks each) pins the rate of a block's work where the CTA's
       fixed costs no longer matter, so x is not left to the two short-loop shapes;
-    * other tiles of the long-loop shape (``tiles``, our Triton kernel's): with them the model
-      time gains ``B·b``, B the K/V blocks per CTA slot and b a block's fixed cost, and x, t,
-      b are solved together by least squares over every plain shape (b at least 0); the
-      other shapes alone cannot tell b from x (one tile: B is proportional to C);
     * causal: ``T − launch − F·t = C·x·(1 + m·r)``, solved for m (at least 0).
     """
-    if tiles:
-        return _fit_with_tiles(long, short, causal, loop, tiles)
     plain = [p for p in (long, short, loop) if p is not None]
     rows = [(p["compute_s"], p["waves"], p["measured_s"] - p["launch_s"]) for p in plain]
     t = cta_s
@@ -113,41 +107,6 @@ def fit_reference(
     return {"efficiency": 1.0 / x, "cta_overhead_s": t if short is not None or cta_s else None, "masked_cost": m_cost}
 
 
-def _fit_with_tiles(
-    long: dict[str, float],
-    short: dict[str, float] | None,
-    causal: dict[str, float] | None,
-    loop: dict[str, float] | None,
-    tiles: list[dict[str, float]],
-) -> dict[str, float | None]:
-    """:func:`fit_reference` with a K/V block's fixed cost b: least squares on the relative
-    error of ``T − launch = C·x + F·t + B·b`` over the plain shapes; a negative t or b is
-    set to 0 and the rest solved again."""
-    plain = [p for p in (long, short, loop, *tiles) if p is not None]
-    rows = np.array([[p["compute_s"], p["waves"], p["blocks_per_slot"]] for p in plain])
-    target = np.array([p["measured_s"] - p["launch_s"] for p in plain])
-    scaled = rows / target[:, None]
-    free = [0, 1, 2] if short is not None else [0, 2]
-    while True:
-        sol, *_ = np.linalg.lstsq(scaled[:, free], np.ones(len(plain)), rcond=None)
-        coef = dict(zip(free, sol))
-        negative = [i for i in free[1:] if coef[i] < 0]
-        if not negative:
-            break
-        free.remove(negative[0])
-    x, t, b = coef[0], coef.get(1, 0.0), coef.get(2, 0.0)
-    m_cost = None
-    if causal is not None and causal["diagonal_share"] > 0:
-        tc = causal["measured_s"] - causal["launch_s"] - causal["waves"] * t - causal["blocks_per_slot"] * b
-        m_cost = max(0.0, (tc / (causal["compute_s"] * x) - 1.0) / causal["diagonal_share"])
-    return {
-        "efficiency": 1.0 / x,
-        "cta_overhead_s": t if short is not None else None,
-        "masked_cost": m_cost,
-        "block_overhead_s": b,
-    }
-
-
 def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
     """Per implementation, by head dim: ``implementations.<name>.efficiency`` (the model's
     time of a block's work over the measured), ``cta_overhead`` (what a CTA costs beyond its
@@ -177,13 +136,7 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
             short = part(*REFERENCE_SHORT, d, False)
             if long is not None and short is not None:
                 loop = part(*REFERENCE_LOOP, d, False)
-                tiled = [
-                    {**_fused_parts(impl, tuple(p["shape"]), profile, tuple(p["block"])), "measured_s": p["time_s"]}
-                    for p in mine
-                    if "block" in p and int(p["shape"][3]) == d
-                ]
-                fit = fit_reference(long, short, part(*REFERENCE_LONG, d, True), loop=loop, tiles=tiled)
-                fits[d] = {**fit, "long": long, "tiles": [tuple(p["block"]) for p in mine if "block" in p]}
+                fits[d] = {**fit_reference(long, short, part(*REFERENCE_LONG, d, True), loop=loop), "long": long}
         known = tuple(sorted((d, f["cta_overhead_s"]) for d, f in fits.items() if f["cta_overhead_s"] is not None))
         for d in heads:
             long = part(*REFERENCE_LONG, d, False)
@@ -226,15 +179,7 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
                 {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in cta.items()},
                 f"seconds a CTA costs beyond its blocks' work, per CTA slot; {shared}",
             )
-        blocks = {d: f["block_overhead_s"] for d, f in fitted.items() if f.get("block_overhead_s") is not None}
-        if blocks:
-            tiles = sorted({t for f in fitted.values() for t in f.get("tiles", [])})
-            bl, hl, nl = REFERENCE_LOOP
-            out[f"implementations.{impl}.block_overhead"] = (
-                {d: f"{max(v, 1e-12) * 1e9:.4g} ns" for d, v in blocks.items()},
-                f"seconds a K/V block costs a CTA beyond its products, per CTA slot; {shared}; with "
-                f"{bl} x {hl} x {nl} also at tiles {', '.join(f'{a}x{b}' for a, b in tiles)}",
-            )
+        out.update(_tile_figures(impl, mine, fitted, profile))
         masked = {d: f["masked_cost"] for d, f in fitted.items() if f["masked_cost"] is not None}
         if masked and any(v > 0 for v in masked.values()):
             out[f"implementations.{impl}.masked_block_cost"] = (
@@ -242,6 +187,41 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
                 f"extra cost of a block on the causal diagonal, in plain blocks; {shared}",
             )
     out.update(cta_figures(m, profile))
+    return out
+
+
+def _tile_figures(
+    impl: str, mine: list[dict[str, Any]], fitted: dict[int, dict[str, Any]], profile: Profile
+) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.efficiency_<B_r>x<B_c>``: the efficiency on the long-loop
+    reference run at a tile other than the defaults (points with ``block``), with the CTA
+    overhead fitted at the defaults: ``e = C / (T − launch − F·t)``."""
+    out: dict[str, tuple[Any, str]] = {}
+    tiles = sorted({tuple(p["block"]) for p in mine if "block" in p})
+    bl, hl, nl = REFERENCE_LOOP
+    for tile in tiles:
+        by_d = {}
+        for p in (q for q in mine if tuple(q.get("block") or ()) == tile):
+            d = int(p["shape"][3])
+            if d not in fitted:
+                continue
+            parts = _fused_parts(impl, tuple(p["shape"]), profile, tile)
+            t = fitted[d]["cta_overhead_s"] or 0.0
+            rest = p["time_s"] - parts["launch_s"] - parts["waves"] * t
+            if rest > 0:
+                by_d[d] = round(parts["compute_s"] / rest, 3)
+        # at head dims where this tile is the default, its efficiency is the default one
+        for d, f in fitted.items():
+            if d not in by_d and tiles_for(impl, d, False) == tile:
+                by_d[d] = round(f["efficiency"], 3)
+        by_d = dict(sorted(by_d.items()))
+        if by_d:
+            out[f"implementations.{impl}.efficiency_{tile[0]}x{tile[1]}"] = (
+                by_d,
+                f"model time (instructions of {impl}, tiles {tile[0]}x{tile[1]}) / measured, fp16, medians of "
+                f"CUDA-event times, {bl} x {hl} heads x {nl} tokens at these tiles, with the CTA overhead fitted "
+                "at the default tiles",
+            )
     return out
 
 

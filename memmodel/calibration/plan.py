@@ -156,8 +156,8 @@ REFERENCE_SHORT = (64, 16, 256)
 #: long-loop (1 × 8 × 16384: few CTAs, hundreds of K/V blocks each): the rate of a block's
 #: work where a CTA's fixed costs no longer count, which the two shapes above extrapolate to
 REFERENCE_LOOP = (1, 8, 16384)
-#: tiles our Triton kernel also runs the long-loop reference at (its users choose tiles): with
-#: its default tiles they separate a K/V block's fixed cost from the rate of its products
+#: tiles our Triton kernel also runs the long-loop reference at (its users choose tiles): its
+#: efficiency at each, against the model with the CTA overhead of its default tiles
 TRITON_TILES = ((64, 64), (128, 64))
 SDPA_HEAD_DIMS = (64, 96, 128, 256)
 SDPA_FIT_HEAD_DIMS = (64, 128, 256)

@@ -393,8 +393,7 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
 
 def _measure_triton_tiles(ctx: Any) -> list[dict[str, Any]]:
     """Our Triton kernel on the long-loop reference at :data:`TRITON_TILES` besides its
-    defaults (``block`` in the point): a K/V block's fixed cost, which its users' tile choice
-    changes."""
+    defaults (``block`` in the point): its efficiency at the tiles its users may choose."""
     from ..implementations import tiles
     from .triton_fa import attention
 
