@@ -22,9 +22,11 @@ tokens × all heads to all N tokens × H/P heads; each GPU runs full-sequence at
 heads; a second all-to-all brings O back to N/P tokens × all heads (backward: dO there, dQ,
 dK, dV back). Nothing overlaps: each collective waits for the data it moves.
 
-**Overlap rule** (ring): a step takes ``max(compute + merge, link)``: the attention and merge
-kernels run on the compute stream while the link carries the step's messages; Ulysses adds
-everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
+**Overlap rule** (ring): a step takes ``max(compute + merge + c·min(link, compute + merge),
+link)``: the attention and merge kernels run on the compute stream while the link carries the
+step's messages, and lose ``c`` (``interconnect.overlap_cost``, measured by ``calibrate --gpus``:
+NCCL's kernel holds SMs and HBM bandwidth while it runs) of the overlapped link time; Ulysses
+adds everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
 
 Every kernel's bytes and time come from the single-GPU model (:func:`memmodel.model.compare`)
 on the per-GPU shape of each step, or from :data:`MERGE_OPS`/the pack copies below with the
@@ -174,7 +176,7 @@ class Step:
     link_bytes: int  # sent by each GPU during the step
     link_s: float
     time_s: float
-    overlap: str  # "max(compute + merge, link)" or "sum"
+    overlap: str  # "max(compute + merge + overlap cost · link, link)" or "sum"
     kernels: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -393,6 +395,11 @@ def _ring(
                 link_s = send_recv_time(ic, p, kv_msg) * (sent // kv_msg)
             link_total += sent
             compute_s, merge_s = worst[0], worst[1]
+            # the link's transfer slows the kernels beside it (NCCL's kernel holds SMs and HBM
+            # bandwidth while it runs): by the measured share of the overlapped link time
+            slowed = (
+                compute_s + merge_s + (ic.overlap_cost if ic is not None else 0.0) * min(link_s, compute_s + merge_s)
+            )
             steps.append(
                 Step(
                     pass_,
@@ -402,8 +409,8 @@ def _ring(
                     merge_s,
                     sent,
                     link_s,
-                    max(compute_s + merge_s, link_s),
-                    "max(compute + merge, link)",
+                    max(slowed, link_s),
+                    "max(compute + merge + overlap cost · link, link)",
                     tuple(k.name for k in worst[3]),
                 )
             )
@@ -546,7 +553,8 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
         "notes": list(result.notes),
     }
     data["assumptions"] = list(data["assumptions"]) + [
-        "Context parallel: ring steps take max(compute + merge, link); Ulysses' all-to-alls do not overlap.",
+        "Context parallel: ring steps take max(compute + merge + overlap cost x overlapped link, link); "
+        "Ulysses' all-to-alls do not overlap.",
         "Merge, accumulation and pack kernels run at the profile's elementwise (scale) and copy rates.",
     ]
     return data

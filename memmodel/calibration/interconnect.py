@@ -43,6 +43,22 @@ def latency(result: Mapping[str, Any], points: int = 4) -> float | None:
     return max(my - slope * mx, 0.0)
 
 
+def overlap_cost(result: Mapping[str, Any]) -> float | None:
+    """The median over the overlap references of (kernel beside the exchange − kernel alone) /
+    exchange alone, at least 0.001 (a ratio figure is positive); None where none was measured
+    (the curves of earlier versions)."""
+    shares = sorted(
+        (r["kernel_beside_exchange_s"] - r["kernel_s"]) / r["exchange_s"]
+        for r in result.get("overlap", [])
+        if r.get("exchange_s", 0) > 0
+    )
+    if not shares:
+        return None
+    mid = len(shares) // 2
+    median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
+    return round(max(median, 0.001), 3)
+
+
 def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
     """``data`` (a profile's YAML mapping with ``interconnect.bandwidth``) with the measured
     curves and latency in place, citing the source ``measured-nccl``."""
@@ -73,6 +89,21 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
             "value": dict(sorted(points.items())),
             "source": "measured-nccl",
             "note": f"bytes sent / time / {raw} by message bytes; {what[name]}; {how}: {detail}",
+        }
+    cost = overlap_cost(result)
+    if cost is not None:
+        rows = result.get("overlap", [])
+        detail = "; ".join(
+            f"{'x'.join(map(str, r['shape']))}: {r['kernel_s'] * 1e6:.1f} us alone, "
+            f"{r['kernel_beside_exchange_s'] * 1e6:.1f} us beside a {r['exchange_s'] * 1e6:.1f} us exchange"
+            for r in rows
+        )
+        ic["overlap_cost"] = {
+            "value": cost,
+            "source": "measured-nccl",
+            "note": "share of an overlapped send/recv's time the attention kernel beside it loses: median over "
+            f"FlashAttention-2 forwards (batch x heads x N x d, bf16) of (beside - alone) / the exchange alone, "
+            f"{format_bytes(rows[0]['bytes_each_way'], binary=True)} each way; {how}: {detail}",
         }
     lat = latency(result)
     if lat:

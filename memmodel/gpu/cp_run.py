@@ -305,8 +305,59 @@ def nccl_worker(torch: Any, dist: Any, rank: int, world: int, config: dict[str, 
         curves["all_to_all"].append([size, t, size * (world - 1) // world])
         if device == "cuda":
             torch.cuda.empty_cache()
+    overlap = _overlap(torch, dist, rank, world, time_it, device) if device == "cuda" else []
     if rank == 0:
-        _save(config, [{"curves": curves}])
+        _save(config, [{"curves": curves, "overlap": overlap}])
+
+
+#: the overlap references: FlashAttention-2 forwards (batch, heads, n, d; bf16) beside a
+#: send/recv of OVERLAP_BYTES each way, one grid of many waves and one of a CTA per SM
+OVERLAP_SHAPES = ((4, 8, 4096, 128), (1, 4, 4096, 128))
+OVERLAP_BYTES = 16 * 2**20
+
+
+def _overlap(torch: Any, dist: Any, rank: int, world: int, time_it: Any, device: str) -> list[dict[str, Any]]:
+    """What an overlapped send/recv costs the attention kernel beside it: per reference shape,
+    the kernel alone, the exchange alone, and the kernel with the exchange posted just before
+    it (its time on the compute stream)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    a = torch.empty(OVERLAP_BYTES // 2, dtype=torch.bfloat16, device=device).normal_()
+    b = torch.empty_like(a)
+    rows = []
+    for shape in OVERLAP_SHAPES:
+        q, k, v = (torch.randn(*shape, dtype=torch.bfloat16, device=device) for _ in range(3))
+
+        def attend(q: Any = q, k: Any = k, v: Any = v) -> Any:
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+        def post() -> list[Any]:
+            return dist.batch_isend_irecv([dist.P2POp(dist.isend, a, nxt), dist.P2POp(dist.irecv, b, prv)])
+
+        def exchange() -> None:
+            for r in post():
+                r.wait()
+
+        def beside() -> None:
+            reqs = post()  # NCCL's stream, behind the same queued sleep
+            attend()  # the compute stream: the events around the call time this kernel
+            for r in reqs:
+                r.wait()
+
+        rows.append(
+            {
+                "shape": list(shape),
+                "bytes_each_way": OVERLAP_BYTES,
+                "kernel_s": time_it(attend, 20),
+                "exchange_s": time_it(exchange, 20),
+                "kernel_beside_exchange_s": time_it(beside, 20),
+            }
+        )
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
 
 
 def calibrate_nccl(world: int, *, quick: bool = False, device: str = "cuda") -> dict[str, Any]:
@@ -332,4 +383,5 @@ def calibrate_nccl(world: int, *, quick: bool = False, device: str = "cuda") -> 
             for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
         },
         "curves": rows[0]["curves"],
+        "overlap": rows[0].get("overlap", []),
     }
