@@ -387,7 +387,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "interconnect.inter_node_bandwidth": ("bandwidth", False),
     "interconnect.inter_node_latency": ("time", False),
     **{f"interconnect.{c}_efficiency": ("ratio", False) for c in COLLECTIVES},
-    "interconnect.overlap_cost": ("ratio", False),
+    "interconnect.p2p_sms": ("count", False),
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
@@ -661,7 +661,7 @@ def _interconnect(
         inter_node_bandwidth_bytes_per_s=values.get("interconnect.inter_node_bandwidth"),
         inter_node_latency_s=values.get("interconnect.inter_node_latency"),
         **{f"{c}_efficiency": curves.get(f"interconnect.{c}_efficiency", ()) for c in COLLECTIVES},
-        overlap_cost=values.get("interconnect.overlap_cost", 0.0),
+        p2p_sms=int(values.get("interconnect.p2p_sms", 0)),
     )
 
 
@@ -827,7 +827,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),
     ("interconnect.*_efficiency", "same"),
-    ("interconnect.overlap_cost", "same"),
+    ("interconnect.p2p_sms", "same"),
 )
 RULE_TEXT = {
     "sm-clock": "per SM per clock, × SMs × clock",

@@ -46,9 +46,9 @@ class Interconnect:
     send_recv_efficiency: Curve = ()
     all_to_all_efficiency: Curve = ()
     all_gather_efficiency: Curve = ()
-    #: the share of an overlapped send/recv's time that the attention kernel running beside it
-    #: loses (NCCL's kernel holds SMs and memory bandwidth while it runs); 0: none (not measured)
-    overlap_cost: float = 0.0
+    #: SMs NCCL's send/recv kernel holds while it runs beside the compute (measured by
+    #: calibrate --gpus; 0: not measured, none taken)
+    p2p_sms: int = 0
 
     def peer_bandwidth_bytes_per_s(self) -> float:
         """Per direction to one peer: all of it through a switch, a share of it in a mesh."""

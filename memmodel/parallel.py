@@ -22,11 +22,11 @@ tokens × all heads to all N tokens × H/P heads; each GPU runs full-sequence at
 heads; a second all-to-all brings O back to N/P tokens × all heads (backward: dO there, dQ,
 dK, dV back). Nothing overlaps: each collective waits for the data it moves.
 
-**Overlap rule** (ring): a step takes ``max(compute + merge + c·min(link, compute + merge),
-link)``: the attention and merge kernels run on the compute stream while the link carries the
-step's messages, and lose ``c`` (``interconnect.overlap_cost``, measured by ``calibrate --gpus``:
-NCCL's kernel holds SMs and HBM bandwidth while it runs) of the overlapped link time; Ulysses
-adds everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
+**Overlap rule** (ring): a step takes ``max(compute + merge, link)``: the attention and merge
+kernels run on the compute stream while the link carries the step's messages; the attention of
+a step with a transfer beside it runs on the SMs NCCL's send/recv leaves it
+(``interconnect.p2p_sms`` held, measured by ``calibrate --gpus``: :func:`_beside_transfer`);
+Ulysses adds everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
 
 Every kernel's bytes and time come from the single-GPU model (:func:`memmodel.model.compare`)
 on the per-GPU shape of each step, or from :data:`MERGE_OPS`/the pack copies below with the
@@ -176,7 +176,7 @@ class Step:
     link_bytes: int  # sent by each GPU during the step
     link_s: float
     time_s: float
-    overlap: str  # "max(compute + merge + overlap cost · link, link)" or "sum"
+    overlap: str  # "max(compute + merge, link)" or "sum"
     kernels: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -282,10 +282,13 @@ def context_parallel(
     backward = bool(options.get("backward"))
     cache: dict[tuple[Any, ...], Any] = {}
 
-    def run(w: Workload) -> Any:
-        key = (w.n, w.n_kv_, w.heads, w.kv_heads_, w.causal)
+    def run(w: Workload, sms: int | None = None) -> Any:
+        """The single-GPU model of a per-GPU shape; with ``sms``, on that many SMs (the ones an
+        overlapped transfer leaves the kernels)."""
+        key = (w.n, w.n_kv_, w.heads, w.kv_heads_, w.causal, sms)
         if key not in cache:
-            cache[key] = compare(w, profile, options_for(impl, w, profile, **options), standard=standard)
+            prof = profile if sms is None else dataclasses.replace(profile, sm_count=sms)
+            cache[key] = compare(w, prof, options_for(impl, w, prof, **options), standard=standard)
         return cache[key]
 
     single = run(workload)
@@ -328,12 +331,42 @@ def _renamed(kernel: Kernel, prefix: str) -> Kernel:
     )
 
 
-def _attention(run: Any, w: Workload, which: str, pass_: str) -> tuple[list[Kernel], list[Any], float]:
-    """The attention kernels of one pass on a per-GPU shape, their timings and their total time."""
-    c = run(w)
+def _attention(
+    run: Any, w: Workload, which: str, pass_: str, sms: int | None = None
+) -> tuple[list[Kernel], list[Any], float]:
+    """The attention kernels of one pass on a per-GPU shape, their timings and their total time
+    (with ``sms``: on that many SMs)."""
+    c = run(w) if sms is None else run(w, sms)
     ev = getattr(c, which)
     pairs = [(k, t) for k, t in zip(ev.traffic.kernels, ev.timing.kernels) if k.pass_ == pass_]
     return [k for k, _ in pairs], [t for _, t in pairs], float(sum(float(t.time_s) for _, t in pairs))
+
+
+def _beside_transfer(
+    run: Any, w: Workload, which: str, pass_: str, kernels: list[Kernel], alone_s: float, link_s: float, sms: int
+) -> float:
+    """The step's attention time with a transfer of ``link_s`` beside it, whose NCCL kernel
+    leaves the attention ``sms`` SMs while it runs (:func:`beside_transfer_time`)."""
+    _, _, fewer_s = _attention(run, w, which, pass_, sms)
+    ctas = sum(float(k.ctas) for k in kernels if k.overlap == "serial-compute")
+    per_sm = run(w).tiled.traffic.params.get("ctas_per_sm") or 1
+    return beside_transfer_time(ctas, float(per_sm), alone_s, fewer_s, link_s, sms)
+
+
+def beside_transfer_time(
+    ctas: float, ctas_per_sm: float, alone_s: float, fewer_s: float, link_s: float, sms: int
+) -> float:
+    """An attention kernel's time with a transfer of ``link_s`` beside it that leaves it ``sms``
+    SMs, from its time alone and on ``sms`` SMs. A grid whose ``ctas`` all fit the slots of
+    ``sms`` SMs at once (``ctas_per_sm`` each) is placed at launch and keeps that placement to
+    its end: its time on ``sms`` SMs. A grid of several waves is slowed only while the SMs are
+    held: by ``min(link, alone)`` × (its time on ``sms`` SMs / alone − 1). Both rules together
+    match calibrate's overlap references (:func:`memmodel.calibration.interconnect.p2p_sms`)."""
+    if ctas and ctas <= ctas_per_sm * sms:
+        return fewer_s
+    if alone_s <= 0:
+        return alone_s
+    return alone_s + min(link_s, alone_s) * (fewer_s / alone_s - 1.0)
 
 
 def _ring(
@@ -363,10 +396,26 @@ def _ring(
     passes = ("forward", "backward") if backward else ("forward",)
     for pass_ in passes:
         for i in range(p):
+            sent = 0
+            if i < p - 1:
+                sent += kv_msg
+            if pass_ == "backward" and i > 0:
+                sent += kv_msg  # the running dK, dV of the block held in step i − 1
+            assert ic is not None or p == 1
+            link_s = 0.0
+            if sent:
+                assert ic is not None
+                link_s = send_recv_time(ic, p, kv_msg) * (sent // kv_msg)
+            # NCCL's send/recv kernel holds SMs while it runs beside the step's attention
+            held = ic.p2p_sms if ic is not None and sent else 0
             worst: tuple[float, float, float, list[Kernel], list[Any], str] | None = None
             for rank in range(p):
                 kind = step_kind(rank, i, p, w.causal)
                 att_k, att_t, att_s = _attention(run, local(kind), which, pass_)
+                if held and which == "tiled":
+                    att_s = _beside_transfer(
+                        run, local(kind), which, pass_, att_k, att_s, link_s, profile.sm_count - held
+                    )
                 nq, nkv, _ = step_shape(kind, n_local)
                 extra: list[Kernel] = []
                 if i > 0 and pass_ == "forward":
@@ -383,23 +432,8 @@ def _ring(
                     out_kernels += [_renamed(k, f"{pass_[0]}{i}") for k in att_k + extra]
                     out_times += att_t + ex_t
             assert worst is not None
-            sent = 0
-            if i < p - 1:
-                sent += kv_msg
-            if pass_ == "backward" and i > 0:
-                sent += kv_msg  # the running dK, dV of the block held in step i − 1
-            assert ic is not None or p == 1
-            link_s = 0.0
-            if sent:
-                assert ic is not None
-                link_s = send_recv_time(ic, p, kv_msg) * (sent // kv_msg)
             link_total += sent
             compute_s, merge_s = worst[0], worst[1]
-            # the link's transfer slows the kernels beside it (NCCL's kernel holds SMs and HBM
-            # bandwidth while it runs): by the measured share of the overlapped link time
-            slowed = (
-                compute_s + merge_s + (ic.overlap_cost if ic is not None else 0.0) * min(link_s, compute_s + merge_s)
-            )
             steps.append(
                 Step(
                     pass_,
@@ -409,8 +443,8 @@ def _ring(
                     merge_s,
                     sent,
                     link_s,
-                    max(slowed, link_s),
-                    "max(compute + merge + overlap cost · link, link)",
+                    max(compute_s + merge_s, link_s),
+                    "max(compute + merge, link)",
                     tuple(k.name for k in worst[3]),
                 )
             )
@@ -553,8 +587,8 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
         "notes": list(result.notes),
     }
     data["assumptions"] = list(data["assumptions"]) + [
-        "Context parallel: ring steps take max(compute + merge + overlap cost x overlapped link, link); "
-        "Ulysses' all-to-alls do not overlap.",
+        "Context parallel: ring steps take max(compute + merge, link), their attention on the SMs an "
+        "overlapped send/recv leaves; Ulysses' all-to-alls do not overlap.",
         "Merge, accumulation and pack kernels run at the profile's elementwise (scale) and copy rates.",
     ]
     return data

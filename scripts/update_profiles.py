@@ -55,10 +55,10 @@ def with_links(text: str) -> str:
 
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
     data = yaml.safe_load(text)
-    if NCCL.exists():
-        data = apply(data, json.loads(NCCL.read_text()))
     if L2_REUSE.exists():
         data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
+    if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
+        data = apply(data, json.loads(NCCL.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
 
 

@@ -159,3 +159,50 @@ def test_a_tile_figure_reads_from_a_profile(tmp_path):
     assert p.efficiency("triton", 128, (64, 64)) == 0.6
     assert p.efficiency("triton", 64, (64, 64)) == 0.6  # one head dim: the figure for all
     assert p.efficiency("triton", 128, (128, 64)) == 0.9  # a tile it was not measured at
+
+
+def test_an_overlapped_transfer_leaves_the_step_fewer_sms():
+    from memmodel.parallel import beside_transfer_time
+
+    # one wave: 128 CTAs fit 2 per SM on 125 SMs; placed at launch, the grid runs on them to the end
+    assert beside_transfer_time(128, 2, 100e-6, 160e-6, 50e-6, 125) == 160e-6
+    # several waves: slowed only while the SMs are held: 800 + 60 · (820/800 − 1) µs
+    assert beside_transfer_time(1024, 2, 800e-6, 820e-6, 60e-6, 125) == pytest.approx(801.5e-6)
+    # a transfer longer than the kernel: the whole kernel is slowed
+    assert beside_transfer_time(1024, 2, 100e-6, 110e-6, 500e-6, 125) == pytest.approx(110e-6)
+
+
+def test_calibrate_fits_the_sms_nccl_holds_to_the_overlap_references():
+    import json
+    from pathlib import Path
+
+    from memmodel.calibration.interconnect import p2p_sms
+
+    # measured on the H200 pair: 4x8x4096x128 785.9 µs alone, 790.8 µs beside a 65.1 µs
+    # exchange; 1x4x4096x128 (one wave) 123.1 µs alone, 192.6 µs beside a 64.6 µs exchange
+    run = json.loads((Path(__file__).parent.parent / "validation/h200x2/calibrate-nccl.json").read_text())
+    rows = run["overlap"]
+    assert [r["shape"] for r in rows] == [[4, 8, 4096, 128], [1, 4, 4096, 128]]
+    count, pairs = p2p_sms({"overlap": rows}, H200)
+    assert 4 <= count <= 12
+    for measured, modelled in pairs:
+        assert modelled == pytest.approx(measured, rel=0.03)
+    assert p2p_sms({"overlap": []}, H200) is None
+    assert H200.interconnect.p2p_sms == count  # the bundled profile holds what the pair measured
+
+
+def test_the_ring_step_beside_its_transfer_is_slower_than_alone():
+    from memmodel.parallel import context_parallel
+
+    w = Workload(n=16384, d=128, heads=2, dtype="bf16")
+    held = context_parallel(w, H200, 2, "ring", impl="sdpa-flash")
+    free = context_parallel(
+        w,
+        dataclasses.replace(H200, interconnect=dataclasses.replace(H200.interconnect, p2p_sms=0)),
+        2,
+        "ring",
+        impl="sdpa-flash",
+    )
+    step = lambda r: r.tiled.steps[0]  # noqa: E731  (the step with the transfer beside it)
+    assert step(held).compute_s > step(free).compute_s * 1.3  # 128 CTAs on the SMs NCCL leaves
+    assert held.tiled.steps[1].compute_s == free.tiled.steps[1].compute_s  # the last step sends nothing

@@ -43,20 +43,44 @@ def latency(result: Mapping[str, Any], points: int = 4) -> float | None:
     return max(my - slope * mx, 0.0)
 
 
-def overlap_cost(result: Mapping[str, Any]) -> float | None:
-    """The median over the overlap references of (kernel beside the exchange − kernel alone) /
-    exchange alone, at least 0.001 (a ratio figure is positive); None where none was measured
-    (the curves of earlier versions)."""
-    shares = sorted(
-        (r["kernel_beside_exchange_s"] - r["kernel_s"]) / r["exchange_s"]
-        for r in result.get("overlap", [])
-        if r.get("exchange_s", 0) > 0
-    )
-    if not shares:
+def p2p_sms(result: Mapping[str, Any], profile: Any) -> tuple[int, list[tuple[float, float]]] | None:
+    """The SMs NCCL's send/recv holds beside the compute, from calibrate's overlap references:
+    the count (1 to 32) whose rule (:func:`memmodel.parallel.beside_transfer_time`, with the
+    single-GPU model on ``profile`` of the references alone and on fewer SMs) best matches the
+    measured (kernel beside the exchange) / (kernel alone), least squares; with the
+    (measured, modelled) ratios at that count. None where none was measured."""
+    import dataclasses
+
+    from ..model import compare
+    from ..parallel import beside_transfer_time
+    from ..workload import Workload
+
+    rows = [r for r in result.get("overlap", []) if r.get("kernel_s", 0) > 0 and r.get("exchange_s", 0) > 0]
+    if not rows:
         return None
-    mid = len(shares) // 2
-    median = shares[mid] if len(shares) % 2 else (shares[mid - 1] + shares[mid]) / 2
-    return round(max(median, 0.001), 3)
+    sms = profile.sm_count
+
+    def model(shape: list[int], count: int) -> tuple[float, float, float]:
+        """(the forward kernel's CTAs, its CTAs per SM, the time) on ``count`` SMs."""
+        b, h, n, d = shape
+        prof = dataclasses.replace(profile, sm_count=count)
+        c = compare(Workload(n=n, d=d, batch=b, heads=h, dtype="bf16"), prof, impl="sdpa-flash")
+        ctas = sum(float(k.ctas) for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
+        return ctas, float(c.tiled.traffic.params.get("ctas_per_sm") or 1), float(c.tiled.timing.time_s)
+
+    best: tuple[float, int, list[tuple[float, float]]] | None = None
+    for held in range(1, 33):
+        pairs = []
+        for r in rows:
+            ctas, per_sm, alone = model(r["shape"], sms)
+            _, _, fewer = model(r["shape"], sms - held)
+            beside = beside_transfer_time(ctas, per_sm, alone, fewer, r["exchange_s"], sms - held)
+            pairs.append((r["kernel_beside_exchange_s"] / r["kernel_s"], beside / alone))
+        err = sum((m - p) ** 2 for m, p in pairs)
+        if best is None or err < best[0]:
+            best = (err, held, pairs)
+    assert best is not None
+    return best[1], best[2]
 
 
 def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
@@ -90,21 +114,6 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
             "source": "measured-nccl",
             "note": f"bytes sent / time / {raw} by message bytes; {what[name]}; {how}: {detail}",
         }
-    cost = overlap_cost(result)
-    if cost is not None:
-        rows = result.get("overlap", [])
-        detail = "; ".join(
-            f"{'x'.join(map(str, r['shape']))}: {r['kernel_s'] * 1e6:.1f} us alone, "
-            f"{r['kernel_beside_exchange_s'] * 1e6:.1f} us beside a {r['exchange_s'] * 1e6:.1f} us exchange"
-            for r in rows
-        )
-        ic["overlap_cost"] = {
-            "value": cost,
-            "source": "measured-nccl",
-            "note": "share of an overlapped send/recv's time the attention kernel beside it loses: median over "
-            f"FlashAttention-2 forwards (batch x heads x N x d, bf16) of (beside - alone) / the exchange alone, "
-            f"{format_bytes(rows[0]['bytes_each_way'], binary=True)} each way; {how}: {detail}",
-        }
     lat = latency(result)
     if lat:
         ic["latency"] = {
@@ -123,4 +132,24 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
         "command": str(result.get("command") or "memmodel calibrate --gpus 2"),
     }
     data["sources"] = sources
+    from ..hardware import parse_profile
+
+    held = p2p_sms(result, parse_profile(data, "<profile>")) if result.get("overlap") else None
+    if held is not None:
+        count, pairs = held
+        rows = result.get("overlap", [])
+        detail = "; ".join(
+            f"{'x'.join(map(str, r['shape']))}: {r['kernel_s'] * 1e6:.1f} us alone, "
+            f"{r['kernel_beside_exchange_s'] * 1e6:.1f} us beside a {r['exchange_s'] * 1e6:.1f} us exchange "
+            f"(x{m:.3f}; modelled x{p:.3f})"
+            for r, (m, p) in zip(rows, pairs)
+        )
+        ic["p2p_sms"] = {
+            "value": count,
+            "source": "measured-nccl",
+            "note": "SMs NCCL's send/recv holds beside the compute: the count whose rule (one-wave grids run on the "
+            "SMs left, longer ones lose them while the exchange runs) best matches FlashAttention-2 forwards "
+            f"(batch x heads x N x d, bf16) beside an exchange of {format_bytes(rows[0]['bytes_each_way'], binary=True)} "
+            f"each way, least squares on the slow-down; {how}: {detail}",
+        }
     return data
