@@ -248,7 +248,8 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
     (registers, not shared memory, are the limit), read off Nsight Compute's launch
     statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1 (its
-    decoding kernels, 16 query rows and 4 warps: 2, on eleven of the twelve decoding cases);
+    decoding kernels, 16 query rows and 4 warps: 2, on six of the seven cuDNN decoding cases
+    Nsight Compute measured, 8 on the seventh);
     the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with 8 warps
     (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
     16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
