@@ -755,6 +755,16 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure")
         if _FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")
+    share = values.get("compute.mma_sync.one_cta_share")
+    if share is not None and share > 1:
+        text = provenance["compute.mma_sync.one_cta_share"].text
+        raise _fail(where, "compute.mma_sync.one_cta_share", f"{text!r} is above 1: one CTA cannot outrun two")
+    held = values.get("interconnect.p2p_sms")
+    if held is not None and held >= values["sm_count"]:
+        text = provenance["interconnect.p2p_sms"].text
+        raise _fail(
+            where, "interconnect.p2p_sms", f"{text!r} leaves no SM of the {values['sm_count']:g} for the compute"
+        )
     if values["memory.sram.capacity_per_sm"] < 1024:
         text = provenance["memory.sram.capacity_per_sm"].text
         raise _fail(

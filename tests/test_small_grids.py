@@ -206,3 +206,27 @@ def test_the_ring_step_beside_its_transfer_is_slower_than_alone():
     step = lambda r: r.tiled.steps[0]  # noqa: E731  (the step with the transfer beside it)
     assert step(held).compute_s > step(free).compute_s * 1.3  # 128 CTAs on the SMs NCCL leaves
     assert held.tiled.steps[1].compute_s == free.tiled.steps[1].compute_s  # the last step sends nothing
+
+
+@pytest.mark.parametrize(
+    ("section", "text", "message"),
+    [
+        ("compute", "compute: {fp32: 60 TFLOP/s, mma_sync: {fp16: 400 TFLOP/s, one_cta_share: 1.5}}", "above 1"),
+        ("interconnect", "interconnect: {bandwidth: 450 GB/s, p2p_sms: 132}", "leaves no SM of the 132"),
+    ],
+)
+def test_a_profile_with_an_impossible_share_or_sm_count_is_refused(section, text, message):
+    import yaml
+
+    from memmodel.errors import ProfileError
+    from memmodel.hardware import parse_profile
+
+    base = (
+        "name: x\nfull_name: X\nvendor: NVIDIA\narchitecture: Hopper\nsm_count: 132\n"
+        "memory:\n  hbm: {capacity: 141 GB, bandwidth: 4.8 TB/s, latency: 300 ns}\n"
+        "  l2: {capacity: 60 MiB, bandwidth: 9 TB/s, latency: 150 ns}\n"
+        "  sram: {capacity_per_sm: 228 KiB, bandwidth_per_sm: 250 GB/s, latency: 15 ns}\n"
+    )
+    data = yaml.safe_load(base + (text if section == "compute" else "compute: {fp32: 60 TFLOP/s}\n" + text))
+    with pytest.raises(ProfileError, match=message):
+        parse_profile(data, "x.yaml")
