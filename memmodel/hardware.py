@@ -93,9 +93,10 @@ class KernelRates:
     softmax_row_time_s: float | None = None
     #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
     elementwise_bytes_per_s: float | None = None
-    #: cuBLAS products over N×N_kv operands whose rows are not a multiple of 16 bytes
-    gemm_unaligned_read_bytes_per_s: float | None = None
-    gemm_unaligned_write_bytes_per_s: float | None = None
+    #: cuBLAS products over N×N_kv operands whose rows are not a multiple of 16 bytes, by head
+    #: dim (one figure: the same at every head dim)
+    gemm_unaligned_read_bytes_per_s: tuple[tuple[int, float], ...] = ()
+    gemm_unaligned_write_bytes_per_s: tuple[tuple[int, float], ...] = ()
     #: the softmax over rows that are not a multiple of 16 bytes, by row length
     softmax_unaligned_bytes_per_s: tuple[tuple[int, float], ...] = ()
     #: the softmax over causally masked scores (−∞ above the diagonal), by row length
@@ -113,6 +114,15 @@ class KernelRates:
     copy_bytes_per_s: float | None = None
     #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
     reduction_bytes_per_s: float | None = None
+
+    def gemm_unaligned_read_rate(self, head_dim: Any) -> Any:
+        """The unaligned ``PV``-shaped rate at ``head_dim`` (linear in log2 between measured
+        head dims, clamped at the ends); None where not measured."""
+        return interpolate_log2(self.gemm_unaligned_read_bytes_per_s, head_dim)
+
+    def gemm_unaligned_write_rate(self, head_dim: Any) -> Any:
+        """The unaligned ``QKᵀ``-shaped rate at ``head_dim``; None where not measured."""
+        return interpolate_log2(self.gemm_unaligned_write_bytes_per_s, head_dim)
 
     def softmax_unaligned_rate(self, row_length: Any) -> Any:
         return interpolate_log2(self.softmax_unaligned_bytes_per_s, row_length)
@@ -396,6 +406,8 @@ _CURVES: dict[str, str] = {
     "memory.l2.reuse": "live footprint, per mille of the L2",
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
+    "kernels.gemm.unaligned_read_bandwidth": "head dim",
+    "kernels.gemm.unaligned_write_bandwidth": "head dim",
     "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -415,7 +427,11 @@ _CURVES: dict[str, str] = {
 #: curves whose values may be 0
 _ZERO_ALLOWED = {"memory.l2.reuse"}
 #: curves that may also be one figure (the same at every key)
-_SCALAR_OR_CURVE = {f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES}
+_SCALAR_OR_CURVE = {
+    *(f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES),
+    "kernels.gemm.unaligned_read_bandwidth",
+    "kernels.gemm.unaligned_write_bandwidth",
+}
 _TEXT_FIELDS = {
     "schema": False,
     "name": True,
@@ -592,8 +608,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             softmax_bytes_per_s=curves.get("kernels.softmax.bandwidth", ()),
             softmax_row_time_s=values.get("kernels.softmax.row_time"),
             elementwise_bytes_per_s=values.get("kernels.elementwise.bandwidth"),
-            gemm_unaligned_read_bytes_per_s=values.get("kernels.gemm.unaligned_read_bandwidth"),
-            gemm_unaligned_write_bytes_per_s=values.get("kernels.gemm.unaligned_write_bandwidth"),
+            gemm_unaligned_read_bytes_per_s=curves.get("kernels.gemm.unaligned_read_bandwidth", ()),
+            gemm_unaligned_write_bytes_per_s=curves.get("kernels.gemm.unaligned_write_bandwidth", ()),
             softmax_unaligned_bytes_per_s=curves.get("kernels.softmax.unaligned_bandwidth", ()),
             softmax_masked_bytes_per_s=curves.get("kernels.softmax.masked_bandwidth", ()),
             softmax_backward_bytes_per_s=curves.get("kernels.softmax_backward.bandwidth", ()),

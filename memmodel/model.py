@@ -173,7 +173,7 @@ def compare(
     return Comparison(
         workload=workload,
         profile=profile,
-        standard=Evaluated(std, algorithm_time(std, profile, workload.dtype)),
+        standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d)),
         tiled=Evaluated(
             til,
             algorithm_time(

@@ -187,7 +187,7 @@ def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Any) -> Any:
     return float(out) if out.ndim == 0 else out
 
 
-def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
+def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seconds | None:
     """The ``hbm`` term from a calibrated library rate, or None where the profile has none."""
     rates = profile.kernel_rates
     f = intmath.to_float
@@ -197,8 +197,20 @@ def _library_hbm(kernel: Kernel, profile: Profile) -> Seconds | None:
         write_bw = (
             rates.gemm_write_bytes_per_s or profile.hbm.write_bandwidth_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
         )
-        read_bw = _where_unaligned(kernel, read_bw, rates.gemm_unaligned_read_bytes_per_s)
-        write_bw = _where_unaligned(kernel, write_bw, rates.gemm_unaligned_write_bytes_per_s)
+
+        # rows that are not 16-byte multiples: the rate measured at the head dim (the products'
+        # inner or outer dimension), the mean of the measured ones where none is given
+        def at_d(curve: tuple[tuple[int, float], ...], rate: Any) -> Any:
+            if not curve:
+                return None
+            return rate(head_dim) if head_dim is not None else sum(y for _, y in curve) / len(curve)
+
+        read_bw = _where_unaligned(
+            kernel, read_bw, at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
+        )
+        write_bw = _where_unaligned(
+            kernel, write_bw, at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
+        )
         return (
             f(kernel.bytes(level="hbm", direction="read")) / read_bw
             + f(kernel.bytes(level="hbm", direction="write")) / write_bw
@@ -388,7 +400,7 @@ def kernel_time(
         moved = kernel.bytes(level=level)
         if not (isinstance(moved, np.ndarray) or moved):
             continue
-        library = _library_hbm(kernel, profile) if level == "hbm" else None
+        library = _library_hbm(kernel, profile, hd) if level == "hbm" else None
         write_bw = profile.hbm.write_bandwidth_bytes_per_s if level == "hbm" else None
         if library is not None:
             terms[level] = library

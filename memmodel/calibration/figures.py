@@ -382,12 +382,14 @@ def kernel_figures(m: dict[str, Any], peaks: dict[str, float]) -> dict[str, tupl
     ):
         pts = [p for p in gemm.get(kind, []) if p.get("rate")]
         if pts:
-            rates = sorted(p["rate"] for p in pts)
+            by_d: dict[int, list[float]] = {}
+            for p in pts:
+                by_d.setdefault(int(p["d"]), []).append(p["rate"])
             out[fpath] = (
-                _bw(sum(rates) / len(rates)),
-                f"mean of {len(pts)} cuBLAS batched {what} products with rows of N = {gemm.get('unaligned_n')} fp16 "
-                f"(not a multiple of 16 bytes), {gemm.get('unaligned_batch_heads')} heads, d in "
-                f"{sorted({p['d'] for p in pts})}: " + ", ".join(_bw(r) for r in rates),
+                {d: _bw(sum(r) / len(r)) for d, r in sorted(by_d.items())},
+                f"cuBLAS batched {what} products with rows of N = {gemm.get('unaligned_n')} fp16 (not a multiple of "
+                f"16 bytes), {gemm.get('unaligned_batch_heads')} heads, by head dim (the mean of the dtypes at each): "
+                + ", ".join(f"d = {p['d']} {p['dtype']}: {_bw(p['rate'])}" for p in pts),
             )
     soft = k.get("softmax") or {}
     masked = [p for p in soft.get("masked", []) if p.get("rate")]

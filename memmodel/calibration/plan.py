@@ -141,6 +141,9 @@ SOFTMAX_BYTES = 512 * 2**20
 #: between the powers of two (not validation shapes)
 SOFTMAX_UNALIGNED_ROWS = (129, 257, 513, 1025, 2049, 4097, 8193)
 GEMM_UNALIGNED_N = 1025
+#: head dims of the unaligned products: cuBLAS picks its kernel by the inner dimension too
+#: (d = 80 and 96 are common and not powers of two)
+GEMM_UNALIGNED_HEAD_DIMS = (64, 80, 96, 128)
 #: row lengths of the causally masked softmax (square blocks): the powers of two the unmasked
 #: curve has, not validation shapes' batch × heads
 SOFTMAX_MASKED_ROWS = (256, 512, 1024, 2048, 4096, 8192, 16384)

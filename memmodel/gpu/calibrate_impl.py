@@ -36,6 +36,7 @@ from ..calibration.plan import (
     DECODE_REFERENCES,
     FEW_ROWS_LENGTH,
     GEMM_BYTES,
+    GEMM_UNALIGNED_HEAD_DIMS,
     GEMM_UNALIGNED_N,
     REFERENCE_LOOP,
     SDPA_FIT_HEAD_DIMS,
@@ -323,7 +324,7 @@ def measure_gemm(ctx: Any) -> dict[str, Any]:
     n = GEMM_UNALIGNED_N
     bh = GEMM_BYTES // (2 * n * n)
     out.update(unaligned_n=n, unaligned_batch_heads=bh, qk_unaligned=[], pv_unaligned=[])
-    for d in (64, 128):
+    for d in GEMM_UNALIGNED_HEAD_DIMS:
         g = ctx.generator(19)
         q = torch.randn(bh, n, d, device=ctx.device, dtype=torch.float16, generator=g)
         k = torch.randn(bh, n, d, device=ctx.device, dtype=torch.float16, generator=g)
