@@ -317,6 +317,12 @@ def _notes(profile: Profile, p: int) -> tuple[str, ...]:
                 f"{profile.name} has no measured NCCL curve: each message takes latency + bytes / link bandwidth "
                 "(optimistic for mid-size messages; memmodel calibrate --gpus 2 measures the curve)"
             )
+        if not ic.p2p_sms:
+            out.append(
+                f"{profile.name} gives no interconnect.p2p_sms: a ring step's transfer is taken to leave every SM "
+                "to the attention beside it (NCCL's send/recv held 6 of an H200's 132; memmodel calibrate --gpus 2 "
+                "measures it)"
+            )
         if ic.gpus_per_node and p > ic.gpus_per_node:
             out.append(f"P = {p} spans nodes of {ic.gpus_per_node} GPUs: modelled only, never validated")
         elif p > 2:

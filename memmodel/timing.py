@@ -138,6 +138,11 @@ def caveats(
     _, missing_peak = matmul_peak(profile, dtype, impl.instructions)
     if missing_peak:
         out.append(missing_peak)
+    if impl.instructions == "mma_sync" and profile.mma_sync_one_cta_share is None:
+        out.append(
+            f"{profile.name} gives no compute.mma_sync.one_cta_share: an SM left with one CTA of a kernel that keeps "
+            "two is taken to run at the full rate (on an H200 it runs at about 0.83 of it)."
+        )
     measured = profile.implementation_efficiency.get(impl.name, ())
     if not measured:
         out.append(
