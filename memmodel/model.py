@@ -194,6 +194,7 @@ def compare(
                 opts.model_implementation,
                 workload.dtype,
                 padded_head_dim(opts.model_implementation, workload.d),
+                tile=(til.params.get("block_q"), til.params.get("block_kv")),
             )
         ),
         warnings=tuple(capacity_warnings(workload, profile)),

@@ -230,3 +230,11 @@ def test_a_profile_with_an_impossible_share_or_sm_count_is_refused(section, text
     data = yaml.safe_load(base + (text if section == "compute" else "compute: {fp32: 60 TFLOP/s}\n" + text))
     with pytest.raises(ProfileError, match=message):
         parse_profile(data, "x.yaml")
+
+
+def test_a_tile_without_its_own_efficiency_says_so():
+    w = Workload(n=8192, d=128, dtype="fp16")
+    said = compare(w, H200, impl="triton", block_q=64, block_kv=128).caveats
+    assert any("at 64x128 the default tiles' figure stands in" in c for c in said)
+    for bq, bkv in ((64, 64), (128, 128)):  # measured, and the default
+        assert not any("stands in" in c for c in compare(w, H200, impl="triton", block_q=bq, block_kv=bkv).caveats)
