@@ -342,21 +342,25 @@ def _attention(
 ) -> tuple[list[Kernel], list[Any], float]:
     """The attention kernels of one pass on a per-GPU shape, their timings and their total time
     (with ``sms``: on that many SMs)."""
-    c = run(w) if sms is None else run(w, sms)
+    c = run(w, sms)
     ev = getattr(c, which)
     pairs = [(k, t) for k, t in zip(ev.traffic.kernels, ev.timing.kernels) if k.pass_ == pass_]
     return [k for k, _ in pairs], [t for _, t in pairs], float(sum(float(t.time_s) for _, t in pairs))
 
 
-def _beside_transfer(
-    run: Any, w: Workload, which: str, pass_: str, kernels: list[Kernel], alone_s: float, link_s: float, sms: int
-) -> float:
+def _beside_transfer(run: Any, w: Workload, which: str, pass_: str, alone_s: float, link_s: float, sms: int) -> float:
     """The step's attention time with a transfer of ``link_s`` beside it, whose NCCL kernel
     leaves the attention ``sms`` SMs while it runs (:func:`beside_transfer_time`)."""
     _, _, fewer_s = _attention(run, w, which, pass_, sms)
-    ctas = sum(float(k.ctas) for k in kernels if k.overlap == "serial-compute")
-    per_sm = run(w).tiled.traffic.params.get("ctas_per_sm") or 1
-    return beside_transfer_time(ctas, float(per_sm), alone_s, fewer_s, link_s, sms)
+    ctas, per_sm = fused_grid(run(w))
+    return beside_transfer_time(ctas, per_sm, alone_s, fewer_s, link_s, sms)
+
+
+def fused_grid(c: Any) -> tuple[float, float]:
+    """(CTAs of the fused attention kernels, CTAs per SM they keep) of a comparison's tiled
+    algorithm: what :func:`beside_transfer_time` places."""
+    ctas = sum(float(k.ctas) for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
+    return ctas, float(c.tiled.traffic.params.get("ctas_per_sm") or 1)
 
 
 def beside_transfer_time(
@@ -418,10 +422,8 @@ def _ring(
             for rank in range(p):
                 kind = step_kind(rank, i, p, w.causal)
                 att_k, att_t, att_s = _attention(run, local(kind), which, pass_)
-                if held and which == "tiled":
-                    att_s = _beside_transfer(
-                        run, local(kind), which, pass_, att_k, att_s, link_s, profile.sm_count - held
-                    )
+                if held and which == "tiled":  # the eager baseline's products are not placed this way: left as they are
+                    att_s = _beside_transfer(run, local(kind), which, pass_, att_s, link_s, profile.sm_count - held)
                 nq, nkv, _ = step_shape(kind, n_local)
                 extra: list[Kernel] = []
                 if i > 0 and pass_ == "forward":

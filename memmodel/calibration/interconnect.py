@@ -52,7 +52,7 @@ def p2p_sms(result: Mapping[str, Any], profile: Any) -> tuple[int, list[tuple[fl
     import dataclasses
 
     from ..model import compare
-    from ..parallel import beside_transfer_time
+    from ..parallel import beside_transfer_time, fused_grid
     from ..workload import Workload
 
     rows = [r for r in result.get("overlap", []) if r.get("kernel_s", 0) > 0 and r.get("exchange_s", 0) > 0]
@@ -65,8 +65,7 @@ def p2p_sms(result: Mapping[str, Any], profile: Any) -> tuple[int, list[tuple[fl
         b, h, n, d = shape
         prof = dataclasses.replace(profile, sm_count=count)
         c = compare(Workload(n=n, d=d, batch=b, heads=h, dtype="bf16"), prof, impl="sdpa-flash")
-        ctas = sum(float(k.ctas) for k in c.tiled.traffic.kernels if k.overlap == "serial-compute")
-        return ctas, float(c.tiled.traffic.params.get("ctas_per_sm") or 1), float(c.tiled.timing.time_s)
+        return (*fused_grid(c), float(c.tiled.timing.time_s))
 
     best: tuple[float, int, list[tuple[float, float]]] | None = None
     for held in range(1, 33):

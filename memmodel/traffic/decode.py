@@ -74,13 +74,11 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64, *, prefill: boo
     if w.is_grid:
         arrays = np.broadcast_arrays(*(np.asarray(x) for x in (w.batch, w.heads, w.kv_heads_, w.n, w.n_kv_, w.d)))
         out = np.ones(arrays[0].shape, dtype=np.int64)
+        # decoding rows, and (split prefill) the prefill rows whose B·H·Q blocks fill under
+        # 80 % of the slots: the only ones the heuristic can split
+        candidates = arrays[3] == 1
         if prefill and drop == 0.0:
-            # the heuristic splits only where B·H·Q blocks fill under 80 % of the slots
-            blocks = arrays[0] * np.where((arrays[1] > arrays[2]) & (arrays[3] == 1), arrays[2], arrays[1])
-            rows = np.where((arrays[1] > arrays[2]) & (arrays[3] == 1), arrays[1] // arrays[2], arrays[3])
-            candidates = blocks * -(-rows // block_q) < 0.8 * sm_count * 2
-        else:
-            candidates = arrays[3] == 1
+            candidates |= arrays[0] * arrays[1] * -(-arrays[3] // block_q) < 0.8 * sm_count * 2
         if candidates.any():
             out[candidates] = np.vectorize(lambda *a: one(*a, drop), otypes=[np.int64])(
                 *(a[candidates] for a in arrays)
