@@ -231,6 +231,15 @@ class Profile:
     #: implementation -> (fixed, per split) seconds of its split-KV combine kernel (calibrate's
     #: decoding references)
     implementation_combine_time: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    #: implementation -> bytes per second its combine kernel moves (partial O in, O out) beyond
+    #: its fixed and per-split costs (calibrate: each kernel's own duration)
+    implementation_combine_bandwidth: Mapping[str, float] = field(default_factory=dict)
+    #: implementation -> ((head dim, efficiency), ...) of its split-KV kernel (64-row CTAs of
+    #: 4 warps: not the forward kernel's tiles), from calibrate's split prefill references
+    implementation_split_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: implementation -> ((head dim, seconds), ...): what its split-KV kernel costs per wave of
+    #: CTAs beyond their blocks (Q in, the first tile's latency, the partial O out)
+    implementation_split_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: compute capability ("9.0") or the AMD target ("gfx942")
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
@@ -282,6 +291,18 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
+
+    def split_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+        """Measured efficiency of ``implementation``'s split-KV kernel at ``head_dim``; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_split_efficiency.get(implementation, ()), head_dim)
+
+    def split_cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
+        """Seconds a wave of ``implementation``'s split-KV CTAs costs beyond their blocks; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_split_cta_overhead.get(implementation, ()), head_dim)
 
     def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
@@ -386,6 +407,9 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.combine_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.split_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
@@ -419,6 +443,8 @@ _CURVES: dict[str, str] = {
     },
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.split_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.split_cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -645,6 +671,13 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             if f"implementations.{name}.combine_time" in values
             or f"implementations.{name}.combine_time_per_split" in values
         },
+        implementation_combine_bandwidth={
+            name: values[f"implementations.{name}.combine_bandwidth"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.combine_bandwidth" in values
+        },
+        implementation_split_efficiency=_per_implementation(curves, "split_efficiency"),
+        implementation_split_cta_overhead=_per_implementation(curves, "split_cta_overhead"),
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
@@ -837,6 +870,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.split_cta_overhead", "cycles"),
     ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
@@ -846,6 +880,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("implementations.*.efficiency", "same"),
+    ("implementations.*.split_efficiency", "same"),
+    ("implementations.*.combine_bandwidth", "hbm"),
     ("implementations.*.efficiency_*", "same"),
     ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.masked_block_cost", "same"),

@@ -386,8 +386,12 @@ def kernel_time(
     }
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
+    split = kernel.kind == "split_kv"
     if impl and hd is not None:
         eff = profile.efficiency(impl.name, hd, tile) if forward else profile.backward_efficiency(impl.name, hd)
+        if split:  # its own kernel (64-row CTAs of 4 warps) where measured
+            own = profile.split_efficiency(impl.name, hd)
+            eff = own if own is not None else eff
     else:
         eff = None
     # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
@@ -407,7 +411,7 @@ def kernel_time(
         # drawn, issued by the same warps as the products: it adds to the compute
         extra = np.asarray(intmath.to_float(kernel.dropout_scores), dtype=np.float64) / drop_rate
         terms["dropout"] = float(extra) if extra.ndim == 0 else extra
-    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward else None
+    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward and not split else None
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
         # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), once per CTA the
         # busiest slot runs (the waves rounded up)
@@ -445,10 +449,15 @@ def kernel_time(
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
     combine = profile.implementation_combine_time.get(implementation or "") if kernel.kind == "combine" else None
     if combine is not None:
-        # measured: a fixed cost and one per split (each combine CTA walks the splits in turn)
+        # measured: a fixed cost, one per split (each combine CTA walks the splits in turn)
+        # and, where measured, the bytes it moves at its own rate
         fixed, per_split = combine
         lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
+        rate = profile.implementation_combine_bandwidth.get(implementation or "")
+        if rate:
+            lat = lat + np.asarray(intmath.to_float(kernel.bytes(level="l2")), dtype=np.float64) / rate
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
+    split_overhead = profile.split_cta_overhead(impl.name, hd) if impl and hd is not None and split else None
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
@@ -472,6 +481,14 @@ def kernel_time(
     index = table.argmax(axis=0)
     if np.any(launch):
         terms["launch"] = launch
+    if split_overhead is not None:
+        # measured: each wave of split-KV CTAs pays its fixed costs before and after whatever
+        # bounds its blocks (short chunks: these costs are much of the kernel)
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        waves = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots)
+        cta = waves * split_overhead
+        terms["cta"] = float(cta) if np.ndim(cta) == 0 else cta
+        time = time + cta
     if np.ndim(kernel.present):  # a grid's rows where the kernel does not run: no time
         time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:

@@ -354,10 +354,13 @@ def occupancies(case: Case, measured: list[Any], profile: Profile) -> tuple[int 
     cases: of the largest measured kernel (as every earlier record was scored)."""
     if case.impl == "standard":
         return None, None
-    if not case.backward:
-        return measured_ctas_per_sm(measured, profile.sm_count), None
     kernels = predicted_kernels(case, profile, "cold")
     pairs = dict((n, k) for n, k in align_launches(case.impl, kernels, measured) if n is not None and k is not None)
+    if not case.backward:
+        # the attention kernel's, not a split step's combine (whose grid of few-row CTAs is
+        # often the larger, at several times the occupancy)
+        main = pairs.get("fa2_fwd") or pairs.get("fa2_splitkv")
+        return measured_ctas_per_sm([main] if main is not None else measured, profile.sm_count), None
     fwd = pairs.get("fa2_fwd")
     bwd = pairs.get(BACKWARD_MAIN.get(case.impl, ""))
     return (

@@ -6,6 +6,7 @@ shapes of :mod:`.plan`, so it changes when the model does. Pure: tested on the C
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..timing import kernel_time
 from ..validation import BACKWARD_MAIN, _compare, case_options, predicted_kernels
 from ..workload import Workload
 from .figures import _bw, _ops, backward_kernel_figures
-from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT
+from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT, SPLIT_REFERENCES
 
 
 def reference_case(
@@ -226,7 +227,8 @@ def _tile_figures(
 
 
 def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: float) -> dict[str, float]:
-    """Per-CTA streaming rate and the combine kernel's cost from decoding references.
+    """Per-CTA streaming rate and the combine kernel's cost from decoding references timed
+    as whole steps (records without each kernel's duration).
 
     ``points``: (shape id, splits, K/V bytes per CTA, measured time, n_kv) for each reference
     length. Per shape, time = intercept + bytes per CTA / rate: the slope between its two
@@ -252,34 +254,109 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
     return {"cta_bandwidth": rate, "combine_s": c0, "combine_per_split_s": c1}
 
 
+def fit_relative(columns: list[list[float]], measured: list[float]) -> list[float]:
+    """Coefficients θ ≥ 0 of ``time = Σ θ_j · column_j`` minimising Σ (model / measured − 1)²
+    (least squares on the relative error); a coefficient that comes out negative is held at 0
+    and the others fitted again."""
+    cols = np.asarray(columns, dtype=np.float64)
+    t = np.asarray(measured, dtype=np.float64)
+    free = list(range(cols.shape[0]))
+    theta = np.zeros(cols.shape[0])
+    while free:
+        a = (cols[free] / t).T
+        sol, *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+        if np.all(sol >= 0):
+            theta[free] = sol
+            break
+        free = [j for j, v in zip(free, sol) if v >= 0] if np.any(sol > 0) else []
+    return [float(v) for v in theta]
+
+
+def _kernel_durations(impl: str, point: dict[str, Any]) -> tuple[float, float] | None:
+    """The split kernel's and the combine kernel's CUPTI durations in a reference point
+    (``kernels``, as calibrate records them), None where it has none or not both."""
+    from ..validation import KERNEL_PATTERNS
+
+    kernels = point.get("kernels")
+    if not isinstance(kernels, list):
+        return None
+    pats = KERNEL_PATTERNS.get(impl, {})
+    combine = [k for k in kernels if re.search(pats.get("fa2_combine", "combine"), k["name"])]
+    split = [
+        k
+        for k in kernels
+        if k not in combine and re.search(pats.get("fa2_splitkv", "splitkv"), k["name"]) and "Memset" not in k["name"]
+    ]
+    if len(combine) != 1 or len(split) != 1:
+        return None
+    return float(split[0]["time_s"]), float(combine[0]["time_s"])
+
+
+def _split_view(impl: str, w: Workload, profile: Profile) -> dict[str, float] | None:
+    """The model's split-KV and combine kernels of ``w``: splits, the split kernel's bytes per
+    CTA it runs at once, its waves and its compute time at efficiency 1, the combine's bytes."""
+    c = compare(w, profile, options_for(impl, w, profile))
+    kernels = {k.kind: k for k in c.tiled.traffic.kernels}
+    split, combine = kernels.get("split_kv"), kernels.get("combine")
+    if split is None or combine is None:
+        return None
+    t = next(k for k in c.tiled.timing.kernels if k.name == split.name)
+    hd = padded_head_dim(impl, int(w.d))
+    eff = profile.split_efficiency(impl, hd) or profile.efficiency(impl, hd) or 1.0
+    slots = max(float(split.concurrent_ctas), 1.0)
+    return {
+        "splits": float(c.tiled.traffic.params["splits"]),
+        "per_cta_bytes": float(split.bytes(level="hbm")) / slots,
+        "waves": float(np.ceil(float(split.ctas) / slots)),
+        "compute_s": float(t.terms["compute"]) * float(eff),
+        "combine_bytes": float(combine.bytes(level="l2")),
+    }
+
+
 def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.cta_bandwidth`` (bytes one split-KV CTA streams per second, by
-    head dim) and ``combine_time``/``combine_time_per_split`` (the combine kernel, from the
-    head dim 128 references, or the first measured) from the decoding references
-    (:data:`DECODE_REFERENCES`, :func:`fit_decode`), each CTA's bytes counted as the time model
-    counts them (FlashAttention-2's split count; cuDNN's own split is not public: assumed the
-    same; the CTAs its occupancy runs at once)."""
+    """The split-KV path's figures, from the decoding references (:data:`DECODE_REFERENCES`)
+    and the split prefill ones (:data:`SPLIT_REFERENCES`), each CTA's bytes counted as the time
+    model counts them (FlashAttention-2's split count; cuDNN's own split is not public: assumed
+    the same; the CTAs its occupancy runs at once):
+
+    * ``cta_bandwidth`` (bytes one split-KV CTA streams per second, by head dim): the slope of
+      the split kernel's time (the step's, less the combine's) between the two lengths of the
+      decoding shape with the most splits;
+    * ``split_efficiency`` and ``split_cta_overhead`` (by head dim): the split kernel's time on
+      the split prefill references (the step's CUDA-event time less the combine's duration and
+      two launches), ``waves × overhead + compute / efficiency``, least squares on the relative
+      error;
+    * ``combine_time``, ``combine_time_per_split`` and ``combine_bandwidth``: the combine
+      kernel's time on all of them, ``c0 + c1 × splits + bytes / rate``, the same way.
+
+    The combine's own duration (CUPTI) where the record has them; a record of whole steps only
+    (calibrations before 2026-12) gives the rate and a combine cost of ``c0 + c1 × splits`` from
+    the step's intercepts (:func:`fit_decode`)."""
     out: dict[str, tuple[Any, str]] = {}
-    points = [p for p in (m.get("sdpa") or {}).get("points", []) if "decode" in p and p.get("time_s")]
+    sdpa = (m.get("sdpa") or {}).get("points", [])
+    points = [p for p in sdpa if "decode" in p and p.get("time_s")]
+    splits_measured = [p for p in sdpa if "split" in p and p.get("time_s") and "error" not in p]
     launch = float(profile.launch_overhead_s or 0.0)
     for impl in sorted({p["impl"] for p in points}):
         by_d: dict[int, list[tuple[int, int, float, float, int]]] = {}
         shapes: dict[tuple[int, ...], int] = {}
+        combine_rows: list[tuple[float, float, float]] = []  # (splits, bytes, seconds)
+        per_kernel = True
         for p in sorted(
             (p for p in points if p["impl"] == impl), key=lambda p: (p["decode"][4], p["decode"][0], p["decode"][3])
         ):
             b, h, kv_heads, n_kv, d = p["decode"]
             w = Workload(n=1, n_kv=n_kv, d=d, batch=b, heads=h, kv_heads=kv_heads, dtype=p.get("dtype", "fp16"))
-            # the bytes each CTA streams as the model counts them: the split kernel's HBM bytes
-            # over the CTAs it runs at once (its occupancy), as the time model divides them
-            c = compare(w, profile, options_for(impl, w, profile))
-            split = next((k for k in c.tiled.traffic.kernels if k.kind == "split_kv"), None)
-            if split is None:
+            view = _split_view(impl, w, profile)
+            if view is None:
                 continue
-            splits = int(c.tiled.traffic.params["splits"])
-            per_cta = float(split.bytes(level="hbm")) / max(float(split.concurrent_ctas), 1.0)
+            durations = _kernel_durations(impl, p)
+            per_kernel = per_kernel and durations is not None
+            time_s = p["time_s"] - durations[1] - 2 * launch if durations is not None else p["time_s"]
+            if durations is not None:
+                combine_rows.append((view["splits"], view["combine_bytes"], durations[1]))
             sid = shapes.setdefault((b, h, kv_heads, d), len(shapes))
-            by_d.setdefault(d, []).append((sid, splits, per_cta, p["time_s"], n_kv))
+            by_d.setdefault(d, []).append((sid, int(view["splits"]), view["per_cta_bytes"], time_s, n_kv))
         fitted: dict[int, dict[str, float]] = {}
         for d, rows in by_d.items():
             ids = {r[0] for r in rows}
@@ -296,13 +373,70 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
                 for (b, h, kv, _) in [next(k for k, v in shapes.items() if v == r[0])]
             )
 
-        note = "decoding references, fp16, FlashAttention-2's split count, at each head dim: " + " | ".join(
+        what = (
+            "the step's CUDA-event time less the combine kernel's duration (CUPTI) and two launches"
+            if per_kernel
+            else "the step's CUDA-event time"
+        )
+        note = f"decoding references, fp16, FlashAttention-2's split count, {what}, at each head dim: " + " | ".join(
             f"d = {d}: {refs(d)}" for d in sorted(fitted)
         )
         out[f"implementations.{impl}.cta_bandwidth"] = (
             {d: _bw(f["cta_bandwidth"]) for d, f in sorted(fitted.items())},
             f"per split-KV CTA, from the slope between the two lengths of the shape with the most splits; {note}",
         )
+        split_rows: dict[int, list[tuple[float, float, float]]] = {}  # d -> (waves, compute, seconds)
+        for p in (q for q in splits_measured if q["impl"] == impl):
+            b, h, n, d = p["split"]
+            durations = _kernel_durations(impl, p)
+            view = _split_view(impl, Workload(n=n, d=d, batch=b, heads=h, dtype=p.get("dtype", "fp16")), profile)
+            if durations is None or view is None:
+                continue
+            # the step less its combine kernel and two launches: the split kernel as the step
+            # times it (CUDA events, as every other kernel's figures are fitted), not CUPTI's
+            # duration, which leaves out what the step's second kernel adds to the gaps
+            split_rows.setdefault(d, []).append(
+                (view["waves"], view["compute_s"], p["time_s"] - durations[1] - 2 * launch)
+            )
+            combine_rows.append((view["splits"], view["combine_bytes"], durations[1]))
+        split_fits = {}
+        for d, rows in sorted(split_rows.items()):
+            if len({r[0] for r in rows}) < 2:  # waves and blocks must vary to tell them apart
+                continue
+            o, x = fit_relative([[r[0] for r in rows], [r[1] for r in rows]], [r[2] for r in rows])
+            if x > 0:
+                split_fits[d] = (o, 1.0 / x)
+        if split_fits:
+            shapes_text = ", ".join(f"{b} x {h} x {n}" for b, h, n in SPLIT_REFERENCES)
+            how = (
+                f"split prefill references ({shapes_text}, non-causal, fp16), the step's CUDA-event time less the "
+                "combine kernel's duration (CUPTI) and two launches: waves x overhead + compute / efficiency, least "
+                "squares on the relative error"
+            )
+            out[f"implementations.{impl}.split_efficiency"] = (
+                {d: round(e, 3) for d, (_, e) in split_fits.items()},
+                f"model time of the split-KV kernel (instructions of {impl}) / measured; {how}",
+            )
+            if any(o > 0 for o, _ in split_fits.values()):
+                out[f"implementations.{impl}.split_cta_overhead"] = (
+                    {d: f"{max(o, 1e-9) * 1e6:.4g} us" for d, (o, _) in split_fits.items()},
+                    f"seconds a wave of split-KV CTAs costs beyond their blocks; {how}",
+                )
+        if per_kernel and len({r[0] for r in combine_rows}) >= 2:
+            c0, c1, y = fit_relative(
+                [[1.0] * len(combine_rows), [r[0] for r in combine_rows], [r[1] for r in combine_rows]],
+                [r[2] for r in combine_rows],
+            )
+            src = (
+                f"the combine kernel's own duration (CUPTI) on {len(combine_rows)} references (decoding at every head "
+                "dim and, where measured, split prefill): c0 + c1 x splits + bytes / rate, least squares on the "
+                "relative error"
+            )
+            out[f"implementations.{impl}.combine_time"] = (f"{max(c0, 1e-9) * 1e6:.4g} us", f"c0: {src}")
+            out[f"implementations.{impl}.combine_time_per_split"] = (f"{max(c1, 1e-9) * 1e6:.4g} us", f"c1: {src}")
+            if y > 0:
+                out[f"implementations.{impl}.combine_bandwidth"] = (_bw(1.0 / y), f"rate: {src}")
+            continue
         base = fitted.get(128) or fitted[min(fitted)]
         at = 128 if 128 in fitted else min(fitted)
         out[f"implementations.{impl}.combine_time"] = (

@@ -185,6 +185,13 @@ DECODE_REFERENCES = tuple(
     for b, lengths in ((1, (49152, 98304)), (8, (12288, 24576)))
 )
 DECODE_IMPLS = ("sdpa-flash", "sdpa-cudnn")
+#: split prefill references, (batch, heads, n), non-causal, fp16, at :data:`SDPA_FIT_HEAD_DIMS`:
+#: FlashAttention-2 splits K/V when batch × heads × Q blocks of 64 under-fill the SMs. On 132
+#: SMs, 1 × 6 × 2048 splits 4 ways (768 CTAs: three waves of short chunks), 1 × 2 × 4096 two
+#: ways (256 CTAs: one wave of long chunks): the split kernel's cost per CTA and per block, and
+#: the combine kernel's at 12288 and 8192 rows. Each kernel is timed on its own (CUPTI).
+SPLIT_REFERENCES = ((1, 6, 2048), (1, 2, 4096))
+SPLIT_IMPLS = ("sdpa-flash",)
 #: the training step's references: dropout probability, and the scores of the dropout and
 #: elementwise-gradient kernels (fp16)
 DROPOUT_P = 0.1

@@ -197,6 +197,8 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
                         p["impl"],
                         "b{}h{}n{}d{}{}".format(*p["shape"][:4], " causal" if p["shape"][4] else "")
                         if "shape" in p
+                        else "split b{}h{}n{}d{}".format(*p["split"])
+                        if "split" in p
                         else "decode b{}h{}kv{}nkv{}d{}".format(*p["decode"]),
                         t(p["time_s"]),
                     )

@@ -46,6 +46,8 @@ from ..calibration.plan import (
     SOFTMAX_MASKED_ROWS,
     SOFTMAX_ROWS,
     SOFTMAX_UNALIGNED_ROWS,
+    SPLIT_IMPLS,
+    SPLIT_REFERENCES,
     TRITON_TILES,
 )
 
@@ -389,6 +391,8 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
     out += _measure_triton_tiles(ctx)
     for impl in DECODE_IMPLS:
         out += _measure_decode(ctx, backends[impl], impl)
+    for impl in SPLIT_IMPLS:
+        out += _measure_split(ctx, backends[impl], impl)
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
 
 
@@ -450,7 +454,46 @@ def _measure_decode(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
             point: dict[str, Any] = {"impl": impl, "decode": [b, h, kv_heads, n_kv, d], "dtype": "fp16"}
             try:
                 point.update(ctx.rate(2 * b * kv_heads * n_kv * d * 2, fn, reps=100))
+                point["kernels"] = _kernel_times(ctx, fn)
             except Exception as exc:  # a build without GQA in SDPA: recorded
+                point["error"] = str(exc).splitlines()[0][:200]
+            out.append(point)
+            ctx.free()
+    return out
+
+
+def _kernel_times(ctx: Any, fn: Any) -> list[dict[str, Any]] | str:
+    """Each kernel's CUPTI duration, or why the profiler could not give them (the step's
+    time is kept either way)."""
+    try:
+        return ctx.kernel_times(fn)
+    except Exception as exc:  # the profiler is a bonus: its failure keeps the timing
+        return f"{exc.__class__.__name__}: {exc}"[:200]
+
+
+def _measure_split(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
+    """The split prefill references (:data:`SPLIT_REFERENCES`): the step's CUDA-event time
+    and each kernel's CUPTI duration (the split kernel and the combine)."""
+    torch = ctx.torch
+    from torch.nn.attention import sdpa_kernel
+
+    out = []
+    for b, h, n in SPLIT_REFERENCES:
+        for d in SDPA_FIT_HEAD_DIMS:
+            g = ctx.generator(18)
+            qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
+            ref = _reference(torch, qkv, False)
+
+            def fn(qkv: list[Any] = qkv) -> Any:
+                with sdpa_kernel([backend]):
+                    return torch.nn.functional.scaled_dot_product_attention(*qkv)
+
+            point: dict[str, Any] = {"impl": impl, "split": [b, h, n, d], "dtype": "fp16"}
+            try:
+                point["max_abs_error"] = float((fn().float() - ref).abs().max())
+                point.update(ctx.rate(4 * b * h * n * n * d, fn, reps=100))
+                point["kernels"] = _kernel_times(ctx, fn)
+            except Exception as exc:  # recorded; the others go on
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
             ctx.free()

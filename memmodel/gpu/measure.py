@@ -82,6 +82,24 @@ class Context:
         """:func:`rate` of ``amount`` over ``fn``'s times (``reps`` timed calls after the plan's warm-up)."""
         return rate(amount, self.timer(fn, reps, self.plan.warmup))
 
+    def kernel_times(self, fn: Callable[[], Any], sessions: int = 5) -> list[dict[str, Any]]:
+        """Each kernel one call of ``fn`` launches, in launch order, with its median CUPTI
+        duration over ``sessions`` profiled calls (``{"name", "time_s"}``): what a step's
+        CUDA-event time cannot say, how it divides between its kernels."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from .run import kernel_events, median_kernels
+
+        cuda = self.device == "cuda"
+        runs = []
+        for _ in range(sessions):
+            self.sync()
+            with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+                fn()
+                self.sync()
+            runs.append(kernel_events(prof, "CUDA" if cuda else "CPU"))
+        return median_kernels(runs)
+
 
 def median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs))

@@ -125,6 +125,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         softmax_flops=intmath.mul(4, scores),
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
+        ctas=ctas,
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
         kind="split_kv",
