@@ -198,6 +198,9 @@ class Profile:
     provenance: Mapping[str, Provenance] = field(repr=False)
     path: Path | None = None
     origin: str = "file"
+    #: what timing a step between two CUDA events adds beyond its kernels' launches (validate's
+    #: steps and calibrate's references are timed so; a stream of kernels is not), None: unknown
+    event_overhead_s: float | None = None
     #: dtype -> tensor-core peak of warp-level ``mma.sync`` instructions, where measured
     mma_sync_flops_per_s: Mapping[str, float] = field(default_factory=dict)
     #: ``mma.sync`` rate of an SM holding one CTA of 4 warps, as a share of its rate with two
@@ -360,6 +363,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "sm_count": ("count", True),
     "clock": ("frequency", False),
     "launch_overhead": ("time", False),
+    "event_overhead": ("time", False),
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
@@ -620,6 +624,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         compute_flops_per_s=compute,
         exp_ops_per_s=values.get("compute.exp"),
         launch_overhead_s=values.get("launch_overhead"),
+        event_overhead_s=values.get("event_overhead"),
         sources=sources,
         provenance=provenance,
         path=path,
@@ -879,6 +884,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.reuse", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
+    ("event_overhead", "same"),
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
     ("implementations.*.combine_bandwidth", "hbm"),

@@ -127,8 +127,10 @@ def test_profile_yaml_is_a_profile_load_file_accepts(tmp_path):
     assert p.sram.capacity_per_sm_bytes == 228 * 1024
     for fpath in ("sm_count", "memory.l2.capacity", "memory.hbm.capacity", "memory.sram.capacity_per_sm"):
         assert p.provenance[fpath].source == "device"
-    for fpath in ("memory.hbm.bandwidth", "compute.bf16", "launch_overhead"):
+    for fpath in ("memory.hbm.bandwidth", "compute.bf16", "launch_overhead", "event_overhead"):
         assert p.provenance[fpath].source == "measured"
+    # one empty kernel between two events (3 µs) less one kernel's queued pace (1.5 µs)
+    assert p.event_overhead_s == pytest.approx(1.5e-6)
     assert p.sources["measured"].title == "measured on NVIDIA H200, 2026-11-29, memmodel 0.1.0"
     assert "get_device_properties" in p.sources["device"].title
     # carried over from the base, with the base's own source

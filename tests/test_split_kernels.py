@@ -216,3 +216,37 @@ def test_kernel_times_lists_each_launch_with_its_median(monkeypatch):
     assert any("mm" in n for n in names) and any("add" in n for n in names)
     assert names.index(next(n for n in names if "mm" in n)) < names.index(next(n for n in names if "add" in n))
     assert all(k["time_s"] >= 0 for k in out)
+
+
+def test_validate_adds_the_event_overhead_to_each_timed_step_and_compare_does_not():
+    import yaml
+
+    from memmodel.cases import Case
+    from memmodel.validation import predicted_times
+
+    data = yaml.safe_load(CALIBRATED.read_text())
+    plain = parse_profile(data, "plain")
+    data["event_overhead"] = {"value": "2 us", "source": "measured"}
+    timed = parse_profile(data, "timed")
+    case = Case(impl="standard", n=1024, d=64, batch=2, heads=4, dtype="fp16", causal=True)
+    a, b = predicted_times(case, plain), predicted_times(case, timed)
+    # qk, mask, softmax, pv: four steps between events, 2 µs each; kernels stay the model's own
+    assert set(b["steps"]) == {"qk", "mask", "softmax", "pv"}
+    assert all(b["steps"][k] == pytest.approx(a["steps"][k] + 2e-6) for k in a["steps"])
+    assert b["time_s"] == pytest.approx(a["time_s"] + 8e-6)
+    assert b["kernels"] == a["kernels"]
+    w = case.workload()
+    assert compare(w, timed).standard.timing.time_s == compare(w, plain).standard.timing.time_s
+
+
+def test_the_reference_fits_take_the_event_overhead_off_the_measured_times():
+    import yaml
+
+    data = yaml.safe_load(CALIBRATED.read_text())
+    data.pop("implementations", None)
+    plain = parse_profile(data, "plain")
+    data["event_overhead"] = {"value": "2 us", "source": "measured"}
+    timed = parse_profile(data, "timed")
+    shape = (8, 16, 2048, 64, False)
+    a, b = fits._fused_parts("sdpa-flash", shape, plain), fits._fused_parts("sdpa-flash", shape, timed)
+    assert b["launch_s"] == pytest.approx(a["launch_s"] + 2e-6)

@@ -299,6 +299,14 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
             + (f"; from Python the host needs {_ns(host)} per Triton launch" if host else "")
             + (f"; in a CUDA graph {_ns(graph)} per kernel" if graph else ""),
         )
+    if per and (shortest := v["launch_min"]) and shortest > per:
+        out["event_overhead"] = (
+            _ns(shortest - per),
+            f"what timing a step between two CUDA events adds beyond its kernels' queued pace: one empty Triton "
+            f"kernel between two events, queued behind a sleeping kernel ({_ns(shortest)}), less one kernel's "
+            f"queued pace ({_ns(per)}); validate's steps and calibrate's references are timed this way, a "
+            "stream of kernels is not",
+        )
     if rate := v["exp"]:
         out["compute.exp"] = (_si(rate, "op/s"), "Triton tl.exp2 (MUFU.EX2) in registers, all SMs")
     peaks = {d: r for d in MATMUL_DTYPES if (r := v[f"matmul_{d}"])}

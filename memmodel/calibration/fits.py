@@ -50,7 +50,8 @@ def _fused_parts(
         "compute_s": float(t.terms["compute"]),
         "waves": float(np.ceil(float(kernel.ctas) / max(float(kernel.concurrent_ctas), 1.0))),
         "diagonal_share": float(kernel.diagonal_blocks) / max(float(kernel.blocks), 1.0),
-        "launch_s": float(t.terms.get("launch", 0.0)),
+        # the launch, and what the CUDA events around the timed reference add to it
+        "launch_s": float(t.terms.get("launch", 0.0)) + float(profile.event_overhead_s or 0.0),
         "memory_s": max([float(v) for k, v in t.terms.items() if k in ("hbm", "l2", "sram", "latency")] or [0.0]),
         "tail": tail,
     }
@@ -226,7 +227,9 @@ def _tile_figures(
     return out
 
 
-def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: float) -> dict[str, float]:
+def fit_decode(
+    points: list[tuple[int, int, float, float, float]], launch_s: float, event_s: float = 0.0
+) -> dict[str, float]:
     """Per-CTA streaming rate and the combine kernel's cost from decoding references timed
     as whole steps (records without each kernel's duration).
 
@@ -234,7 +237,7 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
     length. Per shape, time = intercept + bytes per CTA / rate: the slope between its two
     lengths gives the rate (that of the shape with the most splits, where the per-CTA rate
     binds; with fewer splits the kernel's padded compute can bind instead). The intercept,
-    less two launches, is the combine kernel: ``combine = c0 + c1 × splits``, solved from the
+    less two launches and the events' overhead ``event_s``, is the combine kernel: ``combine = c0 + c1 × splits``, solved from the
     two shapes' split counts (c0, c1 at least 0; one shape: all in c1)."""
     by_shape: dict[int, list[tuple[int, int, float, float, float]]] = {}
     for p in points:
@@ -243,7 +246,7 @@ def fit_decode(points: list[tuple[int, int, float, float, float]], launch_s: flo
     for pts in by_shape.values():
         (_, s, x1, t1, _), (_, _, x2, t2, _) = sorted(pts, key=lambda p: p[4])[:2]
         slope = (t2 - t1) / (x2 - x1)
-        fits.append((s, 1.0 / slope if slope > 0 else float("inf"), t1 - x1 * slope - 2 * launch_s, x2))
+        fits.append((s, 1.0 / slope if slope > 0 else float("inf"), t1 - x1 * slope - 2 * launch_s - event_s, x2))
     rate = max(fits, key=lambda f: f[0])[1]  # the most splits: the regime the per-CTA rate binds in
     if len(fits) >= 2 and fits[0][0] != fits[1][0]:
         (sa, _, ia, _), (sb, _, ib, _) = fits[0], fits[1]
@@ -337,6 +340,8 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
     points = [p for p in sdpa if "decode" in p and p.get("time_s")]
     splits_measured = [p for p in sdpa if "split" in p and p.get("time_s") and "error" not in p]
     launch = float(profile.launch_overhead_s or 0.0)
+    event = float(profile.event_overhead_s or 0.0)
+    besides = 2 * launch + event  # a split step's time besides its two kernels' own
     for impl in sorted({p["impl"] for p in points}):
         by_d: dict[int, list[tuple[int, int, float, float, int]]] = {}
         shapes: dict[tuple[int, ...], int] = {}
@@ -352,7 +357,7 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
                 continue
             durations = _kernel_durations(impl, p)
             per_kernel = per_kernel and durations is not None
-            time_s = p["time_s"] - durations[1] - 2 * launch if durations is not None else p["time_s"]
+            time_s = p["time_s"] - durations[1] - besides if durations is not None else p["time_s"]
             if durations is not None:
                 combine_rows.append((view["splits"], view["combine_bytes"], durations[1]))
             sid = shapes.setdefault((b, h, kv_heads, d), len(shapes))
@@ -362,7 +367,7 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             ids = {r[0] for r in rows}
             if any(sum(1 for r in rows if r[0] == i) < 2 for i in ids):
                 continue
-            fitted[d] = fit_decode(rows, launch)
+            fitted[d] = fit_decode(rows, launch, 0.0 if per_kernel else event)
         if not fitted:
             continue
 
@@ -374,7 +379,8 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             )
 
         what = (
-            "the step's CUDA-event time less the combine kernel's duration (CUPTI) and two launches"
+            "the step's CUDA-event time less the combine kernel's duration (CUPTI), two launches and the events' "
+            "overhead"
             if per_kernel
             else "the step's CUDA-event time"
         )
@@ -396,7 +402,7 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             # times it (CUDA events, as every other kernel's figures are fitted), not CUPTI's
             # duration, which leaves out what the step's second kernel adds to the gaps
             split_rows.setdefault(d, []).append(
-                (view["waves"], view["compute_s"], p["time_s"] - durations[1] - 2 * launch)
+                (view["waves"], view["compute_s"], p["time_s"] - durations[1] - besides)
             )
             combine_rows.append((view["splits"], view["combine_bytes"], durations[1]))
         split_fits = {}
@@ -410,8 +416,8 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             shapes_text = ", ".join(f"{b} x {h} x {n}" for b, h, n in SPLIT_REFERENCES)
             how = (
                 f"split prefill references ({shapes_text}, non-causal, fp16), the step's CUDA-event time less the "
-                "combine kernel's duration (CUPTI) and two launches: waves x overhead + compute / efficiency, least "
-                "squares on the relative error"
+                "combine kernel's duration (CUPTI), two launches and the events' overhead: waves x overhead + "
+                "compute / efficiency, least squares on the relative error"
             )
             out[f"implementations.{impl}.split_efficiency"] = (
                 {d: round(e, 3) for d, (_, e) in split_fits.items()},
