@@ -340,6 +340,75 @@ def cta_tail_factor(
     return float(out) if out.ndim == 0 else out
 
 
+def _split_tail_scalar(
+    n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
+) -> float:
+    """:func:`split_tail_factor` of one causal split prefill."""
+    t_r, t_c = -(-n // 64), -(-n_kv // bc)
+    per_split = -(-t_c // splits)
+    jobs = bh * t_r * splits
+    if jobs > sm_count * max(occ, 1) or jobs == 0:
+        return 1.0
+    k = np.arange(jobs)
+    m, s = k % t_r, (k // t_r) % splits
+    last_row = np.minimum(n, (m + 1) * 64) - 1
+    visible = np.minimum(t_c, (last_row + n_kv - n) // bc + 1)
+    length = np.clip(visible - s * per_split, 0, per_split).astype(np.float64)
+    total = float(length.sum())
+    if total <= 0:
+        return 1.0
+    # breadth first: SM j runs jobs j and j + S; two share it, one alone runs at `share`
+    first = length[: min(jobs, sm_count)]
+    second = np.zeros_like(first)
+    rest = length[sm_count:]
+    second[: rest.size] = rest
+    a, b = np.maximum(first, second), np.minimum(first, second)
+    if occ >= 2:
+        busiest = float(np.max(2.0 * b + (a - b) / share))
+    else:
+        busiest = float(np.max(a + b))
+    return max(1.0, busiest / (total / sm_count))
+
+
+def split_tail_factor(
+    workload: Any, splits: IntLike, sm_count: int, ctas_per_sm: IntLike | None, one_cta_share: float | None
+) -> Any:
+    """Makespan of a causal split prefill's one wave over the balanced time, ≥ 1 (1 elsewhere).
+
+    FlashAttention-2's split kernel clips each CTA's chunk of K/V blocks at the diagonal, so
+    causal CTAs differ in length, and with one wave (at most ``ctas_per_sm`` per SM) the
+    kernel lasts as long as its busiest SM: CTAs in grid order (Q block fastest, then split,
+    then head) handed out breadth first, two sharing an SM at its full rate, one alone at
+    ``one_cta_share`` of it. A long causal head split two ways runs as long as unmasked
+    (validation/h200/probe-3: 1 × 1 × 8192, 71.9 µs causal, 72.3 µs not). Longer grids are
+    taken as balanced (lists of short CTAs level out)."""
+    from .traffic.decode import split_block_kv
+
+    w = workload
+    share = float(one_cta_share) if one_cta_share else 1.0
+    occ = ctas_per_sm if ctas_per_sm is not None else 2
+    if not bool(w.causal):
+        return 1.0
+    args = np.broadcast_arrays(
+        *(
+            np.asarray(x, dtype=np.int64)
+            for x in (w.n, w.n_kv_, intmath.mul(w.batch, w.heads), splits, split_block_kv(w.d), occ)
+        )
+    )
+    todo = (args[0] > 1) & (args[3] > 1)
+    if args[0].ndim == 0:
+        if not bool(todo):
+            return 1.0
+        return _split_tail_scalar(*(int(a) for a in args[:5]), sm_count, int(args[5]), share)
+    out = np.ones(args[0].shape, dtype=np.float64)
+    if todo.any():
+        out[todo] = np.vectorize(
+            lambda n, nk, bh, sp, bc, o: _split_tail_scalar(n, nk, bh, sp, bc, sm_count, o, share),
+            otypes=[np.float64],
+        )(*(a[todo] for a in args))
+    return out
+
+
 #: Architectures whose native tensor-core instructions are warp-level ``mma.sync`` (or,
 #: on CDNA, MFMA fed from registers): there ``mma.sync`` code runs at the dense peak, and
 #: the products' operands reach the tensor cores through the load/store path of shared memory.
@@ -542,6 +611,13 @@ def algorithm_time(
         out = np.ceil(w) / w
         tail = float(out) if out.ndim == 0 else out
         tailed = ("fa1_fwd", "fa1_bwd")
+    split_tail = None
+    if workload is not None and algorithm.variant == "fa2" and any(k.kind == "split_kv" for k in algorithm.kernels):
+        spec = implementations.get(implementation)
+        share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
+        split_tail = split_tail_factor(
+            workload, algorithm.params["splits"], profile.sm_count, algorithm.params.get("ctas_per_sm"), share
+        )
     # the forward kernel's tiles: an implementation measured at other tiles than its defaults
     # (our Triton kernel) runs at its efficiency there
     tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None
@@ -552,7 +628,7 @@ def algorithm_time(
             dtype,
             implementation,
             head_dim,
-            tail if k.name in tailed else None,
+            tail if k.name in tailed else (split_tail if k.kind == "split_kv" else None),
             tile if k.name == "fa2_fwd" else None,
         )
         for k in algorithm.kernels

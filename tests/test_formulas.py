@@ -14,6 +14,7 @@ import pytest
 from memmodel import Workload, compare, load_profile
 from memmodel.implementations import kernel_workload
 from memmodel.traffic.blocks import visited_blocks
+from memmodel.traffic.decode import split_block_kv
 from memmodel.traffic.flash_backward import accumulator_head_dim
 
 #: notes a formula may carry after its count (said for the reader, not counted)
@@ -47,6 +48,11 @@ def _symbols(w: Workload, params: dict, kernel) -> dict[str, int]:
         "T_c": -(-w.n_kv_ // b_c),
         "splits": splits,
         "visited": Fraction(visited_blocks(w.n, w.n_kv_, b_r, b_c, w.causal), -(-w.n // b_r) * -(-w.n_kv_ // b_c)),
+        # the split-KV kernel's own tiles: 64 query rows, split_block_kv(d) keys
+        "visited_split": Fraction(
+            visited_blocks(w.n, w.n_kv_, 64, split_block_kv(w.d), w.causal),
+            -(-w.n // 64) * -(-w.n_kv_ // split_block_kv(w.d)),
+        ),
     }
 
 

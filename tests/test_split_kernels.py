@@ -4,6 +4,8 @@ model itself makes, and the time model reading them (arithmetic in the comments)
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -250,3 +252,45 @@ def test_the_reference_fits_take_the_event_overhead_off_the_measured_times():
     shape = (8, 16, 2048, 64, False)
     a, b = fits._fused_parts("sdpa-flash", shape, plain), fits._fused_parts("sdpa-flash", shape, timed)
     assert b["launch_s"] == pytest.approx(a["launch_s"] + 2e-6)
+
+
+def test_a_causal_split_counts_the_blocks_its_chunks_see():
+    """1 × 1 × 8192 causal, d = 64: 128 Q blocks of 64 rows see ⌊m/4⌋ + 1 K/V blocks of 256
+    (bottom-right aligned): 4 × (1 + … + 32) = 2112 of 128 × 32 = 4096, so the split kernel's
+    scores are 8192² × 2112/4096 = 34,603,008 (the unmasked 67,108,864 × 0.515625)."""
+    h200 = load_profile(str(CALIBRATED))
+    w = Workload(n=8192, d=64, batch=1, heads=1, dtype="fp16", causal=True)
+    c = compare(w, h200, options_for("sdpa-flash", w, h200))
+    split = next(k for k in c.tiled.traffic.kernels if k.kind == "split_kv")
+    assert int(c.tiled.traffic.params["splits"]) == 2
+    assert int(split.exp_ops) == 34_603_008
+    assert int(split.blocks) == 2112
+    plain = compare(dataclasses.replace(w, causal=False), h200, options_for("sdpa-flash", w, h200))
+    assert int(next(k for k in plain.tiled.traffic.kernels if k.kind == "split_kv").exp_ops) == 8192 * 8192
+
+
+def test_a_long_causal_head_split_in_one_wave_runs_as_long_as_its_busiest_sm():
+    """The same head: 256 CTAs (Q block fastest, then split) on 132 SMs, breadth first. SM 123
+    runs CTA 123 (split 0, Q block 123: 16 blocks) and CTA 255 (split 1, Q block 127: 16):
+    32 block-times against 2112 / 132 = 16 balanced, a factor of 2 (measured: the causal head
+    takes as long as the unmasked one, validation/h200/probe-3)."""
+    from memmodel.timing import split_tail_factor
+
+    w = Workload(n=8192, d=64, batch=1, heads=1, dtype="fp16", causal=True)
+    assert split_tail_factor(w, 2, 132, 2, 0.832) == pytest.approx(2.0)
+    assert split_tail_factor(dataclasses.replace(w, causal=False), 2, 132, 2, 0.832) == 1.0
+    # 1 × 6 × 2048: 768 CTAs, three waves: taken as balanced
+    assert split_tail_factor(Workload(n=2048, d=64, batch=1, heads=6, dtype="fp16", causal=True), 4, 132, 2, 0.8) == 1.0
+
+
+@given(n=st.integers(65, 4096), heads=st.integers(1, 8), splits=st.integers(2, 8))
+def test_the_split_tail_is_at_least_one_and_the_same_on_a_grid(n, heads, splits):
+    import numpy as np
+
+    from memmodel.timing import split_tail_factor
+
+    w = Workload(n=n, d=128, batch=1, heads=heads, dtype="fp16", causal=True)
+    one = split_tail_factor(w, splits, 132, 2, 0.832)
+    assert one >= 1.0
+    grid = Workload(n=np.array([n, n]), d=128, batch=1, heads=heads, dtype="fp16", causal=True)
+    assert split_tail_factor(grid, np.array([splits, 1]), 132, 2, 0.832).tolist() == [pytest.approx(one), 1.0]

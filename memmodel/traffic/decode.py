@@ -15,7 +15,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import TileContext
+from .blocks import TileContext, diagonal_blocks, visited_blocks
 from .ledger import Kernel, KernelBuilder
 
 
@@ -96,7 +96,13 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     kv_unique = w.kv_bytes()
     # each (Q block of 64 rows, split) CTA requests its K/V chunk: per query head, once per
     # Q block; with n = 1 and GQA the group's heads are one Q block of the K/V head
-    kv_per_q_head = intmath.mul(bh, w.n_kv_, w.d, e, intmath.ceil_div(w.n, 64))
+    # causal: a CTA walks only the blocks of its chunk its rows see (FlashAttention-2's split
+    # kernel clips each chunk at the diagonal; a chunk wholly above it exits at once)
+    bc = split_block_kv(w.d)
+    q_blocks = intmath.ceil_div(w.n, 64)
+    visited = visited_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))
+    all_blocks = intmath.mul(q_blocks, intmath.ceil_div(w.n_kv_, bc))
+    kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, e, q_blocks), visited, all_blocks)
     kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
     kv_req = int(kv_req) if np.ndim(kv_req) == 0 else kv_req.astype(np.int64)
     partial_o = intmath.mul(bh, splits, w.n, w.d, ACC_BYTES)
@@ -106,13 +112,15 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     # decoding: each K/V head once across the splits; a split prefill: once per Q block of 64
     # rows of each query head (a grid mixing both is labelled by its prefill rows)
     kv_formula = (
-        "B·H_kv·N_kv·d·e (once across splits)" if np.all(swapped | (np.asarray(w.n) == 1)) else "⌈N/64⌉ · B·H·N_kv·d·e"
+        "B·H_kv·N_kv·d·e (once across splits)"
+        if np.all(swapped | (np.asarray(w.n) == 1))
+        else "⌈N/64⌉ · B·H·N_kv·d·e" + (" · visited_split" if w.causal else "")
     )
     k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
     k.read("V", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
     k.write("O_partial", "intermediate", partial_o, "B·H·splits·N·d·4")
     k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
-    scores = intmath.mul(bh, w.n, w.n_kv_)
+    scores = intmath.scaled(intmath.mul(bh, w.n, w.n_kv_), visited, all_blocks)
     heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
     rows = np.where(swapped, np.asarray(intmath.mul(w.group, w.n)), np.asarray(w.n))  # Q rows per CTA row
     ctas = intmath.mul(
@@ -126,6 +134,8 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
         ctas=ctas,
+        blocks=intmath.mul(bh, visited),
+        diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))),
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
         kind="split_kv",
