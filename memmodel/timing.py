@@ -337,37 +337,60 @@ def cta_tail_factor(
         mean_before = np.where(s >= t_r, per_head / t_r, (visited(np.maximum(t_r - s, 0)) + last) / 2)
         makespan = np.where(jobs <= s, last * lone, (total - last) / s - mean_before / 2 + last)
         out = np.maximum(1.0, makespan / (total / s))
-    return float(out) if out.ndim == 0 else out
+        # one wave of up to `occ` CTAs per SM: where each CTA lands is known (grid order, Q
+        # block fastest; breadth first), so the busiest SM is found exactly
+        one_wave = (jobs > s) & (jobs <= s * np.maximum(occ, 1.0))
+        if np.any(one_wave):
+            args = np.broadcast_arrays(n, n_kv, bq, bkv, jobs / t_r, occ, out)
+            exact = np.vectorize(
+                lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_factor(
+                    _causal_lengths(int(n_), int(nk_), int(bq_), int(bkv_), int(bh_)), int(sm_count), int(o_), share
+                ),
+                otypes=[np.float64],
+            )(*(a[one_wave] for a in args[:6]))
+            out = np.array(args[6], dtype=np.float64)
+            out[one_wave] = exact
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _causal_lengths(n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1) -> np.ndarray:
+    """K/V blocks of each CTA of a causal grid in launch order: Q block fastest, then the split
+    (``splits`` chunks of K/V per Q block, each clipped at the diagonal), then batch and head."""
+    t_r, t_c = -(-n // b_r), -(-n_kv // b_c)
+    per_split = -(-t_c // splits)
+    k = np.arange(heads * t_r * splits)
+    m, s = k % t_r, (k // t_r) % splits
+    last_row = np.minimum(n, (m + 1) * b_r) - 1
+    visible = np.minimum(t_c, (last_row + n_kv - n) // b_c + 1)
+    return np.clip(visible - s * per_split, 0, per_split).astype(np.float64)
+
+
+def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float) -> float:
+    """Makespan over the balanced time of one wave of CTAs of these lengths (in blocks), ≥ 1:
+    SM j runs CTAs j, j + S, j + 2S, … (breadth first); the CTAs on an SM share its full rate
+    while two or more run, the last one alone runs at ``share`` of it (a kernel that keeps
+    one CTA per SM runs its CTAs one after another at the full rate)."""
+    total = float(lengths.sum())
+    if total <= 0 or lengths.size > sm_count * max(occ, 1):
+        return 1.0
+    k = -(-lengths.size // sm_count)
+    table = np.zeros(k * sm_count)
+    table[: lengths.size] = lengths
+    per_sm = np.sort(table.reshape(k, sm_count), axis=0)  # each column: one SM's CTAs, shortest first
+    if occ < 2:
+        busiest = float(per_sm.sum(axis=0).max())
+    else:
+        steps = np.diff(per_sm, axis=0, prepend=0.0)
+        running = (k - np.arange(k))[:, None].astype(np.float64)
+        busiest = float(np.where(running >= 2, steps * running, steps / share).sum(axis=0).max())
+    return max(1.0, busiest / (total / sm_count))
 
 
 def _split_tail_scalar(
     n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
 ) -> float:
     """:func:`split_tail_factor` of one causal split prefill."""
-    t_r, t_c = -(-n // 64), -(-n_kv // bc)
-    per_split = -(-t_c // splits)
-    jobs = bh * t_r * splits
-    if jobs > sm_count * max(occ, 1) or jobs == 0:
-        return 1.0
-    k = np.arange(jobs)
-    m, s = k % t_r, (k // t_r) % splits
-    last_row = np.minimum(n, (m + 1) * 64) - 1
-    visible = np.minimum(t_c, (last_row + n_kv - n) // bc + 1)
-    length = np.clip(visible - s * per_split, 0, per_split).astype(np.float64)
-    total = float(length.sum())
-    if total <= 0:
-        return 1.0
-    # breadth first: SM j runs jobs j and j + S; two share it, one alone runs at `share`
-    first = length[: min(jobs, sm_count)]
-    second = np.zeros_like(first)
-    rest = length[sm_count:]
-    second[: rest.size] = rest
-    a, b = np.maximum(first, second), np.minimum(first, second)
-    if occ >= 2:
-        busiest = float(np.max(2.0 * b + (a - b) / share))
-    else:
-        busiest = float(np.max(a + b))
-    return max(1.0, busiest / (total / sm_count))
+    return _one_wave_factor(_causal_lengths(n, n_kv, 64, bc, bh, splits), sm_count, occ, share)
 
 
 def split_tail_factor(
