@@ -237,6 +237,9 @@ class Profile:
     #: implementation -> bytes per second its combine kernel moves (partial O in, O out) beyond
     #: its fixed and per-split costs (calibrate: each kernel's own duration)
     implementation_combine_bandwidth: Mapping[str, float] = field(default_factory=dict)
+    #: implementation -> ((built head dim, efficiency), ...): what a head dim no kernel is
+    #: built for costs on the built one it runs at (padded columns masked), as a share
+    implementation_uneven_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, efficiency), ...) of its split-KV kernel (64-row CTAs of
     #: 4 warps: not the forward kernel's tiles), from calibrate's split prefill references
     implementation_split_efficiency: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
@@ -294,6 +297,13 @@ class Profile:
         if implementation is None:
             return None
         return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
+
+    def uneven_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+        """Share of its rate ``implementation``'s kernel for the built ``head_dim`` keeps when
+        it runs a smaller head dim padded; None where not measured."""
+        if implementation is None:
+            return None
+        return interpolate_log2(self.implementation_uneven_efficiency.get(implementation, ()), head_dim)
 
     def split_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation``'s split-KV kernel at ``head_dim``; None where not measured."""
@@ -413,6 +423,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.combine_bandwidth": ("bandwidth", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.split_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.uneven_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
@@ -448,6 +459,7 @@ _CURVES: dict[str, str] = {
     **{f"implementations.{name}.cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.cta_bandwidth": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.split_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.uneven_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.split_cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": "head dim" for name in IMPLEMENTATION_NAMES},
@@ -682,6 +694,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             if f"implementations.{name}.combine_bandwidth" in values
         },
         implementation_split_efficiency=_per_implementation(curves, "split_efficiency"),
+        implementation_uneven_efficiency=_per_implementation(curves, "uneven_efficiency"),
         implementation_split_cta_overhead=_per_implementation(curves, "split_cta_overhead"),
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
@@ -887,6 +900,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("event_overhead", "same"),
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
+    ("implementations.*.uneven_efficiency", "same"),
     ("implementations.*.combine_bandwidth", "hbm"),
     ("implementations.*.efficiency_*", "same"),
     ("implementations.*.backward_efficiency", "same"),

@@ -462,6 +462,7 @@ def kernel_time(
     head_dim: IntLike | None = None,
     tail: Any = None,
     tile: tuple[Any, Any] | None = None,
+    uneven: Any = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
     kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
@@ -484,6 +485,11 @@ def kernel_time(
         if split:  # its own kernel (64-row CTAs of 4 warps) where measured
             own = profile.split_efficiency(impl.name, hd)
             eff = own if own is not None else eff
+        masked_columns = profile.uneven_efficiency(impl.name, hd) if forward and uneven is not None else None
+        if eff is not None and masked_columns is not None and np.any(uneven):
+            # a head dim no kernel is built for: the built one's kernel, its padded columns masked
+            eff = np.where(uneven, np.asarray(eff) * masked_columns, eff)
+            eff = float(eff) if np.ndim(eff) == 0 else eff
     else:
         eff = None
     # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
@@ -644,6 +650,10 @@ def algorithm_time(
     # the forward kernel's tiles: an implementation measured at other tiles than its defaults
     # (our Triton kernel) runs at its efficiency there
     tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None
+    uneven = None
+    if workload is not None and head_dim is not None:
+        uneven = np.asarray(workload.d) != np.asarray(head_dim)
+        uneven = bool(uneven) if uneven.ndim == 0 else uneven
     kernels = tuple(
         kernel_time(
             k,
@@ -653,6 +663,7 @@ def algorithm_time(
             head_dim,
             tail if k.name in tailed else (split_tail if k.kind == "split_kv" else None),
             tile if k.name == "fa2_fwd" else None,
+            uneven,
         )
         for k in algorithm.kernels
     )

@@ -116,10 +116,12 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
     plain one), fitted jointly to the long, short and causal reference shapes
     (:func:`fit_reference`); head dims measured long only take the CTA overhead of their
     neighbours (log2-interpolated)."""
-    points = [
+    every = [
         p for p in (m.get("sdpa") or {}).get("points", []) if p.get("time_s") and "error" not in p and "shape" in p
     ]
+    points = [p for p in every if not p.get("uneven")]
     out: dict[str, tuple[Any, str]] = {}
+    out.update(uneven_figures(every))
     for impl in sorted({p["impl"] for p in points}):
         mine = [p for p in points if p["impl"] == impl]
 
@@ -189,6 +191,41 @@ def efficiency_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[A
                 f"extra cost of a block on the causal diagonal, in plain blocks; {shared}",
             )
     out.update(cta_figures(m, profile))
+    return out
+
+
+def uneven_figures(points: list[dict[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.uneven_efficiency`` by the built head dim a kernel runs at: the
+    long reference's time there over its time at a head dim below it that no kernel is built for
+    (points marked ``uneven``; the padded columns masked), averaged over the head dims measured
+    for one built one."""
+    out: dict[str, tuple[Any, str]] = {}
+    b, h, n = REFERENCE_LONG
+    for impl in sorted({p["impl"] for p in points if p.get("uneven")}):
+        ratios: dict[int, list[tuple[int, float]]] = {}
+        for p in (q for q in points if q["impl"] == impl and q.get("uneven")):
+            d = int(p["shape"][3])
+            built = int(padded_head_dim(impl, d))
+            even = next(
+                (
+                    q
+                    for q in points
+                    if q["impl"] == impl
+                    and not q.get("uneven")
+                    and "block" not in q
+                    and tuple(q["shape"]) == (b, h, n, built, False)
+                ),
+                None,
+            )
+            if built != d and even is not None:
+                ratios.setdefault(built, []).append((d, even["time_s"] / p["time_s"]))
+        if ratios:
+            out[f"implementations.{impl}.uneven_efficiency"] = (
+                {k: round(sum(r for _, r in v) / len(v), 3) for k, v in sorted(ratios.items())},
+                f"time at the built head dim / time at a head dim it runs padded (columns masked), fp16, {b} x {h} "
+                f"heads x {n} tokens, non-causal, best of three medians of CUDA-event times: "
+                + "; ".join(f"d = {d} on {k}: {r:.3f}" for k, v in sorted(ratios.items()) for d, r in v),
+            )
     return out
 
 

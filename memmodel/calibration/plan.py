@@ -170,6 +170,12 @@ SDPA_SHAPES = (
     *((*REFERENCE_LOOP, d, False) for d in SDPA_FIT_HEAD_DIMS),
     *((*REFERENCE_LONG, d, True) for d in SDPA_FIT_HEAD_DIMS),
 )
+#: head dims no kernel is built for, run by the next built one with its padded columns masked
+#: (FlashAttention-2's ``Is_even_K`` false): the long reference at each, against the built head
+#: dim it runs at, gives what the masking costs (validation/h200/probe-4: d = 40 and 48 take
+#: 1.17x as long as d = 64 on FlashAttention-2's d = 64 kernel)
+UNEVEN_HEAD_DIMS = (48, 80, 112)
+UNEVEN_IMPLS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient")
 #: implementations whose kernel for a head dim memmodel does not model (measured, not fitted):
 #: the memory-efficient kernel above d = 128 accumulates O in global memory
 SDPA_SKIP = {("sdpa-efficient", 256)}

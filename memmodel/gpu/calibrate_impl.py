@@ -38,6 +38,7 @@ from ..calibration.plan import (
     GEMM_BYTES,
     GEMM_UNALIGNED_HEAD_DIMS,
     GEMM_UNALIGNED_N,
+    REFERENCE_LONG,
     REFERENCE_LOOP,
     SDPA_FIT_HEAD_DIMS,
     SDPA_SHAPES,
@@ -49,6 +50,8 @@ from ..calibration.plan import (
     SPLIT_IMPLS,
     SPLIT_REFERENCES,
     TRITON_TILES,
+    UNEVEN_HEAD_DIMS,
+    UNEVEN_IMPLS,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -389,11 +392,43 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
             out.append(point)
         ctx.free()
     out += _measure_triton_tiles(ctx)
+    out += _measure_uneven(ctx, backends)
     for impl in DECODE_IMPLS:
         out += _measure_decode(ctx, backends[impl], impl)
     for impl in SPLIT_IMPLS:
         out += _measure_split(ctx, backends[impl], impl)
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
+
+
+def _measure_uneven(ctx: Any, backends: dict[str, Any]) -> list[dict[str, Any]]:
+    """The long reference at head dims no kernel is built for (:data:`UNEVEN_HEAD_DIMS`),
+    points marked ``uneven``: what masking the padded columns costs each implementation."""
+    torch = ctx.torch
+    from torch.nn.attention import sdpa_kernel
+
+    b, h, n = REFERENCE_LONG
+    out: list[dict[str, Any]] = []
+    for d in UNEVEN_HEAD_DIMS:
+        g = ctx.generator(19)
+        qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
+        ref = _reference(torch, qkv, False)
+        for impl in UNEVEN_IMPLS:
+
+            def fn(backend: Any = backends[impl], qkv: list[Any] = qkv) -> Any:
+                with sdpa_kernel([backend]):
+                    return torch.nn.functional.scaled_dot_product_attention(*qkv)
+
+            point: dict[str, Any] = {"impl": impl, "shape": [b, h, n, d, False], "uneven": True, "dtype": "fp16"}
+            try:
+                err = float((fn().float() - ref).abs().max())
+                rounds = [ctx.rate(4 * b * h * n * n * d, fn) for _ in range(3)]
+                best = min(rounds, key=lambda r: r["time_s"])
+                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
+            except Exception as exc:  # a head dim a backend refuses: recorded
+                point["error"] = str(exc).splitlines()[0][:200]
+            out.append(point)
+        ctx.free()
+    return out
 
 
 def _measure_triton_tiles(ctx: Any) -> list[dict[str, Any]]:
