@@ -339,7 +339,7 @@ def cta_tail_factor(
         out = np.maximum(1.0, makespan / (total / s))
         # one wave of up to `occ` CTAs per SM: where each CTA lands is known (grid order, Q
         # block fastest; breadth first), so the busiest SM is found exactly
-        one_wave = (jobs > s) & (jobs <= s * np.maximum(occ, 1.0))
+        one_wave = (jobs > s) & (jobs <= s * np.maximum(occ, 1.0)) & (jobs <= MAX_PLACED_CTAS)
         if np.any(one_wave):
             args = np.broadcast_arrays(n, n_kv, bq, bkv, jobs / t_r, occ, out)
             exact = np.vectorize(
@@ -351,6 +351,11 @@ def cta_tail_factor(
             out = np.array(args[6], dtype=np.float64)
             out[one_wave] = exact
     return float(out) if np.ndim(out) == 0 else out
+
+
+#: the most CTAs whose placement on the SMs is worked out one by one (one wave of a GPU with
+#: many SMs, or many CTAs per SM given by hand); past it, the list-scheduling estimate
+MAX_PLACED_CTAS = 8192
 
 
 def _causal_lengths(n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1) -> np.ndarray:
@@ -390,6 +395,9 @@ def _split_tail_scalar(
     n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
 ) -> float:
     """:func:`split_tail_factor` of one causal split prefill."""
+    jobs = bh * -(-n // 64) * splits
+    if jobs > sm_count * max(occ, 1) or jobs > MAX_PLACED_CTAS:  # more than one wave: balanced
+        return 1.0
     return _one_wave_factor(_causal_lengths(n, n_kv, 64, bc, bh, splits), sm_count, occ, share)
 
 
