@@ -403,6 +403,26 @@ def _ring(
         ts = [kernel_time(k, profile, w.dtype) for k in kernels]
         return ts, float(sum(float(t.time_s) for t in ts))
 
+    def step_work(
+        kind: str, i: int, pass_: str, link_s: float, held: int
+    ) -> tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float]:
+        """One rank's attention in step ``i`` (its kernels, timings, time) and the merge or
+        gradient kernels after it (the same)."""
+        att_k, att_t, att_s = _attention(run, local(kind), which, pass_)
+        if held and which == "tiled":  # the eager baseline's products are not placed this way: left as they are
+            att_s = _beside_transfer(run, local(kind), which, pass_, att_s, link_s, profile.sm_count - held)
+        nq, nkv, _ = step_shape(kind, n_local)
+        extra: list[Kernel] = []
+        if i > 0 and pass_ == "forward":
+            extra = merge_kernels(b * h * nq, d, e)
+        elif i > 0:
+            # the second half's logsumexp made contiguous for the backward kernel
+            extra = [copy_kernel("lse_half", b * h * nq * STAT_BYTES, pass_, "lse")] if kind == "q_half" else []
+            extra.append(add_kernel("acc_dQ", b * h * nq * d * e, tensor="dQ"))
+            extra += [add_kernel(f"acc_{t}", b * hk * nkv * d * e, tensor=t) for t in ("dK", "dV")]
+        ex_t, ex_s = timed(extra)
+        return att_k, att_t, att_s, extra, ex_t, ex_s
+
     passes = ("forward", "backward") if backward else ("forward",)
     for pass_ in passes:
         for i in range(p):
@@ -419,21 +439,13 @@ def _ring(
             # NCCL's send/recv kernel holds SMs while it runs beside the step's attention
             held = ic.p2p_sms if ic is not None and sent else 0
             worst: tuple[float, float, float, list[Kernel], list[Any], str] | None = None
+            # the ranks of a step run a handful of shapes (step_kind): each is modelled once
+            by_kind: dict[str, tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float]] = {}
             for rank in range(p):
                 kind = step_kind(rank, i, p, w.causal)
-                att_k, att_t, att_s = _attention(run, local(kind), which, pass_)
-                if held and which == "tiled":  # the eager baseline's products are not placed this way: left as they are
-                    att_s = _beside_transfer(run, local(kind), which, pass_, att_s, link_s, profile.sm_count - held)
-                nq, nkv, _ = step_shape(kind, n_local)
-                extra: list[Kernel] = []
-                if i > 0 and pass_ == "forward":
-                    extra = merge_kernels(b * h * nq, d, e)
-                elif i > 0:
-                    # the second half's logsumexp made contiguous for the backward kernel
-                    extra = [copy_kernel("lse_half", b * h * nq * STAT_BYTES, pass_, "lse")] if kind == "q_half" else []
-                    extra.append(add_kernel("acc_dQ", b * h * nq * d * e, tensor="dQ"))
-                    extra += [add_kernel(f"acc_{t}", b * hk * nkv * d * e, tensor=t) for t in ("dK", "dV")]
-                ex_t, ex_s = timed(extra)
+                if kind not in by_kind:
+                    by_kind[kind] = step_work(kind, i, pass_, link_s, held)
+                att_k, att_t, att_s, extra, ex_t, ex_s = by_kind[kind]
                 if worst is None or att_s + ex_s > worst[0] + worst[1]:
                     worst = (att_s, ex_s, 0.0, att_k + extra, att_t + ex_t, kind)
                 if rank == 0:
