@@ -85,6 +85,10 @@ def test_cases_of_earlier_records_load_with_the_defaults():
             assert case.id == fields["id"] and not case.backward and case.dropout == 0.0
 
 
+#: case files written after the second training set (its shapes were new when it was written)
+LATER_THAN_TRAINING_2 = {"h200-zero-shot-6.txt", "h200-zero-shot-7.txt"}
+
+
 def test_training_case_files():
     from memmodel.cli.validate import validate_cmd  # noqa: F401 - the command reads these files
 
@@ -106,7 +110,9 @@ def test_training_case_files():
     earlier = {
         shape(c)
         for f in (REPO / "validation" / "cases").glob("*.txt")
-        if f.name != "h200-training-2.txt" and not f.name.startswith("h200x2-")  # validate --gpus cases
+        if f.name != "h200-training-2.txt"
+        and not f.name.startswith("h200x2-")  # validate --gpus cases
+        and f.name not in LATER_THAN_TRAINING_2
         for c in cases(f.name)
     }
     second = cases("h200-training-2.txt")
