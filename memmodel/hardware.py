@@ -271,11 +271,19 @@ class Profile:
             out = np.where((bq == a) & (bkv == b), interpolate_log2(curve, head_dim), out)
         return float(out) if np.ndim(out) == 0 else out
 
-    def backward_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
-        """Measured efficiency of ``implementation``'s backward kernel at ``head_dim``; None where not measured."""
+    @staticmethod
+    def _by_head_dim(
+        table: Mapping[str, tuple[tuple[int, float], ...]], implementation: str | None, head_dim: Any
+    ) -> Any:
+        """``implementation``'s curve in ``table`` at ``head_dim`` (linear in log2 between the
+        measured head dims, clamped at the ends); None where not measured."""
         if implementation is None:
             return None
-        return interpolate_log2(self.implementation_backward_efficiency.get(implementation, ()), head_dim)
+        return interpolate_log2(table.get(implementation, ()), head_dim)
+
+    def backward_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
+        """Measured efficiency of ``implementation``'s backward kernel at ``head_dim``; None where not measured."""
+        return self._by_head_dim(self.implementation_backward_efficiency, implementation, head_dim)
 
     def dropout_rate(self, implementation: str | None, head_dim: Any, backward: bool = False) -> Any:
         """Scores per second whose dropout ``implementation``'s fused forward (``backward``:
@@ -288,40 +296,28 @@ class Profile:
     def cta_bandwidth(self, implementation: str | None, head_dim: Any) -> Any:
         """Bytes per second one split-KV CTA of ``implementation`` streams at ``head_dim``
         (linear in log2 between measured head dims, clamped at the ends); None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_cta_bandwidth.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_cta_bandwidth, implementation, head_dim)
 
     def cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
         """Seconds a CTA of ``implementation`` costs beyond its blocks, at ``head_dim``; None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_cta_overhead.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_cta_overhead, implementation, head_dim)
 
     def uneven_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Share of its rate ``implementation``'s kernel for the built ``head_dim`` keeps when
         it runs a smaller head dim padded; None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_uneven_efficiency.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_uneven_efficiency, implementation, head_dim)
 
     def split_efficiency(self, implementation: str | None, head_dim: Any) -> Any:
         """Measured efficiency of ``implementation``'s split-KV kernel at ``head_dim``; None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_split_efficiency.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_split_efficiency, implementation, head_dim)
 
     def split_cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
         """Seconds a wave of ``implementation``'s split-KV CTAs costs beyond their blocks; None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_split_cta_overhead.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_split_cta_overhead, implementation, head_dim)
 
     def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
-        if implementation is None:
-            return None
-        return interpolate_log2(self.implementation_masked_cost.get(implementation, ()), head_dim)
+        return self._by_head_dim(self.implementation_masked_cost, implementation, head_dim)
 
     @property
     def arch_family(self) -> str | None:

@@ -627,12 +627,13 @@ def algorithm_time(
     workload: Any = None,
 ) -> AlgorithmTiming:
     """With ``workload``, FlashAttention-2's forward kernel pays its CTA tail."""
-    tail = None
+    tail = split_tail = None
     tailed = ("fa2_fwd",)
+    spec = implementations.get(implementation)
+    # an SM left with one CTA of mma.sync code runs it at this share of its rate
+    share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
     if workload is not None and algorithm.variant == "fa2":
         p = algorithm.params
-        spec = implementations.get(implementation)
-        share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
         tail = cta_tail_factor(
             workload,
             np.asarray(p["block_q"]),
@@ -641,6 +642,8 @@ def algorithm_time(
             p.get("ctas_per_sm"),
             share,
         )
+        if any(k.kind == "split_kv" for k in algorithm.kernels):
+            split_tail = split_tail_factor(workload, p["splits"], profile.sm_count, p.get("ctas_per_sm"), share)
     elif workload is not None and algorithm.variant == "fa1":
         # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
         jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)
@@ -648,13 +651,6 @@ def algorithm_time(
         out = np.ceil(w) / w
         tail = float(out) if out.ndim == 0 else out
         tailed = ("fa1_fwd", "fa1_bwd")
-    split_tail = None
-    if workload is not None and algorithm.variant == "fa2" and any(k.kind == "split_kv" for k in algorithm.kernels):
-        spec = implementations.get(implementation)
-        share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
-        split_tail = split_tail_factor(
-            workload, algorithm.params["splits"], profile.sm_count, algorithm.params.get("ctas_per_sm"), share
-        )
     # the forward kernel's tiles: an implementation measured at other tiles than its defaults
     # (our Triton kernel) runs at its efficiency there
     tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None

@@ -18,7 +18,7 @@ from ..implementations import options_for, padded_head_dim
 from ..implementations import tiles as tiles_for
 from ..model import compare
 from ..timing import kernel_time
-from ..validation import BACKWARD_MAIN, _compare, case_options, predicted_kernels
+from ..validation import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels
 from ..workload import Workload
 from .figures import _bw, _ops, backward_kernel_figures
 from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT, SPLIT_REFERENCES
@@ -315,8 +315,6 @@ def fit_relative(columns: list[list[float]], measured: list[float]) -> list[floa
 def _kernel_durations(impl: str, point: dict[str, Any]) -> tuple[float, float] | None:
     """The split kernel's and the combine kernel's CUPTI durations in a reference point
     (``kernels``, as calibrate records them), None where it has none or not both."""
-    from ..validation import KERNEL_PATTERNS
-
     kernels = point.get("kernels")
     if not isinstance(kernels, list):
         return None

@@ -382,11 +382,7 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
             try:
                 err = float((fn().float() - ref).abs().max())
                 flop = 4 * b * h * n * n * d // (2 if causal else 1)
-                # three rounds of 20, the fastest median kept: one round can catch the GPU
-                # below its clocks (seen: 470 to 515 µs for the same kernel across runs)
-                rounds = [ctx.rate(flop, fn) for _ in range(3)]
-                best = min(rounds, key=lambda r: r["time_s"])
-                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
+                point.update(_best_of_three(ctx, flop, fn), max_abs_error=err)
             except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
@@ -398,6 +394,15 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
     for impl in SPLIT_IMPLS:
         out += _measure_split(ctx, backends[impl], impl)
     return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}
+
+
+def _best_of_three(ctx: Any, flop: float, fn: Any) -> dict[str, Any]:
+    """Three rounds of :meth:`Context.rate`, the fastest median kept (one round can catch the
+    GPU below its clocks: seen, 470 to 515 µs for the same kernel across runs), with every
+    round's time."""
+    rounds = [ctx.rate(flop, fn) for _ in range(3)]
+    best = min(rounds, key=lambda r: r["time_s"])
+    return {**best, "round_times_s": [r["time_s"] for r in rounds]}
 
 
 def _measure_uneven(ctx: Any, backends: dict[str, Any]) -> list[dict[str, Any]]:
@@ -421,9 +426,7 @@ def _measure_uneven(ctx: Any, backends: dict[str, Any]) -> list[dict[str, Any]]:
             point: dict[str, Any] = {"impl": impl, "shape": [b, h, n, d, False], "uneven": True, "dtype": "fp16"}
             try:
                 err = float((fn().float() - ref).abs().max())
-                rounds = [ctx.rate(4 * b * h * n * n * d, fn) for _ in range(3)]
-                best = min(rounds, key=lambda r: r["time_s"])
-                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
+                point.update(_best_of_three(ctx, 4 * b * h * n * n * d, fn), max_abs_error=err)
             except Exception as exc:  # a head dim a backend refuses: recorded
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
@@ -459,9 +462,7 @@ def _measure_triton_tiles(ctx: Any) -> list[dict[str, Any]]:
             }
             try:
                 err = float((fn().float() - ref).abs().max())
-                rounds = [ctx.rate(4 * b * h * n * n * d, fn) for _ in range(3)]
-                best = min(rounds, key=lambda r: r["time_s"])
-                point.update(best, max_abs_error=err, round_times_s=[r["time_s"] for r in rounds])
+                point.update(_best_of_three(ctx, 4 * b * h * n * n * d, fn), max_abs_error=err)
             except Exception as exc:  # a tile that does not fit this GPU: recorded
                 point["error"] = str(exc).splitlines()[0][:200]
             out.append(point)
