@@ -412,6 +412,9 @@ class Options:
     implementation: str | None = None
     #: notes on how the options were chosen (e.g. "auto: PyTorch runs sdpa-flash here")
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: ``ctas_per_sm`` is the implementation's own (measured), not the user's: no check
+    #: against the model's tile footprint applies (cuDNN's decoding kernels hold less)
+    ctas_from_implementation: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tiled not in TILED_VARIANTS:
@@ -477,6 +480,7 @@ def options_for(
         block_q, block_kv = _tiles_for(impl, workload, profile, block_q, block_kv)
     if rest.get("ctas_per_sm") is None:
         rest["ctas_per_sm"] = _occupancy_for(impl, workload, block_q, block_kv, profile)
+        rest["ctas_from_implementation"] = rest["ctas_per_sm"] is not None
     return Options(
         tiled=tiled,
         block_q=block_q,

@@ -565,3 +565,16 @@ def test_the_cli_starts_without_the_sweep_engine_or_plotting():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_an_implementations_own_occupancy_is_not_refused_as_if_the_user_gave_it(run):
+    # cuDNN's decoding kernel runs 2 CTAs per SM at d = 256 (Nsight Compute); the model's tile
+    # check, (B_r + 2·B_c)·d·e = (2 + 2·128)·256·2 = 132,096 bytes, holds 1 in 233,472: that
+    # check is for a --ctas-per-sm the user gives, not for the implementation's own figure
+    args = ("compare", "--n", "1", "--n-kv", "8192", "--batch", "16", "--heads", "8", "--kv-heads", "4",
+            "--d", "256", "--dtype", "bf16", "--gpu", "h200", "--impl", "sdpa-cudnn")  # fmt: skip
+    assert run(*args).exit_code == 0
+    assert "choose at most 1" in one_line_error(run(*args, "--ctas-per-sm", "2"))
+    r = run("sweep", "--n", "1", "--n-kv", "8192", "--d", "128,256", "--heads", "8", "--kv-heads", "4",
+            "--dtype", "bf16", "--gpu", "h200", "--impl", "sdpa-cudnn")  # fmt: skip
+    assert r.exit_code == 0, r.output
