@@ -46,6 +46,9 @@ from .errors import WorkloadError
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
 
+#: how long the GPU has been busy when a kernel runs (:data:`memmodel.timing.CLOCKS` says more)
+CLOCK_MODES = ("benchmark", "boost", "sustained")
+
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
     from .workload import Workload
@@ -408,6 +411,8 @@ class Options:
     splits: int | None = None
     ctas_per_sm: int | None = None
     kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
+    #: how long the GPU has been busy (:data:`memmodel.timing.CLOCKS`): benchmark, boost, sustained
+    clocks: str = "benchmark"
     #: the tiled algorithm's implementation (:data:`IMPLEMENTATIONS`); None: ``paper``
     implementation: str | None = None
     #: notes on how the options were chosen (e.g. "auto: PyTorch runs sdpa-flash here")
@@ -429,6 +434,8 @@ class Options:
                 continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
+        if self.clocks not in CLOCK_MODES:
+            raise WorkloadError(f"unknown clocks mode {self.clocks!r}: accepted are {', '.join(CLOCK_MODES)}")
         if self.kv_order not in KV_ORDERS:
             raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
         if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:

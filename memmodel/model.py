@@ -12,7 +12,7 @@ from . import implementations, intmath
 from .errors import WorkloadError
 from .hardware import Profile
 from .implementations import Options, kernel_workload, options_for, padded_head_dim, smem_reads, with_options
-from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats
+from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats, clock_caveat
 from .traffic import l2 as l2m
 from .traffic.blocks import block_sizes, tile_context
 from .traffic.decode import choose_splits
@@ -170,24 +170,25 @@ def compare(
     profile.peak_flops(workload.dtype)  # fail early, clearly
     std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
     til = tiled_traffic(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+    til_time = algorithm_time(
+        til,
+        profile,
+        workload.dtype,
+        opts.model_implementation,
+        padded_head_dim(opts.model_implementation, workload.d),
+        kernel_workload(workload, opts.model_implementation),
+        clocks=opts.clocks,
+    )
+    clock_line = clock_caveat(profile, opts.model_implementation, til_time.clock_share, opts.clocks)
     return Comparison(
         workload=workload,
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d)),
-        tiled=Evaluated(
-            til,
-            algorithm_time(
-                til,
-                profile,
-                workload.dtype,
-                opts.model_implementation,
-                padded_head_dim(opts.model_implementation, workload.d),
-                kernel_workload(workload, opts.model_implementation),
-            ),
-        ),
+        tiled=Evaluated(til, til_time),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
         caveats=tuple(
             list(opts.notes)
+            + ([clock_line] if clock_line else [])
             + l2_knee_caveats(til, workload, profile, opts.l2)
             + caveats(
                 profile,

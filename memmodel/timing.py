@@ -83,6 +83,60 @@ class AlgorithmTiming:
     #: Grids only: ``bound`` as an int array ``bound_index`` indexing ``bound_labels``.
     bound_labels: tuple[str, ...] = field(default=(), repr=False, compare=False)
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: the share of its rate the forward kernel keeps under the power limit where the clocks
+    #: fell (:data:`CLOCKS`; 1 where they did not), None where they did not fall anywhere
+    clock_share: Seconds | None = field(default=None, compare=False)
+
+
+#: How long the GPU has been busy when a kernel runs, which decides its clocks (``--clocks``):
+#: ``benchmark``, the kernel run back to back as validate and the FlashAttention benchmarks
+#: time it (its forward kernels slow to the measured sustained share where the calls before
+#: the median one keep the GPU busy past the power limit's reaction time); ``boost``, a short
+#: burst (never throttled); ``sustained``, a long steady loop (always throttled).
+CLOCKS = implementations.CLOCK_MODES
+#: validate's timing: 2 checked calls, 3 warm-up calls and 3 more to time the host, then 20
+#: timed back to back: the median timed call has about 16 calls of busy time before it
+BENCHMARK_CALLS_BEFORE = 16
+
+
+def clock_share(profile: Profile, implementation: str | None, loop_s: Any, clocks: str = "benchmark") -> Any:
+    """The share of its rate ``implementation``'s forward kernel keeps in a loop whose one
+    call takes ``loop_s`` (at the clocks before they fall), in ``clocks`` mode: the measured
+    sustained share where the loop stays busy past ``power.reaction_time``, else 1; None where
+    the clocks do not fall anywhere (or the profile has no such figure)."""
+    if clocks not in CLOCKS:
+        raise ValueError(f"unknown clocks mode {clocks!r}: accepted are {', '.join(CLOCKS)}")
+    share = profile.sustained_share(implementation) if clocks != "boost" else None
+    if share is None or share >= 1.0:
+        return None
+    if clocks == "sustained":
+        return share
+    busy = BENCHMARK_CALLS_BEFORE * np.asarray(loop_s, dtype=np.float64) >= float(profile.power_reaction_s or 0.0)
+    if not np.any(busy):
+        return None
+    out = np.where(busy, share, 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def clock_caveat(profile: Profile, implementation: str | None, share: Any, clocks: str) -> str | None:
+    """One line where the model slowed ``implementation``'s forward kernel to the clocks the
+    power limit leaves (``share``: :attr:`AlgorithmTiming.clock_share`)."""
+    if share is None or implementation is None:
+        return None
+    full = profile.sustained_share(implementation)
+    reaction = float(profile.power_reaction_s or 0.0) * 1e3
+    if clocks == "sustained":
+        return (
+            f"--clocks sustained: {implementation}'s forward kernel runs at {full:.3f} of its rate, the clocks "
+            f"{profile.name}'s power limit leaves (measured)."
+        )
+    where = "" if np.ndim(share) == 0 else " (the longer workloads of the grid)"
+    return (
+        f"Timed as a benchmark loop{where}: {BENCHMARK_CALLS_BEFORE} calls before the median one keep the GPU "
+        f"busy past the {reaction:.0f} ms after which {profile.name}'s power limit lowers the clocks, so "
+        f"{implementation}'s forward kernel runs at {full:.3f} of its rate (measured); --clocks boost for a "
+        "short burst."
+    )
 
 
 def assumptions(profile: Profile) -> list[str]:
@@ -98,6 +152,12 @@ def assumptions(profile: Profile) -> list[str]:
         "each plus the profile's launch overhead.",
         "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
     ]
+    if profile.power_reaction_s is None or not profile.implementation_sustained_share:
+        out.append(
+            f"{profile.name} gives no sustained-clock figures (power.reaction_time, implementations.*.sustained_share):"
+            " kernels are timed at the clocks before the power limit lowers them (on an H200 a loop of cuDNN's "
+            "forward longer than about 50 ms runs about 8 % slower once they fall)."
+        )
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
     rates = profile.kernel_rates
@@ -471,12 +531,14 @@ def kernel_time(
     tail: Any = None,
     tile: tuple[Any, Any] | None = None,
     uneven: Any = None,
+    clock: Any = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
     kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
     overlaps the products, and the measured efficiency (at ``tile``, where the profile
     measured it there), CTA overhead and cost of diagonal blocks; ``tail``
-    (:func:`cta_tail_factor`) multiplies their compute terms."""
+    (:func:`cta_tail_factor`) multiplies their compute terms; ``clock``
+    (:func:`clock_share`) divides a forward kernel's compute terms."""
     fused = kernel.overlap == "serial-compute"
     impl = implementations.get(implementation) if fused else None
     peak, _ = matmul_peak(profile, dtype, impl.instructions if impl else "native")
@@ -503,11 +565,13 @@ def kernel_time(
     # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
     masked = profile.masked_cost(impl.name, hd) if impl and hd is not None and forward else None
     scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
+    if clock is not None and fused and forward:
+        scale = scale / np.asarray(clock, dtype=np.float64)
     if masked is not None and np.any(np.asarray(kernel.diagonal_blocks) > 0):
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + masked * np.asarray(intmath.to_float(kernel.diagonal_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None:
+    if eff is not None or tail is not None or masked is not None or (clock is not None and fused and forward):
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
@@ -625,8 +689,11 @@ def algorithm_time(
     implementation: str | None = None,
     head_dim: IntLike | None = None,
     workload: Any = None,
+    clocks: str = "boost",
 ) -> AlgorithmTiming:
-    """With ``workload``, FlashAttention-2's forward kernel pays its CTA tail."""
+    """With ``workload``, FlashAttention-2's forward kernel pays its CTA tail; ``clocks``
+    (:data:`CLOCKS`) says how long the GPU has been busy, which decides whether the forward
+    kernels run at the clocks the power limit leaves (:func:`clock_share`)."""
     tail = split_tail = None
     tailed = ("fa2_fwd",)
     spec = implementations.get(implementation)
@@ -658,8 +725,9 @@ def algorithm_time(
     if workload is not None and head_dim is not None:
         uneven = np.asarray(workload.d) != np.asarray(head_dim)
         uneven = bool(uneven) if uneven.ndim == 0 else uneven
-    kernels = tuple(
-        kernel_time(
+
+    def timed(k: Kernel, clock: Any = None) -> KernelTiming:
+        return kernel_time(
             k,
             profile,
             dtype,
@@ -668,10 +736,20 @@ def algorithm_time(
             tail if k.name in tailed else (split_tail if k.kind == "split_kv" else None),
             tile if k.name == "fa2_fwd" else None,
             uneven,
+            clock,
         )
-        for k in algorithm.kernels
-    )
+
+    kernels = tuple(timed(k) for k in algorithm.kernels)
     total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
+    clock = clock_share(profile, implementation, total, clocks) if clocks != "boost" else None
+    if clock is not None:
+        # the loop keeps the GPU busy past the power limit's reaction: its forward kernels run
+        # at the clocks left (the backward's efficiency was measured so: it stays)
+        kernels = tuple(
+            timed(k, clock) if k.overlap == "serial-compute" and k.pass_ != "backward" else t
+            for k, t in zip(algorithm.kernels, kernels)
+        )
+        total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
     labels = sorted(set().union(*(_labels(k) for k in kernels)))
     share = np.stack(
@@ -686,5 +764,7 @@ def algorithm_time(
     )
     best = share.argmax(axis=0)
     if np.ndim(total) == 0:
-        return AlgorithmTiming(kernels, float(total), labels[int(best)])
-    return AlgorithmTiming(kernels, total, np.asarray(labels, dtype=object)[best], tuple(labels), best)
+        return AlgorithmTiming(kernels, float(total), labels[int(best)], clock_share=clock)
+    return AlgorithmTiming(
+        kernels, total, np.asarray(labels, dtype=object)[best], tuple(labels), best, clock_share=clock
+    )

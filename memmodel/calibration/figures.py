@@ -19,13 +19,23 @@ scores / rate, added to their compute).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..hardware import Profile
 from ..units import format_si, quantity
-from .plan import DROPOUT_P, GROUP_SUM_SHAPE, MATMUL_DTYPES, SCORES_BYTES, SOFTMAX_BYTES
+from .plan import (
+    DROPOUT_P,
+    GROUP_SUM_SHAPE,
+    MATMUL_DTYPES,
+    SCORES_BYTES,
+    SOFTMAX_BYTES,
+    SUSTAINED_FIRST_CALLS,
+    SUSTAINED_ONSET_RISE,
+    SUSTAINED_SETTLED_FROM_S,
+)
 
 
 def _num(d: Mapping[str, Any] | None, *path: str) -> float | None:
@@ -311,6 +321,7 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
         out["compute.exp"] = (_si(rate, "op/s"), "Triton tl.exp2 (MUFU.EX2) in registers, all SMs")
     peaks = {d: r for d in MATMUL_DTYPES if (r := v[f"matmul_{d}"])}
     out.update(kernel_figures(m, peaks))
+    out.update(power_figures(m))
     return out
 
 
@@ -542,4 +553,60 @@ def backward_kernel_figures(result: Mapping[str, Any]) -> dict[str, tuple[Any, s
     out.update(dropout_figures(result.get("dropout") or {}))
     out.update(elementwise_backward_figures(result.get("elementwise_backward") or {}))
     out.update(reduction_figures(result.get("reduction") or {}))
+    return out
+
+
+def settle(times: list[float]) -> dict[str, float] | None:
+    """What one sustained series says: ``times`` of calls run back to back from an idle GPU.
+    The rate before the clocks fall is the median of the first calls; the settled one, the
+    median from :data:`SUSTAINED_SETTLED_FROM_S` of busy time on; ``onset_s``, the busy time
+    before the first of three calls in a row :data:`SUSTAINED_ONSET_RISE` slower than the
+    first ones (None where none are). None where the series is too short to settle."""
+    if len(times) < SUSTAINED_FIRST_CALLS + 3 or min(times) <= 0:
+        return None
+    first = statistics.median(times[:SUSTAINED_FIRST_CALLS])
+    busy, onset, settled = 0.0, None, []
+    slow = [t > first * (1 + SUSTAINED_ONSET_RISE) for t in times]
+    for i, t in enumerate(times):
+        if onset is None and all(slow[i : i + 3]) and i + 3 <= len(times):
+            onset = busy
+        if busy >= SUSTAINED_SETTLED_FROM_S:
+            settled.append(t)
+        busy += t
+    if len(settled) < 3:
+        return None
+    after = statistics.median(settled)
+    return {"first_s": first, "settled_s": after, "share": first / after, "onset_s": onset, "busy_s": busy}
+
+
+def power_figures(m: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
+    """``implementations.<name>.sustained_share`` (at most 1) and ``power.reaction_time`` (the
+    median busy time before the clocks fell, over the series where they fell) from the
+    sustained step's series."""
+    series = (m.get("sustained") or {}).get("series") or []
+    out: dict[str, tuple[Any, str]] = {}
+    onsets = []
+    for s in series:
+        got = settle(s.get("times_s") or [])
+        if got is None:
+            continue
+        share = min(1.0, got["share"])
+        b, h, n, d = s["shape"]
+        out[f"implementations.{s['impl']}.sustained_share"] = (
+            round(share, 3),
+            f"its forward kernel ({b} x {h} heads x {n} tokens, d = {d}, fp16) run back to back for "
+            f"{got['busy_s']:.1f} s after {s.get('idle_s', 0):g} s of idle GPU: median call from "
+            f"{SUSTAINED_SETTLED_FROM_S:g} s on {got['settled_s'] * 1e6:.1f} us against {got['first_s'] * 1e6:.1f} us "
+            f"for the first {SUSTAINED_FIRST_CALLS} (the clocks the power limit leaves; CUDA events between calls)"
+            + (f"; slower from {got['onset_s'] * 1e3:.0f} ms of busy time on" if got["onset_s"] is not None else ""),
+        )
+        if got["onset_s"] is not None and got["share"] < 1 - SUSTAINED_ONSET_RISE:
+            onsets.append((s["impl"], got["onset_s"]))
+    if onsets:
+        out["power.reaction_time"] = (
+            _ns(statistics.median(t for _, t in onsets)),
+            "busy time after which the clocks fall under the power limit: median over the sustained series that "
+            f"slowed of the busy time before three calls in a row ran {SUSTAINED_ONSET_RISE:.0%} slower than the "
+            "first ones: " + ", ".join(f"{impl} {t * 1e3:.0f} ms" for impl, t in onsets),
+        )
     return out

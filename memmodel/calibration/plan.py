@@ -55,6 +55,9 @@ class Plan:
     launch_per_batch: int
     launch_event_reps: int
     graph_kernels: int
+    #: the sustained-clock step: seconds of idle GPU before each series, seconds of busy loop
+    sustained_idle_s: float = 3.0
+    sustained_busy_s: float = 1.2
 
 
 BLOCK_BYTES = 4096 * 4  # one block of the streaming kernels: 4096 float32
@@ -104,6 +107,8 @@ def make_plan(info: DeviceInfo, *, quick: bool = False) -> Plan:
         launch_per_batch=100 if quick else 200,
         launch_event_reps=20 if quick else 100,
         graph_kernels=100,
+        sustained_idle_s=1.5 if quick else 3.0,
+        sustained_busy_s=0.6 if quick else 1.2,
     )
 
 
@@ -198,6 +203,16 @@ DECODE_IMPLS = ("sdpa-flash", "sdpa-cudnn")
 #: the combine kernel's at 12288 and 8192 rows. Each kernel is timed on its own (CUPTI).
 SPLIT_REFERENCES = ((1, 6, 2048), (1, 2, 4096))
 SPLIT_IMPLS = ("sdpa-flash",)
+#: the sustained-clock step (the last one: its heat would slow whatever came after it): each
+#: implementation's long reference at this head dim, run back to back after an idle GPU; its
+#: rate from SUSTAINED_SETTLED_FROM_S of busy time on, over its first calls' rate
+SUSTAINED_IMPLS = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton")
+SUSTAINED_HEAD_DIM = 128
+SUSTAINED_SETTLED_FROM_S = 0.3
+#: the first calls (their median is the rate before the clocks fall)
+SUSTAINED_FIRST_CALLS = 5
+#: three calls in a row this much slower than the first ones mark the clocks' fall
+SUSTAINED_ONSET_RISE = 0.02
 #: the training step's references: dropout probability, and the scores of the dropout and
 #: elementwise-gradient kernels (fp16)
 DROPOUT_P = 0.1

@@ -297,6 +297,16 @@ def model_options(func: F) -> F:
         ),
         option("--backward", is_flag=True, help="Add the backward pass: totals cover the training step."),
         option(
+            "--clocks",
+            "clocks",
+            type=choice(["benchmark", "boost", "sustained"]),
+            default="benchmark",
+            show_default=True,
+            help="How long the GPU has been busy, which decides its clocks under the power limit: benchmark (run "
+            "back to back as validate and the FlashAttention benchmarks time it: a loop long enough slows to the "
+            "measured sustained clocks); boost (a short burst); sustained (a long steady loop, e.g. training).",
+        ),
+        option(
             "--splits",
             type=POSITIVE,
             default=None,
@@ -373,7 +383,7 @@ def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Pop the model options: ``--impl`` (default ``auto``: the kernel PyTorch would run) and
     the :class:`~memmodel.implementations.Options` fields. Give both to
     :func:`memmodel.implementations.options_for` with the workload and each GPU's profile."""
-    opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm")}
+    opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm", "clocks")}
     return kw.pop("impl", None) or "auto", opts
 
 

@@ -602,6 +602,11 @@ STEPS: tuple[Step, ...] = (
         "training-step kernels: softmax backward, dropout, reductions, SDPA backward with and without dropout",
         calibrate_backward.measure_backward,
     ),
+    Step(
+        "sustained",
+        "clocks under the power limit (each implementation busy for a second)",
+        calibrate_impl.measure_sustained,
+    ),
 )
 
 

@@ -49,6 +49,8 @@ from ..calibration.plan import (
     SOFTMAX_UNALIGNED_ROWS,
     SPLIT_IMPLS,
     SPLIT_REFERENCES,
+    SUSTAINED_HEAD_DIM,
+    SUSTAINED_IMPLS,
     TRITON_TILES,
     UNEVEN_HEAD_DIMS,
     UNEVEN_IMPLS,
@@ -350,17 +352,37 @@ def measure_gemm(ctx: Any) -> dict[str, Any]:
 # SDPA backends on a reference shape
 
 
-def measure_sdpa(ctx: Any) -> dict[str, Any]:
-    """Each SDPA backend and memmodel's Triton kernel (its default tiles) on the reference shapes."""
-    torch = ctx.torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def _backends() -> dict[str, Any]:
+    """Implementation name -> its SDPA backend (None: memmodel's Triton kernel)."""
+    from torch.nn.attention import SDPBackend
 
-    backends = {
+    return {
         "sdpa-flash": SDPBackend.FLASH_ATTENTION,
         "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
         "triton": None,
     }
+
+
+def _attention_call(torch: Any, backend: Any, qkv: list[Any], causal: bool) -> Any:
+    """A call of one forward: ``backend``'s SDPA (None: memmodel's Triton kernel, its default tiles)."""
+    from torch.nn.attention import sdpa_kernel
+
+    def fn() -> Any:
+        if backend is None:
+            from .triton_fa import attention
+
+            return attention(*qkv, causal=causal)
+        with sdpa_kernel([backend]):
+            return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+
+    return fn
+
+
+def measure_sdpa(ctx: Any) -> dict[str, Any]:
+    """Each SDPA backend and memmodel's Triton kernel (its default tiles) on the reference shapes."""
+    torch = ctx.torch
+    backends = _backends()
     out: list[dict[str, Any]] = []
     for b, h, n, d, causal in SDPA_SHAPES:
         g = ctx.generator(16)
@@ -369,14 +391,7 @@ def measure_sdpa(ctx: Any) -> dict[str, Any]:
         for name, backend in backends.items():
             if (name, d) in SDPA_SKIP:
                 continue
-
-            def fn(backend: Any = backend, causal: bool = causal, qkv: list[Any] = qkv) -> Any:
-                if backend is None:
-                    from .triton_fa import attention
-
-                    return attention(*qkv, causal=causal)
-                with sdpa_kernel([backend]):
-                    return torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=causal)
+            fn = _attention_call(torch, backend, qkv, causal)
 
             point: dict[str, Any] = {"impl": name, "shape": [b, h, n, d, causal], "dtype": "fp16"}
             try:
@@ -544,3 +559,47 @@ def _reference(torch: Any, qkv: list[Any], causal: bool) -> Any:
         n = s.shape[-1]
         s = s.masked_fill(torch.ones(n, n, device=s.device, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
+
+
+# ---------------------------------------------------------------------------------------
+# Clocks under the power limit
+
+
+def measure_sustained(ctx: Any) -> dict[str, Any]:
+    """Each implementation's long reference (:data:`SUSTAINED_HEAD_DIM`) run back to back for
+    the plan's busy seconds after its idle seconds (the GPU's clocks back up), a CUDA event
+    between calls: how its rate falls as the power limit lowers the clocks
+    (:func:`memmodel.calibration.figures.settle` reads the series). The last step: its heat
+    would slow whatever ran after it."""
+    import time
+
+    torch = ctx.torch
+    b, h, n = REFERENCE_LONG
+    d = SUSTAINED_HEAD_DIM
+    g = ctx.generator(29)
+    qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
+    backends = _backends()
+    series: list[dict[str, Any]] = []
+    for impl in SUSTAINED_IMPLS:
+        fn = _attention_call(torch, backends[impl], qkv, False)
+        entry: dict[str, Any] = {"impl": impl, "shape": [b, h, n, d], "idle_s": ctx.plan.sustained_idle_s}
+        try:
+            fn()  # compiled, planned and warm before the GPU idles
+            ctx.sync()
+            t0 = time.perf_counter()
+            fn()
+            ctx.sync()
+            calls = max(20, int(ctx.plan.sustained_busy_s / max(time.perf_counter() - t0, 1e-5)))
+            time.sleep(ctx.plan.sustained_idle_s)
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
+            events[0].record()
+            for i in range(calls):
+                fn()
+                events[i + 1].record()
+            ctx.sync()
+            entry["times_s"] = [events[i].elapsed_time(events[i + 1]) * 1e-3 for i in range(calls)]
+        except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
+            entry["error"] = str(exc).splitlines()[0][:200]
+        series.append(entry)
+    time.sleep(ctx.plan.sustained_idle_s)  # leave the GPU as cool as it was found
+    return {"series": series}
