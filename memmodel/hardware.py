@@ -246,12 +246,12 @@ class Profile:
     #: implementation -> ((head dim, seconds), ...): what its split-KV kernel costs per wave of
     #: CTAs beyond their blocks (Q in, the first tile's latency, the partial O out)
     implementation_split_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
-    #: implementation -> its forward kernel's rate once the GPU has stayed busy past
-    #: ``power_reaction_s`` (clocks held under the power limit), as a share of its rate before
-    #: (calibrate: its long reference run back to back for a second)
+    #: implementation -> its forward kernel's rate once the clocks have fallen under the power
+    #: limit, as a share of its rate before (calibrate: its long reference run back to back)
     implementation_sustained_share: Mapping[str, float] = field(default_factory=dict)
-    #: busy time after which the clocks fall under the power limit (None: not measured)
-    power_reaction_s: float | None = None
+    #: implementation -> seconds of its kernel run back to back after which the clocks fall
+    #: (the more power it draws, the sooner)
+    implementation_sustained_after: Mapping[str, float] = field(default_factory=dict)
     #: compute capability ("9.0") or the AMD target ("gfx942")
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
@@ -324,9 +324,13 @@ class Profile:
     def sustained_share(self, implementation: str | None) -> float | None:
         """``implementation``'s forward rate under the power limit, as a share of its rate
         before the clocks fall; None where not measured (or no time to fall is known)."""
-        if implementation is None or self.power_reaction_s is None:
+        if implementation is None or implementation not in self.implementation_sustained_after:
             return None
         return self.implementation_sustained_share.get(implementation)
+
+    def sustained_after(self, implementation: str | None) -> float | None:
+        """Seconds of ``implementation``'s kernel run back to back after which the clocks fall."""
+        return self.implementation_sustained_after.get(implementation or "")
 
     def masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
@@ -383,7 +387,6 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "clock": ("frequency", False),
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
-    "power.reaction_time": ("time", False),
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
@@ -437,6 +440,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.sustained_share": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.sustained_after": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in IMPLEMENTATION_NAMES},
@@ -517,7 +521,6 @@ _SECTIONS = {
     "implementations",
     *(f"implementations.{name}" for name in IMPLEMENTATION_NAMES),
     "interconnect",
-    "power",
     "sources",
 }
 #: Largest efficiency a profile may state (a kernel faster than the model by 10× is a wrong profile)
@@ -713,7 +716,11 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             for name in IMPLEMENTATION_NAMES
             if f"implementations.{name}.sustained_share" in values
         },
-        power_reaction_s=values.get("power.reaction_time"),
+        implementation_sustained_after={
+            name: values[f"implementations.{name}.sustained_after"]
+            for name in IMPLEMENTATION_NAMES
+            if f"implementations.{name}.sustained_after" in values
+        },
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
         figures={**values, **curves},
@@ -848,9 +855,9 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
         if not 0 < values[fpath] <= 1:
             text = provenance[fpath].text
             raise _fail(where, fpath, f"{text!r} is not in (0, 1]: a share of the rate before the clocks fall")
-    reaction = values.get("power.reaction_time")
-    if reaction is not None and reaction <= 0:
-        raise _fail(where, "power.reaction_time", f"{provenance['power.reaction_time'].text!r} must be above 0")
+    for fpath in (f for f in values if f.endswith(".sustained_after")):
+        if values[fpath] <= 0:
+            raise _fail(where, fpath, f"{provenance[fpath].text!r} must be above 0")
     held = values.get("interconnect.p2p_sms")
     if held is not None and held >= values["sm_count"]:
         text = provenance["interconnect.p2p_sms"].text
@@ -923,8 +930,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),
-    ("power.reaction_time", "same"),
     ("implementations.*.sustained_share", "same"),
+    ("implementations.*.sustained_after", "same"),
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
     ("implementations.*.uneven_efficiency", "same"),

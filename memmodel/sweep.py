@@ -47,7 +47,7 @@ import numpy as np
 
 from .errors import MemmodelError, WorkloadError
 from .hardware import Profile
-from .implementations import CHOICES, IMPLEMENTATIONS
+from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
 from .traffic.standard import STANDARD_VARIANTS
@@ -276,6 +276,8 @@ class Setting(NamedTuple):
     splits: int | None
     ctas_per_sm: int | None
     standard: str
+    #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
+    clocks: str = "benchmark"
 
 
 #: Grid fields looped over, in the order of :class:`Setting` (the last varies fastest).
@@ -325,6 +327,8 @@ class Grid:
     splits: tuple[int | None, ...] = (None,)
     ctas_per_sm: tuple[int | None, ...] = (None,)
     standard: tuple[str, ...] = ("algorithm0",)
+    #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
+    clocks: str = "benchmark"
 
     def __post_init__(self) -> None:
         for name in ("n", "d", "batch", "heads", "kv_heads", "n_kv"):
@@ -345,6 +349,8 @@ class Grid:
             ("standard", STANDARD_VARIANTS),
         ):
             object.__setattr__(self, name, parse_choices(getattr(self, name), accepted, name))
+        if self.clocks not in CLOCK_MODES:
+            raise WorkloadError(f"clocks: {self.clocks!r} is not one of {', '.join(CLOCK_MODES)}")
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
@@ -372,7 +378,10 @@ class Grid:
     @property
     def groups(self) -> list[Setting]:
         """Every combination of the looped options, in output order."""
-        return [Setting(*values) for values in itertools.product(*(getattr(self, name) for name in LOOPS))]
+        return [
+            Setting(*values, clocks=self.clocks)
+            for values in itertools.product(*(getattr(self, name) for name in LOOPS))
+        ]
 
     @property
     def size(self) -> int:
@@ -635,6 +644,7 @@ def _option_fields(setting: Setting) -> dict[str, Any]:
         "backward": setting.backward,
         "splits": setting.splits,
         "ctas_per_sm": setting.ctas_per_sm,
+        "clocks": setting.clocks,
     }
 
 

@@ -102,7 +102,7 @@ BENCHMARK_CALLS_BEFORE = 16
 def clock_share(profile: Profile, implementation: str | None, loop_s: Any, clocks: str = "benchmark") -> Any:
     """The share of its rate ``implementation``'s forward kernel keeps in a loop whose one
     call takes ``loop_s`` (at the clocks before they fall), in ``clocks`` mode: the measured
-    sustained share where the loop stays busy past ``power.reaction_time``, else 1; None where
+    sustained share where the loop stays busy past its ``sustained_after``, else 1; None where
     the clocks do not fall anywhere (or the profile has no such figure)."""
     if clocks not in CLOCKS:
         raise ValueError(f"unknown clocks mode {clocks!r}: accepted are {', '.join(CLOCKS)}")
@@ -111,7 +111,8 @@ def clock_share(profile: Profile, implementation: str | None, loop_s: Any, clock
         return None
     if clocks == "sustained":
         return share
-    busy = BENCHMARK_CALLS_BEFORE * np.asarray(loop_s, dtype=np.float64) >= float(profile.power_reaction_s or 0.0)
+    after = float(profile.sustained_after(implementation) or 0.0)
+    busy = BENCHMARK_CALLS_BEFORE * np.asarray(loop_s, dtype=np.float64) >= after
     if not np.any(busy):
         return None
     out = np.where(busy, share, 1.0)
@@ -124,7 +125,7 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
     if share is None or implementation is None:
         return None
     full = profile.sustained_share(implementation)
-    reaction = float(profile.power_reaction_s or 0.0) * 1e3
+    reaction = float(profile.sustained_after(implementation) or 0.0) * 1e3
     if clocks == "sustained":
         return (
             f"--clocks sustained: {implementation}'s forward kernel runs at {full:.3f} of its rate, the clocks "
@@ -132,10 +133,10 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
         )
     where = "" if np.ndim(share) == 0 else " (the longer workloads of the grid)"
     return (
-        f"Timed as a benchmark loop{where}: {BENCHMARK_CALLS_BEFORE} calls before the median one keep the GPU "
-        f"busy past the {reaction:.0f} ms after which {profile.name}'s power limit lowers the clocks, so "
-        f"{implementation}'s forward kernel runs at {full:.3f} of its rate (measured); --clocks boost for a "
-        "short burst."
+        f"Timed as a benchmark loop{where}: the {BENCHMARK_CALLS_BEFORE} calls before the median one keep "
+        f"{implementation} busy for more than the {reaction:.0f} ms after which it brings {profile.name} to its power "
+        f"limit and the clocks fall: its forward kernel runs at {full:.3f} of its rate (measured). --clocks boost "
+        "for a short burst."
     )
 
 
@@ -152,9 +153,9 @@ def assumptions(profile: Profile) -> list[str]:
         "each plus the profile's launch overhead.",
         "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
     ]
-    if profile.power_reaction_s is None or not profile.implementation_sustained_share:
+    if not profile.implementation_sustained_after:
         out.append(
-            f"{profile.name} gives no sustained-clock figures (power.reaction_time, implementations.*.sustained_share):"
+            f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
             " kernels are timed at the clocks before the power limit lowers them (on an H200 a loop of cuDNN's "
             "forward longer than about 50 ms runs about 8 % slower once they fall)."
         )

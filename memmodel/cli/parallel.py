@@ -234,7 +234,8 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
     one = {k: (v[0] if v else None) for k, v in fixed.items()}
     if one["n_kv"] is not None or one["dropout"]:
         raise WorkloadError("--context-parallel splits one sequence without dropout: leave out --n-kv and --dropout")
-    opts = {k: one[k] for k in ("tiled", "block_q", "block_kv", "l2", "splits", "ctas_per_sm") if one[k] is not None}
+    keys = ("tiled", "block_q", "block_kv", "l2", "splits", "ctas_per_sm", "clocks")
+    opts = {k: one[k] for k in keys if one.get(k) is not None}
     defaults = {
         "batch": (1,),
         "heads": (1,),

@@ -18,6 +18,7 @@ from .options import (
     Command,
     apply_model,
     check_outputs,
+    choice,
     force_option,
     format_option,
     gpu_list_option,
@@ -160,6 +161,13 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 @_grid("--block-q", "Rows of Q per block, B_r.", default="the implementation's")
 @_grid("--block-kv", "Rows of K/V per block, B_c.", default="the implementation's")
 @_list("--l2", _choices(L2_MODES), "L2 modes (on, cold, off; see 'memmodel compare --help'). Default: on.")
+@option(
+    "--clocks",
+    type=choice(["benchmark", "boost", "sustained"]),
+    default="benchmark",
+    show_default=True,
+    help="How long the GPU has been busy, for every row (see 'memmodel compare --help').",
+)
 @_list(
     "--backward",
     _switches(),
@@ -213,6 +221,7 @@ def sweep_cmd(
     block_q: tuple[int, ...] | None,
     block_kv: tuple[int, ...] | None,
     l2: tuple[str, ...] | None,
+    clocks: str,
     backward: tuple[bool, ...] | None,
     splits: tuple[int, ...] | None,
     ctas_per_sm: tuple[int, ...] | None,
@@ -279,6 +288,7 @@ def sweep_cmd(
                 "splits": splits,
                 "ctas_per_sm": ctas_per_sm,
                 "standard": standard,
+                "clocks": (clocks,),
             },
             fmt=fmt,
             output=output,
@@ -303,7 +313,7 @@ def sweep_cmd(
         "ctas_per_sm": ctas_per_sm,
         "standard": standard,
     }
-    grid = Grid(n=n, d=d, **{k: v for k, v in values.items() if v})
+    grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in values.items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
         raise WorkloadError(
             f"a table of {grid.size:,} workloads is too long to read: use --format csv or jsonl (with --output FILE)"
