@@ -126,16 +126,18 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
         return None
     full = profile.sustained_share(implementation)
     reaction = float(profile.sustained_after(implementation) or 0.0) * 1e3
+    prov = profile.provenance.get(f"implementations.{implementation}.sustained_share")
+    how = "measured" if prov is None or prov.kind == "measured" else (prov.note or prov.kind or "derived")
     if clocks == "sustained":
         return (
             f"--clocks sustained: {implementation}'s forward kernel runs at {full:.3f} of its rate, the clocks "
-            f"{profile.name}'s power limit leaves (measured)."
+            f"{profile.name}'s power limit leaves ({how})."
         )
     where = "" if np.ndim(share) == 0 else " (the longer workloads of the grid)"
     return (
         f"Timed as a benchmark loop{where}: the {BENCHMARK_CALLS_BEFORE} calls before the median one keep "
         f"{implementation} busy for more than the {reaction:.0f} ms after which it brings {profile.name} to its power "
-        f"limit and the clocks fall: its forward kernel runs at {full:.3f} of its rate (measured). --clocks boost "
+        f"limit and the clocks fall: its forward kernel runs at {full:.3f} of its rate ({how}). --clocks boost "
         "for a short burst."
     )
 
