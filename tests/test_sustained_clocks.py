@@ -164,5 +164,10 @@ def test_clocks_is_checked_and_on_the_cli(run):
         assert r.exit_code == 0, r.output
         times[clocks] = json.loads(r.stdout)["algorithms"][1]["predicted_time_s"]
     h200 = load_profile("h200")
-    if h200.sustained_share("sdpa-cudnn") is not None and h200.sustained_share("sdpa-cudnn") < 1:
-        assert times["sustained"] > times["boost"]
+    share = h200.sustained_share("sdpa-cudnn")
+    assert share is not None and share < 1  # the bundled calibration measured it
+    assert times["sustained"] > times["boost"]
+    r = json.loads(run(*args, "--clocks", "sustained", "--format", "json").stdout)
+    assert r["algorithms"][1]["clock_share"] == share and r["algorithms"][0]["clock_share"] == 1.0
+    r = json.loads(run(*args, "--clocks", "boost", "--format", "json").stdout)
+    assert r["algorithms"][1]["clock_share"] == 1.0

@@ -74,6 +74,10 @@ def algorithm_dict(ev: Evaluated) -> dict[str, Any]:
     out.update(_numbers(t, t))
     out["predicted_time_s"] = _plain(ev.timing.time_s)
     out["bound"] = _plain(ev.timing.bound)
+    # the share of its rate the forward kernel keeps where the clocks fell under the power
+    # limit (--clocks), 1.0 where they did not
+    share = ev.timing.clock_share
+    out["clock_share"] = 1.0 if share is None else _plain(share)
     out["kernels"] = [_kernel_dict(k, kt) for k, kt in zip(t.kernels, ev.timing.kernels)]
     out["transfers"] = [x.to_dict() for x in t.transfers]
     return out
