@@ -1108,3 +1108,31 @@ def test_rescore_a_synthetic_training_record(run, tmp_path):
     assert new["summary"]["step_time"]["n"] == 1 and new["summary"]["kernel_time"]["n"] == 6
     r = run("validate", "--rescore", str(tmp_path / "r.json"), "--gpu", "h200", "--format", "markdown")
     assert r.exit_code == 0 and "## Training step (forward + backward)" in r.stdout
+
+
+def test_cutlass_dropout_backward_reads_and_writes_its_dq_workspace_from_hbm():
+    # 4 × 8 heads × 4096, d = 128, dropout 0.1: 128 × 128 tiles, T_c = 4096 / 128 = 32 key
+    # blocks, splits = 32 (a zeroed workspace): every pair loads its 128 × 128 fp32 tile, all
+    # but the first key block's store it back. Per pass over the keys the workspace is
+    # B·H·N·d·4 = 4·8·4096·128·4 = 67,108,864 bytes: loads 32 × that = 2,147,483,648, stores
+    # 31 × that = 2,080,374,784, all from HBM (spills crowd the tiles out of L2)
+    from memmodel.implementations import options_for
+    from memmodel.model import compare
+    from memmodel.traffic.ledger import total
+
+    h200 = load_profile("h200")
+
+    def dq_hbm(d: int, dropout: float) -> tuple[int, int]:
+        w = Workload(n=4096, d=d, batch=4, heads=8, dtype="fp16", dropout=dropout)
+        c = compare(w, h200, options_for("sdpa-efficient", w, h200, backward=True))
+        k = next(k for k in c.tiled.traffic.kernels if k.name == "mea_bwd")
+        return (
+            int(total(k.transfers, tensor="dQacc", level="hbm", direction="read")),
+            int(total(k.transfers, tensor="dQacc", level="hbm", direction="write")),
+        )
+
+    assert dq_hbm(128, 0.1) == (2_147_483_648, 2_080_374_784)
+    plain = dq_hbm(128, 0.0)
+    assert plain[0] < 2_147_483_648 // 4 and plain[1] < 2_080_374_784 // 4  # held in L2 without dropout
+    # d = 64 runs the 64 × 64 kernel, whose dropout variant moves no such extra
+    assert dq_hbm(64, 0.1) == dq_hbm(64, 0.0)

@@ -334,20 +334,20 @@ def cutlass_backward(
         stored = max(0, int(contributions) - int(first))
         loaded = int(contributions) if int(splits) > 1 else stored
         loaded_formula = f"T_c{v} · {partial}" if int(splits) > 1 else f"(T_c{v} − 1) · {partial}"
-    main.read(
-        "dQacc",
-        "state",
-        loaded,
-        tile_reread_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh),
-        loaded_formula,
-    )
-    main.write(
-        "dQacc",
-        "state",
-        stored,
-        f"(T_c{v} − 1) · {partial}",
-        hbm=tile_reread_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh),
-    )
+    loaded_hbm = tile_reread_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh)
+    stored_hbm = tile_reread_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh)
+    spilled = (float(w.dropout) > 0.0) & (np.asarray(b.block_q) >= 128)
+    if np.any(spilled):
+        # with dropout the 128 × 128 kernel (kApplyDropout: a Zij tile in shared memory, the RNG
+        # state in registers) spills about 1.6× the stack of its plain variant (sm_90: 288
+        # against 176 bytes per thread), and its local-memory lines crowd the workspace tiles
+        # out of L2: every tile load and store goes to HBM (Nsight Compute on an H200, 4 × 8 ×
+        # 4096 at d = 128: the extra writes equal the stores, the extra reads 71 % of the
+        # loads). The 64 × 64 kernel (d ≤ 64) with dropout moves no such extra (the records).
+        loaded_hbm = _where(spilled, loaded, loaded_hbm)
+        stored_hbm = _where(spilled, stored, stored_hbm)
+    main.read("dQacc", "state", loaded, loaded_hbm, loaded_formula)
+    main.write("dQacc", "state", stored, f"(T_c{v} − 1) · {partial}", hbm=stored_hbm)
     main.write("dQ", "output", q, "B·H·N·d·e")
     if np.ndim(output_in_registers) and not np.all(output_in_registers) and np.any(output_in_registers):
         # a grid, some rows each way: the accumulation's reads are zero where dK, dV stay in registers
@@ -446,3 +446,10 @@ def _gqa_in_kernel(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple
             t = replace(t, bytes=kv, formula="B·H_kv·N_kv·d·e")
         out.append(t)
     return tuple(out)
+
+
+def _where(mask: Any, a: IntLike, b: IntLike) -> IntLike:
+    """``a`` where ``mask``, else ``b``: an int where all are scalars, else an int64 array."""
+    if not (np.ndim(mask) or intmath.is_array(a, b)):
+        return a if bool(mask) else b
+    return np.where(mask, np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
