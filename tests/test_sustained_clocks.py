@@ -171,3 +171,28 @@ def test_clocks_is_checked_and_on_the_cli(run):
     assert r["algorithms"][1]["clock_share"] == share and r["algorithms"][0]["clock_share"] == 1.0
     r = json.loads(run(*args, "--clocks", "boost", "--format", "json").stdout)
     assert r["algorithms"][1]["clock_share"] == 1.0
+
+
+def test_power_figures_take_the_median_over_an_implementations_series():
+    def series(first_ms: float, onset_calls: int, slower: float) -> list[float]:
+        return [first_ms * 1e-3] * onset_calls + [first_ms * slower * 1e-3] * 1200
+
+    def entry(impl: str, times: list[float], i: int) -> dict:
+        return {"impl": impl, "shape": [8, 16, 2048, 128], "idle_s": 3, "series": i, "times_s": times}
+
+    flash = [series(1.0, 50, 1 / 0.95), series(1.0, 26, 1 / 0.90), series(1.0, 60, 1 / 0.96)]
+    # cuDNN's clocks fell in one series of three: a share, but no time to fall
+    cudnn = [series(0.5, 100, 1.0), series(0.5, 100, 1 / 0.9), series(0.5, 100, 1.0)]
+    m = {
+        "sustained": {
+            "series": [entry("sdpa-flash", t, i) for i, t in enumerate(flash)]
+            + [entry("sdpa-cudnn", t, i) for i, t in enumerate(cudnn)]
+        }
+    }
+    out = power_figures(m)
+    # shares 0.95, 0.90, 0.96: median 0.95; onsets 50, 26, 60 ms: median 50 ms
+    assert out["implementations.sdpa-flash.sustained_share"][0] == 0.95
+    assert out["implementations.sdpa-flash.sustained_after"][0] == "50 ms"
+    assert "3 series" in out["implementations.sdpa-flash.sustained_after"][1]
+    assert out["implementations.sdpa-cudnn.sustained_share"][0] == 1.0
+    assert "implementations.sdpa-cudnn.sustained_after" not in out

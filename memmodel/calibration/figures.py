@@ -580,29 +580,37 @@ def settle(times: list[float]) -> dict[str, float] | None:
 
 
 def power_figures(m: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
-    """``implementations.<name>.sustained_share`` (at most 1) and, where its clocks fell,
-    ``sustained_after`` (the busy time before they did) from the sustained step's series."""
+    """``implementations.<name>.sustained_share`` (at most 1) and, where its clocks fell in at
+    least half its series, ``sustained_after`` (the busy time before they did), each the
+    median over the implementation's series in the sustained step."""
     series = (m.get("sustained") or {}).get("series") or []
     out: dict[str, tuple[Any, str]] = {}
+    by_impl: dict[str, list[tuple[dict[str, Any], dict[str, float]]]] = {}
     for s in series:
         got = settle(s.get("times_s") or [])
-        if got is None:
-            continue
-        share = min(1.0, got["share"])
-        b, h, n, d = s["shape"]
+        if got is not None:
+            by_impl.setdefault(s["impl"], []).append((s, got))
+    for impl, runs in by_impl.items():
+        b, h, n, d = runs[0][0]["shape"]
+        shares = [g["share"] for _, g in runs]
+        share = min(1.0, statistics.median(shares))
         how = (
             f"its forward kernel ({b} x {h} heads x {n} tokens, d = {d}, fp16) run back to back for "
-            f"{got['busy_s']:.1f} s after {s.get('idle_s', 0):g} s of idle GPU, CUDA events between calls"
+            f"{statistics.median(g['busy_s'] for _, g in runs):.1f} s after {runs[0][0].get('idle_s', 0):g} s of idle "
+            f"GPU, CUDA events between calls, {len(runs)} series"
         )
-        out[f"implementations.{s['impl']}.sustained_share"] = (
+        out[f"implementations.{impl}.sustained_share"] = (
             round(share, 3),
-            f"{how}: median call from {SUSTAINED_SETTLED_FROM_S:g} s on {got['settled_s'] * 1e6:.1f} us against "
-            f"{got['first_s'] * 1e6:.1f} us for the first {SUSTAINED_FIRST_CALLS} (the clocks the power limit leaves)",
+            f"{how}: median over the series of the first {SUSTAINED_FIRST_CALLS} calls' time over the median call's "
+            f"from {SUSTAINED_SETTLED_FROM_S:g} s on (the clocks the power limit leaves): "
+            + ", ".join(f"{x:.3f}" for x in shares),
         )
-        if got["onset_s"] is not None and got["share"] < 1 - SUSTAINED_ONSET_RISE:
-            out[f"implementations.{s['impl']}.sustained_after"] = (
-                _ns(got["onset_s"]),
-                f"{how}: busy time before three calls in a row ran {SUSTAINED_ONSET_RISE:.0%} slower than the first "
-                f"{SUSTAINED_FIRST_CALLS} (the clocks fall sooner the more power a kernel draws)",
+        onsets = [g["onset_s"] for _, g in runs if g["onset_s"] is not None and g["share"] < 1 - SUSTAINED_ONSET_RISE]
+        if onsets and 2 * len(onsets) >= len(runs):
+            out[f"implementations.{impl}.sustained_after"] = (
+                _ns(statistics.median(onsets)),
+                f"{how}: median over the series whose clocks fell of the busy time before three calls in a row ran "
+                f"{SUSTAINED_ONSET_RISE:.0%} slower than the first {SUSTAINED_FIRST_CALLS} (the clocks fall sooner the "
+                "more power a kernel draws): " + ", ".join(f"{t * 1e3:.0f} ms" for t in onsets),
             )
     return out

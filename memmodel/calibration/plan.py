@@ -55,9 +55,11 @@ class Plan:
     launch_per_batch: int
     launch_event_reps: int
     graph_kernels: int
-    #: the sustained-clock step: seconds of idle GPU before each series, seconds of busy loop
+    #: the sustained-clock step: seconds of idle GPU before each series, seconds of busy loop,
+    #: series per implementation (when the clocks fall varies from one to the next)
     sustained_idle_s: float = 3.0
-    sustained_busy_s: float = 1.2
+    sustained_busy_s: float = 0.8
+    sustained_series: int = 3
 
 
 BLOCK_BYTES = 4096 * 4  # one block of the streaming kernels: 4096 float32
@@ -108,7 +110,8 @@ def make_plan(info: DeviceInfo, *, quick: bool = False) -> Plan:
         launch_event_reps=20 if quick else 100,
         graph_kernels=100,
         sustained_idle_s=1.5 if quick else 3.0,
-        sustained_busy_s=0.6 if quick else 1.2,
+        sustained_busy_s=0.5 if quick else 0.8,
+        sustained_series=1 if quick else 3,
     )
 
 

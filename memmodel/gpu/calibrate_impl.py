@@ -580,26 +580,34 @@ def measure_sustained(ctx: Any) -> dict[str, Any]:
     qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
     backends = _backends()
     series: list[dict[str, Any]] = []
-    for impl in SUSTAINED_IMPLS:
-        fn = _attention_call(torch, backends[impl], qkv, False)
-        entry: dict[str, Any] = {"impl": impl, "shape": [b, h, n, d], "idle_s": ctx.plan.sustained_idle_s}
-        try:
-            fn()  # compiled, planned and warm before the GPU idles
-            ctx.sync()
-            t0 = time.perf_counter()
-            fn()
-            ctx.sync()
-            calls = max(20, int(ctx.plan.sustained_busy_s / max(time.perf_counter() - t0, 1e-5)))
-            time.sleep(ctx.plan.sustained_idle_s)
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
-            events[0].record()
-            for i in range(calls):
+    # the implementations take turns, series after series: a drift of the GPU's state over the
+    # step spreads over all of them
+    for repeat in range(ctx.plan.sustained_series):
+        for impl in SUSTAINED_IMPLS:
+            fn = _attention_call(torch, backends[impl], qkv, False)
+            entry: dict[str, Any] = {
+                "impl": impl,
+                "shape": [b, h, n, d],
+                "idle_s": ctx.plan.sustained_idle_s,
+                "series": repeat,
+            }
+            try:
+                fn()  # compiled, planned and warm before the GPU idles
+                ctx.sync()
+                t0 = time.perf_counter()
                 fn()
-                events[i + 1].record()
-            ctx.sync()
-            entry["times_s"] = [events[i].elapsed_time(events[i + 1]) * 1e-3 for i in range(calls)]
-        except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
-            entry["error"] = str(exc).splitlines()[0][:200]
-        series.append(entry)
+                ctx.sync()
+                calls = max(20, int(ctx.plan.sustained_busy_s / max(time.perf_counter() - t0, 1e-5)))
+                time.sleep(ctx.plan.sustained_idle_s)
+                events = [torch.cuda.Event(enable_timing=True) for _ in range(calls + 1)]
+                events[0].record()
+                for i in range(calls):
+                    fn()
+                    events[i + 1].record()
+                ctx.sync()
+                entry["times_s"] = [events[i].elapsed_time(events[i + 1]) * 1e-3 for i in range(calls)]
+            except Exception as exc:  # a backend this build or GPU lacks: recorded, the others go on
+                entry["error"] = str(exc).splitlines()[0][:200]
+            series.append(entry)
     time.sleep(ctx.plan.sustained_idle_s)  # leave the GPU as cool as it was found
     return {"series": series}
