@@ -91,7 +91,7 @@ class AlgorithmTiming:
 #: How long the GPU has been busy when a kernel runs, which decides its clocks (``--clocks``):
 #: ``benchmark``, the kernel run back to back as validate and the FlashAttention benchmarks
 #: time it (its forward kernels slow to the measured sustained share where the calls before
-#: the median one keep the GPU busy past the power limit's reaction time); ``boost``, a short
+#: the median one keep the GPU busy past the implementation's ``sustained_after``); ``boost``, a short
 #: burst (never throttled); ``sustained``, a long steady loop (always throttled).
 CLOCKS = implementations.CLOCK_MODES
 #: validate's timing: 2 checked calls, 3 warm-up calls and 3 more to time the host, then 20
@@ -158,8 +158,8 @@ def assumptions(profile: Profile) -> list[str]:
     if not profile.implementation_sustained_after:
         out.append(
             f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
-            " kernels are timed at the clocks before the power limit lowers them (on an H200 a loop of cuDNN's "
-            "forward longer than about 50 ms runs about 8 % slower once they fall)."
+            " kernels are timed at the clocks before the power limit lowers them (on an H200 cuDNN's forward run "
+            "back to back for longer than about 60 ms takes about 16 % longer once they fall)."
         )
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
