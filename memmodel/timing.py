@@ -568,13 +568,14 @@ def kernel_time(
     # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
     masked = profile.masked_cost(impl.name, hd) if impl and hd is not None and forward else None
     scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
-    if clock is not None and fused and forward:
+    slowed = clock is not None and fused and forward  # the clocks the power limit leaves
+    if slowed:
         scale = scale / np.asarray(clock, dtype=np.float64)
     if masked is not None and np.any(np.asarray(kernel.diagonal_blocks) > 0):
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + masked * np.asarray(intmath.to_float(kernel.diagonal_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None or (clock is not None and fused and forward):
+    if eff is not None or tail is not None or masked is not None or slowed:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
