@@ -424,8 +424,6 @@ def _measure_uneven(ctx: Any, backends: dict[str, Any]) -> list[dict[str, Any]]:
     """The long reference at head dims no kernel is built for (:data:`UNEVEN_HEAD_DIMS`),
     points marked ``uneven``: what masking the padded columns costs each implementation."""
     torch = ctx.torch
-    from torch.nn.attention import sdpa_kernel
-
     b, h, n = REFERENCE_LONG
     out: list[dict[str, Any]] = []
     for d in UNEVEN_HEAD_DIMS:
@@ -433,11 +431,7 @@ def _measure_uneven(ctx: Any, backends: dict[str, Any]) -> list[dict[str, Any]]:
         qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
         ref = _reference(torch, qkv, False)
         for impl in UNEVEN_IMPLS:
-
-            def fn(backend: Any = backends[impl], qkv: list[Any] = qkv) -> Any:
-                with sdpa_kernel([backend]):
-                    return torch.nn.functional.scaled_dot_product_attention(*qkv)
-
+            fn = _attention_call(torch, backends[impl], qkv, False)
             point: dict[str, Any] = {"impl": impl, "shape": [b, h, n, d, False], "uneven": True, "dtype": "fp16"}
             try:
                 err = float((fn().float() - ref).abs().max())
@@ -526,19 +520,13 @@ def _measure_split(ctx: Any, backend: Any, impl: str) -> list[dict[str, Any]]:
     """The split prefill references (:data:`SPLIT_REFERENCES`): the step's CUDA-event time
     and each kernel's CUPTI duration (the split kernel and the combine)."""
     torch = ctx.torch
-    from torch.nn.attention import sdpa_kernel
-
     out = []
     for b, h, n in SPLIT_REFERENCES:
         for d in SDPA_FIT_HEAD_DIMS:
             g = ctx.generator(18)
             qkv = [torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g) for _ in range(3)]
             ref = _reference(torch, qkv, False)
-
-            def fn(qkv: list[Any] = qkv) -> Any:
-                with sdpa_kernel([backend]):
-                    return torch.nn.functional.scaled_dot_product_attention(*qkv)
-
+            fn = _attention_call(torch, backend, qkv, False)
             point: dict[str, Any] = {"impl": impl, "split": [b, h, n, d], "dtype": "fp16"}
             try:
                 point["max_abs_error"] = float((fn().float() - ref).abs().max())
