@@ -70,12 +70,14 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "dv_group_sum": _GROUP_SUM,
     },
     "sdpa-cudnn": {
-        "fa2_fwd": r"cudnn|sdpa",
-        "fa2_splitkv": r"cudnn|sdpa",
+        # the generated kernels say fprop / bprop; with dropout PyTorch first launches
+        # ``at::cuda::philox::unpack_cudnn``, which is none of them
+        "fa2_fwd": r"fprop",
+        "fa2_splitkv": r"fprop",
         "fa2_combine": r"reduction",
-        "cudnn_bwd_pre": r"cudnn|sdpa|dot",
+        "cudnn_bwd_pre": r"dot_do_o",
         "cudnn_bwd": r"bprop|dgrad|backward|bwd",
-        "cudnn_bwd_dq": r"cudnn|sdpa|convert",
+        "cudnn_bwd_dq": r"convert_dq",
     },
     "sdpa-efficient": {
         "fa2_fwd": r"cutlassF|fmha(?!_cutlassB)",

@@ -302,6 +302,57 @@ def test_fa2_backward_gqa_by_hand():
     assert off.bytes(level="hbm", tensor="K") == 131_072 and off.bytes(level="hbm", tensor="Q") == 2 * 131_072
 
 
+def test_causal_fa2_backward_q_side_by_hand():
+    # one head of 65,536 × 128, fp16, causal, on the bundled h200 (132 SMs, one backward CTA per
+    # SM: C = 132; 60 MiB L2, reuse curve 0.44 at 500 ‰, 1.0 at 750 ‰). Tiles 64 × 128: T_r =
+    # 1024, T_c = 512, W(j) = 1024 − 2j. A step reads Q_i, dO_i (64·128·2 each), lse_i, D_i
+    # (64·4 each) and the fp32 dQ_i tile (64·128·4): 66,048 B. Leaders j = 132, 264, 396 walk
+    # 760, 496, 232 blocks after gaps W(131) = 762, W(263) = 498, W(395) = 234 steps:
+    # 762·66,048 B = 48.0 MiB (800 ‰: miss 1); 498·66,048 B = 522.8 ‰: miss 0.44 + 0.56·22.8/250
+    # = 0.4911; 234·66,048 B = 245.6 ‰: miss 0. Share = 1 + (760 + 496·0.4911)/1024 = 1.9801.
+    w = Workload(n=65536, d=128, heads=1, dtype="fp16", causal=True)
+    main = by_name(compare(w, H200, impl="sdpa-flash", l2="cold", backward=True).tiled)["fa2_bwd"]
+    q = 65536 * 128 * 2
+    footprint = 498 * 66_048 / (60 * 2**20) * 1000
+    share = 1 + (760 + 496 * (0.44 + 0.56 * (footprint - 500) / 250)) / 1024
+    assert share == pytest.approx(1.9801, abs=1e-4)
+    assert main.bytes(level="hbm", tensor="Q") == round(q * share)
+    assert main.bytes(level="hbm", tensor="dQacc", direction="read") == round(65536 * 128 * 4 * share)
+    assert main.bytes(level="hbm", tensor="K") == q  # K, V once: each CTA holds its block
+    # 16 heads of 16,384 (T_c = 128 ≤ C: every CTA of a head starts within a few steps of the
+    # one before it): the Q side once, as Nsight Compute measured (h200-training: −0.1 %)
+    many = Workload(n=16384, d=128, heads=16, dtype="bf16", causal=True)
+    k = by_name(compare(many, H200, impl="sdpa-flash", l2="cold", backward=True).tiled)["fa2_bwd"]
+    assert k.bytes(level="hbm", tensor="Q") == 16 * 16384 * 128 * 2
+    # the paper's view (L2 off): every request
+    off = by_name(compare(w, H200, impl="sdpa-flash", l2="off", backward=True).tiled)["fa2_bwd"]
+    assert off.bytes(level="hbm", tensor="Q") == off.bytes(level="l2", tensor="Q")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40).map(lambda k: 4096 * k),
+    d=st.sampled_from([64, 128, 256]),
+    heads=st.sampled_from([1, 2, 3, 8]),
+    impl=st.sampled_from(["sdpa-flash", "sdpa-cudnn"]),
+)
+def test_causal_backward_q_side_between_unique_and_requested(n, d, heads, impl):
+    """The causal backward's Q-side HBM reads lie between once and every request, are exactly
+    once where a head's K/V blocks fit in the slots, and a grid gives each row's scalar answer."""
+    w = Workload(n=n, d=d, heads=heads, dtype="fp16", causal=True)
+    name = "fa2_bwd" if impl == "sdpa-flash" else "cudnn_bwd"
+    k = by_name(compare(w, H200, impl=impl, l2="cold", backward=True).tiled)[name]
+    unique, requested = heads * n * d * 2, k.bytes(level="l2", tensor="Q")
+    got = k.bytes(level="hbm", tensor="Q")
+    assert unique <= got <= requested
+    t_c = -(-n // backward_tile_rule(impl, d, profile=H200)[1])
+    if t_c <= H200.sm_count:  # one CTA per SM
+        assert got == unique
+    grid = Workload(n=np.array([n, 4096]), d=d, heads=heads, dtype="fp16", causal=True)
+    kg = by_name(compare(grid, H200, impl=impl, l2="cold", backward=True).tiled)[name]
+    assert int(np.asarray(kg.bytes(level="hbm", tensor="Q"))[0]) == got
+
+
 def test_cutlass_backward_by_hand():
     # N = 256, d = 64, fp16, one head, A100, L2 off: 64 × 64 tiles (the k64 kernel), T_r = T_c
     # = 4, one key split per K/V block (4). Q, O, dO, K, V = 256 · 64 · 2 = 32,768 B.

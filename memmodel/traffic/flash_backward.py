@@ -20,7 +20,8 @@ structure as PyTorch's copy in ``aten/src/ATen/native/transformers/cuda/flash_at
    accumulates dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ⊙ (dP − D_i), dK_j += dSᵀ Q_i in
    registers and dQ_i += dS K_j into the fp32 accumulator with ``atomicAdd`` (done in L2).
    dK_j, dV_j are written once, per *query* head: with GQA into per-query-head buffers
-   (``dk_expanded``, ``dv_expanded``).
+   (``dk_expanded``, ``dv_expanded``). Causal: which of the re-reads reach HBM follows from
+   that walk and the grid order (:func:`causal_leader_share`).
 3. ``fa2_bwd_dq`` (``flash_bwd_convert_dq_kernel``, grid = Q blocks × batch × heads):
    reads the accumulator, writes dQ in the input dtype.
 4. GQA only: ``at::sum_out`` over the group, once for dK (``dk_group_sum``) and once for
@@ -110,6 +111,71 @@ def backward_context(
     return tile_context(w, blocks, sm_count, 1.0, tiles.ctas_per_sm, exec_d=exec_d, whole_tiles=whole_tiles)
 
 
+def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> Any:
+    """HBM reads of a causal FA2 backward kernel's Q side (Q, dO, lse, D, the dQ accumulator)
+    as a multiple of their unique bytes, from the kernel's schedule.
+
+    FlashAttention-2's backward (``flash_bwd_kernel.h``) launches its CTAs in grid order (K/V
+    block ``j`` fastest, then batch, then head) into C = SMs × CTAs/SM slots, the block
+    scheduler giving the next CTA to the first slot that frees; CTA ``j`` walks the Q blocks
+    from the *last* one down to its diagonal (``for (; m_block >= m_block_min; --m_block)``),
+    one block a step (``step_bytes``: Q_i, dO_i, lse_i, D_i and the fp32 dQ_i tile it adds
+    into). Every CTA of a head starts at the same block and lives W(j) = T_r − ⌊(j·B_c + N −
+    N_kv)/B_r⌋ steps: the longest first. Taking every step as equally long:
+
+    * CTAs that start together read each block together: once.
+    * A CTA that starts as another of its head finishes reads each of that CTA's blocks a
+      fixed time after it, the *gap* between their starts; within the runs of CTAs that
+      replace the finishing ones (one every B_c/B_r steps) the gap is a step or two and the
+      blocks are still in L2 (followers are taken to hit).
+    * Where a head has more K/V blocks than slots (T_c > C), its CTAs run in groups of C:
+      the first CTA of group g (j = g·C, the *leader*) starts only when the CTA before it
+      (j = g·C − 1, the shortest of group g − 1) finishes, after W(g·C − 1) steps during
+      which the group before streamed that many blocks through L2. Each of the leader's
+      W(g·C) blocks misses with the measured cross-wave miss share (``memory.l2.reuse``;
+      the step at the effective capacity without it) at a live footprint of
+      W(g·C − 1) · step_bytes.
+
+    So the share is 1 + Σ_{g ≥ 1} W(g·C) · miss(W(g·C − 1) · step) / W(0): 1 wherever a
+    head's CTAs fit in the slots (T_c ≤ C: the records' multi-head kernels read their Q side
+    once). Groups are counted from each head's first CTA; with several long heads they start
+    elsewhere in a head (an approximation). On the H200 one head of 65,536 × 128 (T_c = 512,
+    C = 132) has leaders of 760, 496 and 232 blocks after gaps of 762, 498 and 234 steps of
+    66 kB: misses 1, 0.49 and 0 → 1.98 × the unique Q side.
+    """
+    from .reuse import step_curve
+
+    b, w = ctx.blocks, ctx.w
+    conc = np.maximum(np.asarray(intmath.to_float(l2.concurrent_ctas), dtype=np.float64), 1.0)
+    t_r = np.asarray(intmath.to_float(b.t_r), dtype=np.float64)
+    t_c = np.asarray(intmath.to_float(b.t_c), dtype=np.float64)
+    bq = np.asarray(intmath.to_float(b.block_q), dtype=np.float64)
+    bkv = np.asarray(intmath.to_float(b.block_kv), dtype=np.float64)
+    shift = np.asarray(intmath.to_float(w.n), dtype=np.float64) - np.asarray(intmath.to_float(w.n_kv_), dtype=np.float64)
+    step = np.asarray(intmath.to_float(step_bytes), dtype=np.float64)
+
+    def lifetime(j: Any) -> Any:
+        return t_r - np.clip(np.floor((j * bkv + shift) / bq), 0.0, t_r)
+
+    if l2.mode == "off":
+        return None  # every request reaches HBM
+    if not np.isfinite(l2.capacity_bytes):
+        return 1.0
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    groups = np.ceil(t_c / conc)
+    first = np.maximum(lifetime(0.0), 1.0)
+    extra = np.zeros(np.broadcast(t_r, t_c, conc, step, first).shape)
+    for g in range(1, int(np.max(groups)) if groups.size else 1):
+        lead = g * conc
+        here = g < groups
+        if not np.any(here):
+            break
+        miss = np.asarray(curve.miss_share(lifetime(lead - 1.0) * step))
+        extra = extra + np.where(here, lifetime(lead) * miss, 0.0)
+    share = 1.0 + extra / first
+    return float(share) if share.ndim == 0 else share
+
+
 def round_up(x: IntLike, m: IntLike) -> IntLike:
     return intmath.mul(intmath.ceil_div(x, m), m)
 
@@ -161,6 +227,17 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     per_head = intmath.add(
         intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
+    share = None
+    if w.causal:
+        step = intmath.mul(b.block_q, intmath.add(intmath.mul(2, w.d, e), intmath.mul(d_r, ACC_BYTES), 2 * STAT_BYTES))
+        share = causal_leader_share(ctx, l2c, step)
+
+    def q_side_hbm(unique: IntLike, requested: IntLike) -> IntLike:
+        if share is None:  # not causal, or L2 off
+            return tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)
+        out = np.minimum(np.asarray(intmath.to_float(requested)), np.asarray(intmath.to_float(unique)) * share).round()
+        return int(out) if np.ndim(out) == 0 and not intmath.is_array(unique, requested) else out.astype(np.int64)
+
     main = KernelBuilder("fa2_bwd", "backward")
     kv_hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2c)
     main.read("K", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
@@ -176,13 +253,13 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             tensor,
             role,
             req(nbytes),
-            tile_reread_hbm(nbytes, req(nbytes), b.t_c, per_head, w.causal, l2c, bh),
+            q_side_hbm(nbytes, req(nbytes)),
             f"T_c · {formula}{suffix}",
         )
     # dQ_i += dS K_j by atomicAdd: every visited pair adds a B_r × d_r fp32 tile in L2; the
     # accumulator is read from HBM on first touch and written back once
     acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
-    acc_hbm = tile_reread_hbm(acc, acc_req, b.t_c, per_head, w.causal, l2c, bh)
+    acc_hbm = q_side_hbm(acc, acc_req)
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
