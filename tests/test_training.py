@@ -759,7 +759,7 @@ def test_score_a_training_case_and_summarize_its_record():
 
 
 def test_forward_only_summaries_keep_their_keys():
-    data = json.loads(FINAL[0].read_text())
+    data = json.loads(EARLIER[0].read_text())  # a forward-only record
     s = summarize_record(data)
     assert "step_time" not in s and "backward_kernels" not in s["hbm_bytes"]
 
@@ -817,8 +817,8 @@ def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch,
 
 def test_rescore_cli_on_an_earlier_record(run, tmp_path):
     record = tmp_path / "rec.json"
-    shutil.copy(FINAL[0], record)
-    shutil.copy(FINAL[0].with_suffix(".ncu.csv"), tmp_path / "rec.ncu.csv")
+    shutil.copy(EARLIER[0], record)
+    shutil.copy(EARLIER[0].with_suffix(".ncu.csv"), tmp_path / "rec.ncu.csv")
     r = run(
         "validate", "--rescore", str(record), "--gpu", "validation/h200/h200-calibrated.yaml", "--format", "markdown"
     )
