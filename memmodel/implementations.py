@@ -561,13 +561,41 @@ def per_element(fn: Any, *values: Any) -> Any:
     if not any(np.ndim(v) for v in values):
         return fn(*(int(v) for v in values))
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in values))
-    unique, inverse = np.unique(np.stack([a.ravel() for a in arrays], axis=1), axis=0, return_inverse=True)
-    results = [fn(*(int(x) for x in row)) for row in unique]
+    unique, inverse = _distinct_rows([a.ravel() for a in arrays])
+    results = [fn(*row) for row in unique]
     if len(set(results)) == 1:
         return results[0]
     if any(r is None for r in results):
         raise ValueError("per_element: fn gives None for some elements and a number for others")
-    return np.asarray(results, dtype=np.int64)[inverse.ravel()].reshape(arrays[0].shape)
+    return np.asarray(results, dtype=np.int64)[inverse].reshape(arrays[0].shape)
+
+
+#: distinct combinations :func:`_distinct_rows` finds by masking before it sorts instead
+_FEW_ROWS = 32
+
+
+def _distinct_rows(columns: list[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct rows of equally long int64 ``columns`` (as tuples of ints) and each
+    element's index among them. A grid's head dims and tiles take a handful of values, so they
+    are peeled off one at a time by masking (a few passes over the columns); past
+    :data:`_FEW_ROWS` of them the rest goes to ``np.unique`` (a sort)."""
+    size = columns[0].size
+    inverse = np.empty(size, dtype=np.int64)
+    todo = np.arange(size)
+    rows: list[tuple[int, ...]] = []
+    while todo.size and len(rows) < _FEW_ROWS:
+        row = tuple(int(c[todo[0]]) for c in columns)
+        same = np.ones(todo.size, dtype=bool)
+        for c, v in zip(columns, row):
+            same &= c[todo] == v
+        inverse[todo[same]] = len(rows)
+        rows.append(row)
+        todo = todo[~same]
+    if todo.size:
+        rest, where = np.unique(np.stack([c[todo] for c in columns], axis=1), axis=0, return_inverse=True)
+        inverse[todo] = len(rows) + where.ravel()
+        rows += [tuple(int(x) for x in r) for r in rest]
+    return rows, inverse
 
 
 def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, profile: Profile | None) -> Any:
@@ -600,8 +628,7 @@ def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, p
 
 
 def _scalar_if_uniform(arr: np.ndarray) -> Any:
-    flat = np.unique(arr)
-    return int(flat[0]) if flat.size == 1 else arr
+    return int(arr.flat[0]) if arr.size and arr.min() == arr.max() else arr
 
 
 def with_options(options: Options, **changes: Any) -> Options:

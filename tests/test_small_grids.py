@@ -238,3 +238,21 @@ def test_a_tile_without_its_own_efficiency_says_so():
     assert any("at 64x128 the default tiles' figure stands in" in c for c in said)
     for bq, bkv in ((64, 64), (128, 128)):  # measured, and the default
         assert not any("stands in" in c for c in compare(w, H200, impl="triton", block_q=bq, block_kv=bkv).caveats)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 80), st.integers(-3, 3)), min_size=1, max_size=300),
+)
+def test_distinct_rows_rebuild_their_columns(pairs):
+    """per_element's distinct combinations: each element's index points at its own row, every
+    row is distinct, and past _FEW_ROWS of them (up to 81 × 7 here) the sort takes the rest."""
+    from memmodel.implementations import _distinct_rows, per_element
+
+    a = np.array([p[0] for p in pairs], dtype=np.int64)
+    b = np.array([p[1] for p in pairs], dtype=np.int64)
+    rows, inverse = _distinct_rows([a, b])
+    assert len(set(rows)) == len(rows) == len(set(pairs))
+    assert [rows[i] for i in inverse] == [tuple(p) for p in pairs]
+    got = per_element(lambda x, y: 10 * x + y, a, b)
+    assert np.array_equal(np.broadcast_to(got, a.shape), 10 * a + b)
