@@ -151,7 +151,9 @@ def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> An
     t_c = np.asarray(intmath.to_float(b.t_c), dtype=np.float64)
     bq = np.asarray(intmath.to_float(b.block_q), dtype=np.float64)
     bkv = np.asarray(intmath.to_float(b.block_kv), dtype=np.float64)
-    shift = np.asarray(intmath.to_float(w.n), dtype=np.float64) - np.asarray(intmath.to_float(w.n_kv_), dtype=np.float64)
+    shift = np.asarray(intmath.to_float(w.n), dtype=np.float64) - np.asarray(
+        intmath.to_float(w.n_kv_), dtype=np.float64
+    )
     step = np.asarray(intmath.to_float(step_bytes), dtype=np.float64)
 
     def lifetime(j: Any) -> Any:
