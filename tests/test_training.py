@@ -305,17 +305,18 @@ def test_fa2_backward_gqa_by_hand():
 def test_causal_fa2_backward_q_side_by_hand():
     # one head of 65,536 × 128, fp16, causal, on the bundled h200 (132 SMs, one backward CTA per
     # SM: C = 132; 60 MiB L2, reuse curve 0.44 at 500 ‰, 1.0 at 750 ‰). Tiles 64 × 128: T_r =
-    # 1024, T_c = 512, W(j) = 1024 − 2j. A step reads Q_i, dO_i (64·128·2 each), lse_i, D_i
-    # (64·4 each) and the fp32 dQ_i tile (64·128·4): 66,048 B. Leaders j = 132, 264, 396 walk
-    # 760, 496, 232 blocks after gaps W(131) = 762, W(263) = 498, W(395) = 234 steps:
-    # 762·66,048 B = 48.0 MiB (800 ‰: miss 1); 498·66,048 B = 522.8 ‰: miss 0.44 + 0.56·22.8/250
-    # = 0.4911; 234·66,048 B = 245.6 ‰: miss 0. Share = 1 + (760 + 496·0.4911)/1024 = 1.9801.
+    # 1024, T_c = 512, r = 2, W(j) = 1024 − 2j. A step reads Q_i, dO_i (64·128·2 each), lse_i,
+    # D_i (64·4 each) and the fp32 dQ_i tile (64·128·4): 66,048 B. Leaders j = 132, 264, 396
+    # walk 760, 496, 232 blocks after gaps W(131) = 762, W(263) = 498, W(395) = 234 steps.
+    # Footprints: behind lockstep group 0, 762 blocks = 48.0 MiB (800 ‰: miss 1); behind chain
+    # group 1, 498 + 2·131 = 760 blocks = 47.9 MiB (miss 1); behind lockstep group 2, 234
+    # blocks = 14.7 MiB (245.6 ‰: miss 0). Share = 1 + (760 + 496)/1024 = 2.2266.
     w = Workload(n=65536, d=128, heads=1, dtype="fp16", causal=True)
     main = by_name(compare(w, H200, impl="sdpa-flash", l2="cold", backward=True).tiled)["fa2_bwd"]
     q = 65536 * 128 * 2
-    footprint = 498 * 66_048 / (60 * 2**20) * 1000
-    share = 1 + (760 + 496 * (0.44 + 0.56 * (footprint - 500) / 250)) / 1024
-    assert share == pytest.approx(1.9801, abs=1e-4)
+    assert 760 * 66_048 / (60 * 2**20) * 1000 > 750 and 234 * 66_048 / (60 * 2**20) * 1000 < 375
+    share = 1 + (760 + 496) / 1024
+    assert share == pytest.approx(2.2266, abs=1e-4)
     assert main.bytes(level="hbm", tensor="Q") == round(q * share)
     assert main.bytes(level="hbm", tensor="dQacc", direction="read") == round(65536 * 128 * 4 * share)
     assert main.bytes(level="hbm", tensor="K") == q  # K, V once: each CTA holds its block

@@ -130,18 +130,22 @@ def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> An
       blocks are still in L2 (followers are taken to hit).
     * Where a head has more K/V blocks than slots (T_c > C), its CTAs run in groups of C:
       the first CTA of group g (j = g·C, the *leader*) starts only when the CTA before it
-      (j = g·C − 1, the shortest of group g − 1) finishes, after W(g·C − 1) steps during
-      which the group before streamed that many blocks through L2. Each of the leader's
-      W(g·C) blocks misses with the measured cross-wave miss share (``memory.l2.reuse``;
-      the step at the effective capacity without it) at a live footprint of
-      W(g·C − 1) · step_bytes.
+      (j = g·C − 1, the shortest of group g − 1) finishes, W(g·C − 1) steps after that CTA
+      read the leader's blocks. For one head the groups alternate: group 0 starts in lockstep;
+      group 1 replaces it one CTA every r = B_c/B_r steps (a chain) and ends all at once;
+      group 2 starts in lockstep again, and so on. Behind a lockstep group the bytes streamed
+      in the gap are W(g·C − 1) blocks; behind a chain they are the blocks its C CTAs, r apart,
+      sweep in it: W(g·C − 1) + r·(C − 1) (at most T_r). Each of the leader's W(g·C) blocks
+      misses with the measured cross-wave miss share (``memory.l2.reuse``; the step at the
+      effective capacity without it) at that footprint × ``step_bytes``.
 
-    So the share is 1 + Σ_{g ≥ 1} W(g·C) · miss(W(g·C − 1) · step) / W(0): 1 wherever a
-    head's CTAs fit in the slots (T_c ≤ C: the records' multi-head kernels read their Q side
-    once). Groups are counted from each head's first CTA; with several long heads they start
-    elsewhere in a head (an approximation). On the H200 one head of 65,536 × 128 (T_c = 512,
-    C = 132) has leaders of 760, 496 and 232 blocks after gaps of 762, 498 and 234 steps of
-    66 kB: misses 1, 0.49 and 0 → 1.98 × the unique Q side.
+    So the share is 1 + Σ_{g ≥ 1} W(g·C) · miss(footprint_g) / W(0): 1 wherever a head's CTAs
+    fit in the slots (T_c ≤ C: the records' multi-head kernels read their Q side once).
+    Groups are counted from each head's first CTA; with several long heads they start
+    elsewhere in a head (an approximation). None where the L2 is off (every request). On the
+    H200 one head of 65,536 × 128 (T_c = 512, C = 132, r = 2, 66 kB a step) has leaders of
+    760, 496 and 232 blocks after gaps of 762, 498 and 234 steps; the footprints are 762,
+    498 + 262 and 234 blocks: misses 1, 1 and 0 → 2.23 × the unique Q side.
     """
     from .reuse import step_curve
 
@@ -172,7 +176,12 @@ def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> An
         here = g < groups
         if not np.any(here):
             break
-        miss = np.asarray(curve.miss_share(lifetime(lead - 1.0) * step))
+        gap = lifetime(lead - 1.0)
+        # the group before ran in lockstep (even g − 1: one block a step) or as a chain of CTAs
+        # B_c/B_r steps apart (odd g − 1: its C CTAs sweep r·(C − 1) blocks more than the gap)
+        ratio = bkv / bq
+        blocks = gap if (g - 1) % 2 == 0 else np.minimum(t_r, gap + ratio * (conc - 1.0))
+        miss = np.asarray(curve.miss_share(blocks * step))
         extra = extra + np.where(here, lifetime(lead) * miss, 0.0)
     share = 1.0 + extra / first
     return float(share) if share.ndim == 0 else share
