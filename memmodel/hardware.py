@@ -226,6 +226,10 @@ class Profile:
     #: implementation -> ((head dim, ratio), ...): extra cost of a K/V block on the causal
     #: diagonal (masked element by element), in units of a plain block's compute
     implementation_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    #: the same two for the fused backward kernel: what a CTA costs beyond its blocks (K_j, V_j
+    #: in, dK_j, dV_j out), per CTA slot, and what a diagonal block costs beyond a plain one
+    implementation_backward_cta_overhead: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
+    implementation_backward_masked_cost: Mapping[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
     #: implementation -> ((head dim, scores per second), ...): what dropout adds to its fused
     #: forward (``dropout_rate``) and backward (``backward_dropout_rate``) kernels, the Philox
     #: draws and the mask, as scores per second of extra time (measured by calibrate)
@@ -336,6 +340,15 @@ class Profile:
         """Extra cost of a diagonal (masked) block of ``implementation``, in plain blocks; None where not measured."""
         return self._by_head_dim(self.implementation_masked_cost, implementation, head_dim)
 
+    def backward_cta_overhead(self, implementation: str | None, head_dim: Any) -> Any:
+        """Seconds a CTA of ``implementation``'s fused backward kernel costs beyond its blocks; None where not measured."""
+        return self._by_head_dim(self.implementation_backward_cta_overhead, implementation, head_dim)
+
+    def backward_masked_cost(self, implementation: str | None, head_dim: Any) -> Any:
+        """Extra cost of a diagonal block of ``implementation``'s fused backward kernel, in plain
+        blocks; None where not measured."""
+        return self._by_head_dim(self.implementation_backward_masked_cost, implementation, head_dim)
+
     @property
     def arch_family(self) -> str | None:
         """volta, ampere, ada, hopper, blackwell (NVIDIA, from the compute capability) or
@@ -439,6 +452,8 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     **{f"implementations.{name}.uneven_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_cta_overhead": ("time", False) for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.sustained_share": ("ratio", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.sustained_after": ("time", False) for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in IMPLEMENTATION_NAMES},
@@ -465,6 +480,8 @@ _CURVES: dict[str, str] = {
     "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
     **{f"implementations.{name}.backward_efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_cta_overhead": "head dim" for name in IMPLEMENTATION_NAMES},
+    **{f"implementations.{name}.backward_masked_block_cost": "head dim" for name in IMPLEMENTATION_NAMES},
     **{f"implementations.{name}.efficiency": "head dim" for name in IMPLEMENTATION_NAMES},
     **{
         f"implementations.{name}.efficiency_{a}x{b}": "head dim"
@@ -692,6 +709,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         implementation_backward_efficiency=_per_implementation(curves, "backward_efficiency"),
         implementation_cta_overhead=_per_implementation(curves, "cta_overhead"),
         implementation_masked_cost=_per_implementation(curves, "masked_block_cost"),
+        implementation_backward_cta_overhead=_per_implementation(curves, "backward_cta_overhead"),
+        implementation_backward_masked_cost=_per_implementation(curves, "backward_masked_block_cost"),
         implementation_dropout_rate=_per_implementation(curves, "dropout_rate"),
         implementation_backward_dropout_rate=_per_implementation(curves, "backward_dropout_rate"),
         implementation_combine_time={
@@ -920,6 +939,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.backward_cta_overhead", "cycles"),
     ("implementations.*.split_cta_overhead", "cycles"),
     ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
@@ -938,6 +958,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.combine_bandwidth", "hbm"),
     ("implementations.*.efficiency_*", "same"),
     ("implementations.*.backward_efficiency", "same"),
+    ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),

@@ -565,8 +565,11 @@ def kernel_time(
             eff = float(eff) if np.ndim(eff) == 0 else eff
     else:
         eff = None
-    # the CTA overhead and the diagonal blocks' cost were measured on forward kernels
-    masked = profile.masked_cost(impl.name, hd) if impl and hd is not None and forward else None
+    # the CTA overhead and the diagonal blocks' cost: each pass's own, as calibrate fitted them
+    if impl and hd is not None:
+        masked = profile.masked_cost(impl.name, hd) if forward else profile.backward_masked_cost(impl.name, hd)
+    else:
+        masked = None
     scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
     slowed = clock is not None and fused and forward  # the clocks the power limit leaves
     if slowed:
@@ -585,10 +588,13 @@ def kernel_time(
         # drawn, issued by the same warps as the products: it adds to the compute
         extra = np.asarray(intmath.to_float(kernel.dropout_scores), dtype=np.float64) / drop_rate
         terms["dropout"] = float(extra) if extra.ndim == 0 else extra
-    overhead = profile.cta_overhead(impl.name, hd) if impl and hd is not None and forward and not split else None
+    if impl and hd is not None and not split:
+        overhead = profile.cta_overhead(impl.name, hd) if forward else profile.backward_cta_overhead(impl.name, hd)
+    else:
+        overhead = None
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
-        # each CTA's fixed costs (Q in, the first K/V tile's latency, O out), once per CTA the
-        # busiest slot runs (the waves rounded up)
+        # each CTA's fixed costs (forward: Q in, the first K/V tile's latency, O out; backward:
+        # K, V in, dK, dV out), once per CTA the busiest slot runs (the waves rounded up)
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta

@@ -1035,6 +1035,57 @@ def test_backward_efficiency_is_the_fused_kernels_compute_share():
     assert compute > 10 * other > 0
 
 
+def test_backward_efficiency_cta_overhead_and_diagonal_cost_fitted_jointly():
+    from memmodel.calibration import fits as cb
+
+    # a synthetic GPU whose fused backward takes compute / 0.5 × (1 + 0.4 × diagonal share)
+    # + 3 µs per CTA wave, besides 100 µs of other kernels; the model's parts per shape:
+    parts = {
+        (8, 16, 2048, False): dict(compute_s=1000e-6, other_s=100e-6, waves=8.0, diagonal_share=0.0),
+        (64, 16, 256, False): dict(compute_s=125e-6, other_s=100e-6, waves=8.0, diagonal_share=0.0),
+        (1, 8, 16384, False): dict(compute_s=1000e-6, other_s=100e-6, waves=1.0, diagonal_share=0.0),
+        (8, 16, 2048, True): dict(compute_s=500e-6, other_s=100e-6, waves=8.0, diagonal_share=0.1),
+    }
+
+    def predict(impl, b, h, n, d, causal):
+        return parts[(b, h, n, causal)]
+
+    def took(b, h, n, causal):
+        p = parts[(b, h, n, causal)]
+        return p["other_s"] + p["compute_s"] / 0.5 * (1 + 0.4 * p["diagonal_share"]) + 3e-6 * p["waves"]
+
+    m = {
+        "points": [
+            {"impl": "sdpa-flash", "shape": [b, h, n, 128, causal], "backward": {"time_s": took(b, h, n, causal)}}
+            for b, h, n, causal in parts
+        ]
+    }
+    out = cb.backward_efficiency_figures(m, predict)
+    assert out["implementations.sdpa-flash.backward_efficiency"][0] == {128: 0.5}
+    assert out["implementations.sdpa-flash.backward_cta_overhead"][0] == {128: "3 us"}
+    assert out["implementations.sdpa-flash.backward_masked_block_cost"][0] == {128: 0.4}
+    assert "fitted jointly" in out["implementations.sdpa-flash.backward_efficiency"][1]
+    # and the model takes them: a profile with the three figures times a backward kernel so
+    import dataclasses
+
+    fitted = dataclasses.replace(
+        H200,
+        implementation_backward_efficiency={"sdpa-flash": ((128, 0.5),)},
+        implementation_backward_cta_overhead={"sdpa-flash": ((128, 3e-6),)},
+        implementation_backward_masked_cost={"sdpa-flash": ((128, 0.4),)},
+    )
+    real = cb.backward_reference_parts(fitted)("sdpa-flash", 8, 16, 2048, 128, True)
+    w = Workload(n=2048, d=128, heads=16, batch=8, dtype="fp16", causal=True)
+    main = next(
+        k for k in compare(w, fitted, impl="sdpa-flash", backward=True).tiled.timing.kernels if k.name == "fa2_bwd"
+    )
+    # compute / 0.5 · (1 + 0.4 · r) plus 3 µs a wave (the compute term holds both), from the
+    # model's own bare parts
+    want = (real["compute_s"] - float(main.terms.get("launch", 0.0))) / 0.5 * (1 + 0.4 * real["diagonal_share"])
+    assert float(main.terms["cta"]) == pytest.approx(3e-6 * real["waves"])
+    assert float(main.terms["compute"]) == pytest.approx(want + 3e-6 * real["waves"], rel=1e-9)
+
+
 def test_dropout_rate_figures_and_their_use():
     from memmodel.calibration import fits as cb
 

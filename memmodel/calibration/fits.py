@@ -547,60 +547,143 @@ def predicted_backward_s(profile: Profile) -> Predict:
     """The model's backward pass on a reference shape on ``profile`` (no efficiency yet), as
     (the fused backward kernel's compute time, the other backward kernels' time): the
     efficiency divides the first alone."""
+    parts = backward_reference_parts(profile)
 
     def predict(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> tuple[float, float]:
+        got = parts(impl, b, h, n, d, causal)
+        return got["compute_s"], got["other_s"]
+
+    return predict
+
+
+def backward_reference_parts(profile: Profile) -> Predict:
+    """The model's view of a reference shape's backward pass with no backward efficiency, CTA
+    overhead or diagonal cost (``profile`` stripped of them): the fused backward kernel's
+    compute time (its launch included), the other backward kernels' time, the fused kernel's
+    CTA waves (CTAs per CTA slot) and the share of its blocks on the diagonal."""
+    from dataclasses import replace
+
+    bare = replace(
+        profile,
+        implementation_backward_efficiency={},
+        implementation_backward_cta_overhead={},
+        implementation_backward_masked_cost={},
+    )
+
+    def parts(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> dict[str, float]:
         case = Case(impl=impl, n=n, d=d, batch=b, heads=h, dtype="fp16", causal=causal, backward=True)
-        ev = _compare(case, profile, "on", None, None).tiled
-        compute = other = 0.0
+        ev = _compare(case, bare, "on", None, None).tiled
+        out = {"compute_s": 0.0, "other_s": 0.0, "waves": 0.0, "diagonal_share": 0.0}
         for k, t in zip(ev.traffic.kernels, ev.timing.kernels):
             if k.pass_ != "backward":
                 continue
             if k.name == BACKWARD_MAIN[impl]:
-                compute += float(t.terms["compute"]) + float(t.terms.get("launch", 0.0))
+                out["compute_s"] += float(t.terms["compute"]) + float(t.terms.get("launch", 0.0))
+                out["waves"] = float(np.ceil(float(k.ctas) / max(float(k.concurrent_ctas), 1.0)))
+                out["diagonal_share"] = float(k.diagonal_blocks) / max(float(k.blocks), 1.0)
             else:
-                other += float(t.time_s)
-        return compute, other
+                out["other_s"] += float(t.time_s)
+        return out
 
-    return predict
+    return parts
 
 
 def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str, tuple[Any, str]]:
     """``implementations.<name>.backward_efficiency`` by head dim: the fused backward kernel's
     compute time in the model (``predict``, made without a backward efficiency) over the time
-    it took, the measured pass less the model's other backward kernels, on the non-causal
-    reference shapes; the causal shape is reported in the note as a check. (The efficiency
+    it took, the measured pass less the model's other backward kernels. (The efficiency
     divides the fused kernel's compute terms alone: a ratio of whole-pass times would be off
     by the other kernels' share, and wrong where the model without it is bound by memory.)
-    ``predict`` may return a plain time (taken as all compute)."""
 
-    def parts(impl: str, shape: list[Any]) -> tuple[float, float]:
+    Where the short and long-loop reference shapes were measured too and ``predict`` gives the
+    fused kernel's CTA waves and diagonal share (:func:`backward_reference_parts`), the
+    efficiency, ``backward_cta_overhead`` (what a CTA costs beyond its blocks: K_j, V_j in,
+    dK_j, dV_j out) and ``backward_masked_block_cost`` (what a diagonal block costs beyond a
+    plain one) are fitted jointly as the forward's are (:func:`fit_reference`, the other
+    kernels' time in place of the launch); else the long shape alone gives the efficiency and
+    the causal shape is reported in the note as a check. ``predict`` may return a plain time
+    (taken as all compute), (compute, other) or the parts' dict."""
+
+    def parts(impl: str, shape: list[Any]) -> dict[str, float]:
         got = predict(impl, *shape)
-        return (float(got), 0.0) if not isinstance(got, tuple) else (float(got[0]), float(got[1]))
+        if isinstance(got, dict):
+            return dict(got)
+        compute, other = (float(got), 0.0) if not isinstance(got, tuple) else (float(got[0]), float(got[1]))
+        return {"compute_s": compute, "other_s": other}
 
     points = [p for p in (m or {}).get("points", []) if (p.get("backward") or {}).get("time_s")]
     out: dict[str, tuple[Any, str]] = {}
     for impl in sorted({p["impl"] for p in points}):
+        mine = [q for q in points if q["impl"] == impl]
+
+        def measured(shape: tuple[int, int, int], d: int, causal: bool, mine: list[Any] = mine) -> Any:
+            return next((q for q in mine if tuple(q["shape"]) == (*shape, d, causal)), None)
+
+        def part(shape: tuple[int, int, int], d: int, causal: bool, impl: str = impl) -> dict[str, float] | None:
+            q = measured(shape, d, causal)
+            if q is None:
+                return None
+            got = parts(impl, q["shape"])
+            return {**got, "launch_s": got["other_s"], "measured_s": q["backward"]["time_s"]}
+
         curve: dict[int, float] = {}
+        cta: dict[int, float] = {}
+        masked: dict[int, float] = {}
         checks = []
-        for p in (q for q in points if q["impl"] == impl and tuple(q["shape"][:3]) == REFERENCE_LONG):
-            compute, other = parts(impl, p["shape"])
-            if p["shape"][4]:
-                checks.append((p, compute, other))
-            else:
-                curve[int(p["shape"][3])] = round(compute / max(p["backward"]["time_s"] - other, 1e-12), 3)
+        joint = False
+        for d in sorted({int(q["shape"][3]) for q in mine}):
+            long = part(REFERENCE_LONG, d, False)
+            if long is None:
+                continue
+            short, causal = part(REFERENCE_SHORT, d, False), part(REFERENCE_LONG, d, True)
+            if short is not None and "waves" in long:
+                joint = True
+                fit = fit_reference(long, short, causal, loop=part(REFERENCE_LOOP, d, False))
+                curve[d] = round(fit["efficiency"], 3)
+                if fit["cta_overhead_s"] is not None:
+                    cta[d] = fit["cta_overhead_s"]
+                if fit["masked_cost"] is not None:
+                    masked[d] = fit["masked_cost"]
+                continue
+            curve[d] = round(long["compute_s"] / max(long["measured_s"] - long["other_s"], 1e-12), 3)
+            if causal is not None:
+                checks.append((d, causal))
         if not curve:
             continue
-        b, h, n = points[0]["shape"][:3]
-        note = (
-            f"model compute time of the fused backward kernel (no efficiency) / measured backward less the model's "
-            f"other backward kernels, fp16, {b} x {h} heads x {n} tokens, non-causal, torch.autograd.grad with the "
-            "graph kept, best of three medians of CUDA-event times"
-        )
-        for p, compute, other in checks:
-            e = interpolate_log2(tuple(sorted(curve.items())), p["shape"][3])
-            err = (other + compute / e - p["backward"]["time_s"]) / p["backward"]["time_s"]
-            note += f"; check, causal d={p['shape'][3]}: predicted with this efficiency {err:+.1%} off"
+        b, h, n = REFERENCE_LONG
+        if joint:
+            bs, hs, ns = REFERENCE_SHORT
+            bl, hl, nl = REFERENCE_LOOP
+            shared = (
+                f"fp16, torch.autograd.grad with the graph kept, best of three medians of CUDA-event times; fitted "
+                f"jointly to {b} x {h} heads x {n} tokens, {b} x {h} x {n} causal, {bs} x {hs} x {ns}, {bl} x {hl} x "
+                f"{nl}: measured backward = the model's other backward kernels + compute / efficiency x (1 + diagonal "
+                "cost x diagonal share) + CTA waves x CTA overhead (least squares on the relative error over the "
+                "plain shapes)"
+            )
+            note = f"model compute time of the fused backward kernel (no efficiency) / measured, {shared}"
+        else:
+            shared = ""
+            note = (
+                f"model compute time of the fused backward kernel (no efficiency) / measured backward less the "
+                f"model's other backward kernels, fp16, {b} x {h} heads x {n} tokens, non-causal, "
+                "torch.autograd.grad with the graph kept, best of three medians of CUDA-event times"
+            )
+        for d, causal in checks:
+            e = interpolate_log2(tuple(sorted(curve.items())), d)
+            err = (causal["other_s"] + causal["compute_s"] / e - causal["measured_s"]) / causal["measured_s"]
+            note += f"; check, causal d={d}: predicted with this efficiency {err:+.1%} off"
         out[f"implementations.{impl}.backward_efficiency"] = (dict(sorted(curve.items())), note)
+        if cta and any(v > 0 for v in cta.values()):
+            out[f"implementations.{impl}.backward_cta_overhead"] = (
+                {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in sorted(cta.items())},
+                f"seconds a CTA of the fused backward kernel costs beyond its blocks' work, per CTA slot; {shared}",
+            )
+        if masked and any(v > 0 for v in masked.values()):
+            out[f"implementations.{impl}.backward_masked_block_cost"] = (
+                {d: round(max(v, 1e-3), 3) for d, v in sorted(masked.items())},
+                f"extra cost of a block on the causal diagonal in the fused backward kernel, in plain blocks; {shared}",
+            )
     return out
 
 
@@ -613,7 +696,7 @@ def backward_figures(
     """Every profile field the backward measurements give (value, note)."""
     out = backward_kernel_figures(result)
     if predict is None and profile is not None:
-        predict = predicted_backward_s(profile)
+        predict = backward_reference_parts(profile)
     if predict is not None:
         out.update(backward_efficiency_figures(result.get("sdpa_backward") or {}, predict))
     if scores is None and profile is not None:

@@ -19,7 +19,9 @@ Measured on shapes that are not validation cases:
   dK and dV over the group (``at::sum_out`` of [B, N_kv, H_kv, G, d] over G).
 * ``sdpa_backward``: each SDPA backend's forward and backward pass (``torch.autograd.grad``
   with the graph kept, so the backward repeats alone) on the forward calibration's reference
-  shapes (8 × 16 heads × 2048 tokens, d = 64 and 128, fp16; causal d = 128 as a check).
+  shapes (8 × 16 heads × 2048 tokens at every head dim; 64 × 16 × 256, 1 × 8 × 16384 and the
+  causal 8 × 16 × 2048 at the fitted ones; fp16): the fused backward kernel's efficiency, CTA
+  overhead and diagonal-block cost are fitted jointly to them, as the forward's are.
 * ``sdpa_dropout``: the same passes with ``dropout_p`` = 0.1 and 0 back to back, non-causal
   reference shapes: what dropout adds to each backend's fused kernels (the Philox draws of
   every score's mask element, in the forward and again in the backward, and whatever else the
@@ -118,7 +120,8 @@ def measure_group_sum(ctx: Any) -> dict[str, Any]:
 
 
 def measure_sdpa_backward(ctx: Any) -> dict[str, Any]:
-    """Forward and backward time of each SDPA backend on the reference shapes."""
+    """Forward and backward time of each SDPA backend on the reference shapes (the forward
+    calibration's: long at every head dim; short, long-loop and causal at the fitted ones)."""
     torch = ctx.torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -128,7 +131,7 @@ def measure_sdpa_backward(ctx: Any) -> dict[str, Any]:
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
     }
     points: list[dict[str, Any]] = []
-    for b, h, n, d, causal in (s for s in SDPA_SHAPES if tuple(s[:3]) == REFERENCE_LONG):
+    for b, h, n, d, causal in SDPA_SHAPES:
         g = ctx.generator(26)
         qkv = [
             torch.randn(b, h, n, d, device=ctx.device, dtype=torch.float16, generator=g).requires_grad_(True)
