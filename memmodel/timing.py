@@ -159,7 +159,7 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(
             f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
             " kernels are timed at the clocks before the power limit lowers them (on an H200 cuDNN's forward run "
-            "back to back for longer than about 60 ms takes about 16 % longer once they fall)."
+            "back to back for longer than some 35 to 65 ms takes about 15 % longer once they fall)."
         )
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")

@@ -630,20 +630,25 @@ def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str
         cta: dict[int, float] = {}
         masked: dict[int, float] = {}
         checks = []
-        joint = False
-        for d in sorted({int(q["shape"][3]) for q in mine}):
-            long = part(REFERENCE_LONG, d, False)
-            if long is None:
+        heads = sorted({int(q["shape"][3]) for q in mine})
+        for d in heads:  # head dims with a short shape first: their CTA overhead serves the others
+            long, short = part(REFERENCE_LONG, d, False), part(REFERENCE_SHORT, d, False)
+            if long is None or short is None or "waves" not in long:
                 continue
-            short, causal = part(REFERENCE_SHORT, d, False), part(REFERENCE_LONG, d, True)
-            if short is not None and "waves" in long:
-                joint = True
-                fit = fit_reference(long, short, causal, loop=part(REFERENCE_LOOP, d, False))
+            fit = fit_reference(long, short, part(REFERENCE_LONG, d, True), loop=part(REFERENCE_LOOP, d, False))
+            curve[d] = round(fit["efficiency"], 3)
+            cta[d] = fit["cta_overhead_s"] or 0.0
+            if fit["masked_cost"] is not None:
+                masked[d] = fit["masked_cost"]
+        joint = bool(curve)
+        known = tuple(sorted(cta.items()))
+        for d in heads:
+            long, causal = part(REFERENCE_LONG, d, False), part(REFERENCE_LONG, d, True)
+            if d in curve or long is None:
+                continue
+            if joint and "waves" in long:  # the neighbours' CTA overhead, the efficiency from the long shape
+                fit = fit_reference(long, None, causal, interpolate_log2(known, d))
                 curve[d] = round(fit["efficiency"], 3)
-                if fit["cta_overhead_s"] is not None:
-                    cta[d] = fit["cta_overhead_s"]
-                if fit["masked_cost"] is not None:
-                    masked[d] = fit["masked_cost"]
                 continue
             curve[d] = round(long["compute_s"] / max(long["measured_s"] - long["other_s"], 1e-12), 3)
             if causal is not None:
@@ -674,7 +679,7 @@ def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str
             err = (causal["other_s"] + causal["compute_s"] / e - causal["measured_s"]) / causal["measured_s"]
             note += f"; check, causal d={d}: predicted with this efficiency {err:+.1%} off"
         out[f"implementations.{impl}.backward_efficiency"] = (dict(sorted(curve.items())), note)
-        if cta and any(v > 0 for v in cta.values()):
+        if joint and any(v > 0 for v in cta.values()):
             out[f"implementations.{impl}.backward_cta_overhead"] = (
                 {d: f"{max(v, 1e-9) * 1e6:.4g} us" for d, v in sorted(cta.items())},
                 f"seconds a CTA of the fused backward kernel costs beyond its blocks' work, per CTA slot; {shared}",
