@@ -190,6 +190,7 @@ def compare(
             list(opts.notes)
             + ([clock_line] if clock_line else [])
             + l2_knee_caveats(til, workload, profile, opts.l2)
+            + schedule_caveats(til, workload, profile, opts)
             + caveats(
                 profile,
                 opts.model_implementation,
@@ -218,6 +219,50 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
             f"{profile.name} has no measured L2 reuse curve (memory.l2.reuse): K/V re-read across waves is "
             f"assumed to hit in L2 up to {l2.capacity_bytes / 2**20:.0f} MiB live and to miss past it (a step)."
         )
+    return out
+
+
+def _rows(flags: Any) -> str:
+    """'k of n rows: ' on a grid, '' for one workload."""
+    arr = np.asarray(flags, dtype=bool)
+    return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
+
+
+def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile, opts: Options) -> list[str]:
+    """Caveats where FlashAttention-2's causal CTA schedule decides a figure the model only
+    estimates (measured on the H200, docs/accuracy.md):
+
+    * the forward's tail where a causal grid of several heads fills two to four waves of CTA
+      slots: the last heads' longest CTAs come last, and the closed-form tail was up to
+      18 % short there (probe 7, validation/causal_tail_sim.py);
+    * the backward's Q-side re-reads where several heads each have more K/V blocks than the GPU
+      has CTA slots: the groups of CTAs start elsewhere in each head than the rule counts from
+      (9-20 % more bytes measured than predicted)."""
+    if not bool(workload.causal) or til.variant != "fa2":
+        return []
+    p = til.params
+    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731  (params on a grid are lists)
+    heads = f(intmath.mul(workload.batch, workload.heads))
+    out = []
+    slots = f(p.get("concurrent_ctas", profile.sm_count))
+    jobs = heads * np.ceil(f(workload.n) / np.maximum(f(p["block_q"]), 1.0))
+    tail = (heads >= 2) & (jobs > slots) & (jobs <= 4 * slots)
+    if np.any(tail):
+        out.append(
+            f"{_rows(tail)}the causal grid's CTAs"
+            + (f" ({int(jobs)})" if np.ndim(jobs) == 0 else "")
+            + " fill 2 to 4 waves of its CTA slots across several heads: its tail (the last heads' longest CTAs run last) is estimated, and the estimate came out up to 18 % "
+            "short on an H200 (2 heads of 32k tokens: -17 %)."
+        )
+    if opts.backward and "backward_block_kv" in p and opts.model_implementation in ("sdpa-flash", "sdpa-cudnn"):
+        t_c = np.ceil(f(workload.n_kv_) / np.maximum(f(p["backward_block_kv"]), 1.0))
+        long = (heads >= 2) & (t_c > f(p.get("backward_concurrent_ctas", profile.sm_count)))
+        if np.any(long):
+            out.append(
+                f"{_rows(long)}causal backward over several heads each longer than the GPU's CTA slots: its Q-side "
+                "re-reads are counted from groups of CTAs starting at each head's first block, which they do not; on an "
+                "H200 such kernels moved 9-20 % more HBM bytes than predicted."
+            )
     return out
 
 

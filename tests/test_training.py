@@ -1239,3 +1239,22 @@ def test_cutlass_dropout_backward_reads_and_writes_its_dq_workspace_from_hbm():
     assert plain[0] < 2_147_483_648 // 4 and plain[1] < 2_080_374_784 // 4  # held in L2 without dropout
     # d = 64 runs the 64 × 64 kernel, whose dropout variant moves no such extra
     assert dq_hbm(64, 0.1) == dq_hbm(64, 0.0)
+
+
+def test_schedule_caveats_where_the_causal_schedule_is_estimated():
+    # 2 heads of 32k, d = 128 on the H200: 2 · 256 = 512 forward CTAs on 264 slots (2 to 4
+    # waves, several heads); the backward's T_c = 256 K/V blocks per head > 132 slots
+    w = Workload(n=32768, d=128, heads=2, kv_heads=1, dtype="bf16", causal=True)
+    c = compare(w, H200, impl="sdpa-flash", backward=True)
+    assert any("the causal grid's CTAs (512) fill 2 to 4 waves" in x for x in c.caveats)
+    assert any("causal backward over several heads" in x for x in c.caveats)
+    # one head: neither (its one wave and its groups are modelled as they run); not causal:
+    # neither; 32 heads of 1024: 32 · 8 = 256 CTAs, one wave, and 8 K/V blocks a head: neither
+    one_wave = Workload(n=1024, d=128, heads=32, kv_heads=8, dtype="bf16", causal=True)
+    for other in (w.with_(heads=1, kv_heads=1), w.with_(causal=False), one_wave):
+        got = compare(other, H200, impl="sdpa-flash", backward=True).caveats
+        assert not any("2 to 4 waves" in x or "causal backward over several heads" in x for x in got)
+    # a grid says how many rows
+    g = Workload(n=np.array([32768, 1024]), d=128, heads=2, kv_heads=1, dtype="bf16", causal=True)
+    lines = compare(g, H200, impl="sdpa-flash").caveats
+    assert any(x.startswith("1 of 2 rows: the causal grid's CTAs fill") for x in lines)
