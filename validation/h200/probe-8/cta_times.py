@@ -84,7 +84,7 @@ def main(out: str) -> None:
             grid = (n // bq, heads)
             scale = 1.4426950408889634 / math.sqrt(d)
 
-            def launch(q=q, k=k, v=v, o=o, times=times, grid=grid, n=n, heads=heads):
+            def launch(q=q, k=k, v=v, o=o, times=times, grid=grid, n=n, heads=heads, scale=scale):
                 _timed_fwd[grid](q, k, v, o, times, n, scale, heads, HEAD_DIM=d, BLOCK_Q=bq, BLOCK_KV=bkv,
                                  num_warps=4, num_stages=2)  # fmt: skip
 
