@@ -53,10 +53,10 @@ def worker(rank: int, out: str) -> None:
                 return ring_forward(torch, dist, attn, ql, kl, vl, causal=case.causal)
             return ulysses_forward(torch, dist, attn, ql, kl, vl, causal=case.causal)
 
-        def single(case=case, q=q, k=k, v=v):
+        def single(case=case, q=q, k=k, v=v, scale=scale):
             return attn.forward(q, k, v, case.causal, scale)
 
-        def step_alone(case=case, ql=ql, kl=kl, vl=vl):
+        def step_alone(case=case, ql=ql, kl=kl, vl=vl, scale=scale):
             return attn.forward(ql, kl, vl, False, scale)
 
         runs = {"distributed": dist_fwd, "single_gpu": single}
@@ -79,8 +79,12 @@ def worker(rank: int, out: str) -> None:
                     b.record()
                     torch.cuda.synchronize()
             kernels = [
-                {"name": e.name[:160], "start_us": e.time_range.start, "dur_us": e.time_range.elapsed_us(),
-                 "device": e.device_index}  # fmt: skip
+                {
+                    "name": e.name[:160],
+                    "start_us": e.time_range.start,
+                    "dur_us": e.time_range.elapsed_us(),
+                    "device": e.device_index,
+                }  # fmt: skip
                 for e in prof.events()
                 if e.device_type == torch.autograd.DeviceType.CUDA
             ]
