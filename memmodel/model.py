@@ -251,8 +251,9 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
         out.append(
             f"{_rows(tail)}the causal grid's CTAs"
             + (f" ({int(jobs)})" if np.ndim(jobs) == 0 else "")
-            + " fill 2 to 4 waves of its CTA slots across several heads: its tail (the last heads' longest CTAs run last) is estimated, and the estimate came out up to 18 % "
-            "short on an H200 (2 heads of 32k tokens: -17 %)."
+            + " fill 2 to 4 waves of its CTA slots across several heads: its tail (the last heads' longest "
+            "CTAs run last) is estimated, and the estimate came out up to 18 % short on an H200 (2 heads of "
+            "32k tokens: -17 %)."
         )
     if opts.backward and "backward_block_kv" in p and opts.model_implementation in ("sdpa-flash", "sdpa-cudnn"):
         t_c = np.ceil(f(workload.n_kv_) / np.maximum(f(p["backward_block_kv"]), 1.0))
