@@ -222,12 +222,6 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
     return out
 
 
-def _rows(flags: Any) -> str:
-    """'k of n rows: ' on a grid, '' for one workload."""
-    arr = np.asarray(flags, dtype=bool)
-    return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
-
-
 def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile, opts: Options) -> list[str]:
     """Caveats where FlashAttention-2's causal CTA schedule decides a figure the model only
     estimates (measured on the H200, docs/accuracy.md):
@@ -238,6 +232,8 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
     * the backward's Q-side re-reads where several heads each have more K/V blocks than the GPU
       has CTA slots: the groups of CTAs start elsewhere in each head than the rule counts from
       (9-20 % more bytes measured than predicted)."""
+    from .traffic.reuse import rows_prefix
+
     if not bool(workload.causal) or til.variant != "fa2":
         return []
     p = til.params
@@ -249,7 +245,7 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
     tail = (heads >= 2) & (jobs > slots) & (jobs <= 4 * slots)
     if np.any(tail):
         out.append(
-            f"{_rows(tail)}the causal grid's CTAs"
+            f"{rows_prefix(tail)}the causal grid's CTAs"
             + (f" ({int(jobs)})" if np.ndim(jobs) == 0 else "")
             + " fill 2 to 4 waves of its CTA slots across several heads: its tail (the last heads' longest "
             "CTAs run last) is estimated, and the estimate came out up to 18 % short on an H200 (2 heads of "
@@ -260,7 +256,7 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
         long = (heads >= 2) & (t_c > f(p.get("backward_concurrent_ctas", profile.sm_count)))
         if np.any(long):
             out.append(
-                f"{_rows(long)}causal backward over several heads each longer than the GPU's CTA slots: its Q-side "
+                f"{rows_prefix(long)}causal backward over several heads each longer than the GPU's CTA slots: its Q-side "
                 "re-reads are counted from groups of CTAs starting at each head's first block, which they do not; on an "
                 "H200 such kernels moved 9-20 % more HBM bytes than predicted."
             )

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..implementations import CHOICES
+from ..implementations import CHOICES, CLOCK_MODES
 from ..workload import DTYPE_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -299,7 +299,7 @@ def model_options(func: F) -> F:
         option(
             "--clocks",
             "clocks",
-            type=choice(["benchmark", "boost", "sustained"]),
+            type=choice(list(CLOCK_MODES)),
             default="benchmark",
             show_default=True,
             help="How long the GPU has been busy, which decides its clocks under the power limit: benchmark (run "

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..implementations import CHOICES, TILED_VARIANTS
+from ..implementations import CHOICES, CLOCK_MODES, TILED_VARIANTS
 from ..traffic.l2 import L2_MODES
 from ..traffic.standard import STANDARD_VARIANTS
 from ..workload import DTYPE_BYTES
@@ -163,7 +163,7 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 @_list("--l2", _choices(L2_MODES), "L2 modes (on, cold, off; see 'memmodel compare --help'). Default: on.")
 @option(
     "--clocks",
-    type=choice(["benchmark", "boost", "sustained"]),
+    type=choice(list(CLOCK_MODES)),
     default="benchmark",
     show_default=True,
     help="How long the GPU has been busy, for every row (see 'memmodel compare --help').",

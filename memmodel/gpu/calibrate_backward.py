@@ -48,6 +48,7 @@ from ..calibration.plan import (
     SOFTMAX_BYTES,
     SOFTMAX_ROWS,
 )
+from .calibrate_impl import _backends, _best_of_three
 from .measure import guard
 
 # ---------------------------------------------------------------------------------------
@@ -119,17 +120,19 @@ def measure_group_sum(ctx: Any) -> dict[str, Any]:
     return {"shape": list(GROUP_SUM_SHAPE), **r}
 
 
+def _sdpa_backends() -> dict[str, Any]:
+    """The SDPA backends of :func:`memmodel.gpu.calibrate_impl._backends` (the backward has
+    no Triton kernel)."""
+    return {name: backend for name, backend in _backends().items() if backend is not None}
+
+
 def measure_sdpa_backward(ctx: Any) -> dict[str, Any]:
     """Forward and backward time of each SDPA backend on the reference shapes (the forward
     calibration's: long at every head dim; short, long-loop and causal at the fitted ones)."""
     torch = ctx.torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
-    backends = {
-        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-    }
+    backends = _sdpa_backends()
     points: list[dict[str, Any]] = []
     for b, h, n, d, causal in SDPA_SHAPES:
         g = ctx.generator(26)
@@ -154,9 +157,9 @@ def measure_sdpa_backward(ctx: Any) -> dict[str, Any]:
                 def backward(out: Any = out, do: Any = do, qkv: list[Any] = qkv) -> Any:
                     return torch.autograd.grad(out, qkv, do, retain_graph=True)
 
-                fwd = min((ctx.rate(flop, forward) for _ in range(3)), key=lambda r: r["time_s"])
-                bwd = min((ctx.rate(5 * flop // 2, backward) for _ in range(3)), key=lambda r: r["time_s"])
-                point.update(forward=fwd, backward=bwd)
+                point.update(
+                    forward=_best_of_three(ctx, flop, forward), backward=_best_of_three(ctx, 5 * flop // 2, backward)
+                )
                 del out, do
             except Exception as exc:  # a backend this build or GPU lacks: recorded
                 point["error"] = str(exc).splitlines()[0][:200]
@@ -170,13 +173,9 @@ def measure_sdpa_dropout(ctx: Any) -> dict[str, Any]:
     """Forward and backward time of each SDPA backend with ``dropout_p`` = DROPOUT_P and 0, on
     the non-causal reference shapes: each pair timed back to back, best of three medians."""
     torch = ctx.torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import sdpa_kernel
 
-    backends = {
-        "sdpa-flash": SDPBackend.FLASH_ATTENTION,
-        "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-        "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
-    }
+    backends = _sdpa_backends()
     points: list[dict[str, Any]] = []
     for b, h, n, d, causal in (s for s in SDPA_SHAPES if tuple(s[:3]) == REFERENCE_LONG and not s[4]):
         g = ctx.generator(28)
@@ -203,8 +202,8 @@ def measure_sdpa_dropout(ctx: Any) -> dict[str, Any]:
 
                     scores = b * h * n * n
                     point[key] = {
-                        "forward": min((ctx.rate(scores, forward) for _ in range(3)), key=lambda r: r["time_s"]),
-                        "backward": min((ctx.rate(scores, backward) for _ in range(3)), key=lambda r: r["time_s"]),
+                        "forward": _best_of_three(ctx, scores, forward),
+                        "backward": _best_of_three(ctx, scores, backward),
                     }
                     del out, do
             except Exception as exc:  # a backend without dropout on this build or GPU: recorded

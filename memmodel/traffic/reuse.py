@@ -127,13 +127,19 @@ def poorly_modelled(ws: IntLike, sharing: IntLike, concurrent: IntLike, causal: 
     return bool(out) if np.ndim(out) == 0 else out
 
 
+def rows_prefix(flags: Any) -> str:
+    """'k of n rows: ' where a caveat holds on some rows of a grid; '' for one workload."""
+    arr = np.asarray(flags, dtype=bool)
+    return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
+
+
 def knee_note(flags: Any, curve: ReuseCurve, causal: bool) -> str | None:
     """A caveat line where ``flags`` (from :func:`poorly_modelled`) holds anywhere; else None."""
     arr = np.asarray(flags, dtype=bool)
     if not arr.any():
         return None
     lo, hi = curve.knee
-    where = f"{arr.sum()} of {arr.size} rows: " if arr.size > 1 else ""
+    where = rows_prefix(arr)
     what = (
         "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
         f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
