@@ -467,6 +467,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "interconnect.inter_node_latency": ("time", False),
     **{f"interconnect.{c}_efficiency": ("ratio", False) for c in COLLECTIVES},
     "interconnect.p2p_sms": ("count", False),
+    "interconnect.p2p_idle_sms": ("count", False),
 }
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 _CURVES: dict[str, str] = {
@@ -773,6 +774,7 @@ def _interconnect(
         inter_node_latency_s=values.get("interconnect.inter_node_latency"),
         **{f"{c}_efficiency": curves.get(f"interconnect.{c}_efficiency", ()) for c in COLLECTIVES},
         p2p_sms=int(values.get("interconnect.p2p_sms", 0)),
+        p2p_idle_sms=int(values.get("interconnect.p2p_idle_sms", 0)),
     )
 
 
@@ -883,6 +885,10 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
         raise _fail(
             where, "interconnect.p2p_sms", f"{text!r} leaves no SM of the {values['sm_count']:g} for the compute"
         )
+    idle = values.get("interconnect.p2p_idle_sms")
+    if idle is not None and idle > values["sm_count"]:
+        text = provenance["interconnect.p2p_idle_sms"].text
+        raise _fail(where, "interconnect.p2p_idle_sms", f"{text!r} is more than the {values['sm_count']:g} SMs")
     if values["memory.sram.capacity_per_sm"] < 1024:
         text = provenance["memory.sram.capacity_per_sm"].text
         raise _fail(
@@ -965,6 +971,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.cta_bandwidth", "same"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),
+    ("interconnect.p2p_idle_sms", "same"),
 )
 RULE_TEXT = {
     "sm-clock": "per SM per clock, × SMs × clock",

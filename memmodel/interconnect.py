@@ -49,6 +49,9 @@ class Interconnect:
     #: SMs NCCL's send/recv kernel holds while it runs beside the compute (measured by
     #: calibrate --gpus; 0: not measured, none taken)
     p2p_sms: int = 0
+    #: SMs a kernel dispatched first must leave idle before NCCL's send/recv posted beside it
+    #: starts (measured by calibrate --gpus; 0: not measured, the transfer waits for its end)
+    p2p_idle_sms: int = 0
 
     def peer_bandwidth_bytes_per_s(self) -> float:
         """Per direction to one peer: all of it through a switch, a share of it in a mesh."""

@@ -176,8 +176,10 @@ class Step:
     link_bytes: int  # sent by each GPU during the step
     link_s: float
     time_s: float
-    overlap: str  # "max(compute + merge, link)" or "sum"
+    overlap: str  # "max(compute + merge, link)", "max(compute + merge, link start + link)" or "sum"
     kernels: tuple[str, ...] = ()
+    #: when the step's transfer starts after the step does (it waits for the SMs it needs)
+    link_start_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -189,7 +191,12 @@ class Step:
             "link_bytes": self.link_bytes,
             "link_s": self.link_s,
             "time_s": self.time_s,
-            "hidden_link_s": min(self.link_s, self.compute_s + self.merge_s) if self.overlap != "sum" else 0.0,
+            "hidden_link_s": (
+                max(0.0, min(self.link_start_s + self.link_s, self.compute_s + self.merge_s) - self.link_start_s)
+                if self.overlap != "sum"
+                else 0.0
+            ),
+            "link_start_s": self.link_start_s,
             "overlap": self.overlap,
             "kernels": list(self.kernels),
         }
@@ -356,6 +363,31 @@ def _beside_transfer(run: Any, w: Workload, which: str, pass_: str, alone_s: flo
     return beside_transfer_time(ctas, per_sm, alone_s, fewer_s, link_s, sms)
 
 
+def exchange_start_share(c: Any, w: Workload, profile: Profile) -> float:
+    """The share of a ring step's forward kernel after which the send/recv posted beside it
+    starts: NCCL's kernel, ready when the attention is, finds the SMs taken (the attention
+    kernel is dispatched first) and starts once ``interconnect.p2p_idle_sms`` of them hold no
+    attention CTA (:func:`memmodel.timing.idle_share`); a profile without the figure waits for
+    the kernel's end. ``c`` is the comparison of the step's shape ``w``."""
+    from . import implementations
+    from .timing import idle_share
+
+    ic = profile.interconnect
+    params = c.tiled.traffic.params
+    need = ic.p2p_idle_sms if ic is not None and ic.p2p_idle_sms else profile.sm_count
+    spec = implementations.get(c.options.implementation)
+    share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
+    return idle_share(
+        w,
+        int(params["block_q"]),
+        int(params["block_kv"]),
+        profile.sm_count,
+        int(params.get("ctas_per_sm") or 1),
+        share,
+        need,
+    )
+
+
 def fused_grid(c: Any) -> tuple[float, float]:
     """(CTAs of the fused attention kernels, CTAs per SM they keep) of a comparison's tiled
     algorithm: what :func:`beside_transfer_time` places."""
@@ -405,11 +437,15 @@ def _ring(
 
     def step_work(
         kind: str, i: int, pass_: str, link_s: float, held: int
-    ) -> tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float]:
-        """One rank's attention in step ``i`` (its kernels, timings, time) and the merge or
-        gradient kernels after it (the same)."""
+    ) -> tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float, float]:
+        """One rank's attention in step ``i`` (its kernels, timings, time), the merge or
+        gradient kernels after it (the same), and when the step's transfer starts."""
         att_k, att_t, att_s = _attention(run, local(kind), which, pass_)
-        if held and which == "tiled":  # the eager baseline's products are not placed this way: left as they are
+        start_s = 0.0
+        if link_s > 0 and which == "tiled" and pass_ == "forward":
+            # the attention kernel takes the SMs first: the transfer waits for its tail
+            start_s = att_s * exchange_start_share(run(local(kind)), local(kind), profile)
+        elif held and which == "tiled":  # the eager baseline's products are not placed this way: left as they are
             att_s = _beside_transfer(run, local(kind), which, pass_, att_s, link_s, profile.sm_count - held)
         nq, nkv, _ = step_shape(kind, n_local)
         extra: list[Kernel] = []
@@ -421,7 +457,7 @@ def _ring(
             extra.append(add_kernel("acc_dQ", b * h * nq * d * e, tensor="dQ"))
             extra += [add_kernel(f"acc_{t}", b * hk * nkv * d * e, tensor=t) for t in ("dK", "dV")]
         ex_t, ex_s = timed(extra)
-        return att_k, att_t, att_s, extra, ex_t, ex_s
+        return att_k, att_t, att_s, extra, ex_t, ex_s, start_s
 
     passes = ("forward", "backward") if backward else ("forward",)
     for pass_ in passes:
@@ -440,20 +476,21 @@ def _ring(
             held = ic.p2p_sms if ic is not None and sent else 0
             worst: tuple[float, float, float, list[Kernel], list[Any], str] | None = None
             # the ranks of a step run a handful of shapes (step_kind): each is modelled once
-            by_kind: dict[str, tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float]] = {}
+            by_kind: dict[str, tuple[list[Kernel], list[Any], float, list[Kernel], list[Any], float, float]] = {}
             for rank in range(p):
                 kind = step_kind(rank, i, p, w.causal)
                 if kind not in by_kind:
                     by_kind[kind] = step_work(kind, i, pass_, link_s, held)
-                att_k, att_t, att_s, extra, ex_t, ex_s = by_kind[kind]
-                if worst is None or att_s + ex_s > worst[0] + worst[1]:
-                    worst = (att_s, ex_s, 0.0, att_k + extra, att_t + ex_t, kind)
+                att_k, att_t, att_s, extra, ex_t, ex_s, start_s = by_kind[kind]
+                # the send/recv ends on both GPUs together: the step ends when the slower one is done
+                if worst is None or max(att_s + ex_s, start_s + link_s) > max(worst[0] + worst[1], worst[2] + link_s):
+                    worst = (att_s, ex_s, start_s, att_k + extra, att_t + ex_t, kind)
                 if rank == 0:
                     out_kernels += [_renamed(k, f"{pass_[0]}{i}") for k in att_k + extra]
                     out_times += att_t + ex_t
             assert worst is not None
             link_total += sent
-            compute_s, merge_s = worst[0], worst[1]
+            compute_s, merge_s, start_s = worst[0], worst[1], worst[2]
             steps.append(
                 Step(
                     pass_,
@@ -463,9 +500,10 @@ def _ring(
                     merge_s,
                     sent,
                     link_s,
-                    max(compute_s + merge_s, link_s),
-                    "max(compute + merge, link)",
+                    max(compute_s + merge_s, start_s + link_s),
+                    "max(compute + merge, link start + link)" if start_s > 0 else "max(compute + merge, link)",
                     tuple(k.name for k in worst[3]),
+                    start_s,
                 )
             )
         if pass_ == "backward" and p > 1:

@@ -416,6 +416,52 @@ def cta_tail_factor(
     return float(out) if np.ndim(out) == 0 else out
 
 
+def idle_share(
+    workload: Any,
+    block_q: int,
+    block_kv: int,
+    sm_count: int,
+    ctas_per_sm: int | None,
+    one_cta_share: float | None,
+    idle_sms: int,
+) -> float:
+    """The share of a FlashAttention-2 forward grid's time after which ``idle_sms`` of the SMs
+    hold none of its CTAs (1.0: not before its end): when a kernel waiting on another stream
+    for that many free SMs (NCCL's send/recv, ``interconnect.p2p_idle_sms``) can start.
+
+    Without masking the CTAs are equal and land breadth first, each next one as a slot frees
+    (validation/h200/probe-8), so an SM ends up with ⌊J/S⌋ or ⌈J/S⌉ of the J CTAs; the
+    S·⌈J/S⌉ − J SMs given one fewer finish first, at the time of :func:`cta_tail_factor`'s
+    SM with that many (a last CTA alone at ``one_cta_share``), and are idle from then on; with
+    J < S, S − J SMs are idle from the start. With masking the SMs run dry one by one after the
+    last CTA starts: taken to be at the balanced time (total work / S), 1 / the tail factor.
+
+    Example (H200, 132 SMs, 2 CTAs/SM, one CTA alone at 0.83): 4 heads of 8192 at d = 128 are
+    4 · 64 = 256 CTAs: 8 SMs get one (not 16 or more: 1.0); 8 heads are 512 CTAs: 16 SMs get 3,
+    the others 4, so they idle at (2 + 1/0.83) / 4 = 0.80 of the kernel.
+    """
+    s = int(sm_count)
+    need = max(int(idle_sms), 1)
+    if need > s:
+        return 1.0
+    if workload.causal:
+        tail = cta_tail_factor(workload, block_q, block_kv, s, ctas_per_sm, one_cta_share)
+        return float(min(1.0, 1.0 / max(float(tail), 1.0)))
+    jobs = int(workload.batch) * int(workload.heads) * -(-int(workload.n) // int(block_q))
+    lo, hi = jobs // s, -(-jobs // s)
+    fewer = s * hi - jobs  # SMs given lo CTAs (0 when every SM gets the same)
+    if hi == lo or fewer < need:
+        return 1.0
+    occ = max(int(ctas_per_sm or 1), 1)
+    lone = 1.0 / float(one_cta_share) if occ >= 2 and one_cta_share else 1.0
+
+    def sm_time(m: int) -> float:  # m CTAs on one SM, occ at a time
+        groups, rest = divmod(m, occ)
+        return groups * occ + (lone if rest == 1 else rest)
+
+    return sm_time(lo) / sm_time(hi)
+
+
 #: the most CTAs whose placement on the SMs is worked out one by one (one wave of a GPU with
 #: many SMs, or many CTAs per SM given by hand); past it, the list-scheduling estimate
 MAX_PLACED_CTAS = 8192

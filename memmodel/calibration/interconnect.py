@@ -99,7 +99,7 @@ def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
         f"times (each rep the fastest rank), NVLink SHARP/multicast off"
     )
     what = {
-        "send_recv": "each GPU sends a buffer to the next and receives one from the last (batch_isend_irecv)",
+        "send_recv": "each GPU sends two buffers of half the bytes (the ring's K and V) to the next and receives two from the last (batch_isend_irecv)",
         "all_gather": "all_gather_into_tensor; sent = (P - 1) x the buffer",
         "all_to_all": "all_to_all_single; sent = (P - 1) / P of the buffer",
     }
