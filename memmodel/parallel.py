@@ -22,11 +22,14 @@ tokens × all heads to all N tokens × H/P heads; each GPU runs full-sequence at
 heads; a second all-to-all brings O back to N/P tokens × all heads (backward: dO there, dQ,
 dK, dV back). Nothing overlaps: each collective waits for the data it moves.
 
-**Overlap rule** (ring): a step takes ``max(compute + merge, link)``: the attention and merge
-kernels run on the compute stream while the link carries the step's messages; the attention of
-a step with a transfer beside it runs on the SMs NCCL's send/recv leaves it
-(``interconnect.p2p_sms`` held, measured by ``calibrate --gpus``: :func:`_beside_transfer`);
-Ulysses adds everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
+**Overlap rule** (ring): a step takes ``max(compute + merge, link start + link)``: the attention
+and merge kernels run on the compute stream while the link carries the step's messages. In the
+forward, the attention kernel is dispatched before NCCL's send/recv (both wait on the same point
+of the compute stream) and takes the SMs: the transfer starts once ``interconnect.p2p_idle_sms``
+of them hold no attention CTA (:func:`memmodel.timing.idle_share`; at the kernel's end for most
+grids; validation/h200x2/probe-10). In the backward, the short first kernel leaves SMs idle, NCCL
+starts in its tail and the main kernel runs on the SMs it leaves (``interconnect.p2p_sms`` held,
+measured by ``calibrate --gpus``: :func:`_beside_transfer`). Ulysses adds everything. Link time is :meth:`memmodel.interconnect.Interconnect.message_time`.
 
 Every kernel's bytes and time come from the single-GPU model (:func:`memmodel.model.compare`)
 on the per-GPU shape of each step, or from :data:`MERGE_OPS`/the pack copies below with the
@@ -329,6 +332,11 @@ def _notes(profile: Profile, p: int) -> tuple[str, ...]:
                 f"{profile.name} gives no interconnect.p2p_sms: a ring step's transfer is taken to leave every SM "
                 "to the attention beside it (NCCL's send/recv held 6 of an H200's 132; memmodel calibrate --gpus 2 "
                 "measures it)"
+            )
+        if not ic.p2p_idle_sms:
+            out.append(
+                f"{profile.name} gives no interconnect.p2p_idle_sms: a ring step's transfer is taken to start when the "
+                "forward kernel beside it ends (on an H200 it starts once 32 SMs are idle; probe 10 measures it)"
             )
         if ic.gpus_per_node and p > ic.gpus_per_node:
             out.append(f"P = {p} spans nodes of {ic.gpus_per_node} GPUs: modelled only, never validated")

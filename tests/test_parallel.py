@@ -77,13 +77,28 @@ def test_zigzag_steps_are_balanced():
 def test_overlap_rule_is_max_of_compute_and_link():
     slow = dataclasses.replace(H200, interconnect=Interconnect(bandwidth_bytes_per_s=1e9, latency_s=0.0))
     fast = dataclasses.replace(H200, interconnect=Interconnect(bandwidth_bytes_per_s=1e15, latency_s=0.0))
-    for profile, link_bound in ((slow, True), (fast, False)):
-        r = context_parallel(_w(), profile, 2, "ring", impl="sdpa-flash")
+    # with p2p_idle_sms 1 the transfer starts once one SM is idle: at once for a grid of fewer
+    # CTAs than SMs; without it (not measured) it waits for the kernel's end
+    eager = dataclasses.replace(
+        H200, interconnect=Interconnect(bandwidth_bytes_per_s=1e9, latency_s=0.0, p2p_idle_sms=1)
+    )
+    small = Workload(n=8192, d=128, heads=1, dtype="fp16")  # 4096 a GPU: 32 CTAs on 132 SMs
+    for profile, w, link_bound, at_once in (
+        (slow, _w(), True, False),
+        (fast, _w(), False, False),
+        (eager, small, True, True),
+    ):
+        r = context_parallel(w, profile, 2, "ring", impl="sdpa-flash")
         s0, s1 = r.tiled.steps
         # step 0 sends the block (8,388,608 B at 1 GB/s = 8.39 ms), step 1 sends nothing
-        assert s0.link_s == pytest.approx(8_388_608 / profile.interconnect.bandwidth_bytes_per_s)
-        assert s0.time_s == max(s0.compute_s + s0.merge_s, s0.link_s)
-        assert (s0.time_s == s0.link_s) is link_bound
+        kv_block = 2 * w.kv_heads_ * (w.n // 2) * w.d * w.element_bytes  # K and V of one GPU's half
+        assert s0.link_s == pytest.approx(kv_block / profile.interconnect.bandwidth_bytes_per_s)
+        assert s0.link_start_s == (0.0 if at_once else s0.compute_s)
+        assert s0.time_s == max(s0.compute_s + s0.merge_s, s0.link_start_s + s0.link_s)
+        if link_bound:  # the transfer decides the step
+            assert s0.time_s == s0.link_start_s + s0.link_s
+        else:  # 8.4 MB at 1 PB/s: 8 ns after the kernel
+            assert s0.time_s == pytest.approx(s0.compute_s + s0.merge_s, rel=1e-4)
         assert s1.link_s == 0 and s1.time_s == s1.compute_s + s1.merge_s
         assert r.tiled.wall_time_s == pytest.approx(s0.time_s + s1.time_s)
     # Ulysses adds: each phase's copies and link time, the attention alone

@@ -178,8 +178,8 @@ def test_calibrate_fits_the_sms_nccl_holds_to_the_overlap_references():
 
     from memmodel.calibration.interconnect import p2p_sms
 
-    # measured on the H200 pair: 4x8x4096x128 785.9 µs alone, 790.8 µs beside a 65.1 µs
-    # exchange; 1x4x4096x128 (one wave) 123.1 µs alone, 192.6 µs beside a 64.6 µs exchange
+    # measured on the H200 pair: 4x8x4096x128 786.1 µs alone, 784.8 µs beside a 65.1 µs
+    # exchange; 1x4x4096x128 (one wave) 122.4 µs alone, 191.3 µs beside a 64.8 µs exchange
     run = json.loads((Path(__file__).parent.parent / "validation/h200x2/calibrate-nccl.json").read_text())
     rows = run["overlap"]
     assert [r["shape"] for r in rows] == [[4, 8, 4096, 128], [1, 4, 4096, 128]]
@@ -191,21 +191,66 @@ def test_calibrate_fits_the_sms_nccl_holds_to_the_overlap_references():
     assert H200.interconnect.p2p_sms == count  # the bundled profile holds what the pair measured
 
 
-def test_the_ring_step_beside_its_transfer_is_slower_than_alone():
+def test_the_ring_backward_step_beside_its_transfer_is_slower_than_alone():
     from memmodel.parallel import context_parallel
 
     w = Workload(n=16384, d=128, heads=2, dtype="bf16")
-    held = context_parallel(w, H200, 2, "ring", impl="sdpa-flash")
+    held = context_parallel(w, H200, 2, "ring", impl="sdpa-flash", backward=True)
     free = context_parallel(
         w,
         dataclasses.replace(H200, interconnect=dataclasses.replace(H200.interconnect, p2p_sms=0)),
         2,
         "ring",
         impl="sdpa-flash",
+        backward=True,
     )
-    step = lambda r: r.tiled.steps[0]  # noqa: E731  (the step with the transfer beside it)
-    assert step(held).compute_s > step(free).compute_s * 1.3  # 128 CTAs on the SMs NCCL leaves
-    assert held.tiled.steps[1].compute_s == free.tiled.steps[1].compute_s  # the last step sends nothing
+    back = lambda r: next(s for s in r.tiled.steps if s.pass_ == "backward" and s.index == 0)  # noqa: E731
+    # the backward's first kernel is short: NCCL starts in its tail and holds SMs beside the main one
+    assert back(held).compute_s > back(free).compute_s
+    # the forward's attention takes the SMs first: NCCL's SMs do not slow it, the transfer waits
+    assert held.tiled.steps[0].compute_s == free.tiled.steps[0].compute_s
+
+
+def test_idle_share_is_when_the_sms_given_one_cta_fewer_go_idle():
+    from memmodel import timing
+    from memmodel.timing import idle_share
+
+    share = 0.83
+    # 4 heads of 8192 at 128-row blocks: 256 CTAs on 132 SMs, 2 each: 8 SMs get one CTA, alone
+    # at 0.83 of the rate, so idle at (1/0.83) / 2 = 0.602 of the kernel; 32 SMs: not before its end
+    four = Workload(n=8192, d=128, heads=4)
+    assert idle_share(four, 128, 64, 132, 2, share, 8) == pytest.approx(1 / 0.83 / 2)
+    assert idle_share(four, 128, 64, 132, 2, share, 32) == 1.0
+    # 8 heads: 512 CTAs, 16 SMs get 3 and 116 get 4: (2 + 1/0.83) / 4 = 0.801 (probe: 630 of 784 µs)
+    eight = Workload(n=8192, d=128, heads=8)
+    assert idle_share(eight, 128, 64, 132, 2, share, 16) == pytest.approx((2 + 1 / 0.83) / 4)
+    # one head of 8192: 64 CTAs leave 68 SMs idle from the start
+    assert idle_share(Workload(n=8192, d=128, heads=1), 128, 64, 132, 2, share, 32) == 0.0
+    # every SM the same number of CTAs (2 · 132 = 264 = 4 heads of 66 blocks): none idles early
+    assert idle_share(Workload(n=66 * 128, d=128, heads=4), 128, 64, 132, 2, share, 1) == 1.0
+    # more SMs asked for than the GPU has
+    assert idle_share(four, 128, 64, 132, 2, share, 133) == 1.0
+    # causal: the balanced time over the makespan
+    causal = Workload(n=8192, d=128, heads=8, causal=True)
+    tail = timing.cta_tail_factor(causal, 128, 64, 132, 2, share)
+    assert idle_share(causal, 128, 64, 132, 2, share, 32) == pytest.approx(1 / tail)
+
+
+@pytest.mark.parametrize(("heads", "starts_at_end"), [(2, True), (1, False)])
+def test_the_ring_forward_transfer_waits_for_the_attention_tail(heads, starts_at_end):
+    from memmodel.parallel import context_parallel
+
+    assert H200.interconnect.p2p_idle_sms == 32  # probe 10
+    r = context_parallel(Workload(n=16384, d=128, heads=heads, dtype="bf16"), H200, 2, "ring", impl="sdpa-flash")
+    step = r.tiled.steps[0]
+    assert step.link_s > 0
+    if starts_at_end:  # 2 heads of 8192 a GPU: 128 CTAs leave 4 SMs idle, fewer than 32
+        assert step.link_start_s == step.compute_s
+        assert step.time_s == pytest.approx(step.compute_s + step.link_s)
+        assert step.to_dict()["hidden_link_s"] == 0.0
+    else:  # 1 head: 64 CTAs leave 68 SMs idle, NCCL starts at once
+        assert step.link_start_s == 0.0
+        assert step.time_s == pytest.approx(max(step.compute_s, step.link_s))
 
 
 @pytest.mark.parametrize(
@@ -213,6 +258,7 @@ def test_the_ring_step_beside_its_transfer_is_slower_than_alone():
     [
         ("compute", "compute: {fp32: 60 TFLOP/s, mma_sync: {fp16: 400 TFLOP/s, one_cta_share: 1.5}}", "above 1"),
         ("interconnect", "interconnect: {bandwidth: 450 GB/s, p2p_sms: 132}", "leaves no SM of the 132"),
+        ("interconnect", "interconnect: {bandwidth: 450 GB/s, p2p_idle_sms: 133}", "more than the 132 SMs"),
     ],
 )
 def test_a_profile_with_an_impossible_share_or_sm_count_is_refused(section, text, message):
