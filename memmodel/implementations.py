@@ -88,6 +88,10 @@ class Implementation:
     #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
     #: listed by PyTorch's profiler on an H200), each costing a launch overhead
     extra_launches: int = 0
+    #: its causal forward schedules as FlashAttention-2's does (grid Q block fastest, then batch,
+    #: then head; each CTA walks K/V from its diagonal down), the kernel the profile's
+    #: memory.l2.causal_reuse_d* curves are measured on
+    fa2_causal_schedule: bool = False
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -100,6 +104,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
         splits_prefill=True,
+        fa2_causal_schedule=True,
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -79,7 +81,14 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
     from .traffic.reuse import curve_from_profile
 
     reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
-    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse)
+    causal = {
+        d: c
+        for d in (64, 128, 256)
+        if (c := curve_from_profile(profile.figures.get(f"memory.l2.causal_reuse_d{d}"), profile.l2.capacity_bytes))
+    }
+    return l2m.L2(
+        mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse, causal=causal or None
+    )
 
 
 def tiled_traffic(
@@ -121,6 +130,8 @@ def tiled_traffic(
         else None,
     )
     l2 = l2 or l2_context(profile, options.l2)
+    if l2.causal is not None and not (spec is not None and spec.fa2_causal_schedule):
+        l2 = dataclasses.replace(l2, causal=None)  # the curves were measured on FA2's schedule only
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)
     if options.splits is not None:

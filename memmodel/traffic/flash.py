@@ -69,6 +69,11 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         intmath.mul(w.batch, w.kv_heads_),
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
+    if w.causal and l2c.causal and l2c.mode != "off":
+        # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight keep live
+        thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
+        kv_hbm = np.maximum(np.asarray(kv_hbm), thrash)
+        kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
@@ -157,6 +162,70 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
     block_bytes = _floats(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
+
+
+def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
+    """The K/V a causal FlashAttention-2 forward keeps live while it re-reads (bytes): the axis
+    of the profile's ``memory.l2.causal_reuse_d*`` curves, measured on one head, where it is
+    that head's K and V.
+
+    FA2's grid runs the heads one after another, a head's Q blocks shortest first: its CTAs are
+    handed out over its *dispatch span* s = visited blocks / C steps (C CTAs at once), and its
+    last, longest CTA runs T_c steps after that, so a head is in flight for s + T_c steps and a
+    new one starts every s. The G query heads of a K/V head (GQA) run back to back on the same
+    K/V: a K/V head is in flight for G·s + T_c. With H_kv = batch × K/V heads in a kernel of about
+    H_kv·G·s + T_c steps, the K/V heads in flight are on average
+
+        H_kv · (G·s + T_c) / (H_kv·G·s + T_c)
+
+    one head's K and V each: 1 for one head (the curves' reference shapes), ``1 + T_c/(G·s)`` for
+    many.
+    """
+    w, b = ctx.w, ctx.blocks
+    conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
+    span = np.maximum(_floats(ctx.visited), 1.0) / conc
+    t_c, g = _floats(b.t_c), _floats(w.group)
+    h_kv = _floats(intmath.mul(w.batch, w.kv_heads_))
+    heads = h_kv * (g * span + t_c) / (h_kv * g * span + t_c)
+    return heads * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))
+
+
+def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
+    """HBM reads of K (or V) of a causal FlashAttention-2 forward by the profile's measured
+    causal curve at the head dim nearest the kernel's (``memory.l2.causal_reuse_d*``): the first
+    read of every byte, plus the re-reads (requested − unique) times the curve's miss share at
+    :func:`causal_live_bytes`. Past the curve's last point the share is at least the random
+    replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.58` at 2.2 × its L2, where
+    that gives `0.55`)."""
+    live = causal_live_bytes(ctx, l2)
+    dims = sorted(l2.causal)
+    d = np.asarray(_floats(ctx.exec_d))
+    grid = np.asarray(dims, dtype=np.float64)
+    nearest = grid[np.argmin(np.abs(np.log(d[..., None] / grid)), axis=-1)]
+    miss = np.zeros(np.shape(live))
+    for dim in dims:
+        curve = l2.causal[dim]
+        share = _log_interp(live, curve)
+        past = np.maximum(share, 1.0 - l2.whole / np.maximum(live, 1.0))
+        share = np.where(live > curve.footprint_bytes[-1], past, share)
+        miss = np.where(nearest == dim, share, miss)
+    u, r = _floats(unique), _floats(requested)
+    return np.minimum(r, u + np.maximum(r - u, 0.0) * miss).round()
+
+
+def _log_interp(x: Any, curve: Any) -> Any:
+    """The curve's miss share at ``x``, interpolated linearly in its logarithm between points
+    (the share rises about exponentially up to the L2's size: on the H200's d = 128 reference
+    points, each inner point from its neighbours is off by at most `34 %` so, `71 %` linearly);
+    below the first point it keeps falling at the first segment's rate; past the last it stays."""
+    xs = np.asarray(curve.footprint_bytes, dtype=np.float64)
+    ys = np.log(np.maximum(np.asarray(curve.miss, dtype=np.float64), 1e-6))
+    x = _floats(x)
+    out = np.interp(x, xs, ys)
+    if xs.size > 1:  # below the first point the share keeps falling at the first segment's rate
+        slope = (ys[1] - ys[0]) / max(xs[1] - xs[0], 1.0)
+        out = np.where(x < xs[0], ys[0] - slope * (xs[0] - x), out)
+    return np.exp(out)
 
 
 def tile_reread_hbm(
@@ -439,6 +508,8 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         params["l2_cross_wave"] = _plain(
             np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
         )
+        if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
+            params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
 
 

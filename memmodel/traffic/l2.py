@@ -26,6 +26,7 @@ FlashAttention paper's view).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +49,15 @@ class L2:
     #: bytes a wave streams through L2 besides the re-read data (Q in, O out: one tile per CTA),
     #: live between two waves' uses of a line with the curve (0: none)
     streamed: IntLike = 0
+    #: the measured causal re-read curves by head dim ({d: :class:`.reuse.ReuseCurve`}) of a
+    #: kernel that schedules as FlashAttention-2 does (None: the rules of flash.tile_reread_hbm)
+    causal: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
-        return L2(self.mode, self.capacity_bytes, ctas, self.total_bytes, self.reuse, self.streamed)
+        return dataclasses.replace(self, concurrent_ctas=ctas)
 
     def with_streamed(self, nbytes: IntLike) -> L2:
-        return L2(self.mode, self.capacity_bytes, self.concurrent_ctas, self.total_bytes, self.reuse, nbytes)
+        return dataclasses.replace(self, streamed=nbytes)
 
     @property
     def whole(self) -> float:

@@ -1,0 +1,94 @@
+"""The profile's ``memory.l2.causal_reuse_d*`` curves from one causal head measured at several lengths.
+
+A causal FlashAttention-2 forward re-reads each head's K/V once per Q block up to the diagonal;
+what share of those re-reads misses in L2 depends on the K/V live while they happen, and on the
+order the kernel's CTAs walk it, which no microbenchmark of ours reproduced past about 0.8 × the
+L2 (the ``causal-down`` family of :mod:`memmodel.calibration.l2_reuse` stays near `5 %` where the
+kernel reaches `50 %`). So the curve is measured on the kernel itself, on single-kernel reference
+shapes: one causal head (batch 1), fp16, whose K and V are 0.4 to 2.2 × the L2, at d = 64, 128
+and 256 (``validation/cases/h200-causal-reuse-ref.txt``, run by ``memmodel validate --ncu``).
+Each point is
+
+    miss = (DRAM read − Q − K − V) / (K and V requested − K − V)
+
+at the head's K and V (:func:`memmodel.traffic.flash.causal_live_bytes` of one head) per mille
+of the L2, the requests as the model counts them (Q block × visited K/V block).
+Everything else (several heads, GQA, other lengths) is the model's: those records check it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SOURCE = "measured-causal-reuse"
+RECORD = "validation/h200/causal-reuse/h200-causal-reuse-ref.json"
+COMMAND = (
+    "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-causal-reuse-ref.txt "
+    "--output h200-causal-reuse-ref.json"
+)
+HEAD_DIMS = (64, 128, 256)
+
+
+def fitted_curves(record: Mapping[str, Any], l2_bytes: float) -> dict[int, dict[int, float]]:
+    """{head dim: {K/V per mille of the L2: miss share of the re-reads (4 decimals)}} of the
+    record's one-head causal FlashAttention-2 forwards."""
+    from ..model import compare
+    from ..workload import Workload
+
+    out: dict[int, dict[int, float]] = {}
+    for entry in record.get("cases", []):
+        c = entry.get("case", {})
+        rows = [b for b in entry.get("bytes") or [] if b.get("kernel") == "fa2_fwd"]
+        if not rows or not c.get("causal") or c.get("batch") != 1 or c.get("heads") != 1 or c.get("d") not in HEAD_DIMS:
+            continue
+        w = Workload(n=int(c["n"]), d=int(c["d"]), causal=True, dtype=str(c.get("dtype", "fp16")))
+        tiled = compare(w, _profile(), impl="sdpa-flash").tiled.traffic
+        kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
+        requested = sum(
+            int(t.bytes) for t in kernel.transfers if t.tensor in ("K", "V") and t.level == "l2" and t.direction == "read"
+        )
+        kv = 2 * w.n * w.d * w.element_bytes
+        q = w.n * w.d * w.element_bytes
+        miss = (float(rows[0]["measured_hbm_read_bytes"]) - q - kv) / max(float(requested - kv), 1.0)
+        live = float(tiled.params["causal_live_bytes"])
+        out.setdefault(int(c["d"]), {})[round(live / l2_bytes * 1000)] = round(min(1.0, max(0.0, miss)), 4)
+    return {d: dict(sorted(points.items())) for d, points in sorted(out.items())}
+
+
+def _profile() -> Any:
+    """The bundled H200 profile: the requests and the live K/V the model counts for a shape
+    depend on its SMs and occupancy, not on the curves being fitted."""
+    from ..hardware import load_profile
+
+    return load_profile("h200")
+
+
+def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a profile's YAML mapping) with ``memory.l2.causal_reuse_d*`` and their source."""
+    from ..units import parse
+
+    l2 = data.setdefault("memory", {}).setdefault("l2", {})
+    capacity = l2.get("capacity", {})
+    l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")
+    curves = fitted_curves(record, l2_bytes)
+    if not curves:
+        return data
+    for d, points in curves.items():
+        l2[f"causal_reuse_d{d}"] = {
+            "value": points,
+            "source": SOURCE,
+            "note": f"share of a causal FlashAttention-2 forward's K/V re-reads served by HBM, by the K/V live (per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
+            f"causal_live_bytes): one causal head, d = {d}, fp16, "
+            f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, cold L2",
+        }
+    sources = dict(data.get("sources") or {})
+    sources[SOURCE] = {
+        "title": f"memmodel causal re-read references, {record.get('device', 'GPU')} ({RECORD})",
+        "kind": "measured",
+        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
+        "date": str(record.get("started", ""))[:10],
+        "command": COMMAND,
+    }
+    data["sources"] = sources
+    return data
