@@ -70,9 +70,13 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
     if w.causal and l2c.causal and l2c.mode != "off":
-        # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight keep live
+        # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
+        # keep live. One head is the curve's own reference pattern: the curve alone. With several,
+        # the larger of it and the window rule above, whose evictions come from other heads'
+        # data streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
         thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
-        kv_hbm = np.maximum(np.asarray(kv_hbm), thrash)
+        one = np.asarray(intmath.mul(w.batch, w.heads)) == 1
+        kv_hbm = np.where(one, thrash, np.maximum(np.asarray(kv_hbm), thrash))
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
@@ -169,25 +173,30 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     of the profile's ``memory.l2.causal_reuse_d*`` curves, measured on one head, where it is
     that head's K and V.
 
-    FA2's grid runs the heads one after another, a head's Q blocks shortest first: its CTAs are
-    handed out over its *dispatch span* s = visited blocks / C steps (C CTAs at once), and its
-    last, longest CTA runs T_c steps after that, so a head is in flight for s + T_c steps and a
-    new one starts every s. The G query heads of a K/V head (GQA) run back to back on the same
-    K/V: a K/V head is in flight for G·s + T_c. With H_kv = batch × K/V heads in a kernel of about
-    H_kv·G·s + T_c steps, the K/V heads in flight are on average
+    FA2's grid runs the query heads one after another, a head's Q blocks shortest first: its
+    CTAs are handed out over its *dispatch span* s = visited blocks / C steps (C CTAs at once),
+    and its last, longest CTA runs T_c steps after that. While a head's CTAs are handed out they
+    touch a share of its K/V growing from 0 to all (half on average), then all of it until the
+    last ends. The G query heads of a K/V head (GQA) run back to back on the same K/V, so a K/V
+    head is touched for ``s/2 + (G − 1)·s + T_c`` steps of a kernel of about ``H_kv·G·s + T_c``
+    (H_kv = batch × K/V heads): on average
 
-        H_kv · (G·s + T_c) / (H_kv·G·s + T_c)
+        H_kv · (G·s − s/2 + T_c) / (H_kv·G·s + T_c)
 
-    one head's K and V each: 1 for one head (the curves' reference shapes), ``1 + T_c/(G·s)`` for
-    many.
+    K/V heads are live. One head, the curves' reference, keeps ``(s/2 + T_c)/(s + T_c)`` of its
+    K and V live on average and is read at its K and V; a workload is read at the same multiple,
+    so one head of any length maps to its K and V, many heads to ``1 + T_c/s`` of them (a steady
+    stream) over that ratio, and a K/V head shared by G query heads to more than one: after its
+    first query head it is all live.
     """
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     span = np.maximum(_floats(ctx.visited), 1.0) / conc
     t_c, g = _floats(b.t_c), _floats(w.group)
     h_kv = _floats(intmath.mul(w.batch, w.kv_heads_))
-    heads = h_kv * (g * span + t_c) / (h_kv * g * span + t_c)
-    return heads * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))
+    live = h_kv * (g * span - span / 2.0 + t_c) / (h_kv * g * span + t_c)
+    one = (span / 2.0 + t_c) / (span + t_c)
+    return live / one * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))
 
 
 def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:

@@ -1,0 +1,120 @@
+"""The measured causal re-read curves (memory.l2.causal_reuse_d*) and the K/V live they are read at."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel.calibration.causal_reuse import fitted_curves
+from memmodel.hardware import load_profile
+from memmodel.model import compare, l2_context
+from memmodel.traffic.flash import _log_interp, causal_live_bytes
+from memmodel.traffic.reuse import ReuseCurve
+from memmodel.workload import Workload
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = load_profile("h200")
+L2 = 60 * 2**20
+
+
+def _kv_reads(w: Workload, profile=H200, impl: str = "sdpa-flash"):
+    k = next(k for k in compare(w, profile, impl=impl).tiled.traffic.kernels if k.name == "fa2_fwd")
+    return sum(np.asarray(t.bytes) for t in k.transfers if t.tensor in ("K", "V") and t.level == "hbm")
+
+
+def test_one_head_keeps_its_own_k_and_v_live():
+    # one head of 65536 at d = 128: K and V are 2 · 65536 · 128 · 2 = 32 MiB, whatever its span
+    c = compare(Workload(n=65536, d=128, causal=True, dtype="fp16"), H200, impl="sdpa-flash")
+    assert c.tiled.traffic.params["causal_live_bytes"] == pytest.approx(32 * 2**20)
+
+
+def test_many_heads_keep_one_plus_tc_over_span_heads_live():
+    # 8 heads of 32768, d = 128, 128 x 64 blocks: T_r = 256, T_c = 512, visited = 256 · 257 = 65792
+    # per head (the causal blocks); 264 CTAs at once: span s = 65792 / 264 = 249.2 steps;
+    # heads in flight 8 · (s + 512) / (8 s + 512) = 2.418; K and V of one head 16 MiB
+    w = Workload(n=32768, d=128, heads=8, causal=True, dtype="fp16")
+    c = compare(w, H200, impl="sdpa-flash")
+    s = 65792 / 264
+    assert c.tiled.traffic.params["causal_live_bytes"] == pytest.approx(8 * (s + 512) / (8 * s + 512) * 16 * 2**20)
+
+
+@settings(max_examples=40, deadline=None)
+@given(heads=st.integers(1, 64), n=st.sampled_from([4096, 16384, 65536]), group=st.sampled_from([1, 2, 4, 8]))
+def test_the_live_k_v_is_at_least_one_head_and_at_most_twice_all(heads, n, group):
+    # read against one head, which keeps at least half of its K/V live on average
+    if heads % group:
+        heads = group * max(1, heads // group)
+    w = Workload(n=n, d=128, heads=heads, kv_heads=heads // group, causal=True, dtype="fp16")
+    live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
+    one = 2 * n * 128 * 2
+    assert one * (1 - 1e-9) <= live <= 2 * one * (heads // group) * (1 + 1e-9)
+
+
+def test_the_fit_reads_the_reference_record():
+    record = json.loads((ROOT / "validation/h200/causal-reuse/h200-causal-reuse-ref.json").read_text())
+    curves = fitted_curves(record, L2)
+    assert sorted(curves) == [64, 128, 256]
+    # d = 128 at 1 x the L2 (n = 122880: K, V 60 MiB): 89.97 extra passes of the 480 re-read
+    # passes the model counts (requests 481.5 x K and V) miss: 0.1876
+    assert curves[128][1000] == pytest.approx(0.1876, abs=2e-4)
+    for d, points in curves.items():
+        assert len(points) == 8
+        assert list(points.values()) == sorted(points.values())  # more K/V live, more misses
+        # the bundled profile holds exactly what the fit gives
+        assert dict(H200.figures[f"memory.l2.causal_reuse_d{d}"]) == points
+
+
+def test_log_interpolation_between_points_and_below_the_first():
+    curve = ReuseCurve((10.0, 20.0, 30.0), (0.01, 0.04, 0.5))
+    # halfway between 0.01 and 0.04 in the logarithm: sqrt(0.01 · 0.04) = 0.02
+    assert _log_interp(15.0, curve) == pytest.approx(0.02)
+    # below the first point at the first segment's rate: 0.01 / 2 at 5 (a factor 4 per 10)
+    assert _log_interp(5.0, curve) == pytest.approx(0.005)
+    assert _log_interp(40.0, curve) == pytest.approx(0.5)  # past the last: the last
+
+
+def test_the_curve_moves_one_long_head_and_only_flash_attention_2():
+    # one head of 131072 at d = 128 (64 MiB of K and V): the curve at 64 MiB gives about a quarter
+    # of the 512 re-read passes missing; without it (the window rule) the model reads K/V 32 times
+    w = Workload(n=131072, d=128, causal=True, dtype="fp16")
+    kv = 2 * 131072 * 128 * 2
+    assert _kv_reads(w) / kv > 100
+    import dataclasses
+
+    figures = {k: v for k, v in H200.figures.items() if not k.startswith("memory.l2.causal_reuse")}
+    bare = dataclasses.replace(H200, figures=figures)
+    assert l2_context(bare, "on").causal is None
+    assert _kv_reads(w, bare) / kv < 40
+    # cuDNN schedules its own way: the curve is not applied to it
+    assert _kv_reads(w, H200, "sdpa-cudnn") == _kv_reads(w, bare, "sdpa-cudnn")
+
+
+def test_the_grid_path_equals_the_scalar_path():
+    # the sweep evaluates grids through the same code: element i of a grid is the scalar result
+    ns = np.array([32768, 65536, 131072])
+    w = Workload(n=ns, d=128, heads=2, causal=True, dtype="fp16")
+    grid = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
+    for i, n in enumerate(ns):
+        one = compare(Workload(n=int(n), d=128, heads=2, causal=True, dtype="fp16"), H200, impl="sdpa-flash")
+        assert grid[i] == pytest.approx(one.tiled.traffic.params["causal_live_bytes"])
+    kv_grid = _kv_reads(w)
+    for i, n in enumerate(ns):
+        assert kv_grid[i] == _kv_reads(Workload(n=int(n), d=128, heads=2, causal=True, dtype="fp16"))
+
+
+def test_a_shared_kv_head_is_all_live_after_its_first_query_head():
+    # GQA 8:1, one K/V head of 65536 at d = 128 (32 MiB of K and V): T_r = 512, T_c = 1024,
+    # visited = 2 · (1 + ... + 512) = 262,656 blocks, s = 262,656 / 264 = 994.9 steps; live
+    # (8s − s/2 + 1024)/(8s + 1024) = 0.945 K/V heads, one head (s/2 + 1024)/(s + 1024) = 0.754:
+    # the curve is read at 1.253 × 32 MiB
+    w = Workload(n=65536, d=128, heads=8, kv_heads=1, causal=True, dtype="fp16")
+    s = 262656 / 264
+    ratio = ((8 * s - s / 2 + 1024) / (8 * s + 1024)) / ((s / 2 + 1024) / (s + 1024))
+    live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
+    assert live == pytest.approx(ratio * 32 * 2**20)
+    assert ratio == pytest.approx(1.253, abs=1e-3)
