@@ -3,7 +3,9 @@
     python benchmarks/bench_grid.py [--runs 3] [--sample 2000] [--gpu a100]
 
 ``--gpu h200`` runs the grid through the measured L2 reuse curve (``memory.l2.reuse``: per-head
-K/V of up to 64 MiB at N = 131072, d = 128, across the H200's capacity knee).
+K/V of up to 64 MiB at N = 131072, d = 128, across the H200's capacity knee); ``--causal`` makes
+every configuration causal (with ``--gpu h200 --impl sdpa-flash``, FlashAttention-2's through the
+measured causal curves, ``memory.l2.causal_reuse_d*``).
 
 The same grid is evaluated two ways and both figures are printed:
 
@@ -40,9 +42,9 @@ GRID = {
 }
 
 
-def scalar_row(w: Workload, profile, tiled: str) -> list:
+def scalar_row(w: Workload, profile, tiled: str, impl: str = "auto") -> list:
     """What one row pair of the sweep holds, computed through a scalar compare call."""
-    c = compare(w, profile, tiled=tiled)
+    c = compare(w, profile, tiled=tiled, impl=impl)
     out = []
     for ev in c.algorithms:
         t = ev.traffic
@@ -57,10 +59,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of the whole grid (median; default 5)")
     parser.add_argument("--sample", type=int, default=2000, help="configurations evaluated one by one (default 2000)")
     parser.add_argument("--gpu", default="a100", help="bundled profile (default a100; h200 has the L2 reuse curve)")
+    parser.add_argument("--causal", action="store_true", help="every configuration causal")
+    parser.add_argument("--impl", default="auto", help="implementation (default auto; sdpa-flash for the causal curves)")
     args = parser.parse_args()
     profile = load_profile(args.gpu)
     profiles = {args.gpu: profile}
-    grid = Grid(gpus=(args.gpu,), **GRID)
+    grid = Grid(gpus=(args.gpu,), causal=(True,) if args.causal else (False,), impls=(args.impl,), **GRID)
     print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on {args.gpu}")
     if hasattr(os, "getloadavg"):  # other work on the machine slows both paths down
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
@@ -100,8 +104,9 @@ def main() -> int:
             heads=int(mesh["heads"][j]),
             kv_heads=int(mesh["kv_heads"][j]),
             dtype=dtype,
+            causal=args.causal,
         )
-        rows.append(scalar_row(w, profile, tiled))
+        rows.append(scalar_row(w, profile, tiled, args.impl))
     scalar_s = time.perf_counter() - start
     scalar_rate = args.sample / scalar_s
     print(

@@ -130,8 +130,8 @@ def tiled_traffic(
         else None,
     )
     l2 = l2 or l2_context(profile, options.l2)
-    if l2.causal is not None and not (spec is not None and spec.fa2_causal_schedule):
-        l2 = dataclasses.replace(l2, causal=None)  # the curves were measured on FA2's schedule only
+    if l2.causal is not None and not (spec is not None and spec.fa2_causal_schedule and options.kv_order == "reverse"):
+        l2 = dataclasses.replace(l2, causal=None)  # the curves were measured on FA2's schedule and walk only
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)
     if options.splits is not None:
