@@ -64,7 +64,8 @@ def main() -> int:
     args = parser.parse_args()
     profile = load_profile(args.gpu)
     profiles = {args.gpu: profile}
-    grid = Grid(gpus=(args.gpu,), causal=(True,) if args.causal else (False,), impls=(args.impl,), **GRID)
+    axes = dict(GRID, tiled=("fa2",)) if args.impl != "auto" else GRID  # an implementation is an FA2 kernel
+    grid = Grid(gpus=(args.gpu,), causal=(True,) if args.causal else (False,), impls=(args.impl,), **axes)
     print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on {args.gpu}")
     if hasattr(os, "getloadavg"):  # other work on the machine slows both paths down
         print(f"load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
