@@ -118,3 +118,17 @@ def test_a_shared_kv_head_is_all_live_after_its_first_query_head():
     live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
     assert live == pytest.approx(ratio * 32 * 2**20)
     assert ratio == pytest.approx(1.253, abs=1e-3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 400_000),
+    n_kv=st.integers(1, 400_000),
+    b_r=st.sampled_from([16, 32, 64, 128]),
+    b_c=st.sampled_from([16, 32, 64, 128, 256]),
+)
+def test_causal_visited_blocks_on_arrays_equal_the_scalar_closed_form(n, n_kv, b_r, b_c):
+    from memmodel.traffic.blocks import _causal_visited_array, _causal_visited_scalar
+
+    got = _causal_visited_array(np.array([n, n_kv]), np.array([n_kv, n]), b_r, b_c)
+    assert list(got) == [_causal_visited_scalar(n, n_kv, b_r, b_c), _causal_visited_scalar(n_kv, n, b_r, b_c)]

@@ -79,7 +79,22 @@ def _causal_visited_scalar(n: int, n_kv: int, b_r: int, b_c: int) -> int:
     return total + blocks(n - 1)
 
 
-_causal_visited_vec = np.vectorize(_causal_visited_scalar, otypes=[np.int64])
+def _causal_visited_array(n: Any, n_kv: Any, b_r: Any, b_c: Any) -> np.ndarray:
+    """:func:`_causal_visited_scalar` elementwise, the same closed form in numpy passes
+    (:func:`floor_sum_array`); element i equals the scalar result."""
+    nn, nk, br, bc = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n, n_kv, b_r, b_c)))
+    t_r, t_c, off = -(-nn // br), -(-nk // bc), nk - nn
+    full = t_r - 1
+    i0 = np.maximum(0, -(-((t_c - 1) * bc - off + 1) // br) - 1)
+    below = np.minimum(i0, full)
+    # floor_sum's terms need b ≥ 0: b_r − 1 + off < 0 only with N_kv < N (queries past the keys)
+    safe = (below > 0) & (br - 1 + off >= 0)
+    partial = floor_sum_array(np.where(safe, below, 0), bc, br, np.where(safe, br - 1 + off, 0)) + np.where(safe, below, 0)
+    out = partial + (full - below) * t_c + np.minimum(t_c, (nn - 1 + off) // bc + 1)
+    odd = (below > 0) & ~safe
+    if np.any(odd):  # the few elements with N_kv < N: one by one
+        out[odd] = np.vectorize(_causal_visited_scalar, otypes=[np.int64])(nn[odd], nk[odd], br[odd], bc[odd])
+    return out.astype(np.int64)
 
 
 def visited_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> IntLike:
@@ -89,7 +104,7 @@ def visited_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal
     if not causal:
         return intmath.mul(t_r, t_c)
     if intmath.is_array(n, n_kv, b_r, b_c):
-        return _causal_visited_vec(n, n_kv, b_r, b_c)
+        return _causal_visited_array(n, n_kv, b_r, b_c)
     return _causal_visited_scalar(int(n), int(n_kv), int(b_r), int(b_c))
 
 
