@@ -60,7 +60,9 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=2000, help="configurations evaluated one by one (default 2000)")
     parser.add_argument("--gpu", default="a100", help="bundled profile (default a100; h200 has the L2 reuse curve)")
     parser.add_argument("--causal", action="store_true", help="every configuration causal")
-    parser.add_argument("--impl", default="auto", help="implementation (default auto; sdpa-flash for the causal curves)")
+    parser.add_argument(
+        "--impl", default="auto", help="implementation (default auto; sdpa-flash for the causal curves)"
+    )
     args = parser.parse_args()
     profile = load_profile(args.gpu)
     profiles = {args.gpu: profile}

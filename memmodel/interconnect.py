@@ -50,7 +50,8 @@ class Interconnect:
     #: calibrate --gpus; 0: not measured, none taken)
     p2p_sms: int = 0
     #: SMs a kernel dispatched first must leave idle before NCCL's send/recv posted beside it
-    #: starts (measured by calibrate --gpus; 0: not measured, the transfer waits for its end)
+    #: starts (measured by probe 10, validation/h200x2/probe-10; 0: not measured, the transfer
+    #: waits for the kernel's end)
     p2p_idle_sms: int = 0
 
     def peer_bandwidth_bytes_per_s(self) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -87,7 +86,12 @@ def l2_context(profile: Profile, mode: str) -> l2m.L2:
         if (c := curve_from_profile(profile.figures.get(f"memory.l2.causal_reuse_d{d}"), profile.l2.capacity_bytes))
     }
     return l2m.L2(
-        mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse, causal=causal or None
+        mode,
+        profile.l2.usable_capacity_bytes,
+        profile.sm_count,
+        profile.l2.capacity_bytes,
+        reuse,
+        causal=causal or None,
     )
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from memmodel.calibration.causal_reuse import fitted_curves
 from memmodel.hardware import load_profile
 from memmodel.model import compare, l2_context
-from memmodel.traffic.flash import _log_interp, causal_live_bytes
+from memmodel.traffic.flash import _log_interp
 from memmodel.traffic.reuse import ReuseCurve
 from memmodel.workload import Workload
 

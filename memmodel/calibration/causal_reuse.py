@@ -46,7 +46,9 @@ def fitted_curves(record: Mapping[str, Any], l2_bytes: float) -> dict[int, dict[
         tiled = compare(w, _profile(), impl="sdpa-flash").tiled.traffic
         kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
         requested = sum(
-            int(t.bytes) for t in kernel.transfers if t.tensor in ("K", "V") and t.level == "l2" and t.direction == "read"
+            int(t.bytes)
+            for t in kernel.transfers
+            if t.tensor in ("K", "V") and t.level == "l2" and t.direction == "read"
         )
         kv = 2 * w.n * w.d * w.element_bytes
         q = w.n * w.d * w.element_bytes
@@ -78,7 +80,8 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
         l2[f"causal_reuse_d{d}"] = {
             "value": points,
             "source": SOURCE,
-            "note": f"share of a causal FlashAttention-2 forward's K/V re-reads served by HBM, by the K/V live (per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
+            "note": "share of a causal FlashAttention-2 forward's K/V re-reads served by HBM, by the K/V live "
+            f"(per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
             f"causal_live_bytes): one causal head, d = {d}, fp16, "
             f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, cold L2",
         }

@@ -292,11 +292,12 @@ def nccl_worker(torch: Any, dist: Any, rank: int, world: int, config: dict[str, 
         gathered = torch.empty(elems * world, dtype=torch.bfloat16, device=device)
         reps = 20 if size <= 2**26 else 8
 
-        def send_recv(a: Any = a, b: Any = b) -> None:
+        def send_recv(a: Any = a, b: Any = b, half: int = elems // 2) -> None:
             # as the ring sends a block: K and V, two buffers of half the bytes each way (NCCL
             # moves them one after the other: 16 MiB so takes 1.5 x one buffer's time on the H200)
-            halves = [(a[: elems // 2], b[: elems // 2]), (a[elems // 2 :], b[elems // 2 :])]
-            ops = [dist.P2POp(dist.isend, x, nxt) for x, _ in halves] + [dist.P2POp(dist.irecv, y, prv) for _, y in halves]
+            halves = [(a[:half], b[:half]), (a[half:], b[half:])]
+            ops = [dist.P2POp(dist.isend, x, nxt) for x, _ in halves]
+            ops += [dist.P2POp(dist.irecv, y, prv) for _, y in halves]
             for r in dist.batch_isend_irecv(ops):
                 r.wait()
 

@@ -89,7 +89,9 @@ def _causal_visited_array(n: Any, n_kv: Any, b_r: Any, b_c: Any) -> np.ndarray:
     below = np.minimum(i0, full)
     # floor_sum's terms need b ≥ 0: b_r − 1 + off < 0 only with N_kv < N (queries past the keys)
     safe = (below > 0) & (br - 1 + off >= 0)
-    partial = floor_sum_array(np.where(safe, below, 0), bc, br, np.where(safe, br - 1 + off, 0)) + np.where(safe, below, 0)
+    partial = floor_sum_array(np.where(safe, below, 0), bc, br, np.where(safe, br - 1 + off, 0)) + np.where(
+        safe, below, 0
+    )
     out = partial + (full - below) * t_c + np.minimum(t_c, (nn - 1 + off) // bc + 1)
     odd = (below > 0) & ~safe
     if np.any(odd):  # the few elements with N_kv < N: one by one
