@@ -78,6 +78,8 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "cudnn_bwd_pre": r"dot_do_o",
         "cudnn_bwd": r"bprop|dgrad|backward|bwd",
         "cudnn_bwd_dq": r"convert_dq",
+        "dk_group_sum": r"reduce_head",
+        "dv_group_sum": r"reduce_head",
     },
     "sdpa-efficient": {
         "fa2_fwd": r"cutlassF|fmha(?!_cutlassB)",

@@ -383,11 +383,23 @@ def test_cutlass_backward_by_hand():
     assert one["mea_bwd"].bytes(level="hbm", tensor="dQacc", direction="write") == 8_388_608
 
 
-def test_cudnn_backward_reduces_gqa_in_the_kernel():
+def test_cudnn_backward_sums_gqa_after_the_kernel():
+    # probe 9's profiles: the main kernel writes dK, dV per query head, two fmha_reduce_head
+    # kernels sum them over the group
     w = Workload(n=256, d=64, heads=4, kv_heads=2, dtype="fp16")
     k = by_name(compare(w, H200, impl="sdpa-cudnn", l2="cold", backward=True).tiled)
-    assert list(k) == ["fa2_fwd", "cudnn_bwd_pre", "cudnn_bwd", "cudnn_bwd_dq"]
-    assert k["cudnn_bwd"].bytes(level="hbm", tensor="dK", direction="write") == 65_536  # per K/V head
+    assert list(k) == ["fa2_fwd", "cudnn_bwd_pre", "cudnn_bwd", "cudnn_bwd_dq", "dk_group_sum", "dv_group_sum"]
+    # 4 query heads · 256 · 64 · 2 B = 131,072 B written; the sum writes 2 K/V heads' 65,536 B
+    assert k["cudnn_bwd"].bytes(level="hbm", tensor="dK", direction="write") == 131_072
+    assert k["dk_group_sum"].bytes(level="hbm", tensor="dK", direction="write") == 65_536
+
+
+def test_cudnn_gqa_backward_reads_kv_half_way_between_once_and_per_query_head():
+    # probe 9: 32 query heads of 16384 at d = 128 on 4 K/V heads (G = 8): K read (8 + 1)/2 = 4.5
+    # times its 4 · 16384 · 128 · 2 = 16,777,216 B = 75,497,472 B
+    w = Workload(n=16384, d=128, heads=32, kv_heads=4, dtype="bf16", causal=True)
+    k = by_name(compare(w, H200, impl="sdpa-cudnn", backward=True).tiled)
+    assert k["cudnn_bwd"].bytes(level="hbm", tensor="K", direction="read") == 75_497_472
 
 
 def test_backward_params_and_occupancy_override():
