@@ -132,3 +132,11 @@ def test_causal_visited_blocks_on_arrays_equal_the_scalar_closed_form(n, n_kv, b
 
     got = _causal_visited_array(np.array([n, n_kv]), np.array([n_kv, n]), b_r, b_c)
     assert list(got) == [_causal_visited_scalar(n, n_kv, b_r, b_c), _causal_visited_scalar(n_kv, n, b_r, b_c)]
+
+
+def test_the_knee_caveat_says_which_causal_rule_read_the_bytes():
+    w = Workload(n=98304, d=128, causal=True, dtype="fp16")  # 48 MiB of K and V: past the knee
+    flash = " ".join(compare(w, H200, impl="sdpa-flash").caveats)
+    cudnn = " ".join(compare(w, H200, impl="sdpa-cudnn").caveats)
+    assert "read from the measured causal curve" in flash
+    assert "read from the measured causal curve" not in cudnn and "does not follow it" in cudnn

@@ -519,6 +519,7 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         )
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
+            params["causal_curve"] = bool(l2.causal)  # the forward's re-reads came from the measured curves
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
 
 

@@ -133,20 +133,32 @@ def rows_prefix(flags: Any) -> str:
     return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
 
 
-def knee_note(flags: Any, curve: ReuseCurve, causal: bool) -> str | None:
-    """A caveat line where ``flags`` (from :func:`poorly_modelled`) holds anywhere; else None."""
+def knee_note(flags: Any, curve: ReuseCurve, causal: bool, causal_curve: bool = False) -> str | None:
+    """A caveat line where ``flags`` (from :func:`poorly_modelled`) holds anywhere; else None.
+    ``causal_curve``: the causal re-reads were read from the profile's measured causal curves
+    (``memory.l2.causal_reuse_d*``), whose errors near the knee the note gives instead."""
     arr = np.asarray(flags, dtype=bool)
     if not arr.any():
         return None
     lo, hi = curve.knee
     where = rows_prefix(arr)
-    what = (
-        "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
-        f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
-        "(measured 1.2-90 x the unique K/V on the H200's microbenchmark; the model's causal rule does not follow it)"
-        if causal
-        else f"K/V re-read across waves near the L2's capacity knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB "
-        "live): the HBM bytes of the tiled kernel move steeply with the footprint there"
-    )
+    if causal and causal_curve:
+        what = (
+            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
+            f"({lo / 2**20:.0f} MiB): read from the measured causal curve, whose miss share rises 2-3 x per "
+            "10 % of the L2 there (on the H200: one head within -21 % to +52 %, several heads or GQA groups "
+            "-51 % to +42 %; docs/accuracy.md)"
+        )
+    elif causal:
+        what = (
+            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
+            f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
+            "(measured 1.2-90 x the unique K/V on the H200's microbenchmark; the model's causal rule does not follow it)"
+        )
+    else:
+        what = (
+            f"K/V re-read across waves near the L2's capacity knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB "
+            "live): the HBM bytes of the tiled kernel move steeply with the footprint there"
+        )
     basis = "" if curve.measured else " (no measured memory.l2.reuse curve: a step at the effective capacity assumed)"
     return f"{where}{what}{basis}."
