@@ -810,6 +810,8 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
         floor = _FLOORS.get(kind)
         if floor is not None and y < floor[0]:
             raise _fail(where, f"{fpath}.{key}", f"{value!r} is below {floor[1]}: not a plausible GPU figure")
+        if fpath in _ZERO_ALLOWED and y > 1.0:  # a share of re-reads that miss
+            raise _fail(where, f"{fpath}.{key}", f"{value!r} is above 1: a miss share is between 0 and 1")
         if kind == "ratio" and y > MAX_EFFICIENCY:
             raise _fail(where, f"{fpath}.{key}", f"{value!r} is above {MAX_EFFICIENCY:g}: not a plausible efficiency")
         points.append((key, y))

@@ -140,3 +140,24 @@ def test_the_knee_caveat_says_which_causal_rule_read_the_bytes():
     cudnn = " ".join(compare(w, H200, impl="sdpa-cudnn").caveats)
     assert "read from the measured causal curve" in flash
     assert "read from the measured causal curve" not in cudnn and "does not follow it" in cudnn
+
+
+@pytest.mark.parametrize("field", ["causal_reuse_d128", "reuse"])
+def test_a_miss_share_above_one_is_refused_in_one_line(field, tmp_path):
+    from click.testing import CliRunner
+
+    from memmodel.cli import cli
+
+    text = (
+        "name: x\nfull_name: X\nvendor: NVIDIA\narchitecture: Hopper\nsm_count: 132\nclock: 1980 MHz\n"
+        "memory:\n  hbm: {capacity: 141 GB, bandwidth: 4.8 TB/s, latency: 500 ns}\n"
+        f"  l2: {{capacity: 60 MiB, bandwidth: 10 TB/s, latency: 200 ns, {field}: {{500: 1.5}}}}\n"
+        "  sram: {capacity_per_sm: 228 KiB, bandwidth_per_sm: 250 GB/s, latency: 15 ns}\n"
+        "compute: {fp16: 900 TFLOP/s, fp32: 50 TFLOP/s, exp: 4 Top/s}\n"
+    )
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["compare", "--n", "4096", "--d", "128", "--gpu", str(path)])
+    assert result.exit_code == 2
+    assert f"memory.l2.{field}.500: 1.5 is above 1: a miss share is between 0 and 1" in result.output
+    assert "Traceback" not in result.output
