@@ -408,7 +408,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
     "memory.l2.reuse": ("ratio", False),
-    **{f"memory.l2.causal_reuse_d{d}": ("ratio", False) for d in (64, 128, 256)},
+    **{f"memory.l2.{c}_d{d}": ("ratio", False) for c in ("causal_reuse", "cudnn_causal_reuse") for d in (64, 128, 256)},
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
     "memory.sram.capacity_per_sm": ("bytes", True),
@@ -478,7 +478,11 @@ _CURVES: dict[str, str] = {
     #: the share of a causal FlashAttention-2 forward's K/V re-reads that miss in L2 against
     #: the K/V live (per mille of memory.l2.capacity), per head dim: one causal head measured
     #: at several lengths (memmodel.calibration.causal_reuse)
-    **{f"memory.l2.causal_reuse_d{d}": "live K/V, per mille of the L2" for d in (64, 128, 256)},
+    **{
+        f"memory.l2.{c}_d{d}": "live K/V, per mille of the L2"
+        for c in ("causal_reuse", "cudnn_causal_reuse")
+        for d in (64, 128, 256)
+    },
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
     "kernels.gemm.unaligned_read_bandwidth": "head dim",
@@ -505,7 +509,10 @@ _CURVES: dict[str, str] = {
     **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }
 #: curves whose values may be 0
-_ZERO_ALLOWED = {"memory.l2.reuse", *(f"memory.l2.causal_reuse_d{d}" for d in (64, 128, 256))}
+_ZERO_ALLOWED = {
+    "memory.l2.reuse",
+    *(f"memory.l2.{c}_d{d}" for c in ("causal_reuse", "cudnn_causal_reuse") for d in (64, 128, 256)),
+}
 #: curves that may also be one figure (the same at every key)
 _SCALAR_OR_CURVE = {
     *(f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES),
@@ -961,6 +968,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
+    ("memory.l2.cudnn_causal_reuse_d*", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),

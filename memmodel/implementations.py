@@ -88,10 +88,18 @@ class Implementation:
     #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
     #: listed by PyTorch's profiler on an H200), each costing a launch overhead
     extra_launches: int = 0
-    #: its causal forward schedules as FlashAttention-2's does (grid Q block fastest, then batch,
-    #: then head; each CTA walks K/V from its diagonal down), the kernel the profile's
-    #: memory.l2.causal_reuse_d* curves are measured on
-    fa2_causal_schedule: bool = False
+    #: whose measured causal re-read curves its causal forward reads (:data:`CAUSAL_CURVES`):
+    #: "fa2" (grid Q block fastest, then batch, then head; each CTA walks K/V from its diagonal
+    #: down: ``memory.l2.causal_reuse_d*``), "cudnn" (one head's K/V live at a time, probe 11:
+    #: ``memory.l2.cudnn_causal_reuse_d*``), or None (the reuse-window rule)
+    causal_schedule: str | None = None
+
+
+#: the profile's causal re-read curves of each causal schedule (``memory.l2.<prefix>_d<head dim>``)
+#: and how many heads' K/V its grid keeps live: FlashAttention-2's heads in flight ("grid"), or
+#: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
+CAUSAL_CURVES = {"fa2": ("causal_reuse", "grid"), "cudnn": ("cudnn_causal_reuse", "one")}
+CAUSAL_CURVE_DIMS = (64, 128, 256)
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -104,7 +112,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
         splits_prefill=True,
-        fa2_causal_schedule=True,
+        causal_schedule="fa2",
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",
@@ -116,6 +124,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
         extra_launches=1,
+        causal_schedule="cudnn",
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -76,22 +75,31 @@ class Comparison:
         }
 
 
-def l2_context(profile: Profile, mode: str) -> l2m.L2:
+def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) -> l2m.L2:
+    """The L2 as the traffic rules see it; with ``causal_schedule`` (an implementation's, see
+    :data:`memmodel.implementations.CAUSAL_CURVES`) also the profile's causal re-read curves
+    measured on that schedule, where it has them."""
+    from .implementations import CAUSAL_CURVE_DIMS, CAUSAL_CURVES
     from .traffic.reuse import curve_from_profile
 
     reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
-    causal = {
-        d: c
-        for d in (64, 128, 256)
-        if (c := curve_from_profile(profile.figures.get(f"memory.l2.causal_reuse_d{d}"), profile.l2.capacity_bytes))
-    }
+    causal, heads = None, "grid"
+    if causal_schedule in CAUSAL_CURVES:
+        prefix, heads = CAUSAL_CURVES[causal_schedule]
+        curves = {
+            d: c
+            for d in CAUSAL_CURVE_DIMS
+            if (c := curve_from_profile(profile.figures.get(f"memory.l2.{prefix}_d{d}"), profile.l2.capacity_bytes))
+        }
+        causal = curves or None
     return l2m.L2(
         mode,
         profile.l2.usable_capacity_bytes,
         profile.sm_count,
         profile.l2.capacity_bytes,
         reuse,
-        causal=causal or None,
+        causal=causal,
+        causal_heads=heads,
     )
 
 
@@ -133,9 +141,9 @@ def tiled_traffic(
         if impl is not None and options.block_q is not None and options.block_kv is not None
         else None,
     )
-    l2 = l2 or l2_context(profile, options.l2)
-    if l2.causal is not None and not (spec is not None and spec.fa2_causal_schedule and options.kv_order == "reverse"):
-        l2 = dataclasses.replace(l2, causal=None)  # the curves were measured on FA2's schedule and walk only
+    # the causal curves measured on this implementation's schedule and walk (FA2's from the diagonal down)
+    schedule = spec.causal_schedule if spec is not None and options.kv_order == "reverse" else None
+    l2 = l2 or l2_context(profile, options.l2, schedule)
     if options.tiled == "fa1":
         return fa1(ctx, l2, backward=options.backward)
     if options.splits is not None:

@@ -43,9 +43,6 @@ NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
 L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json"
 
 
-CAUSAL_REUSE = ROOT / "validation" / "h200" / "causal-reuse" / "h200-causal-reuse-ref.json"
-
-
 def with_links(text: str) -> str:
     """``text`` (a profile's YAML) with the measured NCCL curves and the L2 reuse curve, where
     they were measured."""
@@ -60,10 +57,11 @@ def with_links(text: str) -> str:
     data = yaml.safe_load(text)
     if L2_REUSE.exists():
         data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
-    if CAUSAL_REUSE.exists():
-        from memmodel.calibration import causal_reuse
+    from memmodel.calibration import causal_reuse
 
-        data = causal_reuse.apply(data, json.loads(CAUSAL_REUSE.read_text()))
+    for impl, (_, _, record, _) in causal_reuse.FITS.items():
+        if (ROOT / record).exists():
+            data = causal_reuse.apply(data, json.loads((ROOT / record).read_text()), impl)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, json.loads(NCCL.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

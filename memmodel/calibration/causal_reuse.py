@@ -14,6 +14,8 @@ Each point is
 at the head's K and V (:func:`memmodel.traffic.flash.causal_live_bytes` of one head) per mille
 of the L2, the requests as the model counts them (Q block × visited K/V block).
 Everything else (several heads, GQA, other lengths) is the model's: those records check it.
+cuDNN's forward schedules its own way; its curves (``memory.l2.cudnn_causal_reuse_d*``) come
+from the same one-head shapes run on cuDNN (probe 11, ``validation/h200/probe-11/``).
 """
 
 from __future__ import annotations
@@ -21,18 +23,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-SOURCE = "measured-causal-reuse"
-RECORD = "validation/h200/causal-reuse/h200-causal-reuse-ref.json"
-COMMAND = (
-    "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-causal-reuse-ref.txt "
-    "--output h200-causal-reuse-ref.json"
-)
 HEAD_DIMS = (64, 128, 256)
+#: per implementation: (profile field prefix, source id, record, command that made it); cuDNN's
+#: are probe 11's one-head rows (its several-head rows check the one-head-live rule)
+FITS = {
+    "sdpa-flash": (
+        "causal_reuse",
+        "measured-causal-reuse",
+        "validation/h200/causal-reuse/h200-causal-reuse-ref.json",
+        "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-causal-reuse-ref.txt "
+        "--output h200-causal-reuse-ref.json",
+    ),
+    "sdpa-cudnn": (
+        "cudnn_causal_reuse",
+        "measured-cudnn-causal-reuse",
+        "validation/h200/probe-11/h200-cudnn-causal-probe.json",
+        "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
+        "--output h200-cudnn-causal-probe.json",
+    ),
+}
 
 
-def fitted_curves(record: Mapping[str, Any], l2_bytes: float) -> dict[int, dict[int, float]]:
+def fitted_curves(record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-flash") -> dict[int, dict[int, float]]:
     """{head dim: {K/V per mille of the L2: miss share of the re-reads (4 decimals)}} of the
-    record's one-head causal FlashAttention-2 forwards."""
+    record's one-head causal forwards of ``impl``."""
     from ..model import compare
     from ..workload import Workload
 
@@ -40,10 +54,11 @@ def fitted_curves(record: Mapping[str, Any], l2_bytes: float) -> dict[int, dict[
     for entry in record.get("cases", []):
         c = entry.get("case", {})
         rows = [b for b in entry.get("bytes") or [] if b.get("kernel") == "fa2_fwd"]
-        if not rows or not c.get("causal") or c.get("batch") != 1 or c.get("heads") != 1 or c.get("d") not in HEAD_DIMS:
+        one_head = c.get("batch") == 1 and c.get("heads") == 1
+        if not rows or c.get("impl") != impl or not c.get("causal") or not one_head or c.get("d") not in HEAD_DIMS:
             continue
         w = Workload(n=int(c["n"]), d=int(c["d"]), causal=True, dtype=str(c.get("dtype", "fp16")))
-        tiled = compare(w, _profile(), impl="sdpa-flash").tiled.traffic
+        tiled = compare(w, _profile(), impl=impl).tiled.traffic
         kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
         requested = sum(
             int(t.bytes)
@@ -66,32 +81,35 @@ def _profile() -> Any:
     return load_profile("h200")
 
 
-def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` (a profile's YAML mapping) with ``memory.l2.causal_reuse_d*`` and their source."""
+def apply(data: dict[str, Any], record: Mapping[str, Any], impl: str = "sdpa-flash") -> dict[str, Any]:
+    """``data`` (a profile's YAML mapping) with ``impl``'s causal re-read curves
+    (``memory.l2.<prefix>_d*``, :data:`FITS`) and their source."""
     from ..units import parse
 
+    prefix, source, path, command = FITS[impl]
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     capacity = l2.get("capacity", {})
     l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")
-    curves = fitted_curves(record, l2_bytes)
+    curves = fitted_curves(record, l2_bytes, impl)
     if not curves:
         return data
+    kernel = "FlashAttention-2" if impl == "sdpa-flash" else "cuDNN"
     for d, points in curves.items():
-        l2[f"causal_reuse_d{d}"] = {
+        l2[f"{prefix}_d{d}"] = {
             "value": points,
-            "source": SOURCE,
-            "note": "share of a causal FlashAttention-2 forward's K/V re-reads served by HBM, by the K/V live "
+            "source": source,
+            "note": f"share of a causal {kernel} forward's K/V re-reads served by HBM, by the K/V live "
             f"(per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
             f"causal_live_bytes): one causal head, d = {d}, fp16, "
             f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, cold L2",
         }
     sources = dict(data.get("sources") or {})
-    sources[SOURCE] = {
-        "title": f"memmodel causal re-read references, {record.get('device', 'GPU')} ({RECORD})",
+    sources[source] = {
+        "title": f"memmodel causal re-read references ({kernel}), {record.get('device', 'GPU')} ({path})",
         "kind": "measured",
         "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
         "date": str(record.get("started", ""))[:10],
-        "command": COMMAND,
+        "command": command,
     }
     data["sources"] = sources
     return data

@@ -74,8 +74,9 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         # keep live. One head is the curve's own reference pattern: the curve alone. With several,
         # the larger of it and the window rule above, whose evictions come from other heads'
         # data streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
+        # cuDNN keeps one head's K/V live at a time (probe 11): its curve alone as well
         thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
-        one = np.asarray(intmath.mul(w.batch, w.heads)) == 1
+        one = (np.asarray(intmath.mul(w.batch, w.heads)) == 1) | (l2c.causal_heads == "one")
         kv_hbm = np.where(one, thrash, np.maximum(np.asarray(kv_hbm), thrash))
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
@@ -187,13 +188,16 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     K and V live on average and is read at its K and V; a workload is read at the same multiple,
     so one head of any length maps to its K and V, many heads to ``1 + T_c/s`` of them (a steady
     stream) over that ratio, and a K/V head shared by G query heads to more than one: after its
-    first query head it is all live.
+    first query head it is all live. cuDNN's schedule (``l2.causal_heads`` "one") keeps one K/V
+    head live at a time: 2 to 8 heads of 24 MiB each read no more than one does (probe 11), so
+    H_kv = 1 there.
     """
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     span = np.maximum(_floats(ctx.visited), 1.0) / conc
     t_c, g = _floats(b.t_c), _floats(w.group)
-    h_kv = _floats(intmath.mul(w.batch, w.kv_heads_))
+    # cuDNN's schedule keeps one K/V head live at a time (probe 11): H_kv = 1 for it
+    h_kv = _floats(intmath.mul(w.batch, w.kv_heads_)) if l2.causal_heads == "grid" else np.float64(1.0)
     live = h_kv * (g * span - span / 2.0 + t_c) / (h_kv * g * span + t_c)
     one = (span / 2.0 + t_c) / (span + t_c)
     return live / one * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))

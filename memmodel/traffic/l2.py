@@ -49,9 +49,11 @@ class L2:
     #: bytes a wave streams through L2 besides the re-read data (Q in, O out: one tile per CTA),
     #: live between two waves' uses of a line with the curve (0: none)
     streamed: IntLike = 0
-    #: the measured causal re-read curves by head dim ({d: :class:`.reuse.ReuseCurve`}) of a
-    #: kernel that schedules as FlashAttention-2 does (None: the rules of flash.tile_reread_hbm)
+    #: the measured causal re-read curves by head dim ({d: :class:`.reuse.ReuseCurve`}) of the
+    #: kernel's causal schedule (None: the rules of flash.tile_reread_hbm), and how many heads'
+    #: K/V that schedule keeps live: "grid" (FlashAttention-2's heads in flight) or "one" (cuDNN)
     causal: Any = None
+    causal_heads: str = "grid"
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
