@@ -236,7 +236,10 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
 
     l2 = l2_context(profile, mode)
     note = knee_note(
-        flags, l2.reuse or step_curve(l2.capacity_bytes), bool(workload.causal), bool(til.params.get("causal_curve"))
+        flags,
+        l2.reuse or step_curve(l2.capacity_bytes),
+        bool(workload.causal),
+        str(til.params.get("causal_curve") or ""),
     )
     out = [note] if note else []
     if l2.reuse is None and np.any(til.params.get("l2_cross_wave", False)):

@@ -86,12 +86,12 @@ def test_the_curve_moves_one_long_head_and_only_flash_attention_2():
     assert _kv_reads(w) / kv > 100
     import dataclasses
 
-    figures = {k: v for k, v in H200.figures.items() if not k.startswith("memory.l2.causal_reuse")}
+    figures = {k: v for k, v in H200.figures.items() if "causal_reuse" not in k}
     bare = dataclasses.replace(H200, figures=figures)
     assert l2_context(bare, "on").causal is None
     assert _kv_reads(w, bare) / kv < 40
-    # cuDNN schedules its own way: the curve is not applied to it
-    assert _kv_reads(w, H200, "sdpa-cudnn") == _kv_reads(w, bare, "sdpa-cudnn")
+    # cuDNN has curves of its own (probe 11): the bare profile has neither
+    assert _kv_reads(w, H200, "sdpa-cudnn") != _kv_reads(w, bare, "sdpa-cudnn")
 
 
 def test_the_grid_path_equals_the_scalar_path():
@@ -138,8 +138,21 @@ def test_the_knee_caveat_says_which_causal_rule_read_the_bytes():
     w = Workload(n=98304, d=128, causal=True, dtype="fp16")  # 48 MiB of K and V: past the knee
     flash = " ".join(compare(w, H200, impl="sdpa-flash").caveats)
     cudnn = " ".join(compare(w, H200, impl="sdpa-cudnn").caveats)
-    assert "read from the measured causal curve" in flash
-    assert "read from the measured causal curve" not in cudnn and "does not follow it" in cudnn
+    triton = " ".join(compare(w, H200, impl="triton").caveats)  # walks K/V forward: no curve
+    assert "read from the measured causal curve" in flash and "one head -21 % to +52 %" in flash
+    assert "read from the measured causal curve" in cudnn and "one head -62 % to +126 %" in cudnn
+    assert "read from the measured causal curve" not in triton and "does not follow it" in triton
+
+
+def test_cudnn_keeps_one_heads_kv_live():
+    # probe 11: 8 heads of 32768 at d = 128 (16 MiB of K and V each) read their K/V once, as one
+    # head does: the curve is read at one head's 16 MiB (below its first point), not at 8 heads'
+    w = Workload(n=32768, d=128, heads=8, causal=True, dtype="fp16")
+    one = 2 * 32768 * 128 * 2
+    live = compare(w, H200, impl="sdpa-cudnn").tiled.traffic.params["causal_live_bytes"]
+    assert live == pytest.approx(one)
+    assert _kv_reads(w, H200, "sdpa-cudnn") == pytest.approx(8 * one, rel=1e-3)
+    assert _kv_reads(w, H200, "sdpa-flash") > 2 * 8 * one  # FlashAttention-2 keeps several heads live
 
 
 @pytest.mark.parametrize("field", ["causal_reuse_d128", "reuse"])
@@ -161,3 +174,14 @@ def test_a_miss_share_above_one_is_refused_in_one_line(field, tmp_path):
     assert result.exit_code == 2
     assert f"memory.l2.{field}.500: 1.5 is above 1: a miss share is between 0 and 1" in result.output
     assert "Traceback" not in result.output
+
+
+def test_cudnn_curves_come_from_probe_11s_one_head_rows():
+    record = json.loads((ROOT / "validation/h200/probe-11/h200-cudnn-causal-probe.json").read_text())
+    curves = fitted_curves(record, L2, "sdpa-cudnn")
+    assert sorted(curves) == [64, 128, 256]
+    for d, points in curves.items():
+        assert len(points) == 8  # the several-head rows are not fitted: they check the one-head-live rule
+        assert dict(H200.figures[f"memory.l2.cudnn_causal_reuse_d{d}"]) == points
+    # d = 128 at 2.2 x the L2 (n = 270336): 493.9 extra passes of the 1056 the model counts: 0.4679
+    assert curves[128][2200] == pytest.approx(0.4679, abs=2e-4)

@@ -523,7 +523,8 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         )
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
-            params["causal_curve"] = bool(l2.causal)  # the forward's re-reads came from the measured curves
+            # the forward's re-reads came from the measured curves: of which schedule ("" if none)
+            params["causal_curve"] = ("fa2" if l2.causal_heads == "grid" else "cudnn") if l2.causal else ""
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
 
 
