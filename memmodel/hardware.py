@@ -27,6 +27,7 @@ from . import units
 from .errors import ProfileError
 from .implementations import PROFILE_IMPLEMENTATIONS as IMPLEMENTATION_NAMES
 from .interconnect import COLLECTIVES, TOPOLOGIES, Interconnect
+from .traffic.l2 import CAUSAL_CURVE_DIMS, CAUSAL_CURVES
 
 SCHEMA = "memmodel.hardware/1"
 
@@ -395,6 +396,10 @@ class Profile:
 # ---------------------------------------------------------------------------------------
 # Schema: path -> (kind, required). Mappings not listed here are structure.
 
+#: the measured causal re-read curves, per causal schedule and head dim (traffic.l2.CAUSAL_CURVES)
+_CAUSAL_CURVE_FIELDS = tuple(
+    f"memory.l2.{prefix}_d{d}" for prefix, _ in CAUSAL_CURVES.values() for d in CAUSAL_CURVE_DIMS
+)
 _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "sm_count": ("count", True),
     "clock": ("frequency", False),
@@ -408,7 +413,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
     "memory.l2.reuse": ("ratio", False),
-    **{f"memory.l2.{c}_d{d}": ("ratio", False) for c in ("causal_reuse", "cudnn_causal_reuse") for d in (64, 128, 256)},
+    **{f: ("ratio", False) for f in _CAUSAL_CURVE_FIELDS},
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
     "memory.sram.capacity_per_sm": ("bytes", True),
@@ -478,11 +483,7 @@ _CURVES: dict[str, str] = {
     #: the share of a causal FlashAttention-2 forward's K/V re-reads that miss in L2 against
     #: the K/V live (per mille of memory.l2.capacity), per head dim: one causal head measured
     #: at several lengths (memmodel.calibration.causal_reuse)
-    **{
-        f"memory.l2.{c}_d{d}": "live K/V, per mille of the L2"
-        for c in ("causal_reuse", "cudnn_causal_reuse")
-        for d in (64, 128, 256)
-    },
+    **{f: "live K/V, per mille of the L2" for f in _CAUSAL_CURVE_FIELDS},
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
     "kernels.gemm.unaligned_read_bandwidth": "head dim",
@@ -509,10 +510,7 @@ _CURVES: dict[str, str] = {
     **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }
 #: curves whose values may be 0
-_ZERO_ALLOWED = {
-    "memory.l2.reuse",
-    *(f"memory.l2.{c}_d{d}" for c in ("causal_reuse", "cudnn_causal_reuse") for d in (64, 128, 256)),
-}
+_ZERO_ALLOWED = {"memory.l2.reuse", *_CAUSAL_CURVE_FIELDS}
 #: curves that may also be one figure (the same at every key)
 _SCALAR_OR_CURVE = {
     *(f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES),

@@ -88,18 +88,11 @@ class Implementation:
     #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
     #: listed by PyTorch's profiler on an H200), each costing a launch overhead
     extra_launches: int = 0
-    #: whose measured causal re-read curves its causal forward reads (:data:`CAUSAL_CURVES`):
+    #: whose measured causal re-read curves its causal forward reads (``traffic.l2.CAUSAL_CURVES``):
     #: "fa2" (grid Q block fastest, then batch, then head; each CTA walks K/V from its diagonal
     #: down: ``memory.l2.causal_reuse_d*``), "cudnn" (one head's K/V live at a time, probe 11:
     #: ``memory.l2.cudnn_causal_reuse_d*``), or None (the reuse-window rule)
     causal_schedule: str | None = None
-
-
-#: the profile's causal re-read curves of each causal schedule (``memory.l2.<prefix>_d<head dim>``)
-#: and how many heads' K/V its grid keeps live: FlashAttention-2's heads in flight ("grid"), or
-#: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
-CAUSAL_CURVES = {"fa2": ("causal_reuse", "grid"), "cudnn": ("cudnn_causal_reuse", "one")}
-CAUSAL_CURVE_DIMS = (64, 128, 256)
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {

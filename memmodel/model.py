@@ -77,18 +77,17 @@ class Comparison:
 
 def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) -> l2m.L2:
     """The L2 as the traffic rules see it; with ``causal_schedule`` (an implementation's, see
-    :data:`memmodel.implementations.CAUSAL_CURVES`) also the profile's causal re-read curves
-    measured on that schedule, where it has them."""
-    from .implementations import CAUSAL_CURVE_DIMS, CAUSAL_CURVES
+    :data:`memmodel.traffic.l2.CAUSAL_CURVES`) also the profile's causal re-read curves measured
+    on that schedule, where it has them."""
     from .traffic.reuse import curve_from_profile
 
     reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
-    causal, heads = None, "grid"
-    if causal_schedule in CAUSAL_CURVES:
-        prefix, heads = CAUSAL_CURVES[causal_schedule]
+    causal = None
+    if causal_schedule in l2m.CAUSAL_CURVES:
+        prefix = l2m.CAUSAL_CURVES[causal_schedule][0]
         curves = {
             d: c
-            for d in CAUSAL_CURVE_DIMS
+            for d in l2m.CAUSAL_CURVE_DIMS
             if (c := curve_from_profile(profile.figures.get(f"memory.l2.{prefix}_d{d}"), profile.l2.capacity_bytes))
         }
         causal = curves or None
@@ -99,7 +98,7 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         profile.l2.capacity_bytes,
         reuse,
         causal=causal,
-        causal_heads=heads,
+        causal_schedule=causal_schedule if causal else None,
     )
 
 

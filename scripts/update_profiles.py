@@ -59,7 +59,7 @@ def with_links(text: str) -> str:
         data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
     from memmodel.calibration import causal_reuse
 
-    for impl, (_, _, record, _) in causal_reuse.FITS.items():
+    for impl, (_, record, _) in causal_reuse.FITS.items():
         if (ROOT / record).exists():
             data = causal_reuse.apply(data, json.loads((ROOT / record).read_text()), impl)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete

@@ -23,19 +23,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-HEAD_DIMS = (64, 128, 256)
-#: per implementation: (profile field prefix, source id, record, command that made it); cuDNN's
-#: are probe 11's one-head rows (its several-head rows check the one-head-live rule)
+from ..traffic.l2 import CAUSAL_CURVE_DIMS as HEAD_DIMS
+from ..traffic.l2 import CAUSAL_CURVES
+
+#: per implementation: (source id, record, command that made it); cuDNN's are probe 11's one-head
+#: rows (its several-head rows check the one-head-live rule)
 FITS = {
     "sdpa-flash": (
-        "causal_reuse",
         "measured-causal-reuse",
         "validation/h200/causal-reuse/h200-causal-reuse-ref.json",
         "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-causal-reuse-ref.txt "
         "--output h200-causal-reuse-ref.json",
     ),
     "sdpa-cudnn": (
-        "cudnn_causal_reuse",
         "measured-cudnn-causal-reuse",
         "validation/h200/probe-11/h200-cudnn-causal-probe.json",
         "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
@@ -83,10 +83,13 @@ def _profile() -> Any:
 
 def apply(data: dict[str, Any], record: Mapping[str, Any], impl: str = "sdpa-flash") -> dict[str, Any]:
     """``data`` (a profile's YAML mapping) with ``impl``'s causal re-read curves
-    (``memory.l2.<prefix>_d*``, :data:`FITS`) and their source."""
+    (``memory.l2.<prefix>_d*``, the prefix of its schedule in ``traffic.l2.CAUSAL_CURVES``) and
+    the source in :data:`FITS`."""
+    from ..implementations import get
     from ..units import parse
 
-    prefix, source, path, command = FITS[impl]
+    source, path, command = FITS[impl]
+    prefix = CAUSAL_CURVES[get(impl).causal_schedule][0]
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     capacity = l2.get("capacity", {})
     l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")

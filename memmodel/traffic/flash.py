@@ -71,10 +71,10 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
     )
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
-        # keep live. One head is the curve's own reference pattern: the curve alone. With several,
-        # the larger of it and the window rule above, whose evictions come from other heads'
-        # data streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
-        # cuDNN keeps one head's K/V live at a time (probe 11): its curve alone as well
+        # keep live. One head is the curve's own reference pattern: the curve alone, and so is a
+        # schedule that keeps one head's K/V live at a time (cuDNN, probe 11). With several, the
+        # larger of it and the window rule above, whose evictions come from other heads' data
+        # streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
         thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
         one = (np.asarray(intmath.mul(w.batch, w.heads)) == 1) | (l2c.causal_heads == "one")
         kv_hbm = np.where(one, thrash, np.maximum(np.asarray(kv_hbm), thrash))
@@ -204,8 +204,8 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
 
 
 def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
-    """HBM reads of K (or V) of a causal FlashAttention-2 forward by the profile's measured
-    causal curve at the head dim nearest the kernel's (``memory.l2.causal_reuse_d*``): the first
+    """HBM reads of K (or V) of a causal forward by the profile's causal curve measured on its
+    schedule (``l2.causal``), at the head dim nearest the kernel's: the first
     read of every byte, plus the re-reads (requested − unique) times the curve's miss share at
     :func:`causal_live_bytes`. Past the curve's last point the share is at least the random
     replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.58` at 2.2 × its L2, where
@@ -524,7 +524,7 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
-            params["causal_curve"] = ("fa2" if l2.causal_heads == "grid" else "cudnn") if l2.causal else ""
+            params["causal_curve"] = l2.causal_schedule or ""
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
 
 

@@ -38,6 +38,13 @@ from ..intmath import IntLike
 L2_MODES = ("on", "cold", "off")
 
 
+#: the profile's causal re-read curves of each causal schedule (``memory.l2.<prefix>_d<head dim>``)
+#: and how many heads' K/V its grid keeps live: FlashAttention-2's heads in flight ("grid"), or
+#: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
+CAUSAL_CURVES = {"fa2": ("causal_reuse", "grid"), "cudnn": ("cudnn_causal_reuse", "one")}
+CAUSAL_CURVE_DIMS = (64, 128, 256)
+
+
 @dataclass(frozen=True)
 class L2:
     mode: str
@@ -50,16 +57,21 @@ class L2:
     #: live between two waves' uses of a line with the curve (0: none)
     streamed: IntLike = 0
     #: the measured causal re-read curves by head dim ({d: :class:`.reuse.ReuseCurve`}) of the
-    #: kernel's causal schedule (None: the rules of flash.tile_reread_hbm), and how many heads'
-    #: K/V that schedule keeps live: "grid" (FlashAttention-2's heads in flight) or "one" (cuDNN)
+    #: kernel's causal schedule (:data:`CAUSAL_CURVES`), and that schedule (None: the rules of
+    #: flash.tile_reread_hbm)
     causal: Any = None
-    causal_heads: str = "grid"
+    causal_schedule: str | None = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
 
     def with_streamed(self, nbytes: IntLike) -> L2:
         return dataclasses.replace(self, streamed=nbytes)
+
+    @property
+    def causal_heads(self) -> str:
+        """How many heads' K/V the causal schedule keeps live: "grid" or "one"."""
+        return CAUSAL_CURVES[self.causal_schedule][1] if self.causal_schedule in CAUSAL_CURVES else "grid"
 
     @property
     def whole(self) -> float:
