@@ -585,6 +585,13 @@ def _stats(values: list[float]) -> dict[str, float] | None:
     return {"n": len(a), "median_abs": statistics.median(a), "max_abs": max(a)}
 
 
+def placement_spread(errors: list[float]) -> float:
+    """How far apart one kernel's measured HBM bytes lie over its placements, as the largest
+    over the smallest minus one, from the prediction's errors against each (e = p/m − 1, so
+    m = p/(1 + e))."""
+    return (1.0 + max(errors)) / (1.0 + min(errors)) - 1.0
+
+
 def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
     """Median and max |error| of bytes (model, paper, compulsory) and of time, over all kernels."""
     byte_rows = [b for e in data.get("cases", []) for b in e.get("bytes", [])]
@@ -616,6 +623,13 @@ def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
         "time": _stats([t["error"] for t in time_rows]),
         "speedups": speedups,
     }
+    placed = [b for b in byte_rows if b.get("placement_errors")]
+    if placed:  # profiled at several placements of the inputs (validate --placements)
+        out["hbm_bytes"]["placements"] = _stats([x for b in placed for x in b["placement_errors"]])
+        out["hbm_bytes"]["placement_spread"] = _stats([placement_spread(b["placement_errors"]) for b in placed])
+        out["hbm_bytes"]["within_placements"] = sum(
+            min(b["placement_errors"]) <= 0 <= max(b["placement_errors"]) for b in placed
+        )
     # the training step (keys added for records with backward cases)
     cases = data.get("cases", [])
     if any(e.get("case", {}).get("backward") for e in cases):

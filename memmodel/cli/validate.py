@@ -43,6 +43,15 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
 )
 @option(
+    "--placements",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="With --ncu: profile each case with its Q, K and V at this many places in memory and score the median "
+    "(in the L2's capacity knee one kernel's HBM bytes move by tens of percent with its inputs' addresses "
+    "alone; docs/accuracy.md).",
+)
+@option(
     "--reps",
     type=click.IntRange(min=20),
     default=20,
@@ -111,6 +120,7 @@ def validate_cmd(
     cases_file: str | None,
     impls: tuple[str, ...],
     ncu: bool,
+    placements: int,
     reps: int,
     output: str | None,
     list_only: bool,
@@ -170,6 +180,8 @@ def validate_cmd(
 
         echo_predictions(gpu, cases, prediction_line)
         return
+    if placements > 1 and not ncu:
+        raise click.UsageError("--placements needs --ncu: placements are profiled with Nsight Compute")
     check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
     if rescore_path:
         _rescore(rescore_path, gpu, output, fmt, plot_path, force)
@@ -195,7 +207,9 @@ def validate_cmd(
     record = Record(Path(output) if output else None, device, profile, "memmodel " + " ".join(sys.argv[1:]))
     try:
         with terminal.progress(len(cases) * (2 if ncu else 1)) as update:
-            data = run_validation(cases, profile, record=record, ncu=ncu, reps=reps, on_progress=update)
+            data = run_validation(
+                cases, profile, record=record, ncu=ncu, reps=reps, placements=placements, on_progress=update
+            )
     except KeyboardInterrupt:
         record.save()
         raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -33,6 +34,20 @@ METRICS = (
 )
 BEGIN = "memmodel_begin"
 END = "memmodel_end"
+#: byte offsets at which ``validate --ncu --placements K`` places a case's Q, K and V (the first K):
+#: the same kernel on the same shapes moves `17–70 %` more or fewer HBM bytes in the H200's
+#: capacity knee with its inputs' addresses alone (probe 12), so one placement is one sample.
+#: Sub-page and 2 MiB-page shifts, and shifts of a few MiB to tens of MiB.
+PLACEMENT_OFFSETS = (
+    0,
+    64 << 10,
+    2 << 20,
+    34 << 20,
+    (6 << 20) + (192 << 10),
+    18 << 20,
+    (11 << 20) + (4 << 10),
+    50 << 20,
+)
 
 
 def command(python_args: list[str], *, cache_control: str = "all", kernel_regex: str | None = None) -> list[str]:
@@ -132,3 +147,32 @@ def split_by_marker(kernels: Iterable[MeasuredKernel], case_ids: list[str]) -> d
     if len(groups) != len(case_ids):
         raise NcuParseError(f"found {len(groups)} marked cases in the ncu output for {len(case_ids)} cases run")
     return dict(zip(case_ids, groups))
+
+
+def split_placements(
+    kernels: Iterable[MeasuredKernel], case_ids: list[str], placements: int
+) -> dict[str, list[list[MeasuredKernel]]]:
+    """The kernels of each case at each placement of its inputs: ``placements`` marked runs per
+    case, one after another (``memmodel.gpu.run.profile_pass``)."""
+    runs = list(split_by_marker(kernels, [f"{c}#{p}" for c in case_ids for p in range(placements)]).values())
+    return {c: runs[i * placements : (i + 1) * placements] for i, c in enumerate(case_ids)}
+
+
+def median_kernels(runs: list[list[MeasuredKernel]]) -> list[MeasuredKernel]:
+    """One run's kernels with each metric the median over ``runs`` (the placements of one case,
+    which launch the same kernels in the same order)."""
+    if not runs:
+        return []
+    first = runs[0]
+    for run in runs[1:]:
+        if [k.name for k in run] != [k.name for k in first]:
+            raise NcuParseError(
+                f"the placements of one case launched different kernels ({len(first)} and {len(run)}): not comparable"
+            )
+    out = []
+    for i, k in enumerate(first):
+        metrics = {}
+        for metric in k.metrics:
+            metrics[metric] = statistics.median(run[i].metrics.get(metric, float("nan")) for run in runs)
+        out.append(MeasuredKernel(k.id, k.name, metrics))
+    return out

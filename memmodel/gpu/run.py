@@ -19,6 +19,7 @@ from typing import Any
 
 from ..cases import Case
 from ..errors import RuntimeFailure
+from .ncu import PLACEMENT_OFFSETS
 
 TOLERANCE = {"fp32": 2e-3, "tf32": 5e-3, "fp16": 5e-3, "bf16": 2e-2, "fp8": 6e-2}
 
@@ -61,15 +62,29 @@ def _torch_dtype(torch: Any, name: str) -> Any:
     return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
-def make_inputs(case: Case, seed: int = 0) -> tuple[Any, Any, Any]:
+def make_inputs(case: Case, seed: int = 0, offset: int = 0) -> tuple[Any, Any, Any]:
     """Q, K, V of a case (standard normal, batch × heads × N × d), requiring gradients for the
-    training step."""
+    training step. ``offset`` > 0: the three lie one after another in one allocation, from
+    ``offset`` bytes into it (a placement of ``validate --placements``)."""
     torch = _torch()
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     dt = _torch_dtype(torch, case.dtype)
-    q = torch.randn(case.batch, case.heads, case.n, case.d, device=DEVICE, dtype=dt, generator=g)
-    k = torch.randn(case.batch, case.kv_heads_, case.n_kv_, case.d, device=DEVICE, dtype=dt, generator=g)
-    v = torch.randn(case.batch, case.kv_heads_, case.n_kv_, case.d, device=DEVICE, dtype=dt, generator=g)
+    shapes = [
+        (case.batch, case.heads, case.n, case.d),
+        (case.batch, case.kv_heads_, case.n_kv_, case.d),
+        (case.batch, case.kv_heads_, case.n_kv_, case.d),
+    ]
+    if offset:
+        e = torch.tensor([], dtype=dt).element_size()
+        sizes = [math.prod(shape) for shape in shapes]
+        pool = torch.empty(offset // e + sum(sizes), device=DEVICE, dtype=dt)
+        at, views = offset // e, []
+        for shape, size in zip(shapes, sizes):
+            views.append(pool[at : at + size].view(shape).normal_(generator=g))
+            at += size
+        q, k, v = (t.detach() for t in views)  # views of the pool, leaves for autograd
+    else:
+        q, k, v = (torch.randn(*shape, device=DEVICE, dtype=dt, generator=g) for shape in shapes)
     if case.backward:
         for t in (q, k, v):
             t.requires_grad_(True)
@@ -242,11 +257,11 @@ class CaseRun:
     (forward-only cases), or ``forward`` then ``backward`` (``torch.autograd.grad`` of O with
     a fixed dO, so no ``.grad`` is accumulated: the training step's attention kernels only)."""
 
-    def __init__(self, case: Case, seed: int = 0) -> None:
+    def __init__(self, case: Case, seed: int = 0, offset: int = 0) -> None:
         if case.impl == "triton" and (case.backward or case.dropout):
             raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass and no dropout")
         self.case = case
-        self.q, self.k, self.v = make_inputs(case, seed)
+        self.q, self.k, self.v = make_inputs(case, seed, offset)
         self.dropped = _Dropout()
         self.state: dict[str, Any] = {}
         if not case.backward:
@@ -634,12 +649,12 @@ def _marker(name: str) -> Callable[[], None]:
     return _MARKERS[name]
 
 
-def profile_pass(case: Case) -> None:
-    """One run of the case's kernels between begin/end marker kernels (for ncu). Outside the
-    markers: the inputs, dO (from a forward without autograd) and, for our Triton kernel, a
-    run that compiles and autotunes it."""
+def profile_pass(case: Case, offset: int = 0) -> None:
+    """One run of the case's kernels between begin/end marker kernels (for ncu), its inputs
+    placed ``offset`` bytes into their allocation. Outside the markers: the inputs, dO (from a
+    forward without autograd) and, for our Triton kernel, a run that compiles and autotunes it."""
     torch = require_cuda()
-    run = CaseRun(case)
+    run = CaseRun(case, offset=offset)
     run.prepare()
     if case.impl == "triton":
         run.run()  # compile / autotune outside the markers
@@ -652,6 +667,12 @@ def profile_pass(case: Case) -> None:
     torch.cuda.empty_cache()
 
 
+def placements() -> int:
+    """How many placements of its inputs each case is profiled at (``validate --placements``,
+    passed to the profiled process as ``MEMMODEL_PLACEMENTS``)."""
+    return int(os.environ.get("MEMMODEL_PLACEMENTS", "1"))
+
+
 def run_cases(cases: Iterable[Case], mode: str, out_path: Path) -> None:
     """Entry used on the GPU machine: ``mode`` is ``time`` or ``ncu``; one JSON line per case."""
     torch = require_cuda()
@@ -659,9 +680,12 @@ def run_cases(cases: Iterable[Case], mode: str, out_path: Path) -> None:
     with out_path.open("a", encoding="utf-8") as out:
         for case in cases:
             t0 = time.time()
+            marked = 0  # ncu: marked runs of this case so far (each placement is one)
             try:
                 if mode == "ncu":
-                    profile_pass(case)
+                    for offset in PLACEMENT_OFFSETS[: placements()]:
+                        profile_pass(case, offset)
+                        marked += 1
                     record: dict[str, Any] = {"case": case.to_dict(), "status": "ok"}
                 else:
                     record = {**time_case(case), "status": "ok"}
@@ -672,9 +696,10 @@ def run_cases(cases: Iterable[Case], mode: str, out_path: Path) -> None:
                     "status": "skipped",
                     "reason": f"out of GPU memory: {exc}".split("\n")[0],
                 }
-                if mode == "ncu":
-                    _marker("begin")()
-                    _marker("end")()
+                if mode == "ncu":  # an empty run for each placement left, to keep the cases aligned
+                    for _ in range(placements() - marked):
+                        _marker("begin")()
+                        _marker("end")()
             except Exception as exc:  # record and go on with the rest
                 torch.cuda.empty_cache()
                 record = {
@@ -682,9 +707,10 @@ def run_cases(cases: Iterable[Case], mode: str, out_path: Path) -> None:
                     "status": "failed",
                     "reason": f"{exc.__class__.__name__}: {exc}"[:500],
                 }
-                if mode == "ncu":
-                    _marker("begin")()
-                    _marker("end")()
+                if mode == "ncu":  # an empty run for each placement left, to keep the cases aligned
+                    for _ in range(placements() - marked):
+                        _marker("begin")()
+                        _marker("end")()
             record["wall_s"] = round(time.time() - t0, 3)
             out.write(json.dumps(record) + "\n")
             out.flush()

@@ -82,6 +82,7 @@ def run_validation(
     record: Record,
     ncu: bool,
     reps: int,
+    placements: int = 1,
     on_progress: Callable[[int, str], None] | None = None,
 ) -> dict[str, Any]:
     from .run import require_cuda, time_case
@@ -108,16 +109,17 @@ def run_validation(
     if ncu:
         if on_progress:
             on_progress(done, "Nsight Compute")
-        measure_bytes([c for c in cases if record.case(c.id)["status"] == "ok"], profile, record)
+        measure_bytes([c for c in cases if record.case(c.id)["status"] == "ok"], profile, record, placements)
     if on_progress:
         on_progress(total, "done")
     record.save()
     return record.data
 
 
-def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
-    """One ncu process over all cases; scores attached to each case's entry."""
-    from .ncu import NcuParseError, command, parse_csv, split_by_marker
+def measure_bytes(cases: list[Case], profile: Profile, record: Record, placements: int = 1) -> None:
+    """One ncu process over all cases, each profiled with its inputs at ``placements``
+    placements; scores attached to each case's entry."""
+    from .ncu import NcuParseError, command, parse_csv, split_placements
 
     if shutil.which("ncu") is None:
         record.data["ncu"] = {"status": "unavailable", "reason": "ncu (Nsight Compute) is not on PATH"}
@@ -126,7 +128,7 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cases_file = Path(tmp) / "cases.txt"
         cases_file.write_text("\n".join(c.spec() for c in cases) + "\n")
-        env = {**os.environ, "MEMMODEL_CASES_FILE": str(cases_file)}
+        env = {**os.environ, "MEMMODEL_CASES_FILE": str(cases_file), "MEMMODEL_PLACEMENTS": str(placements)}
         args = command([sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")])
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
         if proc.returncode != 0 or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
@@ -137,29 +139,46 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record) -> None:
         if record.path is not None:  # keep the raw trace beside the record, for re-analysis
             write_atomic(record.path.with_suffix(".ncu.csv"), proc.stdout, force=True)
         try:
-            groups = split_by_marker(parse_csv(proc.stdout), [c.id for c in cases])
+            groups = split_placements(parse_csv(proc.stdout), [c.id for c in cases], placements)
         except NcuParseError as exc:
             record.data["ncu"] = {"status": "failed", "reason": str(exc)}
             record.save()
             return
-    record.data["ncu"] = {"status": "ok", "metrics": list(_metrics())}
+    record.data["ncu"] = {"status": "ok", "metrics": list(_metrics()), "placements": placements}
     for case in cases:
         entry = record.case(case.id)
-        try:
-            score_entry(entry, case, groups[case.id], profile)
-        except ValueError as exc:
-            entry["bytes_error"] = str(exc)
-        entry["ncu_kernels"] = [
-            {
-                "name": k.name,
-                "dram_read_bytes": k.dram_read_bytes,
-                "dram_write_bytes": k.dram_write_bytes,
-                "l2_bytes": k.l2_bytes,
-                "time_s": k.time_s,
-            }
-            for k in groups[case.id]
-        ]
+        score_placements(entry, case, groups[case.id], profile)
+        if placements > 1:
+            entry["ncu_placements"] = [[_kernel_dict(k) for k in run] for run in groups[case.id]]
     record.save()
+
+
+def _kernel_dict(k: Any) -> dict[str, Any]:
+    return {
+        "name": k.name,
+        "dram_read_bytes": k.dram_read_bytes,
+        "dram_write_bytes": k.dram_write_bytes,
+        "l2_bytes": k.l2_bytes,
+        "time_s": k.time_s,
+    }
+
+
+def score_placements(entry: dict[str, Any], case: Case, runs: list[list[Any]], profile: Profile) -> None:
+    """Score a case's kernels at the median over its placements (``runs``: the measured kernels
+    of each), each byte row also giving the HBM bytes error at every placement
+    (``placement_errors``); ``ncu_kernels``: the medians."""
+    from .ncu import median_kernels
+
+    try:
+        measured = median_kernels(runs)
+        entry["ncu_kernels"] = [_kernel_dict(k) for k in measured]
+        score_entry(entry, case, measured, profile)
+        if len(runs) > 1:
+            each = [score_case_detail(case, run, profile).scores for run in runs]
+            for i, row in enumerate(entry["bytes"]):
+                row["placement_errors"] = [scores[i].error for scores in each]
+    except ValueError as exc:  # NcuParseError included: placements that launched different kernels
+        entry["bytes_error"] = str(exc)
 
 
 def score_entry(entry: dict[str, Any], case: Case, measured: list[Any], profile: Profile) -> None:
@@ -219,22 +238,21 @@ def case_from_dict(data: dict[str, Any]) -> Case:
 def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
     """Score a record again (no GPU): new predictions from ``profile`` for the measured times
     and, given the record's Nsight Compute trace, for the measured bytes."""
-    from .ncu import parse_csv, split_by_marker
+    from .ncu import parse_csv, split_placements
 
     out = {**data, "profile": profile_entry(profile)}
     out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     cases = []
     ok_cases = [case_from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
-    groups = split_by_marker(parse_csv(ncu_csv), [c.id for c in ok_cases]) if ncu_csv else {}
+    placements = int((data.get("ncu") or {}).get("placements", 1))
+    groups = split_placements(parse_csv(ncu_csv), [c.id for c in ok_cases], placements) if ncu_csv else {}
     for entry in data["cases"]:
         entry = dict(entry)
         case = case_from_dict(entry["case"])
         entry["predicted"] = predicted_times(case, profile)
         if case.id in groups:
-            try:
-                score_entry(entry, case, groups[case.id], profile)
-            except ValueError as exc:
-                entry["bytes_error"] = str(exc)
+            entry.pop("bytes_error", None)
+            score_placements(entry, case, groups[case.id], profile)
         cases.append(entry)
     out["cases"] = cases
     out["summary"] = summarize_record(out)

@@ -47,12 +47,22 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
         ("HBM bytes, paper's formula (no L2)", s["hbm_bytes"].get("paper")),
         ("HBM bytes, compulsory (each tensor once)", s["hbm_bytes"].get("compulsory")),
         ("HBM bytes, backward kernels, memmodel", s["hbm_bytes"].get("backward_kernels")),
+        ("HBM bytes, memmodel, against each placement", s["hbm_bytes"].get("placements")),
+        ("HBM bytes, spread over the placements (measured)", s["hbm_bytes"].get("placement_spread")),
         ("kernel time, memmodel", s.get("time")),
         ("training step time (forward + backward), memmodel", s.get("step_time")),
         ("time per profiled kernel (CUPTI), memmodel", s.get("kernel_time")),
     ):
         if st:
             lines.append(f"| {label} | {st['median_abs'] * 100:.1f}% | {st['max_abs'] * 100:.1f}% | {st['n']} |")
+    if s["hbm_bytes"].get("placements"):
+        n = s["hbm_bytes"]["placement_spread"]["n"]
+        lines += [
+            "",
+            f"Each case profiled with its inputs at {data.get('ncu', {}).get('placements')} places in memory; "
+            f"errors are against the median, and {s['hbm_bytes']['within_placements']} of {n} predictions "
+            "lie within the measured range.",
+        ]
     if s.get("speedups"):
         lines += ["", "| workload | FlashAttention speed-up, predicted | measured |", "| --- | --- | --- |"]
         lines += [f"| {sp['workload']} | {sp['predicted']:.2f}× | {sp['measured']:.2f}× |" for sp in s["speedups"]]
@@ -69,19 +79,29 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
             "(lines still dirty in L2 when a kernel ends are not counted by Nsight Compute).",
         ]
     )
+    placed = bool(s["hbm_bytes"].get("placements"))
     lines += [
         "",
-        "| case | kernel | predicted | measured read + write | error | reads | paper | compulsory | CTAs/SM |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| case | kernel | predicted | measured read + write | error | reads | paper | compulsory | CTAs/SM |"
+        + (" error at each placement |" if placed else ""),
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if placed else ""),
     ]
     for e in data["cases"]:
         for b in e.get("bytes", []):
             pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
+            each = b.get("placement_errors") or []
             lines.append(
                 f"| {e['case']['id']} | {b['kernel']} | {format_bytes(pred)} | "
                 f"{format_bytes(b['measured_hbm_read_bytes'])} + {format_bytes(b['measured_hbm_write_bytes'])} | "
                 f"{format_percent(b['error'])} | {format_percent(b['read_error'])} | {format_percent(b['paper_error'])} | {format_percent(b['compulsory_error'])} | "
                 f"{e.get('measured_ctas_per_sm') or ''} |"
+                + (
+                    f" {format_percent(min(each))} … {format_percent(max(each))} |"
+                    if placed and each
+                    else " |"
+                    if placed
+                    else ""
+                )
             )
     if brief:
         return "\n".join(lines) + "\n"
