@@ -160,9 +160,13 @@ def split_placements(
 
 def median_kernels(runs: list[list[MeasuredKernel]]) -> list[MeasuredKernel]:
     """One run's kernels with each metric the median over ``runs`` (the placements of one case,
-    which launch the same kernels in the same order)."""
+    which launch the same kernels in the same order). A kernel that only some placements
+    launched is left out: the first run of a process can add a one-off launch (PyTorch's flash
+    forward fills an int buffer once: the references of 2026-12-01)."""
     if not runs:
         return []
+    common = set.intersection(*({k.name for k in run} for run in runs))
+    runs = [[k for k in run if k.name in common] for run in runs]
     first = runs[0]
     for run in runs[1:]:
         if [k.name for k in run] != [k.name for k in first]:
