@@ -398,7 +398,7 @@ class Profile:
 
 #: the measured causal re-read curves, per causal schedule and head dim (traffic.l2.CAUSAL_CURVES)
 _CAUSAL_CURVE_FIELDS = tuple(
-    f"memory.l2.{prefix}_d{d}" for prefix, _ in CAUSAL_CURVES.values() for d in CAUSAL_CURVE_DIMS
+    f"memory.l2.{prefix}_d{d}" for c in CAUSAL_CURVES.values() for prefix in c.prefixes() for d in CAUSAL_CURVE_DIMS
 )
 _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "sm_count": ("count", True),
@@ -966,6 +966,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
+    ("memory.l2.causal_reuse_heads_d*", "same"),
     ("memory.l2.cudnn_causal_reuse_d*", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),

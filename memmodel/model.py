@@ -82,15 +82,20 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
     from .traffic.reuse import curve_from_profile
 
     reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
-    causal = None
-    if causal_schedule in l2m.CAUSAL_CURVES:
-        prefix = l2m.CAUSAL_CURVES[causal_schedule][0]
-        curves = {
+
+    def curves(prefix: str | None) -> dict[int, Any] | None:
+        found = {
             d: c
             for d in l2m.CAUSAL_CURVE_DIMS
-            if (c := curve_from_profile(profile.figures.get(f"memory.l2.{prefix}_d{d}"), profile.l2.capacity_bytes))
+            if prefix
+            and (c := curve_from_profile(profile.figures.get(f"memory.l2.{prefix}_d{d}"), profile.l2.capacity_bytes))
         }
-        causal = curves or None
+        return found or None
+
+    causal = several = None
+    if causal_schedule in l2m.CAUSAL_CURVES:
+        causal = curves(l2m.CAUSAL_CURVES[causal_schedule].prefix)
+        several = curves(l2m.CAUSAL_CURVES[causal_schedule].several) if causal else None
     return l2m.L2(
         mode,
         profile.l2.usable_capacity_bytes,
@@ -99,6 +104,7 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         reuse,
         causal=causal,
         causal_schedule=causal_schedule if causal else None,
+        causal_several=several,
     )
 
 

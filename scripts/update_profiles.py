@@ -59,9 +59,10 @@ def with_links(text: str) -> str:
         data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
     from memmodel.calibration import causal_reuse
 
-    for impl, (_, record, _) in causal_reuse.FITS.items():
-        if (ROOT / record).exists():
-            data = causal_reuse.apply(data, json.loads((ROOT / record).read_text()), impl)
+    for impl, fits in causal_reuse.FITS.items():
+        for fit in fits:
+            if (ROOT / fit.record).exists():
+                data = causal_reuse.apply(data, json.loads((ROOT / fit.record).read_text()), impl, fit)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, json.loads(NCCL.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

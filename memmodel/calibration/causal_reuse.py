@@ -21,32 +21,59 @@ from the same one-head shapes run on cuDNN (probe 11, ``validation/h200/probe-11
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..traffic.l2 import CAUSAL_CURVE_DIMS as HEAD_DIMS
 from ..traffic.l2 import CAUSAL_CURVES
 
-#: per implementation: (source id, record, command that made it); cuDNN's are probe 11's one-head
-#: rows (its several-head rows check the one-head-live rule)
+
+@dataclass(frozen=True)
+class Fit:
+    """One family of curves and where it is measured."""
+
+    source: str  # the profile's source id
+    record: str  # the validate record it is fitted from (repository path)
+    command: str  # the command that made the record
+    heads: int = 1  # batch × heads of the rows fitted (1: the one-head curves; more: several heads')
+
+
+#: per implementation, its fits. FlashAttention-2's: one head and four heads, each profiled at
+#: five placements of its inputs and fitted at the median (probe 12: one placement moves a
+#: kernel's bytes by up to `70 %` in the knee); cuDNN's are probe 11's one-head rows (its
+#: several-head rows check the one-head-live rule)
 FITS = {
     "sdpa-flash": (
-        "measured-causal-reuse",
-        "validation/h200/causal-reuse/h200-causal-reuse-ref.json",
-        "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-causal-reuse-ref.txt "
-        "--output h200-causal-reuse-ref.json",
+        Fit(
+            "measured-causal-reuse",
+            "validation/h200/causal-reuse-2/h200-causal-reuse-ref-placed.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-reuse-ref.txt --output h200-causal-reuse-ref-placed.json",
+        ),
+        Fit(
+            "measured-causal-reuse-heads",
+            "validation/h200/causal-reuse-2/h200-causal-heads-ref.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-heads-ref.txt --output h200-causal-heads-ref.json",
+            heads=4,
+        ),
     ),
     "sdpa-cudnn": (
-        "measured-cudnn-causal-reuse",
-        "validation/h200/probe-11/h200-cudnn-causal-probe.json",
-        "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
-        "--output h200-cudnn-causal-probe.json",
+        Fit(
+            "measured-cudnn-causal-reuse",
+            "validation/h200/probe-11/h200-cudnn-causal-probe.json",
+            "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
+            "--output h200-cudnn-causal-probe.json",
+        ),
     ),
 }
 
 
-def fitted_curves(record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-flash") -> dict[int, dict[int, float]]:
+def fitted_curves(
+    record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-flash", heads: int = 1
+) -> dict[int, dict[int, float]]:
     """{head dim: {K/V per mille of the L2: miss share of the re-reads (4 decimals)}} of the
-    record's one-head causal forwards of ``impl``."""
+    record's causal forwards of ``impl`` with ``heads`` heads in all (batch 1, no GQA)."""
     from ..model import compare
     from ..workload import Workload
 
@@ -54,10 +81,10 @@ def fitted_curves(record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-
     for entry in record.get("cases", []):
         c = entry.get("case", {})
         rows = [b for b in entry.get("bytes") or [] if b.get("kernel") == "fa2_fwd"]
-        one_head = c.get("batch") == 1 and c.get("heads") == 1
-        if not rows or c.get("impl") != impl or not c.get("causal") or not one_head or c.get("d") not in HEAD_DIMS:
+        shape = c.get("batch") == 1 and c.get("heads") == heads and c.get("kv_heads") in (None, heads)
+        if not rows or c.get("impl") != impl or not c.get("causal") or not shape or c.get("d") not in HEAD_DIMS:
             continue
-        w = Workload(n=int(c["n"]), d=int(c["d"]), causal=True, dtype=str(c.get("dtype", "fp16")))
+        w = Workload(n=int(c["n"]), d=int(c["d"]), heads=heads, causal=True, dtype=str(c.get("dtype", "fp16")))
         tiled = compare(w, _profile(), impl=impl).tiled.traffic
         kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
         requested = sum(
@@ -65,8 +92,8 @@ def fitted_curves(record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-
             for t in kernel.transfers
             if t.tensor in ("K", "V") and t.level == "l2" and t.direction == "read"
         )
-        kv = 2 * w.n * w.d * w.element_bytes
-        q = w.n * w.d * w.element_bytes
+        kv = 2 * heads * w.n * w.d * w.element_bytes
+        q = heads * w.n * w.d * w.element_bytes
         miss = (float(rows[0]["measured_hbm_read_bytes"]) - q - kv) / max(float(requested - kv), 1.0)
         live = float(tiled.params["causal_live_bytes"])
         out.setdefault(int(c["d"]), {})[round(live / l2_bytes * 1000)] = round(min(1.0, max(0.0, miss)), 4)
@@ -81,38 +108,48 @@ def _profile() -> Any:
     return load_profile("h200")
 
 
-def apply(data: dict[str, Any], record: Mapping[str, Any], impl: str = "sdpa-flash") -> dict[str, Any]:
-    """``data`` (a profile's YAML mapping) with ``impl``'s causal re-read curves
-    (``memory.l2.<prefix>_d*``, the prefix of its schedule in ``traffic.l2.CAUSAL_CURVES``) and
-    the source in :data:`FITS`."""
+def apply(
+    data: dict[str, Any], record: Mapping[str, Any], impl: str = "sdpa-flash", fit: Fit | None = None
+) -> dict[str, Any]:
+    """``data`` (a profile's YAML mapping) with the causal re-read curves of ``fit`` (default:
+    ``impl``'s first in :data:`FITS`), fitted from ``record``: ``memory.l2.<prefix>_d*``, the
+    prefix of ``impl``'s schedule in ``traffic.l2.CAUSAL_CURVES`` (its several-heads prefix for
+    a fit of several heads), and the fit's source."""
     from ..implementations import get
     from ..units import parse
 
-    source, path, command = FITS[impl]
-    prefix = CAUSAL_CURVES[get(impl).causal_schedule][0]
+    fit = fit or FITS[impl][0]
+    curves_of = CAUSAL_CURVES[get(impl).causal_schedule]
+    prefix = curves_of.prefix if fit.heads == 1 else curves_of.several
+    if prefix is None:
+        raise ValueError(f"{impl}'s causal schedule has no several-heads curves")
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     capacity = l2.get("capacity", {})
     l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")
-    curves = fitted_curves(record, l2_bytes, impl)
+    curves = fitted_curves(record, l2_bytes, impl, fit.heads)
     if not curves:
         return data
     kernel = "FlashAttention-2" if impl == "sdpa-flash" else "cuDNN"
+    heads = "one causal head" if fit.heads == 1 else f"{fit.heads} causal heads"
+    placed = (record.get("ncu") or {}).get("placements", 1)
+    at = f", the median of {placed} placements of the inputs" if placed > 1 else ""
     for d, points in curves.items():
         l2[f"{prefix}_d{d}"] = {
             "value": points,
-            "source": source,
+            "source": fit.source,
             "note": f"share of a causal {kernel} forward's K/V re-reads served by HBM, by the K/V live "
             f"(per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
-            f"causal_live_bytes): one causal head, d = {d}, fp16, "
-            f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, cold L2",
+            f"causal_live_bytes): {heads}, d = {d}, fp16, "
+            f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, "
+            f"cold L2{at}",
         }
     sources = dict(data.get("sources") or {})
-    sources[source] = {
-        "title": f"memmodel causal re-read references ({kernel}), {record.get('device', 'GPU')} ({path})",
+    sources[fit.source] = {
+        "title": f"memmodel causal re-read references ({kernel}, {heads}), {record.get('device', 'GPU')} ({fit.record})",
         "kind": "measured",
         "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
         "date": str(record.get("started", ""))[:10],
-        "command": command,
+        "command": fit.command,
     }
     data["sources"] = sources
     return data

@@ -204,26 +204,38 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
 
 
 def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
-    """HBM reads of K (or V) of a causal forward by the profile's causal curve measured on its
-    schedule (``l2.causal``), at the head dim nearest the kernel's: the first
-    read of every byte, plus the re-reads (requested − unique) times the curve's miss share at
-    :func:`causal_live_bytes`. Past the curve's last point the share is at least the random
-    replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.58` at 2.2 × its L2, where
-    that gives `0.55`)."""
+    """HBM reads of K (or V) of a causal forward by the profile's causal curves measured on its
+    schedule, at the head dim nearest the kernel's: the first read of every byte, plus the
+    re-reads (requested − unique) times the curve's miss share at :func:`causal_live_bytes`.
+    One head reads the curves measured on one head (``l2.causal``); several heads (batch ×
+    heads > 1) those measured on four (``l2.causal_several``) where the profile has them: at the
+    same K/V live on average, heads entering and leaving make it swing about that mean, and the
+    share rises earlier and more slowly. Past a curve's last point the share is at least the
+    random replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.60` at 2.2 × its
+    L2, where that gives `0.55`)."""
     live = causal_live_bytes(ctx, l2)
-    dims = sorted(l2.causal)
-    d = np.asarray(_floats(ctx.exec_d))
+    miss = _curve_share(live, ctx.exec_d, l2.causal, l2.whole)
+    if l2.causal_several:
+        several = np.asarray(intmath.mul(ctx.w.batch, ctx.w.heads)) > 1
+        miss = np.where(several, _curve_share(live, ctx.exec_d, l2.causal_several, l2.whole), miss)
+    u, r = _floats(unique), _floats(requested)
+    return np.minimum(r, u + np.maximum(r - u, 0.0) * miss).round()
+
+
+def _curve_share(live: Any, exec_d: IntLike, curves: dict[int, Any], whole: float) -> Any:
+    """The miss share at ``live`` on the curve (of ``curves``, by head dim) nearest ``exec_d``."""
+    dims = sorted(curves)
+    d = np.asarray(_floats(exec_d))
     grid = np.asarray(dims, dtype=np.float64)
     nearest = grid[np.argmin(np.abs(np.log(d[..., None] / grid)), axis=-1)]
     miss = np.zeros(np.shape(live))
     for dim in dims:
-        curve = l2.causal[dim]
+        curve = curves[dim]
         share = _log_interp(live, curve)
-        past = np.maximum(share, 1.0 - l2.whole / np.maximum(live, 1.0))
+        past = np.maximum(share, 1.0 - whole / np.maximum(live, 1.0))
         share = np.where(live > curve.footprint_bytes[-1], past, share)
         miss = np.where(nearest == dim, share, miss)
-    u, r = _floats(unique), _floats(requested)
-    return np.minimum(r, u + np.maximum(r - u, 0.0) * miss).round()
+    return miss
 
 
 def _log_interp(x: Any, curve: Any) -> Any:

@@ -38,10 +38,30 @@ from ..intmath import IntLike
 L2_MODES = ("on", "cold", "off")
 
 
-#: the profile's causal re-read curves of each causal schedule (``memory.l2.<prefix>_d<head dim>``)
-#: and how many heads' K/V its grid keeps live: FlashAttention-2's heads in flight ("grid"), or
-#: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
-CAUSAL_CURVES = {"fa2": ("causal_reuse", "grid"), "cudnn": ("cudnn_causal_reuse", "one")}
+@dataclass(frozen=True)
+class CausalCurves:
+    """Where a causal schedule's measured re-read curves lie in a profile
+    (``memory.l2.<prefix>_d<head dim>``) and how its grid keeps K/V live."""
+
+    #: the curves measured on one head
+    prefix: str
+    #: how many heads' K/V the grid keeps live: FlashAttention-2's heads in flight ("grid"), or
+    #: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
+    heads: str
+    #: the curves measured with several heads in flight (None: the one-head curves serve)
+    several: str | None = None
+
+    def prefixes(self) -> tuple[str, ...]:
+        return (self.prefix,) if self.several is None else (self.prefix, self.several)
+
+
+#: the profile's causal re-read curves of each causal schedule. FlashAttention-2's several heads
+#: have their own: at the same K/V live, four heads miss 1.3-3 x as often as one head below 0.85 x
+#: the L2 and 0.8 x as often around it (the references of 2026-12-01)
+CAUSAL_CURVES = {
+    "fa2": CausalCurves("causal_reuse", "grid", "causal_reuse_heads"),
+    "cudnn": CausalCurves("cudnn_causal_reuse", "one"),
+}
 CAUSAL_CURVE_DIMS = (64, 128, 256)
 
 
@@ -61,6 +81,8 @@ class L2:
     #: flash.tile_reread_hbm)
     causal: Any = None
     causal_schedule: str | None = None
+    #: the schedule's curves measured with several heads in flight, by head dim (None: ``causal``)
+    causal_several: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
@@ -71,7 +93,7 @@ class L2:
     @property
     def causal_heads(self) -> str:
         """How many heads' K/V the causal schedule keeps live: "grid" or "one"."""
-        return CAUSAL_CURVES[self.causal_schedule][1] if self.causal_schedule in CAUSAL_CURVES else "grid"
+        return CAUSAL_CURVES[self.causal_schedule].heads if self.causal_schedule in CAUSAL_CURVES else "grid"
 
     @property
     def whole(self) -> float:
