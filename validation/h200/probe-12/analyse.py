@@ -9,7 +9,6 @@ Every process launches the same cases at the same offsets in the same order
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -36,7 +35,9 @@ def main(folder: Path) -> int:
             reads.setdefault(case.id, []).append(row)
     profile = load_profile("h200")
     print(f"{len(runs)} processes × {len(OFFSETS)} offsets ({', '.join(f'{o >> 10} KiB' for o in OFFSETS)})\n")
-    print("| case | HBM reads, MB (min – max) | spread (max/min − 1) | across offsets, one process | model | model against the median |")
+    print(
+        "| case | HBM reads, MB (min – max) | spread (max/min − 1) | across offsets, one process | model | model against the median |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for spec in CASES:
         case = parse_case(spec)
