@@ -966,7 +966,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
-    ("memory.l2.causal_reuse_heads_d*", "same"),
+    ("memory.l2.causal_reuse_h*_d*", "same"),
     ("memory.l2.cudnn_causal_reuse_d*", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),

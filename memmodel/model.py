@@ -95,7 +95,8 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
     causal = several = None
     if causal_schedule in l2m.CAUSAL_CURVES:
         causal = curves(l2m.CAUSAL_CURVES[causal_schedule].prefix)
-        several = curves(l2m.CAUSAL_CURVES[causal_schedule].several) if causal else None
+        found = {n: c for n, prefix in l2m.CAUSAL_CURVES[causal_schedule].several if (c := curves(prefix))}
+        several = found if causal and found else None
     return l2m.L2(
         mode,
         profile.l2.usable_capacity_bytes,

@@ -78,7 +78,7 @@ def test_several_heads_curves_come_from_the_four_head_references():
     assert [len(p) for p in curves.values()] == [7, 8, 7]
     for d, points in curves.items():
         assert list(points.values()) == sorted(points.values())
-        assert dict(H200.figures[f"memory.l2.causal_reuse_heads_d{d}"]) == points
+        assert dict(H200.figures[f"memory.l2.causal_reuse_h4_d{d}"]) == points
     # four heads of 80k at d = 128 (K/V live 1.008 x the L2): 46.41 extra passes over their K and
     # V of the 319.5 re-read passes the model counts miss: 0.1452
     assert curves[128][1008] == pytest.approx(0.1452, abs=2e-4)
@@ -89,19 +89,48 @@ def test_several_heads_curves_come_from_the_four_head_references():
     assert curves[128][1008] < 0.8 * one[1000]
 
 
-def test_one_head_and_several_heads_read_their_own_curves():
-    # the same K/V live (four heads of 49152 at d = 128: 0.706 x the L2) read on the four-head
-    # curve (5.08 %) and, taken as one head, on the one-head curve (about 1.8 %): the HBM reads of
-    # the several-head kernel are the larger
+def kv_miss_share(w: Workload) -> float:
+    """The share of a causal FA2 forward's K/V re-reads the model has miss."""
+    kernel = next(k for k in compare(w, H200, impl="sdpa-flash").tiled.traffic.kernels if k.name == "fa2_fwd")
+    kv = 2 * w.batch * w.kv_heads_ * w.n * w.d * w.element_bytes
+    requested = 2 * kernel.bytes(level="l2", direction="read", tensor="K")
+    return (2 * kernel.bytes(level="hbm", direction="read", tensor="K") - kv) / (requested - kv)
+
+
+def test_grids_of_several_k_v_heads_read_the_curves_of_their_head_count():
+    # four heads of 49152 at d = 128 (K/V live 0.706 x the L2) read the four-head curve: 5.08 %
     w = Workload(n=49152, d=128, heads=4, causal=True, dtype="fp16")
-    tiled = compare(w, H200, impl="sdpa-flash").tiled.traffic
-    live = tiled.params["causal_live_bytes"]
+    live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
     assert live / (60 * 2**20) == pytest.approx(0.706, abs=1e-3)
-    kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
-    kv_req = kernel.bytes(level="l2", direction="read", tensor="K") * 2
-    kv = 2 * 4 * 49152 * 128 * 2
-    kv_hbm = kernel.bytes(level="hbm", direction="read", tensor="K") * 2
-    assert (kv_hbm - kv) / (kv_req - kv) == pytest.approx(0.0508, rel=0.01)
+    assert kv_miss_share(w) == pytest.approx(0.0508, rel=0.01)
+    # sixteen heads of 30720 (0.702 x): the sixteen-head curve, 2.34 %
+    assert kv_miss_share(Workload(n=30720, d=128, heads=16, causal=True, dtype="fp16")) == pytest.approx(
+        0.0234, rel=0.02
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(kv_heads=st.sampled_from([2, 3, 4, 6, 8, 12, 16, 32]))
+def test_between_measured_head_counts_the_share_lies_between_theirs(kv_heads):
+    # at the same K/V live a grid of k K/V heads reads between the curves of the measured counts
+    # about k (log-linear in the count): here by GQA 2:1 on a fixed live K/V per K/V head's share
+    w = Workload(n=36864, d=128, heads=2 * kv_heads, kv_heads=kv_heads, causal=True, dtype="fp16")
+    share = kv_miss_share(w)
+    tiled = compare(w, H200, impl="sdpa-flash").tiled.traffic
+    live = tiled.params["causal_live_bytes"] / (60 * 2**20) * 1000
+    counts = [1, 2, 4, 16]
+    curves = {
+        1: dict(H200.figures["memory.l2.causal_reuse_d128"]),
+        **{n: dict(H200.figures[f"memory.l2.causal_reuse_h{n}_d128"]) for n in counts[1:]},
+    }
+
+    def at(n: int) -> float:
+        xs = sorted(curves[n])
+        return float(np.exp(np.interp(live, xs, np.log([curves[n][x] for x in xs]))))
+
+    lo = max(c for c in counts if c <= kv_heads)
+    hi = min((c for c in counts if c >= kv_heads), default=16)
+    assert min(at(lo), at(hi)) * 0.999 <= share <= max(at(lo), at(hi)) * 1.001
 
 
 def test_log_interpolation_between_points_and_below_the_first():

@@ -38,7 +38,7 @@ class Fit:
     heads: int = 1  # batch × heads of the rows fitted (1: the one-head curves; more: several heads')
 
 
-#: per implementation, its fits. FlashAttention-2's: one head and four heads, each profiled at
+#: per implementation, its fits. FlashAttention-2's: one head and 2, 4 and 16 heads, each profiled at
 #: five placements of its inputs and fitted at the median (probe 12: one placement moves a
 #: kernel's bytes by up to `70 %` in the knee); cuDNN's are probe 11's one-head rows (its
 #: several-head rows check the one-head-live rule)
@@ -51,11 +51,21 @@ FITS = {
             "--cases validation/cases/h200-causal-reuse-ref.txt --output h200-causal-reuse-ref-placed.json",
         ),
         Fit(
-            "measured-causal-reuse-heads",
+            "measured-causal-reuse-h4",
             "validation/h200/causal-reuse-2/h200-causal-heads-ref.json",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-heads-ref.txt --output h200-causal-heads-ref.json",
             heads=4,
+        ),
+        *(
+            Fit(
+                f"measured-causal-reuse-h{n}",
+                "validation/h200/causal-reuse-2/h200-causal-heads-ref-2.json",
+                "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+                "--cases validation/cases/h200-causal-heads-ref-2.txt --output h200-causal-heads-ref-2.json",
+                heads=n,
+            )
+            for n in (2, 16)
         ),
     ),
     "sdpa-cudnn": (
@@ -120,9 +130,9 @@ def apply(
 
     fit = fit or FITS[impl][0]
     curves_of = CAUSAL_CURVES[get(impl).causal_schedule]
-    prefix = curves_of.prefix if fit.heads == 1 else curves_of.several
+    prefix = curves_of.prefix if fit.heads == 1 else dict(curves_of.several).get(fit.heads)
     if prefix is None:
-        raise ValueError(f"{impl}'s causal schedule has no several-heads curves")
+        raise ValueError(f"{impl}'s causal schedule has no curves for {fit.heads} heads")
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     capacity = l2.get("capacity", {})
     l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")

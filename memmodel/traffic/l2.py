@@ -48,18 +48,21 @@ class CausalCurves:
     #: how many heads' K/V the grid keeps live: FlashAttention-2's heads in flight ("grid"), or
     #: cuDNN's one (probe 11: 2 to 8 heads read no more than one does)
     heads: str
-    #: the curves measured with several heads in flight (None: the one-head curves serve)
-    several: str | None = None
+    #: the curves measured with several K/V heads in the grid: ((head count, prefix), ...)
+    several: tuple[tuple[int, str], ...] = ()
 
     def prefixes(self) -> tuple[str, ...]:
-        return (self.prefix,) if self.several is None else (self.prefix, self.several)
+        return (self.prefix, *(prefix for _, prefix in self.several))
 
 
-#: the profile's causal re-read curves of each causal schedule. FlashAttention-2's several heads
-#: have their own: at the same K/V live, four heads miss 1.3-3 x as often as one head below 0.85 x
-#: the L2 and 0.8 x as often around it (the references of 2026-12-01)
+#: the profile's causal re-read curves of each causal schedule. FlashAttention-2's grid of several
+#: heads has its own, measured at 2, 4 and 16 heads: at the same K/V live, 2 to 4 heads miss up to
+#: 3 x as often as one head below 0.85 x the L2 and 16 heads about as often as one (the references
+#: of 2026-12-01); cuDNN keeps one head live, and its one-head curves serve
 CAUSAL_CURVES = {
-    "fa2": CausalCurves("causal_reuse", "grid", "causal_reuse_heads"),
+    "fa2": CausalCurves(
+        "causal_reuse", "grid", ((2, "causal_reuse_h2"), (4, "causal_reuse_h4"), (16, "causal_reuse_h16"))
+    ),
     "cudnn": CausalCurves("cudnn_causal_reuse", "one"),
 }
 CAUSAL_CURVE_DIMS = (64, 128, 256)
@@ -81,7 +84,8 @@ class L2:
     #: flash.tile_reread_hbm)
     causal: Any = None
     causal_schedule: str | None = None
-    #: the schedule's curves measured with several heads in flight, by head dim (None: ``causal``)
+    #: the schedule's curves measured with several K/V heads in the grid: {head count: {head dim:
+    #: curve}} (None: ``causal`` serves)
     causal_several: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
