@@ -178,13 +178,13 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     CTAs are handed out over its *dispatch span* s = visited blocks / C steps (C CTAs at once),
     and its last, longest CTA runs T_c steps after that. While a head's CTAs are handed out they
     touch a share of its K/V growing from 0 to all (half on average), then all of it until the
-    last ends. The G query heads of a K/V head (GQA) run back to back on the same K/V, so a K/V
-    head is touched for ``s/2 + (G − 1)·s + T_c`` steps of a kernel of about ``H_kv·G·s + T_c``
-    (H_kv = batch × K/V heads): on average
+    last ends. The G query heads of a K/V head (GQA) read the same K/V ``batch`` heads apart (the
+    grid runs Q block, batch, head), so a K/V head is touched for ``s/2 + (G − 1)·B·s + T_c``
+    steps of a kernel of about ``H_kv·G·s + T_c`` (H_kv = batch B × K/V heads): on average
 
-        H_kv · (G·s − s/2 + T_c) / (H_kv·G·s + T_c)
+        H_kv · (((G − 1)·B + 1)·s − s/2 + T_c) / (H_kv·G·s + T_c)
 
-    K/V heads are live. One head, the curves' reference, keeps ``(s/2 + T_c)/(s + T_c)`` of its
+    K/V heads are live (at most all of them). One head, the curves' reference, keeps ``(s/2 + T_c)/(s + T_c)`` of its
     K and V live on average and is read at its K and V; a workload is read at the same multiple,
     so one head of any length maps to its K and V, many heads to ``1 + T_c/s`` of them (a steady
     stream) over that ratio, and a K/V head shared by G query heads to more than one: after its
@@ -196,9 +196,14 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     span = np.maximum(_floats(ctx.visited), 1.0) / conc
     t_c, g = _floats(b.t_c), _floats(w.group)
-    # cuDNN's schedule keeps one K/V head live at a time (probe 11): H_kv = 1 for it
-    h_kv = _floats(intmath.mul(w.batch, w.kv_heads_)) if l2.causal_heads == "grid" else np.float64(1.0)
-    live = h_kv * (g * span - span / 2.0 + t_c) / (h_kv * g * span + t_c)
+    if l2.causal_heads == "grid":
+        h_kv = _floats(intmath.mul(w.batch, w.kv_heads_))
+        # the grid runs (Q block, batch, head): a K/V head's G query heads are ``batch`` heads apart,
+        # so it is touched over (G − 1)·batch + 1 heads' dispatch spans
+        reach = (g - 1.0) * _floats(w.batch) + 1.0
+    else:  # cuDNN's schedule keeps one K/V head live at a time (probe 11): H_kv = 1 for it
+        h_kv, reach = np.float64(1.0), g
+    live = np.minimum(h_kv, h_kv * (reach * span - span / 2.0 + t_c) / (h_kv * g * span + t_c))
     one = (span / 2.0 + t_c) / (span + t_c)
     return live / one * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))
 
