@@ -1371,3 +1371,17 @@ def test_schedule_caveats_where_the_causal_schedule_is_estimated():
     lines = compare(g, H200, impl="sdpa-flash").caveats
     assert any(x.startswith("1 of 2 rows: the causal grid's CTAs fill") for x in lines)
 
+
+def test_schedule_caveat_of_the_cutlass_backward_on_heads_longer_than_the_slots():
+    # 32k at d = 128: T_c = 256 K/V blocks of 128 > 132 slots, so CTAs start one at a time and
+    # each recomputes D over the head's O and dO (not counted); 2048: T_c = 16, none
+    note = "causal memory-efficient backward on heads with more K/V blocks"
+    w = Workload(n=32768, d=128, heads=2, dtype="fp16", causal=True)
+    assert any(note in x for x in compare(w, H200, impl="sdpa-efficient", backward=True).caveats)
+    short = Workload(n=2048, d=128, heads=2, dtype="fp16", causal=True)
+    for other in (short, w.with_(causal=False)):
+        assert not any(note in x for x in compare(other, H200, impl="sdpa-efficient", backward=True).caveats)
+    assert not any(note in x for x in compare(w, H200, impl="sdpa-efficient").caveats)  # forward only
+    g = Workload(n=np.array([32768, 2048]), d=128, heads=2, dtype="fp16", causal=True)
+    lines = compare(g, H200, impl="sdpa-efficient", backward=True).caveats
+    assert any(x.startswith("1 of 2 rows: " + note) for x in lines)
