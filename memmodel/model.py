@@ -265,7 +265,10 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
       18 % short there (probe 7, validation/causal_tail_sim.py);
     * the backward's Q-side re-reads where several heads each have more K/V blocks than the GPU
       has CTA slots: the groups of CTAs start elsewhere in each head than the rule counts from
-      (9-20 % more bytes measured than predicted)."""
+      (9-20 % more bytes measured than predicted);
+    * the memory-efficient (CUTLASS) backward where a head has more K/V blocks than the GPU has
+      CTA slots: the CTAs that start one at a time each recompute D over the head's O and dO,
+      re-reads not counted (two heads of 32k: 29 % fewer bytes predicted than measured)."""
     from .traffic.reuse import rows_prefix
 
     if not bool(workload.causal) or til.variant != "fa2":
@@ -293,6 +296,16 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
                 f"{rows_prefix(long)}causal backward over several heads each longer than the GPU's CTA slots: its Q-side "
                 "re-reads are counted from groups of CTAs starting at each head's first block, which they do not; on an "
                 "H200 such kernels moved 9-20 % more HBM bytes than predicted."
+            )
+    if opts.backward and "backward_block_kv" in p and opts.model_implementation == "sdpa-efficient":
+        t_c = np.ceil(f(workload.n_kv_) / np.maximum(f(p["backward_block_kv"]), 1.0))
+        long = t_c > f(p.get("backward_concurrent_ctas", profile.sm_count))
+        if np.any(long):
+            out.append(
+                f"{rows_prefix(long)}causal memory-efficient backward on heads with more K/V blocks than the GPU's CTA "
+                "slots: the CTAs that start one at a time as the head's first ones finish each recompute D over all "
+                "of the head's O and dO, and those re-reads are not counted; on an H200 two heads of 32k read "
+                "807 MB from HBM where 439 MB are predicted."
             )
     return out
 

@@ -1253,6 +1253,106 @@ def test_cutlass_dropout_backward_reads_and_writes_its_dq_workspace_from_hbm():
     assert dq_hbm(64, 0.1) == dq_hbm(64, 0.0)
 
 
+def _mea_dq(w, profile=H200, l2="cold"):
+    k = by_name(compare(w, profile, impl="sdpa-efficient", l2=l2, backward=True).tiled)["mea_bwd"]
+    return (
+        k.bytes(level="hbm", tensor="dQacc", direction="read"),
+        k.bytes(level="hbm", tensor="dQacc", direction="write"),
+    )
+
+
+def test_cutlass_workspace_round_trip_at_one_steps_footprint():
+    # 4 × 12 heads of 2048, d = 128, causal, H200: 128 × 128 tiles, one CTA per SM (132 slots),
+    # T_r = T_c = 16 (a head fits the slots). Per step a CTA touches Q_i, dO_i (128·128·2 each),
+    # lse_i, D_i (128·4 each), its fp32 tile (128·128·4 + a 16-byte lock) and its K_j, V_j
+    # (128·128·2 each): 2·32,768 + 1,024 + 65,552 + 65,536 = 197,648 B; 132 CTAs: 26,089,536 B,
+    # between the curve's 375 ‰ (23,592,960 B, 0) and 500 ‰ (31,457,280 B, 0.44) of 60 MiB
+    share = 0.44 * (26_089_536 - 23_592_960) / (31_457_280 - 23_592_960)
+    assert share == pytest.approx(0.13968, abs=1e-5)
+    w = Workload(n=2048, d=128, batch=4, heads=12, dtype="fp16", causal=True)
+    # stores: all but the last of each Q block's i + 1 contributions, Σ i = 120 a head, of
+    # 128 · 128 · 4 = 65,536 B: 48 · 120 · 65,536 = 377,487,360; the workspace (with its locks)
+    # 48 · 16 · 65,552 = 50,343,936 is read and written once, each written-back store once more
+    expected = round(50_343_936 + 377_487_360 * share)
+    assert expected == 103_071_621
+    assert _mea_dq(w) == (expected, expected)
+    # the share only comes with the L2: off, every request (136 visited pairs a head)
+    assert _mea_dq(w, l2="off") == (48 * 136 * 65_536, 377_487_360)
+
+
+def test_cutlass_workspace_round_trip_of_heads_longer_than_the_slots():
+    # 2 heads of 32k, d = 128, causal: T_c = 256 > 132 slots. Group 0 (CTAs 0-131) runs
+    # 132 · 125 = 16,500 pairs on 132 distinct blocks (share 0.13968: 2,304.7 misses), then
+    # drains over Σ_{j<132} (131 − j) = 8,646 pairs as convoy CTAs replace it (163.2 misses:
+    # the footprint falls below the knee's 375 ‰ after 19 of its CTAs); group 1 (124 CTAs) is
+    # a convoy: 2,467.9 / 32,896 pairs = 0.07502
+    from memmodel.model import l2_context
+    from memmodel.traffic.flash_backward import backward_context, workspace_round_trip_share
+
+    w = Workload(n=32768, d=128, heads=2, dtype="fp16", causal=True)
+    ctx = backward_context(w, backward_tiles("sdpa-efficient", w, H200), H200.sm_count, exec_d=128)
+    l2 = l2_context(H200, "cold").with_ctas(ctx.concurrent)
+    got = workspace_round_trip_share(ctx, l2, 256, 197_648, 65_536)
+    assert got == pytest.approx(2467.93 / 32_896, abs=1e-6)
+    assert workspace_round_trip_share(ctx, l2.__class__("off", 1.0, 132), 256, 197_648, 65_536) is None
+    assert workspace_round_trip_share(ctx, l2, 1, 197_648, 65_536) == 0.0  # one split: a walk apart
+    # 2 · Σ_{i<256} i = 65,280 stores of 65,536 B written back at that share, on top of the
+    # workspace once (2 · 256 · 65,552 = 33,562,624)
+    expected = round(33_562_624 + 65_280 * 65_536 * got)
+    assert expected == 354_522_389
+    assert _mea_dq(w) == (expected, expected)
+    # not causal, every CTA walks all 256 blocks from block j, wrapping: no convoy, every pair
+    # at the share of 132 resident CTAs, 2 · 255 · 256 stores written back at 0.13968
+    flat = Workload(n=32768, d=128, heads=2, dtype="fp16")
+    flat_ctx = backward_context(flat, backward_tiles("sdpa-efficient", flat, H200), H200.sm_count, exec_d=128)
+    assert workspace_round_trip_share(flat_ctx, l2, 256, 197_648, 65_536) == pytest.approx(0.13968, abs=1e-5)
+    assert _mea_dq(flat)[1] >= round(33_562_624 + 2 * 255 * 256 * 65_536 * 0.13968)
+
+
+def test_cutlass_workspace_round_trip_below_the_knee():
+    # d = 64: 64 × 64 tiles; at 3 CTAs per SM (396 slots), 396 · (2·8,192 + 512 + 16,400 +
+    # 16,384) = 396 · 49,680 = 19,673,280 B, under the curve's 375 ‰ (23,592,960 B): no round
+    # trip reaches HBM, the records' d = 64 kernels keep their figures
+    from memmodel.model import l2_context
+    from memmodel.traffic.flash_backward import backward_context, workspace_round_trip_share
+
+    w = Workload(n=1024, d=64, batch=16, heads=8, dtype="bf16", causal=True)
+    ctx = backward_context(w, backward_tiles("sdpa-efficient", w, H200), H200.sm_count, exec_d=64)
+    l2 = l2_context(H200, "cold").with_ctas(396)
+    assert workspace_round_trip_share(ctx, l2, 16, 49_680, 16_384) == 0.0
+    assert workspace_round_trip_share(ctx, l2.with_ctas(480), 16, 49_680, 16_384) > 0.0  # 4 per SM: 22.7 MiB
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.lists(st.integers(64, 70_000), min_size=1, max_size=4),
+    d=st.sampled_from([64, 128, 256]),
+    heads=st.sampled_from([1, 2, 16]),
+    causal=st.booleans(),
+)
+def test_cutlass_workspace_round_trip_share_is_elementwise_and_bounded(n, d, heads, causal):
+    # the share is a miss share (0 to 1), a grid's rows are the scalar results, and the dQ
+    # workspace's HBM bytes lie between the workspace once and every request
+    from memmodel.model import l2_context
+    from memmodel.traffic.flash_backward import backward_context, cutlass_splits, workspace_round_trip_share
+
+    def share(wl):
+        tiles = backward_tiles("sdpa-efficient", wl, H200)
+        ctx = backward_context(wl, tiles, H200.sm_count, exec_d=d)
+        l2 = l2_context(H200, "cold").with_ctas(ctx.concurrent)
+        kv = 2 * tiles.block_kv * d * 2
+        return workspace_round_trip_share(ctx, l2, cutlass_splits(wl, tiles), 200_000, kv)
+
+    grid = Workload(n=np.array(n), d=d, heads=heads, dtype="fp16", causal=causal)
+    got = np.atleast_1d(share(grid))
+    one = [share(Workload(n=x, d=d, heads=heads, dtype="fp16", causal=causal)) for x in n]
+    assert got.tolist() == pytest.approx(one, abs=1e-12)
+    assert np.all((got >= 0.0) & (got <= 1.0))
+    read, write = _mea_dq(grid)
+    off_read, off_write = _mea_dq(grid, l2="off")
+    assert np.all(np.asarray(read) <= np.asarray(off_read)) and np.all(np.asarray(write) <= np.asarray(off_write))
+
+
 def test_schedule_caveats_where_the_causal_schedule_is_estimated():
     # 2 heads of 32k, d = 128 on the H200: 2 · 256 = 512 forward CTAs on 264 slots (2 to 4
     # waves, several heads); the backward's T_c = 256 K/V blocks per head > 132 slots
@@ -1270,3 +1370,18 @@ def test_schedule_caveats_where_the_causal_schedule_is_estimated():
     g = Workload(n=np.array([32768, 1024]), d=128, heads=2, kv_heads=1, dtype="bf16", causal=True)
     lines = compare(g, H200, impl="sdpa-flash").caveats
     assert any(x.startswith("1 of 2 rows: the causal grid's CTAs fill") for x in lines)
+
+
+def test_schedule_caveat_of_the_cutlass_backward_on_heads_longer_than_the_slots():
+    # 32k at d = 128: T_c = 256 K/V blocks of 128 > 132 slots, so CTAs start one at a time and
+    # each recomputes D over the head's O and dO (not counted); 2048: T_c = 16, none
+    note = "causal memory-efficient backward on heads with more K/V blocks"
+    w = Workload(n=32768, d=128, heads=2, dtype="fp16", causal=True)
+    assert any(note in x for x in compare(w, H200, impl="sdpa-efficient", backward=True).caveats)
+    short = Workload(n=2048, d=128, heads=2, dtype="fp16", causal=True)
+    for other in (short, w.with_(causal=False)):
+        assert not any(note in x for x in compare(other, H200, impl="sdpa-efficient", backward=True).caveats)
+    assert not any(note in x for x in compare(w, H200, impl="sdpa-efficient").caveats)  # forward only
+    g = Workload(n=np.array([32768, 2048]), d=128, heads=2, dtype="fp16", causal=True)
+    lines = compare(g, H200, impl="sdpa-efficient", backward=True).caveats
+    assert any(x.startswith("1 of 2 rows: " + note) for x in lines)

@@ -295,9 +295,10 @@ def tile_reread_hbm(
     use, modelled as random replacement (:func:`.l2.random_replacement_miss_ratio`, the
     miss share of all requests, times the requested bytes).
 
-    Causal without ``reuse`` (the memory-efficient backward and the FlashAttention-2 paper's
-    backward; PyTorch's FlashAttention-2 and cuDNN backwards follow their own walk,
-    :func:`memmodel.traffic.flash_backward.causal_leader_share`): ``1 + 2·C / sharing`` heads
+    Causal without ``reuse`` (the memory-efficient backward, whose dQ workspace also round-trips
+    by :func:`memmodel.traffic.flash_backward.workspace_round_trip_share`, and the
+    FlashAttention-2 paper's backward; PyTorch's FlashAttention-2 and cuDNN backwards follow
+    their own walk, :func:`memmodel.traffic.flash_backward.causal_leader_share`): ``1 + 2·C / sharing`` heads
     are in flight and each byte is read (heads in flight × ws) / capacity times, a lead
     fitted to two H200 measurements of the forward pass, which the rule above replaces there.
 

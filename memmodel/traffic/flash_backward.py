@@ -41,7 +41,10 @@ an fp32 workspace tile (load, add, store under a lock; the last split writes dQ)
 first computes D = rowsum(dO ⊙ O) for all the queries of its head (``computeDelta``).
 dK_j, dV_j stay in registers when d ≤ the Q block (half precision) and are written once.
 The workspace (``[⌈N/B_i⌉ · ⌈d/B_j⌉]`` tiles of B_i × B_j fp32 per head) is zeroed by a fill
-kernel (``mea_bwd_zero``) when there is more than one split.
+kernel (``mea_bwd_zero``) when there is more than one split. CTA ``j`` walks the Q blocks up
+from its diagonal (not causal: from block ``j``, wrapping), so the next CTA loads a tile one
+step after it was stored, with every resident CTA's step live in between: the share of the
+stores the L2 writes back and reads again is :func:`workspace_round_trip_share`.
 
 **cuDNN** (:func:`cudnn_backward`): closed source; modelled with FlashAttention-2's
 structure (a dO·O preprocess, the main kernel with dQ accumulated in fp32, a conversion),
@@ -186,6 +189,103 @@ def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> An
         miss = np.asarray(curve.miss_share(blocks * step))
         extra = extra + np.where(here, lifetime(lead) * miss, 0.0)
     share = 1.0 + extra / first
+    return float(share) if share.ndim == 0 else share
+
+
+#: points of the quadrature over a draining group's CTAs (:func:`workspace_round_trip_share`)
+_DRAIN_POINTS = 32
+
+
+def workspace_round_trip_share(
+    ctx: TileContext, l2: l2m.L2, splits: IntLike, step_bytes: IntLike, kv_step_bytes: IntLike
+) -> Any:
+    """The share of the CUTLASS backward's dQ-workspace stores that the L2 writes back to HBM
+    before the next CTA loads the tile again: each such store costs its tile once more in HBM
+    writes and once more in HBM reads. None where the L2 is off (every request reaches HBM).
+
+    The schedule (``kernel_backward.h``, ``attention_kernel``; grid = key splits × heads ×
+    batch, one split per K/V block, the K/V blocks of a head next to each other): CTA ``j``
+    walks the Q blocks *up*, from ``getQueryStart`` — its diagonal block ⌊j·B_j/B_i⌋ causal
+    (``getSmallestQueryForKey``), block ``j`` not causal (``getQueryStartShift``, wrapping) —
+    one block a step (``step_bytes``: Q_i, dO_i, lse_i, D_i, its own K_j and V_j again, and the
+    fp32 tile of the dQ workspace it loads, adds to and stores under the tile's lock). CTAs that
+    run together are therefore one block apart and each block is visited by the next CTA one
+    step later: between a store and the next load of a tile the C = SMs × CTAs/SM resident
+    CTAs each touch one step's tiles, C · ``step_bytes`` live. The dirty tile misses with the
+    measured cross-wave miss share at that footprint (``memory.l2.reuse``; the step at the
+    effective capacity without it). On the H200 at d = 128 (128 × 128 tiles, one CTA per SM)
+    that is 132 × 197,648 B = 24.9 MiB, 0.415 of the L2, at the curve's knee: 0.140.
+
+    Causal heads with more K/V blocks than slots (T_c > C) run in groups of C CTAs as
+    FlashAttention-2's backward does (:func:`causal_leader_share`), but CUTLASS's walk up from
+    the diagonal makes the CTAs that replace a finishing one start at the diagonal just as it
+    gets there: a group of CTAs started together (g even) keeps its C CTAs on C blocks until its
+    shortest ends (n_g · W_min pairs at C · ``step_bytes``), then, as its u CTAs left are
+    replaced by the next group, those replacements run in a convoy on one block (their Q side
+    shared, their K/V tiles ``kv_step_bytes`` their own): u · ``step_bytes`` + (C − u) ·
+    ``kv_step_bytes`` live, each of the group's remaining pairs at the share of that footprint
+    (averaged over u weighted by u, as u CTAs run u pairs a step). The convoy's own pairs (g
+    odd) re-load a tile a fraction of a step after the CTA before it: hits. The share is the
+    misses over all pairs of the head (each lifetime W(j) = T_r − ⌊j·B_j/B_i⌋ steps, summed
+    as a trapezoid per group); groups are counted from each head's first CTA. On the H200, two
+    heads of 32k at d = 128 (T_c = 256): group 0 runs 132 × 125 pairs at 0.140 and drains over
+    8,646 pairs at a mean of 0.019 (its footprint falls below the knee after 19 CTAs), group 1
+    (124 CTAs) is a convoy: (2,305 + 163) / 32,896 = 0.075.
+
+    With one key split (``splits`` = 1) a CTA walks every K/V block of its head itself and
+    the workspace is re-read a whole walk later (the rules of :func:`.flash.tile_reread_hbm`):
+    0 here. Where the head's splits are fewer than its K/V blocks (fp32 staging of dK, dV) the
+    steady share is taken. The clean re-reads at the same distance (Q, dO, lse, D, K, V) are not
+    given this share: on the H200's records they miss far less than the dirty tiles do (the
+    workspace's write-backs are 14 % of its stores in both multi-head causal records at
+    d = 128, the curve's 0.140, while all other re-reads together add at most 3 %)."""
+    from .reuse import step_curve
+
+    if l2.mode == "off":
+        return None
+    if not np.isfinite(l2.capacity_bytes):
+        return 0.0
+    b, w = ctx.blocks, ctx.w
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    raw = (l2.concurrent_ctas, splits, b.t_r, b.t_c, b.block_kv, b.block_q, step_bytes, kv_step_bytes)
+    floats = [np.asarray(intmath.to_float(v), dtype=np.float64) for v in raw]
+    conc, split, t_r, t_c, bkv, bq, step, kv_step = np.broadcast_arrays(*floats)
+    conc = np.maximum(conc, 1.0)
+    ratio = bkv / bq  # Q blocks the diagonal moves per K/V block
+    ctas = np.asarray(intmath.to_float(intmath.mul(w.batch, w.heads)), dtype=np.float64) * split
+    steady = np.asarray(curve.miss_share(np.minimum(conc, ctas) * step), dtype=np.float64)
+    shape = np.broadcast(steady, conc).shape
+    conc, split, t_r, t_c, ratio, step, kv_step, steady = (
+        np.broadcast_to(x, shape) for x in (conc, split, t_r, t_c, ratio, step, kv_step, steady)
+    )
+    share = steady.astype(np.float64)
+    long = bool(w.causal) & (t_c > conc) & (split >= t_c)
+    if np.any(long):
+
+        def lifetime(j: Any) -> Any:
+            return t_r - np.clip(np.floor(j * ratio), 0.0, t_r)
+
+        full = np.asarray(curve.miss_share(conc * step), dtype=np.float64)
+        at = (np.arange(_DRAIN_POINTS) + 0.5) / _DRAIN_POINTS  # u / n_g at the quadrature points
+        misses = np.zeros(shape)
+        pairs = np.zeros(shape)
+        groups = np.ceil(t_c / conc)
+        for g in range(int(np.max(np.where(long, groups, 0.0)))):
+            first = g * conc
+            n_g = np.clip(t_c - first, 0.0, conc)
+            w_min = lifetime(first + n_g - 1.0)
+            group_pairs = np.where(n_g > 0, n_g * (lifetime(first) + w_min) / 2.0, 0.0)
+            pairs = pairs + group_pairs
+            if g % 2:
+                continue  # a convoy: its re-loads follow the CTA before it closely
+            u = n_g[..., None] * at  # the group's CTAs still running as it drains
+            live = u * step[..., None] + (conc[..., None] - u) * kv_step[..., None]
+            ramp = np.asarray(curve.miss_share(live), dtype=np.float64)
+            drain = np.sum(u * ramp, axis=-1) / np.maximum(np.sum(u, axis=-1), 1e-12)
+            full_pairs = n_g * w_min
+            misses = misses + np.where(n_g > 0, full_pairs * full + (group_pairs - full_pairs) * drain, 0.0)
+        share = np.where(long, misses / np.maximum(pairs, 1.0), share)
+    share = np.where(split > 1, share, 0.0)
     return float(share) if share.ndim == 0 else share
 
 
@@ -426,6 +526,21 @@ def cutlass_backward(
         loaded_formula = f"T_c{v} · {partial}" if int(splits) > 1 else f"(T_c{v} − 1) · {partial}"
     loaded_hbm = tile_reread_hbm(workspace, loaded, b.t_c, per_head, w.causal, l2c, bh)
     stored_hbm = tile_reread_hbm(workspace, stored, b.t_c, per_head, w.causal, l2c, bh)
+    # the round trip: a stored tile the L2 writes back before the next CTA loads it, one step
+    # later (:func:`workspace_round_trip_share`); per step a CTA touches Q_i, dO_i, lse_i, D_i,
+    # the tile and its own K_j, V_j
+    kv_step = intmath.mul(2, b.block_kv, w.d, e)
+    step = intmath.add(
+        intmath.mul(b.block_q, intmath.add(intmath.mul(2, w.d, e), 2 * STAT_BYTES)),
+        intmath.mul(b.block_q, acc_cols, ACC_BYTES),
+        intmath.mul(16, intmath.ceil_div(w.d, b.block_kv)),
+        kv_step,
+    )
+    trip = workspace_round_trip_share(ctx, l2c, splits, step, kv_step)
+    if trip is not None:
+        written_back = np.asarray(intmath.to_float(stored), dtype=np.float64) * np.asarray(trip)
+        loaded_hbm = _at_least(loaded_hbm, workspace, written_back, loaded)
+        stored_hbm = _at_least(stored_hbm, workspace, written_back, stored)
     spilled = (float(w.dropout) > 0.0) & (np.asarray(b.block_q) >= 128)
     if np.any(spilled):
         # with dropout the 128 × 128 kernel (kApplyDropout: a Zij tile in shared memory, the RNG
@@ -542,6 +657,16 @@ def _gqa_kv_reads(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[
             t = replace(t, bytes=int(reads) if reads.ndim == 0 else reads.astype(np.int64))
         out.append(t)
     return tuple(out)
+
+
+def _at_least(hbm: IntLike, unique: IntLike, extra: Any, requested: IntLike) -> IntLike:
+    """``hbm``, or ``unique`` + ``extra`` where more, never more than ``requested``: an int
+    where all are scalars, else an int64 array."""
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    out = np.minimum(f(requested), np.maximum(f(hbm), (f(unique) + np.asarray(extra)).round()))
+    if np.ndim(out) == 0 and not intmath.is_array(hbm, unique, requested):
+        return int(out)
+    return out.astype(np.int64)
 
 
 def _where(mask: Any, a: IntLike, b: IntLike) -> IntLike:
