@@ -40,8 +40,8 @@ class Fit:
 
 #: per implementation, its fits. FlashAttention-2's: one head and 2, 4 and 16 heads, each profiled at
 #: five placements of its inputs and fitted at the median (probe 12: one placement moves a
-#: kernel's bytes by up to `70 %` in the knee); cuDNN's are probe 11's one-head rows, profiled
-#: again at five placements (its several-head rows check the one-head-live rule)
+#: kernel's bytes by up to `70 %` in the knee); cuDNN's are probe 11's one-head rows (its
+#: several-head rows check the one-head-live rule)
 FITS = {
     "sdpa-flash": (
         Fit(
@@ -71,9 +71,9 @@ FITS = {
     "sdpa-cudnn": (
         Fit(
             "measured-cudnn-causal-reuse",
-            "validation/h200/probe-11/placed/h200-cudnn-causal-probe-placed.json",
-            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
-            "--cases validation/cases/h200-cudnn-causal-probe.txt --output h200-cudnn-causal-probe-placed.json",
+            "validation/h200/probe-11/h200-cudnn-causal-probe.json",
+            "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
+            "--output h200-cudnn-causal-probe.json",
         ),
     ),
 }
