@@ -22,6 +22,39 @@ from typing import IO, Any
 from .errors import MemmodelError, RuntimeFailure
 
 
+def read_gzip_text(
+    path: str | os.PathLike[str],
+    *,
+    limit: int = 256 * 2**20,
+    what: str = "file",
+    error: type[MemmodelError] = MemmodelError,
+) -> str:
+    """The UTF-8 text of a gzip-compressed input file, at most ``limit`` bytes once
+    decompressed; raises ``error`` (exit 2), naming the file, where it is missing, not gzip,
+    too large or not UTF-8."""
+    import gzip
+    import zlib
+
+    p = os.fspath(path)
+    try:
+        with gzip.open(p, "rb") as handle:
+            raw = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{p}: is a folder, not a {what}") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error):
+        raise error(f"{p}: not a gzip file (a compressed {what} was expected)") from None
+    except OSError as exc:
+        raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
+    if len(raw) > limit:
+        raise error(f"{p}: larger than {limit // 2**20} MiB once decompressed, not a {what}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{p}: not UTF-8 text, not a {what}") from None
+
+
 def read_text(
     path: str | os.PathLike[str],
     *,

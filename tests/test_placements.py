@@ -5,6 +5,7 @@ with its inputs' addresses alone)."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -173,3 +174,19 @@ def test_inputs_at_an_offset_on_the_cpu(monkeypatch):
     assert k.untyped_storage().data_ptr() == base
     assert 0.8 < float(q.detach().float().std()) < 1.2  # standard normal, filled
     assert torch.isfinite(v.float()).all()
+
+
+def test_rescore_reads_a_compressed_trace(run, tmp_path):
+    import gzip
+
+    shutil.copy(RECORD, tmp_path / "rec.json")
+    (tmp_path / "rec.ncu.csv.gz").write_bytes(gzip.compress(TRACE.read_bytes()))
+    r = run("validate", "--rescore", str(tmp_path / "rec.json"), "--gpu", "h200", "--format", "stats")
+    plain = run("validate", "--rescore", str(RECORD), "--gpu", "h200", "--format", "stats")
+    assert r.exit_code == 0, r.stderr
+    assert "| HBM bytes, memmodel |" in r.stdout and r.stdout == plain.stdout
+    # a file named .gz that is not gzip: one line naming it, exit 2
+    (tmp_path / "rec.ncu.csv.gz").write_text("not gzip")
+    r = run("validate", "--rescore", str(tmp_path / "rec.json"), "--gpu", "h200")
+    assert r.exit_code == 2
+    assert "rec.ncu.csv.gz: not a gzip file" in r.stderr and "Traceback" not in r.stderr

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from memmodel import compare
 from memmodel.backward import backward_tile_rule, backward_tiles
 from memmodel.cases import parse_case
+from memmodel.cli.validate import ncu_trace
 from memmodel.errors import WorkloadError
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
@@ -782,7 +783,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     """Every committed H200 record rescores with its own profile: the same kernels matched to
     the same measurements (the predictions follow the model as it is now)."""
     data = json.loads(path.read_text())
-    csv = path.with_suffix(".ncu.csv").read_text()
+    csv = ncu_trace(path)
     new = rescore(data, csv, load_profile(str(REPO / data["profile"]["path"])))
     keys = (
         "case",

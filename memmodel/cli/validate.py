@@ -71,7 +71,8 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "rescore_path",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv beside it is used when present.",
+    help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv (or .ncu.csv.gz) "
+    "beside it is used when present.",
 )
 @option(
     "--plot",
@@ -251,8 +252,7 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     problem = _record_problem(data, need_profile=gpu is None)
     if problem:
         raise MemmodelError(f"{path}: not a complete validate record: {problem}")
-    csv_path = Path(path).with_suffix(".ncu.csv")
-    ncu_csv = read_text(csv_path, what="Nsight Compute CSV") if csv_path.exists() else None
+    ncu_csv = ncu_trace(Path(path))
     profile = load_profile(gpu) if gpu else _recorded_profile(data, path)
     # a record edited by hand or damaged: the fields _record_problem does not check are read
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
@@ -267,6 +267,22 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
         _emit(new, fmt, plot_path, force)
     except damaged as exc:
         raise MemmodelError(f"{path}: cannot print this record ({exc.__class__.__name__}: {exc})") from None
+
+
+def ncu_trace(record: Any) -> str | None:
+    """The Nsight Compute CSV beside a record (``R.ncu.csv``, or gzip-compressed
+    ``R.ncu.csv.gz``: records profiled at several placements run to megabytes), or None."""
+    from pathlib import Path
+
+    from ..fileio import read_gzip_text, read_text
+
+    csv_path = Path(record).with_suffix(".ncu.csv")
+    gz = csv_path.with_name(csv_path.name + ".gz")
+    if csv_path.exists():
+        return read_text(csv_path, what="Nsight Compute CSV", limit=256 * 2**20)
+    if gz.exists():
+        return read_gzip_text(gz, what="Nsight Compute CSV")
+    return None
 
 
 def _recorded_profile(data: dict[str, Any], record: str) -> Any:
