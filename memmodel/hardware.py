@@ -967,6 +967,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.reuse", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
     ("memory.l2.causal_reuse_h*_d*", "same"),
+    ("memory.l2.causal_reuse_gqa_d*", "same"),
     ("memory.l2.cudnn_causal_reuse_d*", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),

@@ -92,11 +92,12 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         }
         return found or None
 
-    causal = several = None
+    causal = several = gqa = None
     if causal_schedule in l2m.CAUSAL_CURVES:
         causal = curves(l2m.CAUSAL_CURVES[causal_schedule].prefix)
         found = {n: c for n, prefix in l2m.CAUSAL_CURVES[causal_schedule].several if (c := curves(prefix))}
         several = found if causal and found else None
+        gqa = curves(l2m.CAUSAL_CURVES[causal_schedule].gqa) if causal else None
     return l2m.L2(
         mode,
         profile.l2.usable_capacity_bytes,
@@ -106,6 +107,7 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         causal=causal,
         causal_schedule=causal_schedule if causal else None,
         causal_several=several,
+        causal_gqa=gqa,
     )
 
 

@@ -36,6 +36,7 @@ class Fit:
     record: str  # the validate record it is fitted from (repository path)
     command: str  # the command that made the record
     heads: int = 1  # batch × heads of the rows fitted (1: the one-head curves; more: several heads')
+    gqa: bool = False  # the GQA rows instead (any count of heads), binned by K/V live
 
 
 #: per implementation, its fits. FlashAttention-2's: one head and 2, 4 and 16 heads, each profiled at
@@ -67,6 +68,13 @@ FITS = {
             )
             for n in (2, 16)
         ),
+        Fit(
+            "measured-causal-reuse-gqa",
+            "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-gqa-ref.txt --output h200-causal-gqa-ref.json",
+            gqa=True,
+        ),
     ),
     "sdpa-cudnn": (
         Fit(
@@ -80,21 +88,36 @@ FITS = {
 
 
 def fitted_curves(
-    record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-flash", heads: int = 1
+    record: Mapping[str, Any], l2_bytes: float, impl: str = "sdpa-flash", heads: int = 1, gqa: bool = False
 ) -> dict[int, dict[int, float]]:
     """{head dim: {K/V per mille of the L2: miss share of the re-reads (4 decimals)}} of the
-    record's causal forwards of ``impl`` with ``heads`` heads in all (batch 1, no GQA)."""
+    record's causal forwards of ``impl`` with ``heads`` heads in all (batch 1, no GQA); with
+    ``gqa`` its GQA forwards of any count of heads instead, binned by K/V live to the nearest
+    `50` per mille, each bin the median live and the median share of its rows."""
+    import statistics
+
     from ..model import compare
     from ..workload import Workload
 
-    out: dict[int, dict[int, float]] = {}
+    found: dict[int, dict[int, list[tuple[float, float]]]] = {}
     for entry in record.get("cases", []):
         c = entry.get("case", {})
         rows = [b for b in entry.get("bytes") or [] if b.get("kernel") == "fa2_fwd"]
-        shape = c.get("batch") == 1 and c.get("heads") == heads and c.get("kv_heads") in (None, heads)
+        n_heads, kv_heads = c.get("heads"), c.get("kv_heads") or c.get("heads")
+        if gqa:
+            shape = c.get("batch") == 1 and kv_heads < n_heads
+        else:
+            shape = c.get("batch") == 1 and n_heads == heads and kv_heads == heads
         if not rows or c.get("impl") != impl or not c.get("causal") or not shape or c.get("d") not in HEAD_DIMS:
             continue
-        w = Workload(n=int(c["n"]), d=int(c["d"]), heads=heads, causal=True, dtype=str(c.get("dtype", "fp16")))
+        w = Workload(
+            n=int(c["n"]),
+            d=int(c["d"]),
+            heads=int(n_heads),
+            kv_heads=int(kv_heads),
+            causal=True,
+            dtype=str(c.get("dtype", "fp16")),
+        )
         tiled = compare(w, _profile(), impl=impl).tiled.traffic
         kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
         requested = sum(
@@ -102,11 +125,17 @@ def fitted_curves(
             for t in kernel.transfers
             if t.tensor in ("K", "V") and t.level == "l2" and t.direction == "read"
         )
-        kv = 2 * heads * w.n * w.d * w.element_bytes
-        q = heads * w.n * w.d * w.element_bytes
+        kv = 2 * w.kv_heads_ * w.n * w.d * w.element_bytes
+        q = w.heads * w.n * w.d * w.element_bytes
         miss = (float(rows[0]["measured_hbm_read_bytes"]) - q - kv) / max(float(requested - kv), 1.0)
-        live = float(tiled.params["causal_live_bytes"])
-        out.setdefault(int(c["d"]), {})[round(live / l2_bytes * 1000)] = round(min(1.0, max(0.0, miss)), 4)
+        live = float(tiled.params["causal_live_bytes"]) / l2_bytes * 1000
+        key = round(live / 50) * 50 if gqa else round(live)
+        found.setdefault(int(c["d"]), {}).setdefault(key, []).append((live, min(1.0, max(0.0, miss))))
+    out: dict[int, dict[int, float]] = {}
+    for d, bins in found.items():
+        for points in bins.values():
+            at = round(statistics.median(p[0] for p in points))
+            out.setdefault(d, {})[at] = round(statistics.median(p[1] for p in points), 4)
     return {d: dict(sorted(points.items())) for d, points in sorted(out.items())}
 
 
@@ -130,17 +159,26 @@ def apply(
 
     fit = fit or FITS[impl][0]
     curves_of = CAUSAL_CURVES[get(impl).causal_schedule]
-    prefix = curves_of.prefix if fit.heads == 1 else dict(curves_of.several).get(fit.heads)
+    if fit.gqa:
+        prefix = curves_of.gqa
+    else:
+        prefix = curves_of.prefix if fit.heads == 1 else dict(curves_of.several).get(fit.heads)
     if prefix is None:
-        raise ValueError(f"{impl}'s causal schedule has no curves for {fit.heads} heads")
+        raise ValueError(f"{impl}'s causal schedule has no curves for {'GQA' if fit.gqa else fit.heads} heads")
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     capacity = l2.get("capacity", {})
     l2_bytes = parse(capacity.get("value") if isinstance(capacity, Mapping) else capacity, "bytes")
-    curves = fitted_curves(record, l2_bytes, impl, fit.heads)
+    curves = fitted_curves(record, l2_bytes, impl, fit.heads, fit.gqa)
     if not curves:
         return data
     kernel = "FlashAttention-2" if impl == "sdpa-flash" else "cuDNN"
-    heads = "one causal head" if fit.heads == 1 else f"{fit.heads} causal heads"
+    heads = (
+        "GQA grids of 1 to 8 K/V heads, 4 or 8 query heads each, binned by K/V live"
+        if fit.gqa
+        else "one causal head"
+        if fit.heads == 1
+        else f"{fit.heads} causal heads"
+    )
     placed = (record.get("ncu") or {}).get("placements", 1)
     at = f", the median of {placed} placements of the inputs" if placed > 1 else ""
     for d, points in curves.items():

@@ -219,7 +219,11 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     where one K/V head's CTAs give way to the next's, and the query heads of a GQA group share
     theirs. At the same K/V live on average the share depends on that count, and not
     monotonically (on the H200 at `0.7 ×` its L2, d = 128: one head `1.8 %`, two `3.0 %`, four
-    `5.1 %`, sixteen `2.3 %`). Past a curve's last point the share is at least the random
+    `5.1 %`, sixteen `2.3 %`). A GQA grid (G > 1) reads the curves measured on GQA grids
+    (``l2.causal_gqa``) where the profile has them: with 1 to 8 K/V heads and 4 or 8 query heads
+    each, the H200's shares at the same K/V live differ by less than placement moves them (at
+    `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 128 on the H200).
+    Past a curve's last point the share is at least the random
     replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.60` at 2.2 × its L2, where
     that gives `0.55`)."""
     live = causal_live_bytes(ctx, l2)
@@ -238,6 +242,15 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
             t = (at - lo) / (hi - lo)
             out = np.where((at >= lo) & (at <= hi), logs[i] + t * (logs[i + 1] - logs[i]), out)
         miss = np.where(kv_heads > 1, np.exp(out), miss)
+    if l2.causal_gqa:  # GQA grids follow a curve of their own, whatever their count of K/V heads
+        # where it was measured at the kernel's head dim (the nearest of the one-head curves');
+        # at others the head-count curves serve (d = 64's GQA grids read far less than d = 128's)
+        d = np.asarray(_floats(ctx.exec_d))
+        dims = np.asarray(sorted(l2.causal), dtype=np.float64)
+        nearest = dims[np.argmin(np.abs(np.log(d[..., None] / dims)), axis=-1)]
+        measured = np.isin(nearest, np.asarray(sorted(l2.causal_gqa), dtype=np.float64))
+        gqa = _curve_share(live, ctx.exec_d, l2.causal_gqa, l2.whole)
+        miss = np.where((_floats(ctx.w.group) > 1) & measured, gqa, miss)
     u, r = _floats(unique), _floats(requested)
     return np.minimum(r, u + np.maximum(r - u, 0.0) * miss).round()
 

@@ -50,18 +50,24 @@ class CausalCurves:
     heads: str
     #: the curves measured with several K/V heads in the grid: ((head count, prefix), ...)
     several: tuple[tuple[int, str], ...] = ()
+    #: the curves measured on GQA grids (None: the head-count curves serve)
+    gqa: str | None = None
 
     def prefixes(self) -> tuple[str, ...]:
-        return (self.prefix, *(prefix for _, prefix in self.several))
+        return (self.prefix, *(prefix for _, prefix in self.several), *((self.gqa,) if self.gqa else ()))
 
 
 #: the profile's causal re-read curves of each causal schedule. FlashAttention-2's grid of several
 #: heads has its own, measured at 2, 4 and 16 heads: at the same K/V live, 2 to 4 heads miss up to
-#: 3 x as often as one head below 0.85 x the L2 and 16 heads about as often as one (the references
-#: of 2026-12-01); cuDNN keeps one head live, and its one-head curves serve
+#: 3 x as often as one head below 0.85 x the L2 and 16 heads about as often as one; GQA grids of
+#: 1 to 8 K/V heads, 4 or 8 query heads each, follow one curve of their own (the references of
+#: 2026-12-01); cuDNN keeps one head live, and its one-head curves serve
 CAUSAL_CURVES = {
     "fa2": CausalCurves(
-        "causal_reuse", "grid", ((2, "causal_reuse_h2"), (4, "causal_reuse_h4"), (16, "causal_reuse_h16"))
+        "causal_reuse",
+        "grid",
+        ((2, "causal_reuse_h2"), (4, "causal_reuse_h4"), (16, "causal_reuse_h16")),
+        "causal_reuse_gqa",
     ),
     "cudnn": CausalCurves("cudnn_causal_reuse", "one"),
 }
@@ -87,6 +93,8 @@ class L2:
     #: the schedule's curves measured with several K/V heads in the grid: {head count: {head dim:
     #: curve}} (None: ``causal`` serves)
     causal_several: Any = None
+    #: the schedule's curves measured on GQA grids, by head dim (None: the head-count curves serve)
+    causal_gqa: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
