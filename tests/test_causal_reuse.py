@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memmodel.calibration.causal_reuse import fitted_curves
@@ -110,11 +110,11 @@ def test_grids_of_several_k_v_heads_read_the_curves_of_their_head_count():
 
 
 @settings(max_examples=25, deadline=None)
-@given(kv_heads=st.sampled_from([2, 3, 4, 6, 8, 12, 16, 32]))
-def test_between_measured_head_counts_the_share_lies_between_theirs(kv_heads):
-    # at the same K/V live a grid of k K/V heads reads between the curves of the measured counts
-    # about k (log-linear in the count): here by GQA 2:1 on a fixed live K/V per K/V head's share
-    w = Workload(n=36864, d=128, heads=2 * kv_heads, kv_heads=kv_heads, causal=True, dtype="fp16")
+@given(kv_heads=st.sampled_from([2, 3, 4, 6, 8, 12, 16, 32]), n=st.sampled_from([24576, 36864, 49152]))
+def test_between_measured_head_counts_the_share_lies_between_theirs(kv_heads, n):
+    # at the same K/V live a grid of k heads (no GQA) reads between the curves of the measured
+    # counts about k (log-linear in the count)
+    w = Workload(n=n, d=128, heads=kv_heads, causal=True, dtype="fp16")
     share = kv_miss_share(w)
     tiled = compare(w, H200, impl="sdpa-flash").tiled.traffic
     live = tiled.params["causal_live_bytes"] / (60 * 2**20) * 1000
@@ -128,9 +128,39 @@ def test_between_measured_head_counts_the_share_lies_between_theirs(kv_heads):
         xs = sorted(curves[n])
         return float(np.exp(np.interp(live, xs, np.log([curves[n][x] for x in xs]))))
 
+    # within every curve's measured span; the model takes the larger of the curves' share and the
+    # reuse-window rule's (other heads' data streaming through), so the curves' is a lower bound
+    assume(all(min(curves[c]) <= live <= max(curves[c]) for c in counts))
     lo = max(c for c in counts if c <= kv_heads)
     hi = min((c for c in counts if c >= kv_heads), default=16)
-    assert min(at(lo), at(hi)) * 0.999 <= share <= max(at(lo), at(hi)) * 1.001
+    t = 0.0 if hi == lo else (np.log(min(kv_heads, 16)) - np.log(lo)) / (np.log(hi) - np.log(lo))
+    expected = float(np.exp((1 - t) * np.log(at(lo)) + t * np.log(at(hi))))
+    assert share >= expected * 0.999
+    assert min(at(lo), at(hi)) * 0.999 <= expected <= max(at(lo), at(hi)) * 1.001
+
+
+def test_gqa_grids_read_the_gqa_curve_at_d_128_only():
+    # GQA 4:1 on 8 K/V heads of 59392 (live 0.706 x the L2): the GQA curve's 0.7 point, 3.45 %
+    w = Workload(n=59392, d=128, heads=32, kv_heads=8, causal=True, dtype="bf16")
+    live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"] / (60 * 2**20)
+    assert live == pytest.approx(0.706, abs=2e-3)
+    assert kv_miss_share(w) == pytest.approx(0.0345, rel=0.02)
+    curve = dict(H200.figures["memory.l2.causal_reuse_gqa_d128"])
+    assert sorted(curve) == [547, 706, 848, 993, 1243]  # medians of six grids per bin
+    assert "memory.l2.causal_reuse_gqa_d64" not in H200.figures
+    # at d = 64 (no GQA curve measured) the 8 K/V heads read the head-count curves instead
+    w64 = Workload(n=98304, d=64, heads=16, kv_heads=4, causal=True, dtype="fp16")
+    with_gqa_off = compare(w64, H200, impl="sdpa-flash")
+    assert kv_miss_share(w64) < 0.02 and with_gqa_off.tiled.traffic.params["causal_live_bytes"] > 0
+
+
+def test_the_gqa_fit_bins_the_reference_grids():
+    record = json.loads((ROOT / "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json").read_text())
+    curves = fitted_curves(record, L2, gqa=True)
+    assert list(curves) == [128]
+    # five bins of six grids each (G = 4 on 1, 2, 4, 8 K/V heads; G = 8 on 1, 4)
+    assert curves[128] == dict(H200.figures["memory.l2.causal_reuse_gqa_d128"])
+    assert list(curves[128].values()) == sorted(curves[128].values())
 
 
 def test_log_interpolation_between_points_and_below_the_first():
