@@ -699,12 +699,11 @@ def kernel_time(
         candidates["compute"] = total
         terms["compute"] = total if np.ndim(total) else float(total)
     names = list(candidates)
-    table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
+    largest, index = _largest(list(candidates.values()))
     launches = np.asarray(intmath.to_float(kernel.launches), dtype=np.float64)
     launch = (profile.launch_overhead_s or 0.0) * (launches + (impl.extra_launches if impl is not None else 0))
     launch = float(launch) if np.ndim(launch) == 0 else launch
-    time = table.max(axis=0) + launch
-    index = table.argmax(axis=0)
+    time = largest + launch
     if np.any(launch):
         terms["launch"] = launch
     if split_overhead is not None:
@@ -720,6 +719,27 @@ def kernel_time(
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
     return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))
+
+
+def _largest(values: list[Any]) -> tuple[Any, np.ndarray]:
+    """The largest of ``values`` (floats or arrays that broadcast), element by element, and the
+    index of the first one that reaches it: the ``max(axis=0)`` and ``argmax(axis=0)`` of their
+    stacked table, without stacking it (numpy's argmax along the first axis of a wide table
+    walks it column by column, some 20 times slower than comparing its rows)."""
+    rows = [np.asarray(v, dtype=np.float64) for v in values]
+    top = rows[0]
+    for row in rows[1:]:
+        top = np.maximum(top, row)
+    if np.isnan(top).any():  # argmax points at the first nan, which no comparison finds
+        table = np.stack(np.broadcast_arrays(*rows))
+        return table.max(axis=0), table.argmax(axis=0)
+    # the first row that reaches the top: the count of the rows before it, which all fall short
+    index = np.zeros(np.shape(top), dtype=np.uint8)  # fewer than 256 terms
+    short = np.ones(np.shape(top), dtype=bool)
+    for row in rows[:-1]:
+        short &= row != top
+        index += short
+    return top, index.astype(np.intp)
 
 
 def _labels(k: KernelTiming) -> set[str]:
@@ -808,7 +828,7 @@ def algorithm_time(
         total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
     labels = sorted(set().union(*(_labels(k) for k in kernels)))
-    share = np.stack(
+    _, best = _largest(
         [
             sum(
                 (np.where(_bound_by(k, label), k.time_s, 0.0) for k in kernels),
@@ -818,7 +838,6 @@ def algorithm_time(
             for label in labels
         ]
     )
-    best = share.argmax(axis=0)
     if np.ndim(total) == 0:
         return AlgorithmTiming(kernels, float(total), labels[int(best)], clock_share=clock)
     return AlgorithmTiming(
