@@ -264,7 +264,7 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
     if not bool(workload.causal) or til.variant != "fa2":
         return []
     p = til.params
-    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731  (params on a grid are lists)
+    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
     heads = f(intmath.mul(workload.batch, workload.heads))
     out = []
     slots = f(p.get("concurrent_ctas", profile.sm_count))

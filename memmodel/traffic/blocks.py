@@ -13,6 +13,7 @@ from .. import intmath
 from ..errors import WorkloadError
 from ..intmath import IntLike
 from ..workload import Workload
+from .ledger import param
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -183,17 +184,15 @@ class BlockSizes:
     source: str  # "algorithm1" or "given"
     sram_elements: IntLike  # M
 
-    def to_dict(self) -> dict[str, Any]:
-        def plain(v: Any) -> Any:
-            return v.tolist() if isinstance(v, np.ndarray) else v
-
+    def to_params(self) -> dict[str, Any]:
+        """The blocks as :attr:`~.ledger.AlgorithmTraffic.params` (a grid's as arrays)."""
         return {
-            "block_q": plain(self.block_q),
-            "block_kv": plain(self.block_kv),
-            "t_r": plain(self.t_r),
-            "t_c": plain(self.t_c),
+            "block_q": param(self.block_q),
+            "block_kv": param(self.block_kv),
+            "t_r": param(self.t_r),
+            "t_c": param(self.t_c),
             "blocks_from": self.source,
-            "sram_elements_per_sm": plain(self.sram_elements),
+            "sram_elements_per_sm": param(self.sram_elements),
         }
 
 

@@ -33,7 +33,7 @@ from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
 from .decode import split_kv_kernels
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
+from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -510,19 +510,19 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
     if backward:
         kernels += fa2_backward_kernels(ctx, l2)
     params = {
-        **ctx.blocks.to_dict(),
-        "ctas_per_sm": _plain(ctx.ctas_per_sm),
-        "concurrent_ctas": _plain(ctx.concurrent),
-        "splits": _plain(splits),
+        **ctx.blocks.to_params(),
+        "ctas_per_sm": param(ctx.ctas_per_sm),
+        "concurrent_ctas": param(ctx.concurrent),
+        "splits": param(splits),
     }
     if l2.mode != "off":
-        params["l2_knee"] = _plain(_knee(ctx, l2))
+        params["l2_knee"] = param(_knee(ctx, l2))
         # a head's CTAs span more than one wave: its K/V is re-read across waves
-        params["l2_cross_wave"] = _plain(
+        params["l2_cross_wave"] = param(
             np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
         )
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
-            params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
+            params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
             params["causal_curve"] = l2.causal_schedule or ""
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
@@ -542,12 +542,8 @@ def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     kernels = [fa1_forward_kernel(ctx, l2)]
     if backward:
         kernels.append(fa1_backward_kernel(ctx, l2))
-    params = {**ctx.blocks.to_dict(), "ctas_per_sm": _plain(ctx.ctas_per_sm), "concurrent_ctas": _plain(ctx.concurrent)}
+    params = {**ctx.blocks.to_params(), "ctas_per_sm": param(ctx.ctas_per_sm), "concurrent_ctas": param(ctx.concurrent)}
     return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=params)
-
-
-def _plain(v: Any) -> Any:
-    return v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def fa2_forward(

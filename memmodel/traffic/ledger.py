@@ -64,6 +64,15 @@ def _plain(value: Any) -> Any:
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
+def param(value: Any) -> Any:
+    """A value for :attr:`AlgorithmTraffic.params`: a Python scalar for one workload (numpy's
+    scalars and 0-d arrays converted), a grid's array as it is (a sweep reads it as an array;
+    JSON writers list it)."""
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return value.item()
+    return value
+
+
 def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
     """Sum of ``bytes`` over the transfers whose fields equal every ``match`` value."""
     selected = [t.bytes for t in transfers if all(getattr(t, k) == v for k, v in match.items())]
