@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,30 @@ def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
     return intmath.add(*selected) if selected else 0
 
 
+#: the (level, direction) pairs a ledger keeps its byte sums by
+SUM_KEYS = tuple((level, direction) for level in LEVELS for direction in DIRECTIONS)
+
+
+def _matching(sums: dict[tuple[str, str], IntLike], match: dict[str, str]) -> IntLike | None:
+    """:func:`total` from the sums by (level, direction) where ``match`` names no other field
+    (the sums are exact integers: how they are grouped does not change them); else None."""
+    if not match.keys() <= {"level", "direction"}:
+        return None
+    picked = [
+        sums[(level, direction)]
+        for level, direction in SUM_KEYS
+        if match.get("level", level) == level and match.get("direction", direction) == direction
+    ]
+    return picked[0] if len(picked) == 1 else intmath.add(*picked)
+
+
+def _kept(value: IntLike) -> IntLike:
+    """A sum a ledger keeps and hands out again: read-only, so no caller changes it for the next."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    return value
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One kernel launch (or one fused loop nest) with its FLOPs and transfers.
@@ -137,12 +162,18 @@ class Kernel:
     #: that does not run is not in the ledger)
     present: Any = True
 
-    @property
+    @cached_property
     def flops(self) -> IntLike:
-        return intmath.add(self.matmul_flops, self.softmax_flops)
+        return _kept(intmath.add(self.matmul_flops, self.softmax_flops))
+
+    @cached_property
+    def sums(self) -> dict[tuple[str, str], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`), each transfer added once."""
+        return {key: _kept(total(self.transfers, level=key[0], direction=key[1])) for key in SUM_KEYS}
 
     def bytes(self, **match: str) -> IntLike:
-        return total(self.transfers, **match)
+        out = _matching(self.sums, match)
+        return total(self.transfers, **match) if out is None else out
 
 
 #: Kernel fields that count work (zeroed where a kernel does not run)
@@ -228,8 +259,14 @@ class AlgorithmTraffic:
     def transfers(self) -> tuple[Transfer, ...]:
         return tuple(t for k in self.kernels for t in k.transfers)
 
+    @cached_property
+    def sums(self) -> dict[tuple[str, str], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`): the kernels' sums added."""
+        return {key: _kept(intmath.add(*(k.sums[key] for k in self.kernels))) for key in SUM_KEYS}
+
     def bytes(self, **match: str) -> IntLike:
-        return total(self.transfers, **match)
+        out = _matching(self.sums, match)
+        return total(self.transfers, **match) if out is None else out
 
     @property
     def hbm_read_bytes(self) -> IntLike:
@@ -243,14 +280,14 @@ class AlgorithmTraffic:
     def hbm_bytes(self) -> IntLike:
         return self.bytes(level="hbm")
 
-    @property
+    @cached_property
     def flops(self) -> IntLike:
-        return intmath.add(*(k.flops for k in self.kernels))
+        return _kept(intmath.add(*(k.flops for k in self.kernels)))
 
-    @property
+    @cached_property
     def matmul_flops(self) -> IntLike:
-        return intmath.add(*(k.matmul_flops for k in self.kernels))
+        return _kept(intmath.add(*(k.matmul_flops for k in self.kernels)))
 
-    @property
+    @cached_property
     def exp_ops(self) -> IntLike:
-        return intmath.add(*(k.exp_ops for k in self.kernels))
+        return _kept(intmath.add(*(k.exp_ops for k in self.kernels)))
