@@ -48,6 +48,7 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Union
 
 import numpy as np
@@ -69,23 +70,44 @@ class KernelTiming:
     name: str
     terms: dict[str, Seconds]
     time_s: Seconds
-    bound: Label
-    #: Grids only: ``bound`` as an int array indexing ``bound_names`` (cheaper than comparing labels).
+    #: what bounds the kernel; None on grids, where ``bound_index`` says it
+    label: str | None
+    #: Grids only: :attr:`bound` as an int array indexing ``bound_names`` (cheaper than comparing labels).
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
     bound_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def bound(self) -> Label:
+        """What bounds the kernel: a term's name (on grids an object array of names, spelled
+        out when first asked: a sweep reads ``bound_index``)."""
+        return _spelled(self.label, self.bound_names, self.bound_index)
 
 
 @dataclass(frozen=True)
 class AlgorithmTiming:
     kernels: tuple[KernelTiming, ...]
     time_s: Seconds
-    bound: Label
-    #: Grids only: ``bound`` as an int array ``bound_index`` indexing ``bound_labels``.
+    #: what bounds the algorithm; None on grids, where ``bound_index`` says it
+    label: str | None
+    #: Grids only: :attr:`bound` as an int array ``bound_index`` indexing ``bound_labels``.
     bound_labels: tuple[str, ...] = field(default=(), repr=False, compare=False)
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
     #: the share of its rate the forward kernel keeps under the power limit where the clocks
     #: fell (:data:`CLOCKS`; 1 where they did not), None where they did not fall anywhere
     clock_share: Seconds | None = field(default=None, compare=False)
+
+    @cached_property
+    def bound(self) -> Label:
+        """What bounds the algorithm: a term's name (on grids an object array of names)."""
+        return _spelled(self.label, self.bound_labels, self.bound_index)
+
+
+def _spelled(label: str | None, names: tuple[str, ...], index: np.ndarray | None) -> Label:
+    """A timing's bound: its label, or on a grid the names its index points at."""
+    if index is None:
+        assert label is not None
+        return label
+    return np.asarray(names, dtype=object)[index]
 
 
 #: How long the GPU has been busy when a kernel runs, which decides its clocks (``--clocks``):
@@ -718,7 +740,7 @@ def kernel_time(
         time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
-    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))
+    return KernelTiming(kernel.name, terms, time, None, index, tuple(names))
 
 
 def _largest(values: list[Any]) -> tuple[Any, np.ndarray]:
@@ -840,6 +862,4 @@ def algorithm_time(
     )
     if np.ndim(total) == 0:
         return AlgorithmTiming(kernels, float(total), labels[int(best)], clock_share=clock)
-    return AlgorithmTiming(
-        kernels, total, np.asarray(labels, dtype=object)[best], tuple(labels), best, clock_share=clock
-    )
+    return AlgorithmTiming(kernels, total, None, tuple(labels), best, clock_share=clock)
