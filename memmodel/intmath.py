@@ -38,17 +38,27 @@ def is_array(*values: object) -> bool:
 
 
 def mul(*factors: IntLike) -> IntLike:
-    """Product of integers; exact for scalars, overflow-checked int64 for arrays."""
+    """Product of integers; exact for scalars, overflow-checked int64 for arrays.
+
+    Arrays: the scalar factors are multiplied first, as Python ints, and the arrays by their
+    product once (int64 products wrap modulo 2^64, so any order gives the same result where
+    the whole fits, which the bound or the shadow checks)."""
     if not is_array(*factors):
         out = 1
         for f in factors:
             out *= int(f)
         return out
-    arrays = [np.asarray(f, dtype=np.int64) for f in factors]
-    out_arr = np.ones((), dtype=np.int64)
-    for a in arrays:
+    arrays = [np.asarray(f, dtype=np.int64) for f in factors if isinstance(f, np.ndarray)]
+    scalar = 1
+    for f in factors:
+        if not isinstance(f, np.ndarray):
+            scalar *= int(f)
+    out_arr = arrays[0]
+    for a in arrays[1:]:
         out_arr = out_arr * a
-    if _bound(arrays, mul=True) < _EXACT_LIMIT:  # no product can reach 2^63: skip the shadow
+    if scalar != 1 or len(arrays) == 1:  # (a new array, never the one given)
+        out_arr = out_arr * scalar
+    if _bound(arrays, mul=True) * abs(scalar) < _EXACT_LIMIT:  # no product can reach 2^63: skip the shadow
         return out_arr
     shadow = np.ones((), dtype=np.float64)
     for f in factors:
@@ -59,16 +69,23 @@ def mul(*factors: IntLike) -> IntLike:
 
 
 def add(*terms: IntLike) -> IntLike:
+    """Sum of integers; exact for scalars, overflow-checked int64 for arrays (the scalar terms
+    added first, as Python ints, as :func:`mul` multiplies them)."""
     if not is_array(*terms):
         return sum(int(t) for t in terms)
-    arrays = [np.asarray(t, dtype=np.int64) for t in terms]
-    if _bound(arrays, mul=False) >= _EXACT_LIMIT:  # a sum could reach 2^63: check with a float shadow
+    arrays = [np.asarray(t, dtype=np.int64) for t in terms if isinstance(t, np.ndarray)]
+    scalars = [int(t) for t in terms if not isinstance(t, np.ndarray)]
+    if _bound(arrays, mul=False) + sum(abs(s) for s in scalars) >= _EXACT_LIMIT:
+        # a sum could reach 2^63: check with a float shadow
         shadow = sum(np.asarray(t, dtype=np.float64) for t in terms)
         if np.any(np.abs(shadow) >= _LIMIT):
             raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
-    out = np.zeros((), dtype=np.int64)
-    for a in arrays:
+    out = arrays[0]
+    for a in arrays[1:]:
         out = out + a
+    scalar = sum(scalars)
+    if scalar or len(arrays) == 1:  # (a new array, never the one given)
+        out = out + scalar
     return out
 
 
@@ -99,6 +116,8 @@ def scaled(value: IntLike, num: IntLike, den: IntLike) -> IntLike:
     """
     if not is_array(value, num, den):
         return int(value) * int(num) // int(den)
+    if num is den and (np.ndim(value) or np.ndim(num)):  # ⌊value · n / n⌋: the value (all pairs visited)
+        return add(np.broadcast_arrays(np.asarray(value, dtype=np.int64), np.asarray(num, dtype=np.int64))[0])
     v, n, d = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (value, num, den)))
     q, r = np.divmod(v, d)
     if _bound([r, n], mul=True) >= _EXACT_LIMIT:  # r·num could wrap: exact, element by element
