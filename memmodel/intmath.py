@@ -142,5 +142,13 @@ def maximum(a: IntLike, b: IntLike) -> IntLike:
     return np.maximum(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
+def kept(value: IntLike) -> IntLike:
+    """``value`` made read-only where it is an array: for results computed once and handed
+    out again (so that no caller changes them for the next)."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    return value
+
+
 def to_float(value: IntLike) -> float | np.ndarray:
     return float(value) if not isinstance(value, np.ndarray) else value.astype(np.float64)

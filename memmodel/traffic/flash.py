@@ -424,19 +424,20 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     q, kv, stat, steps, hbm, heads_in_flight = plan.q, plan.kv, plan.stat, plan.steps, plan.hbm, plan.heads_in_flight
     visited = plan.steps_num
 
+    q_steps, stat_steps = steps(q), steps(stat)  # Q and O; l and m: once per visited outer step
     k = KernelBuilder("fa1_fwd")
     k.write("O", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
     k.write("l", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
     k.write("m", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
     k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
     k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
-    k.read("Q", "input", steps(q), hbm(q, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
-    k.read("O", "output", steps(q), hbm(0, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
-    k.read("l", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
-    k.read("m", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
-    k.write("O", "output", steps(q), f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, steps(q)))
-    k.write("l", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
-    k.write("m", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
+    k.read("Q", "input", q_steps, hbm(q, q_steps), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("O", "output", q_steps, hbm(0, q_steps), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("l", "state", stat_steps, hbm(0, stat_steps), f"T_c · B·H·N·4{visited_share(w)}")
+    k.read("m", "state", stat_steps, hbm(0, stat_steps), f"T_c · B·H·N·4{visited_share(w)}")
+    k.write("O", "output", q_steps, f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, q_steps))
+    k.write("l", "state", stat_steps, f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, stat_steps))
+    k.write("m", "state", stat_steps, f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, stat_steps))
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     return k.build(
         matmul_flops=intmath.mul(4, ctx.scores, w.d),

@@ -84,24 +84,18 @@ def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
 SUM_KEYS = tuple((level, direction) for level in LEVELS for direction in DIRECTIONS)
 
 
-def _matching(sums: dict[tuple[str, str], IntLike], match: dict[str, str]) -> IntLike | None:
+def _matching(sums: dict[tuple[Any, Any], IntLike], match: dict[str, str]) -> IntLike | None:
     """:func:`total` from the sums by (level, direction) where ``match`` names no other field
-    (the sums are exact integers: how they are grouped does not change them); else None."""
+    (the sums are exact integers: how they are grouped does not change them), else None. A
+    level's sum (both directions), a direction's or the whole is added once and kept in
+    ``sums`` under ``(level or None, direction or None)``."""
     if not match.keys() <= {"level", "direction"}:
         return None
-    picked = [
-        sums[(level, direction)]
-        for level, direction in SUM_KEYS
-        if match.get("level", level) == level and match.get("direction", direction) == direction
-    ]
-    return picked[0] if len(picked) == 1 else intmath.add(*picked)
-
-
-def _kept(value: IntLike) -> IntLike:
-    """A sum a ledger keeps and hands out again: read-only, so no caller changes it for the next."""
-    if isinstance(value, np.ndarray):
-        value.flags.writeable = False
-    return value
+    key = (match.get("level"), match.get("direction"))
+    if key not in sums:
+        picked = [sums[k] for k in SUM_KEYS if key[0] in (None, k[0]) and key[1] in (None, k[1])]
+        sums[key] = intmath.kept(intmath.add(*picked))
+    return sums[key]
 
 
 @dataclass(frozen=True)
@@ -164,12 +158,13 @@ class Kernel:
 
     @cached_property
     def flops(self) -> IntLike:
-        return _kept(intmath.add(self.matmul_flops, self.softmax_flops))
+        return intmath.kept(intmath.add(self.matmul_flops, self.softmax_flops))
 
     @cached_property
-    def sums(self) -> dict[tuple[str, str], IntLike]:
-        """Bytes by (level, direction) (:data:`SUM_KEYS`), each transfer added once."""
-        return {key: _kept(total(self.transfers, level=key[0], direction=key[1])) for key in SUM_KEYS}
+    def sums(self) -> dict[tuple[Any, Any], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`), each transfer added once (and the
+        sums :meth:`bytes` added from them)."""
+        return {key: intmath.kept(total(self.transfers, level=key[0], direction=key[1])) for key in SUM_KEYS}
 
     def bytes(self, **match: str) -> IntLike:
         out = _matching(self.sums, match)
@@ -260,9 +255,10 @@ class AlgorithmTraffic:
         return tuple(t for k in self.kernels for t in k.transfers)
 
     @cached_property
-    def sums(self) -> dict[tuple[str, str], IntLike]:
-        """Bytes by (level, direction) (:data:`SUM_KEYS`): the kernels' sums added."""
-        return {key: _kept(intmath.add(*(k.sums[key] for k in self.kernels))) for key in SUM_KEYS}
+    def sums(self) -> dict[tuple[Any, Any], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`): the kernels' sums added (and the
+        sums :meth:`bytes` added from them)."""
+        return {key: intmath.kept(intmath.add(*(k.sums[key] for k in self.kernels))) for key in SUM_KEYS}
 
     def bytes(self, **match: str) -> IntLike:
         out = _matching(self.sums, match)
@@ -282,12 +278,12 @@ class AlgorithmTraffic:
 
     @cached_property
     def flops(self) -> IntLike:
-        return _kept(intmath.add(*(k.flops for k in self.kernels)))
+        return intmath.kept(intmath.add(*(k.flops for k in self.kernels)))
 
     @cached_property
     def matmul_flops(self) -> IntLike:
-        return _kept(intmath.add(*(k.matmul_flops for k in self.kernels)))
+        return intmath.kept(intmath.add(*(k.matmul_flops for k in self.kernels)))
 
     @cached_property
     def exp_ops(self) -> IntLike:
-        return _kept(intmath.add(*(k.exp_ops for k in self.kernels)))
+        return intmath.kept(intmath.add(*(k.exp_ops for k in self.kernels)))
