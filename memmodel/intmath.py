@@ -7,6 +7,7 @@ wrapping silently.
 
 from __future__ import annotations
 
+import math
 from typing import Union
 
 import numpy as np
@@ -99,6 +100,18 @@ def _bound(arrays: list[np.ndarray], *, mul: bool) -> int:
         m = max(int(a.max()), -int(a.min())) if a.size else 0
         out = out * m if mul else out + m
     return out
+
+
+def floor_div(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return int(a) // int(b)
+    return np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64)
+
+
+def gcd(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return math.gcd(int(a), int(b))
+    return np.gcd(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
 def ceil_div(a: IntLike, b: IntLike) -> IntLike:

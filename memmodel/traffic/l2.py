@@ -92,22 +92,16 @@ def waves(ctas_sharing: IntLike, l2: L2) -> IntLike:
     return intmath.ceil_div(ctas_sharing, l2.concurrent_ctas)
 
 
-def _waves_spanned(groups: int, per_group: int, concurrent: int) -> int:
-    """Σ over ``groups`` consecutive runs of ``per_group`` CTAs of the waves (runs of
-    ``concurrent`` CTAs) each one overlaps: ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1."""
-    from .blocks import floor_sum
-
-    t, c = per_group, concurrent
-    return floor_sum(groups, c, t, t - 1) - floor_sum(groups, c, t, 0) + groups
-
-
 def waves_spanned(groups: IntLike, per_group: IntLike, concurrent: IntLike) -> IntLike:
-    if intmath.is_array(groups, per_group, concurrent):
-        from .blocks import floor_sum_array
+    """Σ over ``groups`` = G consecutive runs of ``per_group`` = T CTAs of the waves (runs of
+    ``concurrent`` = C CTAs) each one overlaps: Σ_g ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1.
 
-        g, t, c = (np.asarray(x, dtype=np.int64) for x in (groups, per_group, concurrent))
-        return floor_sum_array(g, c, t, t - 1) - floor_sum_array(g, c, t, 0) + g
-    return _waves_spanned(int(groups), int(per_group), int(concurrent))
+    The sum telescopes: ⌊(x − 1)/C⌋ = ⌊x/C⌋ − 1 where C divides x (else ⌊x/C⌋), and C divides
+    j·T for j = 1 … G exactly at the multiples of C / gcd(C, T), so it is
+    ⌊G·T/C⌋ − ⌊G·gcd(C, T)/C⌋ + G (tests/test_variants.py checks it against the sum)."""
+    g, t, c = groups, per_group, concurrent
+    spanned = intmath.add(intmath.floor_div(intmath.mul(g, t), c), g)
+    return spanned - intmath.floor_div(intmath.mul(g, intmath.gcd(c, t)), c)
 
 
 def reread_hbm(
