@@ -94,12 +94,26 @@ _EXACT_LIMIT = 2**63 - 1
 
 
 def _bound(arrays: list[np.ndarray], *, mul: bool) -> int:
-    """An exact upper bound of |product| (or |sum|) of the arrays' elements, from their extremes."""
+    """An exact upper bound of |product| (or |sum|) of the arrays' elements, from a bound of
+    each array's magnitudes (read once per array, however often it is given)."""
+    seen: dict[int, int] = {}
     out = 1 if mul else 0
     for a in arrays:
-        m = max(int(a.max()), -int(a.min())) if a.size else 0
+        m = seen.get(id(a))
+        if m is None:
+            m = seen[id(a)] = _magnitude(a)
         out = out * m if mul else out + m
     return out
+
+
+def _magnitude(a: np.ndarray) -> int:
+    """An upper bound of |x| over the elements x of ``a``: where none is negative (the sign bit
+    set in none), their bitwise or, at least the largest and less than twice it, in one pass;
+    else the largest magnitude, from the largest and the smallest element."""
+    if not a.size:
+        return 0
+    ored = int(np.bitwise_or.reduce(a, axis=None))
+    return ored if ored >= 0 else max(int(a.max()), -int(a.min()))
 
 
 def floor_div(a: IntLike, b: IntLike) -> IntLike:
