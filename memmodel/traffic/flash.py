@@ -280,7 +280,8 @@ def tile_reread_hbm(
     ok = _floats(ws) <= l2.capacity_bytes
     if reuse is not None:
         share = _floats(unique) / np.maximum(_floats(requested), 1.0)
-        fitting = np.maximum(_floats(unique), _floats(requested) * l2m.random_replacement_miss_ratio(share, reuse))
+        miss = l2m.random_replacement_miss_ratio(share, reuse, where=ok)  # (used only where it fits)
+        fitting = np.maximum(_floats(unique), _floats(requested) * miss)
     else:
         heads = np.minimum(_floats(groups), 1.0 + 2.0 * _floats(l2.concurrent_ctas) / np.maximum(_floats(sharing), 1.0))
         fitting = np.minimum(_floats(requested), _floats(unique) * np.maximum(1.0, heads * ws_f / l2.capacity_bytes))
