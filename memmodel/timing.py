@@ -47,6 +47,7 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
@@ -428,8 +429,8 @@ def cta_tail_factor(
         if np.any(one_wave):
             args = np.broadcast_arrays(n, n_kv, bq, bkv, jobs / t_r, occ, out)
             exact = np.vectorize(
-                lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_factor(
-                    _causal_lengths(int(n_), int(nk_), int(bq_), int(bkv_), int(bh_)), int(sm_count), int(o_), share
+                lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_tail(
+                    int(n_), int(nk_), int(bq_), int(bkv_), int(bh_), int(sm_count), int(o_), share
                 ),
                 otypes=[np.float64],
             )(*(a[one_wave] for a in args[:6]))
@@ -522,10 +523,18 @@ def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float)
     return max(1.0, busiest / (total / sm_count))
 
 
+@functools.lru_cache(maxsize=65536)
+def _one_wave_tail(n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float) -> float:
+    """:func:`cta_tail_factor` of one causal grid of one wave, placed CTA by CTA (kept: a sweep
+    meets the same shapes again in every dtype and setting it loops over)."""
+    return _one_wave_factor(_causal_lengths(n, n_kv, b_r, b_c, heads), sm_count, occ, share)
+
+
+@functools.lru_cache(maxsize=65536)
 def _split_tail_scalar(
     n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
 ) -> float:
-    """:func:`split_tail_factor` of one causal split prefill."""
+    """:func:`split_tail_factor` of one causal split prefill (kept, as :func:`_one_wave_tail`)."""
     jobs = bh * -(-n // 64) * splits
     if jobs > sm_count * max(occ, 1) or jobs > MAX_PLACED_CTAS:  # more than one wave: balanced
         return 1.0
@@ -565,7 +574,9 @@ def split_tail_factor(
     out = np.ones(args[0].shape, dtype=np.float64)
     if todo.any():
         out[todo] = np.vectorize(
-            lambda n, nk, bh, sp, bc, o: _split_tail_scalar(n, nk, bh, sp, bc, sm_count, o, share),
+            lambda n, nk, bh, sp, bc, o: _split_tail_scalar(
+                int(n), int(nk), int(bh), int(sp), int(bc), sm_count, int(o), share
+            ),
             otypes=[np.float64],
         )(*(a[todo] for a in args))
     return out
