@@ -707,10 +707,11 @@ def _allocate(rows: int, dtypes: dict[str, Any], *, shared: bool) -> dict[str, n
     return out
 
 
-#: glibc's allocator settings (malloc.h: M_TRIM_THRESHOLD, M_MMAP_THRESHOLD) a sweep asks for:
-#: blocks up to 32 MiB from the heap (the most glibc's own heuristic moves this to), and up to
+#: glibc's allocator settings (malloc.h: M_MMAP_THRESHOLD, M_TRIM_THRESHOLD) a sweep asks for:
+#: blocks below 4 MiB from the heap (a chunk's temporaries; numpy asks for huge pages from
+#: 4 MiB up, and such blocks, the output columns, stay mapped on their own), and up to
 #: 256 MiB of freed heap kept for reuse (above a chunk's temporaries, some 30-100 MiB)
-_MALLOPT = {-3: 32 << 20, -1: 256 << 20}
+_MALLOPT = {-3: 4 << 20, -1: 256 << 20}
 _allocator_set = False
 
 
