@@ -192,12 +192,13 @@ def compare(
     profile.peak_flops(workload.dtype)  # fail early, clearly
     std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
     til = tiled_traffic(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+    exec_d = padded_head_dim(opts.model_implementation, workload.d)  # the head dim its kernel runs at
     til_time = algorithm_time(
         til,
         profile,
         workload.dtype,
         opts.model_implementation,
-        padded_head_dim(opts.model_implementation, workload.d),
+        exec_d,
         kernel_workload(workload, opts.model_implementation),
         clocks=opts.clocks,
     )
@@ -217,7 +218,7 @@ def compare(
                 profile,
                 opts.model_implementation,
                 workload.dtype,
-                padded_head_dim(opts.model_implementation, workload.d),
+                exec_d,
                 tile=(til.params.get("block_q"), til.params.get("block_kv")),
             )
         ),

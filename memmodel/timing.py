@@ -48,6 +48,7 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Union
@@ -283,12 +284,15 @@ def rate_sources(profile: Profile) -> str:
     return "datasheet and published figures only: expect large errors (tens of percent; see docs/accuracy.md)"
 
 
-def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Any) -> Any:
-    """``unaligned`` where the kernel's rows are not 16-byte multiples (and a rate for them
-    exists), ``aligned`` elsewhere."""
-    if unaligned is None or not np.any(np.asarray(kernel.unaligned)):
+def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Callable[[], Any]) -> Any:
+    """``unaligned()`` where the kernel's rows are not 16-byte multiples (and a rate for them
+    exists), ``aligned`` elsewhere (``unaligned`` is asked only where some row is)."""
+    if not np.any(np.asarray(kernel.unaligned)):
         return aligned
-    out = np.where(np.asarray(kernel.unaligned), unaligned, aligned)
+    rate = unaligned()
+    if rate is None:
+        return aligned
+    out = np.where(np.asarray(kernel.unaligned), rate, aligned)
     return float(out) if out.ndim == 0 else out
 
 
@@ -311,10 +315,10 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
             return rate(head_dim) if head_dim is not None else sum(y for _, y in curve) / len(curve)
 
         read_bw = _where_unaligned(
-            kernel, read_bw, at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
+            kernel, read_bw, lambda: at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
         )
         write_bw = _where_unaligned(
-            kernel, write_bw, at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
+            kernel, write_bw, lambda: at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
         )
         return (
             f(kernel.bytes(level="hbm", direction="read")) / read_bw
@@ -322,12 +326,15 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         )
     if kernel.op == "softmax" and rates.softmax_bytes_per_s:
         rows = intmath.to_float(kernel.row_length)
-        rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
-        if rates.softmax_unaligned_bytes_per_s:
-            rate = np.asarray(_where_unaligned(kernel, rate, rates.softmax_unaligned_rate(rows)), dtype=np.float64)
         if kernel.masked_input and rates.softmax_masked_bytes_per_s:
             # measured apart: the softmax over causally masked scores runs at its own rate
             rate = np.asarray(rates.softmax_masked_rate(rows), dtype=np.float64)
+        else:
+            rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
+            if rates.softmax_unaligned_bytes_per_s:
+                rate = np.asarray(
+                    _where_unaligned(kernel, rate, lambda: rates.softmax_unaligned_rate(rows)), dtype=np.float64
+                )
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
         if rates.softmax_row_time_s:
             # a block per row: a kernel of few rows takes what one block takes for its row
