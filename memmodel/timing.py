@@ -47,10 +47,9 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Union
 
 import numpy as np
@@ -530,14 +529,14 @@ def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float)
     return max(1.0, busiest / (total / sm_count))
 
 
-@functools.lru_cache(maxsize=65536)
+@lru_cache(maxsize=65536)
 def _one_wave_tail(n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float) -> float:
     """:func:`cta_tail_factor` of one causal grid of one wave, placed CTA by CTA (kept: a sweep
     meets the same shapes again in every dtype and setting it loops over)."""
     return _one_wave_factor(_causal_lengths(n, n_kv, b_r, b_c, heads), sm_count, occ, share)
 
 
-@functools.lru_cache(maxsize=65536)
+@lru_cache(maxsize=65536)
 def _split_tail_scalar(
     n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
 ) -> float:

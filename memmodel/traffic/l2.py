@@ -143,7 +143,7 @@ def reread_hbm(
     return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))
 
 
-def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike, where: Any = None) -> IntLike:
+def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike, where: Any = None) -> Any:
     """Share of a re-read tensor's block requests that miss in an L2 with random replacement.
 
     Each block's first request misses (a share ``unique_share`` = unique / requested of all
