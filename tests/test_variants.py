@@ -375,6 +375,15 @@ def test_random_replacement_miss_ratio_bounds_and_monotone(u, k, dk):
     assert arr[0] == x and arr[1] == l2m.random_replacement_miss_ratio(u, k + dk)
 
 
+def test_random_replacement_miss_ratio_solved_only_where_used():
+    u, k = np.array([0.1, 0.5, 0.9, 0.02]), np.array([0.5, 2.0, 0.0, 3.0])
+    where = np.array([True, False, True, True])
+    full = l2m.random_replacement_miss_ratio(u, k)
+    part = l2m.random_replacement_miss_ratio(u, k, where=where)
+    assert part[where].tobytes() == full[where].tobytes() and part[~where].tolist() == [0.0]
+    assert l2m.random_replacement_miss_ratio(0.3, 2.0, where=True) == l2m.random_replacement_miss_ratio(0.3, 2.0)
+
+
 def test_causal_reuse_scalar_and_grid_agree():
     n = np.array([2048, 8192, 32768])
     grid = compare(Workload(n=n, d=128, batch=2, heads=8, dtype="fp16", causal=True), H200, block_q=128, block_kv=64)
