@@ -60,7 +60,7 @@ from .traffic.flash_backward import (
     cutlass_backward,
     fa2_backward,
 )
-from .traffic.ledger import Kernel
+from .traffic.ledger import Kernel, param
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
@@ -172,11 +172,7 @@ def backward_kernels(
     else:
         kernels = cudnn_backward(workload, ctx, l2)
     params = tiles.to_params()
-    params["backward_block_q"] = _plain(ctx.blocks.block_q)
-    params["backward_block_kv"] = _plain(ctx.blocks.block_kv)
-    params["backward_concurrent_ctas"] = _plain(ctx.concurrent)
+    params["backward_block_q"] = param(ctx.blocks.block_q)
+    params["backward_block_kv"] = param(ctx.blocks.block_kv)
+    params["backward_concurrent_ctas"] = param(ctx.concurrent)
     return kernels, params
-
-
-def _plain(v: Any) -> Any:
-    return v.tolist() if isinstance(v, np.ndarray) else v

@@ -7,6 +7,7 @@ wrapping silently.
 
 from __future__ import annotations
 
+import math
 from typing import Union
 
 import numpy as np
@@ -38,17 +39,27 @@ def is_array(*values: object) -> bool:
 
 
 def mul(*factors: IntLike) -> IntLike:
-    """Product of integers; exact for scalars, overflow-checked int64 for arrays."""
+    """Product of integers; exact for scalars, overflow-checked int64 for arrays.
+
+    Arrays: the scalar factors are multiplied first, as Python ints, and the arrays by their
+    product once (int64 products wrap modulo 2^64, so any order gives the same result where
+    the whole fits, which the bound or the shadow checks)."""
     if not is_array(*factors):
         out = 1
         for f in factors:
             out *= int(f)
         return out
-    arrays = [np.asarray(f, dtype=np.int64) for f in factors]
-    out_arr = np.ones((), dtype=np.int64)
-    for a in arrays:
+    arrays = [np.asarray(f, dtype=np.int64) for f in factors if isinstance(f, np.ndarray)]
+    scalar = 1
+    for f in factors:
+        if not isinstance(f, np.ndarray):
+            scalar *= int(f)
+    out_arr = arrays[0]
+    for a in arrays[1:]:
         out_arr = out_arr * a
-    if _bound(arrays, mul=True) < _EXACT_LIMIT:  # no product can reach 2^63: skip the shadow
+    if scalar != 1 or len(arrays) == 1:  # (a new array, never the one given)
+        out_arr = out_arr * scalar
+    if _bound(arrays, mul=True) * abs(scalar) < _EXACT_LIMIT:  # no product can reach 2^63: skip the shadow
         return out_arr
     shadow = np.ones((), dtype=np.float64)
     for f in factors:
@@ -59,16 +70,23 @@ def mul(*factors: IntLike) -> IntLike:
 
 
 def add(*terms: IntLike) -> IntLike:
+    """Sum of integers; exact for scalars, overflow-checked int64 for arrays (the scalar terms
+    added first, as Python ints, as :func:`mul` multiplies them)."""
     if not is_array(*terms):
         return sum(int(t) for t in terms)
-    arrays = [np.asarray(t, dtype=np.int64) for t in terms]
-    if _bound(arrays, mul=False) >= _EXACT_LIMIT:  # a sum could reach 2^63: check with a float shadow
+    arrays = [np.asarray(t, dtype=np.int64) for t in terms if isinstance(t, np.ndarray)]
+    scalars = [int(t) for t in terms if not isinstance(t, np.ndarray)]
+    if _bound(arrays, mul=False) + sum(abs(s) for s in scalars) >= _EXACT_LIMIT:
+        # a sum could reach 2^63: check with a float shadow
         shadow = sum(np.asarray(t, dtype=np.float64) for t in terms)
         if np.any(np.abs(shadow) >= _LIMIT):
             raise OverflowError("a byte or FLOP count exceeds int64 (9.2e18); use smaller sizes or scalar inputs")
-    out = np.zeros((), dtype=np.int64)
-    for a in arrays:
+    out = arrays[0]
+    for a in arrays[1:]:
         out = out + a
+    scalar = sum(scalars)
+    if scalar or len(arrays) == 1:  # (a new array, never the one given)
+        out = out + scalar
     return out
 
 
@@ -76,12 +94,38 @@ _EXACT_LIMIT = 2**63 - 1
 
 
 def _bound(arrays: list[np.ndarray], *, mul: bool) -> int:
-    """An exact upper bound of |product| (or |sum|) of the arrays' elements, from their extremes."""
+    """An exact upper bound of |product| (or |sum|) of the arrays' elements, from a bound of
+    each array's magnitudes (read once per array, however often it is given)."""
+    seen: dict[int, int] = {}
     out = 1 if mul else 0
     for a in arrays:
-        m = max(int(a.max()), -int(a.min())) if a.size else 0
+        m = seen.get(id(a))
+        if m is None:
+            m = seen[id(a)] = _magnitude(a)
         out = out * m if mul else out + m
     return out
+
+
+def _magnitude(a: np.ndarray) -> int:
+    """An upper bound of |x| over the elements x of ``a``: where none is negative (the sign bit
+    set in none), their bitwise or, at least the largest and less than twice it, in one pass;
+    else the largest magnitude, from the largest and the smallest element."""
+    if not a.size:
+        return 0
+    ored = int(np.bitwise_or.reduce(a, axis=None))
+    return ored if ored >= 0 else max(int(a.max()), -int(a.min()))
+
+
+def floor_div(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return int(a) // int(b)
+    return np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64)
+
+
+def gcd(a: IntLike, b: IntLike) -> IntLike:
+    if not is_array(a, b):
+        return math.gcd(int(a), int(b))
+    return np.gcd(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
 def ceil_div(a: IntLike, b: IntLike) -> IntLike:
@@ -99,6 +143,8 @@ def scaled(value: IntLike, num: IntLike, den: IntLike) -> IntLike:
     """
     if not is_array(value, num, den):
         return int(value) * int(num) // int(den)
+    if num is den and (np.ndim(value) or np.ndim(num)):  # ⌊value · n / n⌋: the value (all pairs visited)
+        return add(np.broadcast_arrays(np.asarray(value, dtype=np.int64), np.asarray(num, dtype=np.int64))[0])
     v, n, d = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (value, num, den)))
     q, r = np.divmod(v, d)
     if _bound([r, n], mul=True) >= _EXACT_LIMIT:  # r·num could wrap: exact, element by element
@@ -121,6 +167,14 @@ def maximum(a: IntLike, b: IntLike) -> IntLike:
     if not is_array(a, b):
         return max(int(a), int(b))
     return np.maximum(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+
+def kept(value: IntLike) -> IntLike:
+    """``value`` made read-only where it is an array: for results computed once and handed
+    out again (so that no caller changes them for the next)."""
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    return value
 
 
 def to_float(value: IntLike) -> float | np.ndarray:

@@ -201,12 +201,13 @@ def compare(
     profile.peak_flops(workload.dtype)  # fail early, clearly
     std = standard_variant(standard, workload, l2_context(profile, opts.l2), backward=opts.backward)
     til = tiled_traffic(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+    exec_d = padded_head_dim(opts.model_implementation, workload.d)  # the head dim its kernel runs at
     til_time = algorithm_time(
         til,
         profile,
         workload.dtype,
         opts.model_implementation,
-        padded_head_dim(opts.model_implementation, workload.d),
+        exec_d,
         kernel_workload(workload, opts.model_implementation),
         clocks=opts.clocks,
     )
@@ -226,7 +227,7 @@ def compare(
                 profile,
                 opts.model_implementation,
                 workload.dtype,
-                padded_head_dim(opts.model_implementation, workload.d),
+                exec_d,
                 tile=(til.params.get("block_q"), til.params.get("block_kv")),
             )
         ),
@@ -276,7 +277,7 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
     if not bool(workload.causal) or til.variant != "fa2":
         return []
     p = til.params
-    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731  (params on a grid are lists)
+    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
     heads = f(intmath.mul(workload.batch, workload.heads))
     out = []
     slots = f(p.get("concurrent_ctas", profile.sm_count))

@@ -47,7 +47,9 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from typing import Any, Union
 
 import numpy as np
@@ -69,23 +71,44 @@ class KernelTiming:
     name: str
     terms: dict[str, Seconds]
     time_s: Seconds
-    bound: Label
-    #: Grids only: ``bound`` as an int array indexing ``bound_names`` (cheaper than comparing labels).
+    #: what bounds the kernel; None on grids, where ``bound_index`` says it
+    label: str | None
+    #: Grids only: :attr:`bound` as an int array indexing ``bound_names`` (cheaper than comparing labels).
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
     bound_names: tuple[str, ...] = field(default=(), repr=False, compare=False)
+
+    @cached_property
+    def bound(self) -> Label:
+        """What bounds the kernel: a term's name (on grids an object array of names, spelled
+        out when first asked: a sweep reads ``bound_index``)."""
+        return _spelled(self.label, self.bound_names, self.bound_index)
 
 
 @dataclass(frozen=True)
 class AlgorithmTiming:
     kernels: tuple[KernelTiming, ...]
     time_s: Seconds
-    bound: Label
-    #: Grids only: ``bound`` as an int array ``bound_index`` indexing ``bound_labels``.
+    #: what bounds the algorithm; None on grids, where ``bound_index`` says it
+    label: str | None
+    #: Grids only: :attr:`bound` as an int array ``bound_index`` indexing ``bound_labels``.
     bound_labels: tuple[str, ...] = field(default=(), repr=False, compare=False)
     bound_index: np.ndarray | None = field(default=None, repr=False, compare=False)
     #: the share of its rate the forward kernel keeps under the power limit where the clocks
     #: fell (:data:`CLOCKS`; 1 where they did not), None where they did not fall anywhere
     clock_share: Seconds | None = field(default=None, compare=False)
+
+    @cached_property
+    def bound(self) -> Label:
+        """What bounds the algorithm: a term's name (on grids an object array of names)."""
+        return _spelled(self.label, self.bound_labels, self.bound_index)
+
+
+def _spelled(label: str | None, names: tuple[str, ...], index: np.ndarray | None) -> Label:
+    """A timing's bound: its label, or on a grid the names its index points at."""
+    if index is None:
+        assert label is not None
+        return label
+    return np.asarray(names, dtype=object)[index]
 
 
 #: How long the GPU has been busy when a kernel runs, which decides its clocks (``--clocks``):
@@ -260,12 +283,15 @@ def rate_sources(profile: Profile) -> str:
     return "datasheet and published figures only: expect large errors (tens of percent; see docs/accuracy.md)"
 
 
-def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Any) -> Any:
-    """``unaligned`` where the kernel's rows are not 16-byte multiples (and a rate for them
-    exists), ``aligned`` elsewhere."""
-    if unaligned is None or not np.any(np.asarray(kernel.unaligned)):
+def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Callable[[], Any]) -> Any:
+    """``unaligned()`` where the kernel's rows are not 16-byte multiples (and a rate for them
+    exists), ``aligned`` elsewhere (``unaligned`` is asked only where some row is)."""
+    if not np.any(np.asarray(kernel.unaligned)):
         return aligned
-    out = np.where(np.asarray(kernel.unaligned), unaligned, aligned)
+    rate = unaligned()
+    if rate is None:
+        return aligned
+    out = np.where(np.asarray(kernel.unaligned), rate, aligned)
     return float(out) if out.ndim == 0 else out
 
 
@@ -288,10 +314,10 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
             return rate(head_dim) if head_dim is not None else sum(y for _, y in curve) / len(curve)
 
         read_bw = _where_unaligned(
-            kernel, read_bw, at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
+            kernel, read_bw, lambda: at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
         )
         write_bw = _where_unaligned(
-            kernel, write_bw, at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
+            kernel, write_bw, lambda: at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
         )
         return (
             f(kernel.bytes(level="hbm", direction="read")) / read_bw
@@ -299,12 +325,15 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         )
     if kernel.op == "softmax" and rates.softmax_bytes_per_s:
         rows = intmath.to_float(kernel.row_length)
-        rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
-        if rates.softmax_unaligned_bytes_per_s:
-            rate = np.asarray(_where_unaligned(kernel, rate, rates.softmax_unaligned_rate(rows)), dtype=np.float64)
         if kernel.masked_input and rates.softmax_masked_bytes_per_s:
             # measured apart: the softmax over causally masked scores runs at its own rate
             rate = np.asarray(rates.softmax_masked_rate(rows), dtype=np.float64)
+        else:
+            rate = np.asarray(rates.softmax_rate(rows), dtype=np.float64)
+            if rates.softmax_unaligned_bytes_per_s:
+                rate = np.asarray(
+                    _where_unaligned(kernel, rate, lambda: rates.softmax_unaligned_rate(rows)), dtype=np.float64
+                )
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
         if rates.softmax_row_time_s:
             # a block per row: a kernel of few rows takes what one block takes for its row
@@ -406,8 +435,8 @@ def cta_tail_factor(
         if np.any(one_wave):
             args = np.broadcast_arrays(n, n_kv, bq, bkv, jobs / t_r, occ, out)
             exact = np.vectorize(
-                lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_factor(
-                    _causal_lengths(int(n_), int(nk_), int(bq_), int(bkv_), int(bh_)), int(sm_count), int(o_), share
+                lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_tail(
+                    int(n_), int(nk_), int(bq_), int(bkv_), int(bh_), int(sm_count), int(o_), share
                 ),
                 otypes=[np.float64],
             )(*(a[one_wave] for a in args[:6]))
@@ -500,10 +529,18 @@ def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float)
     return max(1.0, busiest / (total / sm_count))
 
 
+@lru_cache(maxsize=65536)
+def _one_wave_tail(n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float) -> float:
+    """:func:`cta_tail_factor` of one causal grid of one wave, placed CTA by CTA (kept: a sweep
+    meets the same shapes again in every dtype and setting it loops over)."""
+    return _one_wave_factor(_causal_lengths(n, n_kv, b_r, b_c, heads), sm_count, occ, share)
+
+
+@lru_cache(maxsize=65536)
 def _split_tail_scalar(
     n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
 ) -> float:
-    """:func:`split_tail_factor` of one causal split prefill."""
+    """:func:`split_tail_factor` of one causal split prefill (kept, as :func:`_one_wave_tail`)."""
     jobs = bh * -(-n // 64) * splits
     if jobs > sm_count * max(occ, 1) or jobs > MAX_PLACED_CTAS:  # more than one wave: balanced
         return 1.0
@@ -543,7 +580,9 @@ def split_tail_factor(
     out = np.ones(args[0].shape, dtype=np.float64)
     if todo.any():
         out[todo] = np.vectorize(
-            lambda n, nk, bh, sp, bc, o: _split_tail_scalar(n, nk, bh, sp, bc, sm_count, o, share),
+            lambda n, nk, bh, sp, bc, o: _split_tail_scalar(
+                int(n), int(nk), int(bh), int(sp), int(bc), sm_count, int(o), share
+            ),
             otypes=[np.float64],
         )(*(a[todo] for a in args))
     return out
@@ -699,12 +738,11 @@ def kernel_time(
         candidates["compute"] = total
         terms["compute"] = total if np.ndim(total) else float(total)
     names = list(candidates)
-    table = np.stack(np.broadcast_arrays(*(np.asarray(v, dtype=np.float64) for v in candidates.values())))
+    largest, index = _largest(list(candidates.values()))
     launches = np.asarray(intmath.to_float(kernel.launches), dtype=np.float64)
     launch = (profile.launch_overhead_s or 0.0) * (launches + (impl.extra_launches if impl is not None else 0))
     launch = float(launch) if np.ndim(launch) == 0 else launch
-    time = table.max(axis=0) + launch
-    index = table.argmax(axis=0)
+    time = largest + launch
     if np.any(launch):
         terms["launch"] = launch
     if split_overhead is not None:
@@ -719,7 +757,28 @@ def kernel_time(
         time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
-    return KernelTiming(kernel.name, terms, time, np.asarray(names, dtype=object)[index], index, tuple(names))
+    return KernelTiming(kernel.name, terms, time, None, index, tuple(names))
+
+
+def _largest(values: list[Any]) -> tuple[Any, np.ndarray]:
+    """The largest of ``values`` (floats or arrays that broadcast), element by element, and the
+    index of the first one that reaches it: the ``max(axis=0)`` and ``argmax(axis=0)`` of their
+    stacked table, without stacking it (numpy's argmax along the first axis of a wide table
+    walks it column by column, some 20 times slower than comparing its rows)."""
+    rows = [np.asarray(v, dtype=np.float64) for v in values]
+    top = rows[0]
+    for row in rows[1:]:
+        top = np.maximum(top, row)
+    if np.isnan(top).any():  # argmax points at the first nan, which no comparison finds
+        table = np.stack(np.broadcast_arrays(*rows))
+        return table.max(axis=0), table.argmax(axis=0)
+    # the first row that reaches the top: the count of the rows before it, which all fall short
+    index = np.zeros(np.shape(top), dtype=np.uint8)  # fewer than 256 terms
+    short = np.ones(np.shape(top), dtype=bool)
+    for row in rows[:-1]:
+        short &= row != top
+        index += short
+    return top, index.astype(np.intp)
 
 
 def _labels(k: KernelTiming) -> set[str]:
@@ -808,7 +867,7 @@ def algorithm_time(
         total = sum((np.asarray(k.time_s, dtype=np.float64) for k in kernels), np.float64(0.0))
     # The algorithm is bound by what bounds the kernels that take most of its time.
     labels = sorted(set().union(*(_labels(k) for k in kernels)))
-    share = np.stack(
+    _, best = _largest(
         [
             sum(
                 (np.where(_bound_by(k, label), k.time_s, 0.0) for k in kernels),
@@ -818,9 +877,6 @@ def algorithm_time(
             for label in labels
         ]
     )
-    best = share.argmax(axis=0)
     if np.ndim(total) == 0:
         return AlgorithmTiming(kernels, float(total), labels[int(best)], clock_share=clock)
-    return AlgorithmTiming(
-        kernels, total, np.asarray(labels, dtype=object)[best], tuple(labels), best, clock_share=clock
-    )
+    return AlgorithmTiming(kernels, total, None, tuple(labels), best, clock_share=clock)

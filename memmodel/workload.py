@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -99,18 +100,27 @@ class Workload:
     def is_grid(self) -> bool:
         return intmath.is_array(self.n, self.d, self.batch, self.heads, self.n_kv, self.kv_heads)
 
-    @property
+    # the derived sizes are computed once per workload (a grid's as read-only arrays)
+    @cached_property
     def group(self) -> IntLike:
         """Query heads per K/V head (1 = MHA; heads = MQA)."""
-        return intmath.ceil_div(self.heads, self.kv_heads_)
+        return intmath.kept(intmath.ceil_div(self.heads, self.kv_heads_))
 
     def q_bytes(self) -> IntLike:
         """Q (and O): batch · heads · n · d · element bytes."""
-        return intmath.mul(self.batch, self.heads, self.n, self.d, self.element_bytes)
+        return self._q_bytes
 
     def kv_bytes(self) -> IntLike:
         """One of K or V: batch · kv_heads · n_kv · d · element bytes."""
-        return intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.element_bytes)
+        return self._kv_bytes
+
+    @cached_property
+    def _q_bytes(self) -> IntLike:
+        return intmath.kept(intmath.mul(self.batch, self.heads, self.n, self.d, self.element_bytes))
+
+    @cached_property
+    def _kv_bytes(self) -> IntLike:
+        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.element_bytes))
 
     def with_(self, **changes: Any) -> Workload:
         return replace(self, _checked=False, **changes)

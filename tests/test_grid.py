@@ -37,6 +37,53 @@ def test_scaled_floors_where_rounding_would_round_up():
     assert intmath.scaled(np.array([big]), 3, 4).tolist() == [big * 3 // 4]
 
 
+def test_scaled_by_a_ratio_of_one_is_the_value_as_a_new_array():
+    # ⌊v · n / n⌋ = v: the visited share of a kernel that visits every pair
+    pairs = np.array([4, 6, 9])
+    value = np.array([10, 11, 12])
+    out = intmath.scaled(value, pairs, pairs)
+    assert out.tolist() == [10, 11, 12] and out.dtype == np.int64 and out is not value
+    assert intmath.scaled(np.array([5]), pairs, pairs).tolist() == [5, 5, 5]  # broadcast as before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    factors=st.lists(
+        st.one_of(st.integers(0, 2**21), st.lists(st.integers(0, 2**21), min_size=3, max_size=3)),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_products_and_sums_of_scalars_and_arrays_are_exact_or_refused(factors):
+    # the scalars are folded into one Python int and the arrays multiplied (added) once each:
+    # the same integers as one element at a time, or OverflowError past int64
+    assume(any(isinstance(f, list) for f in factors))
+    args = [np.array(f, dtype=np.int64) if isinstance(f, list) else f for f in factors]
+    for op, reduce in ((intmath.mul, lambda xs: np.prod(xs, dtype=object)), (intmath.add, sum)):
+        expected = [int(reduce([f[i] if isinstance(f, list) else f for f in factors])) for i in range(3)]
+        if max(expected) >= 2**63:
+            with pytest.raises(OverflowError):
+                op(*args)
+            continue
+        out = op(*args)
+        assert out.dtype == np.int64 and out.tolist() == expected
+        assert all(out is not a for a in args)
+
+
+def test_overflow_bounds_read_each_array_once_and_stay_above_its_magnitude():
+    a = np.array([5, 9, 2**40], dtype=np.int64)
+    m = intmath._magnitude(a)
+    assert 2**40 <= m < 2**41  # the bitwise or: at least the largest, below twice it
+    assert intmath._magnitude(np.array([-7, 3])) == 7  # a negative element: max and min
+    assert intmath._magnitude(np.array([], dtype=np.int64)) == 0
+    # one array given twice counts twice in a sum's bound, read once
+    big = np.array([2**62], dtype=np.int64)
+    with pytest.raises(OverflowError):
+        intmath.add(big, big)
+    with pytest.raises(OverflowError):
+        intmath.mul(big, 2)
+
+
 # ---------------------------------------------------------------------------------------
 # compare() on a grid, row by row
 

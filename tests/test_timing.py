@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from memmodel import Workload, compare, load_profile
@@ -109,3 +110,19 @@ def test_split_kv_timing_follows_the_kernels_kind_not_its_name():
         assert kernel_time(renamed, *args).time_s == kernel_time(k, *args).time_s
         plain = dataclasses.replace(k, kind="")
         assert kernel_time(plain, *args).time_s != kernel_time(k, *args).time_s
+
+
+def test_largest_term_is_the_tables_max_and_first_argmax():
+    # timing._largest takes the max row by row and the index of the first row reaching it:
+    # what max(axis=0) and argmax(axis=0) of the stacked table give, ties and nan included
+    from memmodel.timing import _largest
+
+    for rows in (
+        [np.array([1.0, 5.0, 2.0, 0.0]), 3.0, np.array([4.0, 5.0, 2.0, 0.0])],  # ties: the first wins
+        [np.array([1.0, 5.0, 2.0, np.nan]), 3.0, np.array([np.nan, 5.0, 7.0, 1.0])],  # nan: argmax's
+        [2.0, 1.0],  # one workload
+    ):
+        table = np.stack(np.broadcast_arrays(*(np.asarray(r, dtype=np.float64) for r in rows)))
+        top, index = _largest(rows)
+        assert np.array_equal(top, table.max(axis=0), equal_nan=True)
+        assert np.array_equal(index, table.argmax(axis=0))

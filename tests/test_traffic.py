@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from memmodel import Workload, compare, load_profile
 from memmodel.errors import WorkloadError
 from memmodel.traffic import block_sizes, fa1_forward, fa2_forward, standard_forward
-from memmodel.traffic.ledger import ROLES
+from memmodel.traffic.ledger import DIRECTIONS, LEVELS, ROLES, total
 
 A100_SRAM = 164 * 1024  # bytes of shared memory per SM on the A100
 
@@ -218,3 +218,23 @@ def test_blocks_that_do_not_fit_are_refused():
         block_sizes(Workload(n=64, d=30000), A100_SRAM)
     with pytest.raises(WorkloadError, match="block-q must be a positive integer"):
         block_sizes(w, A100_SRAM, block_q=0)
+
+
+def test_ledger_sums_by_level_and_direction_are_the_transfers_and_read_only():
+    # bytes(level=..., direction=...) reads sums kept per kernel and per algorithm: each equals
+    # the scan over the transfers (exact integers), on a grid and for one workload
+    a100 = load_profile("a100")
+    for w in (
+        Workload(n=np.array([128, 4096, 577]), d=64, batch=2, heads=8, kv_heads=2, dtype="fp16", causal=True),
+        Workload(n=1000, d=128, batch=3, heads=4, dtype="bf16"),
+    ):
+        c = compare(w, a100, tiled="fa2", backward=True)
+        for ledger in (c.standard.traffic, c.tiled.traffic, *c.standard.traffic.kernels, *c.tiled.traffic.kernels):
+            for level in (None, *LEVELS):
+                for direction in (None, *DIRECTIONS):
+                    match = {k: v for k, v in (("level", level), ("direction", direction)) if v}
+                    got, scan = ledger.bytes(**match), total(ledger.transfers, **match)
+                    assert np.array_equal(got, scan) and ledger.bytes(**match) is got, (match, ledger)
+        hbm = c.tiled.traffic.hbm_bytes
+        if isinstance(hbm, np.ndarray):
+            assert not hbm.flags.writeable  # kept and handed out again: nobody changes it

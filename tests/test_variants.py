@@ -13,6 +13,7 @@ from memmodel import Workload, compare, load_profile
 from memmodel.traffic import l2 as l2m
 from memmodel.traffic.blocks import floor_sum, visited_blocks
 from memmodel.traffic.decode import num_splits_heuristic
+from memmodel.traffic.l2 import waves_spanned
 
 A100 = load_profile("a100")
 H200 = load_profile("h200")
@@ -34,6 +35,19 @@ def test_floor_sum_and_causal_visited_match_brute_force():
         t_r, t_c = -(-n // br), -(-nkv // bc)
         brute = sum(min(t_c, (min((i + 1) * br, n) - 1 + extra) // bc + 1) for i in range(t_r))
         assert visited_blocks(n, nkv, br, bc, True) == brute
+
+
+def test_waves_spanned_closed_form_matches_the_sum():
+    # Σ_g ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1 over G runs of T CTAs, waves of C: one by one, and
+    # the closed form on scalars and on a grid
+    cases = list(itertools.product(range(0, 9), range(1, 40), range(1, 30)))
+    for g, t, c in cases:
+        brute = sum(((i + 1) * t - 1) // c - (i * t) // c + 1 for i in range(g))
+        assert waves_spanned(g, t, c) == brute, (g, t, c)
+    g, t, c = (np.array(x, dtype=np.int64) for x in zip(*cases))
+    assert waves_spanned(g, t, c).tolist() == [waves_spanned(*x) for x in cases]
+    # 4 heads of 64 CTAs on 132 slots: runs 0-63, 64-127 in wave 0, 128-191 spans both, 192-255 in wave 1
+    assert waves_spanned(4, 64, 132) == 5
 
 
 def test_causal_fa2_by_hand():
@@ -359,6 +373,15 @@ def test_random_replacement_miss_ratio_bounds_and_monotone(u, k, dk):
     assert l2m.random_replacement_miss_ratio(u, 0.0) == u
     arr = l2m.random_replacement_miss_ratio(np.array([u, u]), np.array([k, k + dk]))
     assert arr[0] == x and arr[1] == l2m.random_replacement_miss_ratio(u, k + dk)
+
+
+def test_random_replacement_miss_ratio_solved_only_where_used():
+    u, k = np.array([0.1, 0.5, 0.9, 0.02]), np.array([0.5, 2.0, 0.0, 3.0])
+    where = np.array([True, False, True, True])
+    full = l2m.random_replacement_miss_ratio(u, k)
+    part = l2m.random_replacement_miss_ratio(u, k, where=where)
+    assert part[where].tobytes() == full[where].tobytes() and part[~where].tolist() == [0.0]
+    assert l2m.random_replacement_miss_ratio(0.3, 2.0, where=True) == l2m.random_replacement_miss_ratio(0.3, 2.0)
 
 
 def test_causal_reuse_scalar_and_grid_agree():

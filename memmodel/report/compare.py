@@ -70,7 +70,7 @@ def _kernel_dict(kernel: Kernel, timing: KernelTiming) -> dict[str, Any]:
 
 def algorithm_dict(ev: Evaluated) -> dict[str, Any]:
     t = ev.traffic
-    out: dict[str, Any] = {"name": t.name, "variant": t.variant, "params": t.params}
+    out: dict[str, Any] = {"name": t.name, "variant": t.variant, "params": {k: _plain(v) for k, v in t.params.items()}}
     out.update(_numbers(t, t))
     out["predicted_time_s"] = _plain(ev.timing.time_s)
     out["bound"] = _plain(ev.timing.bound)

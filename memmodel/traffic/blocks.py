@@ -5,6 +5,7 @@ it visits, how many CTAs run at once, and what every tiled kernel of one workloa
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,7 @@ from .. import intmath
 from ..errors import WorkloadError
 from ..intmath import IntLike
 from ..workload import Workload
+from .ledger import param
 
 
 def floor_sum(n: int, m: int, a: int, b: int) -> int:
@@ -101,10 +103,8 @@ def _causal_visited_array(n: Any, n_kv: Any, b_r: Any, b_c: Any) -> np.ndarray:
 
 def visited_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> IntLike:
     """(Q block, K/V block) pairs a tiled kernel computes per head."""
-    t_r = intmath.ceil_div(n, b_r)
-    t_c = intmath.ceil_div(n_kv, b_c)
     if not causal:
-        return intmath.mul(t_r, t_c)
+        return intmath.mul(intmath.ceil_div(n, b_r), intmath.ceil_div(n_kv, b_c))
     if intmath.is_array(n, n_kv, b_r, b_c):
         return _causal_visited_array(n, n_kv, b_r, b_c)
     return _causal_visited_scalar(int(n), int(n_kv), int(b_r), int(b_c))
@@ -183,17 +183,15 @@ class BlockSizes:
     source: str  # "algorithm1" or "given"
     sram_elements: IntLike  # M
 
-    def to_dict(self) -> dict[str, Any]:
-        def plain(v: Any) -> Any:
-            return v.tolist() if isinstance(v, np.ndarray) else v
-
+    def to_params(self) -> dict[str, Any]:
+        """The blocks as :attr:`~.ledger.AlgorithmTraffic.params` (a grid's as arrays)."""
         return {
-            "block_q": plain(self.block_q),
-            "block_kv": plain(self.block_kv),
-            "t_r": plain(self.t_r),
-            "t_c": plain(self.t_c),
+            "block_q": param(self.block_q),
+            "block_kv": param(self.block_kv),
+            "t_r": param(self.t_r),
+            "t_c": param(self.t_c),
             "blocks_from": self.source,
-            "sram_elements_per_sm": plain(self.sram_elements),
+            "sram_elements_per_sm": param(self.sram_elements),
         }
 
 
@@ -280,11 +278,11 @@ class TileContext:
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
     smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
 
-    @property
+    @cached_property
     def all_pairs(self) -> IntLike:
-        """(Q block, K/V block) pairs per head, visited or not: T_r · T_c (``visited`` is all
-        of them unless causal)."""
-        return intmath.mul(self.blocks.t_r, self.blocks.t_c)
+        """(Q block, K/V block) pairs per head, visited or not: T_r · T_c (``visited`` itself
+        unless causal, so that a share of visited pairs is known to be all of them)."""
+        return self.visited if not self.w.causal else intmath.mul(self.blocks.t_r, self.blocks.t_c)
 
 
 def tile_context(
@@ -304,7 +302,10 @@ def tile_context(
     last ones too (real kernels; the paper's algorithm counts exact work); ``tile`` is the
     kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
     for four query rows)."""
-    visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    if w.causal:
+        visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, True)
+    else:  # all of them, T_r · T_c, from the blocks' counts
+        visited = intmath.mul(blocks.t_r, blocks.t_c)
     full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
     if w.causal:
         scores = np.minimum(

@@ -33,7 +33,7 @@ from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
 from .decode import split_kv_kernels
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
+from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -326,7 +326,8 @@ def tile_reread_hbm(
     ok = _floats(ws) <= l2.capacity_bytes
     if reuse is not None:
         share = _floats(unique) / np.maximum(_floats(requested), 1.0)
-        fitting = np.maximum(_floats(unique), _floats(requested) * l2m.random_replacement_miss_ratio(share, reuse))
+        miss = l2m.random_replacement_miss_ratio(share, reuse, where=ok)  # (used only where it fits)
+        fitting = np.maximum(_floats(unique), _floats(requested) * miss)
     else:
         heads = np.minimum(_floats(groups), 1.0 + 2.0 * _floats(l2.concurrent_ctas) / np.maximum(_floats(sharing), 1.0))
         fitting = np.minimum(_floats(requested), _floats(unique) * np.maximum(1.0, heads * ws_f / l2.capacity_bytes))
@@ -470,19 +471,20 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
     q, kv, stat, steps, hbm, heads_in_flight = plan.q, plan.kv, plan.stat, plan.steps, plan.hbm, plan.heads_in_flight
     visited = plan.steps_num
 
+    q_steps, stat_steps = steps(q), steps(stat)  # Q and O; l and m: once per visited outer step
     k = KernelBuilder("fa1_fwd")
     k.write("O", "output", q, "init: B·H·N·d·e", hbm=hbm(0, q))
     k.write("l", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
     k.write("m", "state", stat, "init: B·H·N·4", hbm=hbm(0, stat))
     k.read("K", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
     k.read("V", "input", kv, w.kv_bytes() if l2.mode != "off" else kv, "B·H·N_kv·d·e", intmath.mul(4, kv))
-    k.read("Q", "input", steps(q), hbm(q, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
-    k.read("O", "output", steps(q), hbm(0, steps(q)), f"T_c · B·H·N·d·e{visited_share(w)}")
-    k.read("l", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
-    k.read("m", "state", steps(stat), hbm(0, steps(stat)), f"T_c · B·H·N·4{visited_share(w)}")
-    k.write("O", "output", steps(q), f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, steps(q)))
-    k.write("l", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
-    k.write("m", "state", steps(stat), f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, steps(stat)))
+    k.read("Q", "input", q_steps, hbm(q, q_steps), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("O", "output", q_steps, hbm(0, q_steps), f"T_c · B·H·N·d·e{visited_share(w)}")
+    k.read("l", "state", stat_steps, hbm(0, stat_steps), f"T_c · B·H·N·4{visited_share(w)}")
+    k.read("m", "state", stat_steps, hbm(0, stat_steps), f"T_c · B·H·N·4{visited_share(w)}")
+    k.write("O", "output", q_steps, f"T_c · B·H·N·d·e{visited_share(w)}", hbm=hbm(q, q_steps))
+    k.write("l", "state", stat_steps, f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, stat_steps))
+    k.write("m", "state", stat_steps, f"T_c · B·H·N·4{visited_share(w)}", hbm=hbm(stat, stat_steps))
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     return k.build(
         matmul_flops=intmath.mul(4, ctx.scores, w.d),
@@ -556,19 +558,19 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
     if backward:
         kernels += fa2_backward_kernels(ctx, l2)
     params = {
-        **ctx.blocks.to_dict(),
-        "ctas_per_sm": _plain(ctx.ctas_per_sm),
-        "concurrent_ctas": _plain(ctx.concurrent),
-        "splits": _plain(splits),
+        **ctx.blocks.to_params(),
+        "ctas_per_sm": param(ctx.ctas_per_sm),
+        "concurrent_ctas": param(ctx.concurrent),
+        "splits": param(splits),
     }
     if l2.mode != "off":
-        params["l2_knee"] = _plain(_knee(ctx, l2))
+        params["l2_knee"] = param(_knee(ctx, l2))
         # a head's CTAs span more than one wave: its K/V is re-read across waves
-        params["l2_cross_wave"] = _plain(
+        params["l2_cross_wave"] = param(
             np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
         )
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
-            params["causal_live_bytes"] = _plain(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
+            params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
             params["causal_curve"] = l2.causal_schedule or ""
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
@@ -588,12 +590,8 @@ def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     kernels = [fa1_forward_kernel(ctx, l2)]
     if backward:
         kernels.append(fa1_backward_kernel(ctx, l2))
-    params = {**ctx.blocks.to_dict(), "ctas_per_sm": _plain(ctx.ctas_per_sm), "concurrent_ctas": _plain(ctx.concurrent)}
+    params = {**ctx.blocks.to_params(), "ctas_per_sm": param(ctx.ctas_per_sm), "concurrent_ctas": param(ctx.concurrent)}
     return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=params)
-
-
-def _plain(v: Any) -> Any:
-    return v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 def fa2_forward(

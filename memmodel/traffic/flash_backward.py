@@ -67,7 +67,7 @@ from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
 from .flash import per_wave_stream, tile_reread_hbm, visited_share
-from .ledger import Kernel, KernelBuilder, only_where, present_kernels
+from .ledger import Kernel, KernelBuilder, only_where, param, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
 SEQ_ROUND = 128
@@ -85,13 +85,10 @@ class BackwardTiles:
     source: str = ""
 
     def to_params(self) -> dict[str, Any]:
-        def plain(v: Any) -> Any:
-            return v.tolist() if isinstance(v, np.ndarray) else v
-
         return {
-            "backward_block_q": plain(self.block_q),
-            "backward_block_kv": plain(self.block_kv),
-            "backward_ctas_per_sm": plain(self.ctas_per_sm),
+            "backward_block_q": param(self.block_q),
+            "backward_block_kv": param(self.block_kv),
+            "backward_ctas_per_sm": param(self.ctas_per_sm),
             "backward_tiles_from": self.source,
         }
 

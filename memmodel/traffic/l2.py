@@ -126,22 +126,16 @@ def waves(ctas_sharing: IntLike, l2: L2) -> IntLike:
     return intmath.ceil_div(ctas_sharing, l2.concurrent_ctas)
 
 
-def _waves_spanned(groups: int, per_group: int, concurrent: int) -> int:
-    """Σ over ``groups`` consecutive runs of ``per_group`` CTAs of the waves (runs of
-    ``concurrent`` CTAs) each one overlaps: ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1."""
-    from .blocks import floor_sum
-
-    t, c = per_group, concurrent
-    return floor_sum(groups, c, t, t - 1) - floor_sum(groups, c, t, 0) + groups
-
-
 def waves_spanned(groups: IntLike, per_group: IntLike, concurrent: IntLike) -> IntLike:
-    if intmath.is_array(groups, per_group, concurrent):
-        from .blocks import floor_sum_array
+    """Σ over ``groups`` = G consecutive runs of ``per_group`` = T CTAs of the waves (runs of
+    ``concurrent`` = C CTAs) each one overlaps: Σ_g ⌊((g+1)·T − 1)/C⌋ − ⌊g·T/C⌋ + 1.
 
-        g, t, c = (np.asarray(x, dtype=np.int64) for x in (groups, per_group, concurrent))
-        return floor_sum_array(g, c, t, t - 1) - floor_sum_array(g, c, t, 0) + g
-    return _waves_spanned(int(groups), int(per_group), int(concurrent))
+    The sum telescopes: ⌊(x − 1)/C⌋ = ⌊x/C⌋ − 1 where C divides x (else ⌊x/C⌋), and C divides
+    j·T for j = 1 … G exactly at the multiples of C / gcd(C, T), so it is
+    ⌊G·T/C⌋ − ⌊G·gcd(C, T)/C⌋ + G (tests/test_variants.py checks it against the sum)."""
+    g, t, c = groups, per_group, concurrent
+    spanned = intmath.add(intmath.floor_div(intmath.mul(g, t), c), g)
+    return spanned - intmath.floor_div(intmath.mul(g, intmath.gcd(c, t)), c)
 
 
 def reread_hbm(
@@ -183,7 +177,7 @@ def reread_hbm(
     return np.minimum(np.asarray(requested, dtype=np.int64), np.where(ok, unique, per_wave))
 
 
-def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike) -> IntLike:
+def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike, where: Any = None) -> Any:
     """Share of a re-read tensor's block requests that miss in an L2 with random replacement.
 
     Each block's first request misses (a share ``unique_share`` = unique / requested of all
@@ -198,14 +192,24 @@ def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike) -> I
     its one root in [u, 1] (f(u) ≥ 0 ≥ f(1), f concave), found by bisection (vectorised: scalars and arrays alike).
     ``k·(1 − u) < 1`` keeps ``x ≈ u / (1 − k·(1 − u))`` small; near ``k = 1`` the re-reads
     feed on themselves (each miss evicts lines others still need).
+
+    ``where`` (a boolean array): the elements a caller uses; the others are not solved for and
+    come out 0 (the 60 bisection steps are most of a causal sweep's time).
     """
     u = np.clip(np.asarray(intmath.to_float(unique_share), dtype=np.float64), 0.0, 1.0)
     k = np.maximum(np.asarray(intmath.to_float(exposure), dtype=np.float64), 0.0)
     u, k = np.broadcast_arrays(u, k)
+    if where is not None:
+        rows = np.broadcast_to(np.asarray(where, dtype=bool), u.shape)
+        out = np.zeros(u.shape)
+        if rows.any():
+            out[rows] = random_replacement_miss_ratio(u[rows], k[rows])
+        return float(out) if out.ndim == 0 else out
     lo, hi = u.copy(), np.ones_like(u)
+    rate, stay = -k, 1.0 - u  # the same in every step
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        above = u + (1.0 - u) * -np.expm1(-k * mid) < mid  # f(mid) < 0: the root is below mid
+        above = u + stay * -np.expm1(rate * mid) < mid  # f(mid) < 0: the root is below mid
         hi = np.where(above, mid, hi)
         lo = np.where(above, lo, mid)
     x = np.where(k == 0.0, u, hi)

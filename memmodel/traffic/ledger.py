@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -64,10 +65,37 @@ def _plain(value: Any) -> Any:
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
+def param(value: Any) -> Any:
+    """A value for :attr:`AlgorithmTraffic.params`: a Python scalar for one workload (numpy's
+    scalars and 0-d arrays converted), a grid's array as it is (a sweep reads it as an array;
+    JSON writers list it)."""
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        return value.item()
+    return value
+
+
 def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
     """Sum of ``bytes`` over the transfers whose fields equal every ``match`` value."""
     selected = [t.bytes for t in transfers if all(getattr(t, k) == v for k, v in match.items())]
     return intmath.add(*selected) if selected else 0
+
+
+#: the (level, direction) pairs a ledger keeps its byte sums by
+SUM_KEYS = tuple((level, direction) for level in LEVELS for direction in DIRECTIONS)
+
+
+def _matching(sums: dict[tuple[Any, Any], IntLike], match: dict[str, str]) -> IntLike | None:
+    """:func:`total` from the sums by (level, direction) where ``match`` names no other field
+    (the sums are exact integers: how they are grouped does not change them), else None. A
+    level's sum (both directions), a direction's or the whole is added once and kept in
+    ``sums`` under ``(level or None, direction or None)``."""
+    if not match.keys() <= {"level", "direction"}:
+        return None
+    key = (match.get("level"), match.get("direction"))
+    if key not in sums:
+        picked = [sums[k] for k in SUM_KEYS if key[0] in (None, k[0]) and key[1] in (None, k[1])]
+        sums[key] = intmath.kept(intmath.add(*picked))
+    return sums[key]
 
 
 @dataclass(frozen=True)
@@ -128,12 +156,19 @@ class Kernel:
     #: that does not run is not in the ledger)
     present: Any = True
 
-    @property
+    @cached_property
     def flops(self) -> IntLike:
-        return intmath.add(self.matmul_flops, self.softmax_flops)
+        return intmath.kept(intmath.add(self.matmul_flops, self.softmax_flops))
+
+    @cached_property
+    def sums(self) -> dict[tuple[Any, Any], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`), each transfer added once (and the
+        sums :meth:`bytes` added from them)."""
+        return {key: intmath.kept(total(self.transfers, level=key[0], direction=key[1])) for key in SUM_KEYS}
 
     def bytes(self, **match: str) -> IntLike:
-        return total(self.transfers, **match)
+        out = _matching(self.sums, match)
+        return total(self.transfers, **match) if out is None else out
 
 
 #: Kernel fields that count work (zeroed where a kernel does not run)
@@ -219,8 +254,15 @@ class AlgorithmTraffic:
     def transfers(self) -> tuple[Transfer, ...]:
         return tuple(t for k in self.kernels for t in k.transfers)
 
+    @cached_property
+    def sums(self) -> dict[tuple[Any, Any], IntLike]:
+        """Bytes by (level, direction) (:data:`SUM_KEYS`): the kernels' sums added (and the
+        sums :meth:`bytes` added from them)."""
+        return {key: intmath.kept(intmath.add(*(k.sums[key] for k in self.kernels))) for key in SUM_KEYS}
+
     def bytes(self, **match: str) -> IntLike:
-        return total(self.transfers, **match)
+        out = _matching(self.sums, match)
+        return total(self.transfers, **match) if out is None else out
 
     @property
     def hbm_read_bytes(self) -> IntLike:
@@ -234,14 +276,14 @@ class AlgorithmTraffic:
     def hbm_bytes(self) -> IntLike:
         return self.bytes(level="hbm")
 
-    @property
+    @cached_property
     def flops(self) -> IntLike:
-        return intmath.add(*(k.flops for k in self.kernels))
+        return intmath.kept(intmath.add(*(k.flops for k in self.kernels)))
 
-    @property
+    @cached_property
     def matmul_flops(self) -> IntLike:
-        return intmath.add(*(k.matmul_flops for k in self.kernels))
+        return intmath.kept(intmath.add(*(k.matmul_flops for k in self.kernels)))
 
-    @property
+    @cached_property
     def exp_ops(self) -> IntLike:
-        return intmath.add(*(k.exp_ops for k in self.kernels))
+        return intmath.kept(intmath.add(*(k.exp_ops for k in self.kernels)))
