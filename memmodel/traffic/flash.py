@@ -184,8 +184,9 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
 
         H_kv · (((G − 1)·B + 1)·s − s/2 + T_c) / (H_kv·G·s + T_c)
 
-    K/V heads are live (at most all of them). One head, the curves' reference, keeps ``(s/2 + T_c)/(s + T_c)`` of its
-    K and V live on average and is read at its K and V; a workload is read at the same multiple,
+    K/V heads are live (at most all of them). One head, the curves' reference, keeps
+    ``(s/2 + T_c)/(s + T_c)`` of its K and V live on average and is read at its K and V; a
+    workload is read at the same multiple,
     so one head of any length maps to its K and V, many heads to ``1 + T_c/s`` of them (a steady
     stream) over that ratio, and a K/V head shared by G query heads to more than one: after its
     first query head it is all live. cuDNN's schedule (``l2.causal_heads`` "one") keeps one K/V
@@ -223,9 +224,8 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     (``l2.causal_gqa``) where the profile has them: with 1 to 8 K/V heads and 4 or 8 query heads
     each, the H200's shares at the same K/V live differ by less than placement moves them (at
     `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 128 on the H200).
-    Past a curve's last point the share is at least the random
-    replacement's ``1 − L2 / live`` (the H200's curves end at `0.51–0.60` at 2.2 × its L2, where
-    that gives `0.55`)."""
+    Past a curve's last point the share is at least the random replacement's ``1 − L2 / live``
+    (the H200's curves end at `0.51–0.60` at 2.2 × its L2, where that gives `0.55`)."""
     live = causal_live_bytes(ctx, l2)
     miss = _curve_share(live, ctx.exec_d, l2.causal, l2.whole)
     if l2.causal_several:
