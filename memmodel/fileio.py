@@ -22,22 +22,26 @@ from typing import IO, Any
 from .errors import MemmodelError, RuntimeFailure
 
 
-def read_gzip_text(
+def read_text(
     path: str | os.PathLike[str],
     *,
-    limit: int = 256 * 2**20,
+    limit: int = 16 * 2**20,
     what: str = "file",
     error: type[MemmodelError] = MemmodelError,
+    compressed: bool = False,
 ) -> str:
-    """The UTF-8 text of a gzip-compressed input file, at most ``limit`` bytes once
-    decompressed; raises ``error`` (exit 2), naming the file, where it is missing, not gzip,
-    too large or not UTF-8."""
+    """The UTF-8 text of an input file, at most ``limit`` bytes (``/dev/zero`` never ends);
+    ``compressed``: a gzip file, ``limit`` bytes once decompressed.
+
+    Raises ``error`` (exit 2), naming the file, if it is missing, a folder, unreadable, not
+    gzip (``compressed``), too large or not UTF-8.
+    """
     import gzip
     import zlib
 
-    p = os.fspath(path)
+    p = os.fspath(path)  # named as the user wrote it
     try:
-        with gzip.open(p, "rb") as handle:
+        with gzip.open(p, "rb") if compressed else open(p, "rb") as handle:
             raw = handle.read(limit + 1)
     except FileNotFoundError:
         raise error(f"{p}: no such file") from None
@@ -48,37 +52,8 @@ def read_gzip_text(
     except OSError as exc:
         raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
     if len(raw) > limit:
-        raise error(f"{p}: larger than {limit // 2**20} MiB once decompressed, not a {what}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise error(f"{p}: not UTF-8 text, not a {what}") from None
-
-
-def read_text(
-    path: str | os.PathLike[str],
-    *,
-    limit: int = 16 * 2**20,
-    what: str = "file",
-    error: type[MemmodelError] = MemmodelError,
-) -> str:
-    """The UTF-8 text of an input file, at most ``limit`` bytes (``/dev/zero`` never ends).
-
-    Raises ``error`` (exit 2), naming the file, if it is missing, a folder, unreadable, too
-    large or not UTF-8.
-    """
-    p = os.fspath(path)  # named as the user wrote it
-    try:
-        with open(p, "rb") as handle:
-            raw = handle.read(limit + 1)
-    except FileNotFoundError:
-        raise error(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise error(f"{p}: is a folder, not a {what}") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
-    if len(raw) > limit:
-        raise error(f"{p}: larger than {limit // 2**20} MiB, not a {what}") from None
+        once = " once decompressed" if compressed else ""
+        raise error(f"{p}: larger than {limit // 2**20} MiB{once}, not a {what}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

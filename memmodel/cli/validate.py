@@ -274,14 +274,14 @@ def ncu_trace(record: Any) -> str | None:
     ``R.ncu.csv.gz``: records profiled at several placements run to megabytes), or None."""
     from pathlib import Path
 
-    from ..fileio import read_gzip_text, read_text
+    from ..fileio import read_text
 
     csv_path = Path(record).with_suffix(".ncu.csv")
     gz = csv_path.with_name(csv_path.name + ".gz")
     if csv_path.exists():
         return read_text(csv_path, what="Nsight Compute CSV", limit=256 * 2**20)
     if gz.exists():
-        return read_gzip_text(gz, what="Nsight Compute CSV")
+        return read_text(gz, what="Nsight Compute CSV", limit=256 * 2**20, compressed=True)
     return None
 
 
