@@ -155,6 +155,8 @@ def test_placements_need_ncu(run):
     assert "--placements needs --ncu" in r.stderr
     r = run("validate", "--placements", "9", "--ncu", "--case", "impl=sdpa-flash,n=1024,d=64")
     assert r.exit_code == 2 and "9" in r.stderr
+    r = run("validate", "--gpus", "2", "--ncu", "--placements", "3", "--case", "scheme=ring,n=16384,d=128")
+    assert r.exit_code == 2 and "not with --gpus" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_inputs_at_an_offset_on_the_cpu(monkeypatch):

@@ -138,6 +138,10 @@ def validate_cmd(
     compare with the model's prediction; with --ncu also the HBM and L2 bytes."""
     from pathlib import Path
 
+    if placements > 1 and not ncu:
+        raise click.UsageError("--placements needs --ncu: placements are profiled with Nsight Compute")
+    if gpus > 1 and (ncu or placements > 1):
+        raise click.UsageError("--ncu and --placements profile one GPU's kernels: not with --gpus")
     if gpus > 1:
         from .multi_gpu import validate
 
@@ -181,8 +185,6 @@ def validate_cmd(
 
         echo_predictions(gpu, cases, prediction_line)
         return
-    if placements > 1 and not ncu:
-        raise click.UsageError("--placements needs --ncu: placements are profiled with Nsight Compute")
     check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
     if rescore_path:
         _rescore(rescore_path, gpu, output, fmt, plot_path, force)
