@@ -173,8 +173,9 @@ def score_placements(entry: dict[str, Any], case: Case, runs: list[list[Any]], p
         measured = median_kernels(runs)
         entry["ncu_kernels"] = [_kernel_dict(k) for k in measured]
         score_entry(entry, case, measured, profile)
-        if len(runs) > 1:
-            each = [score_case_detail(case, run, profile).scores for run in runs]
+        if len(runs) > 1:  # each placement's kernels as the median has them (one-off launches left out)
+            names = {k.name for k in measured}
+            each = [score_case_detail(case, [k for k in run if k.name in names], profile).scores for run in runs]
             for i, row in enumerate(entry["bytes"]):
                 row["placement_errors"] = [scores[i].error for scores in each]
     except ValueError as exc:  # NcuParseError included: placements that launched different kernels
