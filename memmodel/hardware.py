@@ -413,6 +413,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.l2.capacity": ("bytes", True),
     "memory.l2.effective_capacity": ("bytes", False),
     "memory.l2.reuse": ("ratio", False),
+    "memory.l2.wave_drift": ("ratio", False),
     **{f: ("ratio", False) for f in _CAUSAL_CURVE_FIELDS},
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
@@ -880,6 +881,10 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure")
         if _FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")
+    drift = values.get("memory.l2.wave_drift")
+    if drift is not None and drift > 1:
+        text = provenance["memory.l2.wave_drift"].text
+        raise _fail(where, "memory.l2.wave_drift", f"{text!r} is above 1: a wave cannot spread by more than a walk a wave")
     share = values.get("compute.mma_sync.one_cta_share")
     if share is not None and share > 1:
         text = provenance["compute.mma_sync.one_cta_share"].text
@@ -965,6 +970,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("kernels.*", "hbm"),
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
+    ("memory.l2.wave_drift", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
     ("memory.l2.causal_reuse_h*_d*", "same"),
     ("memory.l2.causal_reuse_gqa_d*", "same"),

@@ -63,6 +63,10 @@ def with_links(text: str) -> str:
         for fit in fits:
             if (ROOT / fit.record).exists():
                 data = causal_reuse.apply(data, json.loads((ROOT / fit.record).read_text()), impl, fit)
+    from memmodel.calibration import wave_drift
+
+    if (ROOT / wave_drift.RECORD).exists():
+        data = wave_drift.apply(data, json.loads((ROOT / wave_drift.RECORD).read_text()))
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, json.loads(NCCL.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

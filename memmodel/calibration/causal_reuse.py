@@ -75,6 +75,13 @@ FITS = {
             "--cases validation/cases/h200-causal-gqa-ref.txt --output h200-causal-gqa-ref.json",
             gqa=True,
         ),
+        Fit(
+            "measured-causal-reuse-gqa-2",
+            "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-gqa-ref-2.txt --output h200-causal-gqa-ref-2.json",
+            gqa=True,
+        ),
     ),
     "sdpa-cudnn": (
         Fit(

@@ -69,6 +69,8 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         intmath.mul(w.batch, w.kv_heads_),
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
+    if not w.causal:
+        kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head))
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
         # keep live. One head is the curve's own reference pattern: the curve alone, and so is a
@@ -169,6 +171,44 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
+def drift_share(waves: Any, drift: float) -> Any:
+    """The mean spread of a wave's CTAs over a kernel of ``waves`` waves, as a share of their walk:
+    the spread grows by ``drift`` a wave (a CTA slot runs a little faster or slower than another,
+    and the CTA that replaces one starts where it left off in time) up to a whole walk, so its mean
+    over the waves is ``drift·K/2`` while ``drift·K`` ≤ 1 and ``1 − 1/(2·drift·K)`` past that."""
+    spread = np.maximum(_floats(waves), 0.0) * float(drift)
+    with np.errstate(divide="ignore"):
+        return np.where(spread <= 1.0, spread / 2.0, 1.0 - 0.5 / np.maximum(spread, 1.0))
+
+
+def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike) -> IntLike:
+    """HBM reads of a tensor that the CTAs of a non-causal wave walk in lockstep (K/V in the
+    forward), with the re-reads their drift adds: ``hbm`` (one read a wave where the data does
+    not stay in L2, :func:`memmodel.traffic.l2.reread_hbm`) times ``1 + f·live/L2``, f the wave's
+    mean spread (:func:`drift_share`, ``l2.drift`` a wave) and live the data one wave walks
+    (:func:`memmodel.traffic.reuse.live_footprint`: a head's K/V times the heads it spans).
+
+    The CTAs a wave starts together do not stay together: the leader reads a block first and a
+    CTA f·live behind it finds it only if the L2 kept it that long, so a wave whose CTAs spread
+    over f of a walk of ``live`` bytes reads it about ``1 + f·live/L2`` times (one read per L2 of
+    spread). Measured on the H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2,
+    five placements each, ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a
+    wave at `1.6 ×` the L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one.
+    Where ``l2.drift`` is 0 (a profile that has not measured it) ``hbm`` is returned as it is."""
+    if not l2.drift or l2.mode == "off":
+        return hbm
+    from .reuse import live_footprint
+
+    conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
+    ctas = _floats(intmath.mul(ctx.w.batch, ctx.w.heads, ctx.blocks.t_r))
+    live = np.asarray(live_footprint(ws, sharing, conc), dtype=np.float64)
+    extra = drift_share(ctas / conc, l2.drift) * live / max(l2.whole, 1.0)
+    out = np.minimum(_floats(requested), np.round(_floats(hbm) * (1.0 + extra)))
+    if np.ndim(out) == 0 and not intmath.is_array(hbm, requested, sharing, ws, l2.concurrent_ctas):
+        return int(out)
+    return out.astype(np.int64)
+
+
 def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     """The K/V a causal FlashAttention-2 forward keeps live while it re-reads (bytes): the axis
     of the profile's ``memory.l2.causal_reuse_d*`` curves, measured on one head, where it is
@@ -192,6 +232,17 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     first query head it is all live. cuDNN's schedule (``l2.causal_heads`` "one") keeps one K/V
     head live at a time: 2 to 8 heads of 24 MiB each read no more than one does (probe 11), so
     H_kv = 1 there.
+
+    A GQA grid counts at most one K/V head's K and V plus the L2's effective capacity (the share
+    of it that data read by SMs on both of its sides can fill: ``l2.capacity_bytes``, half the
+    H200's). With batch B > 1 the B K/V heads of a query head's neighbours in the grid interleave,
+    and their K/V past that share is gone before their next query head comes: it no longer
+    competes with the head being walked. On the H200 (the batch 2 and 4 references of
+    2026-12-01, ``validation/h200/causal-reuse-3/``, d = 128) the rule without the cap read their
+    shares at up to `1.4 ×` the L2's K/V live where they behave as at `0.7–0.9 ×`; with it the
+    shares of 24 shapes lie `−22 %` to `+51 %` about the GQA curve (median `20 %`), against up to
+    `+191 %` without. A grid of one batch rarely reaches the cap (its K/V heads run one after
+    another).
     """
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
@@ -206,7 +257,11 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
         h_kv, reach = np.float64(1.0), g
     live = np.minimum(h_kv, h_kv * (reach * span - span / 2.0 + t_c) / (h_kv * g * span + t_c))
     one = (span / 2.0 + t_c) / (span + t_c)
-    return live / one * _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))
+    head = _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))  # one K/V head's K and V
+    live = live / one * head
+    if l2.causal_heads == "grid":  # a GQA grid: its own K/V head and the effective capacity at most
+        live = np.where(g > 1.0, np.minimum(live, head + l2.capacity_bytes), live)
+    return live
 
 
 def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
@@ -223,9 +278,11 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     `5.1 %`, sixteen `2.3 %`). A GQA grid (G > 1) reads the curves measured on GQA grids
     (``l2.causal_gqa``) where the profile has them: with 1 to 8 K/V heads and 4 or 8 query heads
     each, the H200's shares at the same K/V live differ by less than placement moves them (at
-    `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 128 on the H200).
-    Past a curve's last point the share is at least the random replacement's ``1 − L2 / live``
-    (the H200's curves end at `0.51–0.60` at 2.2 × its L2, where that gives `0.55`)."""
+    `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 64 and 128 on the H200).
+    Past a curve's last point the share is at least random replacement's ``1 − L2 / live``, scaled
+    down to meet the curve where the curve ends below it (the H200's one-head curves end at
+    `0.51–0.60` at 2.2 × its L2, where that gives `0.55`; its GQA curves at 1.25 ×, where it gives
+    `0.20`: d = 128's at `0.23`, d = 64's at `0.14`)."""
     live = causal_live_bytes(ctx, l2)
     miss = _curve_share(live, ctx.exec_d, l2.causal, l2.whole)
     if l2.causal_several:
@@ -265,8 +322,14 @@ def _curve_share(live: Any, exec_d: IntLike, curves: dict[int, Any], whole: floa
     for dim in dims:
         curve = curves[dim]
         share = _log_interp(live, curve)
-        past = np.maximum(share, 1.0 - whole / np.maximum(live, 1.0))
-        share = np.where(live > curve.footprint_bytes[-1], past, share)
+        end, last = curve.footprint_bytes[-1], curve.miss[-1]
+        floor = 1.0 - whole / np.maximum(live, 1.0)  # random replacement's share
+        at_end = 1.0 - whole / max(end, 1.0)
+        # past its last point a curve follows random replacement's share, scaled down to meet the
+        # curve where the curve ends below it
+        scale = min(1.0, last / at_end) if at_end > 0.0 else 1.0
+        past = np.maximum(last, floor * scale)
+        share = np.where(live > end, past, share)
         miss = np.where(nearest == dim, share, miss)
     return miss
 

@@ -95,6 +95,9 @@ class L2:
     causal_several: Any = None
     #: the schedule's curves measured on GQA grids, by head dim (None: the head-count curves serve)
     causal_gqa: Any = None
+    #: how far apart the CTAs of a wave that walk the same data in lockstep drift, per wave the
+    #: kernel has run, as a share of the walk (``memory.l2.wave_drift``; 0: they stay together)
+    drift: float = 0.0
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
