@@ -414,6 +414,7 @@ _FIELDS: dict[str, tuple[units.Kind, bool]] = {
     "memory.l2.effective_capacity": ("bytes", False),
     "memory.l2.reuse": ("ratio", False),
     "memory.l2.wave_drift": ("ratio", False),
+    "memory.l2.causal_gqa_others": ("ratio", False),
     **{f: ("ratio", False) for f in _CAUSAL_CURVE_FIELDS},
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
@@ -485,6 +486,12 @@ _CURVES: dict[str, str] = {
     #: the K/V live (per mille of memory.l2.capacity), per head dim: one causal head measured
     #: at several lengths (memmodel.calibration.causal_reuse)
     **{f: "live K/V, per mille of the L2" for f in _CAUSAL_CURVE_FIELDS},
+    #: how far the CTAs of a FlashAttention-2 wave walking K/V in lockstep drift apart per wave,
+    #: as a share of the walk, by head dim (memmodel.calibration.wave_drift)
+    "memory.l2.wave_drift": "head dim",
+    #: the share of the L2 that other K/V heads add to a causal GQA grid's live K/V at most, by
+    #: head dim (memmodel.calibration.causal_reuse.fitted_gqa_others)
+    "memory.l2.causal_gqa_others": "head dim",
     "kernels.softmax.bandwidth": "row length",
     "kernels.softmax.unaligned_bandwidth": "row length",
     "kernels.gemm.unaligned_read_bandwidth": "head dim",
@@ -512,6 +519,11 @@ _CURVES: dict[str, str] = {
 }
 #: curves whose values may be 0
 _ZERO_ALLOWED = {"memory.l2.reuse", *_CAUSAL_CURVE_FIELDS}
+#: curves whose values are shares of something whole (of a walk, of the L2): at most 1
+_SHARES_OF_ONE = {
+    "memory.l2.wave_drift": "a wave cannot drift apart by more than a whole walk a wave",
+    "memory.l2.causal_gqa_others": "a share of the L2",
+}
 #: curves that may also be one figure (the same at every key)
 _SCALAR_OR_CURVE = {
     *(f"implementations.{name}.cta_bandwidth" for name in IMPLEMENTATION_NAMES),
@@ -818,6 +830,8 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
             raise _fail(where, f"{fpath}.{key}", f"{value!r} is below {floor[1]}: not a plausible GPU figure")
         if fpath in _ZERO_ALLOWED and y > 1.0:  # a share of re-reads that miss
             raise _fail(where, f"{fpath}.{key}", f"{value!r} is above 1: a miss share is between 0 and 1")
+        if fpath in _SHARES_OF_ONE and y > 1.0:
+            raise _fail(where, f"{fpath}.{key}", f"{value!r} is above 1: {_SHARES_OF_ONE[fpath]}")
         if kind == "ratio" and y > MAX_EFFICIENCY:
             raise _fail(where, f"{fpath}.{key}", f"{value!r} is above {MAX_EFFICIENCY:g}: not a plausible efficiency")
         points.append((key, y))
@@ -881,10 +895,6 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure")
         if _FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
             raise _fail(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")
-    drift = values.get("memory.l2.wave_drift")
-    if drift is not None and drift > 1:
-        text = provenance["memory.l2.wave_drift"].text
-        raise _fail(where, "memory.l2.wave_drift", f"{text!r} is above 1: a wave cannot spread by more than a walk a wave")
     share = values.get("compute.mma_sync.one_cta_share")
     if share is not None and share > 1:
         text = provenance["compute.mma_sync.one_cta_share"].text
@@ -971,6 +981,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
     ("memory.l2.wave_drift", "same"),
+    ("memory.l2.causal_gqa_others", "same"),
     ("memory.l2.causal_reuse_d*", "same"),
     ("memory.l2.causal_reuse_h*_d*", "same"),
     ("memory.l2.causal_reuse_gqa_d*", "same"),

@@ -63,10 +63,14 @@ def with_links(text: str) -> str:
         for fit in fits:
             if (ROOT / fit.record).exists():
                 data = causal_reuse.apply(data, json.loads((ROOT / fit.record).read_text()), impl, fit)
+    others = [json.loads((ROOT / r).read_text()) for r in causal_reuse.GQA_OTHERS_RECORDS if (ROOT / r).exists()]
+    if others:
+        data = causal_reuse.apply_gqa_others(data, others)
     from memmodel.calibration import wave_drift
 
-    if (ROOT / wave_drift.RECORD).exists():
-        data = wave_drift.apply(data, json.loads((ROOT / wave_drift.RECORD).read_text()))
+    records = [json.loads((ROOT / r).read_text()) for r in wave_drift.RECORDS if (ROOT / r).exists()]
+    if records:
+        data = wave_drift.apply(data, records)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, json.loads(NCCL.read_text()))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

@@ -208,3 +208,101 @@ def apply(
     }
     data["sources"] = sources
     return data
+
+
+#: the references of GQA grids with batch > 1 (``memory.l2.causal_gqa_others``)
+GQA_OTHERS_RECORDS = (
+    "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
+    "validation/h200/causal-reuse-3/h200-reuse-ref-3.json",
+)
+GQA_OTHERS_SOURCE = "measured-causal-gqa-others"
+
+
+def _batched_gqa_rows(record: Mapping[str, Any], impl: str) -> list[tuple[Any, float]]:
+    """(workload, measured K/V reads) of the record's causal GQA forwards with batch > 1."""
+    from ..workload import Workload
+
+    rows = []
+    for entry in record.get("cases", []):
+        c = entry.get("case", {})
+        found = [b for b in entry.get("bytes") or [] if b.get("kernel") == "fa2_fwd"]
+        heads, kv_heads = c.get("heads"), c.get("kv_heads") or c.get("heads")
+        if not found or c.get("impl") != impl or not c.get("causal") or (c.get("batch") or 1) < 2 or kv_heads >= heads:
+            continue
+        w = Workload(
+            n=int(c["n"]),
+            d=int(c["d"]),
+            heads=int(heads),
+            kv_heads=int(kv_heads),
+            batch=int(c["batch"]),
+            causal=True,
+            dtype=str(c.get("dtype", "fp16")),
+        )
+        q = w.batch * w.heads * w.n * w.d * w.element_bytes
+        rows.append((w, float(found[0]["measured_hbm_read_bytes"]) - q))
+    return rows
+
+
+def fitted_gqa_others(records: Any, impl: str = "sdpa-flash") -> dict[int, float]:
+    """{head dim: the share of the L2 (3 decimals)} that best predicts the K/V reads of the
+    records' causal GQA forwards with batch > 1 at that head dim, as the cap of
+    :func:`memmodel.traffic.flash.causal_live_bytes` (least squares in the logarithm, on
+    [0.05, 1])."""
+    import dataclasses
+    import math
+
+    from .wave_drift import golden_min
+
+    base = _profile()
+    rows = [row for record in records for row in _batched_gqa_rows(record, impl)]
+    out = {}
+    for d in sorted({w.d for w, _ in rows}):
+        at = [(w, m) for w, m in rows if w.d == d]
+
+        def loss(share: float, at: Any = at, d: int = d) -> float:
+            from ..model import compare
+
+            p = dataclasses.replace(base, figures={**base.figures, "memory.l2.causal_gqa_others": ((d, share),)})
+            total = 0.0
+            for w, measured in at:
+                kernel = next(k for k in compare(w, p, impl=impl).tiled.traffic.kernels if k.name == "fa2_fwd")
+                kv = sum(
+                    int(t.bytes)
+                    for t in kernel.transfers
+                    if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read"
+                )
+                total += math.log(max(kv, 1) / max(measured, 1.0)) ** 2
+            return total
+
+        out[d] = round(golden_min(loss, 0.05, 1.0), 3)
+    return out
+
+
+def apply_gqa_others(data: dict[str, Any], records: Any, impl: str = "sdpa-flash") -> dict[str, Any]:
+    """``data`` (a profile's YAML mapping) with ``memory.l2.causal_gqa_others`` fitted from
+    ``records`` and its source."""
+    shares = fitted_gqa_others(records, impl)
+    if not shares:
+        return data
+    rows = sum(len(_batched_gqa_rows(r, impl)) for r in records)
+    record = records[0]
+    data.setdefault("memory", {}).setdefault("l2", {})["causal_gqa_others"] = {
+        "value": shares,
+        "source": GQA_OTHERS_SOURCE,
+        "note": "the share of the L2 that other K/V heads add at most to a causal GQA grid's live K/V "
+        "(memmodel.traffic.flash.causal_live_bytes), by head dim: fitted to the K/V reads of "
+        f"{rows} causal FlashAttention-2 GQA grids with batch 2 and 4, Nsight Compute, cold L2, the "
+        "median of 5 placements of the inputs",
+    }
+    sources = dict(data.get("sources") or {})
+    sources[GQA_OTHERS_SOURCE] = {
+        "title": "memmodel causal GQA references with batch > 1 (FlashAttention-2), "
+        f"{record.get('device', 'GPU')} ({', '.join(GQA_OTHERS_RECORDS)})",
+        "kind": "measured",
+        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
+        "date": str(record.get("started", ""))[:10],
+        "command": "python3 -m memmodel validate --ncu --placements 5 --gpu h200 --cases "
+        "validation/cases/h200-causal-gqa-ref-2.txt (and h200-reuse-ref-3.txt)",
+    }
+    data["sources"] = sources
+    return data

@@ -171,12 +171,12 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
-def drift_share(waves: Any, drift: float) -> Any:
+def drift_share(waves: Any, drift: Any) -> Any:
     """The mean spread of a wave's CTAs over a kernel of ``waves`` waves, as a share of their walk:
     the spread grows by ``drift`` a wave (a CTA slot runs a little faster or slower than another,
     and the CTA that replaces one starts where it left off in time) up to a whole walk, so its mean
     over the waves is ``drift·K/2`` while ``drift·K`` ≤ 1 and ``1 − 1/(2·drift·K)`` past that."""
-    spread = np.maximum(_floats(waves), 0.0) * float(drift)
+    spread = np.maximum(_floats(waves), 0.0) * _floats(drift)
     with np.errstate(divide="ignore"):
         return np.where(spread <= 1.0, spread / 2.0, 1.0 - 0.5 / np.maximum(spread, 1.0))
 
@@ -185,24 +185,34 @@ def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLik
     """HBM reads of a tensor that the CTAs of a non-causal wave walk in lockstep (K/V in the
     forward), with the re-reads their drift adds: ``hbm`` (one read a wave where the data does
     not stay in L2, :func:`memmodel.traffic.l2.reread_hbm`) times ``1 + f·live/L2``, f the wave's
-    mean spread (:func:`drift_share`, ``l2.drift`` a wave) and live the data one wave walks
+    mean spread (:func:`drift_share`, ``l2.drift`` a wave at the kernel's head dim, linear in
+    log2 of it between measured ones) and live the data one wave walks
     (:func:`memmodel.traffic.reuse.live_footprint`: a head's K/V times the heads it spans).
 
     The CTAs a wave starts together do not stay together: the leader reads a block first and a
     CTA f·live behind it finds it only if the L2 kept it that long, so a wave whose CTAs spread
     over f of a walk of ``live`` bytes reads it about ``1 + f·live/L2`` times (one read per L2 of
-    spread). Measured on the H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2,
+    spread), the extra reads missing at the cross-wave share at ``live`` (``l2.reuse``: none where
+    the data stays in L2 across a wave, all where it is past the knee). Measured on the H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2,
     five placements each, ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a
     wave at `1.6 ×` the L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one.
-    Where ``l2.drift`` is 0 (a profile that has not measured it) ``hbm`` is returned as it is."""
+    d = 256 drifts about half as fast as d = 64 and 128 (``h200-reuse-ref-3.json``). cuDNN's
+    forward reads the FA2 figure: one cuDNN head of 393k read `2.5` times a wave (reuse-check-3).
+    Where ``l2.drift`` is None (a profile that has not measured it) ``hbm`` is returned as it is."""
     if not l2.drift or l2.mode == "off":
         return hbm
-    from .reuse import live_footprint
+    from ..hardware import interpolate_log2
+    from .reuse import live_footprint, step_curve
 
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     ctas = _floats(intmath.mul(ctx.w.batch, ctx.w.heads, ctx.blocks.t_r))
     live = np.asarray(live_footprint(ws, sharing, conc), dtype=np.float64)
-    extra = drift_share(ctas / conc, l2.drift) * live / max(l2.whole, 1.0)
+    drift = interpolate_log2(l2.drift, _floats(ctx.exec_d))
+    # the blocks a laggard re-reads miss as a later wave's re-reads do: at the measured cross-wave
+    # share at the data live across a wave (none where it stays in L2: one head of 32k at d = 128)
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    miss = np.asarray(curve.miss_share(live + _floats(l2.streamed)), dtype=np.float64)
+    extra = drift_share(ctas / conc, drift) * live / max(l2.whole, 1.0) * miss
     out = np.minimum(_floats(requested), np.round(_floats(hbm) * (1.0 + extra)))
     if np.ndim(out) == 0 and not intmath.is_array(hbm, requested, sharing, ws, l2.concurrent_ctas):
         return int(out)
@@ -233,16 +243,16 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     head live at a time: 2 to 8 heads of 24 MiB each read no more than one does (probe 11), so
     H_kv = 1 there.
 
-    A GQA grid counts at most one K/V head's K and V plus the L2's effective capacity (the share
-    of it that data read by SMs on both of its sides can fill: ``l2.capacity_bytes``, half the
-    H200's). With batch B > 1 the B K/V heads of a query head's neighbours in the grid interleave,
-    and their K/V past that share is gone before their next query head comes: it no longer
-    competes with the head being walked. On the H200 (the batch 2 and 4 references of
-    2026-12-01, ``validation/h200/causal-reuse-3/``, d = 128) the rule without the cap read their
-    shares at up to `1.4 ×` the L2's K/V live where they behave as at `0.7–0.9 ×`; with it the
-    shares of 24 shapes lie `−22 %` to `+51 %` about the GQA curve (median `20 %`), against up to
-    `+191 %` without. A grid of one batch rarely reaches the cap (its K/V heads run one after
-    another).
+    A GQA grid of batch B > 1 counts at most one K/V head's K and V plus a share of the L2 for the others
+    (``l2.gqa_others`` at the kernel's head dim, fitted to references; without it the effective
+    capacity, the share that data read by SMs on both of the L2's sides can fill). With batch
+    B > 1 the B K/V heads of a query head's neighbours in the grid interleave, and their K/V past
+    that share is gone before their next query head comes: it no longer competes with the head
+    being walked. On the H200 (the batch 2 and 4 references, ``validation/h200/causal-reuse-3/``)
+    the rule without the cap read their shares at up to `1.4 ×` the L2's K/V live where they
+    behave as at `0.6–0.9 ×`; the others' share that fits them is about `0.45` of the L2 at
+    d = 128 and `0.3` at d = 64. A grid of one batch has no cap: its K/V heads run one after
+    another, and its curve is measured at the live K/V this rule counts without one.
     """
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
@@ -259,8 +269,13 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     one = (span / 2.0 + t_c) / (span + t_c)
     head = _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))  # one K/V head's K and V
     live = live / one * head
-    if l2.causal_heads == "grid":  # a GQA grid: its own K/V head and the effective capacity at most
-        live = np.where(g > 1.0, np.minimum(live, head + l2.capacity_bytes), live)
+    if l2.causal_heads == "grid":  # a batched GQA grid: its own K/V head and the others' share at most
+        from ..hardware import interpolate_log2
+
+        others = l2.capacity_bytes
+        if l2.gqa_others:
+            others = interpolate_log2(l2.gqa_others, _floats(ctx.exec_d)) * l2.whole
+        live = np.where((g > 1.0) & (_floats(w.batch) > 1.0), np.minimum(live, head + others), live)
     return live
 
 

@@ -96,8 +96,12 @@ class L2:
     #: the schedule's curves measured on GQA grids, by head dim (None: the head-count curves serve)
     causal_gqa: Any = None
     #: how far apart the CTAs of a wave that walk the same data in lockstep drift, per wave the
-    #: kernel has run, as a share of the walk (``memory.l2.wave_drift``; 0: they stay together)
-    drift: float = 0.0
+    #: kernel has run, as a share of the walk: ((head dim, share), ...) (``memory.l2.wave_drift``;
+    #: None: they stay together)
+    drift: Any = None
+    #: the share of the L2 that other K/V heads add to a causal GQA grid's live K/V at most: ((head
+    #: dim, share), ...) (``memory.l2.causal_gqa_others``; None: the effective capacity's share)
+    gqa_others: Any = None
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
