@@ -108,9 +108,10 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         causal_schedule=causal_schedule if causal else None,
         causal_several=several,
         causal_gqa=gqa,
-        # measured on FlashAttention-2's waves; our Triton kernel was measured to read a long head
-        # once a wave (one head of 131k and 262k tokens: within `0.2 %`)
-        drift=profile.figures.get("memory.l2.wave_drift") if causal_schedule in ("fa2", "cudnn") else None,
+        # measured on FlashAttention-2's waves. Our Triton kernel reads a long head once a wave
+        # (131k and 262k tokens: within `0.2 %`); cuDNN's reads follow neither rule (reuse-check-3
+        # and -4: 2.5 reads a wave at 393k, about one at 131k and 327k), and keep the wave count
+        drift=profile.figures.get("memory.l2.wave_drift") if causal_schedule == "fa2" else None,
         gqa_others=profile.figures.get("memory.l2.causal_gqa_others") if causal_schedule == "fa2" else None,
     )
 

@@ -196,8 +196,8 @@ def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLik
     the data stays in L2 across a wave, all where it is past the knee). Measured on the H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2,
     five placements each, ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a
     wave at `1.6 ×` the L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one.
-    d = 256 drifts about half as fast as d = 64 and 128 (``h200-reuse-ref-3.json``). cuDNN's
-    forward reads the FA2 figure: one cuDNN head of 393k read `2.5` times a wave (reuse-check-3).
+    d = 256 drifts more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``). FlashAttention-2
+    alone: :func:`memmodel.model.l2_context` gives other kernels no drift.
     Where ``l2.drift`` is None (a profile that has not measured it) ``hbm`` is returned as it is."""
     if not l2.drift or l2.mode == "off":
         return hbm
