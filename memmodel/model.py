@@ -241,6 +241,10 @@ def compare(
     )
 
 
+#: the share of extra K/V reads (over one a wave) from the waves' drift past which compare says so
+WAVE_DRIFT_NOTE = 0.1
+
+
 def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile, mode: str) -> list[str]:
     """A caveat where the tiled kernel's K/V re-reads sit near the L2's capacity knee (issue 14)."""
     flags = til.params.get("l2_knee")
@@ -256,6 +260,18 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
         str(til.params.get("causal_curve") or ""),
     )
     out = [note] if note else []
+    drift = til.params.get("wave_drift")
+    if drift is not None and np.any(np.asarray(drift) > WAVE_DRIFT_NOTE):
+        from .traffic.reuse import rows_prefix
+
+        arr = np.asarray(drift, dtype=np.float64)
+        flags = arr > WAVE_DRIFT_NOTE
+        out.append(
+            f"{rows_prefix(flags)}K/V read more than once a wave as the CTAs of a long head's waves drift apart "
+            f"(+{100 * float(arr[flags].max()):.0f} % over one read a wave{' at most' if arr.size > 1 else ''}; "
+            "memory.l2.wave_drift): on the H200 one long head came out within -24 % to +19 %, several long heads "
+            "+7 % to +22 %, d = 256 -37 % to +61 % (docs/accuracy.md)."
+        )
     if l2.reuse is None and np.any(til.params.get("l2_cross_wave", False)):
         out.append(
             f"{profile.name} has no measured L2 reuse curve (memory.l2.reuse): K/V re-read across waves is "

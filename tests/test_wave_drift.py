@@ -140,3 +140,17 @@ def test_a_share_above_one_is_refused_in_one_line(field, tmp_path):
     assert f"memory.l2.{field}.128: 1.5 is above 1" in result.output
     assert "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_compare_says_where_the_drift_adds_reads():
+    # one head of 524288 at d = 128: 35.4 / 16 = 2.21 reads a wave, +121 % over one
+    args = ["compare", "--n", "524288", "--d", "128", "--dtype", "fp16", "--gpu", "h200", "--impl", "sdpa-flash"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "drift apart (+121 % over one read a wave; memory.l2.wave_drift)" in result.output
+    # a head that fits in L2 gains nothing, and says nothing
+    short = CliRunner().invoke(cli, [*args[:2], "4096", *args[3:]])
+    assert short.exit_code == 0 and "drift apart" not in short.output
+    # cuDNN keeps the wave count: no note either
+    cudnn = CliRunner().invoke(cli, [*args[:-1], "sdpa-cudnn"])
+    assert cudnn.exit_code == 0 and "drift apart" not in cudnn.output

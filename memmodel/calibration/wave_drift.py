@@ -53,7 +53,11 @@ def _predicted_kv(w: Any, profile: Any, impl: str) -> float:
 
     kernel = next(k for k in compare(w, profile, impl=impl).tiled.traffic.kernels if k.name == "fa2_fwd")
     return float(
-        sum(int(t.bytes) for t in kernel.transfers if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read")
+        sum(
+            int(t.bytes)
+            for t in kernel.transfers
+            if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read"
+        )
     )
 
 

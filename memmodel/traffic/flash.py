@@ -55,9 +55,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
     visited, pairs = ctx.visited, ctx.all_pairs
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
     kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
-    l2c = l2.with_ctas(ctx.concurrent)
-    if streams_q:  # each CTA of a wave reads its Q tile and writes its O tile and logsumexp once
-        l2c = l2c.with_streamed(per_wave_stream(ctx, b.block_q, intmath.add(intmath.mul(2, w.d, e), STAT_BYTES)))
+    l2c = _forward_l2(ctx, l2, streams_q)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     kv_hbm = tile_reread_hbm(
         kv_unique,
@@ -122,6 +120,17 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
     )
 
 
+def _forward_l2(ctx: TileContext, l2: l2m.L2, streams_q: bool = True) -> l2m.L2:
+    """The L2 as the forward's K/V re-reads see it: the kernel's CTAs at once, and (``streams_q``)
+    each CTA of a wave reading its Q tile and writing its O tile and logsumexp once."""
+    w = ctx.w
+    l2c = l2.with_ctas(ctx.concurrent)
+    if streams_q:
+        stream = per_wave_stream(ctx, ctx.blocks.block_q, intmath.add(intmath.mul(2, w.d, w.element_bytes), STAT_BYTES))
+        l2c = l2c.with_streamed(stream)
+    return l2c
+
+
 def per_wave_stream(ctx: TileContext, rows: IntLike, bytes_per_row: IntLike) -> IntLike:
     """Bytes the CTAs of one wave stream through L2 once each (``rows`` rows of
     ``bytes_per_row`` per CTA): live between two waves' uses of a re-read line."""
@@ -181,7 +190,9 @@ def drift_share(waves: Any, drift: Any) -> Any:
         return np.where(spread <= 1.0, spread / 2.0, 1.0 - 0.5 / np.maximum(spread, 1.0))
 
 
-def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike) -> IntLike:
+def wave_drift_hbm(
+    ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike
+) -> IntLike:
     """HBM reads of a tensor that the CTAs of a non-causal wave walk in lockstep (K/V in the
     forward), with the re-reads their drift adds: ``hbm`` (one read a wave where the data does
     not stay in L2, :func:`memmodel.traffic.l2.reread_hbm`) times ``1 + f·live/L2``, f the wave's
@@ -201,6 +212,18 @@ def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLik
     Where ``l2.drift`` is None (a profile that has not measured it) ``hbm`` is returned as it is."""
     if not l2.drift or l2.mode == "off":
         return hbm
+    extra = wave_drift_extra(ctx, l2, sharing, ws)
+    out = np.minimum(_floats(requested), np.round(_floats(hbm) * (1.0 + extra)))
+    if np.ndim(out) == 0 and not intmath.is_array(hbm, requested, sharing, ws, l2.concurrent_ctas):
+        return int(out)
+    return out.astype(np.int64)
+
+
+def wave_drift_extra(ctx: TileContext, l2: l2m.L2, sharing: IntLike, ws: IntLike) -> Any:
+    """The share of reads a wave's drift adds to one read a wave (``f·live/L2·miss``, see
+    :func:`wave_drift_hbm`); 0 where the profile has no drift or the L2 is off."""
+    if not l2.drift or l2.mode == "off":
+        return np.zeros(np.shape(_floats(ws)))
     from ..hardware import interpolate_log2
     from .reuse import live_footprint, step_curve
 
@@ -212,11 +235,7 @@ def wave_drift_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLik
     # share at the data live across a wave (none where it stays in L2: one head of 32k at d = 128)
     curve = l2.reuse or step_curve(l2.capacity_bytes)
     miss = np.asarray(curve.miss_share(live + _floats(l2.streamed)), dtype=np.float64)
-    extra = drift_share(ctas / conc, drift) * live / max(l2.whole, 1.0) * miss
-    out = np.minimum(_floats(requested), np.round(_floats(hbm) * (1.0 + extra)))
-    if np.ndim(out) == 0 and not intmath.is_array(hbm, requested, sharing, ws, l2.concurrent_ctas):
-        return int(out)
-    return out.astype(np.int64)
+    return drift_share(ctas / conc, drift) * live / max(l2.whole, 1.0) * miss
 
 
 def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
@@ -647,6 +666,10 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         params["l2_cross_wave"] = param(
             np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
         )
+        if not ctx.w.causal and l2.drift:  # what the waves' drift adds to one K/V read a wave
+            w = ctx.w
+            sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+            params["wave_drift"] = param(wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws))
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
