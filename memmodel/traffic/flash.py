@@ -203,13 +203,14 @@ def wave_drift_hbm(
     The CTAs a wave starts together do not stay together: the leader reads a block first and a
     CTA f·live behind it finds it only if the L2 kept it that long, so a wave whose CTAs spread
     over f of a walk of ``live`` bytes reads it about ``1 + f·live/L2`` times (one read per L2 of
-    spread), the extra reads missing at the cross-wave share at ``live`` (``l2.reuse``: none where
-    the data stays in L2 across a wave, all where it is past the knee). Measured on the H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2,
-    five placements each, ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a
-    wave at `1.6 ×` the L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one.
-    d = 256 drifts more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``). FlashAttention-2
-    alone: :func:`memmodel.model.l2_context` gives other kernels no drift.
-    Where ``l2.drift`` is None (a profile that has not measured it) ``hbm`` is returned as it is."""
+    spread), the extra reads missing at the cross-wave share at ``live`` (``l2.reuse``: none
+    where the data stays in L2 across a wave, all where it is past the knee). Measured on the
+    H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2, five placements each,
+    ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a wave at `1.6 ×` the
+    L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one. d = 256 drifts
+    more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``). FlashAttention-2 alone:
+    :func:`memmodel.model.l2_context` gives other kernels no drift. Where ``l2.drift`` is None
+    (a profile that has not measured it) ``hbm`` is returned as it is."""
     if not l2.drift or l2.mode == "off":
         return hbm
     extra = wave_drift_extra(ctx, l2, sharing, ws)
