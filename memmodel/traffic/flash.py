@@ -45,7 +45,11 @@ def visited_share(w: Workload) -> str:
     return " · visited" if w.causal else ""
 
 
-def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True) -> Kernel:
+def fa2_forward_kernel(
+    ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True, drift: Any = None
+) -> Kernel:
+    """The FlashAttention-2-style forward kernel; ``drift``: what the waves' drift adds to one K/V
+    read a wave (:func:`forward_drift`), where the caller has it already."""
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -68,7 +72,7 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
     if not w.causal:
-        kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head))
+        kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head), drift)
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
         # keep live. One head is the curve's own reference pattern: the curve alone, and so is a
@@ -118,6 +122,16 @@ def fa2_forward_kernel(ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, s
         # with dropout the kernel draws a mask element for every score of its tiles
         dropout_scores=scores if w.dropout > 0 else 0,
     )
+
+
+def forward_drift(ctx: TileContext, l2: l2m.L2) -> Any:
+    """What the waves' drift adds to one K/V read a wave of the (non-causal) forward
+    (:func:`wave_drift_extra` at its K/V heads' CTAs and K and V); None where it adds nothing."""
+    if ctx.w.causal or not l2.drift or l2.mode == "off":
+        return None
+    w = ctx.w
+    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    return wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws)
 
 
 def _forward_l2(ctx: TileContext, l2: l2m.L2, streams_q: bool = True) -> l2m.L2:
@@ -191,7 +205,13 @@ def drift_share(waves: Any, drift: Any) -> Any:
 
 
 def wave_drift_hbm(
-    ctx: TileContext, l2: l2m.L2, hbm: IntLike, requested: IntLike, sharing: IntLike, ws: IntLike
+    ctx: TileContext,
+    l2: l2m.L2,
+    hbm: IntLike,
+    requested: IntLike,
+    sharing: IntLike,
+    ws: IntLike,
+    extra: Any = None,
 ) -> IntLike:
     """HBM reads of a tensor that the CTAs of a non-causal wave walk in lockstep (K/V in the
     forward), with the re-reads their drift adds: ``hbm`` (one read a wave where the data does
@@ -210,10 +230,12 @@ def wave_drift_hbm(
     L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one. d = 256 drifts
     more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``). FlashAttention-2 alone:
     :func:`memmodel.model.l2_context` gives other kernels no drift. Where ``l2.drift`` is None
-    (a profile that has not measured it) ``hbm`` is returned as it is."""
+    (a profile that has not measured it) ``hbm`` is returned as it is. ``extra``: the drift's
+    share (:func:`wave_drift_extra`) where the caller computed it already."""
     if not l2.drift or l2.mode == "off":
         return hbm
-    extra = wave_drift_extra(ctx, l2, sharing, ws)
+    if extra is None:
+        extra = wave_drift_extra(ctx, l2, sharing, ws)
     out = np.minimum(_floats(requested), np.round(_floats(hbm) * (1.0 + extra)))
     if np.ndim(out) == 0 and not intmath.is_array(hbm, requested, sharing, ws, l2.concurrent_ctas):
         return int(out)
@@ -642,17 +664,18 @@ def _given_or_no_l2(l2: l2m.L2 | None) -> l2m.L2:
 def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
+    drift = forward_drift(ctx, l2)
     if intmath.is_array(splits):
         # a grid: the rows of one split count run the split-KV kernels, the others the plain one
         split = np.asarray(splits) > 1
         kernels = present_kernels(
-            only_where(fa2_forward_kernel(ctx, l2), ~split),
+            only_where(fa2_forward_kernel(ctx, l2, drift=drift), ~split),
             *(only_where(k, split) for k in split_kv_kernels(ctx, l2, splits)),
         )
     elif int(splits) > 1:
         kernels = split_kv_kernels(ctx, l2, splits)
     else:
-        kernels = [fa2_forward_kernel(ctx, l2)]
+        kernels = [fa2_forward_kernel(ctx, l2, drift=drift)]
     if backward:
         kernels += fa2_backward_kernels(ctx, l2)
     params = {
@@ -667,10 +690,8 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         params["l2_cross_wave"] = param(
             np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
         )
-        if not ctx.w.causal and l2.drift:  # what the waves' drift adds to one K/V read a wave
-            w = ctx.w
-            sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
-            params["wave_drift"] = param(wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws))
+        if drift is not None:  # what the waves' drift adds to one K/V read a wave
+            params["wave_drift"] = param(drift)
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
