@@ -90,9 +90,11 @@ def test_scores_on_the_real_trace():
     (s,) = score_case(by_id["sdpa-flash/b4h16n4096d64/fp16"], groups["sdpa-flash/b4h16n4096d64/fp16"], h200)
     assert abs(s.error) < 0.01  # within 1 %
     assert s.paper_error > 10  # the paper's count: T_r = 32 passes over K and V, 15× too many bytes
-    # the long sequence: K+V (67 MB) > 30 MiB, 1024 Q blocks in ⌈1024/264⌉ = 4 waves
+    # the long sequence: K+V (67 MB) > 30 MiB, 1024 Q blocks in ⌈1024/264⌉ = 4 waves, each read
+    # 1 + f·live/L2 times as the waves drift apart: f = 0.0366 · 3.88 / 2 = 0.0710, live = 67.1 MB
+    # of the 62.9 MB L2 (every such re-read misses): 4 · 1.0758 = 4.303 reads
     (s,) = score_case(by_id["sdpa-flash/b1h1n131072d128/fp16"], groups["sdpa-flash/b1h1n131072d128/fp16"], h200)
-    assert s.predicted_read == pytest.approx(33_554_432 + 4 * 67_108_864)
+    assert s.predicted_read == pytest.approx(33_554_432 + 4.303 * 67_108_864, rel=1e-3)
     assert -0.15 < s.error < 0
     assert s.compulsory_error < -0.5  # compulsory bytes miss the re-reads
     std = score_case(by_id["standard/b4h16n4096d64/fp16"], groups["standard/b4h16n4096d64/fp16"], h200)
