@@ -154,3 +154,22 @@ def test_compare_says_where_the_drift_adds_reads():
     # cuDNN keeps the wave count: no note either
     cudnn = CliRunner().invoke(cli, [*args[:-1], "sdpa-cudnn"])
     assert cudnn.exit_code == 0 and "drift apart" not in cudnn.output
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(0, 5000), min_size=1, max_size=8),
+    st.sampled_from(["int64", "float64", "int32"]),
+    st.booleans(),
+)
+def test_interpolate_log2_table_path_matches_the_formula(values, dtype, fractional):
+    # a grid's column (longer than the table's threshold) gives the same numbers as the formula
+    from memmodel.hardware import interpolate_log2
+
+    curve = ((64, 0.03), (96, 0.05), (128, 0.04), (256, 0.01))
+    x = np.resize(np.asarray(values), 5000).astype(dtype)
+    if fractional and dtype == "float64":
+        x = x + 0.5
+    xs, ys = np.log2([p[0] for p in curve]), np.array([p[1] for p in curve])
+    direct = np.interp(np.log2(np.maximum(x.astype(np.float64), 1.0)), xs, ys)
+    assert np.array_equal(interpolate_log2(curve, x), direct)
