@@ -76,6 +76,19 @@ FITS = {
             gqa=True,
         ),
         Fit(
+            "measured-causal-reuse-d96",
+            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-ref-d96.txt --output h200-causal-ref-d96.json",
+        ),
+        Fit(
+            "measured-causal-reuse-gqa-d96",
+            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-causal-ref-d96.txt --output h200-causal-ref-d96.json",
+            gqa=True,
+        ),
+        Fit(
             "measured-causal-reuse-gqa-2",
             "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
@@ -214,6 +227,7 @@ def apply(
 GQA_OTHERS_RECORDS = (
     "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
     "validation/h200/causal-reuse-3/h200-reuse-ref-3.json",
+    "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
 )
 GQA_OTHERS_SOURCE = "measured-causal-gqa-others"
 

@@ -71,7 +71,7 @@ CAUSAL_CURVES = {
     ),
     "cudnn": CausalCurves("cudnn_causal_reuse", "one"),
 }
-CAUSAL_CURVE_DIMS = (64, 128, 256)
+CAUSAL_CURVE_DIMS = (64, 96, 128, 256)
 
 
 @dataclass(frozen=True)
