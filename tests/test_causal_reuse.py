@@ -314,3 +314,18 @@ def test_d96_has_its_own_curves_and_reads_counts_relative_to_d128():
     )
     assert kv_miss_share(w) == pytest.approx(expected, rel=0.02)
     assert expected < float(_curve_share(x, 128, l2.causal_several[4], l2.whole))
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.sampled_from([32, 64, 80, 96, 128, 160, 192, 256]), min_size=1, max_size=4, unique=True),
+    st.lists(st.integers(1, 1024), min_size=1, max_size=50),
+)
+def test_nearest_head_dim_is_the_nearest_in_the_logarithm(dims, ds):
+    from memmodel.traffic.flash import _nearest_dim
+
+    d = np.asarray(ds, dtype=np.float64)
+    grid = np.asarray(sorted(dims), dtype=np.float64)
+    # the lower one on a tie, as argmin takes the first
+    expected = grid[np.argmin(np.abs(np.log(d[..., None] / grid)), axis=-1)]
+    assert np.array_equal(_nearest_dim(d, dims), expected)

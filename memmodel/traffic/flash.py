@@ -354,11 +354,13 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
             # the count's curve at its nearest head dim, relative to the one-head curve there, on the
             # kernel's own one-head curve (the same where that head dim has both; d = 96 has one head's)
             several = l2.causal_several[n]
+            log_several = np.log(np.maximum(_curve_share(live, ctx.exec_d, several, l2.whole), 1e-9))
             one_there = {dim: l2.causal[dim] for dim in several if dim in l2.causal} or l2.causal
-            ratio = np.log(np.maximum(_curve_share(live, ctx.exec_d, several, l2.whole), 1e-9)) - np.log(
-                np.maximum(_curve_share(live, ctx.exec_d, one_there, l2.whole), 1e-9)
-            )
-            logs.append(logs[0] + ratio)
+            other = _nearest_dim(ctx.exec_d, one_there) != _nearest_dim(ctx.exec_d, l2.causal)
+            if np.any(other):  # elsewhere the one-head curve there is the kernel's own: the ratio is 1
+                ratio = log_several - np.log(np.maximum(_curve_share(live, ctx.exec_d, one_there, l2.whole), 1e-9))
+                log_several = np.where(other, logs[0] + ratio, log_several)
+            logs.append(log_several)
         at = np.log(np.clip(kv_heads, 1.0, counts[-1]))
         out = logs[-1] + 0.0 * at
         for i in range(len(counts) - 1):  # linear in log count between the measured counts
@@ -369,9 +371,7 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     if l2.causal_gqa:  # GQA grids follow a curve of their own, whatever their count of K/V heads
         # where it was measured at the kernel's head dim (the nearest of the one-head curves');
         # at others the head-count curves serve (d = 64's GQA grids read far less than d = 128's)
-        d = np.asarray(_floats(ctx.exec_d))
-        dims = np.asarray(sorted(l2.causal), dtype=np.float64)
-        nearest = dims[np.argmin(np.abs(np.log(d[..., None] / dims)), axis=-1)]
+        nearest = _nearest_dim(ctx.exec_d, l2.causal)
         measured = np.isin(nearest, np.asarray(sorted(l2.causal_gqa), dtype=np.float64))
         gqa = _curve_share(live, ctx.exec_d, l2.causal_gqa, l2.whole)
         miss = np.where((_floats(ctx.w.group) > 1) & measured, gqa, miss)
@@ -379,14 +379,22 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     return np.minimum(r, u + np.maximum(r - u, 0.0) * miss).round()
 
 
+def _nearest_dim(exec_d: IntLike, dims: Any) -> Any:
+    """The head dim of ``dims`` nearest ``exec_d`` in the logarithm (the lower one on a tie):
+    below the geometric mean of two neighbours the lower, past it the upper."""
+    grid = np.asarray(sorted(dims), dtype=np.float64)
+    between = np.sqrt(grid[:-1] * grid[1:])
+    return grid[np.searchsorted(between, np.asarray(_floats(exec_d)), side="left")]
+
+
 def _curve_share(live: Any, exec_d: IntLike, curves: dict[int, Any], whole: float) -> Any:
     """The miss share at ``live`` on the curve (of ``curves``, by head dim) nearest ``exec_d``."""
     dims = sorted(curves)
-    d = np.asarray(_floats(exec_d))
-    grid = np.asarray(dims, dtype=np.float64)
-    nearest = grid[np.argmin(np.abs(np.log(d[..., None] / grid)), axis=-1)]
+    nearest = _nearest_dim(exec_d, dims)
     miss = np.zeros(np.shape(live))
     for dim in dims:
+        if not np.any(nearest == dim):  # no row reads this head dim's curve
+            continue
         curve = curves[dim]
         share = _log_interp(live, curve)
         end, last = curve.footprint_bytes[-1], curve.miss[-1]
