@@ -81,6 +81,16 @@ FITS = {
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-ref-d96.txt --output h200-causal-ref-d96.json",
         ),
+        *(
+            Fit(
+                f"measured-causal-reuse-h{n}-d96",
+                "validation/h200/causal-reuse-3/h200-ref-d96-2.json",
+                "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+                "--cases validation/cases/h200-ref-d96-2.txt --output h200-ref-d96-2.json",
+                heads=n,
+            )
+            for n in (2, 4, 16)
+        ),
         Fit(
             "measured-causal-reuse-gqa-d96",
             "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",

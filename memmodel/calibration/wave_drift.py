@@ -23,10 +23,11 @@ from typing import Any
 RECORDS = (
     "validation/h200/causal-reuse-3/h200-long-ref.json",
     "validation/h200/causal-reuse-3/h200-reuse-ref-3.json",
+    "validation/h200/causal-reuse-3/h200-ref-d96-2.json",
 )
 COMMAND = (
     "python3 -m memmodel validate --ncu --placements 5 --gpu h200 --cases validation/cases/h200-long-ref.txt "
-    "(and h200-reuse-ref-3.txt) --output h200-long-ref.json"
+    "(and h200-reuse-ref-3.txt, h200-ref-d96-2.txt) --output h200-long-ref.json"
 )
 SOURCE = "measured-wave-drift"
 
