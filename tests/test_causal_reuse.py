@@ -292,28 +292,40 @@ def test_cudnn_curves_come_from_probe_11s_one_head_rows():
     assert curves[128][2200] == pytest.approx(0.4679, abs=2e-4)
 
 
-def test_d96_has_its_own_curves_and_reads_counts_relative_to_d128():
+def test_d96_has_its_own_curves_and_a_missing_count_is_read_relative_to_d128():
+    import dataclasses
+
     from memmodel.traffic.flash import _curve_share
 
     record = json.loads((ROOT / "validation/h200/causal-reuse-3/h200-causal-ref-d96.json").read_text())
     assert fitted_curves(record, L2) == {96: dict(H200.figures["memory.l2.causal_reuse_d96"])}
     assert fitted_curves(record, L2, gqa=True) == {96: dict(H200.figures["memory.l2.causal_reuse_gqa_d96"])}
+    counts = json.loads((ROOT / "validation/h200/causal-reuse-3/h200-ref-d96-2.json").read_text())
+    assert fitted_curves(counts, L2, heads=4) == {96: dict(H200.figures["memory.l2.causal_reuse_h4_d96"])}
     # one d = 96 head misses about half as often as d = 128's at the same live K/V (1 x the L2)
     one96, one128 = dict(H200.figures["memory.l2.causal_reuse_d96"]), dict(H200.figures["memory.l2.causal_reuse_d128"])
     assert one96[1000] < 0.55 * one128[1000]
-    # four heads of 65536 at d = 96 (no four-head curve there): d = 96's one-head share times the
-    # four-head over one-head ratio of d = 128 at the same live K/V
+    # four heads of 65536 at d = 96 read d = 96's four-head curve; a profile without it reads d =
+    # 96's one-head share times the four-head over one-head ratio of d = 128 at the same live K/V
     w = Workload(n=65536, d=96, heads=4, causal=True, dtype="bf16")
     live = compare(w, H200, impl="sdpa-flash").tiled.traffic.params["causal_live_bytes"]
-    l2 = l2_context(H200, "cold", "fa2")
     x = np.asarray(float(live))
+    l2 = l2_context(H200, "cold", "fa2")
+    assert kv_miss_share(w) == pytest.approx(float(_curve_share(x, 96, l2.causal_several[4], l2.whole)), rel=0.02)
+    drop = {f"memory.l2.causal_reuse_h{n}_d96" for n in (2, 4, 16)}
+    without = dataclasses.replace(H200, figures={k: v for k, v in H200.figures.items() if k not in drop})
+    l2w = l2_context(without, "cold", "fa2")
     expected = float(
-        _curve_share(x, 96, l2.causal, l2.whole)
-        * _curve_share(x, 96, l2.causal_several[4], l2.whole)
-        / _curve_share(x, 96, {d: l2.causal[d] for d in l2.causal_several[4]}, l2.whole)
+        _curve_share(x, 96, l2w.causal, l2w.whole)
+        * _curve_share(x, 96, l2w.causal_several[4], l2w.whole)
+        / _curve_share(x, 96, {d: l2w.causal[d] for d in l2w.causal_several[4]}, l2w.whole)
     )
-    assert kv_miss_share(w) == pytest.approx(expected, rel=0.02)
-    assert expected < float(_curve_share(x, 128, l2.causal_several[4], l2.whole))
+    kernel = next(k for k in compare(w, without, impl="sdpa-flash").tiled.traffic.kernels if k.name == "fa2_fwd")
+    kv = 2 * w.n * w.d * w.heads * w.element_bytes
+    requested = 2 * kernel.bytes(level="l2", direction="read", tensor="K")
+    share = (2 * kernel.bytes(level="hbm", direction="read", tensor="K") - kv) / (requested - kv)
+    assert share == pytest.approx(expected, rel=0.02)
+    assert expected < float(_curve_share(x, 128, l2w.causal_several[4], l2w.whole))
 
 
 @settings(max_examples=50, deadline=None)

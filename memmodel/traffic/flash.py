@@ -228,7 +228,8 @@ def wave_drift_hbm(
     H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2, five placements each,
     ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a wave at `1.6 ×` the
     L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one. d = 256 drifts
-    more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``). FlashAttention-2 alone:
+    more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``), d = 96 hardly at all
+    (``h200-ref-d96-2.json``: `0.004` a wave against `0.037` at d = 128). FlashAttention-2 alone:
     :func:`memmodel.model.l2_context` gives other kernels no drift. Where ``l2.drift`` is None
     (a profile that has not measured it) ``hbm`` is returned as it is. ``extra``: the drift's
     share (:func:`wave_drift_extra`) where the caller computed it already."""
@@ -336,10 +337,11 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     (``l2.causal_gqa``) where the profile has them: with 1 to 8 K/V heads and 4 or 8 query heads
     each, the H200's shares at the same K/V live differ by less than placement moves them (at
     `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 64, 96 and 128 on the
-    H200). Where the kernel's head dim has a one-head curve but no curve of several heads (d = 96),
-    a count's curve at the nearest head dim that has one is read relative to that head dim's
-    one-head curve, on the kernel's own: at the same live K/V d = 96's one head misses about half
-    as often as d = 128's (`8.9 %` against `18.8 %` at `1 ×` the L2) and as d = 64's (`15.1 %`).
+    H200). Where the kernel's head dim has a one-head curve but no curve of several heads, a
+    count's curve at the nearest head dim that has one is read relative to that head dim's
+    one-head curve, on the kernel's own (the H200 has every count at every head dim now; d = 96,
+    whose one head misses about half as often as d = 128's, `8.9 %` against `18.8 %` at `1 ×` the
+    L2, was read so before its own counts were measured: `+27 %`, `+68 %` on the fifth reuse check).
     Past a curve's last point the share is at least random replacement's ``1 − L2 / live``, scaled
     down to meet the curve where the curve ends below it (the H200's one-head curves end at
     `0.51–0.60` at 2.2 × its L2, where that gives `0.55`; its GQA curves at 1.25 ×, where it gives
