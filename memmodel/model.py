@@ -269,8 +269,9 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
         out.append(
             f"{rows_prefix(flags)}K/V read more than once a wave as the CTAs of a long head's waves drift apart "
             f"(+{100 * float(arr[flags].max()):.0f} % over one read a wave{' at most' if arr.size > 1 else ''}; "
-            "memory.l2.wave_drift): on the H200 one long head came out within -24 % to +19 %, several long heads "
-            "+7 % to +22 %, d = 256 -37 % to +61 % (docs/accuracy.md)."
+            "memory.l2.wave_drift): on the H200 one long head came out within -24 % to +19 % up to 5.3 x the L2 "
+            "(+81 % at 6.4 x, its placements spreading 102 %), several long heads +7 % to +22 %, d = 256 -37 % to "
+            "+61 % (docs/accuracy.md)."
         )
     if l2.reuse is None and np.any(til.params.get("l2_cross_wave", False)):
         out.append(
