@@ -38,3 +38,14 @@ def run():
         return runner.invoke(cli, list(args), catch_exceptions=False)
 
     return _run
+
+
+def profile_with_l2(field: str, value: str) -> str:
+    """A minimal profile's YAML whose ``memory.l2`` carries ``field: value`` (a figure under test)."""
+    return (
+        "name: x\nfull_name: X\nvendor: NVIDIA\narchitecture: Hopper\nsm_count: 132\nclock: 1980 MHz\n"
+        "memory:\n  hbm: {capacity: 141 GB, bandwidth: 4.8 TB/s, latency: 500 ns}\n"
+        f"  l2: {{capacity: 60 MiB, bandwidth: 10 TB/s, latency: 200 ns, {field}: {value}}}\n"
+        "  sram: {capacity_per_sm: 228 KiB, bandwidth_per_sm: 250 GB/s, latency: 15 ns}\n"
+        "compute: {fp16: 900 TFLOP/s, fp32: 50 TFLOP/s, exp: 4 Top/s}\n"
+    )

@@ -17,6 +17,8 @@ from memmodel.traffic.flash import _log_interp
 from memmodel.traffic.reuse import ReuseCurve
 from memmodel.workload import Workload
 
+from .conftest import profile_with_l2
+
 ROOT = Path(__file__).resolve().parent.parent
 H200 = load_profile("h200")
 L2 = 60 * 2**20
@@ -266,15 +268,8 @@ def test_a_miss_share_above_one_is_refused_in_one_line(field, tmp_path):
 
     from memmodel.cli import cli
 
-    text = (
-        "name: x\nfull_name: X\nvendor: NVIDIA\narchitecture: Hopper\nsm_count: 132\nclock: 1980 MHz\n"
-        "memory:\n  hbm: {capacity: 141 GB, bandwidth: 4.8 TB/s, latency: 500 ns}\n"
-        f"  l2: {{capacity: 60 MiB, bandwidth: 10 TB/s, latency: 200 ns, {field}: {{500: 1.5}}}}\n"
-        "  sram: {capacity_per_sm: 228 KiB, bandwidth_per_sm: 250 GB/s, latency: 15 ns}\n"
-        "compute: {fp16: 900 TFLOP/s, fp32: 50 TFLOP/s, exp: 4 Top/s}\n"
-    )
     path = tmp_path / "x.yaml"
-    path.write_text(text)
+    path.write_text(profile_with_l2(field, "{500: 1.5}"))
     result = CliRunner().invoke(cli, ["compare", "--n", "4096", "--d", "128", "--gpu", str(path)])
     assert result.exit_code == 2
     assert f"memory.l2.{field}.500: 1.5 is above 1: a miss share is between 0 and 1" in result.output
