@@ -286,16 +286,18 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     head live at a time: 2 to 8 heads of 24 MiB each read no more than one does (probe 11), so
     H_kv = 1 there.
 
-    A GQA grid of batch B > 1 counts at most one K/V head's K and V plus a share of the L2 for the others
-    (``l2.gqa_others`` at the kernel's head dim, fitted to references; without it the effective
+    A GQA grid of batch B > 1 counts at most one K/V head's K and V plus a share of the L2 for
+    the others (``l2.gqa_others`` at the kernel's head dim, fitted to references; without it the effective
     capacity, the share that data read by SMs on both of the L2's sides can fill). With batch
     B > 1 the B K/V heads of a query head's neighbours in the grid interleave, and their K/V past
     that share is gone before their next query head comes: it no longer competes with the head
     being walked. On the H200 (the batch 2 and 4 references, ``validation/h200/causal-reuse-3/``)
     the rule without the cap read their shares at up to `1.4 ×` the L2's K/V live where they
-    behave as at `0.6–0.9 ×`; the others' share that fits them is about `0.45` of the L2 at
-    d = 128 and `0.3` at d = 64. A grid of one batch has no cap: its K/V heads run one after
-    another, and its curve is measured at the live K/V this rule counts without one.
+    behave as at `0.6–0.9 ×`; the others' share that fits them is about `0.46` of the L2 at
+    d = 128, `0.35` at d = 96 and `0.31` at d = 64 (it grows with the batch, which the cap does
+    not follow: batches of 4 to 8 come out `17–38 %` short). A grid of one batch has no cap: its
+    K/V heads run one after another, and its curve is measured at the live K/V this rule counts
+    without one.
     """
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
