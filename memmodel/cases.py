@@ -69,6 +69,11 @@ class Case:
             extra += "-bwd"
         return f"{self.impl}/{shape}/{self.dtype}{extra}"
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        """The case a record's ``case`` entry (:meth:`to_dict`) holds."""
+        return cls(**{k: v for k, v in data.items() if k != "id"})
+
     def workload(self) -> Workload:
         return Workload(
             n=self.n,

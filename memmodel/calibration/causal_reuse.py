@@ -126,7 +126,7 @@ def fitted_curves(
     `50` per mille, each bin the median live and the median share of its rows."""
     import statistics
 
-    from ..gpu.validate import case_from_dict
+    from ..cases import Case
     from ..model import compare
 
     found: dict[int, dict[int, list[tuple[float, float]]]] = {}
@@ -140,7 +140,7 @@ def fitted_curves(
             shape = c.get("batch") == 1 and n_heads == heads and kv_heads == heads
         if not rows or c.get("impl") != impl or not c.get("causal") or not shape or c.get("d") not in HEAD_DIMS:
             continue
-        w = case_from_dict(c).workload()
+        w = Case.from_dict(c).workload()
         tiled = compare(w, _profile(), impl=impl).tiled.traffic
         kernel = next(k for k in tiled.kernels if k.name == "fa2_fwd")
         requested = sum(
@@ -237,7 +237,7 @@ GQA_OTHERS_SOURCE = "measured-causal-gqa-others"
 
 def _batched_gqa_rows(record: Mapping[str, Any], impl: str) -> list[tuple[Any, float]]:
     """(workload, measured K/V reads) of the record's causal GQA forwards with batch > 1."""
-    from ..gpu.validate import case_from_dict
+    from ..cases import Case
 
     rows = []
     for entry in record.get("cases", []):
@@ -246,7 +246,7 @@ def _batched_gqa_rows(record: Mapping[str, Any], impl: str) -> list[tuple[Any, f
         heads, kv_heads = c.get("heads"), c.get("kv_heads") or c.get("heads")
         if not found or c.get("impl") != impl or not c.get("causal") or (c.get("batch") or 1) < 2 or kv_heads >= heads:
             continue
-        w = case_from_dict(c).workload()
+        w = Case.from_dict(c).workload()
         q = w.batch * w.heads * w.n * w.d * w.element_bytes
         rows.append((w, float(found[0]["measured_hbm_read_bytes"]) - q))
     return rows

@@ -34,7 +34,7 @@ SOURCE = "measured-wave-drift"
 
 def _rows(record: Mapping[str, Any], impl: str) -> list[tuple[Any, float]]:
     """(workload, measured K/V reads) of the record's one-head non-causal forwards of ``impl``."""
-    from ..gpu.validate import case_from_dict
+    from ..cases import Case
 
     rows: list[tuple[Any, float]] = []
     for entry in record.get("cases", []):
@@ -43,7 +43,7 @@ def _rows(record: Mapping[str, Any], impl: str) -> list[tuple[Any, float]]:
         one = c.get("batch") == 1 and c.get("heads") == 1 and (c.get("kv_heads") or 1) == 1
         if not found or c.get("impl") != impl or c.get("causal") or not one:
             continue
-        w = case_from_dict(c).workload()
+        w = Case.from_dict(c).workload()
         q = w.n * w.d * w.element_bytes
         rows.append((w, float(found[0]["measured_hbm_read_bytes"]) - q))
     return rows

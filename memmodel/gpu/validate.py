@@ -232,8 +232,7 @@ def ensure_runnable() -> None:
 
 
 def case_from_dict(data: dict[str, Any]) -> Case:
-    fields = {k: v for k, v in data.items() if k != "id"}
-    return Case(**fields)
+    return Case.from_dict(data)
 
 
 def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
