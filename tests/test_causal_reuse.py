@@ -262,18 +262,27 @@ def test_cudnn_keeps_one_heads_kv_live():
     assert _kv_reads(w, H200, "sdpa-flash") > 2 * 8 * one  # FlashAttention-2 keeps several heads live
 
 
-@pytest.mark.parametrize("field", ["causal_reuse_d128", "reuse"])
-def test_a_miss_share_above_one_is_refused_in_one_line(field, tmp_path):
+@pytest.mark.parametrize(
+    ("field", "key", "why"),
+    [
+        ("causal_reuse_d128", 500, "a miss share is between 0 and 1"),
+        ("reuse", 500, "a miss share is between 0 and 1"),
+        ("wave_drift", 128, "a wave cannot drift apart by more than a whole walk a wave"),
+        ("causal_gqa_others", 128, "a share of the L2"),
+    ],
+)
+def test_a_share_above_one_is_refused_in_one_line(field, key, why, tmp_path):
     from click.testing import CliRunner
 
     from memmodel.cli import cli
 
     path = tmp_path / "x.yaml"
-    path.write_text(profile_with_l2(field, "{500: 1.5}"))
+    path.write_text(profile_with_l2(field, f"{{{key}: 1.5}}"))
     result = CliRunner().invoke(cli, ["compare", "--n", "4096", "--d", "128", "--gpu", str(path)])
     assert result.exit_code == 2
-    assert f"memory.l2.{field}.500: 1.5 is above 1: a miss share is between 0 and 1" in result.output
+    assert f"memory.l2.{field}.{key}: 1.5 is above 1: {why}" in result.output
     assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_cudnn_curves_come_from_probe_11s_one_head_rows():
