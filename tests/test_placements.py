@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from memmodel.cases import parse_case
+from memmodel.cases import Case, parse_case
 from memmodel.gpu.ncu import (
     PLACEMENT_OFFSETS,
     MeasuredKernel,
@@ -19,7 +19,7 @@ from memmodel.gpu.ncu import (
     split_by_marker,
     split_placements,
 )
-from memmodel.gpu.validate import case_from_dict, rescore
+from memmodel.gpu.validate import rescore
 from memmodel.hardware import load_profile
 from memmodel.validation import placement_spread
 
@@ -100,7 +100,7 @@ def test_rescore_a_record_profiled_at_three_placements():
     1× and 1.3× the measured bytes: scored at the median, the errors are the record's own."""
     data = json.loads(RECORD.read_text())
     h200 = load_profile("h200")
-    ok = [case_from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
+    ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
     one = rescore(data, TRACE.read_text(), h200)
     groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
     trace = []
@@ -137,7 +137,7 @@ def test_rescore_a_record_profiled_at_three_placements():
 
 def test_rescore_cli_prints_the_placements(run, tmp_path):
     data = json.loads(RECORD.read_text())
-    ok = [case_from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
+    ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
     groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
     trace = [k for c in ok for _ in range(2) for k in marked(groups[c.id])]
     (tmp_path / "rec.json").write_text(json.dumps({**data, "ncu": {"status": "ok", "placements": 2}}))

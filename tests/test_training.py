@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from memmodel import compare
 from memmodel.backward import backward_tile_rule, backward_tiles
-from memmodel.cases import parse_case
+from memmodel.cases import Case, parse_case
 from memmodel.cli.validate import ncu_trace
 from memmodel.errors import WorkloadError
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
-from memmodel.gpu.validate import case_from_dict, profile_entry, rescore
+from memmodel.gpu.validate import profile_entry, rescore
 from memmodel.hardware import load_profile
 from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
 from memmodel.validation import (
@@ -82,7 +82,7 @@ def test_cases_of_earlier_records_load_with_the_defaults():
         for entry in json.loads(path.read_text())["cases"]:
             fields = entry["case"]
             assert "backward" not in fields and "dropout" not in fields
-            case = case_from_dict(fields)
+            case = Case.from_dict(fields)
             assert case.id == fields["id"] and not case.backward and case.dropout == 0.0
 
 
@@ -812,7 +812,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     # a case written with the new keys at their defaults scores the same
     plain = [e for e in data["cases"] if e["status"] == "ok" and not e["case"].get("backward")]
     for e in plain[:1]:  # (the training record has none)
-        assert case_from_dict({**e["case"], "backward": False, "dropout": 0.0}) == case_from_dict(e["case"])
+        assert Case.from_dict({**e["case"], "backward": False, "dropout": 0.0}) == Case.from_dict(e["case"])
 
 
 def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch, tmp_path):

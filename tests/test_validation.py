@@ -7,10 +7,9 @@ import shutil
 
 import pytest
 
-from memmodel.cases import default_cases, parse_case, profile_for_device
+from memmodel.cases import Case, default_cases, parse_case, profile_for_device
 from memmodel.errors import WorkloadError
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
-from memmodel.gpu.validate import case_from_dict
 from memmodel.hardware import load_profile
 from memmodel.validation import measured_ctas_per_sm, score_case, summarize_record
 
@@ -84,7 +83,7 @@ def test_parse_a_real_ncu_trace_and_split_it_by_marker():
 def test_scores_on_the_real_trace():
     h200 = load_profile("h200")
     data = json.loads(RECORD.read_text())
-    ok = [case_from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
+    ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
     groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
     by_id = {c.id: c for c in ok}
     (s,) = score_case(by_id["sdpa-flash/b4h16n4096d64/fp16"], groups["sdpa-flash/b4h16n4096d64/fp16"], h200)

@@ -231,10 +231,6 @@ def ensure_runnable() -> None:
         raise RuntimeFailure("CUDA_VISIBLE_DEVICES is empty: no GPU to validate on")
 
 
-def case_from_dict(data: dict[str, Any]) -> Case:
-    return Case.from_dict(data)
-
-
 def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
     """Score a record again (no GPU): new predictions from ``profile`` for the measured times
     and, given the record's Nsight Compute trace, for the measured bytes."""
@@ -243,12 +239,12 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict
     out = {**data, "profile": profile_entry(profile)}
     out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     cases = []
-    ok_cases = [case_from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
+    ok_cases = [Case.from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
     placements = int((data.get("ncu") or {}).get("placements", 1))
     groups = split_placements(parse_csv(ncu_csv), [c.id for c in ok_cases], placements) if ncu_csv else {}
     for entry in data["cases"]:
         entry = dict(entry)
-        case = case_from_dict(entry["case"])
+        case = Case.from_dict(entry["case"])
         entry["predicted"] = predicted_times(case, profile)
         if case.id in groups:
             entry.pop("bytes_error", None)
