@@ -113,6 +113,7 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
         # and -4: 2.5 reads a wave at 393k, about one at 131k and 327k), and keep the wave count
         drift=profile.figures.get("memory.l2.wave_drift") if causal_schedule == "fa2" else None,
         gqa_others=profile.figures.get("memory.l2.causal_gqa_others") if causal_schedule == "fa2" else None,
+        batch_rows=causal_schedule == "fa2",
     )
 
 

@@ -102,6 +102,9 @@ class L2:
     #: the share of the L2 that other K/V heads add to a causal GQA grid's live K/V at most: ((head
     #: dim, share), ...) (``memory.l2.causal_gqa_others``; None: the effective capacity's share)
     gqa_others: Any = None
+    #: the grid runs (Q block, batch, head), FlashAttention-2's order: the query heads of a GQA
+    #: group are a row of ``batch`` heads apart (:func:`.flash.cross_head_hbm`; False: together)
+    batch_rows: bool = False
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
