@@ -299,7 +299,8 @@ def apply_gqa_others(data: dict[str, Any], records: Any, impl: str = "sdpa-flash
         "value": shares,
         "source": GQA_OTHERS_SOURCE,
         "note": "the share of the L2 that other K/V heads add at most to a causal GQA grid's live K/V "
-        "(memmodel.traffic.flash.causal_live_bytes), by head dim: fitted to the K/V reads of "
+        "(memmodel.traffic.flash.causal_live_bytes), by head dim, with the re-reads across query heads "
+        "(memmodel.traffic.flash.cross_head_hbm) counted: fitted to the K/V reads of "
         f"{rows} causal FlashAttention-2 GQA grids with batch 2 and 4, Nsight Compute, cold L2, the "
         "median of 5 placements of the inputs",
     }

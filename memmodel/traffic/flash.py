@@ -132,27 +132,32 @@ _CROSS_HEAD_POINTS = 8
 def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, requested: IntLike) -> IntLike:
     """HBM reads of K (or V) of a forward whose grid runs (Q block, batch, head) (``l2.batch_rows``:
     FlashAttention-2's), with the re-reads of a GQA group's query heads where batch B > 1: ``hbm``
-    (the rules above) plus (G − 1) · ``unique`` · mean over the K/V blocks of max(0, m_x − m), at
-    most ``requested``.
+    (the rules above) plus (G − 1) · ``unique`` · the mean over the K/V head's blocks of
+    max(0, m_x − m), at most ``requested``.
 
-    The G query heads of a K/V head of batch b are B heads apart in that grid: between two of
-    them the grid dispatches a row of B (query head, batch) pairs, each over its dispatch span
-    s = visited blocks / C steps (C CTAs at once), each reading its K/V head and Q and writing O:
-    new data at (K + V + Q + O of one pair) / s bytes a step. A K/V block a fraction x along the
-    head is last read by query head h's last CTA (dispatched at the end of h's span, T_c steps
-    long, walking from the diagonal down: it reaches the block (1 − x)·T_c steps in; not causal,
-    every CTA is T_c steps long) and first read by query head h + 1's CTA on its diagonal
-    (dispatched B·s + s·x² after h's first, its Q blocks shortest first; not causal, at
-    B·s + (1 − x)·T_c). In between pass (B − 1)·s + s·x² − (1 − x)·T_c steps causal, (B − 1)·s not
-    (none where the first is still running), that many steps' new data D(x) live: the block's
-    re-read misses at least at the measured cross-wave share there (``l2.reuse``: m_x; the step
-    at the effective capacity without it), where the rules above gave every re-read the share
-    m = (hbm − unique) / (requested − unique). Batch 1 runs a group's query heads one after
-    another (a K/V head's measured curves have it). No fitted figure: on the H200 (60 MiB), a
-    training step of Llama-3-8B's shape (4 × 32 query and 8 K/V heads of 8,192 tokens, d = 128,
-    causal) reads its K/V 1.38 times by the rules above where Nsight Compute measured 2.53
-    (``validation/h200/final/h200-training-3``). FlashAttention-2 alone: other kernels launch
-    their grids otherwise."""
+    The G query heads of a K/V head of batch b are B heads apart in that grid: between two of them
+    the grid runs a row of B (query head, batch) pairs, each reading its K/V head and Q and writing
+    O, a row of new data R = B · 2·(N_kv + N)·d·e bytes (every pair's K, V, Q and O). A K/V block
+    read by one query head is read by the next a row later; it misses then at the measured
+    cross-wave share at R (``l2.reuse``: m_x; the step at the effective capacity without it), the
+    data brought in since it was, unless the previous query head's CTAs are still reading it when
+    the next query head's first reaches it. Causal, the longest CTA of a query head (its last, T_c
+    steps long) walks from the diagonal down and reaches the block a fraction x along the head
+    (1 − x)·T_c steps after its dispatch at the end of the head's span s = visited blocks / C steps
+    (C CTAs at once); the next query head's CTA on that block's diagonal starts B·s + s·x² after the
+    head's first (its Q blocks shortest first). The block is still being read where
+    (B − 1)·s + s·x² ≤ (1 − x)·T_c: blocks near the head's start, more of them with few Q blocks per
+    CTA slot and small B. Not causal every CTA is T_c steps long and the previous head's have ended
+    ((B − 1)·s later). The rules above gave every re-read the share m = (hbm − unique) /
+    (requested − unique); a re-read across query heads misses at least at m_x.
+
+    A row, not the time since the block was last read: the H200's L2 keeps a block about an L2's
+    worth of new data after it came in, however often it was read since (the references
+    ``validation/h200/causal-reuse-4/h200-cross-head-ref``, 18 kernels at rows of 0.4 to 1.07 ×
+    its L2: median 6.4 %, where the time since the last read gives 20 %; non-causal grids re-read
+    their K/V 2.5 × at half a row per L2, 1 + 3 · 0.51 by this rule). Batch 1 runs a group's query
+    heads one after another (a K/V head's measured curves have it). No fitted figure.
+    FlashAttention-2 alone: other kernels launch their grids otherwise."""
     w, b = ctx.w, ctx.blocks
     batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
     if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
@@ -160,22 +165,20 @@ def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, 
     from .reuse import step_curve
 
     curve = l2.reuse or step_curve(l2.capacity_bytes)
-    conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
-    span = np.maximum(_floats(ctx.visited), 1.0) / conc
-    t_c, batch = _floats(b.t_c), _floats(w.batch)
-    pair = _floats(intmath.mul(2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))  # K, V, Q, O of one pair
+    batch = _floats(w.batch)
+    row = batch * _floats(intmath.mul(2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
     u, r, h = _floats(unique), _floats(requested), _floats(hbm)
     m = np.clip((h - u) / np.maximum(r - u, 1.0), 0.0, 1.0)
-    share = np.zeros(np.broadcast(span, t_c, batch, pair, m).shape)
-    for k in range(_CROSS_HEAD_POINTS):
-        x = (k + 0.5) / _CROSS_HEAD_POINTS
-        if w.causal:
-            gap = (batch - 1.0) * span + span * x * x - (1.0 - x) * t_c
-        else:
-            gap = (batch - 1.0) * span
-        live = np.maximum(gap, 0.0) / span * pair
-        share = share + np.maximum(0.0, np.asarray(curve.miss_share(live), dtype=np.float64) - m)
-    extra = (_floats(w.group) - 1.0) * u * share / _CROSS_HEAD_POINTS
+    gain = np.maximum(0.0, np.asarray(curve.miss_share(row), dtype=np.float64) - m)
+    if w.causal:  # the share of the head's blocks the previous query head has stopped reading
+        conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
+        span, t_c = np.maximum(_floats(ctx.visited), 1.0) / conc, _floats(b.t_c)
+        gone = np.zeros(np.broadcast(span, t_c, batch).shape)
+        for k in range(_CROSS_HEAD_POINTS):
+            x = (k + 0.5) / _CROSS_HEAD_POINTS
+            gone = gone + ((batch - 1.0) * span + span * x * x > (1.0 - x) * t_c)
+        gain = gain * gone / _CROSS_HEAD_POINTS
+    extra = (_floats(w.group) - 1.0) * u * gain
     out = np.where(batched, np.minimum(r, np.round(h + extra)), h)
     if np.ndim(out) == 0 and not intmath.is_array(hbm, unique, requested):
         return int(out)
