@@ -157,7 +157,9 @@ def _kv_bytes(live: float, bn: int, d: int, atomic: bool = False) -> int:
     return max(1, round(live / per_tile)) * tile
 
 
-def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = ()) -> tuple[Pattern, ...]:
+def make_patterns(
+    l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (), factors: Sequence[float] = ()
+) -> tuple[Pattern, ...]:
     """The launches, in order: families of footprints from 1/8 to 4 × L2.
 
     * ``waves-1/2/4``: one head, all SMs, 1, 2 or 4 full waves of Q blocks streaming the whole
@@ -176,11 +178,18 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
     * ``dq-atomic``: ``waves-2`` adding an fp32 tile per step to the head's accumulator (the
       backward's dQ; the live footprint counts K/V and the accumulator).
 
-    ``quick``: fewer footprints per family; ``only``: the families named (all if empty).
+    ``quick``: fewer footprints per family; ``only``: the families named (all if empty);
+    ``factors``: these footprints (× L2) for every family instead of its own (the causal ones up to
+    :data:`CAUSAL_MAX`): a second run that fills in a stretch of the curve, such as the knee.
     """
     L = l2_bytes
-    factors = FEW if quick else FACTORS
-    few = (0.25, 1.0, 4.0) if quick else FEW
+    factors_given = tuple(float(f) for f in factors)
+    bad = [f for f in factors_given if not 0.0 < f <= 8.0]
+    if bad:
+        raise ValueError(f"footprints must lie in (0, 8] x L2, not {', '.join(f'{f:g}' for f in bad)}")
+    gqa_factors = factors_given or GQA_FACTORS
+    factors = factors_given or (FEW if quick else FACTORS)
+    few = factors_given or ((0.25, 1.0, 4.0) if quick else FEW)
     out: list[Pattern] = []
 
     def add(family: str, f: float, **kw: Any) -> None:
@@ -212,9 +221,9 @@ def make_patterns(l2_bytes: int, *, quick: bool = False, only: Sequence[str] = (
             add("causal-down", f, order="causal-down")
             add("causal-up", f, order="causal-up", bm=64)
     for g in (4, 8):
-        for f in GQA_FACTORS[::2] if quick else GQA_FACTORS:
+        for f in gqa_factors[::2] if quick and not factors_given else gqa_factors:
             add(f"gqa-{g}-causal", f, kv_heads=2, q_per_kv=g, order="causal-down")
-    for f in GQA_FACTORS + (2.0,) if not quick else (0.25, 1.0):
+    for f in factors_given or (GQA_FACTORS + (2.0,) if not quick else (0.25, 1.0)):
         add("causal-down-d256", f, order="causal-down", d=256, per_sm=1)  # FA2's 128 x 64 tiles at d = 256
     for f in few:
         add("dq-atomic", f, atomic=True)

@@ -192,10 +192,16 @@ def join(
 
 
 def measure_l2_reuse(
-    ctx: Context, *, only: Sequence[str] = (), raw_dir: Path | None = None, budget_s: float = 180.0
+    ctx: Context,
+    *,
+    only: Sequence[str] = (),
+    raw_dir: Path | None = None,
+    budget_s: float = 180.0,
+    factors: Sequence[float] = (),
 ) -> dict[str, Any]:
     """``calibrate``'s step: the patterns under Nsight Compute in a child process (``only``:
-    these families; ``budget_s``: the child launches no pattern after that many seconds). ``raw_dir``: write ncu's output (``l2_reuse.ncu.csv``), its stderr and the
+    these families; ``factors``: these footprints for every family; ``budget_s``: the child
+    launches no pattern after that many seconds). ``raw_dir``: write ncu's output (``l2_reuse.ncu.csv``), its stderr and the
     launch log there as soon as the child ends, before anything is parsed."""
     from .ncu import command, parse_csv
 
@@ -204,7 +210,7 @@ def measure_l2_reuse(
     from ..calibration.plan import make_plan
 
     quick = ctx.plan == make_plan(ctx.info, quick=True)
-    patterns = plan_mod.make_patterns(ctx.info.l2_bytes, quick=quick, only=only)
+    patterns = plan_mod.make_patterns(ctx.info.l2_bytes, quick=quick, only=only, factors=factors)
     ctx.free()
     with tempfile.TemporaryDirectory() as tmp:
         log_path = str(Path(tmp) / "log.json")
@@ -217,6 +223,7 @@ def measure_l2_reuse(
                 log_path,
                 *(["--quick"] if quick else []),
                 *(["--only", ",".join(only)] if only else []),
+                *(["--factors", ",".join(f"{f:g}" for f in factors)] if factors else []),
                 "--budget-s",
                 str(budget_s),
             ],

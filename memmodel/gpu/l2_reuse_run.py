@@ -1,6 +1,6 @@
 """Run the L2 reuse microbenchmark alone and write its record::
 
-    python -m memmodel.gpu.l2_reuse_run --out DIR [--quick]
+    python -m memmodel.gpu.l2_reuse_run --out DIR [--quick] [--only FAMILY,...] [--factors F,...]
 
 writes ``DIR/l2_reuse.json`` (the points, the curves and how they were measured),
 ``DIR/l2_reuse.md`` (a table) and the raw data: ``l2_reuse.ncu.csv`` (Nsight Compute's output),
@@ -26,10 +26,10 @@ from .l2_reuse import measure_l2_reuse, run_patterns
 from .measure import describe
 
 
-def _child(log_path: str, quick: bool, only: Sequence[str], budget_s: float) -> None:
+def _child(log_path: str, quick: bool, only: Sequence[str], budget_s: float, factors: Sequence[float] = ()) -> None:
     """What runs under ncu: every pattern, the launch log written as JSON at the end."""
     ctx = make_context(quick=quick)
-    patterns = plan_mod.make_patterns(ctx.info.l2_bytes, quick=quick, only=only)
+    patterns = plan_mod.make_patterns(ctx.info.l2_bytes, quick=quick, only=only, factors=factors)
     log: list[dict[str, Any]] = []
     try:
         run_patterns(ctx, patterns, log, budget_s=budget_s)
@@ -45,11 +45,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=180.0, help="launch no pattern after this many seconds (default 180)"
     )
+    parser.add_argument(
+        "--factors",
+        default="",
+        metavar="F,...",
+        help="footprints (x L2, each in (0, 8]) for every family instead of its own, e.g. the knee",
+    )
     parser.add_argument("--child", metavar="LOG", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     only = tuple(f for f in args.only.split(",") if f)
+    try:
+        factors = tuple(float(f) for f in args.factors.split(",") if f)
+        plan_mod.make_patterns(60 * 2**20, only=only, factors=factors)  # refuse bad values before any GPU work
+    except ValueError as exc:
+        parser.error(f"--factors/--only: {exc}")
     if args.child:
-        _child(args.child, args.quick, only, args.budget_s)
+        _child(args.child, args.quick, only, args.budget_s, factors)
         return 0
     if not args.out:
         parser.error("--out DIR is needed")
@@ -72,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "errors": {},
     }
     try:
-        result.update(measure_l2_reuse(ctx, only=only, raw_dir=out, budget_s=args.budget_s))
+        result.update(measure_l2_reuse(ctx, only=only, raw_dir=out, budget_s=args.budget_s, factors=factors))
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as exc:  # recorded with what came back
