@@ -41,7 +41,6 @@ NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
 
 
 L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json"
-L2_REUSE_KNEE = ROOT / "validation" / "h200" / "l2-reuse-knee" / "l2_reuse.json"  # the knee, filled in
 
 
 def with_links(text: str) -> str:
@@ -57,8 +56,7 @@ def with_links(text: str) -> str:
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
     data = yaml.safe_load(text)
     if L2_REUSE.exists():
-        more = [json.loads(L2_REUSE_KNEE.read_text())] if L2_REUSE_KNEE.exists() else []
-        data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()), *more)
+        data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
     from memmodel.calibration import causal_reuse
 
     for impl, fits in causal_reuse.FITS.items():

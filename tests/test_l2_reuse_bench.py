@@ -218,6 +218,43 @@ def test_an_unknown_family_is_refused():
         lr.make_patterns(L2, only=("nope",))
 
 
+def test_factors_measure_every_family_at_the_footprints_given():
+    # the knee run of 2026-12-01 (validation/h200/l2-reuse-knee): 9 simple families x 6 footprints
+    families = ("waves-2", "waves-4", "half", "parity", "stream")
+    knee = (0.4, 0.425, 0.45, 0.475, 0.55, 0.625)
+    patterns = lr.make_patterns(L2, only=families, factors=knee)
+    assert len(patterns) == 5 * 6 and {p.family for p in patterns} == set(families)
+    assert sorted({p.footprint_factor for p in patterns}) == list(knee)
+    # 0.55 x 60 MiB = 33 MiB of K/V head: 264 tiles of 64 rows x 128 x 2 bytes, K and V
+    p = next(p for p in patterns if p.family == "waves-2" and p.footprint_factor == 0.55)
+    assert p.kv_bytes == 33 * MiB and p.tiles == 33 * MiB // (2 * 64 * 128 * 2) == 1056
+    # causal families stop at CAUSAL_MAX; GQA and d = 256 take the footprints given too
+    causal = lr.make_patterns(L2, only=("causal-down", "gqa-4-causal"), factors=(0.5, 3.5))
+    assert {(p.family, p.footprint_factor) for p in causal} == {
+        ("causal-down", 0.5),
+        ("gqa-4-causal", 0.5),
+        ("gqa-4-causal", 3.5),
+    }
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, 9.0, float("nan")])
+def test_footprints_outside_the_range_are_refused(bad):
+    with pytest.raises(ValueError, match=r"footprints must lie in \(0, 8\] x L2"):
+        lr.make_patterns(L2, factors=(0.5, bad))
+
+
+@pytest.mark.parametrize("arg", ["0,2", "abc", "0.5,,nan"])
+def test_the_runner_refuses_bad_factors_before_any_gpu_work(arg, capsys):
+    from memmodel.gpu import l2_reuse_run as run
+
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--out", "/nonexistent/never-created", "--factors", arg])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("python -m memmodel.gpu.l2_reuse_run: error: --factors")
+    assert not Path("/nonexistent/never-created").exists()
+
+
 _COMPILE = r"""
 import os, re, subprocess, sys, tempfile
 import triton, triton.compiler as tc

@@ -15,21 +15,16 @@ from typing import Any
 
 SOURCE = "measured-l2-reuse"
 RECORD = "validation/h200/l2-reuse/l2_reuse.json"
-#: the same microbenchmark's simple families again at footprints between the first run's 0.375 and
-#: 0.75 x L2, where the curve rises from none to all (``--factors``); merged with the first run
-KNEE_RECORD = "validation/h200/l2-reuse-knee/l2_reuse.json"
-RECORDS = (RECORD, KNEE_RECORD)
 
 
 def _simple(family: str) -> bool:
     return family.startswith(("waves-", "tile-")) or family in ("half", "parity", "stream")
 
 
-def fitted_points(*results: Mapping[str, Any]) -> dict[int, float]:
-    """{footprint per mille of the L2: miss share of a cross-wave re-read} (2 decimals), over the
-    points of every record given (runs of the same microbenchmark on one GPU)."""
+def fitted_points(result: Mapping[str, Any]) -> dict[int, float]:
+    """{footprint per mille of the L2: miss share of a cross-wave re-read} (2 decimals)."""
     by_factor: dict[int, list[float]] = {}
-    for pt in (pt for result in results for pt in result.get("points", [])):
+    for pt in result.get("points", []):
         if not _simple(pt["family"]) or pt.get("order", "full") != "full":
             continue
         waves = float(pt.get("waves", 2.0))
@@ -40,14 +35,13 @@ def fitted_points(*results: Mapping[str, Any]) -> dict[int, float]:
     return {k: round(statistics.median(v), 2) for k, v in sorted(by_factor.items())}
 
 
-def apply(data: dict[str, Any], result: Mapping[str, Any], *more: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` (a profile's YAML mapping) with ``memory.l2.reuse`` and its source: the points of
-    ``result`` and of ``more`` (later runs filling in footprints, on the same GPU)."""
-    points = fitted_points(result, *more)
+def apply(data: dict[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` (a profile's YAML mapping) with ``memory.l2.reuse`` and its source."""
+    points = fitted_points(result)
     if not points:
         return data
     dev = result.get("device", {})
-    families = sorted({p["family"] for r in (result, *more) for p in r.get("points", []) if _simple(p["family"])})
+    families = sorted({p["family"] for p in result.get("points", []) if _simple(p["family"])})
     l2 = data.setdefault("memory", {}).setdefault("l2", {})
     l2["reuse"] = {
         "value": points,
@@ -59,12 +53,12 @@ def apply(data: dict[str, Any], result: Mapping[str, Any], *more: Mapping[str, A
     }
     sources = dict(data.get("sources") or {})
     sources[SOURCE] = {
-        "title": f"memmodel L2 reuse microbenchmark, {dev.get('name', 'GPU')} ({', '.join(RECORDS[: 1 + len(more)])})",
+        "title": f"memmodel L2 reuse microbenchmark, {dev.get('name', 'GPU')} ({RECORD})",
         "kind": "measured",
         "machine": f"{dev.get('name', 'GPU')} ({dev.get('sm_count', '?')} SMs, CUDA {dev.get('cuda_version', '?')}, "
         f"torch {dev.get('torch_version', '?')}, Triton {dev.get('triton_version', '?')})",
         "date": str(result.get("date", "")),
-        "command": "; ".join(str(r.get("command", "")) for r in (result, *more)),
+        "command": str(result.get("command", "")),
     }
     data["sources"] = sources
     return data
