@@ -120,3 +120,35 @@ def test_the_references_it_was_chosen_on_score_as_the_docstring_says():
     errors = [abs(b["error"]) for c in json.loads(r.output)["cases"] for b in c["bytes"] if b["kernel"] == "fa2_fwd"]
     assert len(errors) == 18
     assert statistics.median(errors) == pytest.approx(0.064, abs=0.005)
+
+
+def test_compare_says_where_the_row_sits_in_the_knee():
+    # 4 batches of 8192 tokens at d = 128, bf16: a row = 4 · 2·(8192 + 8192)·128·2 = 32 MiB, inside the
+    # H200 curve's knee widened by KNEE_MARGIN: 0.375 · 60 · 0.8 = 18 MiB to 0.75 · 60 · 1.25 = 56 MiB
+    base = ["compare", "--d", "128", "--batch", "4", "--heads", "32", "--kv-heads", "8", "--dtype", "bf16"]
+    args = [*base, "--gpu", "h200", "--causal"]
+    result = CliRunner().invoke(cli, [*args, "--impl", "sdpa-flash", "--n", "8192"])
+    assert result.exit_code == 0, result.output
+    assert "a row of 4 batches later in FlashAttention-2's grid, that row's new data (32 MiB) in the L2's knee" in (
+        result.output
+    )
+    assert "(18-56 MiB)" in result.output
+    # 2048 tokens: a row of 8 MiB stays in L2, and nothing is said; nor for cuDNN, nor for batch 1
+    for extra in (["--impl", "sdpa-flash", "--n", "2048"], ["--impl", "sdpa-cudnn", "--n", "8192"]):
+        quiet = CliRunner().invoke(cli, [*args, *extra])
+        assert quiet.exit_code == 0 and "GQA group's next query head" not in quiet.output
+    one = CliRunner().invoke(
+        cli, [*base[:4], "1", *base[5:], "--gpu", "h200", "--causal", "--impl", "sdpa-flash", "--n", "8192"]
+    )
+    assert one.exit_code == 0 and "GQA group's next query head" not in one.output
+
+
+def test_the_row_is_a_parameter_of_the_ledger():
+    w = Workload(n=8192, d=128, heads=32, kv_heads=8, batch=4, dtype="bf16", causal=True)
+    assert compare(w, H200, impl="sdpa-flash").tiled.traffic.params["gqa_row_bytes"] == 32 * 2**20
+    for other in (
+        Workload(n=8192, d=128, heads=32, kv_heads=8, batch=1, dtype="bf16", causal=True),
+        Workload(n=8192, d=128, heads=32, batch=4, dtype="bf16", causal=True),
+    ):
+        assert "gqa_row_bytes" not in compare(other, H200, impl="sdpa-flash").tiled.traffic.params
+    assert "gqa_row_bytes" not in compare(w, H200, impl="sdpa-cudnn").tiled.traffic.params

@@ -125,6 +125,18 @@ def fa2_forward_kernel(
     )
 
 
+def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
+    """The row of new data between two query heads of a GQA group in FlashAttention-2's grid with
+    batch > 1 (B · 2·(N_kv + N)·d·e, :func:`cross_head_hbm`), 0 on a grid's other rows; None where
+    no row has one (batch 1, no GQA, another kernel's grid, the L2 off)."""
+    w = ctx.w
+    batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
+    if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
+        return None
+    row = _floats(intmath.mul(w.batch, 2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
+    return np.where(batched, row, 0.0)
+
+
 #: points of the midpoint rule over a K/V head's blocks in :func:`cross_head_hbm`
 _CROSS_HEAD_POINTS = 8
 
@@ -159,14 +171,14 @@ def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, 
     heads one after another (a K/V head's measured curves have it). No fitted figure.
     FlashAttention-2 alone: other kernels launch their grids otherwise."""
     w, b = ctx.w, ctx.blocks
-    batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
-    if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
+    row = gqa_row_bytes(ctx, l2)
+    if row is None:
         return hbm
     from .reuse import step_curve
 
+    batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
     curve = l2.reuse or step_curve(l2.capacity_bytes)
     batch = _floats(w.batch)
-    row = batch * _floats(intmath.mul(2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
     u, r, h = _floats(unique), _floats(requested), _floats(hbm)
     m = np.clip((h - u) / np.maximum(r - u, 1.0), 0.0, 1.0)
     gain = np.maximum(0.0, np.asarray(curve.miss_share(row), dtype=np.float64) - m)
@@ -775,6 +787,9 @@ def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike
         )
         if drift is not None:  # what the waves' drift adds to one K/V read a wave
             params["wave_drift"] = param(drift)
+        row = gqa_row_bytes(ctx, l2)
+        if row is not None:  # the new data between two query heads of a GQA group (cross_head_hbm)
+            params["gqa_row_bytes"] = param(row)
         if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
             params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
             # the forward's re-reads came from the measured curves: of which schedule ("" if none)
