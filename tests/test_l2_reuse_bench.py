@@ -169,6 +169,44 @@ def test_the_kernel_checksum_is_the_sum_of_the_tiles_read(monkeypatch):
         assert int(counter) == n_virtual + 4  # every program's last take is past the end
 
 
+def test_the_store_variant_loads_adds_and_stores_the_accumulator(monkeypatch):
+    """``STORE``: the accumulator tile loaded, added to and stored per step (dirty lines, as the
+    memory-efficient backward's dQ workspace). One program, so no race: the accumulator ends as the
+    sum of the K tiles each virtual CTA read, as the atomic variant's does."""
+    if _TRITON_PRELOADED:
+        pytest.skip("triton imported without the interpreter")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from memmodel.gpu import l2_reuse_kernels as lk
+
+    bn, d, tiles, ctas = 16, 64, 5, 3
+    buf = torch.randn(2 * tiles * bn * d).to(torch.float16)
+    dq = torch.zeros(tiles * bn * d)
+    out, sms = torch.zeros(1), torch.zeros(1, dtype=torch.int32)
+    counter, group = torch.zeros(1, dtype=torch.int32), torch.zeros(1024, dtype=torch.int32)
+    lk.l2_reuse_kernel[(1,)](buf, out, sms, counter, group, dq, ctas, ctas, 1, tiles,
+                             BM=32, BN=bn, D=d, ORDER=0, SELECT=False, COMPUTE=False, ATOMIC=False,
+                             FAKE=True, STORE=True, num_warps=4)  # fmt: skip
+    k_tiles = buf.float().view(2, tiles, bn * d)[0]
+    assert torch.allclose(dq.view(tiles, bn * d), ctas * k_tiles, rtol=1e-3, atol=1e-2)
+
+
+def test_a_store_point_gives_the_share_of_stores_written_back():
+    # dq-store at 0.5 x L2: K/V and accumulator 30 MiB together; each step stores a BN x D fp32 tile
+    p = next(p for p in lr.make_patterns(L2, only=("dq-store",)) if p.footprint_factor == 0.5)
+    assert p.store and not p.atomic and lr.live_bytes(p) == pytest.approx(0.5 * L2, rel=0.01)
+    launch = {"slots": 264, "ctas": 528}
+    steps = lr.requested_bytes(p, 264) // lr.tile_step_bytes(p)  # 528 CTAs x every tile
+    stored = steps * p.bn * p.d * 4
+    unique = lr.unique_bytes(p, 264) + p.kv_heads * lr.dq_bytes(p)  # K, V and the accumulator, once
+    pt = lr.point(p, launch, dram_read=2.0 * unique, l2_bytes=0.0, time_s=1e-3, dram_write=stored / 10)
+    assert pt["stored_bytes"] == stored and pt["writeback_share"] == pytest.approx(0.1)
+    assert pt["unique_bytes"] == unique
+    plain = next(q for q in lr.make_patterns(L2, only=("waves-2",)) if q.footprint_factor == 0.5)
+    assert "writeback_share" not in lr.point(plain, launch, 1.0, 0.0, 1e-3, 0.0)
+
+
 def test_the_runner_writes_few_files_and_keeps_the_raw_output_when_parsing_fails(tmp_path, monkeypatch):
     """``python -m memmodel.gpu.l2_reuse_run --out DIR``: the record, the table and the raw data
     (at most 8 files); a measurement that fails is one line in the record, not a traceback."""
@@ -268,11 +306,11 @@ tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin
 sig = {n: "*fp16" if n == "kv_ptr" else "*fp32" if n == "out_ptr" else "*i32" for n in
        ("kv_ptr", "out_ptr", "sm_ptr", "counter_ptr", "group_ptr", "dq_ptr")}
 sig.update({n: "i32" for n in ("n_virtual", "ctas_per_q_head", "q_per_kv", "tiles")})
-sig.update({n: "constexpr" for n in ("BM", "BN", "D", "ORDER", "SELECT", "COMPUTE", "ATOMIC", "FAKE")})
+sig.update({n: "constexpr" for n in ("BM", "BN", "D", "ORDER", "SELECT", "COMPUTE", "ATOMIC", "FAKE", "STORE")})
 families = sys.argv[1].split(",")
 for p in [p for p in lr.make_patterns(60 * 2**20) if p.family in families and p.footprint_factor == 1.0]:
     consts = dict(BM=p.bm, BN=p.bn, D=p.d, ORDER=ORDER_CODE[p.order], SELECT=p.sms != "all", COMPUTE=p.compute,
-                  ATOMIC=p.atomic, FAKE=False)
+                  ATOMIC=p.atomic, FAKE=False, STORE=p.store)
     k = triton.compile(tc.ASTSource(fn=lk.l2_reuse_kernel, signature=sig, constexprs=consts),
                        target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=p.num_warps, maxnreg=p.maxnreg, num_stages=p.num_stages))
@@ -294,7 +332,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream,dq-atomic"],
+        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream,dq-atomic,dq-store"],
         capture_output=True,
         text=True,
         env=env,
@@ -306,7 +344,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
         pytest.skip("no ptxas/cuobjdump in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines()]
-    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream", "dq-atomic"}
+    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream", "dq-atomic", "dq-store"}
     for family, regs, local, fit, per_sm, wgmma in rows:
         assert local == "0" and int(fit) == int(per_sm), (family, regs, fit)
         assert wgmma == str(family != "stream")

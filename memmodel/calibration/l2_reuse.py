@@ -67,6 +67,9 @@ class Pattern:
     d: int
     compute: bool = True
     atomic: bool = False  # also an fp32 accumulator tile added per step (dQ in the backward)
+    #: the accumulator tile loaded, added to and stored instead (the memory-efficient backward's dQ
+    #: workspace): its lines are dirty in L2, written back to DRAM when evicted
+    store: bool = False
     waves: float = 2.0
     heads_per_wave: int = 1
     per_sm: int = 2  # slots per SM wanted (fewer where fewer programs fit)
@@ -92,9 +95,19 @@ class Pattern:
 
     num_stages = 2  # K/V loads in flight per program (Triton's software pipeline)
 
-    def variant(self) -> tuple[int, int, int, str, bool, bool, int, bool]:
+    def variant(self) -> tuple[int, int, int, str, bool, bool, int, bool, bool]:
         """What selects a compiled kernel (its constexpr arguments)."""
-        return (self.bm, self.bn, self.d, self.order, self.sms != "all", self.compute, self.per_sm, self.atomic)
+        return (
+            self.bm,
+            self.bn,
+            self.d,
+            self.order,
+            self.sms != "all",
+            self.compute,
+            self.per_sm,
+            self.atomic,
+            self.store,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "tiles": self.tiles}
@@ -140,8 +153,8 @@ def unique_bytes(p: Pattern, slots: int) -> int:
 
 
 def dq_bytes(p: Pattern) -> int:
-    """One K/V head's fp32 accumulator (``atomic`` patterns): tiles × BN × D × 4."""
-    return p.tiles * p.bn * p.d * 4 if p.atomic else 0
+    """One K/V head's fp32 accumulator (``atomic`` and ``store`` patterns): tiles × BN × D × 4."""
+    return p.tiles * p.bn * p.d * 4 if p.atomic or p.store else 0
 
 
 def live_bytes(p: Pattern) -> int:
@@ -176,7 +189,9 @@ def make_patterns(
       BN 64, 128);
     * ``stream``: ``waves-2`` without the matrix products (memory-bound pacing);
     * ``dq-atomic``: ``waves-2`` adding an fp32 tile per step to the head's accumulator (the
-      backward's dQ; the live footprint counts K/V and the accumulator).
+      backward's dQ; the live footprint counts K/V and the accumulator);
+    * ``dq-store``: the same tile loaded, added to and stored (the memory-efficient backward's dQ
+      workspace): dirty lines, whose write-backs are the DRAM writes.
 
     ``quick``: fewer footprints per family; ``only``: the families named (all if empty);
     ``factors``: these footprints (× L2) for every family instead of its own (the causal ones up to
@@ -197,7 +212,7 @@ def make_patterns(
         heads_per_wave = kw.get("heads_per_wave", 1)
         q_per_kv = kw.get("q_per_kv", 1)
         live_heads = max(1, heads_per_wave // q_per_kv)
-        kv = _kv_bytes(f * L / live_heads, bn, d, kw.get("atomic", False))
+        kv = _kv_bytes(f * L / live_heads, bn, d, kw.get("atomic", False) or kw.get("store", False))
         kw.setdefault("kv_heads", 1)
         kw.setdefault("q_per_kv", 1)
         kw.setdefault("order", "full")
@@ -227,6 +242,8 @@ def make_patterns(
         add("causal-down-d256", f, order="causal-down", d=256, per_sm=1)  # FA2's 128 x 64 tiles at d = 256
     for f in few:
         add("dq-atomic", f, atomic=True)
+    for f in few:
+        add("dq-store", f, store=True)
     for f in factors:
         add("half", f, sms="smid-half")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):
@@ -265,15 +282,20 @@ def point(
     """One measured point: the pattern, its launch (slots, CTAs) and the DRAM bytes against
     what it requested. ``reread_miss``: the share of re-read bytes (requests beyond the first
     touch) that came from DRAM (``atomic``: the accumulator's reads count as requests too, as
-    the atomics are served in L2)."""
+    the atomics are served in L2; ``store``: its loads too). ``store`` patterns also give
+    ``writeback_share``: the DRAM writes over the accumulator's stores (a dirty line written back
+    when evicted, each re-load of it then a DRAM read)."""
     slots = int(launch["slots"])
     req = requested_bytes(p, slots)
     uniq = unique_bytes(p, slots)
-    if p.atomic:  # each step also reads (in L2) an accumulator tile of BN x D fp32
-        req += req // tile_step_bytes(p) * p.bn * p.d * 4
+    stored = 0
+    if p.atomic or p.store:  # each step also reads (in L2) an accumulator tile of BN x D fp32
+        stored = req // tile_step_bytes(p) * p.bn * p.d * 4
+        req += stored
         uniq += p.kv_heads * dq_bytes(p)
     rereads = req - uniq
     miss = (dram_read - uniq) / rereads if rereads > 0 else 0.0
+    extra = {"stored_bytes": stored, "writeback_share": dram_write / stored} if p.store and stored else {}
     return {
         **p.to_dict(),
         **{k: v for k, v in launch.items() if k not in ("key",)},
@@ -286,6 +308,7 @@ def point(
         "time_s": time_s,
         "hbm_over_unique": dram_read / uniq if uniq else float("nan"),
         "reread_miss": miss,
+        **extra,
     }
 
 

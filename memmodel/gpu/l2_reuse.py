@@ -104,6 +104,7 @@ def run_patterns(
             COMPUTE=p.compute,
             ATOMIC=p.atomic,
             FAKE=fake,
+            STORE=p.store,
             num_warps=p.num_warps,
             num_stages=p.num_stages,
             **({"maxnreg": maxnreg} if maxnreg else {}),

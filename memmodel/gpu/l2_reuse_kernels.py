@@ -29,6 +29,7 @@ def l2_reuse_kernel(
     COMPUTE: tl.constexpr,  # pace each step with attention's two matrix products
     ATOMIC: tl.constexpr,  # also add a BN x D fp32 tile into dq_ptr per step (the backward's dQ accumulator)
     FAKE: tl.constexpr = False,  # CPU interpreter: %smid is pid % 132
+    STORE: tl.constexpr = False,  # ATOMIC's tile loaded, added to and stored instead: dirty lines in L2
 ):
     """Persistent programs take virtual CTAs in grid order from ``counter_ptr`` (zero at launch).
 
@@ -81,6 +82,10 @@ def l2_reuse_kernel(
             if ATOMIC:
                 dq_at = kv_head.to(tl.int64) * (tiles * tile_elems) + tile.to(tl.int64) * tile_elems
                 tl.atomic_add(dq_ptr + dq_at + offs, k.to(tl.float32), sem="relaxed")
+            if STORE:  # as the memory-efficient backward's dQ workspace: load, add, store (racy: bytes only)
+                dq_at = kv_head.to(tl.int64) * (tiles * tile_elems) + tile.to(tl.int64) * tile_elems
+                part = tl.load(dq_ptr + dq_at + offs, cache_modifier=".cg")
+                tl.store(dq_ptr + dq_at + offs, part + k.to(tl.float32), cache_modifier=".cg")
         v = tl.atomic_add(counter_ptr, 1)
     tl.store(out_ptr + pid, tl.sum(tl.sum(acc, axis=1), axis=0))
     tl.store(sm_ptr + pid, tl.where(keep, sm, -1))
