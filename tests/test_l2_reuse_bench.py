@@ -32,7 +32,7 @@ def test_the_plan_spans_the_families_and_footprints_the_issue_asks_for():
     for p in patterns:  # the live footprint is the factor of L2, to a tile per live head
         assert abs(lr.live_bytes(p) - p.footprint_factor * L2) <= max(1, p.heads_per_wave) * lr.tile_step_bytes(p)
         assert p.tiles >= 1 and p.kv_bytes == 2 * p.tiles * p.bn * p.d * 2
-    assert len(lr.make_patterns(L2, quick=True)) < len(patterns) <= 120
+    assert len(lr.make_patterns(L2, quick=True)) < len(patterns) <= 130  # 121: with dq-store and dq-chain
     # the biggest buffer: 16 heads of 1/2 of 4 x L2 each (heads-2)
     assert lr.buffer_bytes(patterns) == pytest.approx(32 * L2, rel=0.01)
 
@@ -192,6 +192,36 @@ def test_the_store_variant_loads_adds_and_stores_the_accumulator(monkeypatch):
     assert torch.allclose(dq.view(tiles, bn * d), ctas * k_tiles, rtol=1e-3, atol=1e-2)
 
 
+def test_the_chain_walks_every_tile_from_its_own_on(monkeypatch):
+    """``ORDER`` 3 (``chain``, the memory-efficient backward's walk): virtual CTA m reads tiles m,
+    m + 1, … wrapping; with ``STORE`` every CTA adds each K tile once into its accumulator tile, so
+    the accumulator ends as (CTAs) × K, whatever the order; the checksum is every tile per CTA."""
+    if _TRITON_PRELOADED:
+        pytest.skip("triton imported without the interpreter")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from memmodel.gpu import l2_reuse as gl
+    from memmodel.gpu import l2_reuse_kernels as lk
+
+    assert gl.ORDER_CODE["chain"] == 3
+    bn, d, tiles = 16, 64, 5
+    buf = torch.randn(2 * tiles * bn * d).to(torch.float16)
+    dq = torch.zeros(tiles * bn * d)
+    out, sms = torch.zeros(1), torch.zeros(1, dtype=torch.int32)
+    counter, group = torch.zeros(1, dtype=torch.int32), torch.zeros(1024, dtype=torch.int32)
+    lk.l2_reuse_kernel[(1,)](buf, out, sms, counter, group, dq, tiles, tiles, 1, tiles,
+                             BM=32, BN=bn, D=d, ORDER=3, SELECT=False, COMPUTE=False, ATOMIC=False,
+                             FAKE=True, STORE=True, num_warps=4)  # fmt: skip
+    k_tiles = buf.float().view(2, tiles, bn * d)
+    assert torch.allclose(dq.view(tiles, bn * d), tiles * k_tiles[0], rtol=1e-3, atol=1e-2)
+    assert float(out.sum()) == pytest.approx(tiles * float(k_tiles.sum()), rel=1e-3, abs=1e-2)
+    # the plan: one CTA per tile, each reading all of them
+    p = next(p for p in lr.make_patterns(L2, only=("dq-chain",)) if p.footprint_factor == 0.5)
+    assert p.order == "chain" and p.store and lr.ctas_per_q_head(p, 264) == p.tiles
+    assert lr.requested_bytes(p, 264) == p.tiles * p.tiles * lr.tile_step_bytes(p)
+
+
 def test_a_store_point_gives_the_share_of_stores_written_back():
     # dq-store at 0.5 x L2: K/V and accumulator 30 MiB together; each step stores a BN x D fp32 tile
     p = next(p for p in lr.make_patterns(L2, only=("dq-store",)) if p.footprint_factor == 0.5)
@@ -332,7 +362,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run(
-        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream,dq-atomic,dq-store"],
+        [sys.executable, "-c", _COMPILE, "waves-2,causal-down-d256,stream,dq-atomic,dq-store,dq-chain"],
         capture_output=True,
         text=True,
         env=env,
@@ -344,7 +374,7 @@ def test_the_kernel_compiles_for_sm90_at_the_planned_occupancy_without_spilling(
         pytest.skip("no ptxas/cuobjdump in this Triton")
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [line.split() for line in proc.stdout.splitlines()]
-    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream", "dq-atomic", "dq-store"}
+    assert {r[0] for r in rows} == {"waves-2", "causal-down-d256", "stream", "dq-atomic", "dq-store", "dq-chain"}
     for family, regs, local, fit, per_sm, wgmma in rows:
         assert local == "0" and int(fit) == int(per_sm), (family, regs, fit)
         assert wgmma == str(family != "stream")

@@ -40,8 +40,13 @@ FEW = (0.25, 0.5, 1.0, 2.0, 4.0)
 #: causal heads up to 3 × L2 (a 4 × L2 causal head costs as much as the rest together); GQA's
 #: K/V heads to 1 × L2 (8 Q heads each: a 1 × L2 K/V head is a 256k-token group)
 CAUSAL_MAX = 3.0
+#: chains up to 1 × L2: one CTA per tile, each reading every tile (960 tiles, 30 GB requested at 1 ×)
+CHAIN_MAX = 1.0
 GQA_FACTORS = (0.125, 0.25, 0.5, 1.0)
-ORDERS = ("full", "causal-up", "causal-down")
+#: "chain": virtual CTA m of a head walks every tile from its own, m, on (wrapping), one CTA per
+#: tile: CTAs at once sit on consecutive tiles and each tile comes back to the next CTA one step
+#: later, as the memory-efficient backward's key splits walk its Q blocks
+ORDERS = ("full", "causal-up", "causal-down", "chain")
 SMS = ("all", "smid-half", "smid-parity")
 
 
@@ -118,12 +123,14 @@ def ctas_per_q_head(p: Pattern, slots: int) -> int:
     (``tiles × BN / BM`` rounded up) for causal ones; at least 1."""
     if p.order == "full":
         return max(1, round(p.waves * slots / p.heads_per_wave))
+    if p.order == "chain":
+        return p.tiles
     return max(1, math.ceil(p.tiles * p.bn / p.bm))
 
 
 def tiles_of_cta(p: Pattern, m: int) -> int:
     """K/V tiles Q block ``m`` of a head reads: all, or up to its diagonal (causal)."""
-    if p.order == "full":
+    if p.order in ("full", "chain"):
         return p.tiles
     return min(p.tiles, math.ceil((m + 1) * p.bm / p.bn))
 
@@ -136,7 +143,7 @@ def tile_step_bytes(p: Pattern) -> int:
 def requested_bytes(p: Pattern, slots: int) -> int:
     """Bytes the kernel requests from L2 (exactly what its loads ask for)."""
     m = ctas_per_q_head(p, slots)
-    if p.order == "full":
+    if p.order in ("full", "chain"):
         steps = m * p.tiles
     else:
         # Σ_m min(T, ⌈(m+1)·BM/BN⌉)
@@ -148,7 +155,7 @@ def unique_bytes(p: Pattern, slots: int) -> int:
     """Bytes touched at least once (the compulsory reads): every K/V head's tiles that some
     Q block reads."""
     m = ctas_per_q_head(p, slots)
-    touched = max(tiles_of_cta(p, i) for i in range(m)) if p.order != "full" else p.tiles
+    touched = max(tiles_of_cta(p, i) for i in range(m)) if p.order not in ("full", "chain") else p.tiles
     return p.kv_heads * touched * tile_step_bytes(p)
 
 
@@ -191,7 +198,9 @@ def make_patterns(
     * ``dq-atomic``: ``waves-2`` adding an fp32 tile per step to the head's accumulator (the
       backward's dQ; the live footprint counts K/V and the accumulator);
     * ``dq-store``: the same tile loaded, added to and stored (the memory-efficient backward's dQ
-      workspace): dirty lines, whose write-backs are the DRAM writes.
+      workspace): dirty lines, whose write-backs are the DRAM writes;
+    * ``dq-chain``: ``dq-store`` in the memory-efficient backward's walk, one CTA per tile, each
+      from its own tile on (``chain``): a stored tile comes back to the next CTA a step later.
 
     ``quick``: fewer footprints per family; ``only``: the families named (all if empty);
     ``factors``: these footprints (× L2) for every family instead of its own (the causal ones up to
@@ -244,6 +253,9 @@ def make_patterns(
         add("dq-atomic", f, atomic=True)
     for f in few:
         add("dq-store", f, store=True)
+    for f in few:
+        if f <= CHAIN_MAX:  # a chain's requests grow with the square of its tiles
+            add("dq-chain", f, store=True, order="chain")
     for f in factors:
         add("half", f, sms="smid-half")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):

@@ -28,7 +28,7 @@ from ..errors import RuntimeFailure
 from .measure import Context, describe
 
 KERNEL = "l2_reuse_kernel"
-ORDER_CODE = {"full": 0, "causal-up": 1, "causal-down": 2}
+ORDER_CODE = {"full": 0, "causal-up": 1, "causal-down": 2, "chain": 3}
 
 
 def _groups(ctx: Context, rule: str, smids: Sequence[int]) -> list[int]:

@@ -24,7 +24,7 @@ def l2_reuse_kernel(
     BM: tl.constexpr,
     BN: tl.constexpr,
     D: tl.constexpr,
-    ORDER: tl.constexpr,  # 0: every tile; 1: causal, first tile up; 2: causal, diagonal down
+    ORDER: tl.constexpr,  # 0: every tile; 1: causal, first tile up; 2: causal, diagonal down; 3: every tile from m on
     SELECT: tl.constexpr,  # only programs on SMs with group_ptr[smid] == 0 work
     COMPUTE: tl.constexpr,  # pace each step with attention's two matrix products
     ATOMIC: tl.constexpr,  # also add a BN x D fp32 tile into dq_ptr per step (the backward's dQ accumulator)
@@ -65,12 +65,14 @@ def l2_reuse_kernel(
         kv_head = q_head // q_per_kv
         base = kv_head.to(tl.int64) * (2 * tiles * tile_elems)
         n = tiles
-        if ORDER != 0:
+        if ORDER == 1 or ORDER == 2:
             n = tl.minimum(tiles, ((m + 1) * BM + BN - 1) // BN)
         for t in range(n):
             tile = t
             if ORDER == 2:
                 tile = n - 1 - t
+            if ORDER == 3:  # the memory-efficient backward's walk: from the CTA's own tile on, wrapping
+                tile = (m + t) % n
             k_at = base + tile.to(tl.int64) * tile_elems
             k = tl.load(kv_ptr + k_at + offs, cache_modifier=".cg")
             vv = tl.load(kv_ptr + k_at + tiles * tile_elems + offs, cache_modifier=".cg")
