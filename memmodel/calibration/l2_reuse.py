@@ -255,7 +255,7 @@ def make_patterns(
         add("dq-store", f, store=True)
     for f in few:
         if f <= CHAIN_MAX:  # a chain's requests grow with the square of its tiles
-            add("dq-chain", f, store=True, order="chain")
+            add("dq-chain", f, store=True, order="chain", per_sm=1)  # as the 128 x 128 kernel at d = 128
     for f in factors:
         add("half", f, sms="smid-half")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):
