@@ -215,11 +215,13 @@ def test_the_chain_walks_every_tile_from_its_own_on(monkeypatch):
                              FAKE=True, STORE=True, num_warps=4)  # fmt: skip
     k_tiles = buf.float().view(2, tiles, bn * d)
     assert torch.allclose(dq.view(tiles, bn * d), tiles * k_tiles[0], rtol=1e-3, atol=1e-2)
-    assert float(out.sum()) == pytest.approx(tiles * float(k_tiles.sum()), rel=1e-3, abs=1e-2)
-    # the plan: one CTA per tile, each reading all of them
+    # the checksum: every tile once per CTA, plus its own tile (K and V) each step, summed over its
+    # BN rows and added to each of the BN rows of the sum: tiles · (1 + BN) · Σ
+    assert float(out.sum()) == pytest.approx(tiles * (1 + bn) * float(k_tiles.sum()), rel=1e-3, abs=1e-1)
+    # the plan: one CTA per tile, each reading all of them and its own again at each step
     p = next(p for p in lr.make_patterns(L2, only=("dq-chain",)) if p.footprint_factor == 0.5)
-    assert p.order == "chain" and p.store and lr.ctas_per_q_head(p, 264) == p.tiles
-    assert lr.requested_bytes(p, 264) == p.tiles * p.tiles * lr.tile_step_bytes(p)
+    assert p.order == "chain" and p.store and p.bn == 128 and lr.ctas_per_q_head(p, 132) == p.tiles
+    assert lr.requested_bytes(p, 132) == p.tiles * p.tiles * 2 * lr.tile_step_bytes(p)
 
 
 def test_a_store_point_gives_the_share_of_stores_written_back():
@@ -233,6 +235,10 @@ def test_a_store_point_gives_the_share_of_stores_written_back():
     pt = lr.point(p, launch, dram_read=2.0 * unique, l2_bytes=0.0, time_s=1e-3, dram_write=stored / 10)
     assert pt["stored_bytes"] == stored and pt["writeback_share"] == pytest.approx(0.1)
     assert pt["unique_bytes"] == unique
+    chain = next(q for q in lr.make_patterns(L2, only=("dq-chain",)) if q.footprint_factor == 0.5)
+    # a chain step reads two K/V tiles (the walk's and the CTA's own) and stores one fp32 tile
+    one = lr.point(chain, {"slots": 132, "ctas": chain.tiles}, 1.0, 0.0, 1e-3, 0.0)
+    assert one["stored_bytes"] == chain.tiles * chain.tiles * chain.bn * chain.d * 4
     plain = next(q for q in lr.make_patterns(L2, only=("waves-2",)) if q.footprint_factor == 0.5)
     assert "writeback_share" not in lr.point(plain, launch, 1.0, 0.0, 1e-3, 0.0)
 

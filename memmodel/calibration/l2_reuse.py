@@ -143,7 +143,9 @@ def tile_step_bytes(p: Pattern) -> int:
 def requested_bytes(p: Pattern, slots: int) -> int:
     """Bytes the kernel requests from L2 (exactly what its loads ask for)."""
     m = ctas_per_q_head(p, slots)
-    if p.order in ("full", "chain"):
+    if p.order == "chain":  # each step also reads the CTA's own tile again
+        return p.q_heads * m * p.tiles * 2 * tile_step_bytes(p)
+    if p.order == "full":
         steps = m * p.tiles
     else:
         # Σ_m min(T, ⌈(m+1)·BM/BN⌉)
@@ -200,7 +202,8 @@ def make_patterns(
     * ``dq-store``: the same tile loaded, added to and stored (the memory-efficient backward's dQ
       workspace): dirty lines, whose write-backs are the DRAM writes;
     * ``dq-chain``: ``dq-store`` in the memory-efficient backward's walk, one CTA per tile, each
-      from its own tile on (``chain``): a stored tile comes back to the next CTA a step later.
+      from its own tile on (``chain``), reading its own tile again each step, 128-row tiles at one
+      CTA per SM: a stored tile comes back to the next CTA a step later.
 
     ``quick``: fewer footprints per family; ``only``: the families named (all if empty);
     ``factors``: these footprints (× L2) for every family instead of its own (the causal ones up to
@@ -255,7 +258,9 @@ def make_patterns(
         add("dq-store", f, store=True)
     for f in few:
         if f <= CHAIN_MAX:  # a chain's requests grow with the square of its tiles
-            add("dq-chain", f, store=True, order="chain", per_sm=1)  # as the 128 x 128 kernel at d = 128
+            # as the 128 x 128 kernel at d = 128: a step of Q_i, dO_i (the tile), the fp32 dQ tile and
+            # the CTA's own K_j, V_j: 192 KiB, 132 CTAs of it 0.41 x the L2
+            add("dq-chain", f, store=True, order="chain", bn=128, per_sm=1)
     for f in factors:
         add("half", f, sms="smid-half")
     for bm, bn, d in ((128, 64, 64), (64, 64, 128), (128, 128, 128), (64, 64, 256)):
@@ -302,7 +307,8 @@ def point(
     uniq = unique_bytes(p, slots)
     stored = 0
     if p.atomic or p.store:  # each step also reads (in L2) an accumulator tile of BN x D fp32
-        stored = req // tile_step_bytes(p) * p.bn * p.d * 4
+        steps = req // tile_step_bytes(p) // (2 if p.order == "chain" else 1)  # a chain reads two tiles a step
+        stored = steps * p.bn * p.d * 4
         req += stored
         uniq += p.kv_heads * dq_bytes(p)
     rereads = req - uniq

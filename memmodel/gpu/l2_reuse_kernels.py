@@ -84,6 +84,11 @@ def l2_reuse_kernel(
             if ATOMIC:
                 dq_at = kv_head.to(tl.int64) * (tiles * tile_elems) + tile.to(tl.int64) * tile_elems
                 tl.atomic_add(dq_ptr + dq_at + offs, k.to(tl.float32), sem="relaxed")
+            if ORDER == 3:  # and its own K/V tile again each step, as that kernel's CTA reads its K_j, V_j
+                own_at = base + m.to(tl.int64) * tile_elems
+                own = tl.load(kv_ptr + own_at + offs, cache_modifier=".cg").to(tl.float32)
+                own += tl.load(kv_ptr + own_at + tiles * tile_elems + offs, cache_modifier=".cg").to(tl.float32)
+                acc += tl.sum(own, axis=0)[None, :]
             if STORE:  # as the memory-efficient backward's dQ workspace: load, add, store (racy: bytes only)
                 dq_at = kv_head.to(tl.int64) * (tiles * tile_elems) + tile.to(tl.int64) * tile_elems
                 part = tl.load(dq_ptr + dq_at + offs, cache_modifier=".cg")
