@@ -169,10 +169,9 @@ def test_the_kernel_checksum_is_the_sum_of_the_tiles_read(monkeypatch):
         assert int(counter) == n_virtual + 4  # every program's last take is past the end
 
 
-def test_the_store_variant_loads_adds_and_stores_the_accumulator(monkeypatch):
-    """``STORE``: the accumulator tile loaded, added to and stored per step (dirty lines, as the
-    memory-efficient backward's dQ workspace). One program, so no race: the accumulator ends as the
-    sum of the K tiles each virtual CTA read, as the atomic variant's does."""
+def _one_program_storing(monkeypatch, *, order: int, ctas: int, bn: int, d: int, tiles: int):
+    """One program of the ``STORE`` kernel over ``ctas`` virtual CTAs of one K/V head, through
+    Triton's interpreter (skips without it): (K/V buffer, accumulator, checksums)."""
     if _TRITON_PRELOADED:
         pytest.skip("triton imported without the interpreter")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -180,41 +179,43 @@ def test_the_store_variant_loads_adds_and_stores_the_accumulator(monkeypatch):
     pytest.importorskip("triton")
     from memmodel.gpu import l2_reuse_kernels as lk
 
-    bn, d, tiles, ctas = 16, 64, 5, 3
     buf = torch.randn(2 * tiles * bn * d).to(torch.float16)
     dq = torch.zeros(tiles * bn * d)
     out, sms = torch.zeros(1), torch.zeros(1, dtype=torch.int32)
     counter, group = torch.zeros(1, dtype=torch.int32), torch.zeros(1024, dtype=torch.int32)
     lk.l2_reuse_kernel[(1,)](buf, out, sms, counter, group, dq, ctas, ctas, 1, tiles,
-                             BM=32, BN=bn, D=d, ORDER=0, SELECT=False, COMPUTE=False, ATOMIC=False,
+                             BM=32, BN=bn, D=d, ORDER=order, SELECT=False, COMPUTE=False, ATOMIC=False,
                              FAKE=True, STORE=True, num_warps=4)  # fmt: skip
+    return buf, dq, out
+
+
+def torch_allclose(a, b) -> bool:
+    import torch
+
+    return bool(torch.allclose(a, b, rtol=1e-3, atol=1e-2))
+
+
+def test_the_store_variant_loads_adds_and_stores_the_accumulator(monkeypatch):
+    """``STORE``: the accumulator tile loaded, added to and stored per step (dirty lines, as the
+    memory-efficient backward's dQ workspace). One program, so no race: the accumulator ends as the
+    sum of the K tiles each virtual CTA read, as the atomic variant's does."""
+    bn, d, tiles, ctas = 16, 64, 5, 3
+    buf, dq, _ = _one_program_storing(monkeypatch, order=0, ctas=ctas, bn=bn, d=d, tiles=tiles)
     k_tiles = buf.float().view(2, tiles, bn * d)[0]
-    assert torch.allclose(dq.view(tiles, bn * d), ctas * k_tiles, rtol=1e-3, atol=1e-2)
+    assert torch_allclose(dq.view(tiles, bn * d), ctas * k_tiles)
 
 
 def test_the_chain_walks_every_tile_from_its_own_on(monkeypatch):
     """``ORDER`` 3 (``chain``, the memory-efficient backward's walk): virtual CTA m reads tiles m,
     m + 1, … wrapping; with ``STORE`` every CTA adds each K tile once into its accumulator tile, so
     the accumulator ends as (CTAs) × K, whatever the order; the checksum is every tile per CTA."""
-    if _TRITON_PRELOADED:
-        pytest.skip("triton imported without the interpreter")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("triton")
     from memmodel.gpu import l2_reuse as gl
-    from memmodel.gpu import l2_reuse_kernels as lk
 
     assert gl.ORDER_CODE["chain"] == 3
     bn, d, tiles = 16, 64, 5
-    buf = torch.randn(2 * tiles * bn * d).to(torch.float16)
-    dq = torch.zeros(tiles * bn * d)
-    out, sms = torch.zeros(1), torch.zeros(1, dtype=torch.int32)
-    counter, group = torch.zeros(1, dtype=torch.int32), torch.zeros(1024, dtype=torch.int32)
-    lk.l2_reuse_kernel[(1,)](buf, out, sms, counter, group, dq, tiles, tiles, 1, tiles,
-                             BM=32, BN=bn, D=d, ORDER=3, SELECT=False, COMPUTE=False, ATOMIC=False,
-                             FAKE=True, STORE=True, num_warps=4)  # fmt: skip
+    buf, dq, out = _one_program_storing(monkeypatch, order=3, ctas=tiles, bn=bn, d=d, tiles=tiles)
     k_tiles = buf.float().view(2, tiles, bn * d)
-    assert torch.allclose(dq.view(tiles, bn * d), tiles * k_tiles[0], rtol=1e-3, atol=1e-2)
+    assert torch_allclose(dq.view(tiles, bn * d), tiles * k_tiles[0])
     # the checksum: every tile once per CTA, plus its own tile (K and V) each step, summed over its
     # BN rows and added to each of the BN rows of the sum: tiles · (1 + BN) · Σ
     assert float(out.sum()) == pytest.approx(tiles * (1 + bn) * float(k_tiles.sum()), rel=1e-3, abs=1e-1)
