@@ -1001,6 +1001,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.causal_reuse_h*_d*", "same"),
     ("memory.l2.causal_reuse_gqa_d*", "same"),
     ("memory.l2.cudnn_causal_reuse_d*", "same"),
+    ("memory.l2.cudnn_causal_reuse_gqa_d*", "same"),
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),

@@ -91,9 +91,9 @@ def test_several_heads_curves_come_from_the_four_head_references():
     assert curves[128][1008] < 0.8 * one[1000]
 
 
-def kv_miss_share(w: Workload) -> float:
-    """The share of a causal FA2 forward's K/V re-reads the model has miss."""
-    kernel = next(k for k in compare(w, H200, impl="sdpa-flash").tiled.traffic.kernels if k.name == "fa2_fwd")
+def kv_miss_share(w: Workload, impl: str = "sdpa-flash") -> float:
+    """The share of a causal forward's K/V re-reads the model has miss."""
+    kernel = next(k for k in compare(w, H200, impl=impl).tiled.traffic.kernels if k.name == "fa2_fwd")
     kv = 2 * w.batch * w.kv_heads_ * w.n * w.d * w.element_bytes
     requested = 2 * kernel.bytes(level="l2", direction="read", tensor="K")
     return (2 * kernel.bytes(level="hbm", direction="read", tensor="K") - kv) / (requested - kv)
@@ -345,3 +345,25 @@ def test_nearest_head_dim_is_the_nearest_in_the_logarithm(dims, ds):
     # the lower one on a tie, as argmin takes the first
     expected = grid[np.argmin(np.abs(np.log(d[..., None] / grid)), axis=-1)]
     assert np.array_equal(_nearest_dim(d, dims), expected)
+
+
+def test_cudnn_gqa_grids_read_their_own_curve():
+    # the references (validation/cases/h200-cudnn-gqa-ref.txt, five placements): 13 grids at d = 128,
+    # 3 at d = 64, binned by K/V live; the one-head curve read them -27 % to +62 % (+167 % at d = 64)
+    record = json.loads((ROOT / "validation/h200/causal-reuse-4/h200-cudnn-gqa-ref.json").read_text())
+    curves = fitted_curves(record, L2, "sdpa-cudnn", gqa=True)
+    assert sorted(curves) == [64, 128]
+    for d, points in curves.items():
+        assert dict(H200.figures[f"memory.l2.cudnn_causal_reuse_gqa_d{d}"]) == points
+    shares = list(curves[128].values())  # from 0.3 to 1.13 x the L2 it rises a hundredfold
+    assert shares[0] == 0.0003 and shares[-1] == 0.0427
+    # 4 query heads on one K/V head of 65536 at d = 128: cuDNN keeps one K/V head live, 708 per
+    # mille of the L2 (its K and V over the one-head share (s/2 + T_c)/(s + T_c)); the curve's own
+    # point there, 0.29 %, where the one-head curve gives 0.37 %
+    w = Workload(n=65536, d=128, heads=4, kv_heads=1, causal=True, dtype="bf16")
+    live = compare(w, H200, impl="sdpa-cudnn").tiled.traffic.params["causal_live_bytes"] / L2 * 1000
+    assert live == pytest.approx(708.0, abs=0.5)
+    assert kv_miss_share(w, "sdpa-cudnn") == pytest.approx(0.0029, rel=0.01)
+    # FlashAttention-2's GQA curves are not cuDNN's, and d = 256 has none for cuDNN (one head's serves)
+    assert "memory.l2.cudnn_causal_reuse_gqa_d256" not in H200.figures
+    assert kv_miss_share(w, "sdpa-flash") != pytest.approx(kv_miss_share(w, "sdpa-cudnn"), rel=0.1)

@@ -113,6 +113,13 @@ FITS = {
             "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
             "--output h200-cudnn-causal-probe.json",
         ),
+        Fit(
+            "measured-cudnn-causal-reuse-gqa",
+            "validation/h200/causal-reuse-4/h200-cudnn-gqa-ref.json",
+            "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
+            "--cases validation/cases/h200-cudnn-gqa-ref.txt --output h200-cudnn-gqa-ref.json",
+            gqa=True,
+        ),
     ),
 }
 

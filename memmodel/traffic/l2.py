@@ -61,7 +61,7 @@ class CausalCurves:
 #: heads has its own, measured at 2, 4 and 16 heads: at the same K/V live, 2 to 4 heads miss up to
 #: 3 x as often as one head below 0.85 x the L2 and 16 heads about as often as one; GQA grids of
 #: 1 to 8 K/V heads, 4 or 8 query heads each, follow one curve of their own (the references of
-#: 2026-12-01); cuDNN keeps one head live, and its one-head curves serve
+#: 2026-12-01); cuDNN keeps one head live, and its one-head curves serve, its GQA grids their own
 CAUSAL_CURVES = {
     "fa2": CausalCurves(
         "causal_reuse",
@@ -69,7 +69,7 @@ CAUSAL_CURVES = {
         ((2, "causal_reuse_h2"), (4, "causal_reuse_h4"), (16, "causal_reuse_h16")),
         "causal_reuse_gqa",
     ),
-    "cudnn": CausalCurves("cudnn_causal_reuse", "one"),
+    "cudnn": CausalCurves("cudnn_causal_reuse", "one", (), "cudnn_causal_reuse_gqa"),
 }
 CAUSAL_CURVE_DIMS = (64, 96, 128, 256)
 
