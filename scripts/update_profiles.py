@@ -61,8 +61,10 @@ def with_links(text: str) -> str:
 
     for impl, fits in causal_reuse.FITS.items():
         for fit in fits:
-            if (ROOT / fit.record).exists():
-                data = causal_reuse.apply(data, json.loads((ROOT / fit.record).read_text()), impl, fit)
+            paths = [ROOT / r for r in fit.records() if (ROOT / r).exists()]
+            if paths:
+                record = causal_reuse.merged(json.loads(path.read_text()) for path in paths)
+                data = causal_reuse.apply(data, record, impl, fit)
     others = [json.loads((ROOT / r).read_text()) for r in causal_reuse.GQA_OTHERS_RECORDS if (ROOT / r).exists()]
     if others:
         data = causal_reuse.apply_gqa_others(data, others)

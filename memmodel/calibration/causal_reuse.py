@@ -37,6 +37,18 @@ class Fit:
     command: str  # the command that made the record
     heads: int = 1  # batch × heads of the rows fitted (1: the one-head curves; more: several heads')
     gqa: bool = False  # the GQA rows instead (any count of heads), binned by K/V live
+    #: further records whose rows join ``record``'s (later references extending the same curves)
+    also: tuple[str, ...] = ()
+
+    def records(self) -> tuple[str, ...]:
+        return (self.record, *self.also)
+
+
+def merged(records: Any) -> dict[str, Any]:
+    """One record of the first's fields and every record's cases (references of one GPU, fitted
+    together)."""
+    records = list(records)
+    return {**records[0], "cases": [c for r in records for c in r.get("cases", [])]}
 
 
 #: per implementation, its fits. FlashAttention-2's: one head and 2, 4 and 16 heads, each profiled at
@@ -117,8 +129,10 @@ FITS = {
             "measured-cudnn-causal-reuse-gqa",
             "validation/h200/causal-reuse-4/h200-cudnn-gqa-ref.json",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
-            "--cases validation/cases/h200-cudnn-gqa-ref.txt --output h200-cudnn-gqa-ref.json",
+            "--cases validation/cases/h200-cudnn-gqa-ref.txt --output h200-cudnn-gqa-ref.json "
+            "(and h200-cudnn-gqa-ref-2.txt)",
             gqa=True,
+            also=("validation/h200/causal-reuse-4/h200-cudnn-gqa-ref-2.json",),
         ),
     ),
 }
@@ -223,7 +237,8 @@ def apply(
         }
     sources = dict(data.get("sources") or {})
     sources[fit.source] = {
-        "title": f"memmodel causal re-read references ({kernel}, {heads}), {record.get('device', 'GPU')} ({fit.record})",
+        "title": f"memmodel causal re-read references ({kernel}, {heads}), {record.get('device', 'GPU')} "
+        f"({', '.join(fit.records())})",
         "kind": "measured",
         "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
         "date": str(record.get("started", ""))[:10],
