@@ -5,7 +5,8 @@
 ``--gpu h200`` runs the grid through the measured L2 reuse curve (``memory.l2.reuse``: per-head
 K/V of up to 64 MiB at N = 131072, d = 128, across the H200's capacity knee); ``--causal`` makes
 every configuration causal (with ``--gpu h200 --impl sdpa-flash``, FlashAttention-2's through the
-measured causal curves, ``memory.l2.causal_reuse_d*``).
+measured causal curves, ``memory.l2.causal_reuse_d*``); ``--kv-heads 8`` makes every one a GQA grid
+(batched ones through the re-reads across a group's query heads).
 
 The same grid is evaluated two ways and both figures are printed:
 
@@ -63,10 +64,21 @@ def main() -> int:
     parser.add_argument(
         "--impl", default="auto", help="implementation (default auto; sdpa-flash for the causal curves)"
     )
+    parser.add_argument(
+        "--kv-heads",
+        type=int,
+        default=None,
+        help="K/V heads of every configuration (GQA: 8 divides every head count of the grid; default: "
+        "as many as query heads)",
+    )
     args = parser.parse_args()
+    if args.kv_heads is not None and any(int(h) % args.kv_heads for h in GRID["heads"].split(",")):
+        parser.error(f"--kv-heads {args.kv_heads} must divide every head count of the grid ({GRID['heads']})")
     profile = load_profile(args.gpu)
     profiles = {args.gpu: profile}
     axes = dict(GRID, tiled=("fa2",)) if args.impl != "auto" else GRID  # an implementation is an FA2 kernel
+    if args.kv_heads is not None:
+        axes = dict(axes, kv_heads=str(args.kv_heads))
     grid = Grid(gpus=(args.gpu,), causal=(True,) if args.causal else (False,), impls=(args.impl,), **axes)
     print(f"grid: {grid.size:,} configurations ({grid.describe_size()}) on {args.gpu}")
     if hasattr(os, "getloadavg"):  # other work on the machine slows both paths down
