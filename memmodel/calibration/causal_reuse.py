@@ -223,6 +223,7 @@ def apply(
         if fit.heads == 1
         else f"{fit.heads} causal heads"
     )
+    dtypes = sorted({str((e.get("case") or {}).get("dtype") or "fp16") for e in record.get("cases", [])})
     placed = (record.get("ncu") or {}).get("placements", 1)
     at = f", the median of {placed} placements of the inputs" if placed > 1 else ""
     for d, points in curves.items():
@@ -231,7 +232,7 @@ def apply(
             "source": fit.source,
             "note": f"share of a causal {kernel} forward's K/V re-reads served by HBM, by the K/V live "
             f"(per mille of memory.l2.capacity, {l2_bytes / 2**20:.0f} MiB; memmodel.traffic.flash."
-            f"causal_live_bytes): {heads}, d = {d}, fp16, "
+            f"causal_live_bytes): {heads}, d = {d}, {' and '.join(dtypes)}, "
             f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, "
             f"cold L2{at}",
         }

@@ -176,7 +176,7 @@ def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, 
         return hbm
     from .reuse import step_curve
 
-    batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
+    batched = row > 0.0  # batch > 1 and GQA
     curve = l2.reuse or step_curve(l2.capacity_bytes)
     batch = _floats(w.batch)
     u, r, h = _floats(unique), _floats(requested), _floats(hbm)
