@@ -254,9 +254,10 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
     from .traffic.reuse import knee_note, step_curve
 
     l2 = l2_context(profile, mode)
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
     note = knee_note(
         flags,
-        l2.reuse or step_curve(l2.capacity_bytes),
+        curve,
         bool(workload.causal),
         str(til.params.get("causal_curve") or ""),
     )
@@ -275,20 +276,21 @@ def l2_knee_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile,
             "+61 % (docs/accuracy.md)."
         )
     row = til.params.get("gqa_row_bytes")
-    curve = l2.reuse or step_curve(l2.capacity_bytes)
     lo, hi = curve.knee
     if row is not None and np.any((np.asarray(row) >= lo) & (np.asarray(row) <= hi)):
         from .traffic.reuse import rows_prefix
 
+        def span(values: Any, unit: str = "") -> str:
+            low, high = float(np.min(values)), float(np.max(values))
+            return f"{low:.0f}{unit}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}{unit}"
+
         arr = np.asarray(row, dtype=np.float64)
         flags = (arr >= lo) & (arr <= hi)
         batch = np.broadcast_to(np.asarray(workload.batch), arr.shape)[flags]
-        mib = arr[flags] / 2**20
-        span = f"{mib.min():.0f}-{mib.max():.0f} MiB" if arr.size > 1 else f"{mib.max():.0f} MiB"
         out.append(
-            f"{rows_prefix(flags)}K/V re-read by a GQA group's next query head a row of "
-            f"{int(batch.min()) if batch.min() == batch.max() else f'{int(batch.min())}-{int(batch.max())}'} "
-            f"batches later in FlashAttention-2's grid, that row's new data ({span}) in the L2's knee "
+            f"{rows_prefix(flags)}K/V re-read by a GQA group's next query head a row of {span(batch)} "
+            f"batches later in FlashAttention-2's grid, that row's new data ({span(arr[flags] / 2**20, ' MiB')}) "
+            "in the L2's knee "
             f"({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB), where the share that misses goes from none to all: on the "
             "H200 30 such grids came out -20 % to +30 %, median 2.6 % (docs/accuracy.md)."
         )
