@@ -64,7 +64,7 @@ from .traffic.ledger import Kernel, param
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
-    from .implementations import Options
+    from .options import Options
     from .workload import Workload
 
 #: implementations whose backward kernels are modelled as the library launches them

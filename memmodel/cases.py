@@ -140,7 +140,7 @@ def parse_case(text: str) -> Case:
         else:
             raise WorkloadError(f"unknown case key {key!r}: accepted are {_KEYS}")
     if model is not None:
-        from .models import load_model
+        from .model_shapes import load_model
 
         shape = load_model(model)
         for key, value in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("d", shape.head_dim)):

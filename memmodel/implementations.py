@@ -1,5 +1,6 @@
-"""The attention implementations memmodel knows, and the one place that turns "implementation
-X on this workload and GPU" into model options (:func:`options_for`).
+"""The attention implementations memmodel knows: what each real kernel does (tiles, K/V order,
+instruction class, occupancy) and which one PyTorch runs (:func:`default_for`);
+:func:`memmodel.options.options_for` turns them into model options.
 
 The traffic of a tiled kernel follows from its tiles and grid order; its *time* also depends
 on which tensor-core instructions it issues and whether its exponentials overlap its
@@ -37,14 +38,12 @@ What no instruction class explains is a measured per-implementation efficiency,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import WorkloadError
-from .traffic.blocks import KV_ORDERS
-from .traffic.l2 import L2_MODES
 
 #: how long the GPU has been busy when a kernel runs (:data:`memmodel.timing.CLOCKS` says more)
 CLOCK_MODES = ("benchmark", "boost", "sustained")
@@ -155,8 +154,6 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         measurable=False,
     ),
 }
-#: Implementations a profile may give measured figures for (``implementations.<name>.*``)
-PROFILE_IMPLEMENTATIONS: tuple[str, ...] = tuple(n for n in IMPLEMENTATIONS if n != "paper")
 #: Kernels ``memmodel validate`` runs: standard attention in eager PyTorch and the measurable ones
 CASE_IMPLEMENTATIONS: tuple[str, ...] = ("standard", *(n for n, i in IMPLEMENTATIONS.items() if i.measurable))
 #: What ``--impl`` accepts: ``auto`` is the kernel PyTorch would run (:func:`default_for`)
@@ -401,111 +398,6 @@ def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]
     return "paper", "no fused PyTorch kernel takes this workload: showing the paper's algorithm"
 
 
-# ---------------------------------------------------------------------------------------
-# Model options
-
-
-@dataclass(frozen=True)
-class Options:
-    """How to model: the tiled variant, its blocks, the L2 mode, which passes, and the
-    implementation whose tiles, instructions and measured efficiency the tiled kernel takes."""
-
-    tiled: str = "fa2"
-    block_q: int | None = None
-    block_kv: int | None = None
-    l2: str = "on"
-    backward: bool = False
-    splits: int | None = None
-    ctas_per_sm: int | None = None
-    kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
-    #: how long the GPU has been busy (:data:`memmodel.timing.CLOCKS`): benchmark, boost, sustained
-    clocks: str = "benchmark"
-    #: the tiled algorithm's implementation (:data:`IMPLEMENTATIONS`); None: ``paper``
-    implementation: str | None = None
-    #: notes on how the options were chosen (e.g. "auto: PyTorch runs sdpa-flash here")
-    notes: tuple[str, ...] = field(default=(), compare=False)
-    #: ``ctas_per_sm`` is the implementation's own (measured), not the user's: no check
-    #: against the model's tile footprint applies (cuDNN's decoding kernels hold less)
-    ctas_from_implementation: bool = field(default=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.tiled not in TILED_VARIANTS:
-            raise WorkloadError(f"unknown tiled variant {self.tiled!r}: accepted are {', '.join(TILED_VARIANTS)}")
-        if self.l2 not in L2_MODES:
-            raise WorkloadError(f"unknown L2 mode {self.l2!r}: accepted are {', '.join(L2_MODES)}")
-        for name in ("splits", "ctas_per_sm"):
-            value = getattr(self, name)
-            if name == "ctas_per_sm" and isinstance(value, np.ndarray):  # per grid element (by head dim)
-                if value.dtype.kind not in "iu" or np.any(value < 1):
-                    raise WorkloadError("ctas-per-sm must be positive integers")
-                continue
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
-        if self.clocks not in CLOCK_MODES:
-            raise WorkloadError(f"unknown clocks mode {self.clocks!r}: accepted are {', '.join(CLOCK_MODES)}")
-        if self.kv_order not in KV_ORDERS:
-            raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
-        if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:
-            raise WorkloadError(
-                f"unknown implementation {self.implementation!r}: accepted are {', '.join(IMPLEMENTATIONS)}"
-            )
-        if self.implementation not in (None, "paper") and self.tiled != "fa2":
-            raise WorkloadError("--impl models FlashAttention-2-style kernels; use --tiled fa2 (or --impl paper)")
-        if self.splits is not None and self.tiled != "fa2":
-            raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
-
-    @property
-    def model_implementation(self) -> str | None:
-        """The implementation the time model applies (None for the paper's algorithm)."""
-        return None if self.implementation == "paper" else self.implementation
-
-
-def options_for(
-    impl: str | None,
-    workload: Workload,
-    profile: Profile | None = None,
-    *,
-    tiled: str = "fa2",
-    block_q: int | None = None,
-    block_kv: int | None = None,
-    **rest: Any,
-) -> Options:
-    """Model options for implementation ``impl`` (a name, ``auto`` or None for PyTorch's
-    choice, ``paper`` for the paper's algorithm) running ``workload`` on ``profile``: its
-    tiles (given blocks win; no longer than the sequence), K/V order and instructions.
-    ``rest`` holds the other :class:`Options` fields (``l2``, ``backward``, ``splits``,
-    ``ctas_per_sm``)."""
-    notes: list[str] = []
-    if tiled == "fa1" and impl in (None, "auto"):
-        impl = "paper"  # FA1 is the paper's Algorithm 1, no library runs it today
-    if impl in (None, "auto"):
-        impl, why_default = default_for(workload, profile)
-        notes.append(f"--impl auto: {why_default}")
-    if impl not in IMPLEMENTATIONS:
-        raise WorkloadError(f"unknown implementation {impl!r}: accepted are {', '.join(CHOICES)}")
-    if impl == "paper":
-        return Options(
-            tiled=tiled, block_q=block_q, block_kv=block_kv, implementation="paper", notes=tuple(notes), **rest
-        )
-    why = unsupported(impl, workload, profile)
-    if why:
-        notes.append(f"{why}: modelled anyway")
-    if block_q is None or block_kv is None or workload.is_grid:
-        block_q, block_kv = _tiles_for(impl, workload, profile, block_q, block_kv)
-    if rest.get("ctas_per_sm") is None:
-        rest["ctas_per_sm"] = _occupancy_for(impl, workload, block_q, block_kv, profile)
-        rest["ctas_from_implementation"] = rest["ctas_per_sm"] is not None
-    return Options(
-        tiled=tiled,
-        block_q=block_q,
-        block_kv=block_kv,
-        implementation=impl,
-        kv_order=rest.pop("kv_order", None) or kv_order(impl),
-        notes=tuple(notes),
-        **rest,
-    )
-
-
 def kernel_workload(workload: Workload, impl: str | None) -> Workload:
     """The workload as ``impl``'s kernel sees it: decoding with GQA (one query row, several
     query heads per K/V head), FlashAttention-2 (``flash_api.cpp``: seqlenq_ngroups_swapped)
@@ -531,7 +423,9 @@ def kernel_workload(workload: Workload, impl: str | None) -> Workload:
 DECODE_ROWS = 16
 
 
-def _tiles_for(impl: str, workload: Workload, profile: Profile | None, block_q: Any, block_kv: Any) -> tuple[Any, Any]:
+def workload_tiles(
+    impl: str, workload: Workload, profile: Profile | None, block_q: Any, block_kv: Any
+) -> tuple[Any, Any]:
     """:func:`tiles` for every head dim of ``workload`` (a grid: per element): the kernel's
     compile-time tiles, which it computes whole even where the sequence is shorter (the
     traffic counts only the rows and keys that exist: :func:`memmodel.traffic.flash.block_sizes`
@@ -605,7 +499,7 @@ def _distinct_rows(columns: list[np.ndarray]) -> tuple[list[tuple[int, ...]], np
     return rows, inverse
 
 
-def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, profile: Profile | None) -> Any:
+def workload_occupancy(impl: str, workload: Workload, block_q: Any, block_kv: Any, profile: Profile | None) -> Any:
     """:func:`occupancy` for each head dim and tile of ``workload``, no more than the SM's
     shared memory holds tiles for. None (the model's own rule) where the implementation fixes
     none; on a grid where it fixes one for some rows only, the others get the model's rule
@@ -636,8 +530,3 @@ def _occupancy_for(impl: str, workload: Workload, block_q: Any, block_kv: Any, p
 
 def _scalar_if_uniform(arr: np.ndarray) -> Any:
     return int(arr.flat[0]) if arr.size and arr.min() == arr.max() else arr
-
-
-def with_options(options: Options, **changes: Any) -> Options:
-    """``options`` with ``changes`` (e.g. another L2 mode), validated again."""
-    return replace(options, **changes)

@@ -11,7 +11,8 @@ import numpy as np
 from . import implementations, intmath
 from .errors import WorkloadError
 from .hardware import Profile
-from .implementations import Options, kernel_workload, options_for, padded_head_dim, smem_reads, with_options
+from .implementations import kernel_workload, padded_head_dim, smem_reads
+from .options import Options, options_for, with_options
 from .timing import AlgorithmTiming, algorithm_time, assumptions, caveats, clock_caveat
 from .traffic import l2 as l2m
 from .traffic.blocks import block_sizes, tile_context

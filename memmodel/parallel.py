@@ -45,7 +45,7 @@ from typing import Any
 
 from .errors import WorkloadError
 from .hardware import Profile
-from .interconnect import Interconnect
+from .hardware.interconnect import Interconnect
 from .traffic.ledger import AlgorithmTraffic, Kernel, KernelBuilder
 from .workload import STAT_BYTES, Workload
 
@@ -281,14 +281,14 @@ def context_parallel(
     **options: Any,
 ) -> ParallelResult:
     """``workload`` (the whole sequence) on ``p`` GPUs of ``profile`` with ``scheme``;
-    ``options`` are :class:`memmodel.implementations.Options` fields (``backward`` adds the
+    ``options`` are :class:`memmodel.options.Options` fields (``backward`` adds the
     backward ring)."""
     from .model import compare
 
     check(workload, p, scheme)
     if profile.interconnect is None and p > 1:
         raise WorkloadError(f"{profile.name} has no interconnect section: context parallelism needs its links")
-    from .implementations import options_for
+    from .options import options_for
 
     backward = bool(options.get("backward"))
     cache: dict[tuple[Any, ...], Any] = {}

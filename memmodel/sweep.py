@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import MemmodelError, WorkloadError
-from .hardware import Profile
+from .hardware import DEFAULT_GPU, Profile
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
@@ -315,7 +315,7 @@ class Grid:
     heads: tuple[int, ...] = (1,)
     kv_heads: tuple[int, ...] | None = None
     dtypes: tuple[str, ...] = ("fp32",)
-    gpus: tuple[str, ...] = ("a100",)
+    gpus: tuple[str, ...] = (DEFAULT_GPU,)
     tiled: tuple[str, ...] = ("fa2",)
     n_kv: tuple[int, ...] | None = None
     impls: tuple[str, ...] = ("auto",)
@@ -513,7 +513,7 @@ def evaluate(
     """
     from .checks import splits_warning
     from .hardware import load_profile
-    from .implementations import options_for
+    from .options import options_for
     from .timing import caveats as profile_caveats
     from .traffic.decode import split_block_kv
 
@@ -637,7 +637,7 @@ def evaluate(
 
 
 def _option_fields(setting: Setting) -> dict[str, Any]:
-    """The :class:`~memmodel.implementations.Options` fields of ``setting`` for :func:`options_for`."""
+    """The :class:`~memmodel.options.Options` fields of ``setting`` for :func:`options_for`."""
     return {
         "tiled": setting.tiled,
         "block_q": setting.block_q,
@@ -830,8 +830,8 @@ def _evaluate_part(
     til_at: Any,
 ) -> None:
     from .checks import ctas_problem
-    from .implementations import options_for
     from .model import compare
+    from .options import options_for
 
     workload = Workload(
         n=mesh["n"],

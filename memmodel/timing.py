@@ -55,7 +55,7 @@ from typing import Any, Union
 import numpy as np
 
 from . import implementations, intmath
-from .hardware import Profile
+from .hardware import KernelFigures, Profile
 from .intmath import IntLike
 from .traffic.ledger import LEVELS, AlgorithmTraffic, Kernel
 
@@ -129,12 +129,12 @@ def clock_share(profile: Profile, implementation: str | None, loop_s: Any, clock
     the clocks do not fall anywhere (or the profile has no such figure)."""
     if clocks not in CLOCKS:
         raise ValueError(f"unknown clocks mode {clocks!r}: accepted are {', '.join(CLOCKS)}")
-    share = profile.sustained_share(implementation) if clocks != "boost" else None
-    if share is None or share >= 1.0:
+    fall = profile.implementation(implementation).clocks_fall if clocks != "boost" else None
+    if fall is None or fall[0] >= 1.0:
         return None
+    share, after = fall
     if clocks == "sustained":
         return share
-    after = float(profile.sustained_after(implementation) or 0.0)
     busy = BENCHMARK_CALLS_BEFORE * np.asarray(loop_s, dtype=np.float64) >= after
     if not np.any(busy):
         return None
@@ -147,8 +147,9 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
     power limit leaves (``share``: :attr:`AlgorithmTiming.clock_share`)."""
     if share is None or implementation is None:
         return None
-    full = profile.sustained_share(implementation)
-    reaction = float(profile.sustained_after(implementation) or 0.0) * 1e3
+    figures = profile.implementation(implementation)
+    full = figures.sustained_share
+    reaction = float(figures.sustained_after_s or 0.0) * 1e3
     prov = profile.provenance.get(f"implementations.{implementation}.sustained_share")
     how = "measured" if prov is None or prov.kind == "measured" else (prov.note or prov.kind or "derived")
     if clocks == "sustained":
@@ -178,7 +179,7 @@ def assumptions(profile: Profile) -> list[str]:
         "each plus the profile's launch overhead.",
         "Peaks are the profile's dense figures (datasheet, or measured by 'memmodel calibrate').",
     ]
-    if not profile.implementation_sustained_after:
+    if not any(f.sustained_after_s is not None for f in profile.implementation_figures.values()):
         out.append(
             f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
             " kernels are timed at the clocks before the power limit lowers them (on an H200 cuDNN's forward run "
@@ -233,14 +234,15 @@ def caveats(
             f"{profile.name} gives no compute.mma_sync.one_cta_share: an SM left with one CTA of a kernel that keeps "
             "two is taken to run at the full rate (on an H200 it runs at about 0.83 of it)."
         )
-    measured = profile.implementation_efficiency.get(impl.name, ())
+    figures = profile.implementation(impl.name)
+    measured = figures.efficiency
     if not measured:
         out.append(
             f"{profile.name} has no measured efficiency for {impl.name}: its kernel is modelled from its "
             "instructions alone (no CTA overhead or diagonal-block cost either)."
         )
     elif head_dim is not None:
-        by_tile = profile.implementation_tile_efficiency.get(impl.name)
+        by_tile = figures.tile_efficiency
         if by_tile and tile is not None and np.ndim(tile[0]) == 0 and np.ndim(tile[1]) == 0 and None not in tile:
             t = (int(tile[0]), int(tile[1]))
             defaults = {implementations.tiles(impl.name, int(d), False) for d in np.ravel(np.asarray(head_dim))}
@@ -392,9 +394,8 @@ def cta_tail_factor(
     scheduling), a job starts about when the work before it, less half the work in flight,
     is done: the last job (the longest, L) ends at ``(W − L)/S − L̄/2 + L``, W the total work
     and L̄ the mean length of the S jobs before it. Without masking all jobs are equal and
-    the exact makespan is ⌈J/S⌉ jobs. Against an event simulation of the same schedule
-    (tests/test_calibrated_time.py): within 7 % on the shapes of the H200 records, up to
-    about 20 % off where causal CTAs fill about two waves.
+    the exact makespan is ⌈J/S⌉ jobs. How close this comes to an event simulation of the same
+    schedule (worst where causal CTAs fill about two waves): tests/test_calibrated_time.py.
     """
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     n, n_kv = f(workload.n), f(workload.n_kv_)
@@ -638,23 +639,20 @@ def kernel_time(
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
     split = kernel.kind == "split_kv"
+    # the implementation's measured figures for this kernel at its head dim (each pass's own, as
+    # calibrate fitted them; a split-KV kernel its own efficiency where measured), read once
     if impl and hd is not None:
-        eff = profile.efficiency(impl.name, hd, tile) if forward else profile.backward_efficiency(impl.name, hd)
-        if split:  # its own kernel (64-row CTAs of 4 warps) where measured
-            own = profile.split_efficiency(impl.name, hd)
-            eff = own if own is not None else eff
-        masked_columns = profile.uneven_efficiency(impl.name, hd) if forward and uneven is not None else None
-        if eff is not None and masked_columns is not None and np.any(uneven):
-            # a head dim no kernel is built for: the built one's kernel, its padded columns masked
-            eff = np.where(uneven, np.asarray(eff) * masked_columns, eff)
-            eff = float(eff) if np.ndim(eff) == 0 else eff
+        figures = profile.implementation(impl.name).kernel(
+            hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None
+        )
     else:
-        eff = None
-    # the CTA overhead and the diagonal blocks' cost: each pass's own, as calibrate fitted them
-    if impl and hd is not None:
-        masked = profile.masked_cost(impl.name, hd) if forward else profile.backward_masked_cost(impl.name, hd)
-    else:
-        masked = None
+        figures = KernelFigures()
+    eff, masked = figures.efficiency, figures.masked_block_cost
+    masked_columns = figures.uneven_efficiency
+    if eff is not None and masked_columns is not None and np.any(uneven):
+        # a head dim no kernel is built for: the built one's kernel, its padded columns masked
+        eff = np.where(uneven, np.asarray(eff) * masked_columns, eff)
+        eff = float(eff) if np.ndim(eff) == 0 else eff
     scale = np.asarray(1.0 / eff if eff is not None else 1.0) * (tail if tail is not None else 1.0)
     slowed = clock is not None and fused and forward  # the clocks the power limit leaves
     if slowed:
@@ -667,16 +665,13 @@ def kernel_time(
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)
-    drop_rate = profile.dropout_rate(impl.name, hd, backward=not forward) if impl and hd is not None else None
+    drop_rate = figures.dropout_scores_per_s
     if drop_rate is not None and np.any(np.asarray(kernel.dropout_scores) > 0):
         # measured: the extra time of the pass with dropout (Philox draws, the mask) per score
         # drawn, issued by the same warps as the products: it adds to the compute
         extra = np.asarray(intmath.to_float(kernel.dropout_scores), dtype=np.float64) / drop_rate
         terms["dropout"] = float(extra) if extra.ndim == 0 else extra
-    if impl and hd is not None and not split:
-        overhead = profile.cta_overhead(impl.name, hd) if forward else profile.backward_cta_overhead(impl.name, hd)
-    else:
-        overhead = None
+    overhead = figures.cta_overhead_s
     if overhead is not None and np.any(np.asarray(kernel.ctas) > 0):
         # each CTA's fixed costs (forward: Q in, the first K/V tile's latency, O out; backward:
         # K, V in, dK, dV out), once per CTA the busiest slot runs (the waves rounded up)
@@ -699,7 +694,7 @@ def kernel_time(
         else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
-    cta_rate = profile.cta_bandwidth(impl.name, hd) if impl and hd is not None and kernel.kind == "split_kv" else None
+    cta_rate = figures.cta_bandwidth_bytes_per_s
     if cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
@@ -712,17 +707,17 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    combine = profile.implementation_combine_time.get(implementation or "") if kernel.kind == "combine" else None
-    if combine is not None:
+    combiner = profile.implementation(implementation) if kernel.kind == "combine" else None
+    if combiner is not None and combiner.combine_time_s is not None:
         # measured: a fixed cost, one per split (each combine CTA walks the splits in turn)
         # and, where measured, the bytes it moves at its own rate
-        fixed, per_split = combine
+        fixed, per_split = combiner.combine_time_s
         lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
-        rate = profile.implementation_combine_bandwidth.get(implementation or "")
+        rate = combiner.combine_bandwidth_bytes_per_s
         if rate:
             lat = lat + np.asarray(intmath.to_float(kernel.bytes(level="l2")), dtype=np.float64) / rate
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    split_overhead = profile.split_cta_overhead(impl.name, hd) if impl and hd is not None and split else None
+    split_overhead = figures.split_cta_overhead_s
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}

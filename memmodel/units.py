@@ -232,7 +232,8 @@ def format_time(seconds: float, digits: int = 3) -> str:
 
 
 def format_percent(ratio: float | None, digits: int = 1) -> str:
-    """A signed relative error or change: ``0.123 -> '+12.3%'``; ``'—'`` for None (not known)."""
+    """A signed relative error or change as a percentage with its sign (0.123 reads plus 12.3
+    per cent, ``digits`` decimals); ``'—'`` for None (not known)."""
     return "—" if ratio is None else f"{ratio * 100:+.{digits}f}%"
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from .cases import Case
 from .hardware import Profile
-from .implementations import Options, options_for
 from .model import Comparison, compare
+from .options import Options, options_for
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
 

@@ -5,7 +5,7 @@ ratios of the model's time to the measured time on reference shapes, so they cha
 the model does. This script rebuilds, from the run's JSON (what ``memmodel calibrate
 --format json`` printed on the GPU), every profile made of it:
 
-* ``hardware/h200.yaml``, the bundled H200 profile (name ``h200``);
+* ``memmodel/hardware/profiles/h200.yaml``, the bundled H200 profile (name ``h200``);
 * ``validation/h200/h200-calibrated.yaml``, the same calibration under its own name,
 
 each with ``validation/h200/h200-datasheet.yaml`` as ``--base``, and with the NCCL curves of
@@ -15,7 +15,7 @@ not measure: the datasheet HBM bandwidth, shared-memory latency, the L2's effect
 capacity measured with Nsight Compute). On an H200 the same files come from::
 
     python3 -m memmodel calibrate --base validation/h200/h200-datasheet.yaml --name h200 \\
-        --output hardware/h200.yaml --format json > validation/h200/calibrate.json
+        --output memmodel/hardware/profiles/h200.yaml --format json > validation/h200/calibrate.json
 
 ``--check`` exits 1 if a file is stale (the test suite runs it).
 """
@@ -34,7 +34,7 @@ from memmodel.hardware import load_file  # noqa: E402
 
 RUN = ROOT / "validation" / "h200" / "calibrate.json"
 BASE = ROOT / "validation" / "h200" / "h200-datasheet.yaml"
-TARGETS = {ROOT / "hardware" / "h200.yaml": "h200", ROOT / "validation" / "h200" / "h200-calibrated.yaml": None}
+TARGETS = {ROOT / "memmodel" / "hardware" / "profiles" / "h200.yaml": "h200", ROOT / "validation" / "h200" / "h200-calibrated.yaml": None}
 
 
 NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"

@@ -13,7 +13,7 @@ settings.register_profile("explore")
 settings.load_profile("explore" if os.environ.get("MEMMODEL_HYPOTHESIS") == "explore" else "deterministic")
 
 REPO = Path(__file__).resolve().parent.parent
-HARDWARE = REPO / "hardware"
+HARDWARE = REPO / "memmodel" / "hardware" / "profiles"
 
 
 @pytest.fixture(autouse=True)

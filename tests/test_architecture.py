@@ -130,3 +130,37 @@ def test_gpu_code_is_not_imported_by_the_library():
         if name.startswith(("memmodel.gpu", "memmodel.cli")):
             continue
         assert not {t for t in targets if t.startswith("memmodel.gpu")}, name
+
+
+#: what the hardware package may import of memmodel: itself and the bottom floor (errors, units,
+#: the file reader); nothing of the model (traffic, timing, implementations, model, sweep, ...)
+HARDWARE_MAY_IMPORT = ("memmodel.errors", "memmodel.units", "memmodel.fileio")
+
+
+def test_the_hardware_package_is_a_leaf():
+    """memmodel.hardware (every module under memmodel/hardware/, imports in functions included)
+    imports nothing of the model: the model imports it, never the reverse."""
+    graph = import_graph()
+    hardware = {name for name in graph if name == "memmodel.hardware" or name.startswith("memmodel.hardware.")}
+    assert {"memmodel.hardware.profile", "memmodel.hardware.schema", "memmodel.hardware.load"} <= hardware
+    assert "memmodel.hardware.load" in graph["memmodel.hardware"]  # the reader sees the package's own imports
+    for name in sorted(hardware):
+        outside = {t for t in graph[name] if t not in hardware and t not in HARDWARE_MAY_IMPORT}
+        assert not outside, f"{name} imports {sorted(outside)}"
+    # the model reaches the profiles through the package, downward
+    assert "memmodel.hardware" in graph["memmodel.timing"]
+    assert "memmodel.hardware.schema" in graph["memmodel.traffic.l2"]
+
+
+def test_the_leaf_check_would_see_an_upward_import(tmp_path, monkeypatch):
+    """A hardware module importing the model, even inside a function, is caught."""
+    import shutil
+    import sys
+
+    fake = tmp_path / "memmodel"
+    shutil.copytree(PACKAGE, fake, ignore=shutil.ignore_patterns("__pycache__", "*.yaml"))
+    load = fake / "hardware" / "load.py"
+    load.write_text(load.read_text() + "\n\ndef _late():\n    from ..traffic import l2\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", fake)
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert "memmodel.traffic.l2" in import_graph()["memmodel.hardware.load"]

@@ -20,7 +20,8 @@ from memmodel import units
 from memmodel.calibration import figures, fits, plan
 from memmodel.errors import ProfileError, WorkloadError
 from memmodel.hardware import interpolate_log2, load_profile, parse_profile
-from memmodel.model import Options, compare
+from memmodel.model import compare
+from memmodel.options import Options
 from memmodel.timing import kernel_time, matmul_peak
 from memmodel.workload import Workload
 
@@ -61,14 +62,17 @@ def test_calibrated_profile_fields(h200):
     assert rates.elementwise_bytes_per_s == pytest.approx(1.85e12)
     assert rates.softmax_row_time_s == pytest.approx(16.51e-6)
     # one figure (a profile from before it was measured per head dim): the same at every head dim
-    assert h200.implementation_cta_bandwidth == {"sdpa-flash": ((1, 15.5e9),)}
-    assert h200.cta_bandwidth("sdpa-flash", 64) == h200.cta_bandwidth("sdpa-flash", 256) == 15.5e9
-    assert h200.cta_bandwidth("sdpa-cudnn", 128) is None
+    assert {n: f.cta_bandwidth_bytes_per_s for n, f in h200.implementation_figures.items() if f.cta_bandwidth_bytes_per_s} == {
+        "sdpa-flash": ((1, 15.5e9),)
+    }
+    flash = h200.implementation("sdpa-flash")
+    assert flash.kernel(64, split=True).cta_bandwidth_bytes_per_s == flash.kernel(256, split=True).cta_bandwidth_bytes_per_s == 15.5e9
+    assert h200.implementation("sdpa-cudnn").kernel(128, split=True).cta_bandwidth_bytes_per_s is None
     # 11 powers of two 2^7..2^17 and 10 rows of 3·2^k, 192..98304
     assert len(rates.softmax_bytes_per_s) == 21
     assert rates.softmax_rate(4096) == 1.28e12  # a measured point is returned as measured
-    assert h200.efficiency("sdpa-efficient", 64) == 0.464
-    assert h200.efficiency("triton", 128) == 0.953
+    assert h200.implementation("sdpa-efficient").efficiency_at(64) == 0.464
+    assert h200.implementation("triton").efficiency_at(128) == 0.953
     assert matmul_peak(h200, "fp16", "mma_sync") == (451.4e12, None)
     assert matmul_peak(h200, "fp16", "native") == (h200.peak_flops("fp16"), None)
 
@@ -120,7 +124,7 @@ def test_unknown_implementation_in_a_profile_suggests_the_closest():
 def test_a_bare_curve_and_a_softmax_below_the_floor():
     data = _yaml_data()
     data["implementations"]["sdpa-flash"]["efficiency"] = {64: 0.9, 128: "95 %"}
-    (d0, e0), (d1, e1) = parse_profile(data, "x").implementation_efficiency["sdpa-flash"]
+    (d0, e0), (d1, e1) = parse_profile(data, "x").implementation("sdpa-flash").efficiency
     assert (d0, d1) == (64, 128) and e0 == 0.9 and e1 == pytest.approx(0.95)
     data["kernels"]["softmax"]["bandwidth"] = {1024: "1 kB/s"}
     with pytest.raises(ProfileError, match=r"kernels.softmax.bandwidth.1024: '1 kB/s' is below 1 MB/s"):
@@ -209,7 +213,7 @@ def test_grids_take_the_calibrated_terms_too(h200):
 
 
 def test_the_profiles_made_of_the_h200_calibration_are_current():
-    """hardware/h200.yaml (the bundled profile) and validation/h200/h200-calibrated.yaml are what
+    """memmodel/hardware/profiles/h200.yaml (the bundled profile) and validation/h200/h200-calibrated.yaml are what
     the pure writer makes of the device's JSON with the current model (implementation figures
     are model time over measured time): scripts/update_profiles.py regenerates them."""
     proc = subprocess.run(

@@ -529,8 +529,8 @@ def _check_profile(p: Any) -> None:
     rates = p.kernel_rates
     optional = [
         *p.mma_sync_flops_per_s.values(),
-        *(y for curve in p.implementation_cta_bandwidth.values() for _, y in curve),
-        *(y for curve in p.implementation_efficiency.values() for _, y in curve),
+        *(y for f in p.implementation_figures.values() for _, y in f.cta_bandwidth_bytes_per_s),
+        *(y for f in p.implementation_figures.values() for _, y in f.efficiency),
         *(y for _, y in rates.softmax_bytes_per_s),
         *(
             x
@@ -544,7 +544,7 @@ def _check_profile(p: Any) -> None:
         ),
     ]
     assert all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in optional), p
-    curves = [rates.softmax_bytes_per_s, *p.implementation_efficiency.values()]
+    curves = [rates.softmax_bytes_per_s, *(f.efficiency for f in p.implementation_figures.values() if f.efficiency)]
     assert all(c and all(isinstance(k, int) and k >= 1 for k, _ in c) for c in curves if c), p
 
 

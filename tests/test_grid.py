@@ -93,7 +93,8 @@ from hypothesis import HealthCheck  # noqa: E402
 
 from memmodel import compare, load_profile  # noqa: E402
 from memmodel.errors import WorkloadError  # noqa: E402
-from memmodel.implementations import default_by_head_dim, default_for, options_for  # noqa: E402
+from memmodel.implementations import default_by_head_dim, default_for  # noqa: E402
+from memmodel.options import options_for  # noqa: E402
 from memmodel.workload import Workload  # noqa: E402
 
 PROFILES = {g: load_profile(g) for g in ("a100", "h200")}

@@ -206,7 +206,9 @@ def test_h100_figures_derive_from_the_h200_calibration_by_the_stated_rules():
     assert pcie.l2.latency_s == pytest.approx(h200.l2.latency_s * 1980 / 1755, rel=1e-3)
     assert sxm.l2.usable_capacity_bytes == pytest.approx(25 * 2**20, rel=1e-3)
     # dimensionless: as they are
-    assert pcie.implementation_efficiency == h200.implementation_efficiency
+    assert {n: f.efficiency for n, f in pcie.implementation_figures.items()} == {
+        n: f.efficiency for n, f in h200.implementation_figures.items()
+    }
     prov = pcie.provenance["compute.fp16"]
     assert prov.kind == "derived" and "per SM per clock" in prov.note and "measured" in prov.note
     assert pcie.derived_from == "h200" and pcie.kind_of("sm_count") == "datasheet"
@@ -216,7 +218,7 @@ def test_a_users_own_calibration_improves_the_siblings(tmp_path, monkeypatch):
     import re
 
     text = re.sub(
-        r"(\n  fp16: \{value: )[0-9.]+ TFLOP/s", r"\g<1>700 TFLOP/s", (REPO / "hardware" / "h200.yaml").read_text()
+        r"(\n  fp16: \{value: )[0-9.]+ TFLOP/s", r"\g<1>700 TFLOP/s", (HARDWARE / "h200.yaml").read_text()
     )
     assert "fp16: {value: 700 TFLOP/s" in text
     (tmp_path / "h200.yaml").write_text(text)
@@ -225,7 +227,7 @@ def test_a_users_own_calibration_improves_the_siblings(tmp_path, monkeypatch):
 
 
 def test_derivation_needs_its_inputs_and_refuses_cycles(tmp_path):
-    base = (REPO / "hardware" / "h100-sxm.yaml").read_text()
+    base = (HARDWARE / "h100-sxm.yaml").read_text()
     (tmp_path / "no-clock.yaml").write_text(base.replace("clock:", "# clock:", 1))
     with pytest.raises(ProfileError, match=r"no-clock.yaml -> clock: missing: a profile that derives from 'h200'"):
         load_file(tmp_path / "no-clock.yaml")
@@ -283,3 +285,137 @@ def test_link_curves_derive_only_to_parts_that_give_their_own_links():
     assert sxm.interconnect.send_recv_efficiency == h200.interconnect.send_recv_efficiency
     assert sxm.interconnect.bandwidth_bytes_per_s == 450e9  # its own datasheet figure
     assert pcie.interconnect is None
+
+
+# ---------------------------------------------------------------------------------------
+# One typed figures object per implementation
+
+
+def test_implementation_figures_hold_the_bundled_h200s_measured_figures():
+    """Figures read off memmodel/hardware/profiles/h200.yaml (implementations.sdpa-flash, sdpa-cudnn)."""
+    h200 = load_profile("h200")
+    flash = h200.implementation("sdpa-flash")
+    assert flash.name == "sdpa-flash"
+    assert flash.efficiency == ((64, 1.094), (96, 1.135), (128, 1.066), (256, 0.868))
+    # between the measured head dims linear in log2: d = 80 is (log2 80 - 6) / (log2 96 - 6) = 0.5503
+    # of the way from 64 to 96: 1.094 + 0.5503 × (1.135 - 1.094) = 1.1166
+    assert flash.efficiency_at(80) == pytest.approx(1.11656, abs=1e-5)
+    assert flash.efficiency_at(32) == 1.094 and flash.efficiency_at(512) == 0.868  # clamped at the ends
+    assert flash.clocks_fall == (0.943, pytest.approx(64.89e-3))
+    assert flash.combine_time_s == (pytest.approx(2.892e-6), pytest.approx(0.2419e-6))
+    assert flash.combine_bandwidth_bytes_per_s == pytest.approx(3.175e12)
+    forward = flash.kernel(128)
+    assert (forward.efficiency, forward.masked_block_cost) == (1.066, 0.329)
+    assert forward.cta_overhead_s == pytest.approx(4.145e-6) and forward.dropout_scores_per_s == pytest.approx(2.475e12)
+    assert forward.uneven_efficiency is None and forward.cta_bandwidth_bytes_per_s is None  # not asked, not split
+    assert flash.kernel(96, uneven=True).uneven_efficiency == 0.917
+    backward = flash.kernel(128, backward=True)
+    assert (backward.efficiency, backward.masked_block_cost) == (0.781, 0.106)
+    assert backward.cta_overhead_s == pytest.approx(16.96e-6)
+    assert backward.dropout_scores_per_s == pytest.approx(7.073e12)
+    assert flash.kernel(128, backward=True, uneven=True).uneven_efficiency is None  # a forward figure
+    split = flash.kernel(128, split=True)
+    assert split.efficiency == 0.911  # its own (split_efficiency), not the forward kernel's 1.066
+    assert split.cta_overhead_s is None and split.split_cta_overhead_s == pytest.approx(3.232e-6)
+    assert split.cta_bandwidth_bytes_per_s == pytest.approx(18.24e9)
+    cudnn = h200.implementation("sdpa-cudnn")
+    assert cudnn.clocks_fall == (0.872, pytest.approx(34.67e-3))
+    assert cudnn.kernel(128, split=True).efficiency == 0.896  # no split_efficiency: the forward kernel's
+    # where each figure comes from is kept by field path, as written in the file
+    prov = h200.provenance["implementations.sdpa-flash.efficiency"]
+    assert prov.source == "measured" and prov.kind == "measured"
+    assert h200.provenance["implementations.sdpa-cudnn.sustained_after"].text == "34.67 ms"
+
+
+def test_an_implementation_a_profile_measured_nothing_of_has_empty_figures():
+    a100 = load_profile("a100")
+    assert "sdpa-flash" not in a100.implementation_figures
+    empty = a100.implementation("sdpa-flash")
+    assert empty.efficiency == () and empty.efficiency_at(128) is None and empty.clocks_fall is None
+    assert set(vars(empty.kernel(128, split=True, uneven=True)).values()) == {None}
+    assert load_profile("h200").implementation(None).kernel(128).efficiency is None  # the paper's algorithm
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
+def test_implementation_figures_are_the_profiles_figures_by_field(path: Path):
+    """Every ``implementations.<name>.<field>`` of a bundled profile lands in its figures object,
+    in base units, and nothing else does."""
+    from memmodel.hardware.schema import IMPLEMENTATION_CURVES, IMPLEMENTATION_VALUES
+
+    p = load_file(path)
+    seen = set()
+    for name, fig in p.implementation_figures.items():
+        for leaf, attr in {**IMPLEMENTATION_CURVES, **IMPLEMENTATION_VALUES}.items():
+            fpath = f"implementations.{name}.{leaf}"
+            assert getattr(fig, attr) == p.figures.get(fpath, () if leaf in IMPLEMENTATION_CURVES else None), fpath
+            seen |= {fpath} & set(p.figures)
+        for (a, b), curve in fig.tile_efficiency.items():
+            assert curve == p.figures[f"implementations.{name}.efficiency_{a}x{b}"]
+            seen.add(f"implementations.{name}.efficiency_{a}x{b}")
+        if fig.combine_time_s is not None:
+            fixed, per_split = fig.combine_time_s
+            assert fixed == p.figures.get(f"implementations.{name}.combine_time", 0.0)
+            assert per_split == p.figures.get(f"implementations.{name}.combine_time_per_split", 0.0)
+            seen |= {f"implementations.{name}.combine_time", f"implementations.{name}.combine_time_per_split"}
+    assert seen >= {f for f in p.figures if f.startswith("implementations.")}
+
+
+def test_a_copy_with_other_implementation_figures():
+    h200 = load_profile("h200")
+    bare = h200.with_implementation_figures(backward_efficiency=())
+    assert all(f.backward_efficiency == () for f in bare.implementation_figures.values())
+    assert bare.implementation("sdpa-flash").efficiency == h200.implementation("sdpa-flash").efficiency
+    one = h200.with_implementation_figures("fa3", efficiency=((128, 0.5),))
+    assert one.implementation("fa3").efficiency_at(256) == 0.5 and h200.implementation("fa3").efficiency == ()
+
+
+def test_the_names_the_schema_admits_are_the_models():
+    """The hardware package declares the implementations and causal curves a profile may hold
+    (it imports nothing of the model); the model's own lists must be the same."""
+    from memmodel.hardware.schema import CAUSAL_CURVE_DIMS, CAUSAL_CURVE_PREFIXES, PROFILE_IMPLEMENTATIONS
+    from memmodel.implementations import IMPLEMENTATIONS
+    from memmodel.traffic import l2
+
+    assert PROFILE_IMPLEMENTATIONS == tuple(n for n in IMPLEMENTATIONS if n != "paper")
+    assert CAUSAL_CURVE_PREFIXES == tuple(p for c in l2.CAUSAL_CURVES.values() for p in c.prefixes())
+    assert l2.CAUSAL_CURVE_DIMS is CAUSAL_CURVE_DIMS
+
+
+def test_one_default_gpu(run):
+    """The GPU a command models when none is named is defined once (the hardware package's)."""
+    import json
+
+    from memmodel.hardware import DEFAULT_GPU
+    from memmodel.sweep import Grid
+
+    assert DEFAULT_GPU == "a100" and DEFAULT_GPU in available()
+    assert Grid(n=(1024,), d=(64,)).gpus == (DEFAULT_GPU,)
+    assert json.loads(run("compare", "--n", "256", "--d", "64", "--format", "json").stdout)["hardware"]["name"] == "a100"
+    assert "Default: a100." in " ".join(run("compare", "--help").stdout.split())
+
+
+def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
+    """``pip install .`` ships every profile of memmodel/hardware/profiles/ as package data, and
+    the installed package finds them by name."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "memmodel", src / "memmodel", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    cmd = [sys.executable, "-m", "pip", "wheel", str(src), "-w", str(tmp_path / "dist"), "--no-deps"]
+    subprocess.run([*cmd, "--no-build-isolation", "-q"], check=True, capture_output=True)
+    (wheel,) = (tmp_path / "dist").glob("memmodel-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    bundled = {f"memmodel/hardware/profiles/{p.name}" for p in PROFILES}
+    assert len(bundled) == 12 and bundled <= names
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    code = "from memmodel.hardware import available, bundled_dir; print(bundled_dir(), len(available()))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")}, capture_output=True, text=True
+    )
+    assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "12"], out.stderr

@@ -8,8 +8,7 @@ import json
 
 import pytest
 
-from memmodel.hardware import load_profile
-from memmodel.interconnect import Interconnect
+from memmodel.hardware import Interconnect, load_profile
 from memmodel.parallel import (
     CPCase,
     context_parallel,

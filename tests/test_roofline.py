@@ -13,7 +13,7 @@ from memmodel import Workload, compare, load_profile
 from memmodel.report.roofline import ROOFLINE_CSV_COLUMNS
 from memmodel.roofline import ceilings, ridge_points, roof_of, roofline
 
-from .conftest import REPO
+from .conftest import HARDWARE, REPO
 
 
 def test_a100_ceilings_come_from_the_profile():
@@ -188,7 +188,7 @@ def test_roofline_csv_has_every_record(run):
 
 def test_roofline_of_two_gpus(run, tmp_path):
     faster = tmp_path / "a100-fast.yaml"
-    text = (REPO / "hardware" / "a100.yaml").read_text()
+    text = (HARDWARE / "a100.yaml").read_text()
     faster.write_text(text.replace("name: a100", "name: a100-fast").replace("2039 GB/s", "3000 GB/s"))
     r = run("roofline", "--gpu", "a100", "--gpu", str(faster), "--format", "json")
     assert r.exit_code == 0, r.stderr

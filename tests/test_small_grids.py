@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from memmodel.calibration import fits
 from memmodel.calibration.figures import kernel_figures
 from memmodel.hardware import load_profile
-from memmodel.implementations import occupancy, options_for, tiles
+from memmodel.implementations import occupancy, tiles
 from memmodel.model import compare
+from memmodel.options import options_for
 from memmodel.timing import cta_tail_factor
 from memmodel.traffic.decode import choose_splits, num_splits_heuristic
 from memmodel.workload import Workload
@@ -126,15 +127,15 @@ def test_calibrate_writes_the_one_cta_share():
 
 def test_our_triton_kernel_runs_at_its_efficiency_at_the_tile_it_is_given():
     # the bundled h200 measured it at 64x64 and 128x64 on the long-loop reference
-    tiles = H200.implementation_tile_efficiency["triton"]
+    tiles = H200.implementation("triton").tile_efficiency
     assert set(tiles) == {(64, 64), (128, 64)}
-    default = H200.efficiency("triton", 128)
-    assert H200.efficiency("triton", 128, (128, 128)) == default  # its default tile at d = 128
-    assert H200.efficiency("triton", 128, (64, 64)) == dict(tiles[(64, 64)])[128]
+    default = H200.implementation("triton").efficiency_at(128)
+    assert H200.implementation("triton").efficiency_at(128, (128, 128)) == default  # its default tile at d = 128
+    assert H200.implementation("triton").efficiency_at(128, (64, 64)) == dict(tiles[(64, 64)])[128]
     # at d = 64, 128x64 is the default tile: the two figures agree
-    assert H200.efficiency("triton", 64, (128, 64)) == pytest.approx(H200.efficiency("triton", 64), abs=1e-3)
+    assert H200.implementation("triton").efficiency_at(64, (128, 64)) == pytest.approx(H200.implementation("triton").efficiency_at(64), abs=1e-3)
     # arrays of tiles take each element's figure
-    got = H200.efficiency("triton", 128, (np.array([64, 128]), np.array([64, 128])))
+    got = H200.implementation("triton").efficiency_at(128, (np.array([64, 128]), np.array([64, 128])))
     assert list(got) == [dict(tiles[(64, 64)])[128], default]
     w = Workload(n=131072, d=128, dtype="fp16")
     small = compare(w, H200, impl="triton", block_q=64, block_kv=64).tiled.timing.time_s
@@ -156,9 +157,9 @@ def test_a_tile_figure_reads_from_a_profile(tmp_path):
     import yaml
 
     p = parse_profile(yaml.safe_load(text), "x.yaml")
-    assert p.efficiency("triton", 128, (64, 64)) == 0.6
-    assert p.efficiency("triton", 64, (64, 64)) == 0.6  # one head dim: the figure for all
-    assert p.efficiency("triton", 128, (128, 64)) == 0.9  # a tile it was not measured at
+    assert p.implementation("triton").efficiency_at(128, (64, 64)) == 0.6
+    assert p.implementation("triton").efficiency_at(64, (64, 64)) == 0.6  # one head dim: the figure for all
+    assert p.implementation("triton").efficiency_at(128, (128, 64)) == 0.9  # a tile it was not measured at
 
 
 def test_an_overlapped_transfer_leaves_the_step_fewer_sms():

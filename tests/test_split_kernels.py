@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from memmodel.calibration import fits, plan
 from memmodel.hardware import load_profile, parse_profile
-from memmodel.implementations import options_for
 from memmodel.model import compare
+from memmodel.options import options_for
 from memmodel.workload import Workload
 
 from .conftest import REPO
@@ -153,7 +153,7 @@ def test_the_split_kernel_takes_its_own_efficiency():
     p = _with(split_efficiency={"value": {64: 0.5}, "source": "measured"})
     t0, _ = _kernels(base, w)
     t1, _ = _kernels(p, w)
-    eff = base.efficiency("sdpa-flash", 64)
+    eff = base.implementation("sdpa-flash").efficiency_at(64)
     # compute scales by (the forward kernel's efficiency) / 0.5
     assert t1["fa2_splitkv"].terms["compute"] == pytest.approx(t0["fa2_splitkv"].terms["compute"] * eff / 0.5)
 
@@ -174,9 +174,10 @@ def test_the_combine_adds_its_bytes_at_its_rate():
 
 def test_the_bundled_h200_has_the_split_figures():
     h200 = load_profile("h200")
-    assert h200.split_efficiency("sdpa-flash", 128) is not None
-    assert h200.split_cta_overhead("sdpa-flash", 128) > 0
-    assert "sdpa-flash" in h200.implementation_combine_bandwidth
+    split = h200.implementation("sdpa-flash").kernel(128, split=True)
+    assert split.efficiency is not None
+    assert split.split_cta_overhead_s > 0
+    assert h200.implementation("sdpa-flash").combine_bandwidth_bytes_per_s is not None
 
 
 def test_a_split_steps_occupancy_is_the_split_kernels_not_the_combines():

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from memmodel.calibration.figures import power_figures, settle
 from memmodel.hardware import ProfileError, load_profile, parse_profile
-from memmodel.implementations import Options, options_for, with_options
 from memmodel.model import compare
+from memmodel.options import Options, options_for, with_options
 from memmodel.timing import BENCHMARK_CALLS_BEFORE, clock_share
 from memmodel.workload import Workload, WorkloadError
 
@@ -95,8 +95,8 @@ def test_the_profile_refuses_a_share_above_one_or_a_reaction_time_of_zero():
         _profile(share=1.2)
     with pytest.raises(ProfileError, match="sustained_after"):
         _profile(reaction="0 ms")
-    assert _profile().sustained_share("sdpa-flash") == 0.9
-    assert _profile(reaction=None).sustained_share("sdpa-flash") is None  # no time to fall: not applied
+    assert _profile().implementation("sdpa-flash").clocks_fall[0] == 0.9
+    assert _profile(reaction=None).implementation("sdpa-flash").clocks_fall is None  # no time to fall: not applied
 
 
 def test_a_benchmark_loop_slows_only_where_its_calls_keep_the_gpu_busy_past_the_reaction():
@@ -164,7 +164,7 @@ def test_clocks_is_checked_and_on_the_cli(run):
         assert r.exit_code == 0, r.output
         times[clocks] = json.loads(r.stdout)["algorithms"][1]["predicted_time_s"]
     h200 = load_profile("h200")
-    share = h200.sustained_share("sdpa-cudnn")
+    share = h200.implementation("sdpa-cudnn").sustained_share
     assert share is not None and share < 1  # the bundled calibration measured it
     assert times["sustained"] > times["boost"]
     r = json.loads(run(*args, "--clocks", "sustained", "--format", "json").stdout)

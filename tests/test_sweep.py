@@ -13,7 +13,7 @@ from memmodel import Workload, compare, load_profile
 from memmodel.errors import WorkloadError
 from memmodel.sweep import MAX_CONFIGURATIONS, SWEEP_COLUMNS, Grid, evaluate, parse_values
 
-from .conftest import REPO
+from .conftest import HARDWARE, REPO
 
 
 @pytest.mark.parametrize(
@@ -225,7 +225,7 @@ def test_sweep_skips_what_cannot_run_and_says_so(run, tmp_path):
     assert "note: skipped 1 of 2 workloads where kv_heads does not divide heads" in r.stderr
     assert [row["kv_heads"] for row in csv.DictReader(io.StringIO(r.stdout))] == ["8", "8"]
     fp8 = tmp_path / "a100-fp8.yaml"
-    text = (REPO / "hardware" / "a100.yaml").read_text().replace("name: a100", "name: a100-fp8")
+    text = (HARDWARE / "a100.yaml").read_text().replace("name: a100", "name: a100-fp8")
     fp8.write_text(text.replace("  bf16:", "  fp8: {value: 624 TFLOP/s, source: datasheet}\n  bf16:"))
     r = run("sweep", "--n", "512", "--d", "64", "--gpu", f"a100,{fp8}", "--dtype", "fp16,fp8", "--format", "csv")
     assert r.exit_code == 0, r.stderr

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memmodel import compare
 from memmodel.backward import backward_tile_rule, backward_tiles
 from memmodel.cases import Case, parse_case
-from memmodel.cli.validate import ncu_trace
+from memmodel.cli.validate import _recorded_profile, ncu_trace
 from memmodel.errors import WorkloadError
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
@@ -37,7 +37,7 @@ from memmodel.validation import (
 )
 from memmodel.workload import Workload
 
-from .conftest import REPO
+from .conftest import HARDWARE, REPO
 
 A100 = load_profile("a100")
 H200 = load_profile("h200")
@@ -784,7 +784,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     the same measurements (the predictions follow the model as it is now)."""
     data = json.loads(path.read_text())
     csv = ncu_trace(path)
-    new = rescore(data, csv, load_profile(str(REPO / data["profile"]["path"])))
+    new = rescore(data, csv, _recorded_profile(data, str(path)))  # found as --rescore finds it
     keys = (
         "case",
         "kernel",
@@ -816,15 +816,15 @@ def test_earlier_records_rescore_exactly_as_before(path):
 
 
 def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch, tmp_path):
-    """A bundled profile is recorded as ``hardware/h200.yaml`` (relative to the folder validate
+    """A bundled profile is recorded as ``memmodel/hardware/profiles/h200.yaml`` (relative to the folder validate
     runs in), not as the measuring machine's absolute path, which no other checkout has."""
     monkeypatch.chdir(REPO)
-    assert profile_entry(load_profile("h200")) == {"name": "h200", "path": "hardware/h200.yaml"}
+    assert profile_entry(load_profile("h200")) == {"name": "h200", "path": "memmodel/hardware/profiles/h200.yaml"}
     assert profile_entry(load_profile("validation/h200/h200-calibrated.yaml"))["path"] == (
         "validation/h200/h200-calibrated.yaml"
     )
     monkeypatch.chdir(tmp_path)  # outside the repository: the path as it is
-    assert profile_entry(load_profile("h200"))["path"] == (REPO / "hardware" / "h200.yaml").as_posix()
+    assert profile_entry(load_profile("h200"))["path"] == (HARDWARE / "h200.yaml").as_posix()
     for record in FINAL:  # every committed record finds its profile from any checkout
         assert not Path(json.loads(record.read_text())["profile"]["path"]).is_absolute(), record.name
 
@@ -1079,13 +1079,11 @@ def test_backward_efficiency_cta_overhead_and_diagonal_cost_fitted_jointly():
     assert out["implementations.sdpa-flash.backward_masked_block_cost"][0] == {128: 0.4}
     assert "fitted jointly" in out["implementations.sdpa-flash.backward_efficiency"][1]
     # and the model takes them: a profile with the three figures times a backward kernel so
-    import dataclasses
-
-    fitted = dataclasses.replace(
-        H200,
-        implementation_backward_efficiency={"sdpa-flash": ((128, 0.5),)},
-        implementation_backward_cta_overhead={"sdpa-flash": ((128, 3e-6),)},
-        implementation_backward_masked_cost={"sdpa-flash": ((128, 0.4),)},
+    fitted = H200.with_implementation_figures(
+        "sdpa-flash",
+        backward_efficiency=((128, 0.5),),
+        backward_cta_overhead_s=((128, 3e-6),),
+        backward_masked_block_cost=((128, 0.4),),
     )
     real = cb.backward_reference_parts(fitted)("sdpa-flash", 8, 16, 2048, 128, True)
     w = Workload(n=2048, d=128, heads=16, batch=8, dtype="fp16", causal=True)
@@ -1152,7 +1150,7 @@ def test_dropout_rate_figures_and_their_use():
 def _profile_data_with(fields, impl):
     import yaml
 
-    data = yaml.safe_load((REPO / "hardware" / "h200.yaml").read_text())
+    data = yaml.safe_load((HARDWARE / "h200.yaml").read_text())
     data["implementations"][impl].update(fields)
     return data
 
@@ -1232,8 +1230,8 @@ def test_cutlass_dropout_backward_reads_and_writes_its_dq_workspace_from_hbm():
     # but the first key block's store it back. Per pass over the keys the workspace is
     # B·H·N·d·4 = 4·8·4096·128·4 = 67,108,864 bytes: loads 32 × that = 2,147,483,648, stores
     # 31 × that = 2,080,374,784, all from HBM (spills crowd the tiles out of L2)
-    from memmodel.implementations import options_for
     from memmodel.model import compare
+    from memmodel.options import options_for
     from memmodel.traffic.ledger import total
 
     h200 = load_profile("h200")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from memmodel import Workload, compare, load_profile
 from memmodel.cli import cli
-from memmodel.implementations import options_for
+from memmodel.options import options_for
 from memmodel.sweep import Grid, evaluate
 
 from .conftest import REPO

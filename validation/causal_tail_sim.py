@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 
 from memmodel import timing  # noqa: E402
 from memmodel.gpu.validate import rescore  # noqa: E402
-from memmodel.hardware import load_profile  # noqa: E402
+from memmodel.cli.validate import _recorded_profile  # noqa: E402
 
 RECORDS = (
     "validation/h200/probe-7/h200-cp-kernels.json",
@@ -87,7 +87,7 @@ ORIGINAL = timing.cta_tail_factor
 def rows(record: str) -> list[tuple[str, float, float]]:
     data = json.loads((REPO / record).read_text())
     csv = (REPO / record).with_suffix(".ncu.csv").read_text()
-    profile = load_profile(str(REPO / data["profile"]["path"]))
+    profile = _recorded_profile(data, str(REPO / record))  # found as --rescore finds it
     out = {}
     for label, fn in (("estimate", ORIGINAL), ("schedule", scheduled_tail)):
         timing.cta_tail_factor = fn

@@ -14,9 +14,10 @@ import numpy as np
 
 from ..cases import Case
 from ..hardware import Profile, interpolate_log2
-from ..implementations import options_for, padded_head_dim, with_options
+from ..implementations import padded_head_dim
 from ..implementations import tiles as tiles_for
 from ..model import compare
+from ..options import options_for, with_options
 from ..timing import kernel_time
 from ..validation import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels
 from ..workload import Workload
@@ -341,7 +342,7 @@ def _split_view(impl: str, w: Workload, profile: Profile) -> dict[str, float] | 
         return None
     t = next(k for k in c.tiled.timing.kernels if k.name == split.name)
     hd = padded_head_dim(impl, int(w.d))
-    eff = profile.split_efficiency(impl, hd) or profile.efficiency(impl, hd) or 1.0
+    eff = profile.implementation(impl).kernel(hd, split=True).efficiency or 1.0
     slots = max(float(split.concurrent_ctas), 1.0)
     return {
         "splits": float(c.tiled.traffic.params["splits"]),
@@ -561,13 +562,8 @@ def backward_reference_parts(profile: Profile) -> Predict:
     overhead or diagonal cost (``profile`` stripped of them): the fused backward kernel's
     compute time (its launch included), the other backward kernels' time, the fused kernel's
     CTA waves (CTAs per CTA slot) and the share of its blocks on the diagonal."""
-    from dataclasses import replace
-
-    bare = replace(
-        profile,
-        implementation_backward_efficiency={},
-        implementation_backward_cta_overhead={},
-        implementation_backward_masked_cost={},
+    bare = profile.with_implementation_figures(
+        backward_efficiency=(), backward_cta_overhead_s=(), backward_masked_block_cost=()
     )
 
     def parts(impl: str, b: int, h: int, n: int, d: int, causal: bool) -> dict[str, float]:

@@ -12,8 +12,10 @@ from typing import Any
 
 from .. import __version__
 from ..errors import MemmodelError, RuntimeFailure
-from ..hardware import _CURVES, _FIELDS, Profile, parse_profile
-from ..hardware import SCHEMA as PROFILE_SCHEMA
+from ..hardware import Profile, parse_profile
+from ..hardware.schema import CURVES as _CURVES
+from ..hardware.schema import FIELDS as _FIELDS
+from ..hardware.schema import SCHEMA as PROFILE_SCHEMA
 from ..units import UnitError, parse, quantity
 from . import fits
 from .figures import device_figures, measured_figures

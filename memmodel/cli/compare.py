@@ -52,8 +52,8 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     Example: memmodel compare --n 4096 --d 768
     """
     from .. import compare
-    from ..hardware import load_profile
-    from ..implementations import options_for
+    from ..hardware import DEFAULT_GPU, load_profile
+    from ..options import options_for
     from .parallel import pop_context_parallel, run_compare
 
     cp, scheme = pop_context_parallel(kw)
@@ -62,7 +62,7 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     if cp is not None:
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
-    for spec in gpu or ("a100",):
+    for spec in gpu or (DEFAULT_GPU,):
         profile = load_profile(spec)
         results.append(
             compare(workload, profile, options_for(impl, workload, profile, **opts), standard=standard_variant)

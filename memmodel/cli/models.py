@@ -12,7 +12,7 @@ from .options import Command, format_option
 def models_cmd(*, fmt: str) -> None:
     """The models --model NAME knows: query heads, key/value heads and head dimension, each read
     from the model's config.json (cited). --model also takes a Hugging Face config.json."""
-    from ..models import MODELS
+    from ..model_shapes import MODELS
     from . import terminal
 
     if fmt == "json":

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..hardware.schema import DEFAULT_GPU
 from ..implementations import CHOICES, CLOCK_MODES
 from ..workload import DTYPE_BYTES
 
@@ -163,7 +164,7 @@ def _gpu_list(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 
 def gpu_list_option(help_extra: str = "") -> Callable[[F], F]:
     """``--gpu``: one or more profiles, repeated or comma-separated (the same rule everywhere).
-    The command receives a tuple, empty when none was given (default: a100)."""
+    The command receives a tuple, empty when none was given (then :data:`DEFAULT_GPU`)."""
     return option(
         "--gpu",
         multiple=True,
@@ -172,7 +173,7 @@ def gpu_list_option(help_extra: str = "") -> Callable[[F], F]:
         shell_complete=complete_profile,
         help="Hardware profile: a bundled or user profile name (see 'memmodel hardware list') or a path to a YAML "
         f"file; several GPUs repeated (--gpu a100 --gpu h200) or comma-separated (--gpu a100,h200).{help_extra} "
-        "Default: a100.",
+        f"Default: {DEFAULT_GPU}.",
     )
 
 
@@ -340,7 +341,7 @@ def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[A
     says on stderr what was taken from where, and what the model has that memmodel does not model."""
     if not model:
         return heads, kv_heads, d
-    from ..models import load_model
+    from ..model_shapes import load_model
     from . import terminal
 
     shape = load_model(model)
@@ -381,8 +382,8 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
 
 def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Pop the model options: ``--impl`` (default ``auto``: the kernel PyTorch would run) and
-    the :class:`~memmodel.implementations.Options` fields. Give both to
-    :func:`memmodel.implementations.options_for` with the workload and each GPU's profile."""
+    the :class:`~memmodel.options.Options` fields. Give both to
+    :func:`memmodel.options.options_for` with the workload and each GPU's profile."""
     opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm", "clocks")}
     return kw.pop("impl", None) or "auto", opts
 

@@ -51,13 +51,13 @@ def run_compare(
     workload: Any, gpus: tuple[str, ...], impl: str, opts: dict[str, Any], p: int, scheme: str, standard: str, fmt: str
 ) -> None:
     from ..errors import WorkloadError
-    from ..hardware import load_profile
+    from ..hardware import DEFAULT_GPU, load_profile
     from ..parallel import context_parallel, to_dict
     from . import terminal
 
     if len(gpus) > 1:
         raise WorkloadError("--context-parallel takes one --gpu")
-    profile = load_profile(gpus[0] if gpus else "a100")
+    profile = load_profile(gpus[0] if gpus else DEFAULT_GPU)
     result = context_parallel(workload, profile, p, scheme, impl=impl, standard=standard, **opts)
     data = to_dict(result)
     if fmt == "json":
@@ -223,7 +223,7 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
 
     from ..errors import WorkloadError
     from ..fileio import atomic_open
-    from ..hardware import load_profile
+    from ..hardware import DEFAULT_GPU, load_profile
     from ..parallel import context_parallel, to_dict
     from ..workload import Workload
     from . import terminal
@@ -241,7 +241,7 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
         "heads": (1,),
         "kv_heads": (None,),
         "dtype": ("fp32",),
-        "gpu": ("a100",),
+        "gpu": (DEFAULT_GPU,),
         "causal": (False,),
         "impl": ("auto",),
         "backward": (False,),

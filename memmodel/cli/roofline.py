@@ -47,17 +47,17 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
     Example: memmodel roofline --gpu a100,h100-sxm --n 4096 --d 64 --dtype fp16 --plot roofline.png
     """
     from .. import compare
-    from ..hardware import load_profile
+    from ..hardware import DEFAULT_GPU, load_profile
     from ..roofline import roofline
     from .compare import check_comparisons
 
     check_outputs(force=force, plot=plot)
-    from ..implementations import options_for
+    from ..options import options_for
 
     workload = build_workload(kw, default_d=768)
     impl, opts = pop_model_options(kw)
     comparisons = []
-    for spec in gpu or ("a100",):
+    for spec in gpu or (DEFAULT_GPU,):
         profile = load_profile(spec)
         comparisons.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
     notes = check_comparisons(comparisons)

@@ -30,7 +30,7 @@ SCHEMA = "memmodel.validate/1"
 def profile_entry(profile: Profile) -> dict[str, Any]:
     """What a record says of its profile: the name, and the path relative to the current folder
     where the profile lies inside it (a bundled profile of the repository a record is measured
-    from: ``hardware/h200.yaml``, not the measuring machine's absolute path), so that the record
+    from: ``memmodel/hardware/profiles/h200.yaml``, not the measuring machine's absolute path), so that the record
     finds it again from another checkout."""
     if profile.path is None:
         return {"name": profile.name, "path": None}

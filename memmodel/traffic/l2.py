@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import intmath
+from ..hardware.schema import CAUSAL_CURVE_DIMS  # noqa: F401 - the head dims a profile's causal curves are at
 from ..intmath import IntLike
 
 L2_MODES = ("on", "cold", "off")
@@ -71,7 +72,6 @@ CAUSAL_CURVES = {
     ),
     "cudnn": CausalCurves("cudnn_causal_reuse", "one", (), "cudnn_causal_reuse_gqa"),
 }
-CAUSAL_CURVE_DIMS = (64, 96, 128, 256)
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,9 @@
 """The links between GPUs: a profile's ``interconnect:`` section and the time of a message.
 
-Figures (``hardware/*.yaml``, section ``interconnect``), each with its source:
-
-* ``bandwidth``: what one GPU can send per direction over its links, in total (NVLink 4: 18
-  links × 25 GB/s = 450 GB/s per direction, "900 GB/s" bidirectional on the datasheet).
-* ``topology``: ``switch`` (NVSwitch, or two GPUs joined directly: the whole bandwidth reaches
-  any one peer) or ``mesh`` (a direct link to each of ``peers`` GPUs, as MI300X's Infinity
-  Fabric: one peer gets ``bandwidth / peers``).
-* ``latency``: the fixed cost of one message (or one group of messages).
-* ``gpus_per_node``, ``inter_node_bandwidth``, ``inter_node_latency``: the node's size and the
-  per-GPU network link beyond it (P > gpus_per_node: modelled only).
-* ``send_recv_efficiency``, ``all_to_all_efficiency``, ``all_gather_efficiency``: curves from
-  message bytes to the share of ``bandwidth`` NCCL reaches (``memmodel calibrate --gpus 2``).
-  A measured curve is a measured time, latency included: where one is given the time of a
-  message is ``bytes / (bandwidth × efficiency(bytes))``; where none is, ``latency + bytes /
-  bandwidth`` (the alpha-beta model, which is optimistic for mid-size messages).
+Per GPU and direction: the links' bandwidth, a switch or a mesh of ``peers``, a fixed latency,
+the node's size and its network link, and NCCL's measured share of the bandwidth by message
+size per collective. With a measured curve a message takes ``bytes / (bandwidth × efficiency)``;
+without, ``latency + bytes / bandwidth``. The fields and their sources: docs/context-parallel.md.
 """
 
 from __future__ import annotations
@@ -50,8 +39,7 @@ class Interconnect:
     #: calibrate --gpus; 0: not measured, none taken)
     p2p_sms: int = 0
     #: SMs a kernel dispatched first must leave idle before NCCL's send/recv posted beside it
-    #: starts (measured by probe 10, validation/h200x2/probe-10; 0: not measured, the transfer
-    #: waits for the kernel's end)
+    #: starts (0: not measured, the transfer waits for the kernel's end)
     p2p_idle_sms: int = 0
 
     def peer_bandwidth_bytes_per_s(self) -> float:

@@ -1,0 +1,193 @@
+"""Derivation: the figures a profile lacks, carried over from a measured profile.
+
+``derive_from: h200`` fills every figure a sibling of the same architecture does not give by
+the rule of its field (:data:`DERIVE_RULES`); ``library_rates_from`` carries only the library
+kernels' rates across architectures. Each derived figure's note names its rule and inputs.
+Why each rule is what it is: docs/profiles.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from typing import Any
+
+from .. import units
+from .profile import Profile
+from .schema import FIELDS, field_error
+
+#: How each figure carries over from a base profile to a sibling of the same architecture
+#: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
+#: ``clock``: per clock (× clock); ``cycles``: a fixed number of cycles (× base clock /
+#: clock); ``hbm``: the same share of the datasheet HBM bandwidth; ``l2``: the same share of
+#: the L2; ``same``: dimensionless, or fixed in nanoseconds.
+DERIVE_RULES: tuple[tuple[str, str], ...] = (
+    ("compute.mma_sync.one_cta_share", "same"),
+    ("compute.*", "sm-clock"),
+    ("memory.l2.bandwidth", "sm-clock"),
+    ("memory.sram.bandwidth_per_sm", "clock"),
+    ("memory.l2.latency", "cycles"),
+    ("memory.sram.latency", "cycles"),
+    ("kernels.softmax.row_time", "cycles"),
+    ("implementations.*.cta_overhead", "cycles"),
+    ("implementations.*.backward_cta_overhead", "cycles"),
+    ("implementations.*.split_cta_overhead", "cycles"),
+    ("implementations.*.combine_time*", "cycles"),
+    ("memory.hbm.bandwidth", "hbm"),
+    ("memory.hbm.write_bandwidth", "hbm"),
+    ("kernels.*", "hbm"),
+    ("memory.l2.effective_capacity", "l2"),
+    ("memory.l2.reuse", "same"),
+    ("memory.l2.wave_drift", "same"),
+    ("memory.l2.causal_gqa_others", "same"),
+    ("memory.l2.causal_reuse_d*", "same"),
+    ("memory.l2.causal_reuse_h*_d*", "same"),
+    ("memory.l2.causal_reuse_gqa_d*", "same"),
+    ("memory.l2.cudnn_causal_reuse_d*", "same"),
+    ("memory.l2.cudnn_causal_reuse_gqa_d*", "same"),
+    ("memory.hbm.latency", "same"),
+    ("launch_overhead", "same"),
+    ("event_overhead", "same"),
+    ("implementations.*.sustained_share", "same"),
+    ("implementations.*.sustained_after", "same"),
+    ("implementations.*.efficiency", "same"),
+    ("implementations.*.split_efficiency", "same"),
+    ("implementations.*.uneven_efficiency", "same"),
+    ("implementations.*.combine_bandwidth", "hbm"),
+    ("implementations.*.efficiency_*", "same"),
+    ("implementations.*.backward_efficiency", "same"),
+    ("implementations.*.backward_masked_block_cost", "same"),
+    ("implementations.*.masked_block_cost", "same"),
+    ("implementations.*.dropout_rate", "sm-clock"),
+    ("implementations.*.backward_dropout_rate", "sm-clock"),
+    ("implementations.*.cta_bandwidth", "same"),
+    ("interconnect.*_efficiency", "same"),
+    ("interconnect.p2p_sms", "same"),
+    ("interconnect.p2p_idle_sms", "same"),
+)
+RULE_TEXT = {
+    "sm-clock": "per SM per clock, × SMs × clock",
+    "clock": "per clock, × clock",
+    "cycles": "the same cycles, × base clock / clock",
+    "hbm": "the same share of the datasheet HBM bandwidth",
+    "l2": "the same share of the L2",
+    "same": "carried over as is",
+}
+#: What a derived profile must give itself: the inputs of the rules
+_DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
+
+#: What ``library_rates_from`` carries across architectures: the rates of PyTorch's and
+#: cuBLAS' memory-bound library kernels (softmax, products over S, elementwise, dropout,
+#: reductions), as the same share of the datasheet HBM bandwidth
+LIBRARY_FIELDS = "kernels.*"
+
+
+def derive_rule(fpath: str) -> str | None:
+    """The rule (:data:`RULE_TEXT`'s keys) a figure carries over by; None: it does not."""
+    for pattern, rule in DERIVE_RULES:
+        if fnmatch.fnmatchcase(fpath, pattern):
+            return rule
+    return None
+
+
+def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: bool = False) -> dict[str, Any]:
+    """``data`` (a profile's YAML naming ``derive_from``) with every figure it lacks derived
+    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs.
+    ``library_only`` (``library_rates_from``, another architecture): only the library kernels'
+    rates (:data:`LIBRARY_FIELDS`), by the HBM rule; the datasheet HBM bandwidth is
+    ``memory.hbm.datasheet_bandwidth`` or, in a datasheet profile, ``memory.hbm.bandwidth``."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    for key in ("memory", "compute", "kernels", "implementations", "interconnect"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = _deep_copy(out[key])
+    needed = ("memory.hbm.datasheet_bandwidth",) if library_only else _DERIVE_INPUTS
+    key_name = "library_rates_from" if library_only else "derive_from"
+    inputs: dict[str, float] = {}
+    for fpath in needed:
+        given, raw = fpath, _raw_value(_leaf(data, fpath))
+        if raw is None and library_only:
+            given, raw = "memory.hbm.bandwidth", _raw_value(_leaf(data, "memory.hbm.bandwidth"))
+        if raw is None:
+            raise field_error(where, fpath, f"missing: a profile that derives from {base.name!r} must give it")
+        try:
+            inputs[fpath] = units.parse(raw, FIELDS[fpath][0])
+        except units.UnitError as exc:
+            raise field_error(where, given, str(exc)) from None
+    for fpath in needed:
+        if fpath not in base.figures:
+            raise field_error(where, key_name, f"{base.name!r} has no {fpath}, which derivation needs")
+    hbm = inputs["memory.hbm.datasheet_bandwidth"] / base.figures["memory.hbm.datasheet_bandwidth"]
+    if library_only:
+        scale = {"hbm": hbm}
+    else:
+        scale = {
+            "sm-clock": inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"]),
+            "clock": inputs["clock"] / base.figures["clock"],
+            "cycles": base.figures["clock"] / inputs["clock"],
+            "hbm": hbm,
+            "l2": inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"],
+            "same": 1.0,
+        }
+    derived_any = False
+    for fpath, value in base.figures.items():
+        rule = derive_rule(fpath)
+        if library_only and not (fnmatch.fnmatchcase(fpath, LIBRARY_FIELDS) and rule == "hbm"):
+            continue
+        if rule is None or _leaf(data, fpath) is not None:
+            continue
+        if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
+            continue  # a part without links of its own (H100 PCIe) takes no measured link curve
+        kind = FIELDS[fpath][0]
+        factor = scale[rule]
+        prov = base.provenance.get(fpath)
+        what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
+        if isinstance(value, tuple):  # a curve
+            new: Any = {x: units.quantity(y * factor, kind) for x, y in value}
+        else:
+            new = units.quantity(value * factor, kind)
+        note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
+        _put(out, fpath, {"value": new, "source": "derived", "note": note}, where)
+        derived_any = True
+    if derived_any:
+        sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
+        sources["derived"] = {
+            "title": (
+                f"library kernel rates carried from profile {base.name} ({base.full_name}) across architectures, "
+                "as the same share of the datasheet HBM bandwidth (docs/profiles.md)"
+                if library_only
+                else f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
+                "(docs/profiles.md)"
+            ),
+            "kind": "derived",
+        }
+        out["sources"] = sources
+    return out
+
+
+def _leaf(data: Mapping[str, Any], fpath: str) -> Any:
+    node: Any = data
+    for part in fpath.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _put(data: dict[str, Any], fpath: str, value: Any, where: str) -> None:
+    parts = fpath.split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise field_error(where, ".".join(parts[: i + 1]), "must be a mapping of fields")
+    node[parts[-1]] = value
+
+
+def _raw_value(raw: Any) -> Any:
+    return raw.get("value") if isinstance(raw, Mapping) and "value" in raw else raw
+
+
+def _deep_copy(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {k: _deep_copy(v) for k, v in node.items()}
+    return node

@@ -1,0 +1,149 @@
+"""Finding and reading profiles: a name or a path in, a :class:`~.profile.Profile` out.
+
+Anything with a path separator or a ``.yaml``/``.yml`` suffix is a file; a bare name is
+searched in ``$MEMMODEL_HARDWARE_PATH`` (``os.pathsep`` separated folders), then the user
+config folder (``$XDG_CONFIG_HOME/memmodel/hardware``, default ``~/.config/memmodel/hardware``),
+then the profiles bundled in this package (``profiles/``). Errors are :class:`ProfileError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProfileError
+from .derive import derive
+from .parse import parse_profile
+from .profile import Profile
+from .schema import field_error
+
+
+def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[str, ...] = ()) -> Profile:
+    """Read and validate one YAML profile file (deriving what it lacks from ``derive_from``)."""
+    import yaml  # local: keeps `import memmodel` light
+
+    from ..fileio import read_text
+
+    p = Path(path)
+    where = str(path)
+    text = read_text(path, limit=2**20, what="YAML file", error=ProfileError)  # profiles are a few kB
+    try:
+        # libyaml when present: the pure-Python parser alone takes ~15 ms of start-up
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        # say it in the pure-Python parser's words, so messages do not depend on libyaml
+        exc = _python_yaml_error(yaml, text) or exc
+        mark = getattr(exc, "problem_mark", None)
+        line = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise ProfileError(f"{where}: invalid YAML{line}: {problem}") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, AttributeError) as exc:  # PyYAML's constructors: 2024-13-45, !!int abc, 5000 digits
+        raise ProfileError(f"{where}: invalid YAML: a value cannot be read ({_shorten(str(exc))})") from None
+    for key, library_only in (("derive_from", False), ("library_rates_from", True)):
+        if isinstance(data, Mapping) and data.get(key) is not None:
+            base = _base_profile(data[key], key, where, p, _chain)
+            data = derive(data, where, base, library_only=library_only)
+    return parse_profile(data, where, path=p, origin=origin)
+
+
+def _base_profile(spec: object, key: str, where: str, path: Path, chain: tuple[str, ...]) -> Profile:
+    """The profile ``key`` (``derive_from``, ``library_rates_from``) names: a name on the search
+    path or a file (relative to ``path``'s folder); refuses a cycle."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise field_error(where, key, "must name a profile (e.g. h200) or a path to one")
+    me = str(path.resolve())
+    if me in chain or len(chain) > 8:
+        raise field_error(where, key, f"{spec!r} derives, directly or not, from this profile: a cycle")
+    if is_path(spec):
+        spec_path = Path(spec).expanduser()
+        return load_file(spec_path if spec_path.is_absolute() else path.parent / spec_path, _chain=(*chain, me))
+    return load_profile(spec, _chain=(*chain, me))
+
+
+def _python_yaml_error(yaml: Any, text: str) -> Exception | None:
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return exc
+    except (RecursionError, ValueError, TypeError, AttributeError):
+        return None
+    return None
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def bundled_dir() -> Path:
+    """Folder of the profiles shipped with memmodel (package data of this package)."""
+    folder = Path(__file__).resolve().parent / "profiles"
+    if folder.is_dir() and any(folder.glob("*.yaml")):
+        return folder
+    raise ProfileError("the bundled hardware profiles are missing from this installation")  # pragma: no cover
+
+
+def user_dir() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "memmodel" / "hardware"
+
+
+def search_dirs() -> list[tuple[str, Path]]:
+    """(origin, folder) in lookup order: $MEMMODEL_HARDWARE_PATH, user config, bundled."""
+    dirs: list[tuple[str, Path]] = []
+    for part in os.environ.get("MEMMODEL_HARDWARE_PATH", "").split(os.pathsep):
+        if part.strip():
+            dirs.append(("env", Path(part).expanduser()))
+    dirs.append(("user", user_dir()))
+    dirs.append(("bundled", bundled_dir()))
+    return dirs
+
+
+def available() -> dict[str, tuple[str, Path]]:
+    """Profile name (file stem) -> (origin, path); earlier folders shadow later ones."""
+    found: dict[str, tuple[str, Path]] = {}
+    for origin, folder in search_dirs():
+        if not folder.is_dir():
+            continue
+        for file in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+            found.setdefault(file.stem, (origin, file))
+    return dict(sorted(found.items()))
+
+
+def is_path(spec: str) -> bool:
+    return os.sep in spec or "/" in spec or spec.endswith((".yaml", ".yml"))
+
+
+def load_profile(spec: str | os.PathLike[str], _chain: tuple[str, ...] = ()) -> Profile:
+    """A profile by bundled/user name (``a100``) or by path (``./mine.yaml``)."""
+    text = os.fspath(spec)
+    if is_path(text):
+        return load_file(text, _chain=_chain)
+    names = available()
+    key = text.strip().lower()
+    if key in names:
+        origin, file = names[key]
+        return load_file(file, origin=origin, _chain=_chain)
+    close = _suggest(key, list(names))
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    raise ProfileError(f"unknown GPU {text!r}: {hint}known: {', '.join(names)} (or give a path to a YAML profile)")
+
+
+def _suggest(key: str, names: list[str]) -> list[str]:
+    """Names close to ``key``: the same but for separators (h100sxm), those it begins (h100 ->
+    h100-pcie, h100-sxm), else difflib's closest."""
+
+    def norm(text: str) -> str:
+        return "".join(ch for ch in text.lower() if ch.isalnum())
+
+    same = [n for n in names if norm(n) == norm(key)]
+    if same:
+        return same[:1]
+    starts = [n for n in names if norm(key) and norm(n).startswith(norm(key))]
+    if 0 < len(starts) <= 3:
+        return starts
+    return difflib.get_close_matches(key, names, n=1, cutoff=0.5)

@@ -1,0 +1,404 @@
+"""Parsing: a profile's YAML mapping, validated, into a :class:`~.profile.Profile`.
+
+Unknown keys are refused with the closest allowed one; every number is read by
+:func:`memmodel.units.parse` for its field's kind and checked against plausibility floors;
+errors read ``file -> field: message`` (:func:`.schema.field_error`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from .. import units
+from .interconnect import COLLECTIVES, TOPOLOGIES, Interconnect
+from .profile import (
+    SOURCE_KINDS,
+    Curve,
+    ImplementationFigures,
+    KernelRates,
+    MemoryLevel,
+    Profile,
+    Provenance,
+    Source,
+    Sram,
+)
+from .schema import (
+    COMPUTE_DTYPES,
+    CURVES,
+    FIELDS,
+    FLOORS,
+    IMPLEMENTATION_CURVES,
+    IMPLEMENTATION_VALUES,
+    MAX_EFFICIENCY,
+    MMA_SYNC_DTYPES,
+    PROFILE_IMPLEMENTATIONS,
+    SCALAR_OR_CURVE,
+    SCHEMA,
+    SECTIONS,
+    SHARES_OF_ONE,
+    TEXT_FIELDS,
+    TILE_EFFICIENCY_TILES,
+    ZERO_ALLOWED,
+    allowed_children,
+    field_error,
+)
+
+
+def _walk(data: Mapping[str, Any], prefix: str, where: str) -> Iterator[tuple[str, Any]]:
+    """Yield (path, value) for every leaf; refuse unknown keys with a suggestion."""
+    allowed = allowed_children(prefix)
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if path == "sources":  # checked by _parse_sources
+            continue
+        if not isinstance(key, str) or key not in allowed:
+            hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(sorted(allowed))})"
+            raise field_error(where, path, f"unknown key{extra}")
+        if path in SECTIONS:
+            if not isinstance(value, Mapping):
+                raise field_error(where, path, "must be a mapping of fields")
+            yield from _walk(value, path, where)
+        else:
+            yield path, value
+
+
+def parse_profile(data: object, where: str = "<profile>", *, path: Path | None = None, origin: str = "file") -> Profile:
+    """Validate parsed YAML and build a :class:`Profile`. ``where`` names the file in errors."""
+    if not isinstance(data, Mapping):
+        raise field_error(where, "", "a profile must be a YAML mapping (name:, memory:, compute:, ...)")
+    sources = _parse_sources(data.get("sources"), where)
+    values: dict[str, float] = {}
+    curves: dict[str, Curve] = {}
+    texts: dict[str, str] = {}
+    provenance: dict[str, Provenance] = {}
+    for fpath, raw in _walk(data, "", where):
+        if fpath in TEXT_FIELDS:
+            if not isinstance(raw, str) or not raw.strip():
+                raise field_error(where, fpath, "must be a non-empty string")
+            texts[fpath] = raw.strip()
+            continue
+        kind = FIELDS[fpath][0]
+        source = note = None
+        if fpath in CURVES and isinstance(raw, Mapping) and "value" not in raw:
+            raw = {"value": raw}  # a bare curve: {64: 0.9, 128: 0.8}
+        if isinstance(raw, Mapping):
+            extra = set(raw) - {"value", "source", "note"}
+            if extra:
+                raise field_error(
+                    where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: value, source, note)"
+                )
+            if "value" not in raw:
+                raise field_error(where, fpath, "missing 'value'")
+            source, note, raw = raw.get("source"), raw.get("note"), raw["value"]
+            if source is not None and (not isinstance(source, str) or source not in sources):
+                known = ", ".join(sources) or "none are defined under 'sources'"
+                raise field_error(where, fpath, f"source {source!r} is not listed under 'sources' ({known})")
+            if note is not None and not isinstance(note, str):
+                raise field_error(where, fpath, "note must be a string")
+        source_kind = sources[source].kind if source is not None else None
+        if fpath in SCALAR_OR_CURVE and not isinstance(raw, Mapping):
+            # one figure for every head dim (profiles written before it was measured per head dim)
+            try:
+                curves[fpath] = ((1, units.parse(raw, kind)),)
+            except units.UnitError as exc:
+                raise field_error(where, fpath, str(exc)) from None
+            provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
+            continue
+        if fpath in CURVES:
+            curves[fpath] = _parse_curve(raw, kind, CURVES[fpath], where, fpath)
+            provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
+            continue
+        try:
+            values[fpath] = units.parse(raw, kind)
+        except units.UnitError as exc:
+            raise field_error(where, fpath, str(exc)) from None
+        provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
+    for fpath, (_, required) in FIELDS.items():
+        if required and fpath not in values:
+            raise field_error(where, fpath, f"missing (expected {units.EXAMPLES[FIELDS[fpath][0]]})")
+    for fpath, required in TEXT_FIELDS.items():
+        if required and fpath not in texts:
+            raise field_error(where, fpath, "missing (a non-empty string)")
+    if "schema" in texts and texts["schema"] != SCHEMA:
+        raise field_error(where, "schema", f"{texts['schema']!r} is not supported (expected {SCHEMA!r})")
+
+    sm_count = int(values["sm_count"])
+    hbm = MemoryLevel(
+        "hbm", values["memory.hbm.capacity"], values["memory.hbm.bandwidth"], values["memory.hbm.latency"]
+    )
+    l2 = MemoryLevel(
+        "l2",
+        values["memory.l2.capacity"],
+        values["memory.l2.bandwidth"],
+        values["memory.l2.latency"],
+        values.get("memory.l2.effective_capacity"),
+    )
+    sram = Sram(
+        values["memory.sram.capacity_per_sm"],
+        values["memory.sram.bandwidth_per_sm"],
+        values["memory.sram.latency"],
+        sm_count,
+    )
+    _check_floors(where, values, provenance)
+    _check_consistency(where, hbm, l2, sram)
+    compute = {d: values[f"compute.{d}"] for d in COMPUTE_DTYPES if f"compute.{d}" in values}
+    return Profile(
+        name=texts["name"],
+        full_name=texts["full_name"],
+        vendor=texts["vendor"],
+        architecture=texts["architecture"],
+        sm_count=sm_count,
+        clock_hz=values.get("clock"),
+        hbm=hbm,
+        l2=l2,
+        sram=sram,
+        compute_flops_per_s=compute,
+        exp_ops_per_s=values.get("compute.exp"),
+        launch_overhead_s=values.get("launch_overhead"),
+        event_overhead_s=values.get("event_overhead"),
+        sources=sources,
+        provenance=provenance,
+        path=path,
+        origin=origin,
+        mma_sync_flops_per_s={
+            d: values[f"compute.mma_sync.{d}"] for d in MMA_SYNC_DTYPES if f"compute.mma_sync.{d}" in values
+        },
+        mma_sync_one_cta_share=values.get("compute.mma_sync.one_cta_share"),
+        kernel_rates=KernelRates(
+            gemm_read_bytes_per_s=values.get("kernels.gemm.read_bandwidth"),
+            gemm_write_bytes_per_s=values.get("kernels.gemm.write_bandwidth"),
+            softmax_bytes_per_s=curves.get("kernels.softmax.bandwidth", ()),
+            softmax_row_time_s=values.get("kernels.softmax.row_time"),
+            elementwise_bytes_per_s=values.get("kernels.elementwise.bandwidth"),
+            gemm_unaligned_read_bytes_per_s=curves.get("kernels.gemm.unaligned_read_bandwidth", ()),
+            gemm_unaligned_write_bytes_per_s=curves.get("kernels.gemm.unaligned_write_bandwidth", ()),
+            softmax_unaligned_bytes_per_s=curves.get("kernels.softmax.unaligned_bandwidth", ()),
+            softmax_masked_bytes_per_s=curves.get("kernels.softmax.masked_bandwidth", ()),
+            softmax_backward_bytes_per_s=curves.get("kernels.softmax_backward.bandwidth", ()),
+            dropout_bytes_per_s=values.get("kernels.dropout.bandwidth"),
+            dropout_backward_bytes_per_s=values.get("kernels.dropout_backward.bandwidth"),
+            elementwise_backward_bytes_per_s=values.get("kernels.elementwise_backward.bandwidth"),
+            scale_bytes_per_s=values.get("kernels.scale.bandwidth"),
+            copy_bytes_per_s=values.get("kernels.copy.bandwidth"),
+            reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
+        ),
+        implementation_figures=_implementation_figures(values, curves),
+        compute_capability=texts.get("compute_capability"),
+        derived_from=texts.get("derive_from"),
+        figures={**values, **curves},
+        interconnect=_interconnect(where, values, curves, texts),
+    )
+
+
+def _interconnect(
+    where: str, values: Mapping[str, float], curves: Mapping[str, Any], texts: Mapping[str, str]
+) -> Interconnect | None:
+    """The ``interconnect:`` section, or None where the profile has none (its bandwidth is required)."""
+    given = [k for k in (*values, *curves, *texts) if k.startswith("interconnect.")]
+    if not given:
+        return None
+    if "interconnect.bandwidth" not in values:
+        raise field_error(where, "interconnect.bandwidth", "missing (per GPU, per direction, e.g. 450 GB/s)")
+    topology = texts.get("interconnect.topology", "switch")
+    if topology not in TOPOLOGIES:
+        raise field_error(where, "interconnect.topology", f"{topology!r} is not one of {', '.join(TOPOLOGIES)}")
+    peers = values.get("interconnect.peers")
+    if topology == "mesh" and not peers:
+        raise field_error(where, "interconnect.peers", "missing: a mesh splits its bandwidth over this many peers")
+    gpn = values.get("interconnect.gpus_per_node")
+    return Interconnect(
+        bandwidth_bytes_per_s=values["interconnect.bandwidth"],
+        latency_s=values.get("interconnect.latency", 0.0),
+        topology=topology,
+        peers=int(peers) if peers else None,
+        gpus_per_node=int(gpn) if gpn else None,
+        inter_node_bandwidth_bytes_per_s=values.get("interconnect.inter_node_bandwidth"),
+        inter_node_latency_s=values.get("interconnect.inter_node_latency"),
+        **{f"{c}_efficiency": curves.get(f"interconnect.{c}_efficiency", ()) for c in COLLECTIVES},
+        p2p_sms=int(values.get("interconnect.p2p_sms", 0)),
+        p2p_idle_sms=int(values.get("interconnect.p2p_idle_sms", 0)),
+    )
+
+
+def _implementation_figures(
+    values: Mapping[str, float], curves: Mapping[str, Curve]
+) -> dict[str, ImplementationFigures]:
+    """``implementations.<name>.*`` as one :class:`ImplementationFigures` per implementation
+    that has any figure, in :data:`PROFILE_IMPLEMENTATIONS` order."""
+    out: dict[str, ImplementationFigures] = {}
+    for name in PROFILE_IMPLEMENTATIONS:
+        prefix = f"implementations.{name}."
+        given: dict[str, Any] = {
+            attr: curves[prefix + leaf] for leaf, attr in IMPLEMENTATION_CURVES.items() if prefix + leaf in curves
+        }
+        given.update(
+            {attr: values[prefix + leaf] for leaf, attr in IMPLEMENTATION_VALUES.items() if prefix + leaf in values}
+        )
+        tiles = {
+            (a, b): curves[f"{prefix}efficiency_{a}x{b}"]
+            for a, b in TILE_EFFICIENCY_TILES
+            if f"{prefix}efficiency_{a}x{b}" in curves
+        }
+        if tiles:
+            given["tile_efficiency"] = tiles
+        if prefix + "combine_time" in values or prefix + "combine_time_per_split" in values:
+            given["combine_time_s"] = (
+                values.get(prefix + "combine_time", 0.0),
+                values.get(prefix + "combine_time_per_split", 0.0),
+            )
+        if given:
+            out[name] = ImplementationFigures(name, **given)
+    return out
+
+
+def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath: str) -> Curve:
+    """A curve ``{whole number: value}``, sorted by key; values checked like plain fields."""
+    keys = "{64: ..., 128: ...}" if key_name == "head dim" else "{1024: ..., 4096: ...}"
+    example = f"a mapping from {key_name} to {units.EXAMPLES[kind]}, e.g. {keys}"
+    if not isinstance(raw, Mapping) or not raw:
+        raise field_error(where, fpath, f"expected {example}")
+    points = []
+    for key, value in raw.items():
+        if isinstance(key, bool) or not isinstance(key, int) or key < 1:
+            raise field_error(
+                where, fpath, f"key {key!r} is not a positive whole number ({key_name}); expected {example}"
+            )
+        try:
+            # a miss share may be 0 (every re-read hits); other figures must be positive
+            y = 0.0 if fpath in ZERO_ALLOWED and _reads_as_zero(value) else units.parse(value, kind)
+        except units.UnitError as exc:
+            raise field_error(where, f"{fpath}.{key}", str(exc)) from None
+        floor = FLOORS.get(kind)
+        if floor is not None and y < floor[0]:
+            raise field_error(where, f"{fpath}.{key}", f"{value!r} is below {floor[1]}: not a plausible GPU figure")
+        if fpath in ZERO_ALLOWED and y > 1.0:  # a share of re-reads that miss
+            raise field_error(where, f"{fpath}.{key}", f"{value!r} is above 1: a miss share is between 0 and 1")
+        if fpath in SHARES_OF_ONE and y > 1.0:
+            raise field_error(where, f"{fpath}.{key}", f"{value!r} is above 1: {SHARES_OF_ONE[fpath]}")
+        if kind == "ratio" and y > MAX_EFFICIENCY:
+            raise field_error(
+                where, f"{fpath}.{key}", f"{value!r} is above {MAX_EFFICIENCY:g}: not a plausible efficiency"
+            )
+        points.append((key, y))
+    return tuple(sorted(points))
+
+
+def _reads_as_zero(value: object) -> bool:
+    """0, or a zero written as text, bare or as a percentage."""
+    if isinstance(value, str):
+        return value.strip().removesuffix("%").strip() == "0"
+    return value in (0, 0.0)
+
+
+def _parse_sources(raw: object, where: str) -> dict[str, Source]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise field_error(where, "sources", "must map a source id to {title:, url:, kind:}")
+    out = {}
+    for key, entry in raw.items():
+        fpath = f"sources.{key}"
+        if isinstance(entry, str) and entry.strip():
+            out[str(key)] = Source(str(key), entry.strip())
+            continue
+        if not isinstance(entry, Mapping):
+            raise field_error(where, fpath, "must be a title string or {title:, url:, kind:}")
+        allowed = {"title", "url", "kind", "machine", "date", "command"}
+        extra = set(entry) - allowed
+        if extra:
+            raise field_error(
+                where, fpath, f"unknown key {sorted(map(str, extra))[0]!r} (allowed: {', '.join(sorted(allowed))})"
+            )
+        title, url = entry.get("title"), entry.get("url")
+        if not isinstance(title, str) or not title.strip():
+            raise field_error(where, f"{fpath}.title", "missing (a non-empty string)")
+        for name in ("url", "machine", "date", "command"):
+            if entry.get(name) is not None and not isinstance(entry.get(name), str):
+                raise field_error(where, f"{fpath}.{name}", "must be a string")
+        kind = entry.get("kind")
+        if kind is not None and kind not in SOURCE_KINDS:
+            raise field_error(where, f"{fpath}.kind", f"{kind!r} is not one of {', '.join(SOURCE_KINDS)}")
+        out[str(key)] = Source(
+            str(key),
+            title.strip(),
+            url,
+            kind,
+            entry.get("machine"),
+            None if entry.get("date") is None else str(entry.get("date")),
+            entry.get("command"),
+        )
+    return out
+
+
+def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[str, Provenance]) -> None:
+    for fpath, value in values.items():
+        floor = FLOORS.get(FIELDS[fpath][0])
+        if floor is not None and value < floor[0]:
+            raise field_error(
+                where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure"
+            )
+        if FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")
+    share = values.get("compute.mma_sync.one_cta_share")
+    if share is not None and share > 1:
+        text = provenance["compute.mma_sync.one_cta_share"].text
+        raise field_error(where, "compute.mma_sync.one_cta_share", f"{text!r} is above 1: one CTA cannot outrun two")
+    for fpath in (f for f in values if f.endswith(".sustained_share")):
+        if not 0 < values[fpath] <= 1:
+            text = provenance[fpath].text
+            raise field_error(where, fpath, f"{text!r} is not in (0, 1]: a share of the rate before the clocks fall")
+    for fpath in (f for f in values if f.endswith(".sustained_after")):
+        if values[fpath] <= 0:
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
+    held = values.get("interconnect.p2p_sms")
+    if held is not None and held >= values["sm_count"]:
+        text = provenance["interconnect.p2p_sms"].text
+        raise field_error(
+            where, "interconnect.p2p_sms", f"{text!r} leaves no SM of the {values['sm_count']:g} for the compute"
+        )
+    idle = values.get("interconnect.p2p_idle_sms")
+    if idle is not None and idle > values["sm_count"]:
+        text = provenance["interconnect.p2p_idle_sms"].text
+        raise field_error(where, "interconnect.p2p_idle_sms", f"{text!r} is more than the {values['sm_count']:g} SMs")
+    if values["memory.sram.capacity_per_sm"] < 1024:
+        text = provenance["memory.sram.capacity_per_sm"].text
+        raise field_error(
+            where,
+            "memory.sram.capacity_per_sm",
+            f"{text!r} cannot hold a tile (at least 1 KiB; GPUs have 16 KiB or more)",
+        )
+
+
+def _check_consistency(where: str, hbm: MemoryLevel, l2: MemoryLevel, sram: Sram) -> None:
+    if l2.capacity_bytes >= hbm.capacity_bytes:
+        raise field_error(
+            where,
+            "memory.l2.capacity",
+            f"{units.format_bytes(l2.capacity_bytes)} is not smaller than HBM "
+            f"({units.format_bytes(hbm.capacity_bytes)})",
+        )
+    if l2.effective_capacity_bytes is not None and l2.effective_capacity_bytes > l2.capacity_bytes:
+        raise field_error(where, "memory.l2.effective_capacity", "is larger than memory.l2.capacity")
+    if sram.capacity_per_sm_bytes * sram.sm_count > 4 * l2.capacity_bytes + hbm.capacity_bytes:
+        raise field_error(
+            where, "memory.sram.capacity_per_sm", "times sm_count exceeds any plausible chip"
+        )  # pragma: no cover
+    if sram.capacity_per_sm_bytes >= l2.capacity_bytes:
+        raise field_error(
+            where,
+            "memory.sram.capacity_per_sm",
+            f"{units.format_bytes(sram.capacity_per_sm_bytes, binary=True)} per SM is not smaller than L2 "
+            f"({units.format_bytes(l2.capacity_bytes, binary=True)})",
+        )
+    for name, value in (("hbm", hbm.latency_s), ("l2", l2.latency_s), ("sram", sram.latency_s)):
+        if value > 1e-3:
+            raise field_error(
+                where, f"memory.{name}.latency", f"{value * 1e9:.0f} ns is not a plausible memory latency (under 1 ms)"
+            )
+    if not math.isfinite(sram.bandwidth_bytes_per_s):  # pragma: no cover - parse() refuses inf
+        raise field_error(where, "memory.sram.bandwidth_per_sm", "must be finite")

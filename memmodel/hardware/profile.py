@@ -1,0 +1,389 @@
+"""A GPU as the model sees it: frozen dataclasses whose field names carry their units.
+
+:class:`Profile` is one GPU; its figures per attention implementation are one
+:class:`ImplementationFigures` each (:meth:`Profile.implementation`), empty where the profile
+measured nothing. Curves are ``((key, value), ...)`` sorted by key, read by
+:func:`interpolate_log2`. Where each figure comes from is :attr:`Profile.provenance`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ProfileError
+from .interconnect import Interconnect
+
+#: a measured curve: ((key, value), ...) sorted by key (a head dim, a row length, ...)
+Curve = tuple[tuple[int, float], ...]
+
+
+def interpolate_log2(curve: Curve, x: Any) -> Any:
+    """``curve`` (sorted (x, y) points) at ``x`` (a number or an array), linear in log2(x)
+    between points, the end point's value outside them; None for an empty curve."""
+    if not curve:
+        return None
+    xs = np.log2([p[0] for p in curve])
+    ys = np.array([p[1] for p in curve])
+    arr = np.asarray(x)
+    if arr.ndim and arr.size > _LUT_MIN_SIZE and arr.dtype.kind in "iuf":
+        # a grid's column of whole numbers (head dims, mostly): the curve at each value up to
+        # the largest, looked up (the same arithmetic on each value, in a fraction of the time)
+        hi, lo = arr.max(), arr.min()
+        if 0 <= lo and hi <= _LUT_MAX:
+            whole = arr if arr.dtype.kind in "iu" else arr.astype(np.int64)
+            if whole is arr or np.array_equal(whole, arr):
+                table = np.interp(np.log2(np.maximum(np.arange(int(hi) + 1, dtype=np.float64), 1.0)), xs, ys)
+                return table[whole]
+    out = np.interp(np.log2(np.maximum(np.asarray(arr, dtype=np.float64), 1.0)), xs, ys)
+    return float(out) if out.ndim == 0 else out
+
+
+#: :func:`interpolate_log2` looks whole numbers up in a table for arrays longer than this, of
+#: values up to the second
+_LUT_MIN_SIZE, _LUT_MAX = 4096, 4096
+
+
+@dataclass(frozen=True)
+class MemoryLevel:
+    """A memory level shared by the whole chip (HBM, L2)."""
+
+    name: str
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    #: Capacity that one data set can use (e.g. one L2 partition's share on H100/H200).
+    effective_capacity_bytes: float | None = None
+    #: Bandwidth for writes, where it differs from reads (measured by calibrate)
+    write_bandwidth_bytes_per_s: float | None = None
+
+    @property
+    def usable_capacity_bytes(self) -> float:
+        return self.effective_capacity_bytes or self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class Sram:
+    """On-chip shared memory: figures are per SM; aggregates are derived, never stored."""
+
+    capacity_per_sm_bytes: float
+    bandwidth_per_sm_bytes_per_s: float
+    latency_s: float
+    sm_count: int
+
+    @property
+    def capacity_bytes(self) -> float:
+        return self.capacity_per_sm_bytes * self.sm_count
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_per_sm_bytes_per_s * self.sm_count
+
+
+@dataclass(frozen=True)
+class KernelRates:
+    """What library kernels reach on this GPU, measured by ``memmodel calibrate``.
+
+    Each figure is optional; where one is missing the time model uses the raw ceilings.
+    """
+
+    #: HBM bandwidth of cuBLAS products whose traffic is mostly reads (``PV``: an N×N operand)
+    gemm_read_bytes_per_s: float | None = None
+    #: HBM bandwidth of cuBLAS products whose traffic is mostly writes (``QKᵀ``: an N×N output)
+    gemm_write_bytes_per_s: float | None = None
+    #: bandwidth of the framework's softmax over the last dimension, by row length (many rows)
+    softmax_bytes_per_s: Curve = ()
+    #: time of the framework's softmax over one wave of long rows (a block per row, two per
+    #: SM): no softmax kernel of fewer rows is shorter, its blocks' passes run one after another
+    softmax_row_time_s: float | None = None
+    #: bandwidth of the framework's elementwise kernels (``masked_fill_``, dropout)
+    elementwise_bytes_per_s: float | None = None
+    #: cuBLAS products over N×N_kv operands whose rows are not a multiple of 16 bytes, by head
+    #: dim (one figure: the same at every head dim)
+    gemm_unaligned_read_bytes_per_s: Curve = ()
+    gemm_unaligned_write_bytes_per_s: Curve = ()
+    #: the softmax over rows that are not a multiple of 16 bytes, by row length
+    softmax_unaligned_bytes_per_s: Curve = ()
+    #: the softmax over causally masked scores (−∞ above the diagonal), by row length
+    softmax_masked_bytes_per_s: Curve = ()
+    #: autograd's softmax gradient (``_softmax_backward_data``), by row length
+    softmax_backward_bytes_per_s: Curve = ()
+    #: ``native_dropout`` (P in; P' and a one-byte mask out) and its backward
+    dropout_bytes_per_s: float | None = None
+    dropout_backward_bytes_per_s: float | None = None
+    #: the backward pass's elementwise kernels (the scale's and the mask's gradients)
+    elementwise_backward_bytes_per_s: float | None = None
+    #: ATen's vectorised elementwise kernel multiplying a tensor by a scalar (``s * c``)
+    scale_bytes_per_s: float | None = None
+    #: a device-to-device copy of a tensor (``clone``: ``cudaMemcpyAsync``)
+    copy_bytes_per_s: float | None = None
+    #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
+    reduction_bytes_per_s: float | None = None
+
+    def gemm_unaligned_read_rate(self, head_dim: Any) -> Any:
+        """The unaligned ``PV``-shaped rate at ``head_dim`` (linear in log2 between measured
+        head dims, clamped at the ends); None where not measured."""
+        return interpolate_log2(self.gemm_unaligned_read_bytes_per_s, head_dim)
+
+    def gemm_unaligned_write_rate(self, head_dim: Any) -> Any:
+        """The unaligned ``QKᵀ``-shaped rate at ``head_dim``; None where not measured."""
+        return interpolate_log2(self.gemm_unaligned_write_bytes_per_s, head_dim)
+
+    def softmax_unaligned_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_unaligned_bytes_per_s, row_length)
+
+    def softmax_masked_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_masked_bytes_per_s, row_length)
+
+    def softmax_backward_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_backward_bytes_per_s, row_length)
+
+    def softmax_rate(self, row_length: Any) -> Any:
+        """Softmax bandwidth at ``row_length``: the curve, linear in log2(row length) between
+        measured points, the end point's figure outside them."""
+        return interpolate_log2(self.softmax_bytes_per_s, row_length)
+
+
+@dataclass(frozen=True)
+class KernelFigures:
+    """One fused kernel's measured figures at its head dim (:meth:`ImplementationFigures.kernel`):
+    numbers or arrays (a grid's head dims); None where not measured or not the kernel's."""
+
+    #: the share of the model's compute rate the kernel reaches
+    efficiency: Any = None
+    #: what a head dim no kernel is built for keeps of the built one's rate (asked for only)
+    uneven_efficiency: Any = None
+    #: extra cost of a block on the causal diagonal, in plain blocks
+    masked_block_cost: Any = None
+    #: scores per second whose dropout the kernel pays extra time for
+    dropout_scores_per_s: Any = None
+    #: what a CTA costs beyond its blocks, per CTA slot (not split-KV kernels)
+    cta_overhead_s: Any = None
+    #: what one split-KV CTA streams (split-KV kernels)
+    cta_bandwidth_bytes_per_s: Any = None
+    #: what a wave of split-KV CTAs costs beyond their blocks (split-KV kernels)
+    split_cta_overhead_s: Any = None
+
+
+@dataclass(frozen=True)
+class ImplementationFigures:
+    """What one attention implementation's kernels reach on this GPU (``implementations.<name>``
+    of a profile, measured by ``memmodel calibrate``). Curves are by head dim; an empty curve
+    or None: not measured (the time model then uses its instructions' rates alone)."""
+
+    name: str = ""
+    #: forward kernel: the share of the model's compute rate it reached on reference shapes
+    efficiency: Curve = ()
+    #: the same at tiles (B_r, B_c) other than its defaults (our Triton kernel, whose tiles its
+    #: users choose): {(B_r, B_c): curve}
+    tile_efficiency: Mapping[tuple[int, int], Curve] = field(default_factory=dict)
+    #: its fused backward kernel's efficiency
+    backward_efficiency: Curve = ()
+    #: its split-KV kernel's efficiency (64-row CTAs of 4 warps: not the forward kernel's tiles)
+    split_efficiency: Curve = ()
+    #: by the built head dim: what a head dim no kernel is built for keeps of the built one's
+    #: rate (padded columns masked)
+    uneven_efficiency: Curve = ()
+    #: forward, backward: what a CTA costs beyond its blocks' work, per CTA slot (forward: Q in,
+    #: the first K/V tile's latency, O out; backward: K_j, V_j in, dK_j, dV_j out)
+    cta_overhead_s: Curve = ()
+    backward_cta_overhead_s: Curve = ()
+    #: what its split-KV kernel costs per wave of CTAs beyond their blocks (Q in, the first
+    #: tile's latency, the partial O out)
+    split_cta_overhead_s: Curve = ()
+    #: forward, backward: extra cost of a K/V block on the causal diagonal (masked element by
+    #: element), in units of a plain block's compute
+    masked_block_cost: Curve = ()
+    backward_masked_block_cost: Curve = ()
+    #: forward, backward: what dropout adds (the Philox draws and the mask), as scores per
+    #: second of extra time
+    dropout_scores_per_s: Curve = ()
+    backward_dropout_scores_per_s: Curve = ()
+    #: bytes per second one CTA of its split-KV (decoding) kernel streams (one figure written
+    #: for every head dim is the curve ((1, rate),))
+    cta_bandwidth_bytes_per_s: Curve = ()
+    #: its split-KV combine kernel: (fixed, per split) seconds, None where neither is measured
+    #: (a missing one of the two is 0), and the rate of the bytes it moves beyond them
+    combine_time_s: tuple[float, float] | None = None
+    combine_bandwidth_bytes_per_s: float | None = None
+    #: its forward kernel's rate once the clocks have fallen under the power limit, as a share
+    #: of its rate before, and the seconds of it run back to back after which they fall
+    sustained_share: float | None = None
+    sustained_after_s: float | None = None
+
+    def efficiency_at(self, head_dim: Any, tile: tuple[Any, Any] | None = None) -> Any:
+        """The forward efficiency at ``head_dim`` (linear in log2 between measured head dims,
+        clamped at the ends); with ``tile`` (B_r, B_c, numbers or arrays), where it was measured
+        at that tile, that figure instead. None where not measured."""
+        out = interpolate_log2(self.efficiency, head_dim)
+        by_tile = self.tile_efficiency if tile is not None else None
+        if out is None or not by_tile:
+            return out
+        bq, bkv = (np.asarray(x) for x in tile)
+        for (a, b), curve in by_tile.items():
+            out = np.where((bq == a) & (bkv == b), interpolate_log2(curve, head_dim), out)
+        return float(out) if np.ndim(out) == 0 else out
+
+    def kernel(
+        self, head_dim: Any, *, backward: bool = False, split: bool = False, tile: Any = None, uneven: bool = False
+    ) -> KernelFigures:
+        """The figures of one of its fused kernels at ``head_dim``: the forward (at ``tile``)
+        or ``backward`` kernel, or the ``split``-KV kernel (its own efficiency where measured,
+        else the forward's); ``uneven``: also the padded head dim's share."""
+        at = interpolate_log2
+        eff = at(self.backward_efficiency, head_dim) if backward else self.efficiency_at(head_dim, tile)
+        if split:
+            own = at(self.split_efficiency, head_dim)
+            eff = own if own is not None else eff
+        return KernelFigures(
+            efficiency=eff,
+            uneven_efficiency=at(self.uneven_efficiency, head_dim) if uneven and not backward else None,
+            masked_block_cost=at(self.backward_masked_block_cost if backward else self.masked_block_cost, head_dim),
+            dropout_scores_per_s=at(
+                self.backward_dropout_scores_per_s if backward else self.dropout_scores_per_s, head_dim
+            ),
+            cta_overhead_s=None
+            if split
+            else at(self.backward_cta_overhead_s if backward else self.cta_overhead_s, head_dim),
+            cta_bandwidth_bytes_per_s=at(self.cta_bandwidth_bytes_per_s, head_dim) if split else None,
+            split_cta_overhead_s=at(self.split_cta_overhead_s, head_dim) if split else None,
+        )
+
+    @property
+    def clocks_fall(self) -> tuple[float, float] | None:
+        """(share of its forward rate under the power limit, seconds busy before the clocks
+        fall), None unless both were measured."""
+        if self.sustained_share is None or self.sustained_after_s is None:
+            return None
+        return self.sustained_share, self.sustained_after_s
+
+
+#: What kind of figure a source gives (``sources.<id>.kind``): a vendor's datasheet or
+#: whitepaper, a measurement (by whom, where, with which command), a published paper or
+#: benchmark, a figure derived by a stated rule from others, or the CUDA driver's report.
+SOURCE_KINDS = ("datasheet", "measured", "published", "derived", "device")
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    url: str | None = None
+    kind: str | None = None
+    #: for measured figures: the machine, the date and the command that measured them
+    machine: str | None = None
+    date: str | None = None
+    command: str | None = None
+
+
+@dataclass(frozen=True)
+class Provenance:
+    source: str | None
+    note: str | None
+    text: str  # the value as written in the file
+    #: the source's kind (:data:`SOURCE_KINDS`), None where the source gives none
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    full_name: str
+    vendor: str
+    architecture: str
+    sm_count: int
+    clock_hz: float | None
+    hbm: MemoryLevel
+    l2: MemoryLevel
+    sram: Sram
+    #: dtype -> peak FLOP/s (dense). fp32 is the non-tensor rate; the others tensor-core rates.
+    compute_flops_per_s: Mapping[str, float]
+    #: exp() results per second on the special-function units, where known.
+    exp_ops_per_s: float | None
+    #: time from one kernel's end to the next one's start when launched back to back
+    launch_overhead_s: float | None
+    sources: Mapping[str, Source]
+    provenance: Mapping[str, Provenance] = field(repr=False)
+    path: Path | None = None
+    origin: str = "file"
+    #: what timing a step between two CUDA events adds beyond its kernels' launches (validate's
+    #: steps and calibrate's references are timed so; a stream of kernels is not), None: unknown
+    event_overhead_s: float | None = None
+    #: dtype -> tensor-core peak of warp-level ``mma.sync`` instructions, where measured
+    mma_sync_flops_per_s: Mapping[str, float] = field(default_factory=dict)
+    #: ``mma.sync`` rate of an SM holding one CTA of 4 warps, as a share of its rate with two
+    #: (measured by calibrate; None: not measured, taken as 1)
+    mma_sync_one_cta_share: float | None = None
+    kernel_rates: KernelRates = field(default_factory=KernelRates)
+    #: implementation name -> its figures, for the implementations the profile gives figures of
+    #: (:meth:`implementation` answers for the others too)
+    implementation_figures: Mapping[str, ImplementationFigures] = field(default_factory=dict)
+    #: compute capability ("9.0") or the AMD target ("gfx942")
+    compute_capability: str | None = None
+    #: the profile whose figures this one's missing ones were derived from (``derive_from``)
+    derived_from: str | None = None
+    #: every figure by field path, in base units (curves as tuples): what derivation reads
+    figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: the links to other GPUs (``interconnect:``), None where the profile gives none
+    interconnect: Interconnect | None = None
+
+    def implementation(self, name: str | None) -> ImplementationFigures:
+        """The figures the profile gives of implementation ``name``; an empty one where it
+        gives none (or for None: the paper's algorithm)."""
+        found = self.implementation_figures.get(name or "")
+        return found if found is not None else ImplementationFigures(name or "")
+
+    def with_implementation_figures(self, name: str | None = None, **changes: Any) -> Profile:
+        """A copy whose figures of implementation ``name`` (None: of every implementation it
+        has) are replaced by ``changes`` (:class:`ImplementationFigures` fields)."""
+        figures = dict(self.implementation_figures)
+        for key in [name] if name is not None else list(figures):
+            figures[key] = dataclasses.replace(self.implementation(key), **changes)
+        return dataclasses.replace(self, implementation_figures=figures)
+
+    @property
+    def arch_family(self) -> str | None:
+        """volta, ampere, ada, hopper, blackwell (NVIDIA, from the compute capability) or
+        cdna3 (AMD gfx942); None where the profile does not say."""
+        cap = (self.compute_capability or "").strip().lower()
+        if cap.startswith("gfx94"):
+            return "cdna3"
+        try:
+            major, minor = (int(x) for x in cap.split(".")[:2])
+        except ValueError:
+            return None
+        if major == 7:
+            return "volta" if minor < 5 else "turing"
+        if major == 8:
+            return "ada" if minor >= 9 else "ampere"
+        if major == 9:
+            return "hopper"
+        if major in (10, 11, 12):
+            return "blackwell"
+        return None
+
+    def kind_of(self, fpath: str) -> str | None:
+        """The provenance kind of one figure (``compute.fp16``), None where unknown or absent."""
+        prov = self.provenance.get(fpath)
+        return prov.kind if prov is not None else None
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``; a :class:`ProfileError` if the GPU has none."""
+        try:
+            return self.compute_flops_per_s[dtype]
+        except KeyError:
+            have = ", ".join(self.compute_flops_per_s)
+            raise ProfileError(f"{self.name} has no {dtype} compute peak in its profile (it has {have})") from None
+
+    def levels(self) -> dict[str, float]:
+        """Bandwidth of each memory level, bytes/s (SRAM aggregated over SMs)."""
+        return {
+            "hbm": self.hbm.bandwidth_bytes_per_s,
+            "l2": self.l2.bandwidth_bytes_per_s,
+            "sram": self.sram.bandwidth_bytes_per_s,
+        }

@@ -1,0 +1,244 @@
+"""The profile file format (``memmodel.hardware/1``): every field's path, unit kind and whether
+it is required; which fields are curves; the sections; the plausibility floors.
+
+The names the format admits are declared here, not read from the model: which implementations
+may hold figures (:data:`PROFILE_IMPLEMENTATIONS`) and which causal re-read curves exist
+(:data:`CAUSAL_CURVE_PREFIXES`, :data:`CAUSAL_CURVE_DIMS`). They are part of the file format,
+so a typo in a profile is refused at the door with the closest name; the model's modules
+import them from here, and tests check that both sides agree.
+"""
+
+from __future__ import annotations
+
+from ..errors import ProfileError
+from ..units import Kind
+from .interconnect import COLLECTIVES
+
+SCHEMA = "memmodel.hardware/1"
+
+#: The GPU a command models when none is named (``--gpu``)
+DEFAULT_GPU = "a100"
+
+#: Implementations a profile may give measured figures for (``implementations.<name>.*``):
+#: every implementation :mod:`memmodel.implementations` knows but the paper's algorithm
+PROFILE_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton", "fa3")
+#: the measured causal re-read curves (``memory.l2.<prefix>_d<head dim>``), of each causal
+#: schedule :data:`memmodel.traffic.l2.CAUSAL_CURVES` names: FlashAttention-2's one head, its
+#: grids of 2, 4 and 16 heads and its GQA grids; cuDNN's one head and its GQA grids
+CAUSAL_CURVE_PREFIXES: tuple[str, ...] = (
+    "causal_reuse",
+    "causal_reuse_h2",
+    "causal_reuse_h4",
+    "causal_reuse_h16",
+    "causal_reuse_gqa",
+    "cudnn_causal_reuse",
+    "cudnn_causal_reuse_gqa",
+)
+#: the head dims a causal re-read curve may be measured at
+CAUSAL_CURVE_DIMS = (64, 96, 128, 256)
+
+#: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
+COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
+#: tiles (``implementations.<name>.efficiency_<B_r>x<B_c>``)
+TILE_EFFICIENCY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
+#: Dtypes with an ``mma.sync`` peak (``compute.mma_sync.<dtype>``).
+MMA_SYNC_DTYPES = ("fp16", "bf16")
+
+#: the per-implementation fields that are curves by head dim, and the
+#: :class:`~memmodel.hardware.profile.ImplementationFigures` field each fills
+IMPLEMENTATION_CURVES: dict[str, str] = {
+    "efficiency": "efficiency",
+    "backward_efficiency": "backward_efficiency",
+    "cta_bandwidth": "cta_bandwidth_bytes_per_s",
+    "cta_overhead": "cta_overhead_s",
+    "masked_block_cost": "masked_block_cost",
+    "backward_cta_overhead": "backward_cta_overhead_s",
+    "backward_masked_block_cost": "backward_masked_block_cost",
+    "dropout_rate": "dropout_scores_per_s",
+    "backward_dropout_rate": "backward_dropout_scores_per_s",
+    "uneven_efficiency": "uneven_efficiency",
+    "split_efficiency": "split_efficiency",
+    "split_cta_overhead": "split_cta_overhead_s",
+}
+#: the per-implementation fields that are one figure, and the field each fills
+IMPLEMENTATION_VALUES: dict[str, str] = {
+    "combine_bandwidth": "combine_bandwidth_bytes_per_s",
+    "sustained_share": "sustained_share",
+    "sustained_after": "sustained_after_s",
+}
+
+_NAMES = PROFILE_IMPLEMENTATIONS
+#: the measured causal re-read curves, per prefix and head dim
+CAUSAL_CURVE_FIELDS = tuple(f"memory.l2.{prefix}_d{d}" for prefix in CAUSAL_CURVE_PREFIXES for d in CAUSAL_CURVE_DIMS)
+
+#: Schema: path -> (kind, required). Mappings not listed here are structure. Its order is the
+#: order calibrate writes a profile in.
+FIELDS: dict[str, tuple[Kind, bool]] = {
+    "sm_count": ("count", True),
+    "clock": ("frequency", False),
+    "launch_overhead": ("time", False),
+    "event_overhead": ("time", False),
+    "memory.hbm.capacity": ("bytes", True),
+    "memory.hbm.bandwidth": ("bandwidth", True),
+    "memory.hbm.write_bandwidth": ("bandwidth", False),
+    "memory.hbm.datasheet_bandwidth": ("bandwidth", False),
+    "memory.hbm.latency": ("time", True),
+    "memory.l2.capacity": ("bytes", True),
+    "memory.l2.effective_capacity": ("bytes", False),
+    "memory.l2.reuse": ("ratio", False),
+    "memory.l2.wave_drift": ("ratio", False),
+    "memory.l2.causal_gqa_others": ("ratio", False),
+    **{f: ("ratio", False) for f in CAUSAL_CURVE_FIELDS},
+    "memory.l2.bandwidth": ("bandwidth", True),
+    "memory.l2.latency": ("time", True),
+    "memory.sram.capacity_per_sm": ("bytes", True),
+    "memory.sram.bandwidth_per_sm": ("bandwidth", True),
+    "memory.sram.latency": ("time", True),
+    "compute.fp32": ("flops", True),
+    "compute.tf32": ("flops", False),
+    "compute.fp16": ("flops", False),
+    "compute.bf16": ("flops", False),
+    "compute.fp8": ("flops", False),
+    "compute.exp": ("ops", False),
+    **{f"compute.mma_sync.{d}": ("flops", False) for d in MMA_SYNC_DTYPES},
+    "compute.mma_sync.one_cta_share": ("ratio", False),
+    "kernels.gemm.read_bandwidth": ("bandwidth", False),
+    "kernels.gemm.write_bandwidth": ("bandwidth", False),
+    "kernels.softmax.bandwidth": ("bandwidth", False),
+    "kernels.softmax.row_time": ("time", False),
+    "kernels.elementwise.bandwidth": ("bandwidth", False),
+    "kernels.gemm.unaligned_read_bandwidth": ("bandwidth", False),
+    "kernels.gemm.unaligned_write_bandwidth": ("bandwidth", False),
+    "kernels.softmax.unaligned_bandwidth": ("bandwidth", False),
+    "kernels.softmax.masked_bandwidth": ("bandwidth", False),
+    "kernels.softmax_backward.bandwidth": ("bandwidth", False),
+    "kernels.dropout.bandwidth": ("bandwidth", False),
+    "kernels.dropout_backward.bandwidth": ("bandwidth", False),
+    "kernels.elementwise_backward.bandwidth": ("bandwidth", False),
+    "kernels.scale.bandwidth": ("bandwidth", False),
+    "kernels.copy.bandwidth": ("bandwidth", False),
+    "kernels.reduction.bandwidth": ("bandwidth", False),
+    **{f"implementations.{name}.efficiency": ("ratio", False) for name in _NAMES},
+    **{
+        f"implementations.{name}.efficiency_{a}x{b}": ("ratio", False)
+        for name in _NAMES
+        for a, b in TILE_EFFICIENCY_TILES
+    },
+    **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in _NAMES},
+    **{f"implementations.{name}.cta_overhead": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.combine_time": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.combine_time_per_split": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.combine_bandwidth": ("bandwidth", False) for name in _NAMES},
+    **{f"implementations.{name}.split_efficiency": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.uneven_efficiency": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_cta_overhead": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_masked_block_cost": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.sustained_share": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.sustained_after": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.dropout_rate": ("ops", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in _NAMES},
+    "interconnect.bandwidth": ("bandwidth", False),
+    "interconnect.latency": ("time", False),
+    "interconnect.peers": ("count", False),
+    "interconnect.gpus_per_node": ("count", False),
+    "interconnect.inter_node_bandwidth": ("bandwidth", False),
+    "interconnect.inter_node_latency": ("time", False),
+    **{f"interconnect.{c}_efficiency": ("ratio", False) for c in COLLECTIVES},
+    "interconnect.p2p_sms": ("count", False),
+    "interconnect.p2p_idle_sms": ("count", False),
+}
+#: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
+#: (what each curve measures: docs/profiles.md)
+CURVES: dict[str, str] = {
+    "memory.l2.reuse": "live footprint, per mille of the L2",
+    **{f: "live K/V, per mille of the L2" for f in CAUSAL_CURVE_FIELDS},
+    "memory.l2.wave_drift": "head dim",
+    "memory.l2.causal_gqa_others": "head dim",
+    "kernels.softmax.bandwidth": "row length",
+    "kernels.softmax.unaligned_bandwidth": "row length",
+    "kernels.gemm.unaligned_read_bandwidth": "head dim",
+    "kernels.gemm.unaligned_write_bandwidth": "head dim",
+    "kernels.softmax.masked_bandwidth": "row length",
+    "kernels.softmax_backward.bandwidth": "row length",
+    **{f"implementations.{name}.{leaf}": "head dim" for leaf in IMPLEMENTATION_CURVES for name in _NAMES},
+    **{f"implementations.{name}.efficiency_{a}x{b}": "head dim" for name in _NAMES for a, b in TILE_EFFICIENCY_TILES},
+    **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
+}
+#: curves whose values may be 0
+ZERO_ALLOWED = {"memory.l2.reuse", *CAUSAL_CURVE_FIELDS}
+#: curves whose values are shares of something whole (of a walk, of the L2): at most 1
+SHARES_OF_ONE = {
+    "memory.l2.wave_drift": "a wave cannot drift apart by more than a whole walk a wave",
+    "memory.l2.causal_gqa_others": "a share of the L2",
+}
+#: curves that may also be one figure (the same at every key)
+SCALAR_OR_CURVE = {
+    *(f"implementations.{name}.cta_bandwidth" for name in _NAMES),
+    "kernels.gemm.unaligned_read_bandwidth",
+    "kernels.gemm.unaligned_write_bandwidth",
+}
+#: text fields -> required
+TEXT_FIELDS = {
+    "schema": False,
+    "name": True,
+    "full_name": True,
+    "vendor": True,
+    "architecture": True,
+    "compute_capability": False,
+    "derive_from": False,
+    "library_rates_from": False,
+    "interconnect.topology": False,
+}
+SECTIONS = {
+    "memory",
+    "memory.hbm",
+    "memory.l2",
+    "memory.sram",
+    "compute",
+    "compute.mma_sync",
+    "kernels",
+    "kernels.gemm",
+    "kernels.softmax",
+    "kernels.elementwise",
+    "kernels.softmax_backward",
+    "kernels.dropout",
+    "kernels.dropout_backward",
+    "kernels.elementwise_backward",
+    "kernels.scale",
+    "kernels.copy",
+    "kernels.reduction",
+    "implementations",
+    *(f"implementations.{name}" for name in _NAMES),
+    "interconnect",
+    "sources",
+}
+#: Largest efficiency a profile may state (a kernel faster than the model by 10× is a wrong profile)
+MAX_EFFICIENCY = 10.0
+#: Smallest figure of each kind a profile may give: far below any GPU, but enough that a tile
+#: fits in SRAM and that a time (count / rate) stays finite for any workload the CLI accepts.
+FLOORS: dict[str, tuple[float, str]] = {
+    "bandwidth": (1e6, "1 MB/s"),
+    "flops": (1e6, "1 MFLOP/s"),
+    "ops": (1e6, "1 Mop/s"),
+    "frequency": (1e6, "1 MHz"),
+}
+
+
+def field_error(where: str, field_path: str, message: str) -> ProfileError:
+    """The one error of a profile: ``file -> field: message``."""
+    return ProfileError(f"{where} -> {field_path}: {message}" if field_path else f"{where}: {message}")
+
+
+def allowed_children(prefix: str) -> set[str]:
+    """The keys a mapping at ``prefix`` may hold (``""``: the top level)."""
+    names = set()
+    for path in [*FIELDS, *TEXT_FIELDS, *SECTIONS]:
+        if prefix == "" and "." not in path:
+            names.add(path)
+        elif prefix and path.startswith(prefix + ".") and "." not in path[len(prefix) + 1 :]:
+            names.add(path[len(prefix) + 1 :])
+    return names
