@@ -1,39 +1,7 @@
 """The attention implementations memmodel knows: what each real kernel does (tiles, K/V order,
 instruction class, occupancy) and which one PyTorch runs (:func:`default_for`);
-:func:`memmodel.options.options_for` turns them into model options.
-
-The traffic of a tiled kernel follows from its tiles and grid order; its *time* also depends
-on which tensor-core instructions it issues and whether its exponentials overlap its
-products. Which of these a library does is a fact about its code, kept here with where it
-shows:
-
-* ``sdpa-flash``: PyTorch's FlashAttention-2 kernels are FlashAttention-2's sm80 code path,
-  built on warp-level ``mma.sync`` (SM80 MMA atoms) and run unchanged on sm90 and sm100
-  (their names carry no sm90 tag; FlashAttention-3 is the Hopper rewrite, Shah et al. 2024,
-  arXiv:2407.08608, §1). Tiles per head dimension from FlashAttention-2's
-  ``flash_fwd_launch_template.h`` (seen in the kernel names Nsight Compute recorded on an
-  H200: ``Flash_fwd_kernel_traits<128, 128, 64, 4, ...>`` for d = 128); d is rounded up to
-  the next of 32, 64, 96, 128, 192, 256 (``flash_api.cpp``: a multiple of 32 up to 128,
-  of 64 above) and the products run at the rounded d.
-* ``sdpa-efficient``: CUTLASS's memory-efficient kernels (xFormers), named
-  ``fmha_cutlassF_f16_aligned_64x64_rf_sm80`` (d ≤ 64) and ``..._64x128_rf_sm80`` (d ≤ 128)
-  on an H200, also ``mma.sync``; above 128 a 32×128 kernel loops over d.
-* ``sdpa-cudnn``: cuDNN's fused attention, built for the GPU it runs on
-  (``cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_...`` on an H200): the
-  architecture's native tensor-core instructions (``wgmma`` on Hopper) with the softmax of
-  one tile overlapped with the products of another (the FlashAttention-3 design).
-* ``fa3``: FlashAttention-3 (Hopper only): ``wgmma``, warp specialisation and ping-pong
-  scheduling that overlap softmax with the products; 128×128 tiles for d ≤ 128, 128×80 for
-  d = 256 (FlashAttention-3 paper, §3 and its tile tables). Modelled only: the lent GPUs'
-  PyTorch does not ship it, so no record measures it.
-* ``triton``: memmodel's own Triton kernel; Triton emits ``wgmma`` for ``tl.dot`` on sm90;
-  it does not overlap the exponentials explicitly.
-* ``paper``: the FlashAttention paper's algorithm as written: Algorithm 1's block sizes, the
-  dtype's dense peak, exact work (no padded head dims or ragged blocks).
-
-What no instruction class explains is a measured per-implementation efficiency,
-``implementations.<name>.efficiency`` in the profile, by head dimension, from
-``memmodel calibrate`` on reference shapes that are not validation cases.
+:func:`memmodel.options.options_for` turns them into model options. Each implementation's
+instructions and tiles are facts about its library's code; where each shows: docs/implementations.md.
 """
 
 from __future__ import annotations

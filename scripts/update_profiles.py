@@ -34,7 +34,10 @@ from memmodel.hardware import load_file  # noqa: E402
 
 RUN = ROOT / "validation" / "h200" / "calibrate.json"
 BASE = ROOT / "validation" / "h200" / "h200-datasheet.yaml"
-TARGETS = {ROOT / "memmodel" / "hardware" / "profiles" / "h200.yaml": "h200", ROOT / "validation" / "h200" / "h200-calibrated.yaml": None}
+TARGETS = {
+    ROOT / "memmodel" / "hardware" / "profiles" / "h200.yaml": "h200",
+    ROOT / "validation" / "h200" / "h200-calibrated.yaml": None,
+}
 
 
 NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"

@@ -217,9 +217,7 @@ def test_h100_figures_derive_from_the_h200_calibration_by_the_stated_rules():
 def test_a_users_own_calibration_improves_the_siblings(tmp_path, monkeypatch):
     import re
 
-    text = re.sub(
-        r"(\n  fp16: \{value: )[0-9.]+ TFLOP/s", r"\g<1>700 TFLOP/s", (HARDWARE / "h200.yaml").read_text()
-    )
+    text = re.sub(r"(\n  fp16: \{value: )[0-9.]+ TFLOP/s", r"\g<1>700 TFLOP/s", (HARDWARE / "h200.yaml").read_text())
     assert "fp16: {value: 700 TFLOP/s" in text
     (tmp_path / "h200.yaml").write_text(text)
     monkeypatch.setenv("MEMMODEL_HARDWARE_PATH", str(tmp_path))
@@ -390,7 +388,9 @@ def test_one_default_gpu(run):
 
     assert DEFAULT_GPU == "a100" and DEFAULT_GPU in available()
     assert Grid(n=(1024,), d=(64,)).gpus == (DEFAULT_GPU,)
-    assert json.loads(run("compare", "--n", "256", "--d", "64", "--format", "json").stdout)["hardware"]["name"] == "a100"
+    assert (
+        json.loads(run("compare", "--n", "256", "--d", "64", "--format", "json").stdout)["hardware"]["name"] == "a100"
+    )
     assert "Default: a100." in " ".join(run("compare", "--help").stdout.split())
 
 
@@ -416,6 +416,10 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = "from memmodel.hardware import available, bundled_dir; print(bundled_dir(), len(available()))"
     out = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")}, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
     )
     assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "12"], out.stderr

@@ -1,4 +1,5 @@
-"""``memmodel hardware list|show|validate``."""
+"""``memmodel hardware list|sources|show|validate``: the profiles memmodel finds, where their
+figures come from, one profile's figures, and a check of YAML files."""
 
 from __future__ import annotations
 
