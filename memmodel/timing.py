@@ -639,12 +639,12 @@ def kernel_time(
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
     split = kernel.kind == "split_kv"
-    # the implementation's measured figures for this kernel at its head dim (each pass's own, as
-    # calibrate fitted them; a split-KV kernel its own efficiency where measured), read once
+    # what the profile measured of the implementation, read once: for a fused kernel its figures
+    # at the head dim (each pass's own, as calibrate fitted them; a split-KV kernel its own
+    # efficiency where measured), for a combine kernel its fixed and per-split costs
+    measured = profile.implementation(implementation)
     if impl and hd is not None:
-        figures = profile.implementation(impl.name).kernel(
-            hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None
-        )
+        figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
     else:
         figures = KernelFigures()
     eff, masked = figures.efficiency, figures.masked_block_cost
@@ -707,13 +707,12 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    combiner = profile.implementation(implementation) if kernel.kind == "combine" else None
-    if combiner is not None and combiner.combine_time_s is not None:
+    if kernel.kind == "combine" and measured.combine_time_s is not None:
         # measured: a fixed cost, one per split (each combine CTA walks the splits in turn)
         # and, where measured, the bytes it moves at its own rate
-        fixed, per_split = combiner.combine_time_s
+        fixed, per_split = measured.combine_time_s
         lat = fixed + per_split * np.asarray(intmath.to_float(kernel.splits), dtype=np.float64)
-        rate = combiner.combine_bandwidth_bytes_per_s
+        rate = measured.combine_bandwidth_bytes_per_s
         if rate:
             lat = lat + np.asarray(intmath.to_float(kernel.bytes(level="l2")), dtype=np.float64) / rate
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
