@@ -30,7 +30,7 @@ of them hold no attention CTA (:func:`memmodel.timing.idle_share`; at the kernel
 grids; validation/h200x2/probe-10). In the backward, the short first kernel leaves SMs idle, NCCL
 starts in its tail and the main kernel runs on the SMs it leaves (``interconnect.p2p_sms`` held,
 measured by ``calibrate --gpus``: :func:`_beside_transfer`). Ulysses adds everything. Link time
-is :meth:`memmodel.interconnect.Interconnect.message_time`.
+is :meth:`memmodel.hardware.Interconnect.message_time`.
 
 Every kernel's bytes and time come from the single-GPU model (:func:`memmodel.model.compare`)
 on the per-GPU shape of each step, or from :data:`MERGE_OPS`/the pack copies below with the

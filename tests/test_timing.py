@@ -126,3 +126,26 @@ def test_largest_term_is_the_tables_max_and_first_argmax():
         top, index = _largest(rows)
         assert np.array_equal(top, table.max(axis=0), equal_nan=True)
         assert np.array_equal(index, table.argmax(axis=0))
+
+
+def test_a_fused_kernel_is_timed_with_its_implementations_figures():
+    """kernel_time takes an implementation's efficiency, CTA overhead and diagonal cost from the
+    profile's figures object of that implementation (Profile.implementation) and nothing else."""
+    h200 = load_profile("h200")
+    w = Workload(n=4096, d=128, heads=16, batch=4, dtype="fp16", causal=True)
+
+    def fwd(**figures):
+        p = h200.with_implementation_figures("sdpa-flash", **figures)
+        c = compare(w, p, impl="sdpa-flash", clocks="boost")
+        return next(k for k in c.tiled.timing.kernels if k.name == "fa2_fwd")
+
+    bare = fwd(efficiency=(), masked_block_cost=(), cta_overhead_s=())
+    half = fwd(efficiency=((128, 0.5),), masked_block_cost=(), cta_overhead_s=())
+    assert "cta" not in bare.terms
+    # efficiency 0.5 at d = 128: every compute term twice the instructions' time
+    assert half.terms["matmul"] == pytest.approx(2 * bare.terms["matmul"])
+    with_cta = fwd(efficiency=(), masked_block_cost=(), cta_overhead_s=((128, 1e-6),))
+    assert with_cta.terms["cta"] > 0 and with_cta.terms["matmul"] == bare.terms["matmul"]
+    # a diagonal block costs 1 + 0.5 plain blocks: more compute than without the figure
+    masked = fwd(efficiency=(), masked_block_cost=((128, 0.5),), cta_overhead_s=())
+    assert masked.terms["matmul"] > bare.terms["matmul"]
