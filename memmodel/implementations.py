@@ -133,9 +133,7 @@ def get(name: str | None) -> Implementation | None:
 
 
 # Our Triton kernel's defaults per head dim, (block_q, block_kv, num_warps, num_stages),
-# fp16/bf16. Tuned on an H200 (triton 3.6, batch 4, 16 heads, N 4096;
-# benchmarks/NOTES-triton.md): the fastest config of the sweep, except d=128 causal, where
-# 128×128 spills registers and 128×64 is as fast. memmodel.gpu.triton_fa launches with these.
+# fp16/bf16, tuned on an H200 (docs/implementations.md); memmodel.gpu.triton_fa launches with these.
 TRITON_DEFAULTS: dict[int, tuple[int, int, int, int]] = {
     16: (128, 64, 4, 3),
     32: (128, 64, 4, 3),
@@ -180,13 +178,8 @@ def tiles(
       128×64 (64×64 with dropout); d ≤ 256: 64×64 where two such CTAs fit an SM's shared
       memory (H100/H200: 228 KiB ≥ 4·d·(64 + 2·64) bytes), else 128×64 (A100).
     * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
-    * cuDNN: 128×128, 128 query rows per CTA against 128 keys. Its kernel names on an H200
-      (``..._64x128x128_4x1x1_...`` for d = 80 to 128, ``64x128x64`` for d = 64, ``64x128x192``,
-      ``64x128x256``; validation/h200/2026-11-30/sdpa-choice.jsonl) give 64 rows, but a CTA
-      (one per SM) covers 128: Nsight Compute's L2 bytes of these kernels are half of what
-      64-row CTAs request (every cuDNN forward kernel of the H200 records, d = 64 to 256), and
-      one head's CTAs take as long for 66 as for 132 SMs' worth of 64-row blocks
-      (validation/h200/probe-2).
+    * cuDNN: 128×128, 128 query rows per CTA against 128 keys (its kernel names say 64 rows;
+      why 128: docs/implementations.md).
     * FlashAttention-3: 128×128 for d ≤ 128, 128×80 above (d = 256).
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     """
@@ -221,12 +214,10 @@ def tiles(
 
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
-    (registers, not shared memory, are the limit), read off Nsight Compute's launch
-    statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1 (its
-    decoding kernels, 16 query rows and 4 warps: 2, on six of the seven cuDNN decoding cases
-    Nsight Compute measured, 8 on the seventh);
-    the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with 8 warps
-    (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
+    (registers, not shared memory, are the limit; read off Nsight Compute's launch statistics
+    on an H200, docs/implementations.md): cuDNN 1 (its decoding kernels, 16 query rows and 4
+    warps: 2); the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with
+    8 warps (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
     16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
     128-row tiles and d = 128). None: the model's own rule (tiles that fit shared memory)."""
     p = padded_head_dim(impl, d)
@@ -314,10 +305,9 @@ def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str 
 def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str, str]:
     """The fused kernel PyTorch's ``scaled_dot_product_attention`` picks for ``workload`` on
     ``profile``'s GPU, and why: the first backend in PyTorch's priority order whose
-    constraints the inputs meet. Measured on an H200 with torch 2.11
-    (validation/h200/2026-11-30/sdpa-choice.jsonl, ``torch._fused_sdp_choice`` and the
-    kernels launched): cuDNN for fp16/bf16 at every head dim up to 256, causal or not, with
-    dropout, GQA and decoding; the memory-efficient kernel for fp32 and d > 256. Taken the
+    constraints the inputs meet. Measured on an H200 with torch 2.11 (docs/implementations.md):
+    cuDNN for fp16/bf16 at every head dim up to 256, causal or not, with dropout, GQA and
+    decoding; the memory-efficient kernel for fp32 and d > 256. Taken the
     same on Blackwell (not measured); FlashAttention-2 first on Ampere and Ada (compute
     capability 8.x), the memory-efficient kernel on older GPUs. The memory-efficient kernel's
     variant for d > 128 accumulates O in global memory, which memmodel does not model: there,
@@ -387,7 +377,7 @@ def kernel_workload(workload: Workload, impl: str | None) -> Workload:
 
 
 #: query rows of cuDNN's decoding kernels (``..._16x128x128_1x4x1_...`` for one query row per
-#: head on an H200, validation/h200/2026-11-30/sdpa-choice.jsonl)
+#: head on an H200)
 DECODE_ROWS = 16
 
 
