@@ -57,7 +57,7 @@ import numpy as np
 from . import implementations, intmath
 from .hardware import Profile
 from .intmath import IntLike
-from .traffic.ledger import LEVELS, AlgorithmTraffic, Kernel
+from .traffic.ledger import DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
 
 Seconds = Union[float, np.ndarray]  # noqa: UP007
 Label = Union[str, np.ndarray]  # noqa: UP007
@@ -360,7 +360,7 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
     elif kernel.op == "reduction":
         rate = rates.reduction_bytes_per_s
     elif kernel.op == "elementwise" and backward:
-        specific = rates.dropout_backward_bytes_per_s if "dropout" in kernel.name else None
+        specific = rates.dropout_backward_bytes_per_s if kernel.kind == DROPOUT else None
         rate = specific or rates.elementwise_backward_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "elementwise":
         rate = rates.elementwise_bytes_per_s
@@ -637,7 +637,7 @@ def kernel_time(
     }
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
-    split = kernel.kind == "split_kv"
+    split = kernel.kind == SPLIT_KV
     if impl and hd is not None:
         eff = profile.efficiency(impl.name, hd, tile) if forward else profile.backward_efficiency(impl.name, hd)
         if split:  # its own kernel (64-row CTAs of 4 warps) where measured
@@ -810,32 +810,31 @@ def algorithm_time(
     (:data:`CLOCKS`) says how long the GPU has been busy, which decides whether the forward
     kernels run at the clocks the power limit leaves (:func:`clock_share`)."""
     tail = split_tail = None
-    tailed = ("fa2_fwd",)
     spec = implementations.get(implementation)
     # an SM left with one CTA of mma.sync code runs it at this share of its rate
     share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
+    facts = algorithm.facts  # a tiled algorithm's blocks, occupancy and splits (None: standard)
     if workload is not None and algorithm.variant == "fa2":
-        p = algorithm.params
+        occupancy = param(facts.ctas_per_sm)
         tail = cta_tail_factor(
             workload,
-            np.asarray(p["block_q"]),
-            np.asarray(p["block_kv"]),
+            np.asarray(facts.blocks.block_q),
+            np.asarray(facts.blocks.block_kv),
             profile.sm_count,
-            p.get("ctas_per_sm"),
+            occupancy,
             share,
         )
-        if any(k.kind == "split_kv" for k in algorithm.kernels):
-            split_tail = split_tail_factor(workload, p["splits"], profile.sm_count, p.get("ctas_per_sm"), share)
+        if any(k.kind == SPLIT_KV for k in algorithm.kernels):
+            split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
     elif workload is not None and algorithm.variant == "fa1":
         # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
         jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)
         w = jobs / float(profile.sm_count)
         out = np.ceil(w) / w
         tail = float(out) if out.ndim == 0 else out
-        tailed = ("fa1_fwd", "fa1_bwd")
     # the forward kernel's tiles: an implementation measured at other tiles than its defaults
     # (our Triton kernel) runs at its efficiency there
-    tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None
+    tile = (param(facts.blocks.block_q), param(facts.blocks.block_kv)) if algorithm.variant == "fa2" else None
     uneven = None
     if workload is not None and head_dim is not None:
         uneven = np.asarray(workload.d) != np.asarray(head_dim)
@@ -848,8 +847,8 @@ def algorithm_time(
             dtype,
             implementation,
             head_dim,
-            tail if k.name in tailed else (split_tail if k.kind == "split_kv" else None),
-            tile if k.name == "fa2_fwd" else None,
+            tail if k.kind in (FORWARD_GRID, HEAD_GRID) else (split_tail if k.kind == SPLIT_KV else None),
+            tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,
         )

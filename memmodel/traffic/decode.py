@@ -16,7 +16,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import TileContext, diagonal_blocks, visited_blocks
-from .ledger import Kernel, KernelBuilder
+from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 
 def split_block_kv(d: IntLike) -> IntLike:
@@ -138,7 +138,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))),
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
-        kind="split_kv",
+        kind=SPLIT_KV,
     )
     c = KernelBuilder("fa2_combine")
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "B·H·splits·N·d·4")
@@ -149,6 +149,6 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         softmax_flops=intmath.mul(3, bh, splits, w.n, w.d),
         exp_ops=intmath.mul(bh, splits, w.n),
         splits=splits,
-        kind="combine",
+        kind=COMBINE,
     )
     return [split, combine]

@@ -22,6 +22,7 @@ so it adds no bytes. l, m and logsumexp are fp32. HBM reads follow :mod:`.l2`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
 from .decode import split_kv_kernels
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
+from .facts import TiledFacts
+from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -46,10 +48,15 @@ def visited_share(w: Workload) -> str:
 
 
 def fa2_forward_kernel(
-    ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True, drift: Any = None
+    ctx: TileContext,
+    l2: l2m.L2,
+    name: str = "fa2_fwd",
+    *,
+    streams_q: bool = True,
+    facts: TiledFacts | None = None,
 ) -> Kernel:
-    """The FlashAttention-2-style forward kernel; ``drift``: what the waves' drift adds to one K/V
-    read a wave (:func:`forward_drift`), where the caller has it already."""
+    """The FlashAttention-2-style forward kernel; ``facts`` (:func:`forward_facts`): the waves'
+    drift, the GQA row and the causal live K/V, where the caller found them already."""
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -72,6 +79,7 @@ def fa2_forward_kernel(
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
     if not w.causal:
+        drift = facts.wave_drift if facts is not None else None  # None: found here
         kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head), drift)
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
@@ -79,11 +87,13 @@ def fa2_forward_kernel(
         # schedule that keeps one head's K/V live at a time (cuDNN, probe 11). With several, the
         # larger of it and the window rule above, whose evictions come from other heads' data
         # streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
-        thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
+        live = facts.causal_live_bytes if facts is not None else None
+        thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req, live)
         one = (np.asarray(intmath.mul(w.batch, w.heads)) == 1) | (l2c.causal_heads == "one")
         kv_hbm = np.where(one, thrash, np.maximum(np.asarray(kv_hbm), thrash))
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
-    kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req)
+    row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
+    kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
@@ -122,6 +132,7 @@ def fa2_forward_kernel(
         diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         # with dropout the kernel draws a mask element for every score of its tiles
         dropout_scores=scores if w.dropout > 0 else 0,
+        kind=FORWARD_GRID,
     )
 
 
@@ -141,7 +152,9 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
 _CROSS_HEAD_POINTS = 8
 
 
-def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, requested: IntLike) -> IntLike:
+def cross_head_hbm(
+    ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, requested: IntLike, row: Any = None
+) -> IntLike:
     """HBM reads of K (or V) of a forward whose grid runs (Q block, batch, head) (``l2.batch_rows``:
     FlashAttention-2's), with the re-reads of a GQA group's query heads where batch B > 1: ``hbm``
     (the rules above) plus (G − 1) · ``unique`` · the mean over the K/V head's blocks of
@@ -171,7 +184,8 @@ def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, 
     heads one after another (a K/V head's measured curves have it). No fitted figure.
     FlashAttention-2 alone: other kernels launch their grids otherwise."""
     w, b = ctx.w, ctx.blocks
-    row = gqa_row_bytes(ctx, l2)
+    if row is None:
+        row = gqa_row_bytes(ctx, l2)
     if row is None:
         return hbm
     from .reuse import step_curve
@@ -397,7 +411,7 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     return live
 
 
-def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
+def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike, live: Any = None) -> Any:
     """HBM reads of K (or V) of a causal forward by the profile's causal curves measured on its
     schedule, at the head dim nearest the kernel's: the first read of every byte, plus the
     re-reads (requested − unique) times the curve's miss share at :func:`causal_live_bytes`.
@@ -421,7 +435,8 @@ def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: I
     down to meet the curve where the curve ends below it (the H200's one-head curves end at
     `0.51–0.60` at 2.2 × its L2, where that gives `0.55`; its GQA curves at 1.25 ×, where it gives
     `0.20`: d = 128's at `0.23`, d = 64's at `0.14`)."""
-    live = causal_live_bytes(ctx, l2)
+    if live is None:
+        live = causal_live_bytes(ctx, l2)
     miss = _curve_share(live, ctx.exec_d, l2.causal, l2.whole)
     if l2.causal_several:
         kv_heads = _floats(intmath.mul(ctx.w.batch, ctx.w.kv_heads_))
@@ -711,6 +726,7 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
         concurrent_ctas=heads_in_flight,
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
+        kind=HEAD_GRID,
     )
 
 
@@ -744,6 +760,7 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
         concurrent_ctas=heads_in_flight,
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
+        kind=HEAD_GRID,
     )
 
 
@@ -756,45 +773,55 @@ def _given_or_no_l2(l2: l2m.L2 | None) -> l2m.L2:
     return l2 or l2m.L2("off", 0.0, 1)
 
 
-def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
+def forward_facts(ctx: TileContext, l2: l2m.L2, splits: IntLike = 1) -> TiledFacts:
+    """What FA2's forward rules find on ``ctx`` and ``l2``: the blocks and occupancy, and where
+    the K/V re-reads sit (knee, waves, drift, GQA row, causal live K/V), found once."""
+    facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent, splits)
+    if l2.mode == "off":
+        return facts
+    causal = bool(ctx.w.causal)
+    return dataclasses.replace(
+        facts,
+        l2_knee=_knee(ctx, l2),
+        # a head's CTAs span more than one wave: its K/V is re-read across waves
+        l2_cross_wave=np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent),
+        wave_drift=forward_drift(ctx, l2),
+        gqa_row_bytes=gqa_row_bytes(ctx, l2),
+        # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
+        causal_live_bytes=causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)) if causal else None,
+        # the forward's re-reads came from the measured curves: of which schedule ("" if none)
+        causal_curve=(l2.causal_schedule or "") if causal else None,
+    )
+
+
+def fa2(
+    ctx: TileContext,
+    l2: l2m.L2,
+    *,
+    backward: bool = False,
+    splits: IntLike = 1,
+    facts: TiledFacts | None = None,
+) -> AlgorithmTraffic:
+    """FA2's forward (split-KV where ``splits`` > 1) and, with ``backward``, the paper's backward;
+    ``facts``: :func:`forward_facts` where the caller has them."""
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
-    drift = forward_drift(ctx, l2)
+    if facts is None:
+        facts = forward_facts(ctx, l2, splits)
     if intmath.is_array(splits):
         # a grid: the rows of one split count run the split-KV kernels, the others the plain one
         split = np.asarray(splits) > 1
         kernels = present_kernels(
-            only_where(fa2_forward_kernel(ctx, l2, drift=drift), ~split),
+            only_where(fa2_forward_kernel(ctx, l2, facts=facts), ~split),
             *(only_where(k, split) for k in split_kv_kernels(ctx, l2, splits)),
         )
     elif int(splits) > 1:
         kernels = split_kv_kernels(ctx, l2, splits)
     else:
-        kernels = [fa2_forward_kernel(ctx, l2, drift=drift)]
+        kernels = [fa2_forward_kernel(ctx, l2, facts=facts)]
     if backward:
         kernels += fa2_backward_kernels(ctx, l2)
-    params = {
-        **ctx.blocks.to_params(),
-        "ctas_per_sm": param(ctx.ctas_per_sm),
-        "concurrent_ctas": param(ctx.concurrent),
-        "splits": param(splits),
-    }
-    if l2.mode != "off":
-        params["l2_knee"] = param(_knee(ctx, l2))
-        # a head's CTAs span more than one wave: its K/V is re-read across waves
-        params["l2_cross_wave"] = param(
-            np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
-        )
-        if drift is not None:  # what the waves' drift adds to one K/V read a wave
-            params["wave_drift"] = param(drift)
-        row = gqa_row_bytes(ctx, l2)
-        if row is not None:  # the new data between two query heads of a GQA group (cross_head_hbm)
-            params["gqa_row_bytes"] = param(row)
-        if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
-            params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
-            # the forward's re-reads came from the measured curves: of which schedule ("" if none)
-            params["causal_curve"] = l2.causal_schedule or ""
-    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
+    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=facts.to_params(), facts=facts)
 
 
 def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
@@ -811,8 +838,8 @@ def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     kernels = [fa1_forward_kernel(ctx, l2)]
     if backward:
         kernels.append(fa1_backward_kernel(ctx, l2))
-    params = {**ctx.blocks.to_params(), "ctas_per_sm": param(ctx.ctas_per_sm), "concurrent_ctas": param(ctx.concurrent)}
-    return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=params)
+    facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent)
+    return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=facts.to_params(), facts=facts)
 
 
 def fa2_forward(
