@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import intmath
-from .caveats import tiled_caveats
+from .caveats import tiled_caveat_classes
 from .hardware import Profile
 from .implementations import Options, options_for, with_options
 from .plan import l2_context, plan_tiled, planned_traffic
@@ -43,6 +43,8 @@ class Comparison:
     #: what stands in for a missing figure or choice (print these beside the table): how much to trust it
     caveats: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
+    #: each caveat's class (:class:`memmodel.caveats.Caveat`), in the order of ``caveats``
+    caveat_classes: tuple[str, ...] = field(default=(), compare=False)
     #: reference byte counts known beforehand, or none that apply (``{}``: context parallelism);
     #: None: :attr:`bounds` computes them
     known_bounds: dict[str, Any] | None = None
@@ -116,13 +118,15 @@ def compare(
     til_time = algorithm_time(
         til, profile, workload.dtype, plan.implementation, plan.exec_d, plan.workload, clocks=opts.clocks
     )
+    lines = tiled_caveat_classes(plan, til, til_time)
     return Comparison(
         workload=workload,
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d)),
         tiled=Evaluated(til, til_time),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
-        caveats=tuple(tiled_caveats(plan, til, til_time)),
+        caveats=tuple(c.text for c in lines),
+        caveat_classes=tuple(c.cls for c in lines),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
     )

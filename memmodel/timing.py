@@ -58,6 +58,7 @@ from . import implementations, intmath
 from .hardware import Profile
 from .intmath import IntLike
 from .traffic.ledger import DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
+from .validated import reference
 
 Seconds = Union[float, np.ndarray]  # noqa: UP007
 Label = Union[str, np.ndarray]  # noqa: UP007
@@ -181,8 +182,7 @@ def assumptions(profile: Profile) -> list[str]:
     if not profile.implementation_sustained_after:
         out.append(
             f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
-            " kernels are timed at the clocks before the power limit lowers them (on an H200 cuDNN's forward run "
-            "back to back for longer than some 35 to 65 ms takes about 15 % longer once they fall)."
+            " kernels are timed at the clocks before the power limit lowers them" + _sustained_reference() + "."
         )
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
@@ -231,7 +231,8 @@ def caveats(
     if impl.instructions == "mma_sync" and profile.mma_sync_one_cta_share is None:
         out.append(
             f"{profile.name} gives no compute.mma_sync.one_cta_share: an SM left with one CTA of a kernel that keeps "
-            "two is taken to run at the full rate (on an H200 it runs at about 0.83 of it)."
+            "two is taken to run at the full rate"
+            + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
     measured = profile.implementation_efficiency.get(impl.name, ())
     if not measured:
@@ -248,7 +249,7 @@ def caveats(
                 out.append(
                     f"{impl.name}'s efficiency on {profile.name} was measured at its default tiles and at "
                     f"{', '.join(f'{a}x{b}' for a, b in sorted(by_tile))}: at {t[0]}x{t[1]} the default tiles' figure "
-                    "stands in (the measured other tiles ran 4-60 % slower on an H200's long loop)."
+                    f"stands in{_tile_reference()}."
                 )
         ds = np.asarray(head_dim)
         lo, hi = measured[0][0], measured[-1][0]
@@ -258,6 +259,25 @@ def caveats(
                 "other head dims take the nearest figure."
             )
     return out
+
+
+def _sustained_reference() -> str:
+    """What the clocks' fall costs on the H200 (the data's reference figures), or ''."""
+    lo, hi, slow = (reference(k) for k in ("sustained_after_min_s", "sustained_after_max_s", "sustained_slowdown"))
+    if lo is None or hi is None or slow is None:
+        return ""
+    return (
+        f" (on an H200 cuDNN's forward run back to back for longer than some {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
+        f"takes about {100 * slow:.0f} % longer once they fall)"
+    )
+
+
+def _tile_reference() -> str:
+    """How much slower the H200's measured other tiles ran (the data's reference figures), or ''."""
+    lo, hi = reference("tile_slowdown_min"), reference("tile_slowdown_max")
+    if lo is None or hi is None:
+        return ""
+    return f" (the measured other tiles ran {100 * lo:.0f}-{100 * hi:.0f} % slower on an H200's long loop)"
 
 
 def rate_sources(profile: Profile) -> str:
@@ -604,8 +624,9 @@ def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float,
     if instructions == "mma_sync" and profile.arch_family not in MMA_SYNC_NATIVE:
         return peak, (
             f"{profile.name} gives no mma.sync rate for {dtype}: FlashAttention-2-style kernels' products are "
-            f"counted at the dense peak, which warp-level mma.sync does not reach on {profile.arch_family or 'this GPU'} "
-            "(on an H200: 58 % of it). Expect these times to be too short."
+            f"counted at the dense peak, which warp-level mma.sync does not reach on {profile.arch_family or 'this GPU'}"
+            + (f" (on an H200: {100 * share:.0f} % of it)" if (share := reference("mma_sync_share")) else "")
+            + ". Expect these times to be too short."
         )
     return peak, None
 
