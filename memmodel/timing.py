@@ -413,8 +413,8 @@ def cta_tail_factor(
     is done: the last job (the longest, L) ends at ``(W − L)/S − L̄/2 + L``, W the total work
     and L̄ the mean length of the S jobs before it. Without masking all jobs are equal and
     the exact makespan is ⌈J/S⌉ jobs. Against an event simulation of the same schedule
-    (tests/test_calibrated_time.py): within 7 % on the shapes of the H200 records, up to
-    about 20 % off where causal CTAs fill about two waves.
+    (tests/test_calibrated_time.py): close on the shapes of the H200 records, furthest off
+    where causal CTAs fill about two waves (docs/model.md, "Time").
     """
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     n, n_kv = f(workload.n), f(workload.n_kv_)

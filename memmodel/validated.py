@@ -60,7 +60,7 @@ def reference(name: str) -> float | None:
 
 
 def _span(stats: dict[str, Any]) -> str:
-    """'-20 % to +30 %, median +2.6 % (30 kernels)' from a class's (or group's) statistics."""
+    """A class's (or group's) statistics in words: its range, median and count of kernels."""
     n = int(stats["count"])
     if n == 1:
         return f"{100 * stats['median']:+.0f} % (1 kernel)"

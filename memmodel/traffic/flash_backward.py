@@ -200,42 +200,12 @@ def workspace_round_trip_share(
     before the next CTA loads the tile again: each such store costs its tile once more in HBM
     writes and once more in HBM reads. None where the L2 is off (every request reaches HBM).
 
-    The schedule (``kernel_backward.h``, ``attention_kernel``; grid = key splits × heads ×
-    batch, one split per K/V block, the K/V blocks of a head next to each other): CTA ``j``
-    walks the Q blocks *up*, from ``getQueryStart`` — its diagonal block ⌊j·B_j/B_i⌋ causal
-    (``getSmallestQueryForKey``), block ``j`` not causal (``getQueryStartShift``, wrapping) —
-    one block a step (``step_bytes``: Q_i, dO_i, lse_i, D_i, its own K_j and V_j again, and the
-    fp32 tile of the dQ workspace it loads, adds to and stores under the tile's lock). CTAs that
-    run together are therefore one block apart and each block is visited by the next CTA one
-    step later: between a store and the next load of a tile the C = SMs × CTAs/SM resident
-    CTAs each touch one step's tiles, C · ``step_bytes`` live. The dirty tile misses with the
-    measured cross-wave miss share at that footprint (``memory.l2.reuse``; the step at the
-    effective capacity without it). On the H200 at d = 128 (128 × 128 tiles, one CTA per SM)
-    that is 132 × 197,648 B = 24.9 MiB, 0.415 of the L2, at the curve's knee: 0.140.
-
-    Causal heads with more K/V blocks than slots (T_c > C) run in groups of C CTAs as
-    FlashAttention-2's backward does (:func:`causal_leader_share`), but CUTLASS's walk up from
-    the diagonal makes the CTAs that replace a finishing one start at the diagonal just as it
-    gets there: a group of CTAs started together (g even) keeps its C CTAs on C blocks until its
-    shortest ends (n_g · W_min pairs at C · ``step_bytes``), then, as its u CTAs left are
-    replaced by the next group, those replacements run in a convoy on one block (their Q side
-    shared, their K/V tiles ``kv_step_bytes`` their own): u · ``step_bytes`` + (C − u) ·
-    ``kv_step_bytes`` live, each of the group's remaining pairs at the share of that footprint
-    (averaged over u weighted by u, as u CTAs run u pairs a step). The convoy's own pairs (g
-    odd) re-load a tile a fraction of a step after the CTA before it: hits. The share is the
-    misses over all pairs of the head (each lifetime W(j) = T_r − ⌊j·B_j/B_i⌋ steps, summed
-    as a trapezoid per group); groups are counted from each head's first CTA. On the H200, two
-    heads of 32k at d = 128 (T_c = 256): group 0 runs 132 × 125 pairs at 0.140 and drains over
-    8,646 pairs at a mean of 0.019 (its footprint falls below the knee after 19 CTAs), group 1
-    (124 CTAs) is a convoy: (2,305 + 163) / 32,896 = 0.075.
-
-    With one key split (``splits`` = 1) a CTA walks every K/V block of its head itself and
-    the workspace is re-read a whole walk later (the rules of :func:`.flash.tile_reread_hbm`):
-    0 here. Where the head's splits are fewer than its K/V blocks (fp32 staging of dK, dV) the
-    steady share is taken. The clean re-reads at the same distance (Q, dO, lse, D, K, V) are not
-    given this share: on the H200's records they miss far less than the dirty tiles do (the
-    workspace's write-backs are 14 % of its stores in both multi-head causal records at
-    d = 128, the curve's 0.140, while all other re-reads together add at most 3 %)."""
+    CUTLASS's CTAs walk the Q blocks up from their own (``kernel_backward.h``), one block apart,
+    so a tile stored by one CTA is loaded by the next a step later, with every resident CTA's step
+    (``step_bytes``) live in between: the dirty tile misses at the measured cross-wave share at that
+    footprint (``memory.l2.reuse``; the step at the effective capacity without it). Causal, the
+    CTAs that start one at a time as a head's first ones drain see fewer steps live (docs/model.md,
+    "The memory-efficient backward's dQ workspace")."""
     from .reuse import step_curve
 
     if l2.mode == "off":
@@ -637,12 +607,8 @@ def _rename(t: Any, name: str) -> Any:
 
 def _gqa_kv_reads(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
     """K/V read from HBM (G + 1)/2 times per K/V head, at most as often as FlashAttention-2's
-    structure reads it (every request with L2 off).
-
-    Measured, not derived (probe 9, ``validation/h200/probe-9/``: 32 query heads of 16384 at
-    d = 128, causal, on 16, 8 and 4 K/V heads): cuDNN saves `0.49–0.51` of what reading each K/V
-    head once would, as if each K/V block came from HBM (G + 1)/2 times per group of G. Its kernel
-    is closed source: which of its CTAs share a group's K/V in L2 is not known."""
+    structure reads it (every request with L2 off). Measured, not derived: cuDNN's kernel is closed
+    source, and its GQA backward's K/V bytes follow this count (docs/model.md, "cuDNN's GQA backward")."""
     from dataclasses import replace
 
     kv = w.kv_bytes()

@@ -1,24 +1,15 @@
-"""Cross-wave re-reads from the measured L2 reuse curve (issue 14).
+"""Cross-wave re-reads from the measured L2 reuse curve.
 
 A tiled kernel's CTAs that run at once (a *wave*) and read the same data in lockstep read it
-from HBM once; the next wave re-reads it. Whether that re-read hits depends on the bytes
-read between the two uses, the *live footprint*: one head's re-read data times the heads a
-wave spans (``max(1, C / sharing)``: C CTAs at once, ``sharing`` CTAs per head), because the
-CTAs of a wave sweep their heads' data side by side before the next wave starts.
-
-The H200's L2 reuse microbenchmark (validation/h200/l2-reuse, :mod:`memmodel.calibration.l2_reuse`)
-measured the share of such a re-read that misses against the live footprint: 0 up to 0.375 ×
-the L2, 0.44 at 0.5 ×, 1 from 0.75 × on (waves-2, waves-4, half, parity, stream and four tile
-sizes agree to 0.01; the L2 is two partitions and data read on both sides is held twice).
-The profile stores that curve as ``memory.l2.reuse`` (footprint per mille of the L2 →
-miss share); between its points the miss share is linear, outside it is the nearest end.
+from HBM once; the next wave re-reads it. Whether that re-read hits depends on the bytes read
+between the two uses, the *live footprint*: one head's re-read data times the heads a wave spans
+(``max(1, C / sharing)``). The profile's ``memory.l2.reuse`` curve (footprint per mille of the
+L2 → miss share, measured by :mod:`memmodel.calibration.l2_reuse`) gives the share that misses;
+without it a step at the effective capacity (:func:`step_curve`).
 
     HBM = unique + (waves − 1 per head) · unique · miss(live)       (never more than requested)
 
-A profile without the curve keeps the step at the effective capacity (miss 0 up to it, 1
-past it): :func:`step_curve`. Everything here is numpy elementwise: element i of a grid
-equals the scalar result.
-"""
+Everything here is numpy elementwise: element i of a grid equals the scalar result."""
 
 from __future__ import annotations
 
@@ -109,15 +100,11 @@ def _f(value: IntLike) -> np.ndarray:
 
 
 def poorly_modelled(ws: IntLike, sharing: IntLike, concurrent: IntLike, causal: bool, curve: ReuseCurve) -> Any:
-    """Where the K/V re-reads of a tiled kernel sit in a regime the model handles poorly:
-
-    * not causal, the head's CTAs span more than one wave and the live footprint is near the
-      knee (the miss share moves from 0 to 1 there: a 10 % error in the footprint or in the
-      occupancy moves the HBM bytes by up to a factor of the waves);
-    * causal, one head's re-read data at or past the knee's start: CTAs of different lengths
-      drift apart and the microbenchmark measured 1.2 to 90 × the unique bytes there, which
-      the causal rules (:func:`memmodel.traffic.flash.tile_reread_hbm`) do not follow.
-    """
+    """Where the K/V re-reads of a tiled kernel sit in a regime the model handles poorly: not
+    causal, a head's CTAs spanning more than one wave with the live footprint near the curve's
+    knee (the miss share goes from 0 to 1 there, so a small error in the footprint or the occupancy
+    moves the HBM bytes by up to a factor of the waves); causal, one head's re-read data at or past
+    the knee's start, where CTAs of different lengths drift apart."""
     live = live_footprint(ws, sharing, concurrent)
     lo, _ = curve.knee
     if causal:
