@@ -59,15 +59,19 @@ def reference(name: str) -> float | None:
     return float(value) if value is not None else None
 
 
+def _percent(share: float, digits: int) -> str:
+    """``share`` as a signed percentage at ``digits`` decimals, zero unsigned."""
+    text = f"{100 * share:+.{digits}f}"
+    return (text[1:] if float(text) == 0 else text) + " %"
+
+
 def _span(stats: dict[str, Any]) -> str:
     """A class's (or group's) statistics in words: its range, median and count of kernels."""
     n = int(stats["count"])
     if n == 1:
-        return f"{100 * stats['median']:+.0f} % (1 kernel)"
-    return (
-        f"{100 * stats['min']:+.0f} % to {100 * stats['max']:+.0f} %, median {100 * stats['median']:+.1f} % "
-        f"({n} kernels)"
-    )
+        return f"{_percent(stats['median'], 0)}, 1 kernel"
+    low, high, median = (_percent(stats[k], d) for k, d in (("min", 0), ("max", 0), ("median", 1)))
+    return f"{low} to {high}, median {median}, {n} kernels"
 
 
 def checked(cls: str) -> str | None:

@@ -72,7 +72,14 @@ def test_a_caveat_quotes_the_data_file(fake):
         }
     )
     # -0.25 → -25 %, 0.5 → +50 %, median 0.0123 → +1.2 %
-    assert "on the H200 such grids came out -25 % to +50 %, median +1.2 % (7 kernels)" in _row_caveat()
+    assert "on the H200 such grids came out -25 % to +50 %, median +1.2 %, 7 kernels (docs" in _row_caveat()
+    fake(
+        {
+            "schema": validated.VALIDATED_SCHEMA,
+            "classes": {"gqa_row": {"count": 2, "median": -0.0004, "min": -0.004, "max": 0.3}},
+        }
+    )
+    assert "came out 0 % to +30 %, median 0.0 %, 2 kernels" in _row_caveat()  # no "-0 %"
     fake({})
     assert "not checked on a GPU yet" in _row_caveat()
 
@@ -80,8 +87,8 @@ def test_a_caveat_quotes_the_data_file(fake):
 def test_the_row_caveat_gives_the_records_figures():
     entry = validated.validated()["gqa_row"]
     expected = (
-        f"{100 * entry['min']:+.0f} % to {100 * entry['max']:+.0f} %, median {100 * entry['median']:+.1f} % "
-        f"({entry['count']} kernels)"
+        f"{100 * entry['min']:+.0f} % to {100 * entry['max']:+.0f} %, median {100 * entry['median']:+.1f} %, "
+        f"{entry['count']} kernels"
     )
     assert expected in _row_caveat()
 
