@@ -223,30 +223,11 @@ def _floats(value: IntLike) -> np.ndarray:
 
 
 def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
-    """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses (see below).
-
-    The schedule, as FlashAttention-2 launches it: grid (Q block, batch, head), Q blocks of
-    one head next to each other; the block scheduler puts CTAs in grid order into free slots
-    (C = SMs × CTAs/SM at once); CTA ``i`` visits the ~(i+1)·B_r/B_c K/V blocks up to the
-    diagonal, one per *step* (a step is one K/V block: load K_j, V_j; S = QK_jᵀ; O += PV_j).
-
-    * Mean CTA lifetime L = visited pairs / T_r steps, so in steady state a slot frees, and
-      the next CTA starts, every g = L / C steps (the dispatch gap).
-    * FA2 walks a CTA's blocks in *reverse* (flash_fwd_kernel.h: from the diagonal block
-      down to block 0, the masked block first). CTA i+1 starts g later and has B_r/B_c more
-      blocks in front of block j, so it reads block j ``lag + g`` steps after CTA i, with
-      lag = B_r/B_c. A kernel that walks forward (block 0 first, our Triton kernel) has
-      lag = 0: the next CTA reads block j g steps later.
-    * With GQA the group's heads read the same K/V. In FA2's grid they are ``batch`` heads
-      apart; of the heads in flight (1 + C·T_c / visited: one head's dispatch span plus its
-      longest CTA, in units of its dispatch span) ``min(G, in flight / batch)`` share the
-      K/V, so the gap between two uses shrinks by that factor.
-    * A block is in use for the whole step it is read in (loaded one step ahead, consumed in
-      the next), so the window in which it can be evicted is one step shorter than the
-      gap: ``max(0, gap − 1)`` steps, during which C CTAs request C blocks per step.
-
-    ``k`` = C · window / S, with S = capacity / (2·B_c·d·e) K/V blocks in the effective L2.
-    """
+    """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses: C CTAs at once
+    request C blocks a step over a reuse window of max(0, (lag + gap) / sharing heads − 1) steps
+    (the dispatch gap, FlashAttention-2's walk from the diagonal down, a GQA group's query heads in
+    flight), over the K/V blocks the effective L2 holds. Derivation: docs/model.md ("Causal re-reads
+    within a head")."""
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     visited = np.maximum(_floats(ctx.visited), 1.0)
