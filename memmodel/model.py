@@ -43,11 +43,11 @@ class Comparison:
     #: what stands in for a missing figure or choice (print these beside the table): how much to trust it
     caveats: tuple[str, ...] = ()
     options: Options = field(default_factory=Options)
-    #: each caveat's class (:class:`memmodel.caveats.Caveat`), in the order of ``caveats``
-    caveat_classes: tuple[str, ...] = field(default=(), compare=False)
     #: reference byte counts known beforehand, or none that apply (``{}``: context parallelism);
     #: None: :attr:`bounds` computes them
     known_bounds: dict[str, Any] | None = None
+    #: each caveat's class (:class:`memmodel.caveats.Caveat`), in the order of ``caveats``
+    caveat_classes: tuple[str, ...] = field(default=(), compare=False)
 
     @cached_property
     def bounds(self) -> dict[str, Any]:
