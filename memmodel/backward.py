@@ -23,35 +23,29 @@ library's backward kernel has its own launch rule. The rules, from the sources:
 * ``sdpa-efficient`` (CUTLASS, ``mem_eff_attention/kernels/cutlassB.h``,
   ``dispatch_cutlassB_f16_sm80``: ``_efficient_attention_backward`` launches the first
   kernel in that list whose head-dim limit (kMaxK), dropout and shared memory pass), as
-  kBlockSizeI × kBlockSizeJ: 64 × 64 for d ≤ 64 (``fmha_cutlassB_f16_aligned_64x64_k64_...``,
-  seen on an H200 with torch 2.11: validation/h200/final/h200-training.ncu.csv); 128 × 128
-  for d ≤ 128 on GPUs with ≥ 144 KiB per block (``..._128x128_k128_...``), 64 × 64 where
-  less (``..._64x64_k128_...``; sm86/sm89's 128 × 64 ``k96`` kernel is not modelled: d = 96
-  runs at 128 here); above d = 128 128 × 64 (``k65536``), 64 × 64 where less shared memory. With dropout only
-  the ``..._dropout_...`` kernels qualify: 64 × 64 for d ≤ 64, 128 × 128 for d ≤ 128 (64 × 64
-  where less shared memory), 128 × 64 above (64 × 64). (I·J)/1024 warps; one CTA per SM
-  for 128 × 128. Older builds listed 128 × 128 first for d ≤ 64: the kernel name says which ran.
-* ``sdpa-cudnn``: 64 Q rows per step × 128 K/V rows per CTA at d = 64 and 128. Its kernel
-  names say ``64x64xD`` (``cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_
-  64x64x128_1x4x1_...``), but the L2 traffic Nsight Compute measured for those kernels is that
-  of each Q block loaded once per 128 K/V rows: on the smoke run (not a validation set,
-  validation/h200/2026-11-30/h200-training-smoke.ncu.csv) 21.5 MB at 2 × 4 heads × 512,
-  d = 128, causal, where FlashAttention-2's structure requests 20.0 MB with 64 × 128 and
-  32.7 MB with 64 × 64; 4.7 MB at 2 × 4 × 256, d = 64 (4.2 MB and 7.4 MB). Above d = 128
-  not seen (assumed the same); one CTA per SM.
+  kBlockSizeI × kBlockSizeJ: 64 × 64 for d ≤ 64; 128 × 128 for d ≤ 128 on GPUs with ≥ 144 KiB
+  per block, 64 × 64 where less (sm86/sm89's 128 × 64 ``k96`` kernel is not modelled: d = 96
+  runs at 128 here); above d = 128 128 × 64, 64 × 64 where less shared memory. With dropout
+  only the ``..._dropout_...`` kernels qualify: the same sizes. (I·J)/1024 warps; one CTA per
+  SM for 128 × 128. The kernel name Nsight Compute records says which ran.
+* ``sdpa-cudnn``: 64 Q rows per step × 128 K/V rows per CTA at d = 64 and 128, one CTA per SM.
+  Its kernel names say ``64x64xD``, but the L2 traffic measured for them is that of each Q
+  block loaded once per 128 K/V rows (docs/model.md, "Backward tiles"). Above d = 128 assumed
+  the same.
 * ``paper``, ``triton``, ``fa3``: the FlashAttention-2 paper's backward (Algorithm 2) with
   the forward's blocks (:func:`memmodel.traffic.flash.fa2_backward_kernels`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .implementations import padded_head_dim
-from .traffic import l2 as l2m
 from .traffic.blocks import TileContext
+from .traffic.facts import BackwardFacts
 from .traffic.flash import fa2_backward_kernels
 from .traffic.flash_backward import (
     BackwardTiles,
@@ -60,11 +54,12 @@ from .traffic.flash_backward import (
     cutlass_backward,
     fa2_backward,
 )
-from .traffic.ledger import Kernel, param
+from .traffic.ledger import Kernel
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
     from .options import Options
+    from .plan import TiledPlan
     from .workload import Workload
 
 #: implementations whose backward kernels are modelled as the library launches them
@@ -141,38 +136,51 @@ def backward_tiles(impl: str, workload: Workload, profile: Profile | None = None
     return BackwardTiles(bq, bkv, 1, _SOURCES[impl])
 
 
-def backward_kernels(
-    workload: Workload,
-    profile: Profile,
-    options: Options,
-    forward_ctx: TileContext,
-    l2: l2m.L2,
-    *,
-    ctas_per_sm: int | None = None,
-) -> tuple[list[Kernel], dict[str, Any]]:
-    """The tiled algorithm's backward kernels for ``options``' implementation, and the params
-    that describe them (added to the algorithm's ``params``). ``ctas_per_sm`` overrides the
-    backward kernel's occupancy (as Nsight Compute measured it)."""
+@dataclass(frozen=True)
+class BackwardPlan:
+    """A library's own backward kernels: its tiles, their tile context, and (CUTLASS) where
+    dK and dV stay in registers."""
+
+    tiles: BackwardTiles
+    tile: TileContext
+    output_in_registers: Any = False
+
+
+def backward_plan(
+    workload: Workload, profile: Profile, options: Options, *, ctas_per_sm: int | None = None
+) -> BackwardPlan | None:
+    """The backward kernels' plan for ``options``' implementation on ``workload`` (as the kernel
+    sees it); None where the FA2 paper's backward with the forward's blocks runs.
+    ``ctas_per_sm`` overrides the backward kernel's occupancy (as Nsight Compute measured it)."""
     impl = options.implementation
     if options.tiled != "fa2" or impl not in LIBRARY_BACKWARDS:
-        return fa2_backward_kernels(forward_ctx, l2), {"backward_tiles_from": "forward blocks (FA2 Algorithm 2)"}
+        return None
     tiles = backward_tiles(impl, workload, profile)
     if ctas_per_sm is not None:
         tiles = BackwardTiles(tiles.block_q, tiles.block_kv, ctas_per_sm, tiles.source + "; CTAs/SM given")
-    ctx = backward_context(workload, tiles, profile.sm_count, exec_d=padded_head_dim(impl, workload.d))
-    if impl == "sdpa-flash":
-        kernels = fa2_backward(workload, ctx, l2)
-    elif impl == "sdpa-efficient":
+    exec_d = padded_head_dim(impl, workload.d)
+    ctx = backward_context(workload, tiles, profile.sm_count, exec_d=exec_d)
+    in_rf: Any = False
+    if impl == "sdpa-efficient":
         # dK, dV stay in registers where the head dim fits the Q block (per row of a grid)
-        fit = (np.asarray(padded_head_dim(impl, workload.d)) <= np.asarray(tiles.block_q)) & (
-            workload.element_bytes == 2
-        )
-        in_rf: Any = bool(fit) if fit.ndim == 0 else fit
-        kernels = cutlass_backward(workload, ctx, tiles, l2, output_in_registers=in_rf)
+        fit = (np.asarray(exec_d) <= np.asarray(tiles.block_q)) & (workload.element_bytes == 2)
+        in_rf = bool(fit) if fit.ndim == 0 else fit
+    return BackwardPlan(tiles, ctx, in_rf)
+
+
+def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
+    """The tiled algorithm's backward kernels as ``plan`` says, and their tiles."""
+    w, l2, impl = plan.workload, plan.l2, plan.options.implementation
+    bw = plan.backward
+    if bw is None:
+        return fa2_backward_kernels(plan.tile, l2), BackwardFacts("forward blocks (FA2 Algorithm 2)")
+    if impl == "sdpa-flash":
+        kernels = fa2_backward(w, bw.tile, l2)
+    elif impl == "sdpa-efficient":
+        kernels = cutlass_backward(w, bw.tile, bw.tiles, l2, output_in_registers=bw.output_in_registers)
     else:
-        kernels = cudnn_backward(workload, ctx, l2)
-    params = tiles.to_params()
-    params["backward_block_q"] = param(ctx.blocks.block_q)
-    params["backward_block_kv"] = param(ctx.blocks.block_kv)
-    params["backward_concurrent_ctas"] = param(ctx.concurrent)
-    return kernels, params
+        kernels = cudnn_backward(w, bw.tile, l2)
+    found = BackwardFacts(
+        bw.tiles.source, bw.tile.blocks.block_q, bw.tile.blocks.block_kv, bw.tiles.ctas_per_sm, bw.tile.concurrent
+    )
+    return kernels, found

@@ -57,7 +57,8 @@ import numpy as np
 from . import implementations, intmath
 from .hardware import KernelFigures, Profile
 from .intmath import IntLike
-from .traffic.ledger import LEVELS, AlgorithmTraffic, Kernel
+from .traffic.ledger import COMBINE, DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
+from .validated import reference
 
 Seconds = Union[float, np.ndarray]  # noqa: UP007
 Label = Union[str, np.ndarray]  # noqa: UP007
@@ -182,8 +183,7 @@ def assumptions(profile: Profile) -> list[str]:
     if not any(f.sustained_after_s is not None for f in profile.implementation_figures.values()):
         out.append(
             f"{profile.name} gives no sustained-clock figures (implementations.*.sustained_share, sustained_after):"
-            " kernels are timed at the clocks before the power limit lowers them (on an H200 cuDNN's forward run "
-            "back to back for longer than some 35 to 65 ms takes about 15 % longer once they fall)."
+            " kernels are timed at the clocks before the power limit lowers them" + _sustained_reference() + "."
         )
     if profile.hbm.write_bandwidth_bytes_per_s:
         out.append("HBM reads and writes take turns: the HBM term is reads/read bandwidth + writes/write bandwidth.")
@@ -232,7 +232,8 @@ def caveats(
     if impl.instructions == "mma_sync" and profile.mma_sync_one_cta_share is None:
         out.append(
             f"{profile.name} gives no compute.mma_sync.one_cta_share: an SM left with one CTA of a kernel that keeps "
-            "two is taken to run at the full rate (on an H200 it runs at about 0.83 of it)."
+            "two is taken to run at the full rate"
+            + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
     figures = profile.implementation(impl.name)
     measured = figures.efficiency
@@ -250,7 +251,7 @@ def caveats(
                 out.append(
                     f"{impl.name}'s efficiency on {profile.name} was measured at its default tiles and at "
                     f"{', '.join(f'{a}x{b}' for a, b in sorted(by_tile))}: at {t[0]}x{t[1]} the default tiles' figure "
-                    "stands in (the measured other tiles ran 4-60 % slower on an H200's long loop)."
+                    f"stands in{_tile_reference()}."
                 )
         ds = np.asarray(head_dim)
         lo, hi = measured[0][0], measured[-1][0]
@@ -260,6 +261,25 @@ def caveats(
                 "other head dims take the nearest figure."
             )
     return out
+
+
+def _sustained_reference() -> str:
+    """What the clocks' fall costs on the H200 (the data's reference figures), or ''."""
+    lo, hi, slow = (reference(k) for k in ("sustained_after_min_s", "sustained_after_max_s", "sustained_slowdown"))
+    if lo is None or hi is None or slow is None:
+        return ""
+    return (
+        f" (on an H200 cuDNN's forward run back to back for longer than some {lo * 1e3:.0f} to {hi * 1e3:.0f} ms "
+        f"takes about {100 * slow:.0f} % longer once they fall)"
+    )
+
+
+def _tile_reference() -> str:
+    """How much slower the H200's measured other tiles ran (the data's reference figures), or ''."""
+    lo, hi = reference("tile_slowdown_min"), reference("tile_slowdown_max")
+    if lo is None or hi is None:
+        return ""
+    return f" (the measured other tiles ran {100 * lo:.0f}-{100 * hi:.0f} % slower on an H200's long loop)"
 
 
 def rate_sources(profile: Profile) -> str:
@@ -362,7 +382,7 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
     elif kernel.op == "reduction":
         rate = rates.reduction_bytes_per_s
     elif kernel.op == "elementwise" and backward:
-        specific = rates.dropout_backward_bytes_per_s if "dropout" in kernel.name else None
+        specific = rates.dropout_backward_bytes_per_s if kernel.kind == DROPOUT else None
         rate = specific or rates.elementwise_backward_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "elementwise":
         rate = rates.elementwise_bytes_per_s
@@ -394,8 +414,9 @@ def cta_tail_factor(
     scheduling), a job starts about when the work before it, less half the work in flight,
     is done: the last job (the longest, L) ends at ``(W − L)/S − L̄/2 + L``, W the total work
     and L̄ the mean length of the S jobs before it. Without masking all jobs are equal and
-    the exact makespan is ⌈J/S⌉ jobs. How close this comes to an event simulation of the same
-    schedule (worst where causal CTAs fill about two waves): tests/test_calibrated_time.py.
+    the exact makespan is ⌈J/S⌉ jobs. Against an event simulation of the same schedule
+    (tests/test_calibrated_time.py): close on the shapes of the H200 records, furthest off
+    where causal CTAs fill about two waves (docs/model.md, "Time").
     """
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     n, n_kv = f(workload.n), f(workload.n_kv_)
@@ -605,8 +626,9 @@ def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float,
     if instructions == "mma_sync" and profile.arch_family not in MMA_SYNC_NATIVE:
         return peak, (
             f"{profile.name} gives no mma.sync rate for {dtype}: FlashAttention-2-style kernels' products are "
-            f"counted at the dense peak, which warp-level mma.sync does not reach on {profile.arch_family or 'this GPU'} "
-            "(on an H200: 58 % of it). Expect these times to be too short."
+            f"counted at the dense peak, which warp-level mma.sync does not reach on {profile.arch_family or 'this GPU'}"
+            + (f" (on an H200: {100 * share:.0f} % of it)" if (share := reference("mma_sync_share")) else "")
+            + ". Expect these times to be too short."
         )
     return peak, None
 
@@ -638,7 +660,7 @@ def kernel_time(
     }
     hd = intmath.to_float(head_dim) if head_dim is not None else None
     forward = kernel.pass_ != "backward"
-    split = kernel.kind == "split_kv"
+    split = kernel.kind == SPLIT_KV
     # what the profile measured of the implementation, read once: for a fused kernel its figures
     # at the head dim (each pass's own, as calibrate fitted them; a split-KV kernel its own
     # efficiency where measured), for a combine kernel its fixed and per-split costs
@@ -707,7 +729,7 @@ def kernel_time(
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(in_flight > 0, hbm / np.where(in_flight > 0, in_flight, 1.0) * profile.hbm.latency_s, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
-    if kernel.kind == "combine" and measured.combine_time_s is not None:
+    if kernel.kind == COMBINE and measured.combine_time_s is not None:
         # measured: a fixed cost, one per split (each combine CTA walks the splits in turn)
         # and, where measured, the bytes it moves at its own rate
         fixed, per_split = measured.combine_time_s
@@ -804,32 +826,31 @@ def algorithm_time(
     (:data:`CLOCKS`) says how long the GPU has been busy, which decides whether the forward
     kernels run at the clocks the power limit leaves (:func:`clock_share`)."""
     tail = split_tail = None
-    tailed = ("fa2_fwd",)
     spec = implementations.get(implementation)
     # an SM left with one CTA of mma.sync code runs it at this share of its rate
     share = profile.mma_sync_one_cta_share if spec is not None and spec.instructions == "mma_sync" else None
+    facts = algorithm.facts  # a tiled algorithm's blocks, occupancy and splits (None: standard)
     if workload is not None and algorithm.variant == "fa2":
-        p = algorithm.params
+        occupancy = param(facts.ctas_per_sm)
         tail = cta_tail_factor(
             workload,
-            np.asarray(p["block_q"]),
-            np.asarray(p["block_kv"]),
+            np.asarray(facts.blocks.block_q),
+            np.asarray(facts.blocks.block_kv),
             profile.sm_count,
-            p.get("ctas_per_sm"),
+            occupancy,
             share,
         )
-        if any(k.kind == "split_kv" for k in algorithm.kernels):
-            split_tail = split_tail_factor(workload, p["splits"], profile.sm_count, p.get("ctas_per_sm"), share)
+        if any(k.kind == SPLIT_KV for k in algorithm.kernels):
+            split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
     elif workload is not None and algorithm.variant == "fa1":
         # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
         jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)
         w = jobs / float(profile.sm_count)
         out = np.ceil(w) / w
         tail = float(out) if out.ndim == 0 else out
-        tailed = ("fa1_fwd", "fa1_bwd")
     # the forward kernel's tiles: an implementation measured at other tiles than its defaults
     # (our Triton kernel) runs at its efficiency there
-    tile = (algorithm.params["block_q"], algorithm.params["block_kv"]) if algorithm.variant == "fa2" else None
+    tile = (param(facts.blocks.block_q), param(facts.blocks.block_kv)) if algorithm.variant == "fa2" else None
     uneven = None
     if workload is not None and head_dim is not None:
         uneven = np.asarray(workload.d) != np.asarray(head_dim)
@@ -842,8 +863,8 @@ def algorithm_time(
             dtype,
             implementation,
             head_dim,
-            tail if k.name in tailed else (split_tail if k.kind == "split_kv" else None),
-            tile if k.name == "fa2_fwd" else None,
+            tail if k.kind in (FORWARD_GRID, HEAD_GRID) else (split_tail if k.kind == SPLIT_KV else None),
+            tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,
         )

@@ -35,7 +35,7 @@ def without(monkeypatch):
 
     def k_without(w: Workload, impl: str = "sdpa-flash") -> int:
         with monkeypatch.context() as m:
-            m.setattr(flash, "cross_head_hbm", lambda ctx, l2, hbm, unique, requested: hbm)
+            m.setattr(flash, "cross_head_hbm", lambda ctx, l2, hbm, unique, requested, row=None: hbm)
             return _k(w, impl)[0]
 
     return k_without
@@ -105,7 +105,7 @@ def test_adds_reads_but_never_past_the_requests(batch, group, kv_heads, n, d, ca
     assume("fa2_fwd" in kernels)  # few CTAs: PyTorch splits K/V instead (memmodel.traffic.decode)
     hbm, requested = _k(w)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(flash, "cross_head_hbm", lambda ctx, l2, h, u, r: h)
+        m.setattr(flash, "cross_head_hbm", lambda ctx, l2, h, u, r, row=None: h)
         before = _k(w)[0]
     assert before <= hbm <= requested
     # at most every later query head's read of every byte: the unique K times the group

@@ -16,7 +16,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import TileContext, diagonal_blocks, visited_blocks
-from .ledger import Kernel, KernelBuilder
+from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 
 def split_block_kv(d: IntLike) -> IntLike:
@@ -29,13 +29,12 @@ def split_block_kv(d: IntLike) -> IntLike:
 
 
 def num_splits_heuristic(work_ctas: int, sm_slots: int, kv_blocks: int, max_splits: int = 128) -> int:
-    """Smallest split count whose wave efficiency is within 85 % of the best.
+    """Smallest split count whose wave efficiency is within 0.85 of the best.
 
-    ``work_ctas`` = batch × heads × Q blocks; ``sm_slots`` = SMs × 2. With enough CTAs to
-    fill 80 % of the slots, 1. Split counts that give the same chunk length as one fewer
-    split are skipped. The wave efficiency of s splits is w / ⌈w⌉ with w = work·s / slots.
-    (FlashAttention-2's rule for its split-KV path, as documented in its sources.)
-    """
+    ``work_ctas`` = batch × heads × Q blocks; ``sm_slots`` = SMs × 2. With enough CTAs to fill
+    0.8 of the slots, 1. Split counts that give the same chunk length as one fewer split are
+    skipped. The wave efficiency of s splits is w / ⌈w⌉ with w = work·s / slots (FlashAttention-2's
+    rule for its split-KV path, as its sources document it)."""
     if work_ctas >= 0.8 * sm_slots:
         return 1
     limit = min(max_splits, sm_slots, kv_blocks)
@@ -55,14 +54,10 @@ def num_splits_heuristic(work_ctas: int, sm_slots: int, kv_blocks: int, max_spli
 
 
 def choose_splits(w: Workload, sm_count: int, block_q: int = 64, *, prefill: bool = False) -> IntLike:
-    """FA2's split count for ``w``: decoding (n = 1) always takes the heuristic; with
-    ``prefill`` (PyTorch's FlashAttention-2, whose forward entry point applies the same rule
-    to every sequence length when dropout is off) so does n > 1, counting its Q blocks of 64
-    rows. 1 otherwise (give ``splits`` to model another kernel's split-KV prefill).
-
-    Measured on an H200 (validation/h200/probe-2): one head of 128·k query rows against
-    16384 keys runs as fast as the split predicts up to k = 99 (198 Q blocks of 64, under
-    80 % of the 264 slots) and unsplit from k = 132 on."""
+    """FA2's split count for ``w``: decoding (n = 1) always takes the heuristic; with ``prefill``
+    (PyTorch's FlashAttention-2, whose forward entry point applies the same rule to every sequence
+    length when dropout is off) so does n > 1, counting its Q blocks of 64 rows. 1 otherwise (give
+    ``splits`` to model another kernel's split-KV prefill)."""
 
     def one(b: int, h: int, hk: int, n: int, nkv: int, d: int, drop: float) -> int:
         if n != 1 and not (prefill and drop == 0.0):
@@ -138,7 +133,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))),
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
-        kind="split_kv",
+        kind=SPLIT_KV,
     )
     c = KernelBuilder("fa2_combine")
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "B·H·splits·N·d·4")
@@ -149,6 +144,6 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         softmax_flops=intmath.mul(3, bh, splits, w.n, w.d),
         exp_ops=intmath.mul(bh, splits, w.n),
         splits=splits,
-        kind="combine",
+        kind=COMBINE,
     )
     return [split, combine]

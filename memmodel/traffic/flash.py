@@ -22,6 +22,7 @@ so it adds no bytes. l, m and logsumexp are fp32. HBM reads follow :mod:`.l2`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,8 @@ from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
 from .decode import split_kv_kernels
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
+from .facts import TiledFacts
+from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -46,10 +48,15 @@ def visited_share(w: Workload) -> str:
 
 
 def fa2_forward_kernel(
-    ctx: TileContext, l2: l2m.L2, name: str = "fa2_fwd", *, streams_q: bool = True, drift: Any = None
+    ctx: TileContext,
+    l2: l2m.L2,
+    name: str = "fa2_fwd",
+    *,
+    streams_q: bool = True,
+    facts: TiledFacts | None = None,
 ) -> Kernel:
-    """The FlashAttention-2-style forward kernel; ``drift``: what the waves' drift adds to one K/V
-    read a wave (:func:`forward_drift`), where the caller has it already."""
+    """The FlashAttention-2-style forward kernel; ``facts`` (:func:`forward_facts`): the waves'
+    drift, the GQA row and the causal live K/V, where the caller found them already."""
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -72,6 +79,7 @@ def fa2_forward_kernel(
         reuse=_fa2_causal_reuse(ctx, l2c) if w.causal else None,
     )
     if not w.causal:
+        drift = facts.wave_drift if facts is not None else None  # None: found here
         kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head), drift)
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
@@ -79,11 +87,13 @@ def fa2_forward_kernel(
         # schedule that keeps one head's K/V live at a time (cuDNN, probe 11). With several, the
         # larger of it and the window rule above, whose evictions come from other heads' data
         # streaming through (many short heads: 1.3-1.5 x the unique K/V measured)
-        thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req)
+        live = facts.causal_live_bytes if facts is not None else None
+        thrash = causal_curve_hbm(ctx, l2c, kv_unique, kv_req, live)
         one = (np.asarray(intmath.mul(w.batch, w.heads)) == 1) | (l2c.causal_heads == "one")
         kv_hbm = np.where(one, thrash, np.maximum(np.asarray(kv_hbm), thrash))
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
-    kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req)
+    row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
+    kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
@@ -122,6 +132,7 @@ def fa2_forward_kernel(
         diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         # with dropout the kernel draws a mask element for every score of its tiles
         dropout_scores=scores if w.dropout > 0 else 0,
+        kind=FORWARD_GRID,
     )
 
 
@@ -141,37 +152,19 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
 _CROSS_HEAD_POINTS = 8
 
 
-def cross_head_hbm(ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, requested: IntLike) -> IntLike:
+def cross_head_hbm(
+    ctx: TileContext, l2: l2m.L2, hbm: IntLike, unique: IntLike, requested: IntLike, row: Any = None
+) -> IntLike:
     """HBM reads of K (or V) of a forward whose grid runs (Q block, batch, head) (``l2.batch_rows``:
     FlashAttention-2's), with the re-reads of a GQA group's query heads where batch B > 1: ``hbm``
-    (the rules above) plus (G − 1) · ``unique`` · the mean over the K/V head's blocks of
-    max(0, m_x − m), at most ``requested``.
-
-    The G query heads of a K/V head of batch b are B heads apart in that grid: between two of them
-    the grid runs a row of B (query head, batch) pairs, each reading its K/V head and Q and writing
-    O, a row of new data R = B · 2·(N_kv + N)·d·e bytes (every pair's K, V, Q and O). A K/V block
-    read by one query head is read by the next a row later; it misses then at the measured
-    cross-wave share at R (``l2.reuse``: m_x; the step at the effective capacity without it), the
-    data brought in since it was, unless the previous query head's CTAs are still reading it when
-    the next query head's first reaches it. Causal, the longest CTA of a query head (its last, T_c
-    steps long) walks from the diagonal down and reaches the block a fraction x along the head
-    (1 − x)·T_c steps after its dispatch at the end of the head's span s = visited blocks / C steps
-    (C CTAs at once); the next query head's CTA on that block's diagonal starts B·s + s·x² after the
-    head's first (its Q blocks shortest first). The block is still being read where
-    (B − 1)·s + s·x² ≤ (1 − x)·T_c: blocks near the head's start, more of them with few Q blocks per
-    CTA slot and small B. Not causal every CTA is T_c steps long and the previous head's have ended
-    ((B − 1)·s later). The rules above gave every re-read the share m = (hbm − unique) /
-    (requested − unique); a re-read across query heads misses at least at m_x.
-
-    A row, not the time since the block was last read: the H200's L2 keeps a block about an L2's
-    worth of new data after it came in, however often it was read since (the references
-    ``validation/h200/causal-reuse-4/h200-cross-head-ref``, 18 kernels at rows of 0.4 to 1.07 ×
-    its L2: median 6.4 %, where the time since the last read gives 20 %; non-causal grids re-read
-    their K/V 2.5 × at half a row per L2, 1 + 3 · 0.51 by this rule). Batch 1 runs a group's query
-    heads one after another (a K/V head's measured curves have it). No fitted figure.
-    FlashAttention-2 alone: other kernels launch their grids otherwise."""
+    plus (G − 1) · ``unique`` · the mean over the K/V head's blocks of max(0, m_x − m), at most
+    ``requested``; m_x the cross-wave miss share at the row of new data between two query heads of
+    a group (``row``, :func:`gqa_row_bytes`, found here where None). Causal, only the blocks the
+    previous query head has stopped reading count. No fitted figure; the derivation is in
+    docs/model.md ("Re-reads across a GQA group's query heads")."""
     w, b = ctx.w, ctx.blocks
-    row = gqa_row_bytes(ctx, l2)
+    if row is None:
+        row = gqa_row_bytes(ctx, l2)
     if row is None:
         return hbm
     from .reuse import step_curve
@@ -230,30 +223,11 @@ def _floats(value: IntLike) -> np.ndarray:
 
 
 def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
-    """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses (see below).
-
-    The schedule, as FlashAttention-2 launches it: grid (Q block, batch, head), Q blocks of
-    one head next to each other; the block scheduler puts CTAs in grid order into free slots
-    (C = SMs × CTAs/SM at once); CTA ``i`` visits the ~(i+1)·B_r/B_c K/V blocks up to the
-    diagonal, one per *step* (a step is one K/V block: load K_j, V_j; S = QK_jᵀ; O += PV_j).
-
-    * Mean CTA lifetime L = visited pairs / T_r steps, so in steady state a slot frees, and
-      the next CTA starts, every g = L / C steps (the dispatch gap).
-    * FA2 walks a CTA's blocks in *reverse* (flash_fwd_kernel.h: from the diagonal block
-      down to block 0, the masked block first). CTA i+1 starts g later and has B_r/B_c more
-      blocks in front of block j, so it reads block j ``lag + g`` steps after CTA i, with
-      lag = B_r/B_c. A kernel that walks forward (block 0 first, our Triton kernel) has
-      lag = 0: the next CTA reads block j g steps later.
-    * With GQA the group's heads read the same K/V. In FA2's grid they are ``batch`` heads
-      apart; of the heads in flight (1 + C·T_c / visited: one head's dispatch span plus its
-      longest CTA, in units of its dispatch span) ``min(G, in flight / batch)`` share the
-      K/V, so the gap between two uses shrinks by that factor.
-    * A block is in use for the whole step it is read in (loaded one step ahead, consumed in
-      the next), so the window in which it can be evicted is one step shorter than the
-      gap: ``max(0, gap − 1)`` steps, during which C CTAs request C blocks per step.
-
-    ``k`` = C · window / S, with S = capacity / (2·B_c·d·e) K/V blocks in the effective L2.
-    """
+    """Exposure ``k`` of a causal FA2 forward kernel's K/V blocks between two uses: C CTAs at once
+    request C blocks a step over a reuse window of max(0, (lag + gap) / sharing heads − 1) steps
+    (the dispatch gap, FlashAttention-2's walk from the diagonal down, a GQA group's query heads in
+    flight), over the K/V blocks the effective L2 holds. Derivation: docs/model.md ("Causal re-reads
+    within a head")."""
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     visited = np.maximum(_floats(ctx.visited), 1.0)
@@ -287,25 +261,11 @@ def wave_drift_hbm(
     extra: Any = None,
 ) -> IntLike:
     """HBM reads of a tensor that the CTAs of a non-causal wave walk in lockstep (K/V in the
-    forward), with the re-reads their drift adds: ``hbm`` (one read a wave where the data does
-    not stay in L2, :func:`memmodel.traffic.l2.reread_hbm`) times ``1 + f·live/L2``, f the wave's
-    mean spread (:func:`drift_share`, ``l2.drift`` a wave at the kernel's head dim, linear in
-    log2 of it between measured ones) and live the data one wave walks
-    (:func:`memmodel.traffic.reuse.live_footprint`: a head's K/V times the heads it spans).
-
-    The CTAs a wave starts together do not stay together: the leader reads a block first and a
-    CTA f·live behind it finds it only if the L2 kept it that long, so a wave whose CTAs spread
-    over f of a walk of ``live`` bytes reads it about ``1 + f·live/L2`` times (one read per L2 of
-    spread), the extra reads missing at the cross-wave share at ``live`` (``l2.reuse``: none
-    where the data stays in L2 across a wave, all where it is past the knee). Measured on the
-    H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2, five placements each,
-    ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a wave at `1.6 ×` the
-    L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one. d = 256 drifts
-    more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``), d = 96 hardly at all
-    (``h200-ref-d96-2.json``: `0.004` a wave against `0.037` at d = 128). FlashAttention-2 alone:
-    :func:`memmodel.model.l2_context` gives other kernels no drift. Where ``l2.drift`` is None
-    (a profile that has not measured it) ``hbm`` is returned as it is. ``extra``: the drift's
-    share (:func:`wave_drift_extra`) where the caller computed it already."""
+    forward), with the re-reads their drift adds: ``hbm`` times ``1 + f·live/L2``, f the wave's mean
+    spread (:func:`drift_share` at ``l2.drift``, the profile's ``memory.l2.wave_drift``) and live the
+    data one wave walks, the extra reads missing at the cross-wave share at ``live``. ``extra``: the
+    drift's share (:func:`wave_drift_extra`) where the caller found it already; ``hbm`` unchanged
+    where the profile has no drift. FlashAttention-2 alone (docs/model.md, "Waves that drift apart")."""
     if not l2.drift or l2.mode == "off":
         return hbm
     if extra is None:
@@ -336,42 +296,13 @@ def wave_drift_extra(ctx: TileContext, l2: l2m.L2, sharing: IntLike, ws: IntLike
 
 
 def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
-    """The K/V a causal FlashAttention-2 forward keeps live while it re-reads (bytes): the axis
-    of the profile's ``memory.l2.causal_reuse_d*`` curves, measured on one head, where it is
-    that head's K and V.
-
-    FA2's grid runs the query heads one after another, a head's Q blocks shortest first: its
-    CTAs are handed out over its *dispatch span* s = visited blocks / C steps (C CTAs at once),
-    and its last, longest CTA runs T_c steps after that. While a head's CTAs are handed out they
-    touch a share of its K/V growing from 0 to all (half on average), then all of it until the
-    last ends. The G query heads of a K/V head (GQA) read the same K/V ``batch`` heads apart (the
-    grid runs Q block, batch, head), so a K/V head is touched for ``s/2 + (G − 1)·B·s + T_c``
-    steps of a kernel of about ``H_kv·G·s + T_c`` (H_kv = batch B × K/V heads): on average
-
-        H_kv · (((G − 1)·B + 1)·s − s/2 + T_c) / (H_kv·G·s + T_c)
-
-    K/V heads are live (at most all of them). One head, the curves' reference, keeps
-    ``(s/2 + T_c)/(s + T_c)`` of its K and V live on average and is read at its K and V; a
-    workload is read at the same multiple,
-    so one head of any length maps to its K and V, many heads to ``1 + T_c/s`` of them (a steady
-    stream) over that ratio, and a K/V head shared by G query heads to more than one: after its
-    first query head it is all live. cuDNN's schedule (``l2.causal_heads`` "one") keeps one K/V
-    head live at a time: 2 to 8 heads of 24 MiB each read no more than one does (probe 11), so
-    H_kv = 1 there.
-
-    A GQA grid of batch B > 1 counts at most one K/V head's K and V plus a share of the L2 for
-    the others (``l2.gqa_others`` at the kernel's head dim, fitted to references; without it the effective
-    capacity, the share that data read by SMs on both of the L2's sides can fill). With batch
-    B > 1 the B K/V heads of a query head's neighbours in the grid interleave, and their K/V past
-    that share is gone before their next query head comes: it no longer competes with the head
-    being walked. On the H200 (the batch 2 and 4 references, ``validation/h200/causal-reuse-3/``)
-    the rule without the cap read their shares at up to `1.4 ×` the L2's K/V live where they
-    behave as at `0.6–0.9 ×`; the others' share that fits them is about `0.46` of the L2 at
-    d = 128, `0.35` at d = 96 and `0.31` at d = 64 (it grows with the batch, which the cap does
-    not follow: batches of 4 to 8 come out `17–38 %` short). A grid of one batch has no cap: its
-    K/V heads run one after another, and its curve is measured at the live K/V this rule counts
-    without one.
-    """
+    """The K/V a causal FlashAttention-2 forward keeps live while it re-reads (bytes): the axis of
+    the profile's ``memory.l2.causal_reuse_d*`` curves, measured on one head, where it is that
+    head's K and V. It averages the K/V heads touched over the kernel's dispatch spans (a GQA
+    group's query heads are ``batch`` heads apart in FA2's grid; cuDNN's schedule keeps one K/V
+    head live), scaled so one head maps to its K and V; a batched GQA grid counts its own K/V head
+    and at most ``l2.gqa_others`` of the L2 for the others. Derivation: docs/model.md ("The K/V a
+    causal forward keeps live")."""
     w, b = ctx.w, ctx.blocks
     conc = np.maximum(_floats(l2.concurrent_ctas), 1.0)
     span = np.maximum(_floats(ctx.visited), 1.0) / conc
@@ -397,31 +328,16 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     return live
 
 
-def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike) -> Any:
+def causal_curve_hbm(ctx: TileContext, l2: l2m.L2, unique: IntLike, requested: IntLike, live: Any = None) -> Any:
     """HBM reads of K (or V) of a causal forward by the profile's causal curves measured on its
-    schedule, at the head dim nearest the kernel's: the first read of every byte, plus the
-    re-reads (requested − unique) times the curve's miss share at :func:`causal_live_bytes`.
-    One head reads the curves measured on one head (``l2.causal``); a grid of k K/V heads
-    (batch × K/V heads) the curves measured at the head counts about k (``l2.causal_several``,
-    where the profile has them), interpolated in the logarithms of the count and of the share,
-    the last count's beyond it. K/V heads, not query heads: the live K/V swings about its mean
-    where one K/V head's CTAs give way to the next's, and the query heads of a GQA group share
-    theirs. At the same K/V live on average the share depends on that count, and not
-    monotonically (on the H200 at `0.7 ×` its L2, d = 128: one head `1.8 %`, two `3.0 %`, four
-    `5.1 %`, sixteen `2.3 %`). A GQA grid (G > 1) reads the curves measured on GQA grids
-    (``l2.causal_gqa``) where the profile has them: with 1 to 8 K/V heads and 4 or 8 query heads
-    each, the H200's shares at the same K/V live differ by less than placement moves them (at
-    `0.7 ×` the L2: `2.9–3.7 %`), at the head dims it was measured at (d = 64, 96 and 128 on the
-    H200). Where the kernel's head dim has a one-head curve but no curve of several heads, a
-    count's curve at the nearest head dim that has one is read relative to that head dim's
-    one-head curve, on the kernel's own (the H200 has every count at every head dim now; d = 96,
-    whose one head misses about half as often as d = 128's, `8.9 %` against `18.8 %` at `1 ×` the
-    L2, was read so before its own counts were measured: `+27 %`, `+68 %` on the fifth reuse check).
-    Past a curve's last point the share is at least random replacement's ``1 − L2 / live``, scaled
-    down to meet the curve where the curve ends below it (the H200's one-head curves end at
-    `0.51–0.60` at 2.2 × its L2, where that gives `0.55`; its GQA curves at 1.25 ×, where it gives
-    `0.20`: d = 128's at `0.23`, d = 64's at `0.14`)."""
-    live = causal_live_bytes(ctx, l2)
+    schedule, at the head dim nearest the kernel's: the first read of every byte, plus the re-reads
+    (requested − unique) times the curve's miss share at :func:`causal_live_bytes` (``live``, found
+    here where None). One head reads the one-head curves; a grid of k K/V heads the curves measured
+    at about k heads (interpolated in log count and log share); a GQA grid its own curves where the
+    profile has them; past a curve's end at least random replacement's ``1 − L2 / live``, scaled to
+    meet the curve. Details: docs/model.md ("Causal re-read curves")."""
+    if live is None:
+        live = causal_live_bytes(ctx, l2)
     miss = _curve_share(live, ctx.exec_d, l2.causal, l2.whole)
     if l2.causal_several:
         kv_heads = _floats(intmath.mul(ctx.w.batch, ctx.w.kv_heads_))
@@ -487,10 +403,9 @@ def _curve_share(live: Any, exec_d: IntLike, curves: dict[int, Any], whole: floa
 
 
 def _log_interp(x: Any, curve: Any) -> Any:
-    """The curve's miss share at ``x``, interpolated linearly in its logarithm between points
-    (the share rises about exponentially up to the L2's size: on the H200's d = 128 reference
-    points, each inner point from its neighbours is off by at most `34 %` so, `71 %` linearly);
-    below the first point it keeps falling at the first segment's rate; past the last it stays."""
+    """The curve's miss share at ``x``, linear in its logarithm between points (the share rises
+    about exponentially up to the L2's size); below the first point it keeps falling at the first
+    segment's rate; past the last it stays."""
     xs = np.asarray(curve.footprint_bytes, dtype=np.float64)
     ys = np.log(np.maximum(np.asarray(curve.miss, dtype=np.float64), 1e-6))
     x = _floats(x)
@@ -514,26 +429,12 @@ def tile_reread_hbm(
     """HBM reads of a tensor re-read by ``sharing`` consecutive CTAs per head: K/V once per Q
     block in the forward; Q, dO, lse, D and the dQ accumulator once per K/V block in the backward.
 
-    Non-causal: the CTAs of a wave sweep K/V in lockstep (see :mod:`.l2`).
-
-    Causal, one head's data fits in L2 (``ws`` ≤ effective capacity), with ``reuse`` (the
-    exposure of :func:`_fa2_causal_reuse`, FA2's forward): a CTA's work grows with its
-    diagonal, so CTAs of many heads run at once, each at its own place in K/V; every
-    request of an already-read block hits unless the block was evicted since its previous
-    use, modelled as random replacement (:func:`.l2.random_replacement_miss_ratio`, the
-    miss share of all requests, times the requested bytes).
-
-    Causal without ``reuse`` (the memory-efficient backward, whose dQ workspace also round-trips
-    by :func:`memmodel.traffic.flash_backward.workspace_round_trip_share`, and the
-    FlashAttention-2 paper's backward; PyTorch's FlashAttention-2 and cuDNN backwards follow
-    their own walk, :func:`memmodel.traffic.flash_backward.causal_leader_share`): ``1 + 2·C / sharing`` heads
-    are in flight and each byte is read (heads in flight × ws) / capacity times, a lead
-    fitted to two H200 measurements of the forward pass, which the rule above replaces there.
-
-    Causal, one head's data does not fit: a share (whole L2) / ws of the requests hits, as
-    with random replacement (one head of 262,144 × 128 in PyTorch's FA2: −0.4 %; our Triton
-    kernel at 64×64 tiles reads half of this).
-    """
+    Non-causal: the CTAs of a wave sweep it in lockstep (:func:`.l2.reread_hbm`). Causal, where
+    one head's data fits the effective capacity: with ``reuse`` (FA2's forward exposure,
+    :func:`_fa2_causal_reuse`) random replacement over the blocks' reuse windows; without it the
+    heads in flight over the capacity, a lead fitted to two forward measurements. Causal past the
+    capacity: a share (whole L2) / ws of the requests hits. Derivation: docs/model.md ("Causal
+    re-reads within a head")."""
     base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
@@ -711,6 +612,7 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
         concurrent_ctas=heads_in_flight,
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
+        kind=HEAD_GRID,
     )
 
 
@@ -744,6 +646,7 @@ def fa1_backward_kernel(ctx: TileContext, l2: l2m.L2) -> Kernel:
         concurrent_ctas=heads_in_flight,
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
+        kind=HEAD_GRID,
     )
 
 
@@ -756,45 +659,56 @@ def _given_or_no_l2(l2: l2m.L2 | None) -> l2m.L2:
     return l2 or l2m.L2("off", 0.0, 1)
 
 
-def fa2(ctx: TileContext, l2: l2m.L2, *, backward: bool = False, splits: IntLike = 1) -> AlgorithmTraffic:
+def forward_facts(ctx: TileContext, l2: l2m.L2, splits: IntLike = 1) -> TiledFacts:
+    """What FA2's forward rules find on ``ctx`` and ``l2``: the blocks and occupancy, and where
+    the K/V re-reads sit (knee, waves, drift, GQA row, causal live K/V), found once."""
+    facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent, splits)
+    if l2.mode == "off":
+        return facts
+    causal = bool(ctx.w.causal)
+    found = {
+        "l2_knee": _knee(ctx, l2),
+        # a head's CTAs span more than one wave: its K/V is re-read across waves
+        "l2_cross_wave": np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent),
+        "wave_drift": forward_drift(ctx, l2),
+        "gqa_row_bytes": gqa_row_bytes(ctx, l2),
+        # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
+        "causal_live_bytes": causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)) if causal else None,
+    }
+    # one workload's values as Python scalars, a grid's as arrays (as params holds them)
+    found = {k: None if v is None else param(v) for k, v in found.items()}
+    # the forward's re-reads came from the measured curves: of which schedule ("" if none)
+    return dataclasses.replace(facts, **found, causal_curve=(l2.causal_schedule or "") if causal else None)
+
+
+def fa2(
+    ctx: TileContext,
+    l2: l2m.L2,
+    *,
+    backward: bool = False,
+    splits: IntLike = 1,
+    facts: TiledFacts | None = None,
+) -> AlgorithmTraffic:
+    """FA2's forward (split-KV where ``splits`` > 1) and, with ``backward``, the paper's backward;
+    ``facts``: :func:`forward_facts` where the caller has them."""
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
-    drift = forward_drift(ctx, l2)
+    if facts is None:
+        facts = forward_facts(ctx, l2, splits)
     if intmath.is_array(splits):
         # a grid: the rows of one split count run the split-KV kernels, the others the plain one
         split = np.asarray(splits) > 1
         kernels = present_kernels(
-            only_where(fa2_forward_kernel(ctx, l2, drift=drift), ~split),
+            only_where(fa2_forward_kernel(ctx, l2, facts=facts), ~split),
             *(only_where(k, split) for k in split_kv_kernels(ctx, l2, splits)),
         )
     elif int(splits) > 1:
         kernels = split_kv_kernels(ctx, l2, splits)
     else:
-        kernels = [fa2_forward_kernel(ctx, l2, drift=drift)]
+        kernels = [fa2_forward_kernel(ctx, l2, facts=facts)]
     if backward:
         kernels += fa2_backward_kernels(ctx, l2)
-    params = {
-        **ctx.blocks.to_params(),
-        "ctas_per_sm": param(ctx.ctas_per_sm),
-        "concurrent_ctas": param(ctx.concurrent),
-        "splits": param(splits),
-    }
-    if l2.mode != "off":
-        params["l2_knee"] = param(_knee(ctx, l2))
-        # a head's CTAs span more than one wave: its K/V is re-read across waves
-        params["l2_cross_wave"] = param(
-            np.asarray(intmath.mul(ctx.w.group, ctx.blocks.t_r)) > np.asarray(ctx.concurrent)
-        )
-        if drift is not None:  # what the waves' drift adds to one K/V read a wave
-            params["wave_drift"] = param(drift)
-        row = gqa_row_bytes(ctx, l2)
-        if row is not None:  # the new data between two query heads of a GQA group (cross_head_hbm)
-            params["gqa_row_bytes"] = param(row)
-        if ctx.w.causal:  # the axis of the causal re-read curves (memory.l2.causal_reuse_d*)
-            params["causal_live_bytes"] = param(causal_live_bytes(ctx, l2.with_ctas(ctx.concurrent)))
-            # the forward's re-reads came from the measured curves: of which schedule ("" if none)
-            params["causal_curve"] = l2.causal_schedule or ""
-    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=params)
+    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=facts.to_params(), facts=facts)
 
 
 def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
@@ -811,8 +725,8 @@ def fa1(ctx: TileContext, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     kernels = [fa1_forward_kernel(ctx, l2)]
     if backward:
         kernels.append(fa1_backward_kernel(ctx, l2))
-    params = {**ctx.blocks.to_params(), "ctas_per_sm": param(ctx.ctas_per_sm), "concurrent_ctas": param(ctx.concurrent)}
-    return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=params)
+    facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent)
+    return AlgorithmTraffic("tiled", "fa1", tuple(kernels), params=facts.to_params(), facts=facts)
 
 
 def fa2_forward(

@@ -1,58 +1,14 @@
-"""The backward pass of fused attention kernels as libraries launch it.
+"""The backward pass of fused attention kernels as libraries launch them.
 
 Each function takes the backward kernel's own tiles (:class:`BackwardTiles`; which tiles a
-library picks is a fact about the library, kept in :mod:`memmodel.backward`) and returns
-the kernels of the backward pass in launch order, their transfers at the three levels and
-their FLOPs. What the sources say, per library:
-
-**FlashAttention-2 as PyTorch ships it** (:func:`fa2_backward`; FlashAttention-2's
-``flash_bwd_launch_template.h``, ``flash_bwd_preprocess_kernel.h``, ``flash_bwd_kernel.h``
-and ``flash_api.cpp`` ``mha_bwd``, read at Dao-AILab/flash-attention 0251105a, the same
-structure as PyTorch's copy in ``aten/src/ATen/native/transformers/cuda/flash_attn``):
-
-1. ``fa2_bwd_pre`` (``flash_bwd_dot_do_o_kernel``, grid = Q blocks × batch × heads): reads
-   dO and O, writes D = rowsum(dO ⊙ O) (fp32, rows rounded up to the Q block) and writes
-   zeros over the fp32 dQ accumulator (``Clear_dQaccum``).
-2. ``fa2_bwd`` (``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, grid = K/V blocks × batch
-   × query heads, K/V blocks of one head next to each other): each CTA loads its K_j, V_j
-   once, then walks the Q blocks from the last down to the diagonal (causal) or the first,
-   loading Q_i, dO_i, lse_i and D_i each step; it recomputes S = Q_i K_jᵀ and P, and
-   accumulates dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ⊙ (dP − D_i), dK_j += dSᵀ Q_i in
-   registers and dQ_i += dS K_j into the fp32 accumulator with ``atomicAdd`` (done in L2).
-   dK_j, dV_j are written once, per *query* head: with GQA into per-query-head buffers
-   (``dk_expanded``, ``dv_expanded``). Causal: which of the re-reads reach HBM follows from
-   that walk and the grid order (:func:`causal_leader_share`).
-3. ``fa2_bwd_dq`` (``flash_bwd_convert_dq_kernel``, grid = Q blocks × batch × heads):
-   reads the accumulator, writes dQ in the input dtype.
-4. GQA only: ``at::sum_out`` over the group, once for dK (``dk_group_sum``) and once for
-   dV (``dv_group_sum``): each reads the per-query-head buffer, writes B·H_kv·N_kv·d.
-
-The accumulator is ``[B, ⌈N/128⌉·128, H, d_r]`` fp32 with d_r = d rounded up to 32 (64
-above 128); kernels touch the rows their Q blocks cover. Dropout is regenerated from the
-Philox state in the main kernel: no mask bytes.
-
-**Memory-efficient (CUTLASS, from xFormers) as PyTorch ships it** (:func:`cutlass_backward`;
-``mem_eff_attention/kernel_backward.h`` and ``attention_backward.cu``
-``_efficient_attention_backward``): one kernel, grid = key splits × heads × batch; with
-the default split count (one split per K/V block) each CTA owns one K/V block and walks
-every Q block: per (Q block, K/V block) it loads Q_i (for S and again for dK), dO_i (for
-dV and again for dP), lse_i, V_j (for dP) and K_j (for dQ), and adds its dQ_i partial into
-an fp32 workspace tile (load, add, store under a lock; the last split writes dQ). Each CTA
-first computes D = rowsum(dO ⊙ O) for all the queries of its head (``computeDelta``).
-dK_j, dV_j stay in registers when d ≤ the Q block (half precision) and are written once.
-The workspace (``[⌈N/B_i⌉ · ⌈d/B_j⌉]`` tiles of B_i × B_j fp32 per head) is zeroed by a fill
-kernel (``mea_bwd_zero``) when there is more than one split. CTA ``j`` walks the Q blocks up
-from its diagonal (not causal: from block ``j``, wrapping), so the next CTA loads a tile one
-step after it was stored, with every resident CTA's step live in between: the share of the
-stores the L2 writes back and reads again is :func:`workspace_round_trip_share`.
-
-**cuDNN** (:func:`cudnn_backward`): closed source; modelled with FlashAttention-2's
-structure (a dO·O preprocess, the main kernel with dQ accumulated in fp32, a conversion),
-the shape cuDNN's documentation describes for its fused flash backward (an fp32 dQ
-accumulator in the workspace, softmax statistics from the forward), its tiles assumed. With
-GQA its main kernel writes dK, dV per query head and two ``fmha_reduce_head`` kernels sum
-them over the group (probe 9's profiles), as ``dk_group_sum`` and ``dv_group_sum``.
-"""
+library picks is a fact about the library, kept in :mod:`memmodel.backward`) and returns the
+kernels of the backward pass in launch order, their transfers at the three levels and their
+FLOPs: FlashAttention-2 as PyTorch ships it (:func:`fa2_backward`: a dO·O preprocess, the main
+kernel over K/V blocks with dQ accumulated in fp32 by atomic adds, a conversion, GQA's group
+sums), the memory-efficient CUTLASS kernel (:func:`cutlass_backward`: one kernel, a CTA per K/V
+block, dQ through an fp32 workspace under a lock) and cuDNN (:func:`cudnn_backward`: closed
+source, modelled with FlashAttention-2's structure). What the sources say, kernel by kernel:
+docs/model.md ("Backward kernels as the libraries launch them")."""
 
 from __future__ import annotations
 
@@ -115,40 +71,12 @@ def backward_context(
 
 def causal_leader_share(ctx: TileContext, l2: l2m.L2, step_bytes: IntLike) -> Any:
     """HBM reads of a causal FA2 backward kernel's Q side (Q, dO, lse, D, the dQ accumulator)
-    as a multiple of their unique bytes, from the kernel's schedule.
-
-    FlashAttention-2's backward (``flash_bwd_kernel.h``) launches its CTAs in grid order (K/V
-    block ``j`` fastest, then batch, then head) into C = SMs × CTAs/SM slots, the block
-    scheduler giving the next CTA to the first slot that frees; CTA ``j`` walks the Q blocks
-    from the *last* one down to its diagonal (``for (; m_block >= m_block_min; --m_block)``),
-    one block a step (``step_bytes``: Q_i, dO_i, lse_i, D_i and the fp32 dQ_i tile it adds
-    into). Every CTA of a head starts at the same block and lives W(j) = T_r − ⌊(j·B_c + N −
-    N_kv)/B_r⌋ steps: the longest first. Taking every step as equally long:
-
-    * CTAs that start together read each block together: once.
-    * A CTA that starts as another of its head finishes reads each of that CTA's blocks a
-      fixed time after it, the *gap* between their starts; within the runs of CTAs that
-      replace the finishing ones (one every B_c/B_r steps) the gap is a step or two and the
-      blocks are still in L2 (followers are taken to hit).
-    * Where a head has more K/V blocks than slots (T_c > C), its CTAs run in groups of C:
-      the first CTA of group g (j = g·C, the *leader*) starts only when the CTA before it
-      (j = g·C − 1, the shortest of group g − 1) finishes, W(g·C − 1) steps after that CTA
-      read the leader's blocks. For one head the groups alternate: group 0 starts in lockstep;
-      group 1 replaces it one CTA every r = B_c/B_r steps (a chain) and ends all at once;
-      group 2 starts in lockstep again, and so on. Behind a lockstep group the bytes streamed
-      in the gap are W(g·C − 1) blocks; behind a chain they are the blocks its C CTAs, r apart,
-      sweep in it: W(g·C − 1) + r·(C − 1) (at most T_r). Each of the leader's W(g·C) blocks
-      misses with the measured cross-wave miss share (``memory.l2.reuse``; the step at the
-      effective capacity without it) at that footprint × ``step_bytes``.
-
-    So the share is 1 + Σ_{g ≥ 1} W(g·C) · miss(footprint_g) / W(0): 1 wherever a head's CTAs
-    fit in the slots (T_c ≤ C: the records' multi-head kernels read their Q side once).
-    Groups are counted from each head's first CTA; with several long heads they start
-    elsewhere in a head (an approximation). None where the L2 is off (every request). On the
-    H200 one head of 65,536 × 128 (T_c = 512, C = 132, r = 2, 66 kB a step) has leaders of
-    760, 496 and 232 blocks after gaps of 762, 498 and 234 steps; the footprints are 762,
-    498 + 262 and 234 blocks: misses 1, 1 and 0 → 2.23 × the unique Q side.
-    """
+    as a multiple of their unique bytes, from the kernel's schedule: 1 + Σ_{g ≥ 1} W(g·C) ·
+    miss(footprint_g) / W(0), where a head's CTAs run in groups of C (T_c > C) and each group's
+    leader re-reads the blocks the group before it read a gap earlier; 1 wherever a head's CTAs fit
+    in the slots. Groups are counted from each head's first CTA (with several long heads they start
+    elsewhere: an approximation). None where the L2 is off. Derivation: docs/model.md ("The causal
+    backward's Q side")."""
     from .reuse import step_curve
 
     b, w = ctx.blocks, ctx.w
@@ -200,42 +128,12 @@ def workspace_round_trip_share(
     before the next CTA loads the tile again: each such store costs its tile once more in HBM
     writes and once more in HBM reads. None where the L2 is off (every request reaches HBM).
 
-    The schedule (``kernel_backward.h``, ``attention_kernel``; grid = key splits × heads ×
-    batch, one split per K/V block, the K/V blocks of a head next to each other): CTA ``j``
-    walks the Q blocks *up*, from ``getQueryStart`` — its diagonal block ⌊j·B_j/B_i⌋ causal
-    (``getSmallestQueryForKey``), block ``j`` not causal (``getQueryStartShift``, wrapping) —
-    one block a step (``step_bytes``: Q_i, dO_i, lse_i, D_i, its own K_j and V_j again, and the
-    fp32 tile of the dQ workspace it loads, adds to and stores under the tile's lock). CTAs that
-    run together are therefore one block apart and each block is visited by the next CTA one
-    step later: between a store and the next load of a tile the C = SMs × CTAs/SM resident
-    CTAs each touch one step's tiles, C · ``step_bytes`` live. The dirty tile misses with the
-    measured cross-wave miss share at that footprint (``memory.l2.reuse``; the step at the
-    effective capacity without it). On the H200 at d = 128 (128 × 128 tiles, one CTA per SM)
-    that is 132 × 197,648 B = 24.9 MiB, 0.415 of the L2, at the curve's knee: 0.140.
-
-    Causal heads with more K/V blocks than slots (T_c > C) run in groups of C CTAs as
-    FlashAttention-2's backward does (:func:`causal_leader_share`), but CUTLASS's walk up from
-    the diagonal makes the CTAs that replace a finishing one start at the diagonal just as it
-    gets there: a group of CTAs started together (g even) keeps its C CTAs on C blocks until its
-    shortest ends (n_g · W_min pairs at C · ``step_bytes``), then, as its u CTAs left are
-    replaced by the next group, those replacements run in a convoy on one block (their Q side
-    shared, their K/V tiles ``kv_step_bytes`` their own): u · ``step_bytes`` + (C − u) ·
-    ``kv_step_bytes`` live, each of the group's remaining pairs at the share of that footprint
-    (averaged over u weighted by u, as u CTAs run u pairs a step). The convoy's own pairs (g
-    odd) re-load a tile a fraction of a step after the CTA before it: hits. The share is the
-    misses over all pairs of the head (each lifetime W(j) = T_r − ⌊j·B_j/B_i⌋ steps, summed
-    as a trapezoid per group); groups are counted from each head's first CTA. On the H200, two
-    heads of 32k at d = 128 (T_c = 256): group 0 runs 132 × 125 pairs at 0.140 and drains over
-    8,646 pairs at a mean of 0.019 (its footprint falls below the knee after 19 CTAs), group 1
-    (124 CTAs) is a convoy: (2,305 + 163) / 32,896 = 0.075.
-
-    With one key split (``splits`` = 1) a CTA walks every K/V block of its head itself and
-    the workspace is re-read a whole walk later (the rules of :func:`.flash.tile_reread_hbm`):
-    0 here. Where the head's splits are fewer than its K/V blocks (fp32 staging of dK, dV) the
-    steady share is taken. The clean re-reads at the same distance (Q, dO, lse, D, K, V) are not
-    given this share: on the H200's records they miss far less than the dirty tiles do (the
-    workspace's write-backs are 14 % of its stores in both multi-head causal records at
-    d = 128, the curve's 0.140, while all other re-reads together add at most 3 %)."""
+    CUTLASS's CTAs walk the Q blocks up from their own (``kernel_backward.h``), one block apart,
+    so a tile stored by one CTA is loaded by the next a step later, with every resident CTA's step
+    (``step_bytes``) live in between: the dirty tile misses at the measured cross-wave share at that
+    footprint (``memory.l2.reuse``; the step at the effective capacity without it). Causal, the
+    CTAs that start one at a time as a head's first ones drain see fewer steps live (docs/model.md,
+    "The memory-efficient backward's dQ workspace")."""
     from .reuse import step_curve
 
     if l2.mode == "off":
@@ -637,12 +535,8 @@ def _rename(t: Any, name: str) -> Any:
 
 def _gqa_kv_reads(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
     """K/V read from HBM (G + 1)/2 times per K/V head, at most as often as FlashAttention-2's
-    structure reads it (every request with L2 off).
-
-    Measured, not derived (probe 9, ``validation/h200/probe-9/``: 32 query heads of 16384 at
-    d = 128, causal, on 16, 8 and 4 K/V heads): cuDNN saves `0.49–0.51` of what reading each K/V
-    head once would, as if each K/V block came from HBM (G + 1)/2 times per group of G. Its kernel
-    is closed source: which of its CTAs share a group's K/V in L2 is not known."""
+    structure reads it (every request with L2 off). Measured, not derived: cuDNN's kernel is closed
+    source, and its GQA backward's K/V bytes follow this count (docs/model.md, "cuDNN's GQA backward")."""
     from dataclasses import replace
 
     kv = w.kv_bytes()

@@ -80,6 +80,20 @@ def total(transfers: Iterable[Transfer], **match: str) -> IntLike:
     return intmath.add(*selected) if selected else 0
 
 
+#: :attr:`Kernel.kind`: FlashAttention-2's forward grid (a CTA per Q block and head: its CTA tail
+#: and its tile's efficiency apply)
+FORWARD_GRID = "forward_grid"
+#: FA1's kernels: one CTA per (batch, head), B·H equal jobs on the SMs (their tail applies)
+HEAD_GRID = "head_grid"
+#: one split of a split-KV forward: its CTAs stream their K/V chunks (the implementation's
+#: measured CTA rate and the split kernel's own tail apply)
+SPLIT_KV = "split_kv"
+#: merges the splits (the implementation's measured fixed and per-split cost)
+COMBINE = "combine"
+#: applies a dropout mask stored in HBM (standard attention; its backward's measured rate)
+DROPOUT = "dropout"
+KINDS = ("", FORWARD_GRID, HEAD_GRID, SPLIT_KV, COMBINE, DROPOUT)
+
 #: the (level, direction) pairs a ledger keeps its byte sums by
 SUM_KEYS = tuple((level, direction) for level in LEVELS for direction in DIRECTIONS)
 
@@ -144,10 +158,8 @@ class Kernel:
     dropout_scores: IntLike = 0
     #: split-KV kernels: the number of K/V splits (the combine kernel reduces over them)
     splits: IntLike = 0
-    #: what the kernel is, where its timing differs from its transfers' and FLOPs': "split_kv"
-    #: (one split of a split-KV decode: its CTAs stream their K/V chunks, timed at the
-    #: implementation's measured CTA rate where the profile has one), "combine" (merges the
-    #: splits; the implementation's measured fixed and per-split cost), or "" (nothing special)
+    #: what the kernel is, where its timing differs from its transfers' and FLOPs' (one of
+    #: :data:`KINDS`; "" nothing special)
     kind: str = ""
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
@@ -249,6 +261,9 @@ class AlgorithmTraffic:
     variant: str  # "algorithm0" | "fa1" | "fa2"
     kernels: tuple[Kernel, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    #: what the traffic rules found, typed (:class:`.facts.TiledFacts`; None for standard
+    #: attention): code reads these, ``params`` is their JSON view
+    facts: Any = field(default=None, compare=False)
 
     @property
     def transfers(self) -> tuple[Transfer, ...]:

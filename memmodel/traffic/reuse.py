@@ -1,24 +1,15 @@
-"""Cross-wave re-reads from the measured L2 reuse curve (issue 14).
+"""Cross-wave re-reads from the measured L2 reuse curve.
 
 A tiled kernel's CTAs that run at once (a *wave*) and read the same data in lockstep read it
-from HBM once; the next wave re-reads it. Whether that re-read hits depends on the bytes
-read between the two uses, the *live footprint*: one head's re-read data times the heads a
-wave spans (``max(1, C / sharing)``: C CTAs at once, ``sharing`` CTAs per head), because the
-CTAs of a wave sweep their heads' data side by side before the next wave starts.
-
-The H200's L2 reuse microbenchmark (validation/h200/l2-reuse, :mod:`memmodel.calibration.l2_reuse`)
-measured the share of such a re-read that misses against the live footprint: 0 up to 0.375 ×
-the L2, 0.44 at 0.5 ×, 1 from 0.75 × on (waves-2, waves-4, half, parity, stream and four tile
-sizes agree to 0.01; the L2 is two partitions and data read on both sides is held twice).
-The profile stores that curve as ``memory.l2.reuse`` (footprint per mille of the L2 →
-miss share); between its points the miss share is linear, outside it is the nearest end.
+from HBM once; the next wave re-reads it. Whether that re-read hits depends on the bytes read
+between the two uses, the *live footprint*: one head's re-read data times the heads a wave spans
+(``max(1, C / sharing)``). The profile's ``memory.l2.reuse`` curve (footprint per mille of the
+L2 → miss share, measured by :mod:`memmodel.calibration.l2_reuse`) gives the share that misses;
+without it a step at the effective capacity (:func:`step_curve`).
 
     HBM = unique + (waves − 1 per head) · unique · miss(live)       (never more than requested)
 
-A profile without the curve keeps the step at the effective capacity (miss 0 up to it, 1
-past it): :func:`step_curve`. Everything here is numpy elementwise: element i of a grid
-equals the scalar result.
-"""
+Everything here is numpy elementwise: element i of a grid equals the scalar result."""
 
 from __future__ import annotations
 
@@ -109,15 +100,11 @@ def _f(value: IntLike) -> np.ndarray:
 
 
 def poorly_modelled(ws: IntLike, sharing: IntLike, concurrent: IntLike, causal: bool, curve: ReuseCurve) -> Any:
-    """Where the K/V re-reads of a tiled kernel sit in a regime the model handles poorly:
-
-    * not causal, the head's CTAs span more than one wave and the live footprint is near the
-      knee (the miss share moves from 0 to 1 there: a 10 % error in the footprint or in the
-      occupancy moves the HBM bytes by up to a factor of the waves);
-    * causal, one head's re-read data at or past the knee's start: CTAs of different lengths
-      drift apart and the microbenchmark measured 1.2 to 90 × the unique bytes there, which
-      the causal rules (:func:`memmodel.traffic.flash.tile_reread_hbm`) do not follow.
-    """
+    """Where the K/V re-reads of a tiled kernel sit in a regime the model handles poorly: not
+    causal, a head's CTAs spanning more than one wave with the live footprint near the curve's
+    knee (the miss share goes from 0 to 1 there, so a small error in the footprint or the occupancy
+    moves the HBM bytes by up to a factor of the waves); causal, one head's re-read data at or past
+    the knee's start, where CTAs of different lengths drift apart."""
     live = live_footprint(ws, sharing, concurrent)
     lo, _ = curve.knee
     if causal:
@@ -125,53 +112,3 @@ def poorly_modelled(ws: IntLike, sharing: IntLike, concurrent: IntLike, causal: 
     else:
         out = np.asarray(near_knee(live, curve)) & (_f(sharing) > _f(concurrent))
     return bool(out) if np.ndim(out) == 0 else out
-
-
-def rows_prefix(flags: Any) -> str:
-    """'k of n rows: ' where a caveat holds on some rows of a grid; '' for one workload."""
-    arr = np.asarray(flags, dtype=bool)
-    return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
-
-
-#: what the measured causal curves of each schedule missed by on the H200's checks (docs/accuracy.md)
-CAUSAL_CURVE_ERRORS = {
-    "fa2": (
-        "against the median of 5 placements of the inputs, one head -14 % to +10 %, several heads -16 % to "
-        "+21 %, GQA at d = 128 -21 % to +14 %, GQA with batch > 1 -20 % to +30 % (30 grids, median 2.6 %), "
-        "d = 96 +236 %; one placement alone moves the bytes 9-70 %"
-    ),
-    "cudnn": (
-        "one head -62 % to +126 %, several heads -38 % to +44 %, GQA grids -11 % to +11 % on its GQA curves "
-        "(a check of 14: median 5.3 %), but 2 and 3 query heads per K/V head -30 % to -51 % at 0.8-1 x the L2"
-    ),
-}
-
-
-def knee_note(flags: Any, curve: ReuseCurve, causal: bool, causal_curve: str = "") -> str | None:
-    """A caveat line where ``flags`` (from :func:`poorly_modelled`) holds anywhere; else None.
-    ``causal_curve``: the schedule ("fa2", "cudnn") whose measured causal curves the causal
-    re-reads were read from, whose errors near the knee the note gives instead."""
-    arr = np.asarray(flags, dtype=bool)
-    if not arr.any():
-        return None
-    lo, hi = curve.knee
-    where = rows_prefix(arr)
-    if causal and causal_curve in CAUSAL_CURVE_ERRORS:
-        what = (
-            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
-            f"({lo / 2**20:.0f} MiB): read from the measured causal curve, whose miss share rises 2-3 x per "
-            f"10 % of the L2 there (on the H200: {CAUSAL_CURVE_ERRORS[causal_curve]}; docs/accuracy.md)"
-        )
-    elif causal:
-        what = (
-            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
-            f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
-            "(measured 1.2-90 x the unique K/V on the H200's microbenchmark; the model's causal rule does not follow it)"
-        )
-    else:
-        what = (
-            f"K/V re-read across waves near the L2's capacity knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB "
-            "live): the HBM bytes of the tiled kernel move steeply with the footprint there"
-        )
-    basis = "" if curve.measured else " (no measured memory.l2.reuse curve: a step at the effective capacity assumed)"
-    return f"{where}{what}{basis}."

@@ -37,7 +37,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import Workload
 from . import l2 as l2m
-from .ledger import AlgorithmTraffic, Kernel, KernelBuilder
+from .ledger import DROPOUT, AlgorithmTraffic, Kernel, KernelBuilder
 
 GEMM_TILE = 128
 
@@ -161,7 +161,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         just_written(k, "P")
         k.write("P", "intermediate", s, "B·H·N·N_kv·e")
         k.write("Z", "state", z, "B·H·N·N_kv·1")
-        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
+        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", kind=DROPOUT))
 
     k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d]
     just_written(k, "P", "d")
@@ -188,7 +188,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             just_written(k, "dP")
             k.read("Z", "state", z, z, "B·H·N·N_kv·1")
             k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
-            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise"))
+            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", kind=DROPOUT))
 
         k = KernelBuilder("ds", "backward")
         operand(k, "P", "intermediate", s, None, "B·H·N·N_kv·e")
@@ -378,7 +378,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         k.write("Z", "state", z, "B·H·N·N_kv·1")
         # per score: a uniform draw compared with p, and the scale 1/(1 − p); the Philox
         # draws themselves are integer work (4 numbers per 10-round call) not counted here
-        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="dropout"))
+        kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="dropout", kind=DROPOUT))
         p_used = "P'"
     k = KernelBuilder("pv")
     just_written(k, p_used, "d")
@@ -404,7 +404,9 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             just_written(k, "dP")
             k.read("Z", "state", z, z, "B·H·N·N_kv·1")
             k.write("dP", "intermediate", s, f_s)
-            kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", launches=parts))
+            kernels.append(
+                k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", launches=parts, kind=DROPOUT)
+            )
 
         # _softmax_backward_data: T = dP ⊙ P (1 op per score), then dS = T − P·rowsum(T)
         # (row sum, multiply, subtract: 3); both are timed by the op's calibrated rate

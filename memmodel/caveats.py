@@ -1,0 +1,224 @@
+"""Every caveat compare prints beside its table: where a figure is only estimated, and how far
+the model was off where it was checked.
+
+The checked figures come from data: ``memmodel/data/validated.json``, written from the committed
+validation records by ``scripts/update_validated.py`` (a test regenerates it and fails when it is
+stale). Each caveat has a class (:class:`Caveat`); the data file gives, per class, the records
+and kernels where the caveat fires and the signed errors the model makes there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import intmath
+from .timing import caveats as profile_caveats
+from .timing import clock_caveat
+from .traffic.reuse import ReuseCurve, step_curve
+from .validated import CHECKED, checked
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import TiledPlan
+    from .timing import AlgorithmTiming
+    from .traffic.facts import TiledFacts
+    from .traffic.ledger import AlgorithmTraffic
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """One caveat line and its class (``""``: a note that no check measures)."""
+
+    cls: str
+    text: str
+
+
+def _on_the_h200(cls: str, lead: str) -> str:
+    """``lead`` and the figures of ``cls`` (:func:`memmodel.validated.checked`), or that no
+    record checks it."""
+    figures = checked(cls)
+    return f"{lead} {figures}" if figures else "not checked on a GPU yet"
+
+
+def tiled_caveats(plan: TiledPlan, traffic: AlgorithmTraffic, timing: AlgorithmTiming) -> list[str]:
+    """The caveats of a tiled algorithm planned as ``plan`` (its ledger ``traffic``, its time
+    ``timing``), in the order compare prints them."""
+    return [c.text for c in tiled_caveat_classes(plan, traffic, timing)]
+
+
+def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: AlgorithmTiming) -> list[Caveat]:
+    """:func:`tiled_caveats` with each line's class."""
+    opts, profile, facts = plan.options, plan.profile, traffic.facts
+    clock_line = clock_caveat(profile, plan.implementation, timing.clock_share, opts.clocks)
+    notes = [Caveat("", n) for n in opts.notes] + ([Caveat("clocks", clock_line)] if clock_line else [])
+    figures = profile_caveats(
+        profile,
+        plan.implementation,
+        plan.given.dtype,
+        plan.exec_d,
+        tile=(facts.blocks.block_q, facts.blocks.block_kv),
+    )
+    return (
+        notes
+        + l2_knee_caveats(plan, facts)
+        + schedule_caveats(plan, traffic.variant, facts)
+        + [Caveat("profile", line) for line in figures]
+    )
+
+
+#: the share of extra K/V reads (over one a wave) from the waves' drift past which compare says so
+WAVE_DRIFT_NOTE = 0.1
+
+
+def l2_knee_caveats(plan: TiledPlan, facts: TiledFacts) -> list[Caveat]:
+    """Where the tiled kernel's K/V re-reads sit near the L2's capacity knee, drift apart
+    across waves, or cross a GQA group's row in the knee."""
+    workload, profile, l2 = plan.given, plan.profile, plan.l2_base
+    flags = facts.l2_knee
+    if flags is None or l2.mode == "off":
+        return []
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    note = knee_note(flags, curve, bool(workload.causal), facts.causal_curve or "")
+    out = [note] if note else []
+    drift = facts.wave_drift
+    if drift is not None and np.any(np.asarray(drift) > WAVE_DRIFT_NOTE):
+        arr = np.asarray(drift, dtype=np.float64)
+        flags = arr > WAVE_DRIFT_NOTE
+        out.append(
+            Caveat(
+                "wave_drift",
+                f"{rows_prefix(flags)}K/V read more than once a wave as the CTAs of a long head's waves drift "
+                f"apart (+{100 * float(arr[flags].max()):.0f} % over one read a wave"
+                f"{' at most' if arr.size > 1 else ''}; memory.l2.wave_drift): "
+                f"{_on_the_h200('wave_drift', 'on the H200 such kernels came out')} (docs/accuracy.md).",
+            )
+        )
+    row = facts.gqa_row_bytes
+    lo, hi = curve.knee
+    if row is not None and np.any((np.asarray(row) >= lo) & (np.asarray(row) <= hi)):
+
+        def span(values: Any, unit: str = "") -> str:
+            low, high = float(np.min(values)), float(np.max(values))
+            return f"{low:.0f}{unit}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}{unit}"
+
+        arr = np.asarray(row, dtype=np.float64)
+        flags = (arr >= lo) & (arr <= hi)
+        batch = np.broadcast_to(np.asarray(workload.batch), arr.shape)[flags]
+        out.append(
+            Caveat(
+                "gqa_row",
+                f"{rows_prefix(flags)}K/V re-read by a GQA group's next query head a row of {span(batch)} "
+                f"batches later in FlashAttention-2's grid, that row's new data "
+                f"({span(arr[flags] / 2**20, ' MiB')}) in the L2's knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB), "
+                "where the share that misses goes from none to all: "
+                f"{_on_the_h200('gqa_row', 'on the H200 such grids came out')} (docs/accuracy.md).",
+            )
+        )
+    if l2.reuse is None and np.any(facts.l2_cross_wave if facts.l2_cross_wave is not None else False):
+        out.append(
+            Caveat(
+                "no_reuse_curve",
+                f"{profile.name} has no measured L2 reuse curve (memory.l2.reuse): K/V re-read across waves is "
+                f"assumed to hit in L2 up to {l2.capacity_bytes / 2**20:.0f} MiB live and to miss past it (a step).",
+            )
+        )
+    return out
+
+
+def schedule_caveats(plan: TiledPlan, variant: str, facts: TiledFacts) -> list[Caveat]:
+    """Where FlashAttention-2's causal CTA schedule decides a figure the model only estimates:
+    the forward's tail where a causal grid of several heads fills two to four waves of CTA
+    slots; the backward's Q-side re-reads where several heads each have more K/V blocks than
+    the GPU has CTA slots; the memory-efficient backward's recomputed D on such heads (the
+    derivations: docs/model.md)."""
+    workload, opts = plan.given, plan.options
+    if not bool(workload.causal) or variant != "fa2":
+        return []
+    bw = facts.backward
+    f = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
+    heads = f(intmath.mul(workload.batch, workload.heads))
+    out = []
+    slots = f(facts.concurrent_ctas)
+    jobs = heads * np.ceil(f(workload.n) / np.maximum(f(facts.blocks.block_q), 1.0))
+    tail = (heads >= 2) & (jobs > slots) & (jobs <= 4 * slots)
+    if np.any(tail):
+        out.append(
+            Caveat(
+                "causal_tail",
+                f"{rows_prefix(tail)}the causal grid's CTAs"
+                + (f" ({int(jobs)})" if np.ndim(jobs) == 0 else "")
+                + " fill 2 to 4 waves of its CTA slots across several heads: its tail (the last heads' longest "
+                "CTAs run last) is estimated, and "
+                + _on_the_h200("causal_tail", "on the H200 such kernels' times came out")
+                + ".",
+            )
+        )
+    library = bw is not None and bw.block_kv is not None
+    if opts.backward and library and opts.model_implementation in ("sdpa-flash", "sdpa-cudnn"):
+        t_c = np.ceil(f(workload.n_kv_) / np.maximum(f(bw.block_kv), 1.0))
+        long = (heads >= 2) & (t_c > f(bw.concurrent_ctas))
+        if np.any(long):
+            out.append(
+                Caveat(
+                    "causal_backward",
+                    f"{rows_prefix(long)}causal backward over several heads each longer than the GPU's CTA slots: its "
+                    "Q-side re-reads are counted from groups of CTAs starting at each head's first block, which they "
+                    "do not; " + _on_the_h200("causal_backward", "on the H200 such kernels' HBM bytes came out") + ".",
+                )
+            )
+    if opts.backward and library and opts.model_implementation == "sdpa-efficient":
+        t_c = np.ceil(f(workload.n_kv_) / np.maximum(f(bw.block_kv), 1.0))
+        long = t_c > f(bw.concurrent_ctas)
+        if np.any(long):
+            out.append(
+                Caveat(
+                    "mea_backward",
+                    f"{rows_prefix(long)}causal memory-efficient backward on heads with more K/V blocks than the GPU's "
+                    "CTA slots: the CTAs that start one at a time as the head's first ones finish each recompute D "
+                    "over all of the head's O and dO, and those re-reads are not counted; "
+                    + _on_the_h200("mea_backward", "on the H200 such kernels' HBM bytes came out")
+                    + ".",
+                )
+            )
+    return out
+
+
+def rows_prefix(flags: Any) -> str:
+    """'k of n rows: ' where a caveat holds on some rows of a grid; '' for one workload."""
+    arr = np.asarray(flags, dtype=bool)
+    return f"{int(arr.sum())} of {arr.size} rows: " if arr.size > 1 else ""
+
+
+def knee_note(flags: Any, curve: ReuseCurve, causal: bool, causal_curve: str = "") -> Caveat | None:
+    """A caveat where ``flags`` (from :func:`memmodel.traffic.reuse.poorly_modelled`) holds anywhere;
+    else None. ``causal_curve``: the schedule ("fa2", "cudnn") whose measured causal curves the
+    causal re-reads were read from, whose checked errors the note gives instead."""
+    arr = np.asarray(flags, dtype=bool)
+    if not arr.any():
+        return None
+    lo, hi = curve.knee
+    where = rows_prefix(arr)
+    cls = f"causal_curve_{causal_curve}"
+    if causal and cls in CHECKED:
+        what = (
+            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
+            f"({lo / 2**20:.0f} MiB): read from the measured causal curve, whose miss share rises 2-3 x per "
+            f"tenth of the L2 there ({_on_the_h200(cls, 'on the H200:')}; docs/accuracy.md)"
+        )
+    elif causal:
+        cls = "knee_causal"
+        what = (
+            "causal K/V re-reads with a head's K/V at or past the L2's capacity knee "
+            f"({lo / 2**20:.0f} MiB): the HBM bytes of the tiled kernel are uncertain by a factor "
+            "(measured 1.2-90 x the unique K/V on the H200's microbenchmark; the model's causal rule does not follow it)"
+        )
+    else:
+        cls = "knee_waves"
+        what = (
+            f"K/V re-read across waves near the L2's capacity knee ({lo / 2**20:.0f}-{hi / 2**20:.0f} MiB "
+            "live): the HBM bytes of the tiled kernel move steeply with the footprint there"
+        )
+    basis = "" if curve.measured else " (no measured memory.l2.reuse curve: a step at the effective capacity assumed)"
+    return Caveat(cls, f"{where}{what}{basis}.")

@@ -1,0 +1,201 @@
+"""One plan per tiled algorithm: how an implementation runs a workload on a GPU.
+
+:func:`plan_tiled` turns (workload, profile, options) into everything the traffic rules,
+the timing and the caveats read: the workload as the kernel sees it, the head dim it runs
+at, its blocks and tile context, its splits, the L2 as its kernels see it and what the
+rules find there (:class:`~memmodel.traffic.facts.TiledFacts`). It is built once per
+comparison; nothing downstream derives these again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import implementations, intmath
+from .errors import WorkloadError
+from .implementations import Implementation, kernel_workload, padded_head_dim, smem_reads
+from .options import Options
+from .intmath import IntLike
+from .traffic import l2 as l2m
+from .traffic.blocks import BlockSizes, TileContext, block_sizes, tile_context
+from .traffic.decode import choose_splits
+from .traffic.facts import TiledFacts
+from .traffic.flash import fa1, fa2, forward_facts
+from .traffic.ledger import AlgorithmTraffic
+from .workload import Workload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .backward import BackwardPlan
+    from .hardware import Profile
+
+
+def base_l2(profile: Profile, mode: str) -> l2m.L2:
+    """The L2 as any kernel on ``profile`` sees it in ``mode``: its capacities and its measured
+    cross-wave reuse curve (``memory.l2.reuse``), no schedule's own curves."""
+    from .traffic.reuse import curve_from_profile
+
+    reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
+    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse)
+
+
+def scheduled_l2(l2: l2m.L2, profile: Profile, causal_schedule: str | None) -> l2m.L2:
+    """``l2`` with what ``causal_schedule`` (an implementation's, :data:`l2m.CAUSAL_CURVES`) adds:
+    the profile's causal re-read curves measured on that schedule, where it has them, and for
+    FlashAttention-2's grid its waves' drift, its GQA share and its rows of batches."""
+    from .traffic.reuse import curve_from_profile
+
+    def curves(prefix: str | None) -> dict[int, Any] | None:
+        found = {
+            d: c
+            for d in l2m.CAUSAL_CURVE_DIMS
+            if prefix
+            and (c := curve_from_profile(profile.figures.get(f"memory.l2.{prefix}_d{d}"), profile.l2.capacity_bytes))
+        }
+        return found or None
+
+    causal = several = gqa = None
+    if causal_schedule in l2m.CAUSAL_CURVES:
+        causal = curves(l2m.CAUSAL_CURVES[causal_schedule].prefix)
+        found = {n: c for n, prefix in l2m.CAUSAL_CURVES[causal_schedule].several if (c := curves(prefix))}
+        several = found if causal and found else None
+        gqa = curves(l2m.CAUSAL_CURVES[causal_schedule].gqa) if causal else None
+    fa2_grid = causal_schedule == "fa2"  # drift and the GQA share were measured on its waves
+    return dataclasses.replace(
+        l2,
+        causal=causal,
+        causal_schedule=causal_schedule if causal else None,
+        causal_several=several,
+        causal_gqa=gqa,
+        drift=profile.figures.get("memory.l2.wave_drift") if fa2_grid else None,
+        gqa_others=profile.figures.get("memory.l2.causal_gqa_others") if fa2_grid else None,
+        batch_rows=fa2_grid,
+    )
+
+
+def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) -> l2m.L2:
+    """The L2 as the traffic rules see it (:func:`base_l2`), with ``causal_schedule``'s own
+    figures (:func:`scheduled_l2`)."""
+    return scheduled_l2(base_l2(profile, mode), profile, causal_schedule)
+
+
+@dataclass(frozen=True)
+class TiledPlan:
+    """How one tiled algorithm runs one workload (or a grid of them) on one GPU."""
+
+    #: the workload as the caller gave it, and as the kernel sees it (decoding with GQA: the
+    #: group's heads as rows, :func:`memmodel.implementations.kernel_workload`)
+    given: Workload
+    workload: Workload
+    profile: Profile
+    options: Options
+    #: the implementation's spec (None: the paper's algorithm)
+    spec: Implementation | None
+    #: the head dim the kernel runs at (its built one ≥ d)
+    exec_d: IntLike
+    blocks: BlockSizes
+    tile: TileContext
+    #: K/V splits of the forward (1: the plain kernel)
+    splits: IntLike
+    #: the L2 as any kernel sees it (standard attention reads this one), and as this
+    #: algorithm's kernels see it (its causal schedule's curves, its drift)
+    l2_base: l2m.L2
+    l2: l2m.L2
+    #: what the forward's rules find (knee, waves, drift, GQA row, causal live K/V)
+    facts: TiledFacts
+    #: the implementation's own backward kernels (None: forward only, or the paper's backward)
+    backward: BackwardPlan | None = None
+
+    @property
+    def implementation(self) -> str | None:
+        """The implementation the time model applies (None for the paper's algorithm)."""
+        return self.options.model_implementation
+
+
+def plan_tiled(
+    workload: Workload,
+    profile: Profile,
+    options: Options,
+    l2: l2m.L2 | None = None,
+    *,
+    backward_ctas_per_sm: int | None = None,
+) -> TiledPlan:
+    """The plan of ``options``' tiled algorithm on ``workload``; ``l2`` replaces the profile's
+    L2 (e.g. none at all); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy."""
+    impl = options.model_implementation
+    spec = implementations.get(impl)
+    # the split count follows the workload as the caller gives it (decoding: n = 1), then the
+    # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
+    prefill = bool(spec is not None and spec.splits_prefill)
+    splits: IntLike = (
+        options.splits if options.splits is not None else choose_splits(workload, profile.sm_count, prefill=prefill)
+    )
+    kernel_w = kernel_workload(workload, impl)
+    exec_d = padded_head_dim(impl, kernel_w.d)
+    blocks = block_sizes(kernel_w, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
+    ctx = tile_context(
+        kernel_w,
+        blocks,
+        profile.sm_count,
+        profile.sram.capacity_per_sm_bytes,
+        options.ctas_per_sm,
+        options.kv_order,
+        exec_d=exec_d,
+        whole_tiles=impl is not None,
+        smem_reads=smem_reads(impl, blocks.block_q, kernel_w.d, kernel_w.dropout, profile),
+        tile=(options.block_q, options.block_kv)
+        if impl is not None and options.block_q is not None and options.block_kv is not None
+        else None,
+    )
+    base = base_l2(profile, options.l2)
+    # the causal curves measured on this implementation's schedule and walk (FA2's from the diagonal down)
+    schedule = spec.causal_schedule if spec is not None and options.kv_order == "reverse" else None
+    used = l2 or scheduled_l2(base, profile, schedule)
+    if options.tiled == "fa1":
+        facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent)
+        return TiledPlan(workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, 1, base, used, facts)
+    if options.splits is not None:
+        from .traffic.decode import split_block_kv
+
+        blocks_kv = np.asarray(intmath.ceil_div(kernel_w.n_kv_, split_block_kv(kernel_w.d)))
+        if np.any(blocks_kv < options.splits):
+            most = int(np.min(blocks_kv))
+            raise WorkloadError(
+                f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
+            )
+    if options.backward and not prefill:
+        # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
+        # splits its training forward as any other (the combine writes the logsumexp)
+        splits = 1
+    if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
+        splits = 1
+    facts = forward_facts(ctx, used, splits)
+    backward = None
+    if options.backward:
+        from .backward import backward_plan
+
+        backward = backward_plan(kernel_w, profile, options, ctas_per_sm=backward_ctas_per_sm)
+    return TiledPlan(
+        workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, splits, base, used, facts, backward
+    )
+
+
+def planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
+    """The tiled algorithm's ledger as ``plan`` says: the forward kernels and, with the
+    options' backward, the implementation's own backward kernels (the paper's otherwise)."""
+    options = plan.options
+    if options.tiled == "fa1":
+        return fa1(plan.tile, plan.l2, backward=options.backward)
+    forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts)
+    if not options.backward:
+        return forward
+    from .backward import backward_kernels
+
+    kernels, found = backward_kernels(plan)
+    facts = dataclasses.replace(plan.facts, backward=found)
+    return AlgorithmTraffic(
+        forward.name, forward.variant, forward.kernels + tuple(kernels), facts.to_params(), facts=facts
+    )

@@ -1,0 +1,139 @@
+"""The caveats quote checked figures from data (memmodel/data/validated.json), which the
+records regenerate; no string literal of the model's modules carries a percentage."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import memmodel.validated as validated
+from memmodel.hardware import load_profile
+from memmodel.model import compare
+from memmodel.workload import Workload
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = load_profile("h200")
+#: a batched GQA grid whose row of new data (4 · 2·(8192 + 8192)·128·2 B = 32 MiB) sits in the L2's knee
+ROW = Workload(n=8192, d=128, heads=32, kv_heads=8, batch=4, dtype="bf16", causal=True)
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("update_validated", REPO / "scripts" / "update_validated.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_data_file_is_what_the_records_give_now():
+    script = _script()
+    fresh = script.render(script.generate())
+    assert validated.VALIDATED.read_text(encoding="utf-8") == fresh, "run python scripts/update_validated.py"
+
+
+def test_every_checked_class_has_figures_from_the_records():
+    data = json.loads(validated.VALIDATED.read_text(encoding="utf-8"))
+    assert data["schema"] == validated.VALIDATED_SCHEMA
+    assert set(data["classes"]) == set(validated.CHECKED)
+    for cls, entry in data["classes"].items():
+        assert entry["count"] == len(entry["cases"]) > 0, cls
+        errors = sorted(e for _, _, e in entry["cases"])
+        assert entry["min"] == errors[0] and entry["max"] == errors[-1], cls
+        assert all(r.startswith("validation/") for r in entry["records"]), cls
+    assert set(data["reference"]) == set(validated.REFERENCE)
+    # the bundled H200 profile: mma.sync 453.4 of the dense 782 TFLOP/s at fp16 = 0.5798
+    assert data["reference"]["mma_sync_share"] == 0.5798
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def use(content):
+        monkeypatch.setattr(validated, "_data", lambda: content)
+
+    return use
+
+
+def _row_caveat() -> str:
+    c = compare(ROW, H200, impl="sdpa-flash")
+    (line,) = [t for t, cls in zip(c.caveats, c.caveat_classes) if cls == "gqa_row"]
+    return line
+
+
+def test_a_caveat_quotes_the_data_file(fake):
+    fake(
+        {
+            "schema": validated.VALIDATED_SCHEMA,
+            "classes": {"gqa_row": {"count": 7, "median": 0.0123, "min": -0.25, "max": 0.5}},
+        }
+    )
+    # -0.25 → -25 %, 0.5 → +50 %, median 0.0123 → +1.2 %
+    assert "on the H200 such grids came out -25 % to +50 %, median +1.2 %, 7 kernels (docs" in _row_caveat()
+    fake(
+        {
+            "schema": validated.VALIDATED_SCHEMA,
+            "classes": {"gqa_row": {"count": 2, "median": -0.0004, "min": -0.004, "max": 0.3}},
+        }
+    )
+    assert "came out 0 % to +30 %, median 0.0 %, 2 kernels" in _row_caveat()  # no "-0 %"
+    fake({})
+    assert "not checked on a GPU yet" in _row_caveat()
+
+
+def test_the_row_caveat_gives_the_records_figures():
+    entry = validated.validated()["gqa_row"]
+    expected = (
+        f"{100 * entry['min']:+.0f} % to {100 * entry['max']:+.0f} %, median {100 * entry['median']:+.1f} %, "
+        f"{entry['count']} kernels"
+    )
+    assert expected in _row_caveat()
+
+
+def test_profile_caveats_quote_the_reference_figures(fake):
+    from memmodel.timing import caveats, matmul_peak
+
+    bare = dataclasses.replace(H200, mma_sync_flops_per_s={}, mma_sync_one_cta_share=None)
+    fake({"schema": validated.VALIDATED_SCHEMA, "reference": {"mma_sync_share": 0.5, "one_cta_share": 0.77}})
+    _, line = matmul_peak(bare, "fp16", "mma_sync")
+    assert line is not None and "(on an H200: 50 % of it). Expect" in line
+    assert any("(on an H200 it runs at about 0.77 of it)." in x for x in caveats(bare, "sdpa-flash", "fp16", 128))
+    fake({})  # no data: the sentence ends without a figure
+    _, line = matmul_peak(bare, "fp16", "mma_sync")
+    assert "on an H200" not in line and line.endswith("hopper. Expect these times to be too short.")
+
+
+#: the modules of the model whose string literals carry no percentage figure
+OWN = [
+    "memmodel/model.py",
+    "memmodel/plan.py",
+    "memmodel/caveats.py",
+    "memmodel/validated.py",
+    "memmodel/backward.py",
+    "memmodel/roofline.py",
+    "memmodel/flops.py",
+    "memmodel/workload.py",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "memmodel" / "traffic").glob("*.py")),
+]
+
+
+@pytest.mark.parametrize("path", OWN)
+def test_no_percentage_in_a_string_literal(path):
+    figure = re.compile(r"\d(?:\.\d+)?\s?%")
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    found = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and figure.search(n.value)
+    ]
+    assert found == []
+    # nor a record's path: the records are data, named in memmodel/data/validated.json
+    paths = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and "validation/" in n.value
+    ]
+    assert paths == []
