@@ -24,7 +24,7 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   ``dispatch_cutlassB_f16_sm80``: ``_efficient_attention_backward`` launches the first
   kernel in that list whose head-dim limit (kMaxK), dropout and shared memory pass), as
   kBlockSizeI × kBlockSizeJ: 64 × 64 for d ≤ 64 (``fmha_cutlassB_f16_aligned_64x64_k64_...``,
-  seen on an H200 with torch 2.11: validation/h200/final/h200-training.ncu.csv); 128 × 128
+  seen on an H200 with torch 2.11: validation/h200/final/h200-training.ncu.csv.gz); 128 × 128
   for d ≤ 128 on GPUs with ≥ 144 KiB per block (``..._128x128_k128_...``), 64 × 64 where
   less (``..._64x64_k128_...``; sm86/sm89's 128 × 64 ``k96`` kernel is not modelled: d = 96
   runs at 128 here); above d = 128 128 × 64 (``k65536``), 64 × 64 where less shared memory. With dropout only
@@ -35,7 +35,7 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   names say ``64x64xD`` (``cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_
   64x64x128_1x4x1_...``), but the L2 traffic Nsight Compute measured for those kernels is that
   of each Q block loaded once per 128 K/V rows: on the smoke run (not a validation set,
-  validation/h200/2026-11-30/h200-training-smoke.ncu.csv) 21.5 MB at 2 × 4 heads × 512,
+  validation/h200/2026-11-30/h200-training-smoke.ncu.csv.gz) 21.5 MB at 2 × 4 heads × 512,
   d = 128, causal, where FlashAttention-2's structure requests 20.0 MB with 64 × 128 and
   32.7 MB with 64 × 64; 4.7 MB at 2 × 4 × 256, d = 64 (4.2 MB and 7.4 MB). Above d = 128
   not seen (assumed the same); one CTA per SM.

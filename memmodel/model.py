@@ -308,7 +308,7 @@ def schedule_caveats(til: AlgorithmTraffic, workload: Workload, profile: Profile
 
     * the forward's tail where a causal grid of several heads fills two to four waves of CTA
       slots: the last heads' longest CTAs come last, and the closed-form tail was up to
-      18 % short there (probe 7, validation/causal_tail_sim.py);
+      18 % short there (probe 7, tests/sims/causal_tail_sim.py);
     * the backward's Q-side re-reads where several heads each have more K/V blocks than the GPU
       has CTA slots: the groups of CTAs start elsewhere in each head than the rule counts from
       (9-20 % more bytes measured than predicted);

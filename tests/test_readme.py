@@ -36,12 +36,12 @@ def test_readme_fits_on_a_few_screens_and_points_to_the_docs():
     for page in ("cli", "models", "model", "accuracy", "profiles", "errors"):
         assert f"(docs/{page}.md)" in readme, page
     # the accuracy summary is a generated block, not typed numbers
-    assert "<!-- run-md: memmodel validate --rescore validation/h200/final/h200-default.json" in readme
+    assert "<!-- run-md: memmodel validate --rescore validation/h200/final/h200-default.json.gz" in readme
 
 
 def test_docs_keep_the_accuracy_blocks_the_records_regenerate():
     doc = (REPO / "docs" / "accuracy.md").read_text()
-    for record in sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json")):
+    for record in sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json.gz")):
         marker = f"<!-- run-md: memmodel validate --rescore validation/h200/final/{record.name} --format summary -->"
         assert marker in doc, record.name
 

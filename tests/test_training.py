@@ -19,6 +19,7 @@ from memmodel.backward import backward_tile_rule, backward_tiles
 from memmodel.cases import Case, parse_case
 from memmodel.cli.validate import ncu_trace
 from memmodel.errors import WorkloadError
+from memmodel.fileio import read_json, read_text, sibling
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
 from memmodel.gpu.validate import profile_entry, rescore
@@ -42,9 +43,9 @@ from .conftest import REPO
 A100 = load_profile("a100")
 H200 = load_profile("h200")
 L4 = load_profile("l4")
-FINAL = sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json"))
+FINAL = sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json.gz"))
 #: records written before cases had the backward and dropout keys
-EARLIER = [p for p in FINAL if '"backward"' not in p.read_text()]
+EARLIER = [p for p in FINAL if '"backward"' not in read_text(p)]
 
 
 def by_name(alg):
@@ -79,7 +80,7 @@ def test_backward_and_dropout_case_keys():
 def test_cases_of_earlier_records_load_with_the_defaults():
     assert len(EARLIER) >= 6
     for path in EARLIER:
-        for entry in json.loads(path.read_text())["cases"]:
+        for entry in read_json(path)["cases"]:
             fields = entry["case"]
             assert "backward" not in fields and "dropout" not in fields
             case = Case.from_dict(fields)
@@ -562,7 +563,7 @@ FA2_BWD_NAMES = [
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
 ]
-#: as CUPTI names them on an H200 (validation/h200/final/h200-training.json; shortened): the
+#: as CUPTI names them on an H200 (validation/h200/final/h200-training.json.gz; shortened): the
 #: softmax gradient's product before its kernel, the mask gradient's copy a Memcpy DtoD
 EAGER_NAMES = [
     "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT",
@@ -773,16 +774,16 @@ def test_score_a_training_case_and_summarize_its_record():
 
 
 def test_forward_only_summaries_keep_their_keys():
-    data = json.loads(EARLIER[0].read_text())  # a forward-only record
+    data = read_json(EARLIER[0])  # a forward-only record
     s = summarize_record(data)
     assert "step_time" not in s and "backward_kernels" not in s["hbm_bytes"]
 
 
-@pytest.mark.parametrize("path", EARLIER, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", EARLIER, ids=lambda p: p.name.removesuffix(".json.gz"))
 def test_earlier_records_rescore_exactly_as_before(path):
     """Every committed H200 record rescores with its own profile: the same kernels matched to
     the same measurements (the predictions follow the model as it is now)."""
-    data = json.loads(path.read_text())
+    data = read_json(path)
     csv = ncu_trace(path)
     new = rescore(data, csv, load_profile(str(REPO / data["profile"]["path"])))
     keys = (
@@ -794,7 +795,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     )
     old_rows = [[b[k] for k in keys] for e in data["cases"] for b in e.get("bytes", [])]
     new_rows = [[b[k] for k in keys] for e in new["cases"] for b in e.get("bytes", [])]
-    if path.stem == "h200-training":
+    if path.name == "h200-training.json.gz":
         # written before eager attention's elementwise ops were modelled in their launches
         # (ATen's 32-bit split) and the softmax gradient's product kernel was: those kernels'
         # rows changed, every other row is as it was
@@ -826,13 +827,13 @@ def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch,
     monkeypatch.chdir(tmp_path)  # outside the repository: the path as it is
     assert profile_entry(load_profile("h200"))["path"] == (REPO / "hardware" / "h200.yaml").as_posix()
     for record in FINAL:  # every committed record finds its profile from any checkout
-        assert not Path(json.loads(record.read_text())["profile"]["path"]).is_absolute(), record.name
+        assert not Path(read_json(record)["profile"]["path"]).is_absolute(), record.name
 
 
 def test_rescore_cli_on_an_earlier_record(run, tmp_path):
-    record = tmp_path / "rec.json"
+    record = tmp_path / "rec.json.gz"
     shutil.copy(EARLIER[0], record)
-    shutil.copy(EARLIER[0].with_suffix(".ncu.csv"), tmp_path / "rec.ncu.csv")
+    shutil.copy(sibling(EARLIER[0], ".ncu.csv.gz"), tmp_path / "rec.ncu.csv.gz")
     r = run(
         "validate", "--rescore", str(record), "--gpu", "validation/h200/h200-calibrated.yaml", "--format", "markdown"
     )

@@ -170,12 +170,14 @@ def validate(
 
     if rescore_path:
         from ..errors import WorkloadError
-        from ..fileio import read_text
+        from ..fileio import read_json
 
-        try:
-            record = json.loads(read_text(rescore_path, what="validation record"))
-        except ValueError:
-            raise WorkloadError(f"{rescore_path} is not a JSON record of validate --gpus") from None
+        record = read_json(
+            rescore_path,
+            what="validation record",
+            not_json=f"{rescore_path} is not a JSON record of validate --gpus",
+            error=WorkloadError,
+        )
         if not isinstance(record, dict) or record.get("schema") != CP_RECORD_SCHEMA:
             raise WorkloadError(f"{rescore_path} is not a {CP_RECORD_SCHEMA} record (validate --gpus writes those)")
         profile = load_profile(gpu or record.get("profile", {}).get("name") or "h200")

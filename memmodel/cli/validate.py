@@ -241,14 +241,11 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     from pathlib import Path
 
     from ..errors import MemmodelError
-    from ..fileio import read_text, write_atomic
+    from ..fileio import read_json, write_atomic
     from ..gpu.validate import SCHEMA, rescore
     from ..hardware import load_profile
 
-    try:
-        data = json.loads(read_text(path, what="validate record"))
-    except json.JSONDecodeError as exc:
-        raise MemmodelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(path, what="validate record")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
     problem = _record_problem(data, need_profile=gpu is None)
@@ -272,18 +269,15 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
 
 
 def ncu_trace(record: Any) -> str | None:
-    """The Nsight Compute CSV beside a record (``R.ncu.csv``, or gzip-compressed
-    ``R.ncu.csv.gz``: records profiled at several placements run to megabytes), or None."""
-    from pathlib import Path
+    """The Nsight Compute CSV beside a record ``R.json`` or ``R.json.gz``: ``R.ncu.csv``, or
+    gzip-compressed ``R.ncu.csv.gz`` (raw traces run to megabytes), or None."""
+    from ..fileio import read_text, sibling
 
-    from ..fileio import read_text
-
-    csv_path = Path(record).with_suffix(".ncu.csv")
+    csv_path = sibling(record, ".ncu.csv")
     gz = csv_path.with_name(csv_path.name + ".gz")
-    if csv_path.exists():
-        return read_text(csv_path, what="Nsight Compute CSV", limit=256 * 2**20)
-    if gz.exists():
-        return read_text(gz, what="Nsight Compute CSV", limit=256 * 2**20, compressed=True)
+    for trace in (csv_path, gz):
+        if trace.exists():
+            return read_text(trace, what="Nsight Compute CSV", limit=256 * 2**20)
     return None
 
 

@@ -299,7 +299,7 @@ def wave_drift_hbm(
     spread), the extra reads missing at the cross-wave share at ``live`` (``l2.reuse``: none
     where the data stays in L2 across a wave, all where it is past the knee). Measured on the
     H200 (one non-causal FlashAttention-2 head of `1.6–5.3 ×` the L2, five placements each,
-    ``validation/h200/causal-reuse-3/h200-long-ref.json``): `1.18` reads a wave at `1.6 ×` the
+    ``validation/h200/causal-reuse-3/h200-long-ref.json.gz``): `1.18` reads a wave at `1.6 ×` the
     L2 and 6 waves, `3.25` at `5.3 ×` and 19 waves, where lockstep gives one. d = 256 drifts
     more slowly than d = 64 and 128 (``h200-reuse-ref-3.json``), d = 96 hardly at all
     (``h200-ref-d96-2.json``: `0.004` a wave against `0.037` at d = 128). FlashAttention-2 alone:
