@@ -22,7 +22,7 @@ from memmodel.gpu.ncu import (
 )
 from memmodel.gpu.validate import rescore
 from memmodel.hardware import load_profile
-from memmodel.validation import placement_spread
+from memmodel.scoring import placement_spread
 
 from .conftest import REPO
 

@@ -24,8 +24,7 @@ from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
 from memmodel.gpu.validate import profile_entry, rescore
 from memmodel.hardware import load_profile
-from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
-from memmodel.validation import (
+from memmodel.scoring import (
     KERNEL_PATTERNS,
     align_kernels,
     align_launches,
@@ -36,6 +35,7 @@ from memmodel.validation import (
     step_time_error,
     summarize_record,
 )
+from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
 from memmodel.workload import Workload
 
 from .conftest import REPO
@@ -756,7 +756,7 @@ def test_score_a_training_case_and_summarize_its_record():
     s = summarize_record({"cases": [entry]})
     assert s["step_time"]["n"] == 1 and s["kernel_time"]["n"] == 6 and s["hbm_bytes"]["backward_kernels"]["n"] == 5
     assert s["time"]["n"] == 2  # the forward and backward passes
-    from memmodel.report.validation import markdown
+    from memmodel.report.scoring import markdown
 
     md = markdown(
         {

@@ -12,7 +12,7 @@ from memmodel.errors import WorkloadError
 from memmodel.fileio import read_json, read_text
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
 from memmodel.hardware import load_profile
-from memmodel.validation import measured_ctas_per_sm, score_case, summarize_record
+from memmodel.scoring import measured_ctas_per_sm, score_case, summarize_record
 
 from .conftest import REPO
 
@@ -144,7 +144,7 @@ def test_validate_errors_without_a_gpu(run, tmp_path):
 
 def test_time_rows_carry_achieved_rates():
     from memmodel.gpu.validate import rescore
-    from memmodel.validation import time_errors
+    from memmodel.scoring import time_errors
 
     data = rescore(read_json(RECORD), read_text(TRACE), load_profile("h200"))
     entry = next(e for e in data["cases"] if e["case"]["id"] == "standard/b4h16n4096d64/fp16")

@@ -3,8 +3,8 @@
 A causal FlashAttention-2 forward re-reads each head's K/V once per Q block up to the diagonal;
 what share of those re-reads misses in L2 depends on the K/V live while they happen, and on the
 order the kernel's CTAs walk it, which no microbenchmark of ours reproduced past about 0.8 × the
-L2 (the ``causal-down`` family of :mod:`memmodel.calibration.l2_reuse` stays near `5 %` where the
-kernel reaches `50 %`). So the curve is measured on the kernel itself, on single-kernel reference
+L2 (the ``causal-down`` family of :mod:`memmodel.calibration.l2_reuse` misses a tenth as often as
+the kernel does there). So the curve is measured on the kernel itself, on single-kernel reference
 shapes: one causal head (batch 1), fp16, whose K and V are 0.4 to 2.2 × the L2, at d = 64, 128
 and 256 (``validation/cases/h200-causal-reuse-ref.txt``, run by ``memmodel validate --ncu``).
 Each point is

@@ -50,7 +50,7 @@ def prediction_line(spec: str, profile: Any) -> str:
 def score(record: dict[str, Any], profile: Any) -> dict[str, Any]:
     """Predictions with ``profile`` beside each case's measurement, and the error statistics."""
     from ..parallel import parse_cp_case, predict_case
-    from ..validation import _stats
+    from ..scoring import _stats
 
     wall, speed = [], []
     links_equal = True

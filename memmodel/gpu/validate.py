@@ -22,7 +22,7 @@ from ..cases import Case
 from ..errors import RuntimeFailure
 from ..fileio import write_atomic
 from ..hardware import Profile
-from ..validation import predicted_times, score_case_detail, summarize_record
+from ..scoring import predicted_times, score_case_detail, summarize_record
 
 SCHEMA = "memmodel.validate/1"
 

@@ -17,7 +17,7 @@ from memmodel.cases import parse_case
 from memmodel.fileio import read_text
 from memmodel.gpu.ncu import parse_csv
 from memmodel.hardware import load_profile
-from memmodel.validation import predicted_kernels
+from memmodel.scoring import predicted_kernels
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..scoring import kernel_time_errors, step_time_error, time_errors
 from ..units import format_bytes, format_percent, format_time
-from ..validation import kernel_time_errors, step_time_error, time_errors
+
+#: The shaded band around the plot's diagonal: predictions within this share of the measurement.
+BAND = 0.15
 
 
 def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
@@ -14,6 +17,44 @@ def _rate(row: dict[str, Any], key: str, share: str, unit: str) -> str:
     if key not in row:
         return ""
     return f"{format_rate(row[key], unit)} ({row[share] * 100:.0f} %)"
+
+
+#: The columns of :func:`headline`: a record, its cases measured (status ok), and the model's errors.
+HEADLINE_COLUMNS = (
+    "record",
+    "cases",
+    "HBM bytes: median / max error",
+    "kernel time: median / max error",
+    "training step: median / max error",
+)
+
+
+def _median_max(st: dict[str, Any] | None) -> str:
+    if not st:
+        return "—"
+    return f"{st['median_abs'] * 100:.1f}% / {st['max_abs'] * 100:.1f}% ({st['n']})"
+
+
+def headline_rows(records: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, ...]]:
+    """One row per (name, summary) of a rescored record: the cells of :data:`HEADLINE_COLUMNS`
+    (errors as median / max of their absolute values, the count in brackets)."""
+    return [
+        (
+            name,
+            str(s.get("cases", {}).get("ok", 0)),
+            _median_max(s["hbm_bytes"].get("model")),
+            _median_max(s.get("time")),
+            _median_max(s.get("step_time")),
+        )
+        for name, s in records
+    ]
+
+
+def headline(records: list[tuple[str, dict[str, Any]]]) -> str:
+    """A markdown table of several rescored records, a row each (``validate --rescore A B ...``)."""
+    lines = ["| " + " | ".join(HEADLINE_COLUMNS) + " |", "| --- |" + " --- |" * (len(HEADLINE_COLUMNS) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in headline_rows(records)]
+    return "\n".join(lines) + "\n"
 
 
 def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) -> str:
@@ -229,11 +270,11 @@ def plot(data: dict[str, Any], path: str, *, force: bool = False) -> None:
         ax.plot([lo, hi], [lo, hi], color="0.3", lw=0.8)
         ax.fill_between(
             [lo, hi],
-            [lo * 0.85, hi * 0.85],
-            [lo * 1.15, hi * 1.15],
+            [lo * (1 - BAND), hi * (1 - BAND)],
+            [lo * (1 + BAND), hi * (1 + BAND)],
             color="0.9",
             zorder=0,
-            label="±15%" if ax is ax1 else None,
+            label=f"±{BAND * 100:.0f}%" if ax is ax1 else None,
         )
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
