@@ -62,19 +62,49 @@ def test_links_of_the_pages_resolve(page):
         assert (page.parent / target).exists(), f"{page.name}: {target}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
-def test_prose_has_no_number_the_tool_computes(page):
-    """Outside generated blocks, no byte count, time or rate is typed: those come from the tool."""
-    text = page.read_text()
+#: a number with a unit of bytes, rate, time or a share: a figure the tool computes or measures
+FIGURE = re.compile(
+    r"\b\d+(?:\.\d+)?\s?"
+    r"(?:[kMGTP]i?B\b|[kMGTP]?B/s|[kMGTP]?FLOP/s|ms\b|us\b|µs\b|ns\b|%|×(?!\s*\d))"  # × before a digit: a product
+)
+
+
+def typed_figures(text: str) -> list[str]:
+    """The figures typed in a page's prose: outside generated blocks, outside fenced examples
+    of syntax, and inside backticks too unless the span is syntax (a value in a YAML mapping,
+    an option, a quoted string: ``{64: 0.97}``, ``bandwidth: 3.35 TB/s``, ``"80 GB"``)."""
     text = re.sub(r"<!-- run: .*? -->\n```text\n.*?```", "", text, flags=re.S)
     text = re.sub(r"<!-- run-md: .*? -->\n.*?<!-- end -->", "", text, flags=re.S)
     text = re.sub(r"<!-- errors: begin -->.*?<!-- errors: end -->", "", text, flags=re.S)
     text = re.sub(r"```(?:yaml|sh|python|text)\n.*?```", "", text, flags=re.S)  # examples of syntax
-    text = re.sub(r"`[^`\n]*`", "", text)  # values in code: syntax such as `{64: 0.97}`
-    unit = (
-        r"(?:[kMGTP]i?B\b|[kMGTP]?B/s|[kMGTP]?FLOP/s|ms\b|us\b|µs\b|ns\b|%|×(?!\s*\d))"  # × before a digit: a product
-    )
-    measured = re.findall(r"\b\d+(?:\.\d+)?\s?" + unit, text)
+    text = re.sub(r"`[^`\n]*[=:{}\[\]\"'][^`\n]*`", "", text)  # code with syntax in it
+    return FIGURE.findall(text)
+
+
+def test_typed_figures_are_found_in_backticks_too():
+    assert typed_figures("took `3.46 µs`, `−13.3 %` off and 2 GB") == ["3.46 µs", "13.3 %", "2 GB"]
+    assert typed_figures('a value `{1024: 2.7 TB/s}`, `bandwidth: 3.35 TB/s`, `"80 GB"`, `4 × 8`') == []
+    assert typed_figures("<!-- run-md: memmodel x -->\n| 7.1% |\n<!-- end -->\n```yaml\nbw: 2 TB/s\n```") == []
+
+
+#: pages whose typed figures their owners are moving out (the model's derivations are being
+#: rewritten); strict: the mark fails as soon as the page passes
+PENDING = {"model.md"}
+
+
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="typed figures still to move out"))
+        if p.name in PENDING
+        else p
+        for p in PAGES
+    ],
+    ids=[p.name for p in PAGES],
+)
+def test_prose_has_no_number_the_tool_computes(page):
+    """Outside generated blocks, no byte count, time, rate or share is typed: those come from the tool."""
+    measured = typed_figures(page.read_text())
     assert measured == [], f"{page.name}: {measured}"
 
 

@@ -437,7 +437,7 @@ def test_flops_conventions():
 
 def test_figure_2_bytes_in_the_docs():
     """The memmodel totals docs/training.md sets beside the FlashAttention paper's Figure 2 (in
-    blocks the tool generates), and the published figures it cites (typed, in backticks)."""
+    blocks the tool generates), and the published figures it quotes (in backticks and quotes)."""
     w = Workload(n=1024, d=64, batch=64, heads=16, dtype="fp16", causal=True, dropout=0.1)
     paper = compare(w, A100, impl="paper", tiled="fa1", backward=True)
     assert round(paper.standard.traffic.hbm_bytes / 1e7) == 4027  # 40.27 GB (published: 40.3 GB)
@@ -457,7 +457,7 @@ def test_figure_2_bytes_in_the_docs():
         f"<!-- run: {step} --standard algorithm0,eager -->",
     ):
         assert block in text
-    for figure in ("`40.3 GB`", "`41.7 ms`", "`4.4 GB`", "`7.3 ms`"):  # published (Dao et al., 2022, Figure 2)
+    for figure in ('`"40.3 GB"`', '`"41.7 ms"`', '`"4.4 GB"`', '`"7.3 ms"`'):  # quoted from Dao et al., 2022, Figure 2
         assert figure in text
 
 
