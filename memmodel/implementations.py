@@ -257,7 +257,7 @@ def tiles(
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
     (registers, not shared memory, are the limit), read off Nsight Compute's launch
-    statistics on an H200 (validation/h200/final/SUMMARY-*.md, column CTAs/SM): cuDNN 1 (its
+    statistics on an H200 (the records of validation/h200/final/, column CTAs/SM of their reports): cuDNN 1 (its
     decoding kernels, 16 query rows and 4 warps: 2, on six of the seven cuDNN decoding cases
     Nsight Compute measured, 8 on the seventh);
     the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with 8 warps

@@ -30,7 +30,7 @@ _GEMM = r"gemm|nvjet|cutlass|sm\d+_xmma"
 _GROUP_SUM = r"reduce_kernel|[Ss]um"
 
 #: measured kernel name patterns for each model kernel, per implementation. Forward kernels
-#: as Nsight Compute named them on an H200 (validation/h200/final/*.ncu.csv); backward ones
+#: as Nsight Compute named them on an H200 (validation/h200/final/*.ncu.csv.gz); backward ones
 #: from the libraries' sources: FlashAttention-2's ``flash_bwd_dot_do_o_kernel``,
 #: ``flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel``, ``flash_bwd_convert_dq_kernel``
 #: (``flash_bwd_launch_template.h``; ``pytorch_flash::`` in PyTorch), ATen's reductions

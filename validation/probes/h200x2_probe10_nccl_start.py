@@ -14,7 +14,7 @@ kernel so that both are ready at once):
 * ``alone``: the exchange alone, as one tensor and as two (the ring's K and V) and four, of 4, 16
   and 64 MiB in all: NCCL's kernel time per pattern.
 
-Run on the two-GPU machine: ``python validation/h200x2/probe/nccl_start.py OUT_DIR``; per rank
+Run on the two-GPU machine: ``python validation/probes/h200x2_probe10_nccl_start.py OUT_DIR``; per rank
 ``nccl_start.rank{R}.json``.
 """
 
