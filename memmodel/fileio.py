@@ -86,6 +86,16 @@ def read_json(
         raise error(not_json or f"{os.fspath(path)}: not JSON (line {exc.lineno}: {exc.msg})") from None
 
 
+def for_file(path: str | os.PathLike[str], text: str) -> str | bytes:
+    """``text`` as it is written to ``path``: gzip-compressed (reproducibly: no name, no time)
+    when the name ends in ``.gz``, else as it is."""
+    if not os.fspath(path).endswith(".gz"):
+        return text
+    import gzip
+
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
 def sibling(path: str | os.PathLike[str], suffix: str) -> Path:
     """The file beside a record with ``suffix`` for the record's own (``R.json`` or
     ``R.json.gz`` with ``.ncu.csv`` gives ``R.ncu.csv``)."""

@@ -53,3 +53,25 @@ def test_records_without_rescore_or_with_output_are_refused(run, tmp_path):
     assert r.exit_code == 2 and "records are given after --rescore" in r.stderr
     r = run("validate", "--rescore", str(ONE), str(TWO), "--output", str(tmp_path / "x.json"))
     assert r.exit_code == 2 and "several records print one table" in r.stderr
+
+
+def test_a_record_named_gz_is_written_compressed(run, tmp_path):
+    from memmodel.fileio import for_file, read_json
+    from memmodel.gpu.validate import Record
+    from memmodel.hardware import load_profile
+
+    assert for_file("r.json", "{}\n") == "{}\n"
+    assert gzip.decompress(for_file("r.json.gz", "{}\n")) == b"{}\n"
+    assert for_file("r.json.gz", "{}\n") == for_file("r.json.gz", "{}\n")  # no time stamp: reproducible
+    record = Record(tmp_path / "r.json.gz", "dev", load_profile("h200"), "memmodel validate")
+    record.save()
+    assert read_json(tmp_path / "r.json.gz")["device"] == "dev"
+    assert record.trace_path() == tmp_path / "r.ncu.csv.gz"
+    assert Record(tmp_path / "r.json", "dev", load_profile("h200"), "x").trace_path() == tmp_path / "r.ncu.csv"
+    out = tmp_path / "again.json.gz"
+    r = run("validate", "--rescore", str(ONE), "--output", str(out), "--format", "stats")
+    assert r.exit_code == 0, r.stderr
+    assert (
+        read_json(out)["summary"]
+        == json.loads(run("validate", "--rescore", str(ONE), "--format", "json").stdout)["summary"]
+    )

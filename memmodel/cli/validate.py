@@ -63,7 +63,8 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     type=click.Path(path_type=str, readable=False),
     default=None,
     metavar="FILE",
-    help="JSON record, rewritten after every case (always valid); an existing FILE is replaced only with --force.",
+    help="JSON record, rewritten after every case (always valid; gzip-compressed if FILE ends in .gz, its Nsight "
+    "Compute trace too); an existing FILE is replaced only with --force.",
 )
 @option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
 @option(
@@ -275,11 +276,11 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     import json
 
     from ..errors import MemmodelError
-    from ..fileio import write_atomic
+    from ..fileio import for_file, write_atomic
 
     new = _rescored(path, gpu)
     if output:
-        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=force)
+        write_atomic(output, for_file(output, json.dumps(new, indent=1, allow_nan=False) + "\n"), force=force)
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
     try:
         _emit(new, fmt, plot_path, force)
