@@ -7,8 +7,8 @@ or a grid) and
   its tile, (B_r + 2·B_c)·d·e bytes, in shared memory, so ``--ctas-per-sm 1000`` on an A100
   (108,000 CTAs at once) describes no kernel;
 * warns about ``splits`` on a prefill (N > 1) whose query blocks already fill the GPU:
-  FlashAttention-2 splits K/V only while batch × heads × ⌈N/64⌉ CTAs fill less than 80 % of
-  the SMs' slots (two per SM), as :func:`memmodel.traffic.decode.num_splits_heuristic` says;
+  FlashAttention-2 splits K/V only while batch × heads × ⌈N/64⌉ CTAs fill less than
+  :data:`SPLIT_FILL` of the SMs' slots (two per SM), as :func:`memmodel.traffic.decode.num_splits_heuristic` says;
   memmodel models the split as asked.
 """
 
@@ -23,6 +23,10 @@ from .errors import WorkloadError
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
     from .model import Comparison
+
+
+#: The share of the CTA slots below which FlashAttention-2's heuristic splits K/V.
+SPLIT_FILL = 0.8
 
 
 def _first(values: np.ndarray, mask: np.ndarray) -> int:
@@ -70,7 +74,7 @@ def splits_warning(splits: int, n: Any, batch: Any, heads: Any, profile: Profile
     n_arr = np.asarray(n)
     ctas = np.asarray(batch) * np.asarray(heads) * -(-n_arr // 64)
     slots = 2 * profile.sm_count
-    full = np.broadcast_to((n_arr > 1) & (ctas >= 0.8 * slots), np.broadcast_shapes(n_arr.shape, ctas.shape))
+    full = np.broadcast_to((n_arr > 1) & (ctas >= SPLIT_FILL * slots), np.broadcast_shapes(n_arr.shape, ctas.shape))
     if not full.any():
         return None
     if grid:
@@ -79,6 +83,6 @@ def splits_warning(splits: int, n: Any, batch: Any, heads: Any, profile: Profile
         where = f"N = {int(n_arr)}: batch × heads × ⌈N/64⌉ = {int(ctas):,} CTAs"
     return (
         f"--splits {splits} on a prefill ({where} already fill the {slots} CTA slots of {profile.name}): "
-        "FlashAttention-2 splits K/V only when its CTAs fill less than 80 % of the slots (decoding, short "
-        "prefills); modelled as asked"
+        f"FlashAttention-2 splits K/V only when its CTAs fill less than {round(SPLIT_FILL * 100)} % of the slots "
+        "(decoding, short prefills); modelled as asked"
     )

@@ -28,10 +28,11 @@ def read_text(
     limit: int = 16 * 2**20,
     what: str = "file",
     error: type[MemmodelError] = MemmodelError,
-    compressed: bool = False,
+    compressed: bool | None = None,
 ) -> str:
     """The UTF-8 text of an input file, at most ``limit`` bytes (``/dev/zero`` never ends);
-    ``compressed``: a gzip file, ``limit`` bytes once decompressed.
+    ``compressed``: a gzip file, ``limit`` bytes once decompressed (None: when the name ends
+    in ``.gz``).
 
     Raises ``error`` (exit 2), naming the file, if it is missing, a folder, unreadable, not
     gzip (``compressed``), too large or not UTF-8.
@@ -40,6 +41,8 @@ def read_text(
     import zlib
 
     p = os.fspath(path)  # named as the user wrote it
+    if compressed is None:
+        compressed = p.endswith(".gz")
     try:
         with gzip.open(p, "rb") if compressed else open(p, "rb") as handle:
             raw = handle.read(limit + 1)
@@ -58,6 +61,48 @@ def read_text(
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    limit: int = 16 * 2**20,
+    what: str = "JSON file",
+    error: type[MemmodelError] = MemmodelError,
+    not_json: str | None = None,
+) -> Any:
+    """The parsed content of a JSON file, ``X.json`` or gzip-compressed ``X.json.gz`` (the
+    one way memmodel reads a record: ``validate --rescore``, the calibration fits, the tests).
+
+    Raises ``error`` (exit 2), naming the file, for what :func:`read_text` refuses and for
+    text that is not JSON (``not_json``, if given, is that message).
+    """
+    import json
+
+    text = read_text(path, limit=limit, what=what, error=error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(not_json or f"{os.fspath(path)}: not JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def for_file(path: str | os.PathLike[str], text: str) -> str | bytes:
+    """``text`` as it is written to ``path``: gzip-compressed (reproducibly: no name, no time)
+    when the name ends in ``.gz``, else as it is."""
+    if not os.fspath(path).endswith(".gz"):
+        return text
+    import gzip
+
+    return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
+
+
+def sibling(path: str | os.PathLike[str], suffix: str) -> Path:
+    """The file beside a record with ``suffix`` for the record's own (``R.json`` or
+    ``R.json.gz`` with ``.ncu.csv`` gives ``R.ncu.csv``)."""
+    p = Path(path)
+    name = p.name.removesuffix(".gz")
+    stem = name[: -len(".json")] if name.endswith(".json") else Path(name).stem
+    return p.with_name(stem + suffix)
 
 
 #: What a path is, when it is not a regular file: memmodel replaces none of these.

@@ -15,14 +15,13 @@ not measure: the datasheet HBM bandwidth, shared-memory latency, the L2's effect
 capacity measured with Nsight Compute). On an H200 the same files come from::
 
     python3 -m memmodel calibrate --base validation/h200/h200-datasheet.yaml --name h200 \\
-        --output memmodel/hardware/profiles/h200.yaml --format json > validation/h200/calibrate.json
+        --output memmodel/hardware/profiles/h200.yaml --format json | gzip -9n > validation/h200/calibrate.json.gz
 
 ``--check`` exits 1 if a file is stale (the test suite runs it).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -30,9 +29,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from memmodel.calibration.profile import profile_yaml  # noqa: E402
+from memmodel.fileio import read_json  # noqa: E402
 from memmodel.hardware import load_file  # noqa: E402
 
-RUN = ROOT / "validation" / "h200" / "calibrate.json"
+RUN = ROOT / "validation" / "h200" / "calibrate.json.gz"
 BASE = ROOT / "validation" / "h200" / "h200-datasheet.yaml"
 TARGETS = {
     ROOT / "memmodel" / "hardware" / "profiles" / "h200.yaml": "h200",
@@ -43,7 +43,7 @@ TARGETS = {
 NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
 
 
-L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json"
+L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json.gz"
 
 
 def with_links(text: str) -> str:
@@ -59,30 +59,30 @@ def with_links(text: str) -> str:
     header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
     data = yaml.safe_load(text)
     if L2_REUSE.exists():
-        data = l2_reuse_fit.apply(data, json.loads(L2_REUSE.read_text()))
+        data = l2_reuse_fit.apply(data, read_json(L2_REUSE))
     from memmodel.calibration import causal_reuse
 
     for impl, fits in causal_reuse.FITS.items():
         for fit in fits:
             paths = [ROOT / r for r in fit.records() if (ROOT / r).exists()]
             if paths:
-                record = causal_reuse.merged(json.loads(path.read_text()) for path in paths)
+                record = causal_reuse.merged(read_json(path) for path in paths)
                 data = causal_reuse.apply(data, record, impl, fit)
-    others = [json.loads((ROOT / r).read_text()) for r in causal_reuse.GQA_OTHERS_RECORDS if (ROOT / r).exists()]
+    others = [read_json(ROOT / r) for r in causal_reuse.GQA_OTHERS_RECORDS if (ROOT / r).exists()]
     if others:
         data = causal_reuse.apply_gqa_others(data, others)
     from memmodel.calibration import wave_drift
 
-    records = [json.loads((ROOT / r).read_text()) for r in wave_drift.RECORDS if (ROOT / r).exists()]
+    records = [read_json(ROOT / r) for r in wave_drift.RECORDS if (ROOT / r).exists()]
     if records:
         data = wave_drift.apply(data, records)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
-        data = apply(data, json.loads(NCCL.read_text()))
+        data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
 
 
 def expected() -> dict[Path, str]:
-    result = json.loads(RUN.read_text())
+    result = read_json(RUN)
     base = load_file(BASE)
     return {path: with_links(profile_yaml(result, base=base, name=name)) for path, name in TARGETS.items()}
 

@@ -100,7 +100,7 @@ def measured_cases(stem: str) -> tuple[list[tuple[Any, dict[str, Any], list[Any]
 def fired(case: Any, profile: Any) -> tuple[str, ...]:
     """The caveat classes ``memmodel compare`` gives for ``case`` (its implementation, L2 on)."""
     from memmodel.model import compare
-    from memmodel.validation import case_options, standard_variant
+    from memmodel.scoring import case_options, standard_variant
 
     if case.impl == "standard":
         return ()
@@ -121,7 +121,7 @@ def error_of(case: Any, entry: dict[str, Any], runs: list[Any], profile: Any, cl
     the HBM bytes of the pass's largest kernel (measured) against the median over the
     placements, or the forward kernel's time; None where the record has none."""
     from memmodel.gpu.ncu import median_kernels
-    from memmodel.validation import kernel_time_errors, predicted_times, score_case_detail
+    from memmodel.scoring import kernel_time_errors, predicted_times, score_case_detail
 
     if cls in TIMED:
         now = {**entry, "predicted": predicted_times(case, profile)}

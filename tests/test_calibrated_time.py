@@ -335,7 +335,7 @@ def test_compare_impl_models_the_implementation(run):
     assert data["options"]["kv_order"] == "reverse"
     tiled = data["algorithms"][1]
     # compute-bound: 4·4·16·4096²·128 FLOP at the mma.sync peak (441.0 TFLOP/s) over efficiency 1.022, plus
-    # softmax and exp terms: the measured kernel took 1.547 ms (validation/h200/final/h200-default.json)
+    # softmax and exp terms: the measured kernel took 1.547 ms (validation/h200/final/h200-default.json.gz)
     assert 1.45e-3 < tiled["predicted_time_s"] < 1.65e-3
     generic = json.loads(run(*args, *gpu, "--impl", "paper", "--format", "json").output)["algorithms"][1]
     assert generic["predicted_time_s"] < tiled["predicted_time_s"]

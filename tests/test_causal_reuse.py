@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from memmodel.calibration.causal_reuse import fitted_curves
+from memmodel.fileio import read_json
 from memmodel.hardware import load_profile
 from memmodel.model import compare, l2_context
 from memmodel.traffic.flash import _log_interp
@@ -58,7 +58,7 @@ def test_the_live_k_v_is_at_least_one_head_and_at_most_twice_all(heads, n, group
 
 
 def test_the_fit_reads_the_reference_record():
-    record = json.loads((ROOT / "validation/h200/causal-reuse-2/h200-causal-reuse-ref-placed.json").read_text())
+    record = read_json(ROOT / "validation/h200/causal-reuse-2/h200-causal-reuse-ref-placed.json.gz")
     assert record["ncu"]["placements"] == 5  # fitted at the median of five placements (probe 12)
     curves = fitted_curves(record, L2)
     assert sorted(curves) == [64, 128, 256]
@@ -73,7 +73,7 @@ def test_the_fit_reads_the_reference_record():
 
 
 def test_several_heads_curves_come_from_the_four_head_references():
-    record = json.loads((ROOT / "validation/h200/causal-reuse-2/h200-causal-heads-ref.json").read_text())
+    record = read_json(ROOT / "validation/h200/causal-reuse-2/h200-causal-heads-ref.json.gz")
     assert fitted_curves(record, L2) == {}  # no one-head rows
     curves = fitted_curves(record, L2, heads=4)
     assert sorted(curves) == [64, 128, 256]
@@ -164,7 +164,7 @@ def test_gqa_grids_read_the_gqa_curve_at_the_head_dims_it_was_measured_at():
 
 
 def test_the_gqa_fit_bins_the_reference_grids():
-    record = json.loads((ROOT / "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json").read_text())
+    record = read_json(ROOT / "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json.gz")
     curves = fitted_curves(record, L2, gqa=True)
     assert list(curves) == [128]
     # five bins of six grids each (G = 4 on 1, 2, 4, 8 K/V heads; G = 8 on 1, 4)
@@ -286,7 +286,7 @@ def test_a_share_above_one_is_refused_in_one_line(field, key, why, tmp_path):
 
 
 def test_cudnn_curves_come_from_probe_11s_one_head_rows():
-    record = json.loads((ROOT / "validation/h200/probe-11/h200-cudnn-causal-probe.json").read_text())
+    record = read_json(ROOT / "validation/h200/probe-11/h200-cudnn-causal-probe.json.gz")
     curves = fitted_curves(record, L2, "sdpa-cudnn")
     assert sorted(curves) == [64, 128, 256]
     for d, points in curves.items():
@@ -301,10 +301,10 @@ def test_d96_has_its_own_curves_and_a_missing_count_is_read_relative_to_d128():
 
     from memmodel.traffic.flash import _curve_share
 
-    record = json.loads((ROOT / "validation/h200/causal-reuse-3/h200-causal-ref-d96.json").read_text())
+    record = read_json(ROOT / "validation/h200/causal-reuse-3/h200-causal-ref-d96.json.gz")
     assert fitted_curves(record, L2) == {96: dict(H200.figures["memory.l2.causal_reuse_d96"])}
     assert fitted_curves(record, L2, gqa=True) == {96: dict(H200.figures["memory.l2.causal_reuse_gqa_d96"])}
-    counts = json.loads((ROOT / "validation/h200/causal-reuse-3/h200-ref-d96-2.json").read_text())
+    counts = read_json(ROOT / "validation/h200/causal-reuse-3/h200-ref-d96-2.json.gz")
     assert fitted_curves(counts, L2, heads=4) == {96: dict(H200.figures["memory.l2.causal_reuse_h4_d96"])}
     # one d = 96 head misses about half as often as d = 128's at the same live K/V (1 x the L2)
     one96, one128 = dict(H200.figures["memory.l2.causal_reuse_d96"]), dict(H200.figures["memory.l2.causal_reuse_d128"])
@@ -354,7 +354,7 @@ def test_cudnn_gqa_grids_read_their_own_curve():
     from memmodel.calibration.causal_reuse import FITS, merged
 
     fit = next(f for f in FITS["sdpa-cudnn"] if f.gqa)
-    record = merged(json.loads((ROOT / r).read_text()) for r in fit.records())
+    record = merged(read_json(ROOT / r) for r in fit.records())
     curves = fitted_curves(record, L2, "sdpa-cudnn", gqa=True)
     assert sorted(curves) == [64, 128, 256]
     for d, points in curves.items():

@@ -1,9 +1,6 @@
-"""validation/causal_tail_sim.py: the list schedule it runs against the model's tail estimate."""
+"""tests/sims/causal_tail_sim.py: the list schedule it runs against the model's tail estimate."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,11 +9,7 @@ from hypothesis import strategies as st
 
 from memmodel import timing
 
-_PATH = Path(__file__).resolve().parents[1] / "validation" / "causal_tail_sim.py"
-_spec = importlib.util.spec_from_file_location("causal_tail_sim", _PATH)
-sim = importlib.util.module_from_spec(_spec)
-assert _spec.loader is not None
-_spec.loader.exec_module(sim)
+from .sims import causal_tail_sim as sim
 
 
 def test_list_schedule_by_hand():

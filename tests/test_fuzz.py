@@ -36,6 +36,7 @@ from hypothesis import strategies as st
 
 from memmodel.cli import cli
 from memmodel.errors import ProfileError
+from memmodel.fileio import read_json
 from memmodel.hardware import parse_profile
 
 from .conftest import HARDWARE, REPO
@@ -596,7 +597,7 @@ def test_broken_profiles_on_the_search_path(run, pool, monkeypatch):
             check(tuple(args[:2]) if args[0] == "hardware" else ("compare",), args, run(*args))
 
 
-RECORD = REPO / "validation" / "h200" / "run-2" / "h200-validate.json"
+RECORD = REPO / "validation" / "h200" / "run-2" / "h200-validate.json.gz"
 
 
 @pytest.mark.skipif(not RECORD.exists(), reason="no validate record in this checkout")
@@ -604,7 +605,7 @@ RECORD = REPO / "validation" / "h200" / "run-2" / "h200-validate.json"
 @given(data=st.data(), fmt=st.sampled_from(["table", "json", "markdown"]))
 def test_fuzz_validate_rescore_of_damaged_records(run, tmp_path, data, fmt):
     """``validate --rescore`` (no GPU) of a record with keys dropped, renamed or of the wrong type."""
-    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    record = read_json(RECORD)
     record = data.draw(mutated(record))
     path = tmp_path / "record.json"
     path.write_text(json.dumps(record, default=str), encoding="utf-8")

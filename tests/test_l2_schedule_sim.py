@@ -1,14 +1,8 @@
 """The schedule simulator behind validation/h200/l2-schedule-sim.md (a check of the L2 rules)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "validation" / "l2_schedule_sim.py"
-_spec = importlib.util.spec_from_file_location("l2_schedule_sim", _PATH)
-sim = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sim)
+from .sims import l2_schedule_sim as sim
 
 
 @pytest.mark.parametrize("policy", ["random", "lru", "partitioned"])

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from memmodel.cases import Case, parse_case
+from memmodel.fileio import read_json, read_text
 from memmodel.gpu.ncu import (
     PLACEMENT_OFFSETS,
     MeasuredKernel,
@@ -21,13 +22,13 @@ from memmodel.gpu.ncu import (
 )
 from memmodel.gpu.validate import rescore
 from memmodel.hardware import load_profile
-from memmodel.validation import placement_spread
+from memmodel.scoring import placement_spread
 
 from .conftest import REPO
 
 RUN = REPO / "validation" / "h200" / "run-2"
-RECORD = RUN / "h200-validate.json"
-TRACE = RUN / "h200-validate.ncu.csv"
+RECORD = RUN / "h200-validate.json.gz"
+TRACE = RUN / "h200-validate.ncu.csv.gz"
 HEADER = (
     '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
     '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"'
@@ -98,11 +99,11 @@ def test_offsets_are_distinct_and_aligned():
 def test_rescore_a_record_profiled_at_three_placements():
     """The real trace of run 2 with each case's run repeated at three placements that read 0.8×,
     1× and 1.3× the measured bytes: scored at the median, the errors are the record's own."""
-    data = json.loads(RECORD.read_text())
+    data = read_json(RECORD)
     h200 = load_profile("h200")
     ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
-    one = rescore(data, TRACE.read_text(), h200)
-    groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
+    one = rescore(data, read_text(TRACE), h200)
+    groups = split_by_marker(parse_csv(read_text(TRACE)), [c.id for c in ok])
     trace = []
     for case in ok:
         for factor in (0.8, 1.0, 1.3):
@@ -136,9 +137,9 @@ def test_rescore_a_record_profiled_at_three_placements():
 
 
 def test_rescore_cli_prints_the_placements(run, tmp_path):
-    data = json.loads(RECORD.read_text())
+    data = read_json(RECORD)
     ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
-    groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
+    groups = split_by_marker(parse_csv(read_text(TRACE)), [c.id for c in ok])
     trace = [k for c in ok for _ in range(2) for k in marked(groups[c.id])]
     (tmp_path / "rec.json").write_text(json.dumps({**data, "ncu": {"status": "ok", "placements": 2}}))
     (tmp_path / "rec.ncu.csv").write_text(to_csv(trace))
@@ -181,8 +182,8 @@ def test_inputs_at_an_offset_on_the_cpu(monkeypatch):
 def test_rescore_reads_a_compressed_trace(run, tmp_path):
     import gzip
 
-    shutil.copy(RECORD, tmp_path / "rec.json")
-    (tmp_path / "rec.ncu.csv.gz").write_bytes(gzip.compress(TRACE.read_bytes()))
+    (tmp_path / "rec.json").write_bytes(gzip.decompress(RECORD.read_bytes()))  # a plain record, a compressed trace
+    shutil.copy(TRACE, tmp_path / "rec.ncu.csv.gz")
     r = run("validate", "--rescore", str(tmp_path / "rec.json"), "--gpu", "h200", "--format", "stats")
     plain = run("validate", "--rescore", str(RECORD), "--gpu", "h200", "--format", "stats")
     assert r.exit_code == 0, r.stderr

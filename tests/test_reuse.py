@@ -3,7 +3,6 @@ the knee flag, and the model against the microbenchmark's families."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 from memmodel import compare, load_profile
 from memmodel.calibration.l2_reuse_fit import fitted_points
+from memmodel.fileio import read_json
 from memmodel.model import l2_context
 from memmodel.traffic import l2 as l2m
 from memmodel.traffic.reuse import ReuseCurve, cross_wave_hbm, live_footprint, poorly_modelled, step_curve
@@ -22,14 +22,14 @@ from memmodel.workload import Workload
 from tests.test_grid import assert_rows_are_scalar_calls
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORD = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json"
+RECORD = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json.gz"
 MiB = 2**20
 
 
 def test_the_bundled_h200_holds_the_curve_fitted_from_the_record():
     p = load_profile("h200")
     points = dict(p.figures["memory.l2.reuse"])
-    assert points == fitted_points(json.loads(RECORD.read_text()))
+    assert points == fitted_points(read_json(RECORD))
     # every re-read hits up to 3/8 of the L2, 44 % miss at half, all from 3/4 on
     assert points[375] == 0.0 and points[500] == 0.44 and points[750] == 1.0
     assert p.provenance["memory.l2.reuse"].kind == "measured"
@@ -134,7 +134,7 @@ def test_a_profile_without_the_curve_says_so_where_it_matters():
 
 def test_the_model_follows_the_microbenchmark_families_it_was_fitted_to_and_heads():
     out = subprocess.run(
-        [sys.executable, str(ROOT / "validation" / "l2_reuse_check.py")], capture_output=True, text=True, check=True
+        [sys.executable, str(ROOT / "tests" / "sims" / "l2_reuse_check.py")], capture_output=True, text=True, check=True
     ).stdout
     rows = [line.split("|") for line in out.splitlines() if line.startswith("| ") and "%" in line]
     summary = {r[1].strip(): float(r[3].strip().rstrip("%")) for r in rows if len(r) == 5}

@@ -186,7 +186,7 @@ def test_a_split_steps_occupancy_is_the_split_kernels_not_the_combines():
     from types import SimpleNamespace
 
     from memmodel.cases import Case
-    from memmodel.validation import occupancies
+    from memmodel.scoring import occupancies
 
     h200 = load_profile(str(CALIBRATED))
     case = Case(impl="sdpa-flash", n=1024, d=64, batch=1, heads=12, dtype="fp16")
@@ -225,7 +225,7 @@ def test_validate_adds_the_event_overhead_to_each_timed_step_and_compare_does_no
     import yaml
 
     from memmodel.cases import Case
-    from memmodel.validation import predicted_times
+    from memmodel.scoring import predicted_times
 
     data = yaml.safe_load(CALIBRATED.read_text())
     plain = parse_profile(data, "plain")

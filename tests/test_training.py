@@ -19,12 +19,12 @@ from memmodel.backward import backward_tile_rule, backward_tiles
 from memmodel.cases import Case, parse_case
 from memmodel.cli.validate import _recorded_profile, ncu_trace
 from memmodel.errors import WorkloadError
+from memmodel.fileio import read_json, read_text, sibling
 from memmodel.flops import convention_flops
 from memmodel.gpu.ncu import MeasuredKernel, parse_csv, split_by_marker
 from memmodel.gpu.validate import profile_entry, rescore
 from memmodel.hardware import load_profile
-from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
-from memmodel.validation import (
+from memmodel.scoring import (
     KERNEL_PATTERNS,
     align_kernels,
     align_launches,
@@ -35,6 +35,7 @@ from memmodel.validation import (
     step_time_error,
     summarize_record,
 )
+from memmodel.traffic.flash_backward import accumulator_head_dim, cutlass_splits
 from memmodel.workload import Workload
 
 from .conftest import HARDWARE, REPO
@@ -42,9 +43,9 @@ from .conftest import HARDWARE, REPO
 A100 = load_profile("a100")
 H200 = load_profile("h200")
 L4 = load_profile("l4")
-FINAL = sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json"))
+FINAL = sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json.gz"))
 #: records written before cases had the backward and dropout keys
-EARLIER = [p for p in FINAL if '"backward"' not in p.read_text()]
+EARLIER = [p for p in FINAL if '"backward"' not in read_text(p)]
 
 
 def by_name(alg):
@@ -79,7 +80,7 @@ def test_backward_and_dropout_case_keys():
 def test_cases_of_earlier_records_load_with_the_defaults():
     assert len(EARLIER) >= 6
     for path in EARLIER:
-        for entry in json.loads(path.read_text())["cases"]:
+        for entry in read_json(path)["cases"]:
             fields = entry["case"]
             assert "backward" not in fields and "dropout" not in fields
             case = Case.from_dict(fields)
@@ -436,7 +437,7 @@ def test_flops_conventions():
 
 def test_figure_2_bytes_in_the_docs():
     """The memmodel totals docs/training.md sets beside the FlashAttention paper's Figure 2 (in
-    blocks the tool generates), and the published figures it cites (typed, in backticks)."""
+    blocks the tool generates), and the published figures it quotes (in backticks and quotes)."""
     w = Workload(n=1024, d=64, batch=64, heads=16, dtype="fp16", causal=True, dropout=0.1)
     paper = compare(w, A100, impl="paper", tiled="fa1", backward=True)
     assert round(paper.standard.traffic.hbm_bytes / 1e7) == 4027  # 40.27 GB (published: 40.3 GB)
@@ -456,7 +457,7 @@ def test_figure_2_bytes_in_the_docs():
         f"<!-- run: {step} --standard algorithm0,eager -->",
     ):
         assert block in text
-    for figure in ("`40.3 GB`", "`41.7 ms`", "`4.4 GB`", "`7.3 ms`"):  # published (Dao et al., 2022, Figure 2)
+    for figure in ('`"40.3 GB"`', '`"41.7 ms"`', '`"4.4 GB"`', '`"7.3 ms"`'):  # quoted from Dao et al., 2022, Figure 2
         assert figure in text
 
 
@@ -562,7 +563,7 @@ FA2_BWD_NAMES = [
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::func_wrapper_t<float, sum_functor>>>(R)",
 ]
-#: as CUPTI names them on an H200 (validation/h200/final/h200-training.json; shortened): the
+#: as CUPTI names them on an H200 (validation/h200/final/h200-training.json.gz; shortened): the
 #: softmax gradient's product before its kernel, the mask gradient's copy a Memcpy DtoD
 EAGER_NAMES = [
     "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_TNT",
@@ -755,7 +756,7 @@ def test_score_a_training_case_and_summarize_its_record():
     s = summarize_record({"cases": [entry]})
     assert s["step_time"]["n"] == 1 and s["kernel_time"]["n"] == 6 and s["hbm_bytes"]["backward_kernels"]["n"] == 5
     assert s["time"]["n"] == 2  # the forward and backward passes
-    from memmodel.report.validation import markdown
+    from memmodel.report.scoring import markdown
 
     md = markdown(
         {
@@ -773,16 +774,16 @@ def test_score_a_training_case_and_summarize_its_record():
 
 
 def test_forward_only_summaries_keep_their_keys():
-    data = json.loads(EARLIER[0].read_text())  # a forward-only record
+    data = read_json(EARLIER[0])  # a forward-only record
     s = summarize_record(data)
     assert "step_time" not in s and "backward_kernels" not in s["hbm_bytes"]
 
 
-@pytest.mark.parametrize("path", EARLIER, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", EARLIER, ids=lambda p: p.name.removesuffix(".json.gz"))
 def test_earlier_records_rescore_exactly_as_before(path):
     """Every committed H200 record rescores with its own profile: the same kernels matched to
     the same measurements (the predictions follow the model as it is now)."""
-    data = json.loads(path.read_text())
+    data = read_json(path)
     csv = ncu_trace(path)
     new = rescore(data, csv, _recorded_profile(data, str(path)))  # found as --rescore finds it
     keys = (
@@ -794,7 +795,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     )
     old_rows = [[b[k] for k in keys] for e in data["cases"] for b in e.get("bytes", [])]
     new_rows = [[b[k] for k in keys] for e in new["cases"] for b in e.get("bytes", [])]
-    if path.stem == "h200-training":
+    if path.name == "h200-training.json.gz":
         # written before eager attention's elementwise ops were modelled in their launches
         # (ATen's 32-bit split) and the softmax gradient's product kernel was: those kernels'
         # rows changed, every other row is as it was
@@ -826,13 +827,13 @@ def test_records_name_a_profile_of_the_repository_by_its_path_in_it(monkeypatch,
     monkeypatch.chdir(tmp_path)  # outside the repository: the path as it is
     assert profile_entry(load_profile("h200"))["path"] == (HARDWARE / "h200.yaml").as_posix()
     for record in FINAL:  # every committed record finds its profile from any checkout
-        assert not Path(json.loads(record.read_text())["profile"]["path"]).is_absolute(), record.name
+        assert not Path(read_json(record)["profile"]["path"]).is_absolute(), record.name
 
 
 def test_rescore_cli_on_an_earlier_record(run, tmp_path):
-    record = tmp_path / "rec.json"
+    record = tmp_path / "rec.json.gz"
     shutil.copy(EARLIER[0], record)
-    shutil.copy(EARLIER[0].with_suffix(".ncu.csv"), tmp_path / "rec.ncu.csv")
+    shutil.copy(sibling(EARLIER[0], ".ncu.csv.gz"), tmp_path / "rec.ncu.csv.gz")
     r = run(
         "validate", "--rescore", str(record), "--gpu", "validation/h200/h200-calibrated.yaml", "--format", "markdown"
     )

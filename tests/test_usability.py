@@ -484,7 +484,7 @@ def test_plot_labels_do_not_overlap(run, monkeypatch, tmp_path):
 
 
 def test_validate_rescore_works_from_any_folder(run, tmp_path, monkeypatch):
-    record = REPO / "validation" / "h200" / "final" / "h200-default.json"
+    record = REPO / "validation" / "h200" / "final" / "h200-default.json.gz"
     monkeypatch.chdir(tmp_path)
     r = run("validate", "--rescore", str(record), "--format", "stats")
     assert r.exit_code == 0, r.stderr

@@ -9,15 +9,16 @@ import pytest
 
 from memmodel.cases import Case, default_cases, parse_case, profile_for_device
 from memmodel.errors import WorkloadError
+from memmodel.fileio import read_json, read_text
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
 from memmodel.hardware import load_profile
-from memmodel.validation import measured_ctas_per_sm, score_case, summarize_record
+from memmodel.scoring import measured_ctas_per_sm, score_case, summarize_record
 
 from .conftest import REPO
 
 RUN = REPO / "validation" / "h200" / "run-2"
-RECORD = RUN / "h200-validate.json"
-TRACE = RUN / "h200-validate.ncu.csv"
+RECORD = RUN / "h200-validate.json.gz"
+TRACE = RUN / "h200-validate.ncu.csv.gz"
 
 
 def test_case_specs_and_ids():
@@ -64,8 +65,8 @@ def test_profile_for_device():
 
 
 def test_parse_a_real_ncu_trace_and_split_it_by_marker():
-    kernels = parse_csv(TRACE.read_text())
-    data = json.loads(RECORD.read_text())
+    kernels = parse_csv(read_text(TRACE))
+    data = read_json(RECORD)
     ids = [e["case"]["id"] for e in data["cases"] if e["status"] == "ok"]
     groups = split_by_marker(kernels, ids)
     fa2 = groups["sdpa-flash/b4h16n4096d64/fp16"]
@@ -82,9 +83,9 @@ def test_parse_a_real_ncu_trace_and_split_it_by_marker():
 
 def test_scores_on_the_real_trace():
     h200 = load_profile("h200")
-    data = json.loads(RECORD.read_text())
+    data = read_json(RECORD)
     ok = [Case.from_dict(e["case"]) for e in data["cases"] if e["status"] == "ok"]
-    groups = split_by_marker(parse_csv(TRACE.read_text()), [c.id for c in ok])
+    groups = split_by_marker(parse_csv(read_text(TRACE)), [c.id for c in ok])
     by_id = {c.id: c for c in ok}
     (s,) = score_case(by_id["sdpa-flash/b4h16n4096d64/fp16"], groups["sdpa-flash/b4h16n4096d64/fp16"], h200)
     assert abs(s.error) < 0.01  # within 1 %
@@ -102,7 +103,7 @@ def test_scores_on_the_real_trace():
 
 
 def test_summary_of_the_committed_record():
-    data = json.loads(RECORD.read_text())
+    data = read_json(RECORD)
     s = summarize_record(data)
     assert s["cases"] == {"ok": 22}
     assert s["hbm_bytes"]["model"]["median_abs"] < 0.05
@@ -111,9 +112,9 @@ def test_summary_of_the_committed_record():
 
 
 def test_rescore_cli_writes_a_record_a_summary_and_a_plot(run, tmp_path):
-    record = tmp_path / "rec.json"
+    record = tmp_path / "rec.json.gz"
     shutil.copy(RECORD, record)
-    shutil.copy(TRACE, tmp_path / "rec.ncu.csv")
+    shutil.copy(TRACE, tmp_path / "rec.ncu.csv.gz")
     out = tmp_path / "new.json"
     r = run("validate", "--rescore", str(record), "--gpu", "h200", "--output", str(out), "--format", "markdown")
     assert r.exit_code == 0, r.stderr
@@ -143,9 +144,9 @@ def test_validate_errors_without_a_gpu(run, tmp_path):
 
 def test_time_rows_carry_achieved_rates():
     from memmodel.gpu.validate import rescore
-    from memmodel.validation import time_errors
+    from memmodel.scoring import time_errors
 
-    data = rescore(json.loads(RECORD.read_text()), TRACE.read_text(), load_profile("h200"))
+    data = rescore(read_json(RECORD), read_text(TRACE), load_profile("h200"))
     entry = next(e for e in data["cases"] if e["case"]["id"] == "standard/b4h16n4096d64/fp16")
     rows = {r["step"]: r for r in time_errors(entry)}
     # softmax: 2 × 4·16·4096²·2 B = 4,294,967,296 B of HBM traffic over the measured time

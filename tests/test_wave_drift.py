@@ -4,7 +4,6 @@ batched GQA grid's live K/V (memory.l2.causal_gqa_others), and the causal curves
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 from memmodel.calibration import wave_drift
 from memmodel.calibration.causal_reuse import GQA_OTHERS_RECORDS, fitted_gqa_others
 from memmodel.cli import cli
+from memmodel.fileio import read_json
 from memmodel.hardware import load_profile
 from memmodel.model import compare
 from memmodel.traffic.flash import _curve_share, drift_share
@@ -81,7 +81,7 @@ def test_no_drift_where_the_data_stays_in_l2():
 
 
 def test_the_drift_fit_reproduces_the_profile():
-    records = [json.loads((ROOT / r).read_text()) for r in wave_drift.RECORDS]
+    records = [read_json(ROOT / r) for r in wave_drift.RECORDS]
     assert wave_drift.fitted_drift(records) == dict(H200.figures["memory.l2.wave_drift"])
     # d = 256 drifts a quarter as fast as d = 64 and 128
     drift = dict(H200.figures["memory.l2.wave_drift"])
@@ -107,7 +107,7 @@ def test_the_gqa_cap_binds_on_batched_grids_only():
 
 
 def test_the_gqa_cap_fit_reproduces_the_profile():
-    records = [json.loads((ROOT / r).read_text()) for r in GQA_OTHERS_RECORDS]
+    records = [read_json(ROOT / r) for r in GQA_OTHERS_RECORDS]
     assert fitted_gqa_others(records) == dict(H200.figures["memory.l2.causal_gqa_others"])
 
 

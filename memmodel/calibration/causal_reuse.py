@@ -3,8 +3,8 @@
 A causal FlashAttention-2 forward re-reads each head's K/V once per Q block up to the diagonal;
 what share of those re-reads misses in L2 depends on the K/V live while they happen, and on the
 order the kernel's CTAs walk it, which no microbenchmark of ours reproduced past about 0.8 × the
-L2 (the ``causal-down`` family of :mod:`memmodel.calibration.l2_reuse` stays near `5 %` where the
-kernel reaches `50 %`). So the curve is measured on the kernel itself, on single-kernel reference
+L2 (the ``causal-down`` family of :mod:`memmodel.calibration.l2_reuse` misses a tenth as often as
+the kernel does there). So the curve is measured on the kernel itself, on single-kernel reference
 shapes: one causal head (batch 1), fp16, whose K and V are 0.4 to 2.2 × the L2, at d = 64, 128
 and 256 (``validation/cases/h200-causal-reuse-ref.txt``, run by ``memmodel validate --ncu``).
 Each point is
@@ -59,13 +59,13 @@ FITS = {
     "sdpa-flash": (
         Fit(
             "measured-causal-reuse",
-            "validation/h200/causal-reuse-2/h200-causal-reuse-ref-placed.json",
+            "validation/h200/causal-reuse-2/h200-causal-reuse-ref-placed.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-reuse-ref.txt --output h200-causal-reuse-ref-placed.json",
         ),
         Fit(
             "measured-causal-reuse-h4",
-            "validation/h200/causal-reuse-2/h200-causal-heads-ref.json",
+            "validation/h200/causal-reuse-2/h200-causal-heads-ref.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-heads-ref.txt --output h200-causal-heads-ref.json",
             heads=4,
@@ -73,7 +73,7 @@ FITS = {
         *(
             Fit(
                 f"measured-causal-reuse-h{n}",
-                "validation/h200/causal-reuse-2/h200-causal-heads-ref-2.json",
+                "validation/h200/causal-reuse-2/h200-causal-heads-ref-2.json.gz",
                 "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
                 "--cases validation/cases/h200-causal-heads-ref-2.txt --output h200-causal-heads-ref-2.json",
                 heads=n,
@@ -82,21 +82,21 @@ FITS = {
         ),
         Fit(
             "measured-causal-reuse-gqa",
-            "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json",
+            "validation/h200/causal-reuse-2/h200-causal-gqa-ref.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-gqa-ref.txt --output h200-causal-gqa-ref.json",
             gqa=True,
         ),
         Fit(
             "measured-causal-reuse-d96",
-            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
+            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-ref-d96.txt --output h200-causal-ref-d96.json",
         ),
         *(
             Fit(
                 f"measured-causal-reuse-h{n}-d96",
-                "validation/h200/causal-reuse-3/h200-ref-d96-2.json",
+                "validation/h200/causal-reuse-3/h200-ref-d96-2.json.gz",
                 "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
                 "--cases validation/cases/h200-ref-d96-2.txt --output h200-ref-d96-2.json",
                 heads=n,
@@ -105,14 +105,14 @@ FITS = {
         ),
         Fit(
             "measured-causal-reuse-gqa-d96",
-            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
+            "validation/h200/causal-reuse-3/h200-causal-ref-d96.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-ref-d96.txt --output h200-causal-ref-d96.json",
             gqa=True,
         ),
         Fit(
             "measured-causal-reuse-gqa-2",
-            "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
+            "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-causal-gqa-ref-2.txt --output h200-causal-gqa-ref-2.json",
             gqa=True,
@@ -121,18 +121,18 @@ FITS = {
     "sdpa-cudnn": (
         Fit(
             "measured-cudnn-causal-reuse",
-            "validation/h200/probe-11/h200-cudnn-causal-probe.json",
+            "validation/h200/probe-11/h200-cudnn-causal-probe.json.gz",
             "python3 -m memmodel validate --ncu --gpu h200 --cases validation/cases/h200-cudnn-causal-probe.txt "
             "--output h200-cudnn-causal-probe.json",
         ),
         Fit(
             "measured-cudnn-causal-reuse-gqa",
-            "validation/h200/causal-reuse-4/h200-cudnn-gqa-ref.json",
+            "validation/h200/causal-reuse-4/h200-cudnn-gqa-ref.json.gz",
             "python3 -m memmodel validate --ncu --placements 5 --gpu h200 "
             "--cases validation/cases/h200-cudnn-gqa-ref.txt --output h200-cudnn-gqa-ref.json "
             "(and h200-cudnn-gqa-ref-2.txt)",
             gqa=True,
-            also=("validation/h200/causal-reuse-4/h200-cudnn-gqa-ref-2.json",),
+            also=("validation/h200/causal-reuse-4/h200-cudnn-gqa-ref-2.json.gz",),
         ),
     ),
 }
@@ -251,9 +251,9 @@ def apply(
 
 #: the references of GQA grids with batch > 1 (``memory.l2.causal_gqa_others``)
 GQA_OTHERS_RECORDS = (
-    "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json",
-    "validation/h200/causal-reuse-3/h200-reuse-ref-3.json",
-    "validation/h200/causal-reuse-3/h200-causal-ref-d96.json",
+    "validation/h200/causal-reuse-3/h200-causal-gqa-ref-2.json.gz",
+    "validation/h200/causal-reuse-3/h200-reuse-ref-3.json.gz",
+    "validation/h200/causal-reuse-3/h200-causal-ref-d96.json.gz",
 )
 GQA_OTHERS_SOURCE = "measured-causal-gqa-others"
 

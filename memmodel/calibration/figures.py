@@ -29,6 +29,7 @@ from ..units import format_si, quantity
 from .plan import (
     DROPOUT_P,
     GROUP_SUM_SHAPE,
+    KNEE_FRACTION,
     MATMUL_DTYPES,
     SCORES_BYTES,
     SOFTMAX_BYTES,
@@ -284,7 +285,8 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
         others = "; ".join(f"{n}: {(_num(c, 'knee_bytes') or 0) / 2**20:.1f} MiB" for n, c in knees.items())
         out["memory.l2.effective_capacity"] = (
             f"{math.floor(knee / 2**20 * 10) / 10:.1f} MiB",  # rounded down: never above the capacity
-            "smallest knee of the bandwidth-vs-size curves of buffers re-read by all SMs (the last size still 90 % "
+            "smallest knee of the bandwidth-vs-size curves of buffers re-read by all SMs (the last size still "
+            f"{round(KNEE_FRACTION * 100)} % "
             f"of the way up from the level at 2 x L2 to the plateau){clamp}: {name}, plateau "
             f"{_tb(_num(curve, 'plateau_bytes_per_s') or 0)}, {_tb(_num(curve, 'floor_bytes_per_s') or 0)} at "
             f"2 x L2; knees: {others}",
@@ -610,7 +612,7 @@ def power_figures(m: Mapping[str, Any]) -> dict[str, tuple[Any, str]]:
             out[f"implementations.{impl}.sustained_after"] = (
                 _ns(statistics.median(onsets)),
                 f"{how}: median over the series whose clocks fell of the busy time before three calls in a row ran "
-                f"{SUSTAINED_ONSET_RISE:.0%} slower than the first {SUSTAINED_FIRST_CALLS} (the clocks fall sooner the "
+                f"{SUSTAINED_ONSET_RISE * 100:.0f}% slower than the first {SUSTAINED_FIRST_CALLS} (the clocks fall sooner the "
                 "more power a kernel draws): " + ", ".join(f"{t * 1e3:.0f} ms" for t in onsets),
             )
     return out

@@ -18,8 +18,8 @@ from ..implementations import padded_head_dim
 from ..implementations import tiles as tiles_for
 from ..model import compare
 from ..options import options_for, with_options
+from ..scoring import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels
 from ..timing import kernel_time
-from ..validation import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels
 from ..workload import Workload
 from .figures import _bw, _ops, backward_kernel_figures
 from .plan import DROPOUT_P, REFERENCE_LONG, REFERENCE_LOOP, REFERENCE_SHORT, SPLIT_REFERENCES
@@ -673,7 +673,7 @@ def backward_efficiency_figures(m: dict[str, Any], predict: Predict) -> dict[str
         for d, causal in checks:
             e = interpolate_log2(tuple(sorted(curve.items())), d)
             err = (causal["other_s"] + causal["compute_s"] / e - causal["measured_s"]) / causal["measured_s"]
-            note += f"; check, causal d={d}: predicted with this efficiency {err:+.1%} off"
+            note += f"; check, causal d={d}: predicted with this efficiency {err * 100:+.1f}% off"
         out[f"implementations.{impl}.backward_efficiency"] = (dict(sorted(curve.items())), note)
         if joint and any(v > 0 for v in cta.values()):
             out[f"implementations.{impl}.backward_cta_overhead"] = (

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 SOURCE = "measured-l2-reuse"
-RECORD = "validation/h200/l2-reuse/l2_reuse.json"
+RECORD = "validation/h200/l2-reuse/l2_reuse.json.gz"
 
 
 def _simple(family: str) -> bool:

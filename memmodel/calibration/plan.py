@@ -254,7 +254,7 @@ def find_knee(
     crossing taken is the *last* one (the last point at or above the threshold and the next
     below it), interpolated linearly in size, so a noisy dip on the plateau is not mistaken for
     the knee. ``bytes`` is None when the curve never falls that far (no point after the last
-    one at or above the threshold), or when plateau and floor are within 10 % of each other.
+    one at or above the threshold), or when plateau and floor are within a tenth of each other.
     """
     if len(sizes) != len(rates) or len(sizes) < 2:
         raise ValueError("find_knee needs at least two (size, rate) points of equal count")
@@ -276,11 +276,16 @@ def find_knee(
     return Knee(knee, top, bottom, threshold, fraction)
 
 
+#: Where a bandwidth-vs-size curve's knee is read: the last size still this share of the way from
+#: its floor up to its plateau.
+KNEE_FRACTION = 0.9
+
+
 def knee_summary(points: Sequence[Mapping[str, float]], hbm_read: float | None = None) -> dict[str, Any]:
-    """The knee (where the curve has fallen 10 % of the way to its floor) and the half-way point."""
+    """The knee (where the curve has fallen a tenth of the way to its floor) and the half-way point."""
     sizes = [pt["bytes"] for pt in points]
     rates = [pt["bytes_per_s"] for pt in points]
-    knee = find_knee(sizes, rates, fraction=0.9)
+    knee = find_knee(sizes, rates, fraction=KNEE_FRACTION)
     half = find_knee(sizes, rates, fraction=0.5)
     return {
         "plateau_bytes_per_s": knee.plateau_bytes_per_s,
@@ -289,6 +294,7 @@ def knee_summary(points: Sequence[Mapping[str, float]], hbm_read: float | None =
         "knee_bytes": knee.bytes,
         "half_drop_bytes": half.bytes,
         "method": "Triton .cg reads by all SMs over buffers of 8 MB .. 2 x L2, each block read once per pass by a "
-        "program far from last pass's reader; knee = last size where the bandwidth is still 90 % of the way from "
+        f"program far from last pass's reader; knee = last size where the bandwidth is still {round(KNEE_FRACTION * 100)} % "
+        "of the way from "
         "its level at 2 x L2 up to the plateau (median of the smallest quarter of sizes), interpolated",
     }

@@ -21,9 +21,9 @@ from typing import Any
 
 #: the reference records and the commands that made them
 RECORDS = (
-    "validation/h200/causal-reuse-3/h200-long-ref.json",
-    "validation/h200/causal-reuse-3/h200-reuse-ref-3.json",
-    "validation/h200/causal-reuse-3/h200-ref-d96-2.json",
+    "validation/h200/causal-reuse-3/h200-long-ref.json.gz",
+    "validation/h200/causal-reuse-3/h200-reuse-ref-3.json.gz",
+    "validation/h200/causal-reuse-3/h200-ref-d96-2.json.gz",
 )
 COMMAND = (
     "python3 -m memmodel validate --ncu --placements 5 --gpu h200 --cases validation/cases/h200-long-ref.txt "

@@ -168,7 +168,7 @@ def _print_table(result: dict[str, Any], base: Any) -> None:
                 label,
                 fmt(value) if value else "—",
                 fmt(ref) if ref else "",
-                f"{value / ref:.0%}" if value and ref else "",
+                f"{value / ref * 100:.0f}%" if value and ref else "",
             )
         )
     con = terminal.console()

@@ -50,7 +50,7 @@ def prediction_line(spec: str, profile: Any) -> str:
 def score(record: dict[str, Any], profile: Any) -> dict[str, Any]:
     """Predictions with ``profile`` beside each case's measurement, and the error statistics."""
     from ..parallel import parse_cp_case, predict_case
-    from ..validation import _stats
+    from ..scoring import _stats
 
     wall, speed = [], []
     links_equal = True
@@ -146,6 +146,26 @@ def markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rescore(path: str, *, gpu: str | None, output: str | None, force: bool, fmt: str) -> None:
+    """A record of ``validate --gpus`` scored again with ``gpu``'s profile (else the one it names)."""
+    import json
+
+    from ..errors import WorkloadError
+    from ..fileio import read_json, write_atomic
+    from ..hardware import load_profile
+
+    saved = read_json(
+        path, what="validation record", not_json=f"{path} is not a JSON record of validate --gpus", error=WorkloadError
+    )
+    if not isinstance(saved, dict) or saved.get("schema") != CP_RECORD_SCHEMA:
+        raise WorkloadError(f"{path} is not a {CP_RECORD_SCHEMA} record (validate --gpus writes those)")
+    profile = load_profile(gpu or saved.get("profile", {}).get("name") or "h200")
+    record = score(saved, profile)
+    if output:
+        write_atomic(output, json.dumps(record, indent=1) + "\n", force=force)
+    emit_record(record, fmt)
+
+
 def validate(
     *,
     gpus: int,
@@ -169,20 +189,7 @@ def validate(
     from ..hardware import load_profile
 
     if rescore_path:
-        from ..errors import WorkloadError
-        from ..fileio import read_text
-
-        try:
-            record = json.loads(read_text(rescore_path, what="validation record"))
-        except ValueError:
-            raise WorkloadError(f"{rescore_path} is not a JSON record of validate --gpus") from None
-        if not isinstance(record, dict) or record.get("schema") != CP_RECORD_SCHEMA:
-            raise WorkloadError(f"{rescore_path} is not a {CP_RECORD_SCHEMA} record (validate --gpus writes those)")
-        profile = load_profile(gpu or record.get("profile", {}).get("name") or "h200")
-        record = score(record, profile)
-        if output:
-            write_atomic(output, json.dumps(record, indent=1) + "\n", force=force)
-        emit_record(record, fmt)
+        _rescore(rescore_path, gpu=gpu, output=output, force=force, fmt=fmt)
         return
     specs = read_cases(case_specs, cases_file)
     if list_only:

@@ -63,7 +63,8 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     type=click.Path(path_type=str, readable=False),
     default=None,
     metavar="FILE",
-    help="JSON record, rewritten after every case (always valid); an existing FILE is replaced only with --force.",
+    help="JSON record, rewritten after every case (always valid; gzip-compressed if FILE ends in .gz, its Nsight "
+    "Compute trace too); an existing FILE is replaced only with --force.",
 )
 @option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
 @option(
@@ -71,8 +72,8 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "rescore_path",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="Score an existing record again with --gpu's profile (no GPU needed); its .ncu.csv (or .ncu.csv.gz) "
-    "beside it is used when present.",
+    help="Score an existing record (.json or .json.gz) again with --gpu's profile (no GPU needed); its .ncu.csv "
+    "(or .ncu.csv.gz) beside it is used when present. More records may follow: one table, a row per record.",
 )
 @option(
     "--plot",
@@ -114,6 +115,7 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     help="Print the model's predictions for the cases (each timed step's time; each kernel's HBM reads with a "
     "cold L2) with --gpu's profile, and exit (no GPU needed): commit them before measuring.",
 )
+@click.argument("more_records", nargs=-1, type=click.Path(dir_okay=False, exists=True), metavar="[RECORD]...")
 def validate_cmd(
     *,
     gpu: str | None,
@@ -127,6 +129,7 @@ def validate_cmd(
     list_only: bool,
     predict_only: bool,
     rescore_path: str | None,
+    more_records: tuple[str, ...],
     plot_path: str | None,
     force: bool,
     fmt: str,
@@ -138,6 +141,10 @@ def validate_cmd(
     compare with the model's prediction; with --ncu also the HBM and L2 bytes."""
     from pathlib import Path
 
+    if more_records and not rescore_path:
+        raise click.UsageError(f"unexpected argument {more_records[0]!r}: records are given after --rescore")
+    if more_records and (gpus > 1 or output or plot_path):
+        raise click.UsageError("several records print one table: not with --gpus, --output or --plot")
     if placements > 1 and not ncu:
         raise click.UsageError("--placements needs --ncu: placements are profiled with Nsight Compute")
     if gpus > 1 and (ncu or placements > 1):
@@ -181,11 +188,14 @@ def validate_cmd(
                 click.echo(c.id)
         return
     if predict_only:
-        from ..validation import prediction_line
+        from ..scoring import prediction_line
 
         echo_predictions(gpu, cases, prediction_line)
         return
     check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
+    if rescore_path and more_records:
+        _headline((rescore_path, *more_records), gpu, fmt)
+        return
     if rescore_path:
         _rescore(rescore_path, gpu, output, fmt, plot_path, force)
         return
@@ -223,32 +233,71 @@ def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) ->
     from . import terminal
 
     if plot_path:
-        from ..report.validation import plot
+        from ..report.scoring import plot
 
         plot(data, plot_path, force=force)
     if fmt == "json":
         terminal.print_json(data)
     elif fmt in ("markdown", "summary", "stats"):
-        from ..report.validation import markdown
+        from ..report.scoring import markdown
 
         click.echo(markdown(data, brief=fmt == "summary", stats=fmt == "stats"), nl=False)
     else:
         _print_table(data)
 
 
+def _headline(paths: tuple[str, ...], gpu: str | None, fmt: str) -> None:
+    """Several records rescored, one row each: their error statistics side by side."""
+    from ..report.scoring import HEADLINE_COLUMNS, headline, headline_rows
+    from . import terminal
+
+    rows = [(record_name(path), _rescored(path, gpu)["summary"]) for path in paths]
+    if fmt == "json":
+        terminal.print_json([{"record": path, "summary": s} for path, (_, s) in zip(paths, rows)])
+    elif fmt == "table":
+        terminal.console().print(
+            terminal.table(
+                None, [(c, "left" if i == 0 else "right") for i, c in enumerate(HEADLINE_COLUMNS)], headline_rows(rows)
+            )
+        )
+    else:
+        click.echo(headline(rows), nl=False)
+
+
+def record_name(path: str) -> str:
+    """A record's name as tables show it: its file name without ``.json`` or ``.json.gz``."""
+    from pathlib import Path
+
+    name = Path(path).name.removesuffix(".gz")
+    return name.removesuffix(".json")
+
+
 def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path: str | None, force: bool) -> None:
     import json
+
+    from ..errors import MemmodelError
+    from ..fileio import for_file, write_atomic
+
+    new = _rescored(path, gpu)
+    if output:
+        write_atomic(output, for_file(output, json.dumps(new, indent=1, allow_nan=False) + "\n"), force=force)
+    damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
+    try:
+        _emit(new, fmt, plot_path, force)
+    except damaged as exc:
+        raise MemmodelError(f"{path}: cannot print this record ({exc.__class__.__name__}: {exc})") from None
+
+
+def _rescored(path: str, gpu: str | None) -> dict[str, Any]:
+    """The record at ``path`` scored again with ``gpu``'s profile (else the one it names)."""
     from pathlib import Path
 
     from ..errors import MemmodelError
-    from ..fileio import read_text, write_atomic
+    from ..fileio import read_json
     from ..gpu.validate import SCHEMA, rescore
     from ..hardware import load_profile
 
-    try:
-        data = json.loads(read_text(path, what="validate record"))
-    except json.JSONDecodeError as exc:
-        raise MemmodelError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    data = read_json(path, what="validate record")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise MemmodelError(f"{path}: not a memmodel validate record (schema {SCHEMA})")
     problem = _record_problem(data, need_profile=gpu is None)
@@ -260,30 +309,21 @@ def _rescore(path: str, gpu: str | None, output: str | None, fmt: str, plot_path
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
     try:
-        new = rescore(data, ncu_csv, profile)
+        return rescore(data, ncu_csv, profile)
     except damaged as exc:
         raise MemmodelError(f"{path}: cannot rescore this record ({exc.__class__.__name__}: {exc})") from None
-    if output:
-        write_atomic(output, json.dumps(new, indent=1, allow_nan=False) + "\n", force=force)
-    try:
-        _emit(new, fmt, plot_path, force)
-    except damaged as exc:
-        raise MemmodelError(f"{path}: cannot print this record ({exc.__class__.__name__}: {exc})") from None
 
 
 def ncu_trace(record: Any) -> str | None:
-    """The Nsight Compute CSV beside a record (``R.ncu.csv``, or gzip-compressed
-    ``R.ncu.csv.gz``: records profiled at several placements run to megabytes), or None."""
-    from pathlib import Path
+    """The Nsight Compute CSV beside a record ``R.json`` or ``R.json.gz``: ``R.ncu.csv``, or
+    gzip-compressed ``R.ncu.csv.gz`` (raw traces run to megabytes), or None."""
+    from ..fileio import read_text, sibling
 
-    from ..fileio import read_text
-
-    csv_path = Path(record).with_suffix(".ncu.csv")
+    csv_path = sibling(record, ".ncu.csv")
     gz = csv_path.with_name(csv_path.name + ".gz")
-    if csv_path.exists():
-        return read_text(csv_path, what="Nsight Compute CSV", limit=256 * 2**20)
-    if gz.exists():
-        return read_text(gz, what="Nsight Compute CSV", limit=256 * 2**20, compressed=True)
+    for trace in (csv_path, gz):
+        if trace.exists():
+            return read_text(trace, what="Nsight Compute CSV", limit=256 * 2**20)
     return None
 
 
@@ -334,8 +374,8 @@ def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:
 
 
 def _print_table(data: dict[str, Any]) -> None:
+    from ..scoring import time_errors
     from ..units import format_bytes, format_percent, format_time
-    from ..validation import time_errors
     from . import terminal
 
     con = terminal.console()

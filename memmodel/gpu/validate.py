@@ -20,9 +20,9 @@ from typing import Any
 from .. import __version__
 from ..cases import Case
 from ..errors import RuntimeFailure
-from ..fileio import write_atomic
+from ..fileio import for_file, sibling, write_atomic
 from ..hardware import Profile
-from ..validation import predicted_times, score_case_detail, summarize_record
+from ..scoring import predicted_times, score_case_detail, summarize_record
 
 SCHEMA = "memmodel.validate/1"
 
@@ -66,9 +66,14 @@ class Record:
     def save(self) -> None:
         self.data["summary"] = summarize_record(self.data)
         if self.path is not None:
-            write_atomic(
-                self.path, json.dumps(self.data, indent=1, allow_nan=False, default=_nan_safe) + "\n", force=True
-            )
+            text = json.dumps(self.data, indent=1, allow_nan=False, default=_nan_safe) + "\n"
+            write_atomic(self.path, for_file(self.path, text), force=True)
+
+    def trace_path(self) -> Path | None:
+        """Where the raw Nsight Compute trace goes: beside the record, compressed as it is."""
+        if self.path is None:
+            return None
+        return sibling(self.path, ".ncu.csv.gz" if self.path.name.endswith(".gz") else ".ncu.csv")
 
 
 def _nan_safe(value: Any) -> Any:  # pragma: no cover - only for unexpected types
@@ -136,8 +141,9 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record, placement
             record.data["ncu"] = {"status": "failed", "reason": f"ncu exited {proc.returncode}: {reason[0][:300]}"}
             record.save()
             return
-        if record.path is not None:  # keep the raw trace beside the record, for re-analysis
-            write_atomic(record.path.with_suffix(".ncu.csv"), proc.stdout, force=True)
+        trace = record.trace_path()
+        if trace is not None:  # keep the raw trace beside the record, for re-analysis
+            write_atomic(trace, for_file(trace, proc.stdout), force=True)
         try:
             groups = split_placements(parse_csv(proc.stdout), [c.id for c in cases], placements)
         except NcuParseError as exc:

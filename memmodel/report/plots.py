@@ -1,7 +1,7 @@
 """What the charts share (matplotlib: the optional ``plot`` extra): colours, markers, axis and
 label helpers, and :func:`save` (PNG, SVG or PDF, written atomically). Each chart lives beside
 the other views of what it draws: the roofline in :mod:`memmodel.report.roofline`, sweeps in
-:mod:`memmodel.report.sweep`, predicted-vs-measured in :mod:`memmodel.report.validation`.
+:mod:`memmodel.report.sweep`, predicted-vs-measured in :mod:`memmodel.report.scoring`.
 
 matplotlib is imported inside the functions, and only its object-oriented API is used
 (no pyplot, no global state, no display needed). Standard and tiled attention differ in
