@@ -87,21 +87,7 @@ def test_typed_figures_are_found_in_backticks_too():
     assert typed_figures("<!-- run-md: memmodel x -->\n| 7.1% |\n<!-- end -->\n```yaml\nbw: 2 TB/s\n```") == []
 
 
-#: pages whose typed figures their owners are moving out (the model's derivations are being
-#: rewritten); strict: the mark fails as soon as the page passes
-PENDING = {"model.md"}
-
-
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="typed figures still to move out"))
-        if p.name in PENDING
-        else p
-        for p in PAGES
-    ],
-    ids=[p.name for p in PAGES],
-)
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
 def test_prose_has_no_number_the_tool_computes(page):
     """Outside generated blocks, no byte count, time, rate or share is typed: those come from the tool."""
     measured = typed_figures(page.read_text())
