@@ -279,3 +279,73 @@ def test_sweep_plot_errors(run, tmp_path, monkeypatch):
         r.stderr == "memmodel: error: --plot needs matplotlib, which is not installed: pip install 'memmodel[plot]'\n"
     )
     assert r.stdout == ""  # refused before any work
+
+
+# ---------------------------------------------------------------------------------------
+# Context-parallel sweeps: one engine, rows as compare --context-parallel gives them
+
+
+def test_context_parallel_sweep_rows_equal_compare_per_row():
+    from memmodel.parallel import context_parallel, to_dict
+    from memmodel.sweep import CP_AXES, CP_VALUES, ContextParallelGrid, evaluate_context_parallel
+
+    grid = ContextParallelGrid(
+        n=(4096, 8192), d=(64,), p=(2, 4), heads=(8,), kv_heads=(None, 4), gpu=("h200",),
+        causal=(False, True), backward=(False, True), scheme=("ring", "ulysses"), dtype=("bf16",),
+    )  # fmt: skip
+    sweep = evaluate_context_parallel(grid)
+    # 2 n × 2 p × 2 kv_heads × 2 causal × 2 backward × 2 schemes = 64 runs (ulysses splits 4 or 8
+    # K/V heads over 2 or 4 GPUs: none is skipped), two rows each
+    assert len(sweep.rows) == 64 * 2 and sweep.skipped == []
+    assert all(list(row) == list(CP_AXES) + list(CP_VALUES) for row in sweep.rows)
+    profile = load_profile("h200")
+    for k, combo in enumerate(grid.combinations()):
+        w = Workload(n=combo["n"], d=64, heads=8, kv_heads=combo["kv_heads"], dtype="bf16", causal=combo["causal"])
+        data = to_dict(context_parallel(w, profile, combo["p"], combo["scheme"], backward=combo["backward"]))
+        for alg, row in zip(data["algorithms"], sweep.rows[2 * k : 2 * k + 2]):
+            assert row["algorithm"] == alg["name"] and row["kv_heads"] == (combo["kv_heads"] or 8)
+            assert {key: row[key] for key in CP_AXES if key != "kv_heads"} == {
+                key: v for key, v in combo.items() if key != "kv_heads"
+            }
+            for key in CP_VALUES[1:]:
+                assert row[key] == alg[key] and type(row[key]) is type(alg[key]), (key, row[key], alg[key])
+
+
+def test_context_parallel_sweep_skips_what_cannot_be_split():
+    from memmodel.sweep import ContextParallelGrid, evaluate_context_parallel
+
+    # n = 1002 is no multiple of 4 (ring over 4 GPUs); 6 heads are no multiple of 4 (ulysses)
+    sweep = evaluate_context_parallel(
+        ContextParallelGrid(n=(1002, 4096), d=(64,), p=(4,), heads=(6,), gpu=("h200",), scheme=("ring", "ulysses"))
+    )
+    assert [(r["n"], r["scheme"]) for r in sweep.rows[::2]] == [(4096, "ring")]
+    assert sweep.skipped == [
+        "--n (1002) must be a multiple of --context-parallel (4)",
+        "--cp-scheme ulysses splits heads over 4 GPUs: --heads (6) must be a multiple of 4",
+    ]
+    with pytest.raises(WorkloadError, match="multiple of --context-parallel"):
+        evaluate_context_parallel(ContextParallelGrid(n=(1002,), d=(64,), p=(4,), gpu=("h200",)))
+
+
+def test_context_parallel_sweep_csv_is_the_engine_rows(run):
+    from memmodel.sweep import CP_COLUMNS, ContextParallelGrid, evaluate_context_parallel
+
+    r = run(
+        "sweep", "--n", "8192,16384", "--d", "128", "--heads", "8", "--gpu", "h200", "--context-parallel", "2",
+        "--cp-scheme", "ring,ulysses", "--tiled", "fa2", "--l2", "off", "--format", "csv",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert r.stdout.splitlines()[0] == ",".join(CP_COLUMNS)
+    expected = evaluate_context_parallel(
+        ContextParallelGrid(
+            n=(8192, 16384), d=(128,), p=(2,), heads=(8,), gpu=("h200",), scheme=("ring", "ulysses"),
+            options={"tiled": "fa2", "l2": "off", "clocks": "benchmark"},
+        )  # fmt: skip
+    ).rows
+    assert rows == [{k: str(row[k]) for k in CP_COLUMNS} for row in expected]
+    # --l2 off reaches the model: the tiled kernel reads K/V from HBM for every Q block, not through L2
+    default = evaluate_context_parallel(
+        ContextParallelGrid(n=(8192,), d=(128,), p=(2,), heads=(8,), gpu=("h200",))
+    ).rows
+    assert default[1]["hbm_bytes"] != expected[1]["hbm_bytes"]
