@@ -1035,10 +1035,30 @@ _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory
 
 
 def derive_rule(fpath: str) -> str | None:
-    import fnmatch
-
+    # fnmatch.fnmatchcase's answer for patterns whose one wildcard is "*", without compiling a
+    # regular expression per pattern at every start-up (the leftmost match of each piece between
+    # stars, in order, is a match if any is)
     for pattern, rule in DERIVE_RULES:
-        if fnmatch.fnmatchcase(fpath, pattern):
+        if "?" in pattern or "[" in pattern:
+            import fnmatch
+
+            if fnmatch.fnmatchcase(fpath, pattern):
+                return rule
+            continue
+        if "*" not in pattern:
+            if fpath == pattern:
+                return rule
+            continue
+        first, *middle, last = pattern.split("*")
+        if len(fpath) < len(first) + len(last) or not fpath.startswith(first) or not fpath.endswith(last):
+            continue
+        at, end = len(first), len(fpath) - len(last)
+        for piece in middle:
+            found = fpath.find(piece, at, end)
+            if found < 0:
+                break
+            at = found + len(piece)
+        else:
             return rule
     return None
 
