@@ -7,7 +7,7 @@ Two grids of 1,048,576 configurations each (2,097,152 rows):
 * ``a100``: the paper's kernels, ``--n 64:65536:+64 --d 32:256:+32 --heads 1,8,16,32
   --batch 1,2,4,8 --dtype fp16,bf16 --causal off,on --tiled fa1,fa2 --gpu a100``;
 * ``h200``: a real kernel's tiles and measured L2 reuse curves, GQA included,
-  ``--n 64:65536:+64 --d 64,96,128,256 --heads 8,16,32,64 --kv-heads 1,8 --batch 1,2,4,8
+  ``--n 64:65536:+64 --d 64,96,128,256 --heads 8,16,32,64 --kv-heads 1,8 --batch 1,2,4,8,16,32,64,128
   --dtype fp16,bf16 --causal off,on --impl sdpa-flash --gpu h200``.
 
 Each run is a fresh process (start-up, evaluation, formatting and writing all count) whose
@@ -35,7 +35,7 @@ GRIDS = {
         "--causal off,on --tiled fa1,fa2 --gpu a100"
     ),
     "h200": (
-        "--n 64:65536:+64 --d 64,96,128,256 --heads 8,16,32,64 --kv-heads 1,8 --batch 1,2,4,8 "
+        "--n 64:65536:+64 --d 64,96,128,256 --heads 8,16,32,64 --kv-heads 1,8 --batch 1,2,4,8,16,32,64,128 "
         "--dtype fp16,bf16 --causal off,on --impl sdpa-flash --gpu h200"
     ),
 }

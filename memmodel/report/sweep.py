@@ -92,13 +92,15 @@ def _write_in_parallel(
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             for size in pool.imap_unordered(_format_and_write, range(len(batches))):
-                if progress is not None:
+                if progress is not None and size > 0:
                     progress(size)
     finally:
         _PARALLEL = None
 
 
 def _format_and_write(i: int) -> int:
+    """Format batch ``i`` and write it after batch ``i - 1``; its rows, or -1 where another
+    batch failed (nothing is written after a failure)."""
     from . import text
 
     assert _PARALLEL is not None
@@ -115,7 +117,7 @@ def _format_and_write(i: int) -> int:
         while turns.next.value != i and not turns.failed.value:
             turns.cond.wait()
     if turns.failed.value:
-        raise RuntimeError("another batch failed")
+        return -1  # another worker failed: its exception is the one the parent raises
     try:
         while data:
             data = data[os.write(fd, data) :]
