@@ -66,8 +66,12 @@ def main() -> int:
         path = os.path.join(tmp, f"sweep.{args.format}")
         for name in names:
             cmd = [sys.executable, "-m", "memmodel", "sweep", *GRIDS[name].split(), "--format", args.format]
-            run_once([sys.executable, "-m", "memmodel", "sweep", "--n", "64", "--d", "64", "--format", "csv"], path, env)
-            load = f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+            run_once(
+                [sys.executable, "-m", "memmodel", "sweep", "--n", "64", "--d", "64", "--format", "csv"], path, env
+            )
+            load = (
+                f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+            )
             runs = [run_once(cmd, path, env) for _ in range(args.runs)]
             times, cpu = [r[0] for r in runs], [r[1] for r in runs]
             size = os.path.getsize(path)

@@ -8,6 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from memmodel import Workload, compare, load_profile
 from memmodel.errors import WorkloadError
@@ -290,20 +293,20 @@ def test_context_parallel_sweep_rows_equal_compare_per_row():
     from memmodel.sweep import CP_AXES, CP_VALUES, ContextParallelGrid, evaluate_context_parallel
 
     grid = ContextParallelGrid(
-        n=(4096, 8192), d=(64,), p=(2, 4), heads=(8,), kv_heads=(None, 4), gpu=("h200",),
+        n=(4096,), d=(64,), p=(2, 4), heads=(8,), kv_heads=(4,), gpu=("h200",),
         causal=(False, True), backward=(False, True), scheme=("ring", "ulysses"), dtype=("bf16",),
     )  # fmt: skip
     sweep = evaluate_context_parallel(grid)
-    # 2 n × 2 p × 2 kv_heads × 2 causal × 2 backward × 2 schemes = 64 runs (ulysses splits 4 or 8
-    # K/V heads over 2 or 4 GPUs: none is skipped), two rows each
-    assert len(sweep.rows) == 64 * 2 and sweep.skipped == []
+    # 2 p × 2 causal × 2 backward × 2 schemes = 16 runs (ulysses splits 8 query and 4 K/V heads
+    # over 2 or 4 GPUs: none is skipped), two rows each
+    assert len(sweep.rows) == 16 * 2 and sweep.skipped == []
     assert all(list(row) == list(CP_AXES) + list(CP_VALUES) for row in sweep.rows)
     profile = load_profile("h200")
     for k, combo in enumerate(grid.combinations()):
         w = Workload(n=combo["n"], d=64, heads=8, kv_heads=combo["kv_heads"], dtype="bf16", causal=combo["causal"])
         data = to_dict(context_parallel(w, profile, combo["p"], combo["scheme"], backward=combo["backward"]))
         for alg, row in zip(data["algorithms"], sweep.rows[2 * k : 2 * k + 2]):
-            assert row["algorithm"] == alg["name"] and row["kv_heads"] == (combo["kv_heads"] or 8)
+            assert row["algorithm"] == alg["name"] and row["kv_heads"] == 4
             assert {key: row[key] for key in CP_AXES if key != "kv_heads"} == {
                 key: v for key, v in combo.items() if key != "kv_heads"
             }
@@ -319,6 +322,7 @@ def test_context_parallel_sweep_skips_what_cannot_be_split():
         ContextParallelGrid(n=(1002, 4096), d=(64,), p=(4,), heads=(6,), gpu=("h200",), scheme=("ring", "ulysses"))
     )
     assert [(r["n"], r["scheme"]) for r in sweep.rows[::2]] == [(4096, "ring")]
+    assert sweep.rows[0]["kv_heads"] == 6  # not given: as many as query heads
     assert sweep.skipped == [
         "--n (1002) must be a multiple of --context-parallel (4)",
         "--cp-scheme ulysses splits heads over 4 GPUs: --heads (6) must be a multiple of 4",
@@ -339,7 +343,12 @@ def test_context_parallel_sweep_csv_is_the_engine_rows(run):
     assert r.stdout.splitlines()[0] == ",".join(CP_COLUMNS)
     expected = evaluate_context_parallel(
         ContextParallelGrid(
-            n=(8192, 16384), d=(128,), p=(2,), heads=(8,), gpu=("h200",), scheme=("ring", "ulysses"),
+            n=(8192, 16384),
+            d=(128,),
+            p=(2,),
+            heads=(8,),
+            gpu=("h200",),
+            scheme=("ring", "ulysses"),
             options={"tiled": "fa2", "l2": "off", "clocks": "benchmark"},
         )  # fmt: skip
     ).rows
@@ -353,10 +362,6 @@ def test_context_parallel_sweep_csv_is_the_engine_rows(run):
 
 # ---------------------------------------------------------------------------------------
 # CSV formatted by numpy: byte for byte what the csv module writes
-
-from hypothesis import given  # noqa: E402
-from hypothesis import settings as hsettings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 def _texts(matrix: np.ndarray) -> list[str]:
@@ -427,7 +432,9 @@ def _both_csv(result) -> tuple[str, str]:
     splits=st.sampled_from([(None,), (None, 2)]),
     standard=st.sampled_from([("algorithm0",), ("algorithm0", "eager")]),
 )
-def test_vectorised_csv_equals_the_row_writer(n, d, heads, kv, batch, dtypes, gpus, causal, backward, dropout, tiled, impls, splits, standard):
+def test_vectorised_csv_equals_the_row_writer(
+    n, d, heads, kv, batch, dtypes, gpus, causal, backward, dropout, tiled, impls, splits, standard
+):
     from memmodel.errors import MemmodelError
 
     try:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+
 def _table4() -> np.ndarray:
     """Rows of four bytes as uint32: 0-9999 every digit; 10000-19999 a leading group (no
     leading zeros, right-aligned; 0 is "0"); 20000 nothing."""
@@ -213,7 +214,12 @@ def _layout(digits: np.ndarray, nd: np.ndarray, point: np.ndarray, neg: np.ndarr
     dm = _digits(digits, 17)  # right-aligned: the digits are dm[:, 17 - nd:]
     fixed = (point > -4) & (point <= 16)
     exponent = point - 1
-    key = (neg.astype(np.int64) << 14) | (fixed.astype(np.int64) << 13) | (nd << 8) | np.where(fixed, point, exponent) + 128
+    key = (
+        (neg.astype(np.int64) << 14)
+        | (fixed.astype(np.int64) << 13)
+        | (nd << 8)
+        | np.where(fixed, point, exponent) + 128
+    )
     order = np.argsort(key.astype(np.uint16), kind="stable")
     sorted_keys = key[order]
     bounds = np.flatnonzero(np.diff(sorted_keys)) + 1
@@ -241,7 +247,10 @@ def _layout(digits: np.ndarray, nd: np.ndarray, point: np.ndarray, neg: np.ndarr
             parts += [d[:, :1]] + ([b".", d[:, 1:]] if count > 1 else [])
             parts += [b"e%+03d" % at]
         block = np.concatenate(
-            [p if isinstance(p, np.ndarray) else np.broadcast_to(np.frombuffer(p, np.uint8), (len(rows), len(p))) for p in parts],
+            [
+                p if isinstance(p, np.ndarray) else np.broadcast_to(np.frombuffer(p, np.uint8), (len(rows), len(p)))
+                for p in parts
+            ],
             axis=1,
         )
         pieces.append((rows, block))
