@@ -57,3 +57,12 @@ def test_derive_rule_matches_as_fnmatch_does():
     assert len(paths) > 150
     assert [derive_rule(f) for f in sorted(paths)] == [reference(f) for f in sorted(paths)]
     assert derive_rule("implementations.sdpa-flash.cta_bandwidth") == "same"  # one star, a dotted name in it
+
+
+def test_walking_the_commands_loads_them_all():
+    from memmodel.cli import COMMANDS, cli
+
+    items = dict(cli.commands.items())
+    assert sorted(items) == sorted(COMMANDS) == list(cli.commands.keys())
+    assert [c.name for c in cli.commands.values()] == sorted(COMMANDS)
+    assert "list" in items["hardware"].commands  # a group's own subcommands come with it

@@ -127,7 +127,8 @@ COMMANDS = {
 
 
 class _Commands(dict):  # type: ignore[type-arg]
-    """``cli.commands``: a command is imported the first time it is looked up."""
+    """``cli.commands``: a command is imported the first time it is looked up (by name, or all
+    of them by ``items()``, ``values()``); names and ``in`` need no import."""
 
     def __missing__(self, name: str) -> click.Command:
         if name not in COMMANDS:
@@ -150,6 +151,15 @@ class _Commands(dict):  # type: ignore[type-arg]
 
     def __len__(self) -> int:
         return len({*dict.keys(self), *COMMANDS})
+
+    def keys(self) -> Any:
+        return list(self)
+
+    def values(self) -> Any:
+        return [self[name] for name in self]
+
+    def items(self) -> Any:
+        return [(name, self[name]) for name in self]
 
 
 cli.commands = _Commands(cli.commands)
