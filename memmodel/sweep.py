@@ -22,6 +22,10 @@ head dims (fp32 on a Hopper GPU: the memory-efficient kernel up to d = 128, the 
 algorithm above) those rows are evaluated apart. The result is columnar: one numpy array per
 column of :data:`SWEEP_COLUMNS`, one row per workload × algorithm.
 
+Context-parallel grids (:class:`ContextParallelGrid`, :func:`evaluate_context_parallel`) are
+evaluated one configuration at a time through :func:`memmodel.parallel.context_parallel`: the
+per-GPU shapes, steps and link times of a split sequence are not array arithmetic.
+
 Grid syntax (:func:`parse_values`), for each integer option::
 
     4096                 one value
