@@ -609,7 +609,7 @@ def _as_comparison(single: Any, results: list[ParallelAlgorithm]) -> Any:
 
     evs = []
     for alg in results:
-        bound = "link" if _link_bound(alg) else "compute"
+        bound = "link" if link_bound(alg) else "compute"
         evs.append(Evaluated(alg.traffic, AlgorithmTiming(alg.kernel_times, alg.wall_time_s, bound)))
     return Comparison(
         workload=single.workload,
@@ -624,7 +624,7 @@ def _as_comparison(single: Any, results: list[ParallelAlgorithm]) -> Any:
     )
 
 
-def _link_bound(alg: ParallelAlgorithm) -> bool:
+def link_bound(alg: ParallelAlgorithm) -> bool:
     """The link sets the pace where its exposed time is the larger part of the wall time."""
     exposed = sum((s.time_s - s.compute_s - s.merge_s) if s.overlap != "sum" else s.link_s for s in alg.steps)
     return exposed > 0.5 * alg.wall_time_s

@@ -22,6 +22,10 @@ head dims (fp32 on a Hopper GPU: the memory-efficient kernel up to d = 128, the 
 algorithm above) those rows are evaluated apart. The result is columnar: one numpy array per
 column of :data:`SWEEP_COLUMNS`, one row per workload × algorithm.
 
+Context-parallel grids (:class:`ContextParallelGrid`, :func:`evaluate_context_parallel`) are
+evaluated one configuration at a time through :func:`memmodel.parallel.context_parallel`: the
+per-GPU shapes, steps and link times of a split sequence are not array arithmetic.
+
 Grid syntax (:func:`parse_values`), for each integer option::
 
     4096                 one value
@@ -930,3 +934,142 @@ def swept_axis(grid: Grid) -> str:
         if len(grid.axis(a)) > 1:
             return a
     return "n"
+
+
+# ---------------------------------------------------------------------------------------
+# Context-parallel sweeps: one scalar evaluation per configuration (the per-GPU shapes,
+# steps and link times of memmodel.parallel do not run on arrays)
+
+#: Axes of a context-parallel grid, in the order rows nest (the last varies fastest); they are
+#: also the first keys of every row.
+CP_AXES = ("n", "d", "batch", "heads", "kv_heads", "dtype", "gpu", "causal", "impl", "backward", "p", "scheme")
+#: What each row gives beyond its axes (per algorithm, standard then tiled).
+CP_VALUES = ("algorithm", "predicted_time_s", "single_gpu_time_s", "speedup", "link_bytes", "hbm_bytes", "bound")
+#: Columns of ``memmodel sweep --context-parallel --format csv``, in order.
+CP_COLUMNS = (
+    "gpu",
+    "p",
+    "scheme",
+    "n",
+    "d",
+    "batch",
+    "heads",
+    "kv_heads",
+    "dtype",
+    "causal",
+    "impl",
+    "backward",
+    *CP_VALUES,
+)
+
+
+@dataclass(frozen=True)
+class ContextParallelGrid:
+    """The configurations of a context-parallel sweep: every combination of the axes
+    (:data:`CP_AXES`; ``kv_heads`` ``None``: equal to heads), each split over ``p`` GPUs with
+    ``scheme``. ``options`` are :class:`~memmodel.implementations.Options` fields with one value
+    for the whole grid (``tiled``, ``block_q``, ``block_kv``, ``l2``, ``splits``,
+    ``ctas_per_sm``, ``clocks``); ``standard`` the standard-attention variant."""
+
+    n: tuple[int, ...]
+    d: tuple[int, ...]
+    p: tuple[int, ...]
+    batch: tuple[int, ...] = (1,)
+    heads: tuple[int, ...] = (1,)
+    kv_heads: tuple[int | None, ...] = (None,)
+    dtype: tuple[str, ...] = ("fp32",)
+    gpu: tuple[str, ...] = (DEFAULT_GPU,)
+    causal: tuple[bool, ...] = (False,)
+    impl: tuple[str, ...] = ("auto",)
+    backward: tuple[bool, ...] = (False,)
+    scheme: tuple[str, ...] = ("ring",)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    standard: str = "algorithm0"
+
+    def combinations(self) -> Iterator[dict[str, Any]]:
+        """Every configuration as axis -> value, in row order."""
+        for values in itertools.product(*(getattr(self, name) for name in CP_AXES)):
+            yield dict(zip(CP_AXES, values))
+
+
+@dataclass
+class ContextParallelSweep:
+    """Rows of a context-parallel sweep, two per configuration (standard, tiled), as dicts keyed
+    :data:`CP_AXES` then :data:`CP_VALUES`; ``skipped``: why configurations were left out (each
+    reason once)."""
+
+    grid: ContextParallelGrid
+    rows: list[dict[str, Any]]
+    skipped: list[str]
+
+
+def _plain_number(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def context_parallel_rows(result: Any) -> list[dict[str, Any]]:
+    """The :data:`CP_VALUES` of a :class:`~memmodel.parallel.ParallelResult`, per algorithm:
+    the wall time, one GPU's time, the speed-up, the bytes each GPU sends, GPU 0's HBM bytes and
+    what bounds the wall time (``link`` or ``compute``), as ``compare --context-parallel`` gives them."""
+    from .parallel import link_bound
+
+    return [
+        {
+            "algorithm": alg.name,
+            "predicted_time_s": _plain_number(alg.wall_time_s),
+            "single_gpu_time_s": alg.single_gpu_time_s,
+            "speedup": alg.speedup,
+            "link_bytes": alg.link_bytes,
+            "hbm_bytes": _plain_number(alg.traffic.bytes(level="hbm")),
+            "bound": "link" if link_bound(alg) else "compute",
+        }
+        for alg in (result.standard, result.tiled)
+    ]
+
+
+def evaluate_context_parallel(
+    grid: ContextParallelGrid, profiles: Mapping[str, Profile] | None = None
+) -> ContextParallelSweep:
+    """Every configuration of ``grid`` through :func:`memmodel.parallel.context_parallel`.
+
+    A configuration the scheme cannot split so (a sequence length the GPUs do not divide, heads
+    Ulysses cannot share out) is skipped, its reason said once, while others remain; when none
+    remains the first reason is raised. ``profiles`` maps GPU names to loaded profiles (loaded
+    by name when missing)."""
+    from .hardware import load_profile
+    from .parallel import context_parallel
+
+    loaded = dict(profiles or {})
+    rows: list[dict[str, Any]] = []
+    skipped: dict[str, None] = {}
+    for a in grid.combinations():
+        if a["gpu"] not in loaded:
+            loaded[a["gpu"]] = load_profile(a["gpu"])
+        w = Workload(
+            n=a["n"],
+            d=a["d"],
+            batch=a["batch"],
+            heads=a["heads"],
+            kv_heads=a["kv_heads"],
+            dtype=a["dtype"],
+            causal=a["causal"],
+        )
+        try:
+            r = context_parallel(
+                w,
+                loaded[a["gpu"]],
+                a["p"],
+                a["scheme"],
+                impl=a["impl"],
+                standard=grid.standard,
+                backward=a["backward"],
+                **grid.options,
+            )
+        except WorkloadError as exc:  # this combination cannot be split so: said once, the others go on
+            skipped.setdefault(str(exc), None)
+            continue
+        for values in context_parallel_rows(r):
+            rows.append({**a, "kv_heads": int(w.kv_heads_), **values})
+    if not rows:
+        raise WorkloadError(next(iter(skipped)))
+    return ContextParallelSweep(grid, rows, list(skipped))

@@ -113,25 +113,56 @@ def cli(ctx: click.Context, debug: bool, quiet: bool) -> None:
         click.echo(ctx.get_help())
 
 
-def _register() -> None:
-    from .calibrate import calibrate_cmd
-    from .compare import compare_cmd
-    from .hardware import hardware_group
-    from .models import models_cmd
-    from .roofline import roofline_cmd
-    from .sweep import sweep_cmd
-    from .validate import validate_cmd
-
-    cli.add_command(calibrate_cmd)
-    cli.add_command(compare_cmd)
-    cli.add_command(hardware_group)
-    cli.add_command(models_cmd)
-    cli.add_command(roofline_cmd)
-    cli.add_command(sweep_cmd)
-    cli.add_command(validate_cmd)
+#: Each command and where it lives (module of this package, attribute): a command's module is
+#: imported when the command is run or listed, so ``memmodel compare`` loads no other command.
+COMMANDS = {
+    "calibrate": ("calibrate", "calibrate_cmd"),
+    "compare": ("compare", "compare_cmd"),
+    "hardware": ("hardware", "hardware_group"),
+    "models": ("models", "models_cmd"),
+    "roofline": ("roofline", "roofline_cmd"),
+    "sweep": ("sweep", "sweep_cmd"),
+    "validate": ("validate", "validate_cmd"),
+}
 
 
-_register()
+class _Commands(dict):  # type: ignore[type-arg]
+    """``cli.commands``: a command is imported the first time it is looked up (by name, or all
+    of them by ``items()``, ``values()``); names and ``in`` need no import."""
+
+    def __missing__(self, name: str) -> click.Command:
+        if name not in COMMANDS:
+            raise KeyError(name)
+        import importlib
+
+        module, attr = COMMANDS[name]
+        command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        self[name] = command
+        return command
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in COMMANDS
+
+    def __iter__(self) -> Any:
+        return iter(sorted({*dict.keys(self), *COMMANDS}))
+
+    def __len__(self) -> int:
+        return len({*dict.keys(self), *COMMANDS})
+
+    def keys(self) -> Any:
+        return list(self)
+
+    def values(self) -> Any:
+        return [self[name] for name in self]
+
+    def items(self) -> Any:
+        return [(name, self[name]) for name in self]
+
+
+cli.commands = _Commands(cli.commands)
 
 
 def main() -> None:

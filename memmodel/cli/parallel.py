@@ -190,42 +190,17 @@ def _t(seconds: float) -> str:
     return format_time(seconds) if seconds else "—"
 
 
-SWEEP_COLUMNS = (
-    "gpu",
-    "p",
-    "scheme",
-    "n",
-    "d",
-    "batch",
-    "heads",
-    "kv_heads",
-    "dtype",
-    "causal",
-    "impl",
-    "backward",
-    "algorithm",
-    "predicted_time_s",
-    "single_gpu_time_s",
-    "speedup",
-    "link_bytes",
-    "hbm_bytes",
-    "bound",
-)
-
-
 def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: str | None, force: bool) -> None:
-    """``sweep --context-parallel``: every combination of the axes, one context-parallel
-    evaluation each (scalar, not vectorised), a row per workload × algorithm."""
+    """``sweep --context-parallel``: the options with one value for the whole grid are checked
+    here, the grid is evaluated by :func:`memmodel.sweep.evaluate_context_parallel`, and its
+    rows (one per workload × algorithm) are written in ``fmt``."""
     import contextlib
-    import itertools
     import json
     import sys
 
     from ..errors import WorkloadError
     from ..fileio import atomic_open
-    from ..hardware import DEFAULT_GPU, load_profile
-    from ..parallel import context_parallel, to_dict
-    from ..workload import Workload
+    from ..sweep import CP_COLUMNS, ContextParallelGrid, evaluate_context_parallel
     from . import terminal
 
     for key, values in fixed.items():
@@ -235,66 +210,13 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
     if one["n_kv"] is not None or one["dropout"]:
         raise WorkloadError("--context-parallel splits one sequence without dropout: leave out --n-kv and --dropout")
     keys = ("tiled", "block_q", "block_kv", "l2", "splits", "ctas_per_sm", "clocks")
-    opts = {k: one[k] for k in keys if one.get(k) is not None}
-    defaults = {
-        "batch": (1,),
-        "heads": (1,),
-        "kv_heads": (None,),
-        "dtype": ("fp32",),
-        "gpu": (DEFAULT_GPU,),
-        "causal": (False,),
-        "impl": ("auto",),
-        "backward": (False,),
-        "scheme": ("ring",),
-    }
-    names = list(axes)
-    grids = [axes[k] or defaults[k] for k in names]
-    rows: list[dict[str, Any]] = []
-    skipped: dict[str, None] = {}
-    profiles: dict[str, Any] = {}
-    for combo in itertools.product(*grids):
-        a = dict(zip(names, combo))
-        profile = profiles.setdefault(a["gpu"], load_profile(a["gpu"]))
-        w = Workload(
-            n=a["n"],
-            d=a["d"],
-            batch=a["batch"],
-            heads=a["heads"],
-            kv_heads=a["kv_heads"],
-            dtype=a["dtype"],
-            causal=a["causal"],
-        )
-        try:
-            r = context_parallel(
-                w,
-                profile,
-                a["p"],
-                a["scheme"],
-                impl=a["impl"],
-                standard=one["standard"] or "algorithm0",
-                backward=a["backward"],
-                **opts,
-            )
-        except WorkloadError as exc:  # this combination cannot be split so: said once, the others go on
-            skipped.setdefault(str(exc), None)
-            continue
-        data = to_dict(r)
-        for alg in data["algorithms"]:
-            rows.append(
-                {
-                    **{k: a[k] for k in names},
-                    "kv_heads": int(w.kv_heads_),
-                    "algorithm": alg["name"],
-                    "predicted_time_s": alg["predicted_time_s"],
-                    "single_gpu_time_s": alg["single_gpu_time_s"],
-                    "speedup": alg["speedup"],
-                    "link_bytes": alg["link_bytes"],
-                    "hbm_bytes": alg["hbm_bytes"],
-                    "bound": alg["bound"],
-                }
-            )
-    if not rows:
-        raise WorkloadError(next(iter(skipped)))
+    grid = ContextParallelGrid(
+        **{k: v for k, v in axes.items() if v},
+        options={k: one[k] for k in keys if one.get(k) is not None},
+        standard=one["standard"] or "algorithm0",
+    )
+    sweep = evaluate_context_parallel(grid)
+    rows, skipped = sweep.rows, sweep.skipped
     to_file = output is not None and output != "-"
     target: Any = atomic_open(output, force=force) if to_file else contextlib.nullcontext(sys.stdout)
     with target as stream:
@@ -305,7 +227,7 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
         elif fmt == "csv":
             import csv
 
-            writer = csv.DictWriter(stream, SWEEP_COLUMNS, extrasaction="ignore")
+            writer = csv.DictWriter(stream, CP_COLUMNS, extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
         else:

@@ -11,9 +11,7 @@ render out of the start-up of commands whose output is read by programs.
 from __future__ import annotations
 
 import contextlib
-import csv
 import io
-import json
 import os
 import re
 import sys
@@ -327,10 +325,14 @@ def table(
 
 
 def print_json(data: Any) -> None:
+    import json
+
     sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def print_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    import csv
+
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()

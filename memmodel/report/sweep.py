@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import multiprocessing
+import os
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -19,7 +22,141 @@ BATCH = 65_536
 
 
 def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """A header of :data:`~memmodel.sweep.SWEEP_COLUMNS`, then one line per row (blanks empty)."""
+    """A header of :data:`~memmodel.sweep.SWEEP_COLUMNS`, then one line per row (blanks empty):
+    what :func:`write_csv_rows` writes, byte for byte, formatted :data:`TEXT_BATCH` rows at a
+    time by numpy (:mod:`memmodel.report.text`) instead of value by value."""
+    from . import text
+
+    cells = _csv_cells(result)
+    if cells is None:  # a text the fast path does not write as csv does (not ASCII)
+        write_csv_rows(result, stream, progress)
+        return
+    writer = csv.writer(stream, lineterminator="\n")
+    writer.writerow(SWEEP_COLUMNS)
+    write, binary = _byte_writer(stream)
+    batches = [(start, min(start + TEXT_BATCH, len(result))) for start in range(0, len(result), TEXT_BATCH)]
+    workers = min(os.cpu_count() or 1, len(batches))
+    fd = _file_descriptor(stream) if binary else None
+    if len(result) >= PARALLEL_ROWS and workers > 1 and fd is not None and _can_fork():
+        _write_in_parallel(cells, batches, fd, workers, progress)
+        return
+    for start, stop in batches:
+        write(text.join_rows([cell(start, stop) for cell in cells]))
+        if progress is not None:
+            progress(stop - start)
+
+
+#: Rows formatted together by :func:`write_csv` (numpy's calls cost about the same for few rows
+#: as for many; a batch's text is some 10-15 MB before the padding is dropped)
+TEXT_BATCH = 32_768
+#: Sweeps of this many rows or more are formatted by one forked process per core, each writing
+#: its batches in turn straight to the output's file descriptor.
+PARALLEL_ROWS = 200_000
+
+
+def _can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+def _file_descriptor(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like
+        return None
+
+
+class _Turns:
+    """Forked writers' shared state: the next batch to be written, and whether one failed."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.next = ctx.Value("q", 0, lock=False)
+        self.failed = ctx.Value("b", 0, lock=False)
+        self.cond = ctx.Condition()
+
+
+_PARALLEL: tuple[list[Callable[[int, int], np.ndarray]], list[tuple[int, int]], int, _Turns] | None = None
+
+
+def _write_in_parallel(
+    cells: list[Callable[[int, int], np.ndarray]],
+    batches: list[tuple[int, int]],
+    fd: int,
+    workers: int,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Batches formatted by forked workers, each written by its worker once every earlier one is
+    (the file's bytes come in order; nothing large goes back through pipes)."""
+    global _PARALLEL
+    _PARALLEL = (cells, batches, fd, _Turns())
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for size in pool.imap_unordered(_format_and_write, range(len(batches))):
+                if progress is not None and size > 0:
+                    progress(size)
+    finally:
+        _PARALLEL = None
+
+
+def _format_and_write(i: int) -> int:
+    """Format batch ``i`` and write it after batch ``i - 1``; its rows, or -1 where another
+    batch failed (nothing is written after a failure)."""
+    from . import text
+
+    assert _PARALLEL is not None
+    cells, batches, fd, turns = _PARALLEL
+    start, stop = batches[i]
+    try:
+        data = memoryview(text.join_rows([cell(start, stop) for cell in cells]))
+    except BaseException:
+        with turns.cond:
+            turns.failed.value = 1
+            turns.cond.notify_all()
+        raise
+    with turns.cond:
+        while turns.next.value != i and not turns.failed.value:
+            turns.cond.wait()
+    if turns.failed.value:
+        return -1  # another worker failed: its exception is the one the parent raises
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except BaseException:
+        with turns.cond:
+            turns.failed.value = 1
+            turns.cond.notify_all()
+        raise
+    with turns.cond:
+        turns.next.value = i + 1
+        turns.cond.notify_all()
+    return stop - start
+
+
+def _byte_writer(stream: TextIO) -> tuple[Callable[[bytearray], Any], bool]:
+    """(write, binary): a function writing ASCII bytes to ``stream``, and whether it writes them
+    to the binary layer below (where the text layer would change nothing: POSIX line ends, an
+    encoding that writes ASCII as ASCII; the text layer is flushed first) rather than decoded."""
+    import codecs
+
+    buffer = getattr(stream, "buffer", None)
+    encoding = getattr(stream, "encoding", None)
+    try:
+        ascii_safe = encoding is not None and codecs.lookup(encoding).name in _ASCII_ENCODINGS
+    except LookupError:
+        ascii_safe = False
+    if buffer is not None and ascii_safe and os.linesep == "\n":
+        stream.flush()
+        buffer.flush()
+        return buffer.write, True
+    return (lambda data: stream.write(data.decode("ascii"))), False
+
+
+#: Encodings (codecs' names) that write ASCII text as its ASCII bytes
+_ASCII_ENCODINGS = frozenset({"utf-8", "ascii", "latin-1", "iso8859-15", "cp1252"})
+
+
+def write_csv_rows(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
+    """:func:`write_csv` through :mod:`csv`, one row at a time (the reference it must equal)."""
     writer = csv.writer(stream, lineterminator="\n")
     writer.writerow(SWEEP_COLUMNS)
     for start in range(0, len(result), BATCH):
@@ -27,6 +164,106 @@ def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], Non
         writer.writerows(zip(*lists))
         if progress is not None:
             progress(len(lists[0]))
+
+
+def _csv_field(value: str) -> str:
+    """``value`` as :mod:`csv` writes it among other fields (quoted where it must be)."""
+    if not value:
+        return ""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([value, ""])
+    return buffer.getvalue()[: -len(",\n")]
+
+
+#: Integer columns whose values are small enough to be looked up in a table of their texts.
+_LOOKUP_LIMIT = 1 << 16
+
+
+def _csv_cells(result: SweepResult) -> list[Callable[[int, int], np.ndarray]] | None:
+    """Per column of :data:`SWEEP_COLUMNS`, a function (start, stop) -> its cells' text
+    (:mod:`memmodel.report.text` matrices); None where a category's text is not ASCII."""
+    from ..sweep import _BLANK_AS_NEGATIVE, _BOOLEAN
+    from . import text
+
+    cols = result.columns
+    out: list[Callable[[int, int], np.ndarray]] = []
+    for name in SWEEP_COLUMNS:
+        values = cols[name]
+        if name in result.categories or name in _BOOLEAN:
+            labels = result.categories.get(name, ("False", "True"))
+            fields = [_csv_field(str(label)) for label in labels]
+            if not all(f.isascii() for f in fields):
+                return None
+            out.append(_lookup(values, text.table_text(np.arange(len(fields)), fields)))
+        elif values.dtype.kind == "f":
+            out.append(_floats(values, paired=name.startswith("ratio_")))
+        else:
+            blank = name in _BLANK_AS_NEGATIVE
+            top = int(values.max()) if len(values) else 0
+            low = int(values.min()) if len(values) else 0
+            if top < _LOOKUP_LIMIT and low >= (-1 if blank else 0):
+                table = text.int_text(np.arange(top + 1))
+                if blank:  # -1: blank
+                    table = np.concatenate([table, np.zeros((1, table.shape[1]), dtype=np.uint8)])
+                out.append(_lookup(values, table))
+            else:
+                out.append(_ints(values, blank))
+    return out
+
+
+def _lookup(values: np.ndarray, table: np.ndarray) -> Callable[[int, int], np.ndarray]:
+    """Cells looked up by value (a negative value: the table's last row)."""
+    width = table.shape[1]
+    rows = np.ascontiguousarray(table).view(f"V{width}").ravel()
+
+    def cells(start: int, stop: int) -> np.ndarray:
+        return rows.take(values[start:stop], mode="wrap").view(np.uint8).reshape(-1, width)
+
+    return cells
+
+
+def _ints(values: np.ndarray, blank: bool) -> Callable[[int, int], np.ndarray]:
+    from . import text
+
+    def cells(start: int, stop: int) -> np.ndarray:
+        v = values[start:stop]
+        if not blank:
+            return text.int_text(v)
+        out = text.int_text(np.maximum(v, 0))
+        out[v < 0] = 0
+        return out
+
+    return cells
+
+
+def _distinct(v: np.ndarray) -> np.ndarray:
+    """float_text(v), formatting each distinct value once where fewer than half are distinct
+    (a sweep's intensities and ratios repeat across batch sizes and heads)."""
+    from . import text
+
+    distinct, index = np.unique(v, return_inverse=True)
+    if 2 * len(distinct) > len(v):
+        return text.float_text(v)
+    cells = np.ascontiguousarray(text.float_text(distinct))
+    width = cells.shape[1]
+    return cells.view(f"V{width}").ravel().take(index).view(np.uint8).reshape(-1, width)
+
+
+def _floats(values: np.ndarray, *, paired: bool) -> Callable[[int, int], np.ndarray]:
+    """Doubles as repr() writes them; ``paired``: both rows of a workload usually hold the same
+    value (the ratios), so where they do each pair is formatted once."""
+    from . import text
+
+    def cells(start: int, stop: int) -> np.ndarray:
+        v = values[start:stop]
+        if len(v) and v.min() == v.max():
+            one = text.float_text(v[:1])
+            return np.broadcast_to(one, (len(v), one.shape[1]))
+        if paired and len(v) % 2 == 0 and np.array_equal(v[0::2], v[1::2]):
+            return np.repeat(_distinct(v[0::2]), 2, axis=0)
+        return _distinct(v)
+
+    return cells
 
 
 def write_jsonl(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
@@ -204,7 +441,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-__all__ = ["AXES", "BATCH", "describe", "table_view", "write_csv", "write_json", "write_jsonl"]
+__all__ = ["AXES", "BATCH", "describe", "table_view", "write_csv", "write_csv_rows", "write_json", "write_jsonl"]
 
 
 # ---------------------------------------------------------------------------------------
