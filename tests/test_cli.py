@@ -245,12 +245,6 @@ def test_debug_shows_the_traceback():
         CliRunner().invoke(cli, ["--debug", "compare", "--n", "8", "--d", "8", "--gpu", "zzz"], catch_exceptions=False)
 
 
-def test_import_memmodel_pulls_in_no_cli_or_gpu_stack():
-    code = "import sys, memmodel; print(sorted(m for m in ('click','rich','torch','triton','matplotlib','yaml') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert out.stdout.strip() == "[]"
-
-
 def test_python_dash_m_memmodel_works():
     out = subprocess.run(
         [sys.executable, "-m", "memmodel", "compare", "--n", "4096", "--d", "768", "--format", "json"],
