@@ -8,8 +8,10 @@ from hypothesis import settings
 
 # Deterministic examples by default, so a CI run cannot fail on a case no earlier run saw;
 # MEMMODEL_HYPOTHESIS=explore draws new random examples on every run (for hunting bugs).
-settings.register_profile("deterministic", derandomize=True, database=None)
-settings.register_profile("explore")
+# No deadline: the properties are about values, not speed, and on a loaded two-core machine
+# (one pytest worker per core) an example's time says more about its neighbours than about it.
+settings.register_profile("deterministic", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", deadline=None)
 settings.load_profile("explore" if os.environ.get("MEMMODEL_HYPOTHESIS") == "explore" else "deterministic")
 
 REPO = Path(__file__).resolve().parent.parent

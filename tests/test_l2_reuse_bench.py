@@ -97,6 +97,19 @@ def test_join_matches_launches_with_profiled_kernels_in_order():
 
 _TRITON_PRELOADED = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
 
+if _TRITON_PRELOADED:  # pragma: no cover - depends on the other test modules
+
+    def test_kernel_tests_in_a_fresh_interpreter_process():
+        """The kernel tests below skip in a process where triton came in without the
+        interpreter; here they run in one where it did not."""
+        import subprocess
+
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rs", "-p", "no:cacheprovider", str(Path(__file__))]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        assert "imported without the interpreter" not in proc.stdout, proc.stdout[-4000:]
+
 
 @pytest.mark.skipif(_TRITON_PRELOADED, reason="triton imported without the interpreter: run in a fresh process")
 def test_the_kernel_reads_exactly_the_planned_tiles_on_the_cpu(monkeypatch):
