@@ -332,15 +332,16 @@ def test_footprints_outside_the_range_are_refused(bad):
 
 
 @pytest.mark.parametrize("arg", ["0,2", "abc", "0.5,,nan"])
-def test_the_runner_refuses_bad_factors_before_any_gpu_work(arg, capsys):
+def test_the_runner_refuses_bad_factors_before_any_gpu_work(arg, capsys, tmp_path):
     from memmodel.gpu import l2_reuse_run as run
 
+    out = tmp_path / "never-created"  # a folder it could create: refused first, it is not
     with pytest.raises(SystemExit) as exc:
-        run.main(["--out", "/nonexistent/never-created", "--factors", arg])
+        run.main(["--out", str(out), "--factors", arg])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("python -m memmodel.gpu.l2_reuse_run: error: --factors")
-    assert not Path("/nonexistent/never-created").exists()
+    assert not out.exists()
 
 
 _COMPILE = r"""
