@@ -9,7 +9,12 @@ never run.
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from .conftest import REPO
 
@@ -120,6 +125,125 @@ def test_the_graph_reader_sees_imports_in_functions_and_skips_type_checking():
 def test_no_import_cycles_in_memmodel():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def path_to(graph: dict[str, set[str]], start: str, wanted) -> list[str] | None:
+    """The shortest import path from ``start`` to a module for which ``wanted(name)`` holds."""
+    seen = {start: [start]}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for target in sorted(graph.get(node, ())):
+                if target in seen:
+                    continue
+                seen[target] = seen[node] + [target]
+                if wanted(target):
+                    return seen[target]
+                nxt.append(target)
+        frontier = nxt
+    return None
+
+
+#: the model's modules, which the hardware (profiles, their schema, derivation and loading) sits below
+MODEL_MODULES = ("memmodel.traffic", "memmodel.timing", "memmodel.implementations", "memmodel.model")
+
+
+def _is_model_module(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in MODEL_MODULES)
+
+
+def _hardware_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each hardware module (``memmodel/hardware.py`` or every module of a ``memmodel/hardware/``
+    package) that reaches a model module, directly or through others, with the path."""
+    hardware = [m for m in graph if m == "memmodel.hardware" or m.startswith("memmodel.hardware.")]
+    assert hardware, "no memmodel.hardware module or package"
+    found = []
+    for name in sorted(hardware):
+        if path := path_to(graph, name, _is_model_module):
+            found.append(" -> ".join(path))
+    return found
+
+
+def test_the_hardware_check_sees_both_layouts_and_indirect_imports():
+    graph = {
+        "memmodel.hardware": {"memmodel.hardware.load"},
+        "memmodel.hardware.load": {"memmodel.units"},
+        "memmodel.hardware.derive": {"memmodel.intmath", "memmodel.fileio"},
+        "memmodel.fileio": {"memmodel.traffic.l2"},
+        "memmodel.units": set(),
+        "memmodel.models": set(),  # not memmodel.model
+    }
+    assert _hardware_violations(graph) == ["memmodel.hardware.derive -> memmodel.fileio -> memmodel.traffic.l2"]
+    assert _hardware_violations({"memmodel.hardware": {"memmodel.models", "memmodel.errors"}}) == []
+    assert _hardware_violations({"memmodel.hardware": {"memmodel.implementations"}}) == [
+        "memmodel.hardware -> memmodel.implementations"
+    ]
+
+
+def test_the_hardware_package_imports_nothing_of_the_model():
+    """Profiles, their schema, derivation and loading sit below the model: no module of the
+    hardware reaches traffic, timing, implementations or model, not even through another module."""
+    violations = _hardware_violations(import_graph())
+    assert violations == [], "hardware reaches the model:\n" + "\n".join(violations)
+
+
+def test_import_memmodel_pulls_in_no_cli_or_gpu_stack():
+    code = "import sys, memmodel; print(sorted(m for m in ('click','rich','torch','triton','matplotlib','yaml') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+#: a percentage figure: a number followed by ``%`` (``90 %``, ``6.4%``)
+PERCENT = re.compile(r"\d(?:\.\d+)?\s?%")
+#: a single-quoted span inside a string: an example of input syntax, not a figure
+QUOTED = re.compile(r"'[^'\n]*'")
+
+
+def percentage_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant of ``path`` (docstrings and f-string parts
+    included) that carries a percentage figure. An f-string's format spec (``{x:.0%}``) is a
+    directive, not a figure, and is left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    specs = {
+        id(node)
+        for value in ast.walk(tree)
+        if isinstance(value, ast.FormattedValue) and value.format_spec is not None
+        for node in ast.walk(value.format_spec)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in specs:
+            # a quoted input example (``'45 %'`` in a message saying what a value may be) is syntax
+            text = QUOTED.sub(lambda q: " " * len(q.group(0)), node.value)
+            if m := PERCENT.search(text):
+                line = node.lineno + node.value.count("\n", 0, m.start())  # the figure's own line in a docstring
+                found.append((line, node.value[max(0, m.start() - 30) : m.end() + 10].replace("\n", " ")))
+    return sorted(found)
+
+
+def test_the_percentage_reader_finds_figures_in_docstrings_and_f_strings(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""Module: within 7 % on the H200."""\n'
+        "x = 0.9  # a ratio, 90 % in a comment is no literal\n"
+        "def f(r):\n"
+        '    """No figure here: a share of 0.5.\n\n    Measured: 4-60 % slower."""\n'
+        '    return f"{r:.0%} of peak, once up to 18% short"\n'
+        "y = \"a ratio such as 0.45 or '45 %'\"\n"
+    )
+    found = percentage_literals(source)
+    assert [line for line, _ in found] == [1, 6, 7]  # the docstring's figure on its own line, 6
+    assert "18%" in found[2][1]
+
+
+def test_no_string_literal_in_memmodel_carries_a_percentage():
+    found = [
+        f"{path.relative_to(REPO)}:{line}: {text}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line, text in percentage_literals(path)
+    ]
+    assert found == [], "percentage figures in string literals:\n" + "\n".join(found)
 
 
 def test_gpu_code_is_not_imported_by_the_library():

@@ -180,6 +180,16 @@ def test_huge_sizes_are_exact(run):
     assert "no single GPU runs this workload" in r.stdout
 
 
+def test_the_tests_read_the_profiles_memmodel_ships():
+    """HARDWARE (conftest) is the folder the loader takes bundled profiles from, so the tests
+    that loop over its files cannot pass on an empty or stale folder."""
+    from memmodel.hardware import bundled_dir
+
+    assert HARDWARE.resolve() == bundled_dir().resolve()
+    # a10, a100, a100-40gb, b200, h100-pcie, h100-sxm, h200, l4, l40s, mi300x, rtx4090, v100
+    assert len(list(HARDWARE.glob("*.yaml"))) >= 12
+
+
 def test_hardware_list_shows_every_profile(run):
     r = run("hardware", "list")
     assert r.exit_code == 0
@@ -243,12 +253,6 @@ def test_debug_shows_the_traceback():
 
     with pytest.raises(Exception, match="unknown GPU"):
         CliRunner().invoke(cli, ["--debug", "compare", "--n", "8", "--d", "8", "--gpu", "zzz"], catch_exceptions=False)
-
-
-def test_import_memmodel_pulls_in_no_cli_or_gpu_stack():
-    code = "import sys, memmodel; print(sorted(m for m in ('click','rich','torch','triton','matplotlib','yaml') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert out.stdout.strip() == "[]"
 
 
 def test_python_dash_m_memmodel_works():

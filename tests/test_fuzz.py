@@ -600,7 +600,12 @@ def test_broken_profiles_on_the_search_path(run, pool, monkeypatch):
 RECORD = REPO / "validation" / "h200" / "run-2" / "h200-validate.json.gz"
 
 
-@pytest.mark.skipif(not RECORD.exists(), reason="no validate record in this checkout")
+def test_the_record_to_damage_is_there():
+    """The record the next test damages: a missing file fails here, it does not skip the fuzz."""
+    assert RECORD.is_file(), f"{RECORD.relative_to(REPO)} is gone: point RECORD at a validate record"
+    assert json.loads(RECORD.read_text(encoding="utf-8"))["cases"]
+
+
 @fuzz_settings(60)
 @given(data=st.data(), fmt=st.sampled_from(["table", "json", "markdown"]))
 def test_fuzz_validate_rescore_of_damaged_records(run, tmp_path, data, fmt):

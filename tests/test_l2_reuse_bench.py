@@ -97,6 +97,19 @@ def test_join_matches_launches_with_profiled_kernels_in_order():
 
 _TRITON_PRELOADED = "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1"
 
+if _TRITON_PRELOADED:  # pragma: no cover - depends on the other test modules
+
+    def test_kernel_tests_in_a_fresh_interpreter_process():
+        """The kernel tests below skip in a process where triton came in without the
+        interpreter; here they run in one where it did not."""
+        import subprocess
+
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rs", "-p", "no:cacheprovider", str(Path(__file__))]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        assert "imported without the interpreter" not in proc.stdout, proc.stdout[-4000:]
+
 
 @pytest.mark.skipif(_TRITON_PRELOADED, reason="triton imported without the interpreter: run in a fresh process")
 def test_the_kernel_reads_exactly_the_planned_tiles_on_the_cpu(monkeypatch):
@@ -319,15 +332,16 @@ def test_footprints_outside_the_range_are_refused(bad):
 
 
 @pytest.mark.parametrize("arg", ["0,2", "abc", "0.5,,nan"])
-def test_the_runner_refuses_bad_factors_before_any_gpu_work(arg, capsys):
+def test_the_runner_refuses_bad_factors_before_any_gpu_work(arg, capsys, tmp_path):
     from memmodel.gpu import l2_reuse_run as run
 
+    out = tmp_path / "never-created"  # a folder it could create: refused first, it is not
     with pytest.raises(SystemExit) as exc:
-        run.main(["--out", "/nonexistent/never-created", "--factors", arg])
+        run.main(["--out", str(out), "--factors", arg])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("python -m memmodel.gpu.l2_reuse_run: error: --factors")
-    assert not Path("/nonexistent/never-created").exists()
+    assert not out.exists()
 
 
 _COMPILE = r"""

@@ -4,6 +4,7 @@ model's ``clocks`` modes (benchmark, boost, sustained)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import yaml
@@ -11,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memmodel.calibration.figures import power_figures, settle
+from memmodel.calibration.plan import SUSTAINED_SETTLED_FROM_S
 from memmodel.hardware import ProfileError, load_profile, parse_profile
 from memmodel.model import compare
 from memmodel.options import Options, options_for, with_options
@@ -54,15 +56,24 @@ def test_settle_reads_the_rate_before_and_after_the_clocks_fall():
     assert settle([1e-3] * 100) is None  # 0.1 s busy: never reaches 0.3 s
 
 
-@given(st.lists(st.floats(1e-4, 1e-2), min_size=8, max_size=400))
+@given(st.lists(st.floats(1e-4, 1e-2), min_size=8, max_size=40), st.integers(0, 3))
 @settings(max_examples=60, deadline=None)
-def test_settle_is_a_ratio_of_medians_and_the_onset_lies_inside_the_series(times):
+def test_settle_is_a_ratio_of_medians_and_the_onset_lies_inside_the_series(calls, more):
+    # the calls repeated past SUSTAINED_SETTLED_FROM_S of busy time, a repeat (8 calls or more) to spare
+    times = calls * (math.ceil(SUSTAINED_SETTLED_FROM_S / sum(calls)) + 1 + more)
     got = settle(times)
-    if got is None:
-        return
+    assert got is not None
+    assert got["busy_s"] == pytest.approx(sum(times))
     assert got["share"] == pytest.approx(got["first_s"] / got["settled_s"])
     assert min(times) <= got["first_s"] <= max(times)
     assert got["onset_s"] is None or 0 <= got["onset_s"] < sum(times)
+
+
+@given(st.lists(st.floats(1e-4, 1e-3), max_size=250))
+@settings(max_examples=60, deadline=None)
+def test_a_series_shorter_than_the_settling_time_settles_nothing(times):
+    assert sum(times) < SUSTAINED_SETTLED_FROM_S  # 250 calls of at most 1 ms: 0.25 s
+    assert settle(times) is None
 
 
 def test_power_figures_write_each_share_and_when_its_clocks_fell():

@@ -52,9 +52,10 @@ if _TRITON_PRELOADED:  # pragma: no cover - depends on the other test modules
 
     def test_kernel_tests_in_a_fresh_interpreter_process():
         env = {**os.environ, "TRITON_INTERPRET": "1"}
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__))]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-rs", "-p", "no:cacheprovider", str(Path(__file__))]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        assert "imported without the interpreter" not in proc.stdout, proc.stdout[-4000:]  # they ran there
 else:
     needs_kernel_run = pytest.mark.skipif(
         not _interpreter_runs_runtime_loops(),
