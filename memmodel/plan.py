@@ -18,8 +18,8 @@ import numpy as np
 from . import implementations, intmath
 from .errors import WorkloadError
 from .implementations import Implementation, kernel_workload, padded_head_dim, smem_reads
-from .options import Options
 from .intmath import IntLike
+from .options import Options
 from .traffic import l2 as l2m
 from .traffic.blocks import BlockSizes, TileContext, block_sizes, tile_context
 from .traffic.decode import choose_splits

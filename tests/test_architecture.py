@@ -14,8 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from .conftest import REPO
 
 PACKAGE = REPO / "memmodel"

@@ -62,11 +62,15 @@ def test_calibrated_profile_fields(h200):
     assert rates.elementwise_bytes_per_s == pytest.approx(1.85e12)
     assert rates.softmax_row_time_s == pytest.approx(16.51e-6)
     # one figure (a profile from before it was measured per head dim): the same at every head dim
-    assert {n: f.cta_bandwidth_bytes_per_s for n, f in h200.implementation_figures.items() if f.cta_bandwidth_bytes_per_s} == {
-        "sdpa-flash": ((1, 15.5e9),)
-    }
+    assert {
+        n: f.cta_bandwidth_bytes_per_s for n, f in h200.implementation_figures.items() if f.cta_bandwidth_bytes_per_s
+    } == {"sdpa-flash": ((1, 15.5e9),)}
     flash = h200.implementation("sdpa-flash")
-    assert flash.kernel(64, split=True).cta_bandwidth_bytes_per_s == flash.kernel(256, split=True).cta_bandwidth_bytes_per_s == 15.5e9
+    assert (
+        flash.kernel(64, split=True).cta_bandwidth_bytes_per_s
+        == flash.kernel(256, split=True).cta_bandwidth_bytes_per_s
+        == 15.5e9
+    )
     assert h200.implementation("sdpa-cudnn").kernel(128, split=True).cta_bandwidth_bytes_per_s is None
     # 11 powers of two 2^7..2^17 and 10 rows of 3·2^k, 192..98304
     assert len(rates.softmax_bytes_per_s) == 21

@@ -603,7 +603,7 @@ RECORD = REPO / "validation" / "h200" / "run-2" / "h200-validate.json.gz"
 def test_the_record_to_damage_is_there():
     """The record the next test damages: a missing file fails here, it does not skip the fuzz."""
     assert RECORD.is_file(), f"{RECORD.relative_to(REPO)} is gone: point RECORD at a validate record"
-    assert json.loads(RECORD.read_text(encoding="utf-8"))["cases"]
+    assert read_json(RECORD)["cases"]
 
 
 @fuzz_settings(60)

@@ -12,8 +12,8 @@ import pytest
 import memmodel.model as model
 import memmodel.plan as plan_module
 from memmodel.hardware import load_profile
-from memmodel.options import options_for
 from memmodel.model import compare
+from memmodel.options import options_for
 from memmodel.plan import plan_tiled, planned_traffic
 from memmodel.traffic.ledger import DROPOUT, FORWARD_GRID, HEAD_GRID, SPLIT_KV
 from memmodel.workload import Workload

@@ -133,7 +133,9 @@ def test_our_triton_kernel_runs_at_its_efficiency_at_the_tile_it_is_given():
     assert H200.implementation("triton").efficiency_at(128, (128, 128)) == default  # its default tile at d = 128
     assert H200.implementation("triton").efficiency_at(128, (64, 64)) == dict(tiles[(64, 64)])[128]
     # at d = 64, 128x64 is the default tile: the two figures agree
-    assert H200.implementation("triton").efficiency_at(64, (128, 64)) == pytest.approx(H200.implementation("triton").efficiency_at(64), abs=1e-3)
+    assert H200.implementation("triton").efficiency_at(64, (128, 64)) == pytest.approx(
+        H200.implementation("triton").efficiency_at(64), abs=1e-3
+    )
     # arrays of tiles take each element's figure
     got = H200.implementation("triton").efficiency_at(128, (np.array([64, 128]), np.array([64, 128])))
     assert list(got) == [dict(tiles[(64, 64)])[128], default]
