@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -37,20 +36,24 @@ def read_text(
     Raises ``error`` (exit 2), naming the file, if it is missing, a folder, unreadable, not
     gzip (``compressed``), too large or not UTF-8.
     """
-    import gzip
-    import zlib
-
     p = os.fspath(path)  # named as the user wrote it
     if compressed is None:
         compressed = p.endswith(".gz")
+    opener: Any = open
+    not_gzip: tuple[type[BaseException], ...] = ()
+    if compressed:  # gzip only where needed: plain profiles are read at every start-up
+        import gzip
+        import zlib
+
+        opener, not_gzip = gzip.open, (gzip.BadGzipFile, EOFError, zlib.error)
     try:
-        with gzip.open(p, "rb") if compressed else open(p, "rb") as handle:
+        with opener(p, "rb") as handle:
             raw = handle.read(limit + 1)
     except FileNotFoundError:
         raise error(f"{p}: no such file") from None
     except IsADirectoryError:
         raise error(f"{p}: is a folder, not a {what}") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error):
+    except not_gzip:
         raise error(f"{p}: not a gzip file (a compressed {what} was expected)") from None
     except OSError as exc:
         raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
@@ -155,6 +158,8 @@ def check_writable(path: str | os.PathLike[str], *, force: bool) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         raise RuntimeFailure(f"{p}: cannot write: the folder {folder} is not writable")
     try:  # what access() cannot tell (it answers yes to root, and for /proc): make a file there
+        import tempfile
+
         fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{p.name}.", suffix=".tmp")
     except OSError as exc:
         raise RuntimeFailure(f"{p}: cannot write in the folder {folder} ({exc.strerror or exc})") from None
@@ -188,6 +193,8 @@ def atomic_open(path: str | os.PathLike[str], *, force: bool, binary: bool = Fal
         mode = _default_mode()
     tmp: str | None = None
     try:
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             yield handle

@@ -16,7 +16,6 @@ layers) is said in its ``note``.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from dataclasses import dataclass
@@ -106,6 +105,8 @@ def load_model(spec: str) -> ModelShape:
     by_norm = {_norm(name): m for name, m in MODELS.items()}
     if _norm(text) in by_norm:
         return by_norm[_norm(text)]
+    import difflib
+
     close = difflib.get_close_matches(text.lower(), list(MODELS), n=2, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     if "deepseek" in text.lower():

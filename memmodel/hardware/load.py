@@ -8,7 +8,6 @@ then the profiles bundled in this package (``profiles/``). Errors are :class:`Pr
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -146,4 +145,6 @@ def _suggest(key: str, names: list[str]) -> list[str]:
     starts = [n for n in names if norm(key) and norm(n).startswith(norm(key))]
     if 0 < len(starts) <= 3:
         return starts
+    import difflib
+
     return difflib.get_close_matches(key, names, n=1, cutoff=0.5)

@@ -7,7 +7,6 @@ errors read ``file -> field: message`` (:func:`.schema.field_error`).
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -56,6 +55,8 @@ def _walk(data: Mapping[str, Any], prefix: str, where: str) -> Iterator[tuple[st
         if path == "sources":  # checked by _parse_sources
             continue
         if not isinstance(key, str) or key not in allowed:
+            import difflib
+
             hint = difflib.get_close_matches(str(key), sorted(allowed), n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else f" (allowed: {', '.join(sorted(allowed))})"
             raise field_error(where, path, f"unknown key{extra}")
