@@ -26,6 +26,7 @@ LONGEST_FIRST = (
     "tests/test_fuzz.py::test_fuzz_mutated_profile_files_through_the_cli",
     "tests/test_calibrated_time.py::test_the_profiles_made_of_the_h200_calibration_are_current",
     "tests/test_traffic.py::test_tiled_never_exceeds_standard_once_n_exceeds_the_block",
+    "tests/test_caveats.py::test_the_data_file_is_what_the_records_give_now",
     "tests/test_fuzz.py::test_fuzz_cli",
     "tests/test_traffic.py::test_bytes_are_monotone_in_n",
     "tests/test_traffic.py::test_bytes_are_proportional_to_dtype_size_except_fp32_statistics",
