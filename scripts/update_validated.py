@@ -80,7 +80,7 @@ def measured_cases(stem: str) -> tuple[list[tuple[Any, dict[str, Any], list[Any]
     """Record ``stem``'s measured cases, each with its entry and its kernels at every placement,
     and the profile the record was scored with (None: no record or no trace)."""
     from memmodel.cases import Case
-    from memmodel.cli.validate import _recorded_profile
+    from memmodel.cli.validate import recorded_profile
     from memmodel.gpu.ncu import parse_csv, split_placements
     from memmodel.gpu.validate import SCHEMA
 
@@ -90,7 +90,7 @@ def measured_cases(stem: str) -> tuple[list[tuple[Any, dict[str, Any], list[Any]
     data = json.loads(_read(path))
     if data.get("schema") != SCHEMA:
         return None
-    profile = _recorded_profile(data, str(path))
+    profile = recorded_profile(data, str(path))
     ok = [(Case.from_dict(e["case"]), e) for e in data["cases"] if e.get("status") == "ok"]
     placements = int((data.get("ncu") or {}).get("placements", 1))
     groups = split_placements(parse_csv(_read(trace)), [c.id for c, _ in ok], placements)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from memmodel import compare
 from memmodel.backward import backward_tile_rule, backward_tiles
 from memmodel.cases import Case, parse_case
-from memmodel.cli.validate import _recorded_profile, ncu_trace
+from memmodel.cli.validate import ncu_trace, recorded_profile
 from memmodel.errors import WorkloadError
 from memmodel.fileio import read_json, read_text, sibling
 from memmodel.flops import convention_flops
@@ -785,7 +785,7 @@ def test_earlier_records_rescore_exactly_as_before(path):
     the same measurements (the predictions follow the model as it is now)."""
     data = read_json(path)
     csv = ncu_trace(path)
-    new = rescore(data, csv, _recorded_profile(data, str(path)))  # found as --rescore finds it
+    new = rescore(data, csv, recorded_profile(data, str(path)))  # found as --rescore finds it
     keys = (
         "case",
         "kernel",

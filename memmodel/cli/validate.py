@@ -304,7 +304,7 @@ def _rescored(path: str, gpu: str | None) -> dict[str, Any]:
     if problem:
         raise MemmodelError(f"{path}: not a complete validate record: {problem}")
     ncu_csv = ncu_trace(Path(path))
-    profile = load_profile(gpu) if gpu else _recorded_profile(data, path)
+    profile = load_profile(gpu) if gpu else recorded_profile(data, path)
     # a record edited by hand or damaged: the fields _record_problem does not check are read
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
@@ -327,7 +327,7 @@ def ncu_trace(record: Any) -> str | None:
     return None
 
 
-def _recorded_profile(data: dict[str, Any], record: str) -> Any:
+def recorded_profile(data: dict[str, Any], record: str) -> Any:
     """The profile a record was scored with: its path as recorded (relative to the folder it
     was measured from), found from here, beside the record or in a folder above it (the
     repository the record sits in); else a bundled or user profile of its name."""

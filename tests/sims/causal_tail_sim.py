@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from memmodel import timing  # noqa: E402
-from memmodel.cli.validate import _recorded_profile, ncu_trace  # noqa: E402
+from memmodel.cli.validate import ncu_trace, recorded_profile  # noqa: E402
 from memmodel.fileio import read_json  # noqa: E402
 from memmodel.gpu.validate import rescore  # noqa: E402
 
@@ -87,7 +87,7 @@ ORIGINAL = timing.cta_tail_factor
 def rows(record: str) -> list[tuple[str, float, float]]:
     data = read_json(REPO / record)
     csv = ncu_trace(REPO / record)
-    profile = _recorded_profile(data, str(REPO / record))  # found as --rescore finds it
+    profile = recorded_profile(data, str(REPO / record))  # found as --rescore finds it
     out = {}
     for label, fn in (("estimate", ORIGINAL), ("schedule", scheduled_tail)):
         timing.cta_tail_factor = fn
