@@ -27,6 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from memmodel.calibration.profile import profile_yaml  # noqa: E402
 from memmodel.fileio import read_json  # noqa: E402
@@ -95,7 +96,9 @@ def main(argv: list[str]) -> int:
         return 1 if stale else 0
     for p, text in expected().items():
         p.write_text(text)
-    return 0
+    import update_profile_cache  # the parsed copies start-up reads, made of the new YAML
+
+    return update_profile_cache.main([])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Why each rule is what it is: docs/profiles.md.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,10 +81,29 @@ _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory
 LIBRARY_FIELDS = "kernels.*"
 
 
+def glob_match(text: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase`` for patterns whose only wildcard is ``*`` (it also matches
+    dots), without compiling a regular expression per pattern: derivation matches every
+    figure of the base profile against :data:`DERIVE_RULES` at each start-up."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return text == pattern
+    head, *middle, tail = parts
+    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+        return False
+    at, end = len(head), len(text) - len(tail)
+    for part in middle:
+        found = text.find(part, at, end)
+        if found < 0:
+            return False
+        at = found + len(part)
+    return True
+
+
 def derive_rule(fpath: str) -> str | None:
     """The rule (:data:`RULE_TEXT`'s keys) a figure carries over by; None: it does not."""
     for pattern, rule in DERIVE_RULES:
-        if fnmatch.fnmatchcase(fpath, pattern):
+        if glob_match(fpath, pattern):
             return rule
     return None
 
@@ -131,7 +149,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: 
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
-        if library_only and not (fnmatch.fnmatchcase(fpath, LIBRARY_FIELDS) and rule == "hbm"):
+        if library_only and not (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
             continue
         if rule is None or _leaf(data, fpath) is not None:
             continue

@@ -30,8 +30,10 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
     where = str(path)
     text = read_text(path, limit=2**20, what="YAML file", error=ProfileError)  # profiles are a few kB
     try:
-        # libyaml when present: the pure-Python parser alone takes ~15 ms of start-up
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = _parsed(p, text)
+        if data is None:
+            # libyaml when present: the pure-Python parser alone takes ~15 ms of start-up
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         # say it in the pure-Python parser's words, so messages do not depend on libyaml
         exc = _python_yaml_error(yaml, text) or exc
@@ -62,6 +64,64 @@ def _base_profile(spec: object, key: str, where: str, path: Path, chain: tuple[s
         spec_path = Path(spec).expanduser()
         return load_file(spec_path if spec_path.is_absolute() else path.parent / spec_path, _chain=(*chain, me))
     return load_profile(spec, _chain=(*chain, me))
+
+
+#: The bundled profiles as parsed, one JSON file per YAML file (``scripts/update_profile_cache.py``
+#: writes them; a test checks they are current): reading one is ~20× faster than parsing the
+#: YAML, which every start-up does for the profile asked for and the one it derives from
+PARSED_DIR = Path(__file__).resolve().parent / "profiles" / "_parsed"
+#: A mapping with a key that is not a string (a curve's head dims) is stored as its pairs
+_PAIRS = "(pairs)"
+
+
+def content_key(text: str) -> str:
+    """What a parsed copy of a YAML file is checked against: the CRC-32 and length of its bytes."""
+    import binascii
+
+    raw = text.encode("utf-8")
+    return f"{binascii.crc32(raw):08x}:{len(raw)}"
+
+
+def parsed_entry(text: str, data: Any) -> dict[str, Any]:
+    """The cached form of ``data``, ``text`` parsed (what :data:`PARSED_DIR` holds)."""
+
+    def encode(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            if _PAIRS not in node and all(isinstance(k, str) for k in node):
+                return {k: encode(v) for k, v in node.items()}
+            return {_PAIRS: [[k, encode(v)] for k, v in node.items()]}
+        if isinstance(node, list):
+            return [encode(v) for v in node]
+        if node is None or isinstance(node, (str, int, float)):  # bool is an int
+            return node
+        raise TypeError(f"a profile value of type {type(node).__name__} cannot be cached as JSON: {node!r}")
+
+    return {"key": content_key(text), "data": encode(data)}
+
+
+def _decode(node: dict[str, Any]) -> Any:
+    return dict(node[_PAIRS]) if len(node) == 1 and _PAIRS in node else node
+
+
+def _parsed(path: Path, text: str) -> Any:
+    """The bundled profile ``path`` as parsed, from its cached copy if that was made of this
+    very text; None otherwise (parse the YAML)."""
+    if path.suffix != ".yaml" or path.resolve().parent != PARSED_DIR.parent:
+        return None
+    cached = PARSED_DIR / f"{path.stem}.json"
+    try:
+        raw = cached.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    import json
+
+    try:
+        entry = json.loads(raw, object_hook=_decode)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != content_key(text):
+        return None
+    return entry.get("data")
 
 
 def _python_yaml_error(yaml: Any, text: str) -> Exception | None:

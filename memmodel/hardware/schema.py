@@ -10,6 +10,8 @@ import them from here, and tests check that both sides agree.
 
 from __future__ import annotations
 
+import functools
+
 from ..errors import ProfileError
 from ..units import Kind
 from .interconnect import COLLECTIVES
@@ -233,7 +235,8 @@ def field_error(where: str, field_path: str, message: str) -> ProfileError:
     return ProfileError(f"{where} -> {field_path}: {message}" if field_path else f"{where}: {message}")
 
 
-def allowed_children(prefix: str) -> set[str]:
+@functools.cache
+def allowed_children(prefix: str) -> frozenset[str]:
     """The keys a mapping at ``prefix`` may hold (``""``: the top level)."""
     names = set()
     for path in [*FIELDS, *TEXT_FIELDS, *SECTIONS]:
@@ -241,4 +244,4 @@ def allowed_children(prefix: str) -> set[str]:
             names.add(path)
         elif prefix and path.startswith(prefix + ".") and "." not in path[len(prefix) + 1 :]:
             names.add(path[len(prefix) + 1 :])
-    return names
+    return frozenset(names)
