@@ -13,6 +13,8 @@ from .workload import Workload
 
 @dataclass(frozen=True)
 class Case:
+    """One validation case: an implementation and the shape it runs (one line of a case list)."""
+
     impl: str
     n: int
     d: int

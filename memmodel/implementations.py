@@ -26,6 +26,8 @@ TILED_VARIANTS = ("fa1", "fa2")
 
 @dataclass(frozen=True)
 class Implementation:
+    """One fused attention kernel as it runs: its tiles, instruction class and what it supports."""
+
     name: str
     description: str
     #: tensor-core instructions: "mma_sync" (warp-level, Ampere-era) or "native" (the

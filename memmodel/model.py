@@ -34,6 +34,8 @@ class Evaluated:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Standard and tiled attention of one workload on one GPU: traffic, timing and caveats."""
+
     workload: Workload
     profile: Profile
     standard: Evaluated

@@ -228,6 +228,8 @@ class ParallelAlgorithm:
 
 @dataclass(frozen=True)
 class ParallelResult:
+    """Standard and tiled attention split over ``p`` GPUs by one context-parallel scheme."""
+
     workload: Workload
     profile: Profile
     p: int

@@ -171,6 +171,8 @@ def compulsory_kernels(case: Case, profile: Profile) -> list[Kernel]:
 
 @dataclass
 class KernelScore:
+    """One modelled kernel against the kernel measured for it: bytes and time, both sides."""
+
     case: str
     kernel: str
     measured_name: str

@@ -69,6 +69,9 @@ MATMUL_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "
 
 @dataclass(frozen=True)
 class KernelTiming:
+    """One kernel's predicted time: each term (memory levels, compute, overheads), the
+    total and what bounds it."""
+
     name: str
     terms: dict[str, Seconds]
     time_s: Seconds
@@ -87,6 +90,8 @@ class KernelTiming:
 
 @dataclass(frozen=True)
 class AlgorithmTiming:
+    """An algorithm's kernels' timings, their total and what bounds it."""
+
     kernels: tuple[KernelTiming, ...]
     time_s: Seconds
     #: what bounds the algorithm; None on grids, where ``bound_index`` says it

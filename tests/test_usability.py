@@ -578,3 +578,12 @@ def test_an_implementations_own_occupancy_is_not_refused_as_if_the_user_gave_it(
     r = run("sweep", "--n", "1", "--n-kv", "8192", "--d", "128,256", "--heads", "8", "--kv-heads", "4",
             "--dtype", "bf16", "--gpu", "h200", "--impl", "sdpa-cudnn")  # fmt: skip
     assert r.exit_code == 0, r.output
+
+
+def test_plain_text_is_only_used_for_what_rich_prints_as_is():
+    from memmodel.cli.terminal import _plain_text
+
+    assert _plain_text("qk [bold]Q[/bold] ⌈N/128⌉ · B×H") == "qk Q ⌈N/128⌉ · B×H"  # narrow symbols pass
+    for unsafe in ("日本", "a 😀", "ᄀ", ":smile:", "a\\b"):  # wide (from U+1100), emoji codes, escapes
+        assert _plain_text(unsafe) is None, unsafe
+    assert _plain_text("") == ""

@@ -19,6 +19,8 @@ MATMUL_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp8")
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """What the CUDA driver reports of the GPU being calibrated."""
+
     name: str
     sm_count: int
     l2_bytes: int
@@ -34,6 +36,8 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class Plan:
+    """What a calibration measures and how long: buffer sizes, repetitions and sweeps."""
+
     warmup: int
     stream_bytes: int  # per buffer (HBM read/write/copy)
     stream_reps: int

@@ -44,6 +44,8 @@ def cuda_timer(torch: Any) -> Timer:
 
 @dataclass
 class Context:
+    """What a measurement on the GPU needs: torch, the kernels, the device, its plan and timer."""
+
     torch: Any
     kernels: Any
     info: DeviceInfo

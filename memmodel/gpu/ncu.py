@@ -71,6 +71,8 @@ def command(python_args: list[str], *, cache_control: str = "all", kernel_regex:
 
 @dataclass
 class MeasuredKernel:
+    """One kernel launch as Nsight Compute traced it: its name and metrics."""
+
     id: int
     name: str
     metrics: dict[str, float] = field(default_factory=dict)

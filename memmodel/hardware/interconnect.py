@@ -22,6 +22,9 @@ Curve = tuple[tuple[int, float], ...]
 
 @dataclass(frozen=True)
 class Interconnect:
+    """The links between GPUs a profile gives: bandwidth, topology, latency and NCCL's
+    measured efficiency per collective (``interconnect:``)."""
+
     #: what one GPU sends per direction over all its links (bytes/s)
     bandwidth_bytes_per_s: float
     #: fixed cost of one message or group of messages (s)

@@ -271,6 +271,8 @@ SOURCE_KINDS = ("datasheet", "measured", "published", "derived", "device")
 
 @dataclass(frozen=True)
 class Source:
+    """One entry of a profile's ``sources:``: where figures come from, and of what kind."""
+
     id: str
     title: str
     url: str | None = None
@@ -283,6 +285,8 @@ class Source:
 
 @dataclass(frozen=True)
 class Provenance:
+    """Where one figure of a profile came from: its source, note and the value as written."""
+
     source: str | None
     note: str | None
     text: str  # the value as written in the file
@@ -292,6 +296,9 @@ class Provenance:
 
 @dataclass(frozen=True)
 class Profile:
+    """One GPU: its memory levels, compute rates, measured kernel and implementation
+    figures, and where each came from (``load_profile`` builds it from YAML)."""
+
     name: str
     full_name: str
     vendor: str

@@ -176,6 +176,8 @@ def ctas_per_sm(footprint_bytes: IntLike, sram_per_sm: float, given: int | None 
 
 @dataclass(frozen=True)
 class BlockSizes:
+    """The tiles a tiled kernel runs (rows of Q and of K/V per block) and their counts."""
+
     block_q: IntLike  # B_r, rows of Q per block (after clamping to N)
     block_kv: IntLike  # B_c, rows of K/V per block (after clamping to N_kv)
     t_r: IntLike  # ⌈N / B_r⌉

@@ -76,6 +76,9 @@ CAUSAL_CURVES = {
 
 @dataclass(frozen=True)
 class L2:
+    """How the L2 is modelled for one kernel: the mode, its effective capacity and the
+    schedule figures that decide what K/V re-reads hit in it."""
+
     mode: str
     capacity_bytes: float  # effective capacity for one data set read by every SM
     concurrent_ctas: IntLike  # CTAs resident on the GPU at once for the kernel at hand
