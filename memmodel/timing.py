@@ -56,6 +56,7 @@ import numpy as np
 
 from . import implementations, intmath
 from .hardware import KernelFigures, Profile
+from .hardware.schema import MMA_SYNC_NATIVE
 from .intmath import IntLike
 from .traffic.ledger import COMBINE, DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
 from .validated import reference
@@ -613,12 +614,6 @@ def split_tail_factor(
             otypes=[np.float64],
         )(*(a[todo] for a in args))
     return out
-
-
-#: Architectures whose native tensor-core instructions are warp-level ``mma.sync`` (or,
-#: on CDNA, MFMA fed from registers): there ``mma.sync`` code runs at the dense peak, and
-#: the products' operands reach the tensor cores through the load/store path of shared memory.
-MMA_SYNC_NATIVE = ("volta", "turing", "ampere", "ada", "cdna3")
 
 
 def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float, str | None]:

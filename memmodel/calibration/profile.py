@@ -16,6 +16,7 @@ from ..hardware import Profile, parse_profile
 from ..hardware.schema import CURVES as _CURVES
 from ..hardware.schema import FIELDS as _FIELDS
 from ..hardware.schema import SCHEMA as PROFILE_SCHEMA
+from ..hardware.schema import SHARE_FIGURES
 from ..units import UnitError, parse, quantity
 from . import fits
 from .figures import device_figures, measured_figures
@@ -84,22 +85,34 @@ def profile_data(result: Mapping[str, Any], *, base: Profile | None = None, name
         result_note = f"bandwidth knee measured by calibrate: {knee['value']} ({knee['note']})"
     else:
         result_note = ""
+    def carried(base: Profile, fpath: str) -> dict[str, Any]:
+        """``base``'s figure as a YAML entry citing its source (added to ``sources``)."""
+        prov = base.provenance[fpath]
+        entry: dict[str, Any] = {"value": _curve_value(base, fpath) if fpath in _CURVES else prov.text}
+        if prov.source:
+            sid = prov.source if prov.source not in ("measured", "device") else f"base-{prov.source}"
+            src = base.sources.get(prov.source)
+            if src is not None:
+                sources[sid] = {
+                    "title": src.title,
+                    **{k: getattr(src, k) for k in ("url", "kind", "machine", "date", "command") if getattr(src, k)},
+                }
+                entry["source"] = sid
+        return entry
+
     if base is not None:
+        for fpath in SHARE_FIGURES:
+            # the datasheet peaks of what was measured: what another GPU's share is taken of
+            measured = figures.get(fpath, {}).get("source") == "measured"
+            if measured and not fpath.startswith("memory.hbm.") and base.kind_of(fpath) == "datasheet":
+                entry = carried(base, fpath)
+                prov = base.provenance[fpath]
+                entry["note"] = f"datasheet peak, from profile {base.name}" + (f"; {prov.note}" if prov.note else "")
+                figures[f"datasheet.{fpath}"] = entry
         for fpath, prov in base.provenance.items():
             if fpath in figures:
                 continue
-            entry: dict[str, Any] = {"value": _curve_value(base, fpath) if fpath in _CURVES else prov.text}
-            if prov.source:
-                sid = prov.source if prov.source not in ("measured", "device") else f"base-{prov.source}"
-                src = base.sources.get(prov.source)
-                if src is not None:
-                    sources[sid] = {
-                        "title": src.title,
-                        **{
-                            k: getattr(src, k) for k in ("url", "kind", "machine", "date", "command") if getattr(src, k)
-                        },
-                    }
-                    entry["source"] = sid
+            entry = carried(base, fpath)
             never = fpath in NOT_MEASURED
             why = "not measured by calibrate" if never else "not measured in this run"
             if fpath == "memory.l2.effective_capacity" and result_note:

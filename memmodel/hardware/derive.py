@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import units
-from .profile import Profile
-from .schema import FIELDS, field_error
+from .profile import Profile, arch_family
+from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SHARE_FIGURES, field_error
 
 #: How each figure carries over from a base profile to a sibling of the same architecture
 #: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
@@ -209,3 +209,178 @@ def _deep_copy(node: Any) -> Any:
     if isinstance(node, Mapping):
         return {k: _deep_copy(v) for k, v in node.items()}
     return node
+
+
+#: What ``transfer_from`` (a measured GPU of another architecture) carries, besides the shares of
+#: :data:`~.schema.SHARE_FIGURES` (each datasheet peak × the share of its own peak the measured GPU
+#: reaches, at most 1) and the library kernels' rates (:data:`LIBRARY_FIELDS`, the ``hbm`` rule):
+#: ``mma-share``: on an architecture where ``mma.sync`` is not the tensor cores' native path, the
+#: share of the native rate it reaches on the measured GPU; figures fixed in time, by ``same``;
+#: on a GPU of the same vendor, the implementations' and NCCL's figures by :data:`DERIVE_RULES`.
+TRANSFER_SAME = ("launch_overhead", "event_overhead")
+#: The figures only a GPU of the same vendor takes (the same kernels and libraries run there)
+TRANSFER_SAME_VENDOR = (
+    "compute.mma_sync.one_cta_share",
+    "implementations.*",
+    "interconnect.*_efficiency",
+    "interconnect.p2p_sms",
+    "interconnect.p2p_idle_sms",
+)
+
+
+def _raw_kind(data: Mapping[str, Any], fpath: str) -> str | None:
+    """The source kind of one figure as a profile's YAML gives it (None: no figure or no kind)."""
+    raw = _leaf(data, fpath)
+    sources = data.get("sources")
+    if not isinstance(raw, Mapping) or not isinstance(sources, Mapping):
+        return None
+    src = sources.get(raw.get("source"))
+    return src.get("kind") if isinstance(src, Mapping) else None
+
+
+def _parsed(data: Mapping[str, Any], fpath: str, where: str, shown: str | None = None) -> float | None:
+    raw = _raw_value(_leaf(data, fpath))
+    if raw is None or isinstance(raw, Mapping):
+        return None
+    try:
+        return units.parse(raw, FIELDS[fpath][0])
+    except units.UnitError as exc:
+        raise field_error(where, shown or fpath, str(exc)) from None
+
+
+def _measured_on(base: Profile) -> str:
+    dates = sorted({s.date for s in base.sources.values() if s.kind == "measured" and s.date})
+    return f"measured {dates[-1]}" if dates else "measured"
+
+
+#: Figures of the same units: fp16 and bf16 products run on the same tensor cores at the same
+#: peak, so they take one share, the larger the measured GPU reached (what else differs between
+#: its two measurements is the run, not the hardware)
+_SAME_UNITS = {"compute.fp16": ("compute.fp16", "compute.bf16"), "compute.bf16": ("compute.fp16", "compute.bf16")}
+
+
+def _measured_share(base: Profile, fpath: str) -> float | None:
+    """The share of its datasheet peak ``base`` measured for a figure; None where it did not."""
+    peak, value = base.datasheet_peak(fpath), base.figures.get(fpath)
+    if peak is None or value is None or base.kind_of(fpath) != "measured":
+        return None
+    return value / peak
+
+
+def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
+    """``data`` (a profile's YAML naming ``transfer_from``) with its achieved figures transferred
+    from ``base``, a measured GPU of another architecture: each datasheet peak of
+    :data:`~.schema.SHARE_FIGURES` becomes the peak × the share of its own peak ``base`` measured
+    (the peak is kept under ``datasheet:``), and what ``data`` lacks is filled by the rules of
+    :data:`TRANSFER_SAME`, ``mma-share``, :data:`LIBRARY_FIELDS` and, for a GPU of the same
+    vendor, :data:`TRANSFER_SAME_VENDOR`. A figure ``data`` gives as measured or published
+    is kept. Each transferred figure's note names the source, the date and the rule."""
+    if base.rate_class != "measured":
+        raise field_error(
+            where, "transfer_from", f"{base.name!r} is not a measured profile ({base.rate_class}): nothing to transfer"
+        )
+    out: dict[str, Any] = {k: (_deep_copy(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    when = _measured_on(base)
+    given_ds = _parsed(data, "memory.hbm.datasheet_bandwidth", where)
+    if given_ds is None and _raw_kind(data, "memory.hbm.bandwidth") == "datasheet":
+        given_ds = _parsed(data, "memory.hbm.bandwidth", where)
+    if given_ds is None:
+        raise field_error(
+            where, "memory.hbm.datasheet_bandwidth", f"missing: a profile that transfers from {base.name!r} must give it"
+        )
+    transferred: dict[str, float] = {}
+    if _leaf(data, "memory.hbm.datasheet_bandwidth") is None:
+        _put(out, "memory.hbm.datasheet_bandwidth", _leaf(data, "memory.hbm.bandwidth"), where)
+
+    def put(fpath: str, value: Any, note: str) -> None:
+        _put(out, fpath, {"value": value, "source": "transferred", "note": note}, where)
+
+    def shown(fpath: str, value: float) -> str:
+        return units.quantity(value, FIELDS[fpath][0])
+
+    for fpath in SHARE_FIGURES:
+        kind = _raw_kind(data, fpath)
+        own = _leaf(data, fpath)
+        peak = _parsed(data, f"datasheet.{fpath}", where)
+        if peak is None and fpath.startswith("memory.hbm."):
+            peak = given_ds if own is None or kind == "datasheet" else None
+        if peak is None and kind == "datasheet":
+            peak = _parsed(data, fpath, where)
+        if peak is None or (own is not None and kind != "datasheet"):
+            continue  # no peak to take a share of, or the profile's own measured/published figure
+        shares = {f: _measured_share(base, f) for f in _SAME_UNITS.get(fpath, (fpath,))}
+        best = max((f for f in shares if shares[f] is not None), key=lambda f: shares[f] or 0.0, default=None)
+        if best is None:
+            continue
+        b_peak, b_value = base.datasheet_peak(best), base.figures[best]
+        share = min(b_value / b_peak, 1.0)
+        if own is not None and _leaf(data, f"datasheet.{fpath}") is None:
+            _put(out, f"datasheet.{fpath}", own, where)
+        put(
+            fpath,
+            shown(fpath, peak * share),
+            f"from {base.name}, {when}, same-share rule: {base.name} reaches {shown(best, b_value)} of its "
+            f"datasheet {shown(best, b_peak)}{f' in {best}' if best != fpath else ''} "
+            f"({share:.3f}{', at most 1' if b_value > b_peak else ''}); "
+            f"× this GPU's datasheet {shown(fpath, peak)}",
+        )
+        transferred[fpath] = peak * share
+    family = arch_family(data.get("compute_capability") if isinstance(data.get("compute_capability"), str) else None)
+    if family not in MMA_SYNC_NATIVE:
+        for d in MMA_SYNC_DTYPES:
+            fpath, native = f"compute.mma_sync.{d}", f"compute.{d}"
+            b_mma, b_native = base.figures.get(fpath), base.figures.get(native)
+            if _leaf(data, fpath) is not None or b_mma is None or not b_native or native not in transferred:
+                continue
+            share = b_mma / b_native
+            put(
+                fpath,
+                shown(fpath, transferred[native] * share),
+                f"from {base.name}, {when}, mma-share rule: warp-level mma.sync reaches {share:.3f} of the native "
+                f"tensor-core rate on {base.name} ({shown(fpath, b_mma)} of {shown(native, b_native)}), "
+                f"taken the same on {family or 'this architecture'}",
+            )
+    vendor = data.get("vendor")
+    same_vendor = isinstance(vendor, str) and vendor.strip().lower() == base.vendor.strip().lower()
+    inputs = {k: _parsed(data, k, where) for k in ("sm_count", "clock")}
+    scale = {"hbm": given_ds / base.figures["memory.hbm.datasheet_bandwidth"], "same": 1.0}
+    if inputs["sm_count"] and inputs["clock"] and base.figures.get("clock"):
+        scale["sm-clock"] = inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"])
+        scale["clock"] = inputs["clock"] / base.figures["clock"]
+        scale["cycles"] = base.figures["clock"] / inputs["clock"]
+    has_links = _leaf(data, "interconnect.bandwidth") is not None
+    for fpath, value in base.figures.items():
+        if _leaf(data, fpath) is not None or fpath.startswith("datasheet.") or base.kind_of(fpath) != "measured":
+            continue
+        rule = "same" if fpath in TRANSFER_SAME else derive_rule(fpath)
+        if fpath in TRANSFER_SAME or (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
+            pass  # every GPU: fixed times, and the library kernels' share of the HBM bandwidth
+        elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
+            continue
+        elif fpath.startswith("interconnect.") and not has_links:
+            continue
+        if rule is None or rule not in scale:
+            continue
+        factor, kind = scale[rule], FIELDS[fpath][0]
+        prov = base.provenance.get(fpath)
+        new: Any = (
+            {x: units.quantity(y * factor, kind) for x, y in value}
+            if isinstance(value, tuple)
+            else units.quantity(value * factor, kind)
+        )
+        caveat = "" if same_vendor else f" ({base.vendor}'s figure, taken the same on {vendor}: not measured)"
+        put(
+            fpath,
+            new,
+            f"from {base.name}, {when}, {RULE_TEXT[rule]}"
+            + (f" (× {factor:.4g})" if rule != "same" else "")
+            + f": {prov.text if prov else value}{caveat}",
+        )
+    sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
+    sources["transferred"] = {
+        "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "
+        "architecture (docs/profiles.md)",
+        "kind": "derived",
+    }
+    out["sources"] = sources
+    return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
-from .derive import derive
+from .derive import derive, transfer
 from .parse import parse_profile
 from .profile import Profile
 from .schema import field_error
@@ -45,10 +45,16 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
         raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
     except (ValueError, TypeError, AttributeError) as exc:  # PyYAML's constructors: 2024-13-45, !!int abc, 5000 digits
         raise ProfileError(f"{where}: invalid YAML: a value cannot be read ({_shorten(str(exc))})") from None
-    for key, library_only in (("derive_from", False), ("library_rates_from", True)):
-        if isinstance(data, Mapping) and data.get(key) is not None:
-            base = _base_profile(data[key], key, where, p, _chain)
-            data = derive(data, where, base, library_only=library_only)
+    if isinstance(data, Mapping):
+        given = [k for k in ("derive_from", "transfer_from", "library_rates_from") if data.get(k) is not None]
+        if len(given) > 1:
+            raise field_error(
+                where, given[1], f"give one of derive_from (a sibling of the same architecture) and transfer_from, not {' and '.join(given)}"
+            )
+        if given == ["derive_from"]:
+            data = derive(data, where, _base_profile(data["derive_from"], "derive_from", where, p, _chain))
+        elif given:  # library_rates_from: the older name of transfer_from
+            data = transfer(data, where, _base_profile(data[given[0]], given[0], where, p, _chain))
     return parse_profile(data, where, path=p, origin=origin)
 
 

@@ -191,6 +191,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         implementation_figures=_implementation_figures(values, curves),
         compute_capability=texts.get("compute_capability"),
         derived_from=texts.get("derive_from"),
+        transferred_from=texts.get("transfer_from") or texts.get("library_rates_from"),
         figures={**values, **curves},
         interconnect=_interconnect(where, values, curves, texts),
     )

@@ -294,6 +294,29 @@ class Provenance:
     kind: str | None = None
 
 
+def arch_family(compute_capability: str | None) -> str | None:
+    """volta, turing, ampere, ada, hopper, blackwell (an NVIDIA compute capability such as
+    ``"9.0"``), cdna3 or cdna4 (an AMD target such as ``"gfx942"``); None for others."""
+    cap = (compute_capability or "").strip().lower()
+    if cap.startswith("gfx94"):
+        return "cdna3"
+    if cap.startswith("gfx95"):
+        return "cdna4"
+    try:
+        major, minor = (int(x) for x in cap.split(".")[:2])
+    except ValueError:
+        return None
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ada" if minor >= 9 else "ampere"
+    if major == 9:
+        return "hopper"
+    if major in (10, 11, 12):
+        return "blackwell"
+    return None
+
+
 @dataclass(frozen=True)
 class Profile:
     """One GPU: its memory levels, compute rates, measured kernel and implementation
@@ -334,6 +357,9 @@ class Profile:
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
     derived_from: str | None = None
+    #: the measured profile of another architecture whose shares of the datasheet peaks this
+    #: one's achieved figures are (``transfer_from``)
+    transferred_from: str | None = None
     #: every figure by field path, in base units (curves as tuples): what derivation reads
     figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the links to other GPUs (``interconnect:``), None where the profile gives none
@@ -357,22 +383,31 @@ class Profile:
     def arch_family(self) -> str | None:
         """volta, ampere, ada, hopper, blackwell (NVIDIA, from the compute capability) or
         cdna3 (AMD gfx942); None where the profile does not say."""
-        cap = (self.compute_capability or "").strip().lower()
-        if cap.startswith("gfx94"):
-            return "cdna3"
-        try:
-            major, minor = (int(x) for x in cap.split(".")[:2])
-        except ValueError:
-            return None
-        if major == 7:
-            return "volta" if minor < 5 else "turing"
-        if major == 8:
-            return "ada" if minor >= 9 else "ampere"
-        if major == 9:
-            return "hopper"
-        if major in (10, 11, 12):
-            return "blackwell"
-        return None
+        return arch_family(self.compute_capability)
+
+    @property
+    def rate_class(self) -> str:
+        """What this profile's rates rest on, the classes a time's range is taken from:
+        ``measured`` (calibrated on this GPU), ``same-architecture`` (derived from a measured
+        sibling), ``other-architecture`` (a measured GPU's shares of the datasheet peaks),
+        ``datasheet`` (the datasheet peaks as they are)."""
+        if self.derived_from:
+            return "same-architecture"
+        if self.transferred_from:
+            return "other-architecture"
+        if self.kind_of("memory.hbm.bandwidth") == "measured":
+            return "measured"
+        return "datasheet"
+
+    def datasheet_peak(self, fpath: str) -> float | None:
+        """The datasheet peak of a :data:`~.schema.SHARE_FIGURES` figure (``datasheet:``, or
+        the figure itself where its source is a datasheet); None where the profile gives none."""
+        given = self.figures.get(f"datasheet.{fpath}")
+        if given is None and fpath in ("memory.hbm.bandwidth", "memory.hbm.write_bandwidth"):
+            given = self.figures.get("memory.hbm.datasheet_bandwidth")
+        if given is None and self.kind_of(fpath) == "datasheet":
+            given = self.figures.get(fpath)
+        return given
 
     def kind_of(self, fpath: str) -> str | None:
         """The provenance kind of one figure (``compute.fp16``), None where unknown or absent."""

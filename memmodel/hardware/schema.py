@@ -44,6 +44,9 @@ COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 #: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
 #: tiles (``implementations.<name>.efficiency_<B_r>x<B_c>``)
 TILE_EFFICIENCY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
+#: Architectures whose warp-level ``mma.sync`` is their tensor cores' full rate (on Hopper and
+#: Blackwell it is a slower, older path than ``wgmma``/``tcgen05``; AMD's MFMA is native)
+MMA_SYNC_NATIVE = ("volta", "turing", "ampere", "ada", "cdna3", "cdna4")
 #: Dtypes with an ``mma.sync`` peak (``compute.mma_sync.<dtype>``).
 MMA_SYNC_DTYPES = ("fp16", "bf16")
 
@@ -153,6 +156,17 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "interconnect.p2p_sms": ("count", False),
     "interconnect.p2p_idle_sms": ("count", False),
 }
+#: The figures a profile measures that have a datasheet peak: transfer by rule (``transfer_from``)
+#: gives a GPU without them the share of its peak that the profile it transfers from measured.
+SHARE_FIGURES: tuple[str, ...] = (
+    "memory.hbm.bandwidth",
+    "memory.hbm.write_bandwidth",
+    "memory.l2.bandwidth",
+    *(f"compute.{d}" for d in COMPUTE_DTYPES),
+    "compute.exp",
+)
+#: A measured profile's datasheet peaks (``datasheet:``, the same paths), what shares are taken of
+FIELDS.update({f"datasheet.{f}": (FIELDS[f][0], False) for f in SHARE_FIGURES})
 #: Fields whose value is a curve: a mapping from a whole number (what the key means) to a value
 #: (what each curve measures: docs/profiles.md)
 CURVES: dict[str, str] = {
@@ -192,6 +206,7 @@ TEXT_FIELDS = {
     "architecture": True,
     "compute_capability": False,
     "derive_from": False,
+    "transfer_from": False,
     "library_rates_from": False,
     "interconnect.topology": False,
 }
@@ -216,6 +231,11 @@ SECTIONS = {
     "implementations",
     *(f"implementations.{name}" for name in _NAMES),
     "interconnect",
+    "datasheet",
+    "datasheet.memory",
+    "datasheet.memory.hbm",
+    "datasheet.memory.l2",
+    "datasheet.compute",
     "sources",
 }
 #: Largest efficiency a profile may state (a kernel faster than the model by 10× is a wrong profile)
