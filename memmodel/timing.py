@@ -296,6 +296,12 @@ def rate_sources(profile: Profile) -> str:
             (s.title for s in profile.sources.values() if s.kind == "derived"),
             f"derived from profile {profile.derived_from}",
         )
+    if profile.transferred_from:
+        title = profile.sources.get("transferred")
+        return (
+            f"{title.title if title else f'transferred from profile {profile.transferred_from}'}: expect large "
+            "errors (tens of percent; see docs/accuracy.md)"
+        )
     if kinds == {"measured"}:
         src = next((s for s in profile.sources.values() if s.kind == "measured"), None)
         where = f" ({src.title})" if src is not None else ""

@@ -85,6 +85,7 @@ def profile_data(result: Mapping[str, Any], *, base: Profile | None = None, name
         result_note = f"bandwidth knee measured by calibrate: {knee['value']} ({knee['note']})"
     else:
         result_note = ""
+
     def carried(base: Profile, fpath: str) -> dict[str, Any]:
         """``base``'s figure as a YAML entry citing its source (added to ``sources``)."""
         prov = base.provenance[fpath]

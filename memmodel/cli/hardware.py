@@ -18,8 +18,13 @@ def hardware_group() -> None:
 @hardware_group.command("list")
 @format_option(("table", "json"), json="JSON on stdout, one object per profile")
 def list_cmd(*, fmt: str) -> None:
-    """Every profile memmodel can find: bundled, user config folder, MEMMODEL_HARDWARE_PATH."""
+    """Every profile memmodel can find: bundled, user config folder, MEMMODEL_HARDWARE_PATH.
+
+    HBM BW and fp16 are the rates predictions use; rates says what they rest on: measured on
+    the GPU, derived from a measured sibling, transferred from a measured GPU of another
+    architecture (its shares of the datasheet peaks), or the datasheet as it is."""
     from ..hardware import available, load_file
+    from ..hardware.profile import RATE_LABELS
     from ..units import format_bandwidth, format_bytes, format_rate
     from . import terminal
 
@@ -42,6 +47,9 @@ def list_cmd(*, fmt: str) -> None:
                 "sram_per_sm_bytes": p.sram.capacity_per_sm_bytes,
                 "sm_count": p.sm_count,
                 "fp16_flops_per_s": p.compute_flops_per_s.get("fp16"),
+                "hbm_datasheet_bandwidth_bytes_per_s": p.datasheet_peak("memory.hbm.bandwidth"),
+                "fp16_datasheet_flops_per_s": p.datasheet_peak("compute.fp16"),
+                "rates": p.rate_class,
             }
         )
     if fmt == "json":
@@ -51,7 +59,7 @@ def list_cmd(*, fmt: str) -> None:
     for r in rows:
         if "error" in r:
             invalid = terminal.markup("[red]invalid:[/] ").append(r["error"])
-            table_rows.append((r["name"], invalid, "", "", "", "", "", r["origin"]))
+            table_rows.append((r["name"], invalid, "", "", "", "", "", "", r["origin"]))
             continue
         table_rows.append(
             (
@@ -62,25 +70,27 @@ def list_cmd(*, fmt: str) -> None:
                 format_bytes(r["l2_bytes"], binary=True, digits=3, significant=True),
                 f"{format_bytes(r['sram_per_sm_bytes'], binary=True, digits=3, significant=True)} × {r['sm_count']}",
                 format_rate(r["fp16_flops_per_s"], digits=3, significant=True) if r["fp16_flops_per_s"] else "—",
+                RATE_LABELS[r["rates"]],
                 r["origin"],
             )
         )
-    terminal.console().print(
-        terminal.table(
-            None,
-            [
-                ("name", "left"),
-                ("GPU", "left"),
-                ("HBM", "right"),
-                ("HBM BW", "right"),
-                ("L2", "right"),
-                ("SRAM/SM × SMs", "right"),
-                ("fp16", "right"),
-                ("from", "left"),
-            ],
-            table_rows,
-        )
-    )
+    columns = [
+        ("name", "left"),
+        ("GPU", "left"),
+        ("HBM", "right"),
+        ("HBM BW", "right"),
+        ("L2", "right"),
+        ("SRAM/SM × SMs", "right"),
+        ("fp16", "right"),
+        ("rates", "left"),
+        ("from", "left"),
+    ]
+    caption = None
+    if {r["origin"] for r in rows} == {"bundled"}:  # the usual case: say it once
+        columns.pop()
+        table_rows = [row[:-1] for row in table_rows]
+        caption = "all bundled with memmodel (user profiles: docs/profiles.md)"
+    terminal.console().print(terminal.table(None, columns, table_rows, caption=caption))
 
 
 @hardware_group.command("sources")

@@ -234,7 +234,8 @@ def _raw_kind(data: Mapping[str, Any], fpath: str) -> str | None:
     sources = data.get("sources")
     if not isinstance(raw, Mapping) or not isinstance(sources, Mapping):
         return None
-    src = sources.get(raw.get("source"))
+    sid = raw.get("source")
+    src = sources.get(sid) if isinstance(sid, str) else None
     return src.get("kind") if isinstance(src, Mapping) else None
 
 
@@ -286,7 +287,9 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         given_ds = _parsed(data, "memory.hbm.bandwidth", where)
     if given_ds is None:
         raise field_error(
-            where, "memory.hbm.datasheet_bandwidth", f"missing: a profile that transfers from {base.name!r} must give it"
+            where,
+            "memory.hbm.datasheet_bandwidth",
+            f"missing: a profile that transfers from {base.name!r} must give it",
         )
     transferred: dict[str, float] = {}
     if _leaf(data, "memory.hbm.datasheet_bandwidth") is None:

@@ -49,7 +49,9 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
         given = [k for k in ("derive_from", "transfer_from", "library_rates_from") if data.get(k) is not None]
         if len(given) > 1:
             raise field_error(
-                where, given[1], f"give one of derive_from (a sibling of the same architecture) and transfer_from, not {' and '.join(given)}"
+                where,
+                given[1],
+                f"give one of derive_from (a sibling of the same architecture) and transfer_from, not {' and '.join(given)}",
             )
         if given == ["derive_from"]:
             data = derive(data, where, _base_profile(data["derive_from"], "derive_from", where, p, _chain))

@@ -294,6 +294,15 @@ class Provenance:
     kind: str | None = None
 
 
+#: A profile's :attr:`Profile.rate_class` in one word, for column heads and lists
+RATE_LABELS = {
+    "measured": "measured",
+    "same-architecture": "derived",
+    "other-architecture": "transferred",
+    "datasheet": "datasheet",
+}
+
+
 def arch_family(compute_capability: str | None) -> str | None:
     """volta, turing, ampere, ada, hopper, blackwell (an NVIDIA compute capability such as
     ``"9.0"``), cdna3 or cdna4 (an AMD target such as ``"gfx942"``); None for others."""
