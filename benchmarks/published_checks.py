@@ -180,11 +180,15 @@ def score(data: dict[str, Any], *, gpu: str | None = None, impl: str | None = No
     return out
 
 
-def summary(scored: list[Scored]) -> list[dict[str, Any]]:
+def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, Any]]:
     """Per GPU family × implementation, then per family (implementation ``all``): points scored,
-    not modelled, median and max |error| and the median signed error."""
+    not modelled, median and max |error| and the median signed error. ``by_pass``: per family ×
+    implementation × pass instead (``impl`` reads ``fa3 forward``)."""
     groups: dict[tuple[str, str], list[Scored]] = {}
     for s in scored:
+        if by_pass:
+            groups.setdefault((s.family, f"{s.point['impl']} {s.point['pass']}"), []).append(s)
+            continue
         groups.setdefault((s.family, s.point["impl"]), []).append(s)
         groups.setdefault((s.family, "all"), []).append(s)
     rows = []
@@ -238,12 +242,18 @@ def print_table(scored: list[Scored]) -> None:
         for reason, ids in reasons.items():
             print(f"  {len(ids):>3} points  {reason}")
         print()
+    _print_summary(summary(scored))
+    print("\nBy pass:")
+    _print_summary(summary(scored, by_pass=True))
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
-        f"{'family':<8} {'impl':<10} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
+        f"{'family':<8} {'impl':<18} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
     )
-    for r in summary(scored):
+    for r in rows:
         print(
-            f"{r['family']:<8} {r['impl']:<10} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
+            f"{r['family']:<8} {r['impl']:<18} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
             f"{_abs_pct(r['max_abs_error']):>10} {_pct(r['median_signed_error']):>11}"
         )
 
@@ -274,6 +284,7 @@ def to_json(scored: list[Scored]) -> dict[str, Any]:
             for s in scored
         ],
         "summary": summary(scored),
+        "summary_by_pass": summary(scored, by_pass=True),
     }
 
 
