@@ -12,6 +12,10 @@ maximum of |error|. Points memmodel cannot express (a GPU without a profile, an 
 without an option) are listed as not modelled, with the reason.
 
 Error = (predicted time − published time) / published time: negative where memmodel is too fast.
+
+``--proxy aiter=sdpa-flash`` (repeatable) scores an implementation memmodel cannot express with a
+stand-in ``--impl``, for a look only: those rows are marked ``proxy`` and such a score is never
+the record (the record is the plain command).
 A benchmark, not a test: it prints figures and always exits 0 unless the data file is broken.
 """
 
@@ -98,6 +102,8 @@ class Scored:
     error: float | None = None
     not_modelled: str | None = None
     caveats: list[str] = field(default_factory=list)
+    #: the stand-in ``--impl`` scored in place of the point's own (``--proxy``), else None
+    proxy: str | None = None
 
     @property
     def family(self) -> str:
@@ -144,7 +150,11 @@ def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tup
     return t, list(c.caveats)
 
 
-def score(data: dict[str, Any], *, gpu: str | None = None, impl: str | None = None) -> list[Scored]:
+def score(
+    data: dict[str, Any], *, gpu: str | None = None, impl: str | None = None, proxies: dict[str, str] | None = None
+) -> list[Scored]:
+    """Score every point (those of ``gpu`` / ``impl`` if given). ``proxies`` maps a published
+    implementation to a stand-in memmodel ``--impl`` used where its own mapping cannot be run."""
     out: list[Scored] = []
     profiles: dict[str, Any] = {}
     for point in data["points"]:
@@ -155,6 +165,9 @@ def score(data: dict[str, Any], *, gpu: str | None = None, impl: str | None = No
         t_pub, r_pub = published(point, flops)
         s = Scored(point, t_pub, r_pub)
         mapping = data["implementations"][point["impl"]]
+        if proxies and point["impl"] in proxies and why_not_modelled(point, mapping):
+            s.proxy = proxies[point["impl"]]
+            mapping = {"algorithm": "tiled", "impl": s.proxy}
         if point["gpu"] not in profiles:
             try:
                 profiles[point["gpu"]] = load_profile(point["gpu"])
@@ -187,9 +200,11 @@ def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, An
     groups: dict[tuple[str, str], list[Scored]] = {}
     for s in scored:
         if by_pass:
-            groups.setdefault((s.family, f"{s.point['impl']} {s.point['pass']}"), []).append(s)
+            name = s.point["impl"] + (f"~{s.proxy}" if s.proxy else "")
+            groups.setdefault((s.family, f"{name} {s.point['pass']}"), []).append(s)
             continue
-        groups.setdefault((s.family, s.point["impl"]), []).append(s)
+        name = s.point["impl"] + (f"~{s.proxy}" if s.proxy else "")
+        groups.setdefault((s.family, name), []).append(s)
         groups.setdefault((s.family, "all"), []).append(s)
     rows = []
     order = list(dict.fromkeys(FAMILIES.values()))
@@ -228,11 +243,15 @@ def print_table(scored: list[Scored]) -> None:
         if s.error is None:
             continue
         flag = " (T)" if s.point.get("reading") == "transcription" else ""
+        flag += f" proxy --impl {s.proxy}" if s.proxy else ""
         print(
             f"{s.point['id']:<58} {s.point['pass']:<8} {s.published_tflops:>7.0f} TF/s {s.predicted_tflops:>7.0f} TF/s "
             f"{_pct(s.error):>8}{flag}"
         )
-    print("\n(T): value from a third-party transcription of the figure (reading: transcription)\n")
+    print("\n(T): value from a third-party transcription of the figure (reading: transcription)")
+    if any(s.proxy for s in scored):
+        print("proxy: scored with a stand-in option (--proxy), not the implementation itself; never the record")
+    print()
     reasons: dict[str, list[str]] = {}
     for s in scored:
         if s.not_modelled:
@@ -279,6 +298,7 @@ def to_json(scored: list[Scored]) -> dict[str, Any]:
                 "predicted_tflops": s.predicted_tflops,
                 "error": s.error,
                 "not_modelled": s.not_modelled,
+                "proxy": s.proxy,
                 "caveats": s.caveats,
             }
             for s in scored
@@ -294,8 +314,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--format", choices=("table", "json"), default="table")
     ap.add_argument("--gpu", help="only this GPU (profile name as in the file, e.g. h100-sxm)")
     ap.add_argument("--impl", help="only this published implementation (e.g. fa3, cudnn, standard)")
+    ap.add_argument(
+        "--proxy",
+        action="append",
+        default=[],
+        metavar="IMPL=OPTION",
+        help="score published implementation IMPL, where memmodel cannot express it, with --impl OPTION "
+        "(e.g. aiter=sdpa-flash); marked proxy, never the record",
+    )
     args = ap.parse_args(argv)
-    scored = score(load_checks(args.checks), gpu=args.gpu, impl=args.impl)
+    proxies = {}
+    for item in args.proxy:
+        name, sep, option = item.partition("=")
+        if not sep or not name or not option:
+            ap.error(f"--proxy takes IMPL=OPTION, got {item!r}")
+        proxies[name] = option
+    scored = score(load_checks(args.checks), gpu=args.gpu, impl=args.impl, proxies=proxies)
     if args.format == "json":
         json.dump(to_json(scored), sys.stdout, indent=1)
         print()

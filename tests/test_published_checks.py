@@ -105,3 +105,14 @@ def test_a_gpu_without_a_profile_is_not_modelled_with_its_reason():
     p = dict(data["points"][0], id="nowhere", gpu="no-such-gpu")
     (s,) = pc.score(dict(data, points=[p]))
     assert s.error is None and "no profile" in s.not_modelled and "no-such-gpu" in s.not_modelled
+
+
+def test_a_proxy_is_opt_in_and_labelled():
+    data = pc.load_checks(CHECKS)
+    p = next(p for p in data["points"] if p["gpu"] == "mi300x" and p["impl"] == "aiter")
+    data = dict(data, points=[p])
+    (plain,) = pc.score(data)
+    assert plain.error is None and plain.proxy is None and "--impl ck" in plain.not_modelled
+    (proxied,) = pc.score(data, proxies={"aiter": "sdpa-flash"})
+    assert proxied.proxy == "sdpa-flash" and proxied.error is not None
+    assert [r["impl"] for r in pc.summary([proxied])] == ["aiter~sdpa-flash", "all"]
