@@ -268,11 +268,11 @@ def print_table(scored: list[Scored]) -> None:
 
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
-        f"{'family':<8} {'impl':<18} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
+        f"{'family':<8} {'impl':<26} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
     )
     for r in rows:
         print(
-            f"{r['family']:<8} {r['impl']:<18} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
+            f"{r['family']:<8} {r['impl']:<26} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
             f"{_abs_pct(r['max_abs_error']):>10} {_pct(r['median_signed_error']):>11}"
         )
 
