@@ -1,0 +1,342 @@
+"""Score memmodel against the held-back published attention checks (issue #28).
+
+    python benchmarks/published_checks.py [--format table|json] [--gpu NAME] [--impl NAME] [--checks FILE]
+
+Reads ``validation/published/checks.yaml`` (figures others published, each with its shape and
+citation; never fitted to), builds each point's workload through the library
+(``memmodel.compare(Workload(...), load_profile(gpu), options_for(...))`` with the options its
+implementation maps to), turns the predicted time into the source's unit with the source's FLOP
+convention, and prints per point the prediction against the published figure and the signed
+error of the time, then per GPU family × implementation (and per GPU family) the median and
+maximum of |error|. Points memmodel cannot express (a GPU without a profile, an implementation
+without an option) are listed as not modelled, with the reason.
+
+Error = (predicted time − published time) / published time: negative where memmodel is too fast.
+
+``--proxy aiter=sdpa-flash`` (repeatable) scores an implementation memmodel cannot express with a
+stand-in ``--impl``, for a look only: those rows are marked ``proxy`` and such a score is never
+the record (the record is the plain command).
+A benchmark, not a test: it prints figures and always exits 0 unless the data file is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from memmodel import MemmodelError, Workload, compare, load_profile
+from memmodel.implementations import IMPLEMENTATIONS
+from memmodel.options import options_for
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKS = ROOT / "validation" / "published" / "checks.yaml"
+SCHEMA = "memmodel.published-checks/1"
+SCORE_SCHEMA = "memmodel.published-checks-score/1"
+
+PASSES = ("forward", "backward", "fwd+bwd")
+REQUIRED = ("id", "source", "fig", "gpu", "impl", "dtype", "batch", "heads", "kv_heads", "n", "d", "causal", "pass")
+SOURCE_REQUIRED = ("citation", "url", "setup", "flops_convention", "reading")
+#: families by memmodel profile name (one family per GPU today; siblings would share one)
+FAMILIES = {"a100": "A100", "h100-sxm": "H100", "h200": "H200", "b200": "B200", "mi300x": "MI300X", "mi355x": "MI355X"}
+
+
+def convention_flops(point: dict[str, Any], convention: str) -> float:
+    """FLOPs of ``point`` as its source counts them. ``fa``: forward 4·N²·d per query head and
+    batch element, causal ½, backward 2.5×, forward + backward 3.5× (flash-attn's
+    ``benchmarks/benchmark_flash_attention.py``; HipKittens' ``test_python.py`` the same)."""
+    if convention != "fa":
+        raise ValueError(f"unknown FLOP convention {convention!r}")
+    forward = 4 * point["batch"] * point["n"] ** 2 * point["heads"] * point["d"] / (2 if point["causal"] else 1)
+    return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
+
+
+def load_checks(path: Path = CHECKS) -> dict[str, Any]:
+    """The checks file, validated: its schema, every source's fields, every point's fields, its
+    source, its implementation's entry and a published figure. Raises ValueError naming the point."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: schema must be {SCHEMA!r}")
+    sources, impls = data["sources"], data["implementations"]
+    for key, src in sources.items():
+        missing = [f for f in SOURCE_REQUIRED if not src.get(f)]
+        if missing:
+            raise ValueError(f"{path} -> sources.{key}: missing {', '.join(missing)}")
+    ids: set[str] = set()
+    for i, p in enumerate(data["points"]):
+        where = f"{path} -> points[{i}] ({p.get('id', '?')})"
+        missing = [f for f in REQUIRED if f not in p]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        if p["id"] in ids:
+            raise ValueError(f"{where}: duplicate id")
+        ids.add(p["id"])
+        if p["source"] not in sources:
+            raise ValueError(f"{where}: unknown source {p['source']!r}")
+        if p["impl"] not in impls:
+            raise ValueError(f"{where}: implementation {p['impl']!r} has no entry under implementations")
+        if p["pass"] not in PASSES:
+            raise ValueError(f"{where}: pass must be one of {', '.join(PASSES)}")
+        if "tflops" not in p and "time_ms" not in p:
+            raise ValueError(f"{where}: no published figure (tflops or time_ms)")
+        if p["heads"] % p["kv_heads"]:
+            raise ValueError(f"{where}: kv_heads must divide heads")
+    return data
+
+
+@dataclass
+class Scored:
+    """One point: the prediction and its error, or why memmodel cannot express it."""
+
+    point: dict[str, Any]
+    published_time_s: float
+    published_tflops: float
+    predicted_time_s: float | None = None
+    predicted_tflops: float | None = None
+    error: float | None = None
+    not_modelled: str | None = None
+    caveats: list[str] = field(default_factory=list)
+    #: the stand-in ``--impl`` scored in place of the point's own (``--proxy``), else None
+    proxy: str | None = None
+
+    @property
+    def family(self) -> str:
+        return FAMILIES.get(self.point["gpu"], self.point["gpu"])
+
+
+def published(point: dict[str, Any], flops: float) -> tuple[float, float]:
+    """(time in s, TFLOP/s) as published: a time where the source gives one, else from its rate."""
+    if "time_ms" in point:
+        t = point["time_ms"] / 1e3
+        return t, point.get("tflops", flops / t / 1e12)
+    return flops / (point["tflops"] * 1e12), float(point["tflops"])
+
+
+def why_not_modelled(point: dict[str, Any], mapping: dict[str, Any] | None) -> str | None:
+    if mapping is None:
+        return f"no memmodel option models {point['impl']!r}"
+    impl = mapping.get("impl")
+    if impl is not None and impl not in IMPLEMENTATIONS:
+        return f"memmodel has no {mapping.get('cli', impl)} (implementations: {', '.join(IMPLEMENTATIONS)})"
+    return None
+
+
+def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tuple[float, list[str]]:
+    """memmodel's time (s) of ``point``'s pass with the options its implementation maps to."""
+    w = Workload(
+        n=point["n"],
+        d=point["d"],
+        batch=point["batch"],
+        heads=point["heads"],
+        kv_heads=point["kv_heads"],
+        dtype=point["dtype"],
+        causal=point["causal"],
+    )
+    backward = point["pass"] != "forward"
+    impl = mapping.get("impl") or "auto"
+    opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward)
+    c = compare(w, profile, opts, standard=mapping.get("standard", "algorithm0"))
+    ev = c.standard if mapping["algorithm"] == "standard" else c.tiled
+    by_pass = {"forward": 0.0, "backward": 0.0}
+    for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
+        by_pass[kernel.pass_] += float(timing.time_s)
+    t = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]
+    return t, list(c.caveats)
+
+
+def score(
+    data: dict[str, Any], *, gpu: str | None = None, impl: str | None = None, proxies: dict[str, str] | None = None
+) -> list[Scored]:
+    """Score every point (those of ``gpu`` / ``impl`` if given). ``proxies`` maps a published
+    implementation to a stand-in memmodel ``--impl`` used where its own mapping cannot be run."""
+    out: list[Scored] = []
+    profiles: dict[str, Any] = {}
+    for point in data["points"]:
+        if (gpu and point["gpu"] != gpu) or (impl and point["impl"] != impl):
+            continue
+        src = data["sources"][point["source"]]
+        flops = convention_flops(point, src["flops_convention"])
+        t_pub, r_pub = published(point, flops)
+        s = Scored(point, t_pub, r_pub)
+        mapping = data["implementations"][point["impl"]]
+        if proxies and point["impl"] in proxies and why_not_modelled(point, mapping):
+            s.proxy = proxies[point["impl"]]
+            mapping = {"algorithm": "tiled", "impl": s.proxy}
+        if point["gpu"] not in profiles:
+            try:
+                profiles[point["gpu"]] = load_profile(point["gpu"])
+            except MemmodelError as e:
+                profiles[point["gpu"]] = str(e).split(":")[0]  # "unknown GPU 'mi355x'"
+        profile = profiles[point["gpu"]]
+        reasons = [r for r in (why_not_modelled(point, mapping),) if r]
+        if isinstance(profile, str):
+            reasons.append(f"no profile ({profile})")
+        if reasons:
+            s.not_modelled = "; ".join(reasons)
+        else:
+            assert mapping is not None
+            try:
+                t, s.caveats = predict(point, mapping, profile)
+            except MemmodelError as e:
+                s.not_modelled = f"memmodel refuses it: {e}"
+            else:
+                s.predicted_time_s = t
+                s.predicted_tflops = flops / t / 1e12
+                s.error = (t - t_pub) / t_pub
+        out.append(s)
+    return out
+
+
+def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, Any]]:
+    """Per GPU family × implementation, then per family (implementation ``all``): points scored,
+    not modelled, median and max |error| and the median signed error. ``by_pass``: per family ×
+    implementation × pass instead (``impl`` reads ``fa3 forward``)."""
+    groups: dict[tuple[str, str], list[Scored]] = {}
+    for s in scored:
+        if by_pass:
+            name = s.point["impl"] + (f"~{s.proxy}" if s.proxy else "")
+            groups.setdefault((s.family, f"{name} {s.point['pass']}"), []).append(s)
+            continue
+        name = s.point["impl"] + (f"~{s.proxy}" if s.proxy else "")
+        groups.setdefault((s.family, name), []).append(s)
+        groups.setdefault((s.family, "all"), []).append(s)
+    rows = []
+    order = list(dict.fromkeys(FAMILIES.values()))
+    for (family, impl), items in sorted(
+        groups.items(), key=lambda kv: (order.index(kv[0][0]) if kv[0][0] in order else 99, kv[0][1] == "all", kv[0][1])
+    ):
+        errs = [s.error for s in items if s.error is not None]
+        rows.append(
+            {
+                "family": family,
+                "impl": impl,
+                "points": len(items),
+                "scored": len(errs),
+                "not_modelled": len(items) - len(errs),
+                "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
+                "max_abs_error": max(abs(e) for e in errs) if errs else None,
+                "median_signed_error": statistics.median(errs) if errs else None,
+            }
+        )
+    return rows
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:+.1f}%"
+
+
+def _abs_pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def print_table(scored: list[Scored]) -> None:
+    head = f"{'id':<58} {'pass':<8} {'published':>13} {'predicted':>13} {'error':>8}"
+    print(head)
+    print("-" * len(head))
+    for s in scored:
+        if s.error is None:
+            continue
+        flag = " (T)" if s.point.get("reading") == "transcription" else ""
+        flag += f" proxy --impl {s.proxy}" if s.proxy else ""
+        print(
+            f"{s.point['id']:<58} {s.point['pass']:<8} {s.published_tflops:>7.0f} TF/s {s.predicted_tflops:>7.0f} TF/s "
+            f"{_pct(s.error):>8}{flag}"
+        )
+    print("\n(T): value from a third-party transcription of the figure (reading: transcription)")
+    if any(s.proxy for s in scored):
+        print("proxy: scored with a stand-in option (--proxy), not the implementation itself; never the record")
+    print()
+    reasons: dict[str, list[str]] = {}
+    for s in scored:
+        if s.not_modelled:
+            reasons.setdefault(f"{s.point['gpu']} {s.point['impl']}: {s.not_modelled}", []).append(s.point["id"])
+    if reasons:
+        print("Not modelled:")
+        for reason, ids in reasons.items():
+            print(f"  {len(ids):>3} points  {reason}")
+        print()
+    _print_summary(summary(scored))
+    print("\nBy pass:")
+    _print_summary(summary(scored, by_pass=True))
+
+
+def _print_summary(rows: list[dict[str, Any]]) -> None:
+    print(
+        f"{'family':<8} {'impl':<26} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
+    )
+    for r in rows:
+        print(
+            f"{r['family']:<8} {r['impl']:<26} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
+            f"{_abs_pct(r['max_abs_error']):>10} {_pct(r['median_signed_error']):>11}"
+        )
+
+
+def to_json(scored: list[Scored]) -> dict[str, Any]:
+    import memmodel
+
+    return {
+        "schema": SCORE_SCHEMA,
+        "memmodel_version": memmodel.__version__,
+        "points": [
+            {
+                "id": s.point["id"],
+                "gpu": s.point["gpu"],
+                "family": s.family,
+                "impl": s.point["impl"],
+                "pass": s.point["pass"],
+                "source": s.point["source"],
+                "reading": s.point.get("reading", "figure-label"),
+                "published_time_s": s.published_time_s,
+                "published_tflops": s.published_tflops,
+                "predicted_time_s": s.predicted_time_s,
+                "predicted_tflops": s.predicted_tflops,
+                "error": s.error,
+                "not_modelled": s.not_modelled,
+                "proxy": s.proxy,
+                "caveats": s.caveats,
+            }
+            for s in scored
+        ],
+        "summary": summary(scored),
+        "summary_by_pass": summary(scored, by_pass=True),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checks", type=Path, default=CHECKS, help="checks file (default: %(default)s)")
+    ap.add_argument("--format", choices=("table", "json"), default="table")
+    ap.add_argument("--gpu", help="only this GPU (profile name as in the file, e.g. h100-sxm)")
+    ap.add_argument("--impl", help="only this published implementation (e.g. fa3, cudnn, standard)")
+    ap.add_argument(
+        "--proxy",
+        action="append",
+        default=[],
+        metavar="IMPL=OPTION",
+        help="score published implementation IMPL, where memmodel cannot express it, with --impl OPTION "
+        "(e.g. aiter=sdpa-flash); marked proxy, never the record",
+    )
+    args = ap.parse_args(argv)
+    proxies = {}
+    for item in args.proxy:
+        name, sep, option = item.partition("=")
+        if not sep or not name or not option:
+            ap.error(f"--proxy takes IMPL=OPTION, got {item!r}")
+        proxies[name] = option
+    scored = score(load_checks(args.checks), gpu=args.gpu, impl=args.impl, proxies=proxies)
+    if args.format == "json":
+        json.dump(to_json(scored), sys.stdout, indent=1)
+        print()
+    else:
+        print_table(scored)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The held-back published checks (validation/published/checks.yaml) and their scorer
+(benchmarks/published_checks.py): the file parses, every point has its fields and a cited source,
+and the scorer converts and scores on the CPU. No test here looks at how well the model scores:
+the checks are blind, never fitted to."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CHECKS = REPO / "validation" / "published" / "checks.yaml"
+
+
+def _scorer():
+    spec = importlib.util.spec_from_file_location("published_checks", REPO / "benchmarks" / "published_checks.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_checks", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+pc = _scorer()
+
+
+def _point(data, pid):
+    return next(p for p in data["points"] if p["id"] == pid)
+
+
+def test_the_checks_file_parses_and_every_point_is_complete_and_cited():
+    data = pc.load_checks(CHECKS)
+    points = data["points"]
+    assert len(points) >= 60
+    assert len({p["gpu"] for p in points}) >= 3
+    for p in points:
+        for key in pc.REQUIRED:
+            assert key in p, (p.get("id"), key)
+        src = data["sources"][p["source"]]
+        assert src["citation"].strip() and src["url"].startswith("https://"), p["id"]
+        assert ("tflops" in p) or ("time_ms" in p), p["id"]
+        assert p["pass"] in pc.PASSES
+        assert p["dtype"] in ("fp16", "bf16", "fp8", "fp32", "tf32")
+    # the provenance rule is written where a reader of the data meets it
+    assert "NEVER fitted to" in CHECKS.read_text(encoding="utf-8").splitlines()[0]
+
+
+def test_a_point_without_a_source_or_a_figure_is_refused(tmp_path):
+    data = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    bad = dict(data["points"][0], id="x", source="nowhere")
+    data["points"] = [bad]
+    path = tmp_path / "checks.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"points\[0\] \(x\): unknown source 'nowhere'"):
+        pc.load_checks(path)
+    good = dict(data["points"][0], source=next(iter(data["sources"])))
+    good.pop("tflops", None)
+    good.pop("time_ms", None)
+    data["points"] = [good]
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="no published figure"):
+        pc.load_checks(path)
+
+
+def test_the_fa_flop_convention_pinned():
+    data = pc.load_checks(CHECKS)
+    p = _point(data, "a100-fa2-fb-full-d64-n2048-b8-h32-fa2paper")
+    # forward + backward: 3.5 × 4 · B · N² · H · d = 3.5 × 4 · 8 · 2048² · 32 · 64 = 3.5 × 2**38 = 962072674304
+    assert pc.convention_flops(p, "fa") == 962_072_674_304
+    # published 162 TFLOP/s -> 962072674304 / 162e12 s = 5.93872... ms
+    t, rate = pc.published(p, pc.convention_flops(p, "fa"))
+    assert t == pytest.approx(5.938720e-3, rel=1e-6) and rate == 162
+    causal = dict(p, causal=True, **{"pass": "backward"})
+    # backward, causal: 2.5 × ½ × 4 · 8 · 2048² · 32 · 64 = 1.25 × 2**38 = 343597383680
+    assert pc.convention_flops(causal, "fa") == 343_597_383_680
+
+
+def test_the_scorer_scores_one_point_and_lists_one_it_cannot_express():
+    data = pc.load_checks(CHECKS)
+    modelled = _point(data, "h100-sxm-fa3-fwd-full-d128-n4096-b4-h16-fa3paper")
+    triton = _point(data, "h100-sxm-triton-fwd-full-d128-n4096-b4-h16-fa3paper")
+    data = dict(data, points=[modelled, triton])
+    scored = pc.score(data)
+    assert [s.point["id"] for s in scored] == [modelled["id"], triton["id"]]  # nothing dropped
+    s, t = scored
+    assert s.not_modelled is None and s.predicted_time_s > 0
+    flops = 4 * 4 * 4096**2 * 16 * 128  # forward, full: 4 · B · N² · H · d = 549755813888
+    assert flops == 549_755_813_888
+    assert s.predicted_tflops == pytest.approx(flops / s.predicted_time_s / 1e12)
+    assert s.error == pytest.approx((s.predicted_time_s - flops / 638e12) / (flops / 638e12))
+    assert t.error is None and "no memmodel option models 'triton'" in t.not_modelled
+    rows = {(r["family"], r["impl"]): r for r in pc.summary(scored)}
+    assert rows[("H100", "all")]["points"] == 2 and rows[("H100", "all")]["scored"] == 1
+    assert rows[("H100", "fa3")]["median_abs_error"] == pytest.approx(abs(s.error))
+    out = pc.to_json(scored)
+    assert out["schema"] == "memmodel.published-checks-score/1" and len(out["points"]) == 2
+
+
+def test_a_gpu_without_a_profile_is_not_modelled_with_its_reason():
+    data = pc.load_checks(CHECKS)
+    p = dict(data["points"][0], id="nowhere", gpu="no-such-gpu")
+    (s,) = pc.score(dict(data, points=[p]))
+    assert s.error is None and "no profile" in s.not_modelled and "no-such-gpu" in s.not_modelled
+
+
+def test_a_proxy_is_opt_in_and_labelled():
+    data = pc.load_checks(CHECKS)
+    p = next(p for p in data["points"] if p["gpu"] == "mi300x" and p["impl"] == "aiter")
+    data = dict(data, points=[p])
+    (plain,) = pc.score(data)
+    assert plain.error is None and plain.proxy is None and "--impl ck" in plain.not_modelled
+    (proxied,) = pc.score(data, proxies={"aiter": "sdpa-flash"})
+    assert proxied.proxy == "sdpa-flash" and proxied.error is not None
+    assert [r["impl"] for r in pc.summary([proxied])] == ["aiter~sdpa-flash", "all"]
