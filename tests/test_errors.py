@@ -149,7 +149,7 @@ def test_shell_completion_lines_in_the_docs_work():
         "COMP_CWORD": "3",
     }
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, env=env)
-    assert p.stdout.split() == ["plain,h100-pcie", "plain,h100-sxm"]
+    assert p.stdout.split() == ["plain,h100-nvl", "plain,h100-pcie", "plain,h100-sxm"]
 
 
 def test_debug_flag_is_only_the_groups_own_option(run):

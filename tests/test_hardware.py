@@ -23,6 +23,16 @@ REQUIRED = [
     "v100",
     "mi300x",
     "b200",
+    # the GPUs people rent in 2026 (issue 28, item 4)
+    "h20",
+    "h100-nvl",
+    "gb200",
+    "b300",
+    "gb300",
+    "rtx5090",
+    "rtx-pro-6000",
+    "mi325x",
+    "mi355x",
 ]
 PROFILES = sorted(HARDWARE.glob("*.yaml"))
 
@@ -426,7 +436,8 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
     (wheel,) = (tmp_path / "dist").glob("memmodel-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     bundled = {f"memmodel/hardware/profiles/{p.name}" for p in PROFILES}
-    assert len(bundled) == 12 and bundled <= names
+    # 21 = the 12 profiles before issue 28 + its 9 (REQUIRED names every one)
+    assert len(bundled) == len(REQUIRED) == 21 and bundled <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = "from memmodel.hardware import available, bundled_dir; print(bundled_dir(), len(available()))"
     out = subprocess.run(
@@ -436,4 +447,4 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
         capture_output=True,
         text=True,
     )
-    assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "12"], out.stderr
+    assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "21"], out.stderr
