@@ -307,8 +307,20 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         peak = _parsed(data, f"datasheet.{fpath}", where)
         if peak is None and fpath.startswith("memory.hbm."):
             peak = given_ds if own is None or kind == "datasheet" else None
-        if peak is None and kind == "datasheet":
-            peak = _parsed(data, fpath, where)
+        if kind == "datasheet":
+            own_peak = _parsed(data, fpath, where)
+            if peak is not None and own_peak is not None and abs(own_peak - peak) > 0.01 * peak:
+                named = (
+                    f"datasheet.{fpath}"
+                    if _leaf(data, f"datasheet.{fpath}") is not None
+                    else "memory.hbm.datasheet_bandwidth"
+                )
+                raise field_error(
+                    where,
+                    fpath,
+                    f"a datasheet figure of {_raw_value(own)!r} contradicts {named} (two peaks of one figure)",
+                )
+            peak = own_peak if peak is None else peak
         if peak is None or (own is not None and kind != "datasheet"):
             continue  # no peak to take a share of, or the profile's own measured/published figure
         shares = {f: _measured_share(base, f) for f in _SAME_UNITS.get(fpath, (fpath,))}

@@ -29,10 +29,13 @@ from .schema import (
     COMPUTE_DTYPES,
     CURVES,
     FIELDS,
+    CEILINGS,
     FLOORS,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
     MAX_EFFICIENCY,
+    PEAK_SLACK,
+    SHARE_FIGURES,
     MMA_SYNC_DTYPES,
     PROFILE_IMPLEMENTATIONS,
     SCALAR_OR_CURVE,
@@ -275,9 +278,13 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
             y = 0.0 if fpath in ZERO_ALLOWED and _reads_as_zero(value) else units.parse(value, kind)
         except units.UnitError as exc:
             raise field_error(where, f"{fpath}.{key}", str(exc)) from None
-        floor = FLOORS.get(kind)
+        floor, ceiling = FLOORS.get(kind), CEILINGS.get(kind)
         if floor is not None and y < floor[0]:
             raise field_error(where, f"{fpath}.{key}", f"{value!r} is below {floor[1]}: not a plausible GPU figure")
+        if ceiling is not None and y > ceiling[0]:
+            raise field_error(where, f"{fpath}.{key}", f"{value!r} is above {ceiling[1]}: not a plausible GPU figure")
+        if fpath.endswith("_efficiency") and fpath.startswith("interconnect.") and y > 1.0:
+            raise field_error(where, f"{fpath}.{key}", f"{value!r} is above 1: a share of the link's bandwidth")
         if fpath in ZERO_ALLOWED and y > 1.0:  # a share of re-reads that miss
             raise field_error(where, f"{fpath}.{key}", f"{value!r} is above 1: a miss share is between 0 and 1")
         if fpath in SHARES_OF_ONE and y > 1.0:
@@ -338,11 +345,28 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
 
 
 def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[str, Provenance]) -> None:
-    for fpath, value in values.items():
-        floor = FLOORS.get(FIELDS[fpath][0])
+    # the datasheet peaks first: a transferred figure's error is its peak's, as the user wrote it
+    for fpath, value in sorted(values.items(), key=lambda item: not item[0].startswith("datasheet.")):
+        floor, ceiling = FLOORS.get(FIELDS[fpath][0]), CEILINGS.get(FIELDS[fpath][0])
         if floor is not None and value < floor[0]:
             raise field_error(
                 where, fpath, f"{provenance[fpath].text!r} is below {floor[1]}: not a plausible GPU figure"
+            )
+        if ceiling is not None and value > ceiling[0]:
+            raise field_error(
+                where, fpath, f"{provenance[fpath].text!r} is above {ceiling[1]}: not a plausible GPU figure"
+            )
+    for fpath in SHARE_FIGURES:  # an achieved rate above its own datasheet peak
+        peak = values.get(f"datasheet.{fpath}")
+        if peak is None and fpath.startswith("memory.hbm."):
+            peak = values.get("memory.hbm.datasheet_bandwidth")
+        if peak is not None and fpath in values and values[fpath] > PEAK_SLACK * peak:
+            shown = provenance.get(f"datasheet.{fpath}") or provenance["memory.hbm.datasheet_bandwidth"]
+            raise field_error(
+                where,
+                fpath,
+                f"{provenance[fpath].text!r} is more than {PEAK_SLACK:g}× its datasheet peak ({shown.text}): "
+                "one of the two is wrong",
             )
         if FIELDS[fpath][0] == "ratio" and value > MAX_EFFICIENCY:  # pragma: no cover - ratios are curves
             raise field_error(where, fpath, f"{provenance[fpath].text!r} is above {MAX_EFFICIENCY:g}")

@@ -250,6 +250,23 @@ FLOORS: dict[str, tuple[float, str]] = {
 }
 
 
+#: Largest figure of each kind a profile may give: far above any GPU of 2026 (GB300's dense FP4 is
+#: 15 PFLOP/s, its HBM 8 TB/s; a B200's SRAM, aggregated, about 40 TB/s), so a slip of units or
+#: exponent (1e30 TFLOP/s) is refused at the door rather than making every time zero.
+CEILINGS: dict[str, tuple[float, str]] = {
+    "bandwidth": (1e16, "10 PB/s"),
+    "flops": (1e18, "1 EFLOP/s"),
+    "ops": (1e18, "1 Eop/s"),
+    "frequency": (1e10, "10 GHz"),
+    "bytes": (1e15, "1 PB"),
+    "time": (1.0, "1 s"),
+    "count": (1e6, "1000000"),
+}
+#: A measured figure may exceed its datasheet peak by this much (a clock above the one the
+#: peak is quoted at); beyond it, the profile contradicts itself
+PEAK_SLACK = 1.25
+
+
 def field_error(where: str, field_path: str, message: str) -> ProfileError:
     """The one error of a profile: ``file -> field: message``."""
     return ProfileError(f"{where} -> {field_path}: {message}" if field_path else f"{where}: {message}")
