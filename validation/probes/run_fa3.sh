@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # FlashAttention-3 on the lent H200: calibrate --impl fa3 (the reference shapes) and the fa3
-# validation cases, in one device call. Needs flash-attn-4 unpacked first (the second of the two
-# back-to-back calls of the pack-flash-attn-4 protocol: .fa4keep/part.aa from the first call,
-# .fa4b/part.ab carried by this one). Results in $OUT; the validation record is not printed.
+# validation cases, in one device call, from the repository root. Needs flash-attn-4's two packed
+# parts (pack-flash-attn-4): PART_A (kept from the first of two back-to-back calls) and PART_B
+# (carried by this one). Results in $OUT; the validation record is written, not printed.
 set -u
 mkdir -p /tmp/site
 if [ ! -d /tmp/site/flash_attn ]; then
-  cat .fa4keep/part.aa .fa4b/part.ab | xz -d | tar -C /tmp/site -x || { echo "unpack failed"; exit 3; }
+  cat "${PART_A:-.fa4keep/part.aa}" "${PART_B:-.fa4b/part.ab}" | xz -d | tar -C /tmp/site -x || { echo "unpack failed"; exit 3; }
 fi
 export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1
 pip install -q --no-build-isolation --no-deps -e . > "$OUT/pip.log" 2>&1 || echo "pip install failed (see pip.log)"
