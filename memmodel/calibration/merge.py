@@ -51,3 +51,31 @@ def _points(m: Mapping[str, Any], path: tuple[str, ...]) -> list[dict[str, Any]]
         node = node[key]
     points = node.get("points") if isinstance(node, Mapping) else None
     return list(points) if isinstance(points, list) else None
+
+
+def cite_impl(data: dict[str, Any], part: Mapping[str, Any], key: str | None = None) -> dict[str, Any]:
+    """A profile's YAML mapping (``data``) with every ``implementations.<impl>`` figure that
+    cites ``measured`` citing instead a source of its own, made of ``part`` (the merged run of
+    :func:`merge_impl`: its date, machine, software and command)."""
+    impl = str(part.get("impl"))
+    key = key or f"measured-{impl}"
+    device = part.get("device") or {}
+    software = ", ".join(
+        f"{k.removesuffix('_version').replace('_', '-')} {v}" for k, v in device.items() if k.endswith("_version") and v
+    )
+    date = str(part.get("date") or "")
+    source = {
+        "title": f"{impl} measured on {device.get('name', '?')}, {date}, memmodel {part.get('memmodel', '?')}",
+        "kind": "measured",
+        "machine": str(device.get("name", "?"))
+        + (f" ({device['sm_count']} SMs)" if device.get("sm_count") else "")
+        + (f"; {software}" if software else ""),
+        "date": date,
+        "command": str(part.get("command") or f"memmodel calibrate --impl {impl} --format json"),
+    }
+    figures = (data.get("implementations") or {}).get(impl) or {}
+    for figure in figures.values():
+        if isinstance(figure, dict) and figure.get("source") == "measured":
+            figure["source"] = key
+    data.setdefault("sources", {})[key] = source
+    return data
