@@ -615,10 +615,10 @@ def run_calibration(
     quick: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     context: Context | None = None,
-    steps: tuple[Step, ...] = STEPS,
+    steps: tuple[Step, ...] | None = None,
 ) -> dict[str, Any]:
-    """Run every step (of ``steps``) on the current CUDA device; a step that fails is recorded,
-    the rest go on.
+    """Run every step (of ``steps``; default :data:`STEPS`) on the current CUDA device; a step
+    that fails is recorded, the rest go on.
 
     ``on_step(done, total, description)`` is called before each step and once at the end.
     KeyboardInterrupt is not caught: the caller stops cleanly.
@@ -646,6 +646,7 @@ def run_calibration(
         "errors": {},
     }
     m, errors = result["measurements"], result["errors"]
+    steps = STEPS if steps is None else steps
     total = len(steps)
     for i, step in enumerate(steps):
         key = step.key
