@@ -328,3 +328,11 @@ def test_fa3_runs_checks_and_times_a_training_step_on_the_gpu():
 
     got = time_case(parse_case("impl=fa3,batch=2,heads=4,kv_heads=2,n=512,d=64,causal=1,backward=1"), reps=3)
     assert got["time_s"] > 0 and max(got["grad_errors"].values()) < 3e-2
+
+
+def test_an_implementations_calibration_records_its_packages_versions():
+    from memmodel.gpu import calibrate as cal
+
+    # pytest is installed here, a package of this name is not
+    got = cal._package_versions(("pytest", "no-such-distribution-xyz"))
+    assert list(got) == ["pytest_version"] and got["pytest_version"] == pytest.__version__

@@ -685,6 +685,23 @@ IMPL_STEPS: dict[str, tuple[Step, ...]] = {
 }
 
 
+#: the packages whose version an implementation's own calibration records (beside torch's)
+IMPL_PACKAGES: dict[str, tuple[str, ...]] = {"fa3": ("flash-attn-4", "nvidia-cutlass-dsl")}
+
+
+def _package_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """``{"<name>_version": version}`` of each installed distribution (underscores for dashes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in names:
+        try:
+            out[f"{name.replace('-', '_')}_version"] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
 def run_impl_calibration(
     impl: str,
     *,
@@ -704,5 +721,6 @@ def run_impl_calibration(
     started = time.time()
     result = run_calibration(quick=quick, context=ctx, steps=steps, on_step=on_step)
     result["impl"] = impl
+    result["device"].update(_package_versions(IMPL_PACKAGES.get(impl, ())))
     result["wall_s"] = round(time.time() - started, 3)
     return result
