@@ -32,7 +32,14 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   Its kernel names say ``64x64xD``, but the L2 traffic measured for them is that of each Q
   block loaded once per 128 K/V rows (docs/model.md, "Backward tiles"). Above d = 128 assumed
   the same.
-* ``paper``, ``triton``, ``fa3``: the FlashAttention-2 paper's backward (Algorithm 2) with
+* ``fa3`` (FlashAttention-3's Hopper backward as ``flash_attn.cute`` launches it,
+  ``_tile_size_bwd_sm90`` in ``flash_attn/cute/interface.py``; a CTA per K/V block, two
+  consumer warpgroups and a producer, one CTA per SM): 128 × 128 for d ≤ 64; 64 × 128 for
+  d ≤ 96; 80 × 128 for d ≤ 128 (64 × 128 causal); 64 × 96 for d ≤ 192; 64 × 48 at d = 256.
+  Its kernels are FlashAttention-2's (a dO·O preprocess, dQ accumulated in fp32 by atomic
+  adds, a conversion); with GQA every query head adds its dK, dV into fp32 accumulators of
+  its K/V head, converted after (:func:`memmodel.traffic.flash_backward.fa3_backward`).
+* ``paper``, ``triton``: the FlashAttention-2 paper's backward (Algorithm 2) with
   the forward's blocks (:func:`memmodel.traffic.flash.fa2_backward_kernels`).
 """
 
@@ -53,6 +60,7 @@ from .traffic.flash_backward import (
     cudnn_backward,
     cutlass_backward,
     fa2_backward,
+    fa3_backward,
 )
 from .traffic.ledger import Kernel
 
@@ -63,7 +71,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
 #: implementations whose backward kernels are modelled as the library launches them
-LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
+LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3")
 _BIG_SMEM = 144 * 1024
 
 
@@ -100,7 +108,23 @@ def _efficient_tiles(d: int, smem: float) -> tuple[int, int]:
     return (128, 64) if big else (64, 64)
 
 
-def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Profile | None = None) -> tuple[int, int]:
+def fa3_backward_tiles(d: int, causal: bool) -> tuple[int, int]:
+    """FlashAttention-3's backward tiles (Q rows per step, K/V rows per CTA) at the head dim
+    its kernel runs (module docstring)."""
+    if d <= 64:
+        return 128, 128
+    if d <= 96:
+        return 64, 128
+    if d <= 128:
+        return (64, 128) if causal else (80, 128)
+    if d <= 192:
+        return 64, 96
+    return 64, 48
+
+
+def backward_tile_rule(
+    impl: str, d: int, *, dropout: float = 0.0, profile: Profile | None = None, causal: bool = False
+) -> tuple[int, int]:
     """(Q rows per step, K/V rows per CTA) of ``impl``'s backward kernel at head dim ``d``."""
     smem = smem_per_block(profile)
     p = int(padded_head_dim(impl, d))
@@ -110,6 +134,8 @@ def backward_tile_rule(impl: str, d: int, *, dropout: float = 0.0, profile: Prof
         return _efficient_tiles(p, smem)
     if impl == "sdpa-cudnn":
         return (64, 128)
+    if impl == "fa3":
+        return fa3_backward_tiles(p, causal)
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check
 
 
@@ -117,20 +143,21 @@ _SOURCES = {
     "sdpa-flash": "flash_bwd_launch_template.h",
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
     "sdpa-cudnn": "cuDNN's L2 traffic on an H200 (its names say 64x64xD)",
+    "fa3": "flash_attn.cute _tile_size_bwd_sm90",
 }
 
 
 def backward_tiles(impl: str, workload: Workload, profile: Profile | None = None) -> BackwardTiles:
     """:func:`backward_tile_rule` for every head dim of ``workload`` (a grid: per element)."""
-    dropout = float(workload.dropout)
+    dropout, causal = float(workload.dropout), bool(workload.causal)
     if not workload.is_grid:
-        bq, bkv = backward_tile_rule(impl, int(workload.d), dropout=dropout, profile=profile)
+        bq, bkv = backward_tile_rule(impl, int(workload.d), dropout=dropout, profile=profile, causal=causal)
         return BackwardTiles(bq, bkv, 1, _SOURCES[impl])
     d = np.asarray(workload.d)
     bq = np.zeros(d.shape, dtype=np.int64)
     bkv = np.zeros(d.shape, dtype=np.int64)
     for value in np.unique(d):
-        q, k = backward_tile_rule(impl, int(value), dropout=dropout, profile=profile)
+        q, k = backward_tile_rule(impl, int(value), dropout=dropout, profile=profile, causal=causal)
         bq = np.where(d == value, q, bq)
         bkv = np.where(d == value, k, bkv)
     return BackwardTiles(bq, bkv, 1, _SOURCES[impl])
@@ -178,6 +205,8 @@ def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
         kernels = fa2_backward(w, bw.tile, l2)
     elif impl == "sdpa-efficient":
         kernels = cutlass_backward(w, bw.tile, bw.tiles, l2, output_in_registers=bw.output_in_registers)
+    elif impl == "fa3":
+        kernels = fa3_backward(w, bw.tile, l2)
     else:
         kernels = cudnn_backward(w, bw.tile, l2)
     found = BackwardFacts(

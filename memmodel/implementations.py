@@ -112,7 +112,6 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         head_dims=(64, 96, 128, 192, 256),
         max_head_dim=256,
         dtypes=("fp16", "bf16", "fp8"),
-        measurable=False,
         capability=(9.0, 9.0),
         packs_gqa_decode=True,
     ),
@@ -182,7 +181,10 @@ def tiles(
     * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
     * cuDNN: 128×128, 128 query rows per CTA against 128 keys (its kernel names say 64 rows;
       why 128: docs/implementations.md).
-    * FlashAttention-3: 128×128 for d ≤ 128, 128×80 above (d = 256).
+    * FlashAttention-3 (its Hopper kernels as ``flash_attn.cute`` launches them,
+      ``_tile_size_fwd_sm90`` in ``flash_attn/cute/interface.py``): 192×128 for d ≤ 64;
+      192×144 for d ≤ 96 (192×128 causal); 128×128 for d ≤ 192; 128×80 for d = 256. A CTA
+      has one consumer warpgroup per 64 query rows and one producer warpgroup.
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     """
     if block_q and block_kv:
@@ -193,7 +195,7 @@ def tiles(
     elif impl == "sdpa-cudnn":
         bq, bkv = 128, 128
     elif impl == "fa3":
-        bq, bkv = (128, 128) if d <= 128 else (128, 80)
+        bq, bkv = fa3_tiles(int(p), causal)
     elif impl == "triton":
         table = TRITON_DEFAULTS_CAUSAL if causal else TRITON_DEFAULTS
         padded = min((k for k in table if k >= d), default=max(table))
@@ -214,6 +216,19 @@ def tiles(
     return block_q or bq, block_kv or bkv
 
 
+def fa3_tiles(d: int, causal: bool) -> tuple[int, int]:
+    """FlashAttention-3's forward tiles (B_r, B_c) at the head dim its kernel runs (its Hopper
+    forward in ``flash_attn.cute``, fp16/bf16, no sliding window): 192×128 up to d = 64 (three
+    consumer warpgroups), 192×144 up to 96 (192×128 causal), 128×128 up to 192, 128×80 at 256."""
+    if d <= 64:
+        return 192, 128
+    if d <= 96:
+        return (192, 128) if causal else (192, 144)
+    if d <= 192:
+        return 128, 128
+    return 128, 80
+
+
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
     (registers, not shared memory, are the limit; read off Nsight Compute's launch statistics
@@ -221,7 +236,9 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
     warps: 2); the memory-efficient kernel 4 (d ≤ 64) or 2 (d ≤ 128); FlashAttention-2 1 with
     8 warps (d = 192 without dropout; d = 256 at 128×64) and 2 with 4; our Triton kernel
     16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
-    128-row tiles and d = 128). None: the model's own rule (tiles that fit shared memory)."""
+    128-row tiles and d = 128); FlashAttention-3 1 (its warpgroups ask for the SM's registers:
+    240 a thread for two consumer warpgroups, 160 for three, ``flash_fwd_sm90.py``). None: the
+    model's own rule (tiles that fit shared memory)."""
     p = padded_head_dim(impl, d)
     if impl == "sdpa-cudnn":
         return 2 if block_q <= DECODE_ROWS else 1
@@ -232,6 +249,8 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
         return 1 if eight_warps else 2
     if impl == "triton":
         return int(min(4, max(1, 16384 // max(1, block_q * p))))
+    if impl == "fa3":
+        return 1
     return None
 
 

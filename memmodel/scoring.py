@@ -89,12 +89,23 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "dv_group_sum": _GROUP_SUM,
     },
     "triton": {"fa2_fwd": r"attn|flash|fwd", "fa2_splitkv": r"attn|flash|fwd", "fa2_combine": r"combine"},
+    # flash_attn.cute's kernels are named after their classes (FlashAttentionForwardSm90, ...)
+    "fa3": {
+        "fa2_fwd": r"(?i)forward",
+        "fa2_splitkv": r"(?i)forward",
+        "fa2_combine": r"(?i)combine",
+        "fa3_bwd_pre": r"(?i)preprocess",
+        "fa3_bwd": r"(?i)backwardsm90|backward(?!.*(pre|post)process)",
+        "fa3_bwd_dq": r"(?i)postprocess",
+        "fa3_bwd_dk": r"(?i)postprocess",
+        "fa3_bwd_dv": r"(?i)postprocess",
+    },
 }
 #: model kernels a library may not launch as a kernel of their own (matched when present):
 #: the CUTLASS workspace fill (only with more than one key split), cuDNN's auxiliary kernels
 OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})
 #: the fused backward kernel of each implementation (its occupancy is measured apart)
-BACKWARD_MAIN = {"sdpa-flash": "fa2_bwd", "sdpa-efficient": "mea_bwd", "sdpa-cudnn": "cudnn_bwd"}
+BACKWARD_MAIN = {"sdpa-flash": "fa2_bwd", "sdpa-efficient": "mea_bwd", "sdpa-cudnn": "cudnn_bwd", "fa3": "fa3_bwd"}
 
 
 def standard_variant(case: Case) -> str:

@@ -8,6 +8,9 @@ the model does. This script rebuilds, from the run's JSON (what ``memmodel calib
 * ``memmodel/hardware/profiles/h200.yaml``, the bundled H200 profile (name ``h200``);
 * ``validation/h200/h200-calibrated.yaml``, the same calibration under its own name,
 
+with the implementations calibrated on their own merged in (:data:`IMPL_RUNS`: FlashAttention-3,
+``memmodel calibrate --impl fa3 --format json | gzip -9n > validation/h200/fa3/calibrate-fa3.json.gz``),
+
 each with ``validation/h200/h200-datasheet.yaml`` as ``--base``, and with the NCCL curves of
 ``validation/h200x2/calibrate-nccl.json`` (``memmodel calibrate --gpus 2 --format json`` on the
 two-GPU machine) in its ``interconnect`` section where that file exists (the figures calibrate does
@@ -46,6 +49,10 @@ NCCL = ROOT / "validation" / "h200x2" / "calibrate-nccl.json"
 
 L2_REUSE = ROOT / "validation" / "h200" / "l2-reuse" / "l2_reuse.json.gz"
 
+#: implementations calibrated on their own (``memmodel calibrate --impl NAME --format json``),
+#: merged into the run above before the profile is fitted, their figures citing that run
+IMPL_RUNS = (ROOT / "validation" / "h200" / "fa3" / "calibrate-fa3.json.gz",)
+
 
 def with_links(text: str) -> str:
     """``text`` (a profile's YAML) with the measured NCCL curves and the L2 reuse curve, where
@@ -82,10 +89,34 @@ def with_links(text: str) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
 
 
+def with_impl_sources(text: str, parts: list[dict]) -> str:
+    """``text`` (a profile's YAML) with the figures of each implementation calibrated on its own
+    citing that run (:func:`memmodel.calibration.merge.cite_impl`)."""
+    if not parts:
+        return text
+    import yaml
+
+    from memmodel.calibration.merge import cite_impl
+
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
+    data = yaml.safe_load(text)
+    for part in parts:
+        data = cite_impl(data, part)
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)
+
+
 def expected() -> dict[Path, str]:
+    from memmodel.calibration.merge import merge_impl
+
     result = read_json(RUN)
+    parts = [read_json(path) for path in IMPL_RUNS if path.exists()]
+    for part in parts:
+        result = merge_impl(result, part)
     base = load_file(BASE)
-    return {path: with_links(profile_yaml(result, base=base, name=name)) for path, name in TARGETS.items()}
+    return {
+        path: with_impl_sources(with_links(profile_yaml(result, base=base, name=name)), parts)
+        for path, name in TARGETS.items()
+    }
 
 
 def main(argv: list[str]) -> int:

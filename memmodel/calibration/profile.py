@@ -16,7 +16,7 @@ from ..hardware import Profile, parse_profile
 from ..hardware.schema import CURVES as _CURVES
 from ..hardware.schema import FIELDS as _FIELDS
 from ..hardware.schema import SCHEMA as PROFILE_SCHEMA
-from ..hardware.schema import SHARE_FIGURES
+from ..hardware.schema import PEAK_SLACK, SHARE_FIGURES
 from ..units import UnitError, parse, quantity
 from . import fits
 from .figures import device_figures, measured_figures
@@ -121,6 +121,18 @@ def profile_data(result: Mapping[str, Any], *, base: Profile | None = None, name
             entry["note"] = f"carried over from profile {base.name} ({why})" + (f"; {prov.note}" if prov.note else "")
             figures[fpath] = entry
     figures = {f: e for f, e in figures.items() if f in _FIELDS}  # a base of an older schema
+    for fpath in SHARE_FIGURES:
+        # a base of another GPU (--base of an unmatched one): its datasheet peak is not this GPU's
+        peak = "memory.hbm.datasheet_bandwidth" if fpath.startswith("memory.hbm.") else f"datasheet.{fpath}"
+        got, ref = figures.get(fpath), figures.get(peak)
+        if got and ref and got.get("source") == "measured" and ref.get("source") != "measured":
+            kind = _FIELDS[fpath][0]
+            try:
+                contradicts = parse(got["value"], kind) > PEAK_SLACK * parse(ref["value"], kind)
+            except UnitError:
+                contradicts = False
+            if contradicts:
+                del figures[peak]
     eff, cap = figures.get("memory.l2.effective_capacity"), figures.get("memory.l2.capacity")
     if (
         eff

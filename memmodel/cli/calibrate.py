@@ -39,6 +39,14 @@ from .options import Command, check_outputs, force_option, format_option, option
     "GPUs; --output writes --base (default h200) with the measured curves.",
 )
 @option(
+    "--impl",
+    "impl",
+    type=click.Choice(["fa3"]),
+    help="Measure only this implementation's reference shapes, forward and backward (fa3: FlashAttention-3 through "
+    "the flash-attn-4 package), as JSON to merge into a full calibration's (scripts/update_profiles.py does); "
+    "no profile is written.",
+)
+@option(
     "--device",
     "cp_device",
     type=click.Choice(["cuda", "cpu"]),
@@ -57,6 +65,7 @@ def calibrate_cmd(
     fmt: str,
     gpus: int = 1,
     cp_device: str = "cuda",
+    impl: str | None = None,
 ) -> None:
     """Measure this GPU's ceilings: HBM and L2 bandwidth, L2 effective capacity, shared-memory
     bandwidth, matmul TFLOP/s per dtype, exp rate, L2 and DRAM latency, launch overhead; and
@@ -67,6 +76,8 @@ def calibrate_cmd(
     Needs PyTorch with CUDA and Triton. Prints the figures (next to --base's, if any) and, with
     --output, writes a profile whose measured figures cite "measured on <GPU>, <date>".
     """
+    if impl is not None:
+        return _calibrate_impl(impl, output=output, gpus=gpus, quick=quick, fmt=fmt)
     if gpus > 1:
         from .multi_gpu import calibrate
 
@@ -135,6 +146,59 @@ def calibrate_cmd(
             terminal.note(f"wrote {output}")
     elif profile_error is not None and fmt != "json":
         terminal.note(f"(no profile: {profile_error})")
+
+
+def _calibrate_impl(impl: str, *, output: str | None, gpus: int, quick: bool, fmt: str) -> None:
+    """``calibrate --impl NAME``: the implementation's reference points, as JSON or a table."""
+    if output:
+        raise click.UsageError(
+            "--impl measures one implementation's reference shapes, not a profile: drop --output and keep the JSON "
+            "(--format json), which scripts/update_profiles.py merges into a full calibration"
+        )
+    if gpus > 1:
+        raise click.UsageError("--impl runs on one GPU: drop --gpus")
+    from ..gpu import calibrate as cal
+    from . import terminal
+
+    steps = cal.IMPL_STEPS[impl]
+    with terminal.progress(len(steps)) as update:
+        result = cal.run_impl_calibration(impl, quick=quick, on_step=lambda done, total, what: update(done, what))
+    result["command"] = "memmodel " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if fmt == "json":
+        terminal.print_json(result)
+    else:
+        rows = []
+        for p in (result["measurements"].get("sdpa") or {}).get("points", []):
+            rows.append(
+                [
+                    "forward",
+                    " x ".join(str(x) for x in p["shape"][:4]) + (" causal" if p["shape"][4] else ""),
+                    _us(p.get("time_s")),
+                    p.get("error", ""),
+                ]
+            )
+        for p in ((result["measurements"].get("backward") or {}).get("sdpa_backward") or {}).get("points", []):
+            rows.append(
+                [
+                    "backward",
+                    " x ".join(str(x) for x in p["shape"][:4]) + (" causal" if p["shape"][4] else ""),
+                    _us((p.get("backward") or {}).get("time_s")),
+                    p.get("error", ""),
+                ]
+            )
+        terminal.console().print(
+            terminal.table(
+                f"{impl} on {result['device']['name']}",
+                [("pass", "left"), ("B x H x N x d", "left"), ("time", "right"), ("error", "left")],
+                rows,
+            )
+        )
+    for step, message in result["errors"].items():
+        terminal.warning(f"step {step} failed: {message}")
+
+
+def _us(seconds: Any) -> str:
+    return f"{seconds * 1e6:.1f} us" if seconds else "-"
 
 
 def _print_table(result: dict[str, Any], base: Any) -> None:

@@ -203,6 +203,7 @@ def validate_cmd(
     from ..hardware import load_profile
 
     ensure_runnable()
+    cases = _runnable(cases)
     device = device_name()
     if gpu is None:
         from ..cases import profile_for_device
@@ -227,6 +228,26 @@ def validate_cmd(
         record.save()
         raise
     _emit(data, fmt, plot_path, force)
+
+
+def _runnable(cases: list[Any]) -> list[Any]:
+    """The cases whose kernels this machine has: FlashAttention-3's are left out, with one line
+    saying why, where its package does not import (nothing left to run: an error)."""
+    from ..errors import RuntimeFailure
+    from . import terminal
+
+    if not any(c.impl == "fa3" for c in cases):
+        return cases
+    from ..gpu.fa3 import missing
+
+    why = missing()
+    if why is None:
+        return cases
+    kept = [c for c in cases if c.impl != "fa3"]
+    if not kept:
+        raise RuntimeFailure(f"no case to run: {why}")
+    terminal.warning(f"skipping {len(cases) - len(kept)} fa3 case(s): {why}")
+    return kept
 
 
 def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) -> None:

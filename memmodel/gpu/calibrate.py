@@ -615,8 +615,10 @@ def run_calibration(
     quick: bool = False,
     on_step: Callable[[int, int, str], None] | None = None,
     context: Context | None = None,
+    steps: tuple[Step, ...] | None = None,
 ) -> dict[str, Any]:
-    """Run every step on the current CUDA device; a step that fails is recorded, the rest go on.
+    """Run every step (of ``steps``; default :data:`STEPS`) on the current CUDA device; a step
+    that fails is recorded, the rest go on.
 
     ``on_step(done, total, description)`` is called before each step and once at the end.
     KeyboardInterrupt is not caught: the caller stops cleanly.
@@ -644,8 +646,9 @@ def run_calibration(
         "errors": {},
     }
     m, errors = result["measurements"], result["errors"]
-    total = len(STEPS)
-    for i, step in enumerate(STEPS):
+    steps = STEPS if steps is None else steps
+    total = len(steps)
+    for i, step in enumerate(steps):
         key = step.key
         if on_step:
             on_step(i, total, step.description)
@@ -664,5 +667,60 @@ def run_calibration(
             m[key]["step_wall_s"] = round(time.time() - t0, 3)
     if on_step:
         on_step(total, total, "done")
+    result["wall_s"] = round(time.time() - started, 3)
+    return result
+
+
+#: implementations ``calibrate --impl`` measures on their own (kernels outside PyTorch), and
+#: the steps each runs, keyed as a full calibration keys them
+IMPL_STEPS: dict[str, tuple[Step, ...]] = {
+    "fa3": (
+        Step("sdpa", "FlashAttention-3 forward, reference shapes", calibrate_impl.measure_fa3),
+        Step(
+            "backward",
+            "FlashAttention-3 forward and backward, reference shapes",
+            lambda ctx: {"sdpa_backward": calibrate_backward.measure_fa3_backward(ctx)},
+        ),
+    ),
+}
+
+
+#: the packages whose version an implementation's own calibration records (beside torch's)
+IMPL_PACKAGES: dict[str, tuple[str, ...]] = {"fa3": ("flash-attn-4", "nvidia-cutlass-dsl")}
+
+
+def _package_versions(names: tuple[str, ...]) -> dict[str, str]:
+    """``{"<name>_version": version}`` of each installed distribution (underscores for dashes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in names:
+        try:
+            out[f"{name.replace('-', '_')}_version"] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def run_impl_calibration(
+    impl: str,
+    *,
+    quick: bool = False,
+    on_step: Callable[[int, int, str], None] | None = None,
+    context: Context | None = None,
+) -> dict[str, Any]:
+    """One implementation's reference shapes alone (:data:`IMPL_STEPS`): a calibration result
+    whose ``sdpa`` and ``backward`` measurements hold only its points, with ``impl`` naming it,
+    to merge into a full calibration's (:func:`memmodel.calibration.merge.merge_impl`)."""
+    from .fa3 import missing
+
+    if impl == "fa3" and (why := missing()) is not None:
+        raise RuntimeFailure(why)
+    steps = IMPL_STEPS[impl]
+    ctx = context if context is not None else make_context(quick=quick)
+    started = time.time()
+    result = run_calibration(quick=quick, context=ctx, steps=steps, on_step=on_step)
+    result["impl"] = impl
+    result["device"].update(_package_versions(IMPL_PACKAGES.get(impl, ())))
     result["wall_s"] = round(time.time() - started, 3)
     return result

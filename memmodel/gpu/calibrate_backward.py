@@ -229,3 +229,43 @@ def measure_backward(ctx: Any) -> dict[str, Any]:
         out[key] = guard(lambda fn=fn: fn(ctx))
         ctx.free()
     return out
+
+
+def measure_fa3_backward(ctx: Any) -> dict[str, Any]:
+    """FlashAttention-3's forward and backward pass (``torch.autograd.grad`` with the graph
+    kept) on the reference shapes, as points of ``sdpa_backward`` (``impl`` "fa3"), each
+    pass's kernels with their CUPTI durations besides."""
+    from . import fa3
+    from .calibrate_impl import _kernel_times
+
+    torch = ctx.torch
+    points: list[dict[str, Any]] = []
+    for b, h, n, d, causal in SDPA_SHAPES:
+        point: dict[str, Any] = {"impl": "fa3", "shape": [b, h, n, d, causal], "dtype": "fp16"}
+        try:
+            qkv = fa3.make_qkv(
+                torch,
+                [(b, h, n, d)] * 3,
+                dtype=torch.float16,
+                device=ctx.device,
+                generator=ctx.generator(26),
+                requires_grad=True,
+            )
+            forward = fa3.forward(*qkv, causal=causal)
+            out = forward()
+            do = torch.empty_like(out).normal_(generator=ctx.generator(27))
+            flop = 4 * b * h * n * n * d // (2 if causal else 1)
+
+            def backward(out: Any = out, do: Any = do, qkv: list[Any] = qkv) -> Any:
+                return torch.autograd.grad(out, qkv, do, retain_graph=True)
+
+            point.update(
+                forward=_best_of_three(ctx, flop, forward), backward=_best_of_three(ctx, 5 * flop // 2, backward)
+            )
+            point["backward"]["kernels"] = _kernel_times(ctx, backward)
+            del out, do, qkv
+        except Exception as exc:  # a head dim this build refuses: recorded
+            point["error"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        points.append(point)
+        ctx.free()
+    return {"points": points, "flop": "forward 4·B·H·N²·d (halved when causal), backward 2.5 × forward"}

@@ -599,3 +599,33 @@ def measure_sustained(ctx: Any) -> dict[str, Any]:
             series.append(entry)
     time.sleep(ctx.plan.sustained_idle_s)  # leave the GPU as cool as it was found
     return {"series": series}
+
+
+# ---------------------------------------------------------------------------------------
+# FlashAttention-3 (flash_attn.cute), on its own: ``memmodel calibrate --impl fa3``
+
+
+def measure_fa3(ctx: Any) -> dict[str, Any]:
+    """FlashAttention-3's forward on the reference shapes the SDPA backends run
+    (:data:`SDPA_SHAPES`), as points of the ``sdpa`` step (``impl`` "fa3"): the same fits
+    then give its efficiency, CTA overhead and diagonal-block cost."""
+    from . import fa3
+
+    torch = ctx.torch
+    out: list[dict[str, Any]] = []
+    for b, h, n, d, causal in SDPA_SHAPES:
+        shapes = [(b, h, n, d)] * 3
+        qkv = fa3.make_qkv(torch, shapes, dtype=torch.float16, device=ctx.device, generator=ctx.generator(16))
+        fn = fa3.forward(*qkv, causal=causal)
+        point: dict[str, Any] = {"impl": "fa3", "shape": [b, h, n, d, causal], "dtype": "fp16"}
+        try:
+            err = float((fn().float() - _reference(torch, qkv, causal)).abs().max())
+            flop = 4 * b * h * n * n * d // (2 if causal else 1)
+            point.update(_best_of_three(ctx, flop, fn), max_abs_error=err)
+            point["kernels"] = _kernel_times(ctx, fn)
+        except Exception as exc:  # a head dim this build refuses: recorded, the others go on
+            point["error"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        out.append(point)
+        del qkv, fn
+        ctx.free()
+    return {"points": out, "flop": "4·B·H·N²·d (halved when causal)"}

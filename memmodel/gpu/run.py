@@ -74,6 +74,10 @@ def make_inputs(case: Case, seed: int = 0, offset: int = 0) -> tuple[Any, Any, A
         (case.batch, case.kv_heads_, case.n_kv_, case.d),
         (case.batch, case.kv_heads_, case.n_kv_, case.d),
     ]
+    if case.impl == "fa3" and not offset:  # stored batch × N × heads × d, as FlashAttention takes them
+        from .fa3 import make_qkv
+
+        return tuple(make_qkv(torch, shapes, dtype=dt, device=DEVICE, generator=g, requires_grad=case.backward))
     if offset:
         e = torch.tensor([], dtype=dt).element_size()
         sizes = [math.prod(shape) for shape in shapes]
@@ -237,12 +241,29 @@ def triton_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable
     return [("attention", run)]
 
 
+def fa3_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
+    from .fa3 import forward
+
+    return [("attention", forward(q, k, v, causal=case.causal))]
+
+
 def steps_for(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
     if case.impl == "standard":
         return standard_steps(case, q, k, v)
     if case.impl == "triton":
         return triton_steps(case, q, k, v)
+    if case.impl == "fa3":
+        return fa3_steps(case, q, k, v)
     return sdpa_steps(case, q, k, v)
+
+
+def fused_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
+    """The forward call of a fused implementation, differentiable (the training step's)."""
+    if case.impl == "fa3":
+        from .fa3 import forward
+
+        return forward(q, k, v, causal=case.causal)
+    return sdpa_forward(case, q, k, v)
 
 
 def run_steps(steps: list[tuple[str, Callable[[], Any]]]) -> Any:
@@ -260,6 +281,8 @@ class CaseRun:
     def __init__(self, case: Case, seed: int = 0, offset: int = 0) -> None:
         if case.impl == "triton" and (case.backward or case.dropout):
             raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass and no dropout")
+        if case.impl == "fa3" and (case.dropout or case.block_q or case.block_kv):
+            raise RuntimeFailure(f"{case.id}: FlashAttention-3's kernels run no dropout and their own tiles")
         self.case = case
         self.q, self.k, self.v = make_inputs(case, seed, offset)
         self.dropped = _Dropout()
@@ -273,7 +296,7 @@ class CaseRun:
         forward = (
             eager_forward(case, self.q, self.k, self.v, self.dropped)
             if case.impl == "standard"
-            else sdpa_forward(case, self.q, self.k, self.v)
+            else fused_forward(case, self.q, self.k, self.v)
         )
         self._forward = forward
         self.steps = [("forward", self._run_forward), ("backward", self._run_backward)]
@@ -652,12 +675,12 @@ def _marker(name: str) -> Callable[[], None]:
 def profile_pass(case: Case, offset: int = 0) -> None:
     """One run of the case's kernels between begin/end marker kernels (for ncu), its inputs
     placed ``offset`` bytes into their allocation. Outside the markers: the inputs, dO (from a
-    forward without autograd) and, for our Triton kernel, a run that compiles and autotunes it."""
+    forward without autograd) and, for our Triton kernel and FlashAttention-3, a run that compiles them."""
     torch = require_cuda()
     run = CaseRun(case, offset=offset)
     run.prepare()
-    if case.impl == "triton":
-        run.run()  # compile / autotune outside the markers
+    if case.impl in ("triton", "fa3"):
+        run.run()  # compile (Triton: autotune; FlashAttention's CuTe kernels: JIT) outside the markers
     torch.cuda.synchronize()
     _marker("begin")()
     run.run()

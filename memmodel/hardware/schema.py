@@ -259,7 +259,6 @@ CEILINGS: dict[str, tuple[float, str]] = {
     "ops": (1e18, "1 Eop/s"),
     "frequency": (1e10, "10 GHz"),
     "bytes": (1e15, "1 PB"),
-    "time": (1.0, "1 s"),
     "count": (1e6, "1000000"),
 }
 #: A measured figure may exceed its datasheet peak by this much (a clock above the one the

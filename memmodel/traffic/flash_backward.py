@@ -523,6 +523,55 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     return out + group_sum_kernels(w, l2)
 
 
+# ---------------------------------------------------------------------------------------
+# FlashAttention-3 (its Hopper kernels in flash_attn.cute)
+
+
+def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    """FlashAttention-3's Hopper backward: FlashAttention-2's three kernels (a dO·O
+    preprocess, the main kernel over K/V blocks adding dQ into an fp32 accumulator, its
+    conversion) under FA3's names. With GQA the query heads of a group add their dK, dV into
+    fp32 accumulators of their K/V head and a conversion writes them out: modelled as the
+    per-query-head dK, dV FlashAttention-2 writes and a pass that reads them and writes the
+    K/V heads' (``fa3_bwd_dk``, ``fa3_bwd_dv``: the bytes a conversion of the accumulators
+    would move at 2-byte elements, the atomics' extra L2 traffic not counted)."""
+    renamed = {"fa2_bwd_pre": "fa3_bwd_pre", "fa2_bwd": "fa3_bwd", "fa2_bwd_dq": "fa3_bwd_dq"}
+    out = []
+    grouped = _has_groups(w)
+    for k in fa2_backward(w.with_(kv_heads=w.heads) if grouped else w, ctx, l2):
+        if k.name not in renamed:
+            continue
+        name = renamed[k.name]
+        transfers = tuple(_rename(t, name) for t in k.transfers)
+        if k.name == "fa2_bwd" and grouped:
+            transfers = tuple(_rename(t, name) for t in _gqa_kv_main(w, k.transfers, l2))
+        out.append(_renamed_kernel(k, name, transfers))
+    for k in group_sum_kernels(w, l2):
+        name = "fa3_bwd_" + k.name.split("_")[0]  # dk_group_sum -> fa3_bwd_dk
+        out.append(_renamed_kernel(k, name, tuple(_rename(t, name) for t in k.transfers)))
+    return out
+
+
+def _gqa_kv_main(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
+    """The main kernel's K/V reads with GQA as FlashAttention-2's own grid makes them
+    (:func:`_gqa_kv_hbm`: once per K/V head where it stays in L2 across its group)."""
+    from dataclasses import replace
+
+    kv_q_heads = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, w.element_bytes)
+    per_head = intmath.mul(2, w.n, w.d, w.element_bytes)
+    hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2)
+    return tuple(
+        replace(t, bytes=hbm) if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read" else t
+        for t in transfers
+    )
+
+
+def _renamed_kernel(k: Kernel, name: str, transfers: tuple[Any, ...]) -> Kernel:
+    from dataclasses import replace
+
+    return replace(k, name=name, transfers=transfers)
+
+
 def _has_groups(w: Workload) -> bool:
     return not np.all(np.asarray(w.group) == 1)
 
