@@ -56,6 +56,7 @@ from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
 from .traffic.standard import STANDARD_VARIANTS
+from .validated import time_range
 from .workload import DTYPE_BYTES, Workload
 
 #: Integer axes of a grid, in the order rows are nested (the last varies fastest).
@@ -113,6 +114,8 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "splits",
     "ctas_per_sm",
     "standard",
+    "predicted_time_low_s",
+    "predicted_time_high_s",
 )
 
 
@@ -775,6 +778,8 @@ _COLUMN_DTYPES: dict[str, Any] = {
     "ratio_flops": np.float64,
     "ratio_predicted_time_s": np.float64,
     "dropout": np.float64,
+    "predicted_time_low_s": np.float64,
+    "predicted_time_high_s": np.float64,
 }
 
 
@@ -892,6 +897,9 @@ def _evaluate_part(
             intensity = np.where(hbm > 0, np.asarray(ev.traffic.flops, dtype=np.float64) / hbm, 0.0)
         columns["arithmetic_intensity"][std_at if name == "standard" else til_at] = intensity
     put("predicted_time_s", s.timing.time_s, t.timing.time_s)
+    ranges = [time_range(profile.rate_class, np.asarray(ev.timing.time_s, dtype=np.float64)) for ev in (s, t)]
+    for i, key in enumerate(("predicted_time_low_s", "predicted_time_high_s")):
+        put(key, *(np.nan if r is None else r[i] for r in ranges))
     put("bound", _encode_bounds(s.timing, bound_codes), _encode_bounds(t.timing, bound_codes))
     for key, value in c.ratios().items():
         put(f"ratio_{key}", value, value)

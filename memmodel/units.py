@@ -231,6 +231,18 @@ def format_time(seconds: float, digits: int = 3) -> str:
     return format_si(seconds, "s", digits, largest="", smallest="n")
 
 
+def format_time_range(seconds: float, low: float | None, high: float | None, digits: int = 3) -> str:
+    """A time with the range it is likely measured in, the range in the time's unit to two
+    significant digits: ``3.75e-3, 3.4e-3, 4.1e-3 -> '3.750 ms (3.4–4.1)'``; the time alone
+    where there is no range."""
+    text = format_time(seconds, digits)
+    if low is None or high is None:
+        return text
+    prefix = text.split()[-1].removesuffix("s")
+    scale = dict(_DECIMAL).get(prefix, 1.0)
+    return f"{text} ({_significant(low / scale, 2)}–{_significant(high / scale, 2)})"
+
+
 def format_percent(ratio: float | None, digits: int = 1) -> str:
     """A signed relative error or change as a percentage with its sign (0.123 reads plus 12.3
     per cent, ``digits`` decimals); ``'—'`` for None (not known)."""

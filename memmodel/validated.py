@@ -84,3 +84,21 @@ def checked(cls: str) -> str | None:
     if len(groups) > 1:
         return "; ".join(f"{name} {_span(stats)}" for name, stats in groups.items())
     return _span(entry)
+
+
+def time_range_errors(rate_class: str) -> dict[str, Any] | None:
+    """The measured errors behind a time's range for a profile of ``rate_class``
+    (:attr:`memmodel.hardware.Profile.rate_class`): ``low``/``high`` signed errors (predicted /
+    measured - 1, the first and last decile), ``count``, ``basis``; None where the file has none."""
+    found = _data().get("time_ranges", {}).get(rate_class)
+    return found if isinstance(found, dict) and "low" in found and "high" in found else None
+
+
+def time_range(rate_class: str, seconds: Any) -> tuple[Any, Any] | None:
+    """Where a time predicted at ``seconds`` (a number or an array) is measured, from the first
+    to the last decile of the errors of the rate class (a prediction p with error e measures
+    p / (1 + e)); None where the data file gives no range for the class."""
+    errors = time_range_errors(rate_class)
+    if errors is None:
+        return None
+    return seconds / (1.0 + errors["high"]), seconds / (1.0 + errors["low"])

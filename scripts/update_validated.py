@@ -193,7 +193,85 @@ def generate(stems: tuple[str, ...] | None = None) -> dict[str, Any]:
         "about": "signed errors (predicted / measured - 1) where each caveat fires; scripts/update_validated.py",
         "reference": reference_figures(),
         "classes": classes,
+        "time_ranges": time_ranges(),
     }
+
+
+#: the profile the datasheet class is measured with: the H200's datasheet figures alone
+DATASHEET_PROFILE = "validation/h200/h200-datasheet.yaml"
+#: the share of the measured errors a time's range covers: from the first to the last decile
+RANGE_DECILES = (1, 9)
+
+
+def step_errors(profile_of: Any, folder: str = CHECKS) -> tuple[list[float], list[str]]:
+    """The signed errors (predicted / measured - 1) of every measured step (a forward, a
+    backward, a whole training step, a standard kernel) of the records of ``folder``, with each
+    record's own profile (``profile_of(data, path)``) as ``validate --rescore`` would, and the
+    records that gave some."""
+    from memmodel.cases import Case
+    from memmodel.gpu.validate import SCHEMA
+    from memmodel.scoring import predicted_times, time_errors
+
+    errors: list[float] = []
+    used: list[str] = []
+    for stem in sorted({str(p.relative_to(REPO)).split(".json")[0] for p in (REPO / folder).glob("*.json*")}):
+        path = record_file(stem)
+        if path is None:
+            continue
+        data = json.loads(_read(path))
+        if data.get("schema") != SCHEMA:
+            continue
+        profile = profile_of(data, str(path))
+        before = len(errors)
+        for entry in data["cases"]:
+            if entry.get("status") != "ok" or "timing" not in entry:
+                continue
+            case = Case.from_dict(entry["case"])
+            now = {**entry, "predicted": predicted_times(case, profile)}
+            errors.extend(r["error"] for r in time_errors(now) if r["error"] == r["error"])
+        if len(errors) > before:
+            used.append(stem)
+    return errors, used
+
+
+def time_ranges() -> dict[str, Any]:
+    """How far a time of each rate class (:attr:`memmodel.hardware.Profile.rate_class`) is
+    from what is measured: the first and last decile of the signed errors. ``measured``: the
+    validation records with the profile they were measured with; ``datasheet``: the same
+    records with the H200's datasheet figures alone. No GPU of the two classes between was
+    measured: they take the datasheet class's spread about its median (the transfer rules take
+    the measured shares, which removes the datasheet's bias but not the spread)."""
+    from memmodel.cli.validate import recorded_profile
+    from memmodel.hardware import load_file
+
+    datasheet = load_file(REPO / DATASHEET_PROFILE)
+    out: dict[str, Any] = {}
+    for cls, profile_of, basis in (
+        ("measured", recorded_profile, "steps of the validation records, each with the profile it was measured with"),
+        ("datasheet", lambda data, path: datasheet, f"the same steps predicted with {DATASHEET_PROFILE} alone"),
+    ):
+        errors, used = step_errors(profile_of)
+        deciles = statistics.quantiles(errors, n=10)
+        lo, hi = deciles[RANGE_DECILES[0] - 1], deciles[RANGE_DECILES[1] - 1]
+        out[cls] = {
+            "low": round(lo, 4),
+            "median": round(statistics.median(errors), 4),
+            "high": round(hi, 4),
+            "count": len(errors),
+            "records": len(used),
+            "basis": basis,
+        }
+    ds = out["datasheet"]
+    centred = {k: round((1 + ds[k]) / (1 + ds["median"]) - 1, 4) for k in ("low", "high")}
+    for cls in ("same-architecture", "other-architecture"):
+        out[cls] = {
+            **centred,
+            "median": 0.0,
+            "count": 0,
+            "records": 0,
+            "basis": "no GPU of this class measured: the datasheet class's spread about its median stands in",
+        }
+    return out
 
 
 def reference_figures() -> dict[str, float]:

@@ -20,7 +20,7 @@ from memmodel.cli import cli
 from memmodel.options import options_for
 from memmodel.sweep import Grid, evaluate
 
-from .conftest import REPO
+from .conftest import HARDWARE, REPO
 
 
 def one_line_error(r, code: int = 2) -> str:
@@ -261,13 +261,20 @@ def test_every_single_value_option_refuses_repetition():
                 assert isinstance(p, Option), f"{cmd.name} {p.opts[0]}"
 
 
-def test_compare_on_several_gpus_side_by_side(run):
+def test_compare_on_several_gpus_side_by_side(run, tmp_path):
     r = run("compare", "--n", "4096", "--d", "128", "--dtype", "fp16", "--gpu", "a100", "--gpu", "h200")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("a100 vs h200 · ")
-    header = next(line for line in lines if line.split() == ["a100", "h200"])
+    # each column names what its rates rest on
+    header = next(line for line in lines if line.split() == ["a100", "·", "transferred", "h200", "·", "measured"])
     assert header and "standard (Algorithm 0)" in r.stdout and "tiled: speed-up over a100" in r.stdout
+    # two profiles of one name are told apart by their files
+    mine = tmp_path / "a100.yaml"
+    mine.write_text((HARDWARE / "a100.yaml").read_text().replace("2039 GB/s", "2400 GB/s"))
+    twice = run("compare", "--n", "4096", "--d", "128", "--gpu", f"a100,{mine}")
+    assert twice.exit_code == 0, twice.stderr
+    assert "a100 (a100.yaml) ·" in twice.stdout and "a100 (bundled) ·" in twice.stdout
     data = json.loads(run("compare", "--n", "4096", "--d", "128", "--gpu", "a100,h200", "--format", "json").stdout)
     assert data["schema"] == "memmodel.compare-gpus/1"
     assert [g["hardware"]["name"] for g in data["gpus"]] == ["a100", "h200"]

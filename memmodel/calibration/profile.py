@@ -15,8 +15,8 @@ from ..errors import MemmodelError, RuntimeFailure
 from ..hardware import Profile, parse_profile
 from ..hardware.schema import CURVES as _CURVES
 from ..hardware.schema import FIELDS as _FIELDS
-from ..hardware.schema import SCHEMA as PROFILE_SCHEMA
 from ..hardware.schema import PEAK_SLACK, SHARE_FIGURES
+from ..hardware.schema import SCHEMA as PROFILE_SCHEMA
 from ..units import UnitError, parse, quantity
 from . import fits
 from .figures import device_figures, measured_figures

@@ -205,8 +205,8 @@ def _print_table(result: Any) -> None:
         ),
         (
             terminal.markup("[bold]predicted time[/]"),
-            terminal.markup(f"[bold]{format_time(std['predicted_time_s'])}[/]"),
-            terminal.markup(f"[bold]{format_time(til['predicted_time_s'])}[/]"),
+            terminal.markup(f"[bold]{_timed(std)}[/]"),
+            terminal.markup(f"[bold]{_timed(til)}[/]"),
             terminal.markup(f"[bold]{_times(ratios['predicted_time_s'])}[/]"),
         ),
         ("bound by", std["bound"], til["bound"], ""),
@@ -248,10 +248,40 @@ def _print_table(result: Any) -> None:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
 
 
+def _timed(entry: dict[str, Any]) -> str:
+    """An algorithm's (or pass's) predicted time with the range it is likely measured in."""
+    from ..units import format_time_range
+
+    low, high = entry.get("predicted_time_range_s") or (None, None)
+    return format_time_range(entry["predicted_time_s"], low, high)
+
+
+def column_heads(data: list[dict[str, Any]]) -> list[str]:
+    """One head per GPU of a several-GPU table: its name and what its rates rest on
+    (``a100 · transferred``); two profiles of one name are told apart by their files."""
+    from pathlib import Path
+
+    names = [d["hardware"]["name"] for d in data]
+
+    def where(hw: dict[str, Any], full: bool) -> str:
+        if hw["origin"] == "bundled" or not hw["path"]:
+            return str(hw["origin"])
+        return str(hw["path"]) if full else Path(hw["path"]).name
+
+    heads = []
+    for d, name in zip(data, names):
+        hw = d["hardware"]
+        if names.count(name) > 1:
+            same = [where(o["hardware"], False) for o in data if o["hardware"]["name"] == name]
+            name = f"{name} ({where(hw, same.count(where(hw, False)) > 1)})"
+        heads.append(f"{name} · {hw['rates']['label']}")
+    return heads
+
+
 def _print_side_by_side(results: list[Any]) -> None:
     """Several GPUs: one table of totals, a column per GPU; standard, tiled and their ratios in turn."""
     from ..report.compare import compare_to_dict, workload_summary
-    from ..units import format_bytes, format_count, format_time
+    from ..units import format_bytes, format_count
     from . import terminal
 
     data = [compare_to_dict(r) for r in results]
@@ -274,7 +304,7 @@ def _print_side_by_side(results: list[Any]) -> None:
             ("  SRAM traffic", *cells(i, format_bytes, "sram_bytes")),
             ("  FLOPs", *cells(i, format_count, "flops")),
             ("  intensity (FLOP/B)", *cells(i, lambda v: f"{v:.1f}", "arithmetic_intensity")),
-            (terminal.markup("  [bold]predicted time[/]"), *cells(i, format_time, "predicted_time_s")),
+            (terminal.markup("  [bold]predicted time[/]"), *[_timed(d["algorithms"][i]) for d in data]),
             ("  bound by", *cells(i, str, "bound")),
         ]
 
@@ -295,7 +325,7 @@ def _print_side_by_side(results: list[Any]) -> None:
         (f"tiled: speed-up over {names[0]}", *[_times(first / r.tiled.timing.time_s) for r in results]),
     ]
     con.print()
-    con.print(terminal.table(None, [("", "left"), *((name, "right") for name in names)], rows))
+    con.print(terminal.table(None, [("", "left"), *((head, "right") for head in column_heads(data))], rows))
     for d in data:
         for line in d["warnings"]:
             con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)

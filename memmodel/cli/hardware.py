@@ -105,6 +105,7 @@ def sources_cmd(*, fmt: str) -> None:
     from ..hardware import SOURCE_KINDS, available, load_file
     from ..implementations import default_for
     from ..timing import caveats, rate_sources
+    from ..validated import time_range_errors
     from ..workload import Workload
     from . import terminal
 
@@ -121,14 +122,29 @@ def sources_cmd(*, fmt: str) -> None:
         dtype = "bf16" if "bf16" in p.compute_flops_per_s else "fp16"
         impl, _ = default_for(Workload(n=4096, d=128, dtype=dtype), p)
         missing = caveats(p, impl if impl != "paper" else None, dtype, 128)
+        errors = time_range_errors(p.rate_class)
         rows.append(
-            {"name": name, "rates": rate_sources(p), "figures": by_kind, "default_impl": impl, "caveats": missing}
+            {
+                "name": name,
+                "rates": rate_sources(p),
+                "rate_class": p.rate_class,
+                "time_range": errors,
+                "figures": by_kind,
+                "default_impl": impl,
+                "caveats": missing,
+            }
         )
     if fmt == "json":
         terminal.print_json(rows)
         return
     kinds = ("measured", "derived", "published", "datasheet", "device")
-    header = ["GPU", "its times rest on", *kinds, "caveats (bf16 or fp16, d 128, the kernel PyTorch runs)"]
+    header = [
+        "GPU",
+        "its times rest on",
+        "measured / predicted time (first–last decile)",
+        *kinds,
+        "caveats (bf16 or fp16, d 128, the kernel PyTorch runs)",
+    ]
     table = []
     for r in rows:
         if "error" in r:
@@ -136,7 +152,9 @@ def sources_cmd(*, fmt: str) -> None:
             continue
         counts = [str(len(r["figures"][k])) if r["figures"][k] else "—" for k in kinds]
         notes = "; ".join(c.split(":")[0] for c in r["caveats"]) or "none"
-        table.append([r["name"], r["rates"], *counts, f"{r['default_impl']}: {notes}"])
+        ranged = r["time_range"]
+        spread = f"{1 / (1 + ranged['high']):.2f}–{1 / (1 + ranged['low']):.2f}" if ranged else "—"
+        table.append([r["name"], r["rates"], spread, *counts, f"{r['default_impl']}: {notes}"])
     if fmt == "markdown":
         click.echo("| " + " | ".join(header) + " |")
         click.echo("| " + " | ".join("---" for _ in header) + " |")

@@ -8,9 +8,12 @@ import numpy as np
 
 from .. import __version__, intmath
 from ..flops import convention_flops
+from ..hardware import Profile
+from ..hardware.profile import RATE_LABELS
 from ..model import COMPARE_SCHEMA, Comparison, Evaluated
 from ..timing import KernelTiming, rate_sources
 from ..traffic.ledger import ROLES, AlgorithmTraffic, Kernel
+from ..validated import time_range, time_range_errors
 
 
 def _plain(value: Any) -> Any:
@@ -112,6 +115,7 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
             "full_name": p.full_name,
             "origin": p.origin,
             "path": str(p.path) if p.path else None,
+            "rates": rates_dict(p),
         },
         "workload": c.workload.to_dict(),
         "options": {
@@ -193,6 +197,28 @@ def _with_passes(out: dict[str, Any], ev: Evaluated, c: Comparison) -> dict[str,
     out["passes"] = passes_dict(ev)
     for pass_, entry in out["passes"].items():
         entry["flops_convention"] = _plain(conv[pass_])
+        entry["predicted_time_range_s"] = time_range_of(c.profile, entry["predicted_time_s"])
+    out["predicted_time_range_s"] = time_range_of(c.profile, out["predicted_time_s"])
+    return out
+
+
+def time_range_of(profile: Profile, seconds: Any) -> list[Any] | None:
+    """``[low, high]``: where a time predicted on ``profile`` is measured, from the errors the
+    validation records give its rate class (:func:`memmodel.validated.time_range`)."""
+    if isinstance(seconds, list):  # a grid's times, as _plain wrote them
+        seconds = np.asarray(seconds, dtype=np.float64)
+    found = time_range(profile.rate_class, seconds)
+    return None if found is None else [_plain(found[0]), _plain(found[1])]
+
+
+def rates_dict(profile: Profile) -> dict[str, Any]:
+    """What a profile's rates rest on (its rate class) and the errors its times' ranges come from."""
+    errors = time_range_errors(profile.rate_class)
+    out: dict[str, Any] = {"class": profile.rate_class, "label": RATE_LABELS[profile.rate_class]}
+    if profile.transferred_from or profile.derived_from:
+        out["from"] = profile.transferred_from or profile.derived_from
+    if errors is not None:
+        out["time_range"] = {k: errors[k] for k in ("low", "high", "count", "basis")}
     return out
 
 
@@ -234,6 +260,9 @@ COMPARE_CSV_COLUMNS = (
     "backward",
     "l2",
     "implementation",
+    "predicted_time_low_s",
+    "predicted_time_high_s",
+    "rates",
 )
 
 
@@ -266,6 +295,13 @@ def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
                     **{k: item[k] for k in ("l2_read_bytes", "l2_write_bytes", "sram_read_bytes", "sram_write_bytes")},
                     **context,
                     "implementation": (c.options.implementation or "paper") if alg["name"] == "tiled" else "",
+                    **dict(
+                        zip(
+                            ("predicted_time_low_s", "predicted_time_high_s"),
+                            time_range_of(c.profile, item["predicted_time_s"]) or ("", ""),
+                        )
+                    ),
+                    "rates": c.profile.rate_class,
                 }
             )
     return rows
