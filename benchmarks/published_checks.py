@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from memmodel import MemmodelError, Workload, compare, load_profile
+from memmodel.validated import time_range
 from memmodel.implementations import IMPLEMENTATIONS
 from memmodel.options import options_for
 
@@ -104,6 +105,9 @@ class Scored:
     caveats: list[str] = field(default_factory=list)
     #: the stand-in ``--impl`` scored in place of the point's own (``--proxy``), else None
     proxy: str | None = None
+    #: whether the published time lies in the range memmodel gives the prediction (its
+    #: profile's rate class: memmodel.validated.time_range); None where it gives none
+    in_range: bool | None = None
 
     @property
     def family(self) -> str:
@@ -189,6 +193,8 @@ def score(
                 s.predicted_time_s = t
                 s.predicted_tflops = flops / t / 1e12
                 s.error = (t - t_pub) / t_pub
+                span = time_range(profile.rate_class, t)
+                s.in_range = None if span is None else bool(span[0] <= t_pub <= span[1])
         out.append(s)
     return out
 
@@ -222,6 +228,12 @@ def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, An
                 "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
                 "max_abs_error": max(abs(e) for e in errs) if errs else None,
                 "median_signed_error": statistics.median(errs) if errs else None,
+                "in_range": (
+                    sum(bool(s.in_range) for s in items if s.in_range is not None)
+                    / max(1, sum(s.in_range is not None for s in items))
+                    if any(s.in_range is not None for s in items)
+                    else None
+                ),
             }
         )
     return rows
@@ -269,11 +281,12 @@ def print_table(scored: list[Scored]) -> None:
 def _print_summary(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'family':<8} {'impl':<26} {'points':>6} {'scored':>6} {'median |err|':>13} {'max |err|':>10} {'median err':>11}"
+        f" {'in range':>9}"
     )
     for r in rows:
         print(
             f"{r['family']:<8} {r['impl']:<26} {r['points']:>6} {r['scored']:>6} {_abs_pct(r['median_abs_error']):>13} "
-            f"{_abs_pct(r['max_abs_error']):>10} {_pct(r['median_signed_error']):>11}"
+            f"{_abs_pct(r['max_abs_error']):>10} {_pct(r['median_signed_error']):>11} {_abs_pct(r['in_range']):>9}"
         )
 
 
@@ -297,6 +310,7 @@ def to_json(scored: list[Scored]) -> dict[str, Any]:
                 "predicted_time_s": s.predicted_time_s,
                 "predicted_tflops": s.predicted_tflops,
                 "error": s.error,
+                "published_in_range": s.in_range,
                 "not_modelled": s.not_modelled,
                 "proxy": s.proxy,
                 "caveats": s.caveats,
