@@ -32,9 +32,9 @@ from typing import Any
 import yaml
 
 from memmodel import MemmodelError, Workload, compare, load_profile
-from memmodel.validated import time_range
 from memmodel.implementations import IMPLEMENTATIONS
 from memmodel.options import options_for
+from memmodel.validated import time_range
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "validation" / "published" / "checks.yaml"
