@@ -100,8 +100,10 @@ def list_cmd(*, fmt: str) -> None:
     markdown="a Markdown table (docs/profiles.md is made of it)",
 )
 def sources_cmd(*, fmt: str) -> None:
-    """Per profile, which figures are measured, derived, published or datasheet, what its
-    predictions rest on, and which figures the time model misses (reported as caveats)."""
+    """Per profile, which figures are measured, derived (from a sibling), transferred (from a
+    measured GPU of another architecture), published or datasheet, what its predictions rest on
+    and how far its times are from measured ones, and which figures the time model misses
+    (reported as caveats)."""
     from ..hardware import SOURCE_KINDS, available, load_file
     from ..implementations import default_for
     from ..timing import caveats, rate_sources
@@ -116,9 +118,11 @@ def sources_cmd(*, fmt: str) -> None:
         except Exception as exc:  # a broken user profile must not hide the others
             rows.append({"name": name, "error": str(exc)})
             continue
-        by_kind: dict[str, list[str]] = {k: [] for k in (*SOURCE_KINDS, "unstated")}
+        by_kind: dict[str, list[str]] = {k: [] for k in (*SOURCE_KINDS, "transferred", "unstated")}
         for fpath, prov in p.provenance.items():
-            by_kind[prov.kind or "unstated"].append(fpath)
+            # a figure transferred from a measured GPU of another architecture is derived, by its own rules
+            kind = "transferred" if prov.source == "transferred" else prov.kind
+            by_kind[kind or "unstated"].append(fpath)
         dtype = "bf16" if "bf16" in p.compute_flops_per_s else "fp16"
         impl, _ = default_for(Workload(n=4096, d=128, dtype=dtype), p)
         missing = caveats(p, impl if impl != "paper" else None, dtype, 128)
@@ -137,7 +141,7 @@ def sources_cmd(*, fmt: str) -> None:
     if fmt == "json":
         terminal.print_json(rows)
         return
-    kinds = ("measured", "derived", "published", "datasheet", "device")
+    kinds = ("measured", "derived", "transferred", "published", "datasheet", "device")
     header = [
         "GPU",
         "its times rest on",
