@@ -603,3 +603,18 @@ def test_plain_text_is_only_used_for_what_rich_prints_as_is():
     for unsafe in ("日本", "a 😀", "ᄀ", ":smile:", "a\\b"):  # wide (from U+1100), emoji codes, escapes
         assert _plain_text(unsafe) is None, unsafe
     assert _plain_text("") == ""
+
+
+def test_two_profiles_of_one_name_are_refused_where_rows_could_not_tell_them_apart(run, tmp_path):
+    mine = tmp_path / "a100.yaml"
+    mine.write_text((HARDWARE / "a100.yaml").read_text())
+    for command in (["sweep", "--n", "1024", "--d", "64"], ["roofline"]):
+        r = run(*command, "--gpu", f"a100,{mine}")
+        assert r.exit_code == 2, command
+        assert r.stderr.strip().splitlines()[-1] == (
+            f"memmodel: error: --gpu: two profiles are named 'a100' (bundled and {mine}), which {command[0]}'s rows "
+            "would not tell apart: give one another name (name: in its YAML)"
+        )
+    other = tmp_path / "mine.yaml"
+    other.write_text((HARDWARE / "a100.yaml").read_text().replace("name: a100", "name: a100-mine"))
+    assert run("sweep", "--n", "1024", "--d", "64", "--gpu", f"a100,{other}").exit_code == 0

@@ -486,3 +486,20 @@ def echo_predictions(gpu: str | None, items: Sequence[Any], line: Callable[[Any,
     )
     for item in items:
         click.echo(line(item, profile))
+
+
+def refuse_same_names(profiles: Sequence[Any], command: str) -> None:
+    """Rows of several GPUs carry each GPU's name: two profiles of one name (a bundled one and
+    a user's copy, say) would be told apart by nothing, so they are refused (``compare`` tells
+    them apart by their files instead)."""
+    from ..errors import ProfileError
+
+    seen: dict[str, Any] = {}
+    for p in profiles:
+        other = seen.setdefault(p.name, p)
+        if other is not p and other.path != p.path:
+            where = [str(x.path) if x.origin != "bundled" else "bundled" for x in (other, p)]
+            raise ProfileError(
+                f"--gpu: two profiles are named {p.name!r} ({' and '.join(where)}), which {command}'s rows would "
+                "not tell apart: give one another name (name: in its YAML)"
+            )

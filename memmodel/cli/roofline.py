@@ -17,6 +17,7 @@ from .options import (
     option,
     plot_option,
     pop_model_options,
+    refuse_same_names,
     workload_options,
 )
 
@@ -60,6 +61,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
     for spec in gpu or (DEFAULT_GPU,):
         profile = load_profile(spec)
         comparisons.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
+    refuse_same_names([c.profile for c in comparisons], "roofline")
     notes = check_comparisons(comparisons)
     rooflines = [roofline(c.profile, c, link=link) for c in comparisons]
     from . import terminal

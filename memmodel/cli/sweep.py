@@ -25,6 +25,7 @@ from .options import (
     model_option,
     option,
     plot_option,
+    refuse_same_names,
 )
 
 #: Above this many rows the table view is refused (nobody reads it): use csv or jsonl.
@@ -321,6 +322,7 @@ def sweep_cmd(
     from ..hardware import load_profile
 
     profiles = {g: load_profile(g) for g in grid.gpus}
+    refuse_same_names(list(profiles.values()), "sweep")
     with terminal.counter(grid.size, "evaluating") as advance:
         result = evaluate(grid, profiles, progress=advance)
     import contextlib
