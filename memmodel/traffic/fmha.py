@@ -197,7 +197,9 @@ def _plain_backward(ctx: TileContext, l2: l2m.L2, ctas_per_sm: IntLike, sm_count
         req = _visits(ctx, nbytes)
         k.read(tensor, role, req, _where(fits, nbytes, req), f"T_c · {formula}{v}")
     d_req = _visits(ctx, stat)
-    k.read("D", "state", d_req, _where(fits, 0, _sub(d_req, stat)), f"T_c · B·H·N·4{v}")
+    # D is read right after the first K/V block wrote it: from L2 there, later ones as the rest
+    d_hbm = d_req if l2.mode == "off" else _where(fits, 0, _sub(d_req, stat))
+    k.read("D", "state", d_req, d_hbm, f"T_c · B·H·N·4{v}")
     acc_rw = _sub(_visits(ctx, acc), acc)
     k.read("dQ", "state", acc_rw, _where(fits, 0, acc_rw), f"(T_c − 1) · B·H·N·d·4{v}")
     k.write("dQ", "state", acc_rw, f"(T_c − 1) · B·H·N·d·4{v}", hbm=_where(fits, intmath.minimum(acc, acc_rw), acc_rw))
