@@ -115,6 +115,13 @@ def test_forward_splits_share_kv_in_l2():
     assert fwd.bytes(level="hbm", tensor="O", role="state", direction="write") == 4096 * 64 * 4  # written back once
 
 
+def test_splits_past_the_q_blocks_do_nothing():
+    """Decoding (N = 1, one 16-row Q block): the grid has 29 splits, 28 of which return at once;
+    the one CTA a head walks all 8192 keys (flash-attn v1 has no split-KV)."""
+    (fwd,) = compare(Workload(n=1, n_kv=8192, d=64, dtype="fp16"), A100, impl="fa1").tiled.traffic.kernels
+    assert fwd.ctas == 1 and fwd.bytes(level="l2", tensor="K") == 8192 * 64 * 2
+
+
 def test_backward_kernels_by_hand():
     """Not split (216 heads fill two waves of 108): one kernel per (batch, head), T_c = 2, L2 off."""
     t = compare(Workload(n=512, d=64, heads=216, dtype="fp16"), A100, impl="fa1", l2="off", backward=True).tiled

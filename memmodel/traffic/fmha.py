@@ -88,6 +88,8 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> Kernel:
     q = intmath.mul(bh, w.n, w.d, e)
     acc = intmath.mul(bh, w.n, w.d, ACC_BYTES)  # the fp32 O between K/V blocks
     stat = intmath.mul(bh, w.n, STAT_BYTES)
+    # a split past the head's Q blocks returns before it loads anything (N = 16: one CTA a head)
+    splits = intmath.minimum(splits, b.t_r)
     ctas = intmath.mul(bh, splits)
     slots = intmath.minimum(ctx.concurrent, ctas)
     # the rows of the CTAs in flight, each with its Q, fp32 O and logsumexp
