@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import WorkloadError
+from .traffic import fmha
 
 #: how long the GPU has been busy when a kernel runs (:data:`memmodel.timing.CLOCKS` says more)
 CLOCK_MODES = ("benchmark", "boost", "sustained")
@@ -20,8 +21,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
     from .workload import Workload
 
-#: Tiled variants: FA1 (outer loop over K/V, one CTA per head) and FA2 (outer loop over Q).
+#: Tiled variants: FA1 (outer loop over K/V, a CTA per head) and FA2 (outer loop over Q).
 TILED_VARIANTS = ("fa1", "fa2")
+
+#: the flash-attn v1 release whose kernels ``fa1`` models (``csrc/flash_attn/src/fmha_*``,
+#: commit 6d48e14a6c2f551db96f0badc658a6279a929df3, 2023-07-17; docs/implementations.md)
+FA1_RELEASE = "flash-attn v1.0.9"
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class Implementation:
     #: down: ``memory.l2.causal_reuse_d*``), "cudnn" (one head's K/V live at a time, probe 11:
     #: ``memory.l2.cudnn_causal_reuse_d*``), or None (the reuse-window rule)
     causal_schedule: str | None = None
+    #: the tiled variant its kernels are (:data:`TILED_VARIANTS`): "fa2" (outer loop over Q
+    #: blocks) or "fa1" (outer loop over K/V blocks: flash-attn v1)
+    variant: str = "fa2"
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -114,6 +122,17 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         capability=(9.0, 9.0),
         packs_gqa_decode=True,
+    ),
+    "fa1": Implementation(
+        "fa1",
+        f"FlashAttention-1, {FA1_RELEASE}'s fmha kernels (mma.sync; a CTA per batch × head × split, "
+        "16 query rows a step)",
+        "mma_sync",
+        head_dims=(32, 64, 128),
+        max_head_dim=128,
+        measurable=False,
+        capability=(7.5, 9.0),
+        variant="fa1",
     ),
     "paper": Implementation(
         "paper",
@@ -171,8 +190,10 @@ def tiles(
     *,
     dropout: float = 0.0,
     profile: Profile | None = None,
+    n_kv: int | None = None,
 ) -> tuple[int, int]:
-    """(B_r, B_c) an implementation runs with at head dimension ``d`` (given blocks win).
+    """(B_r, B_c) an implementation runs with at head dimension ``d`` (given blocks win;
+    ``n_kv``, the keys, where the kernel's tile depends on them: None, a long sequence).
 
     * PyTorch's FlashAttention-2 (sm80 kernels, also on sm90; ``flash_fwd_launch_template.h``):
       d ≤ 64: 128×128 (128×64 with dropout); d ≤ 128: 128×64 (128×32 with dropout); d ≤ 192:
@@ -186,11 +207,15 @@ def tiles(
       192×144 for d ≤ 96 (192×128 causal); 128×128 for d ≤ 192; 128×80 for d = 256. A CTA
       has one consumer warpgroup per 64 query rows and one producer warpgroup.
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
+    * flash-attn v1 (``fa1``): 16 query rows a step against 256 keys for d ≤ 64 (128 where
+      N_kv ≤ 128), 128 keys for d = 128 (:func:`fa1_block_kv`).
     """
     if block_q and block_kv:
         return block_q, block_kv
     p = padded_head_dim(impl, d)
-    if impl == "sdpa-efficient":
+    if impl == "fa1":
+        bq, bkv = FA1_ROWS, fa1_block_kv(int(p), n_kv)
+    elif impl == "sdpa-efficient":
         bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
         bq, bkv = 128, 128
@@ -229,6 +254,94 @@ def fa3_tiles(d: int, causal: bool) -> tuple[int, int]:
     return 128, 80
 
 
+# ---------------------------------------------------------------------------------------
+# flash-attn v1 (FA1_RELEASE): what its launch templates and kernel traits fix
+
+#: query rows of one step of an FA1 CTA, and the warps of its forward and backward CTAs
+FA1_ROWS, FA1_FORWARD_WARPS, FA1_BACKWARD_WARPS = fmha.ROWS, fmha.FORWARD_WARPS, fmha.BACKWARD_WARPS
+#: forward CTAs an SM keeps: its 128 threads hold their K and V columns in registers (the
+#: traits' flags 0x08: K and V in registers, one shared-memory buffer for both), the register
+#: bound of :func:`occupancy`'s FlashAttention kernels; its ≤ 48 KiB of shared memory fit more
+FA1_FORWARD_CTAS = 2
+#: the most K/V splits of FA1's forward: ``std::min(30, (seqlen_q + M - 1 / M))`` in
+#: ``fmha_fwd_launch_template.h``, where ``1 / M`` is 0, so min(30, N + 16)
+FA1_MAX_SPLITS = 30
+
+
+def fa1_block_kv(d: int, n_kv: int | None = None) -> int:
+    """Keys per outer step of FA1's kernels (``Cta_tile_p::N``, forward and backward): 256 for
+    d ≤ 64 and 128 for d = 128 (``fmha_api.cpp``: ``blocksize_c = head_size > 64 ? 128 :
+    256``); d ≤ 64 with N_kv ≤ 128 runs the 128-key kernel (``fmha_fwd_hdim64.cu``)."""
+    if d > 64:
+        return 128
+    return 128 if n_kv is not None and n_kv <= 128 else 256
+
+
+def fa1_rounded_n_kv(n_kv: int, block_kv: int) -> int:
+    """The key count FA1's kernels are launched for (``max_seqlen_k`` in ``fmha_api.cpp``): 128
+    up to 128, 256 up to 256, else rounded up to a multiple of ``block_kv``."""
+    if n_kv <= 128:
+        return 128
+    if n_kv <= 256:
+        return 256
+    return -(-n_kv // block_kv) * block_kv
+
+
+def fa1_backward_smem_bytes(d: int, block_kv: int, element_bytes: int = 2) -> int:
+    """Shared memory of FA1's backward CTA (``run_fmha_bwd_loop``): two Q buffers, V once or
+    twice (not held in registers: the traits' flag 0x100 at d = 128, and at d = 64 with
+    256-key blocks on sm80/sm90), the fp32 dQ tile of its 8 warps, two 16-row score tiles.
+    d = 128: 2·8 + 2·32 + 64 + 2·4 = 152 KiB; d = 64 (256 keys): 2·4 + 2·32 + 32 + 2·8 = 120 KiB."""
+    q = FA1_ROWS * d * element_bytes * 2
+    v = block_kv * d * element_bytes
+    v_in_registers = not (d > 64 or (d > 32 and block_kv == 256))
+    dq = FA1_ROWS * d * 4 * FA1_BACKWARD_WARPS
+    s = FA1_ROWS * block_kv * 2
+    return 2 * q + v * (1 if v_in_registers else 2) + dq + 2 * s
+
+
+def fa1_backward_ctas(d: int, block_kv: int, profile: Profile | None = None, element_bytes: int = 2) -> int:
+    """Backward CTAs an SM keeps: as many as its shared memory holds (one at d = 64 and 128 on an
+    A100 or H100), no more than the forward's register bound."""
+    smem = int(_smem_per_sm(profile))
+    return max(1, min(FA1_FORWARD_CTAS, smem // fa1_backward_smem_bytes(d, block_kv, element_bytes)))
+
+
+def _wave_efficiency(ctas: float, slots: float) -> float:
+    waves = ctas / slots
+    return waves / float(np.ceil(waves))
+
+
+def fa1_forward_splits(batch_heads: int, n: int, sm_count: int, ctas_per_sm: int = FA1_FORWARD_CTAS) -> int:
+    """Query splits of FA1's forward grid (B, H, splits; ``num_splits_heuristic_fwd``):
+    the fewest splits whose waves of B·H·splits CTAs over SMs × CTAs per SM fill the last wave
+    within 0.95 of the best any split count up to min(30, N + 16) reaches. A split's CTA takes
+    every splits-th 16-row Q block of its head."""
+    slots = float(sm_count * ctas_per_sm)
+    most = min(FA1_MAX_SPLITS, -(-n // FA1_ROWS) * FA1_ROWS + FA1_ROWS)
+    eff = [_wave_efficiency(batch_heads * s, slots) for s in range(1, most + 1)]
+    best = max(eff)
+    return next((s for s, e in enumerate(eff, 1) if e > 0.95 * best), 1)
+
+
+def fa1_backward_splits(
+    batch_heads: int, n_kv: int, block_kv: int, sm_count: int, ctas_per_sm: int, causal: bool
+) -> int:
+    """K/V splits of FA1's backward (``num_splits_heuristic_bwd``): 1 (a CTA per batch × head
+    walking every K/V block) or one CTA per K/V block (``seqlen_k / blocksize_c``; dQ then
+    added in fp32 by atomics), whichever fills the waves better, the split one discounted by
+    1 + B_c / N_kv (causal: ½ B_c / N_kv, and always split from 10 K/V blocks on)."""
+    seqlen = fa1_rounded_n_kv(n_kv, block_kv)
+    slots = float(sm_count * ctas_per_sm)
+    parallel = seqlen // block_kv
+    if causal and parallel >= 10:
+        return parallel
+    discount = 1.0 + (0.5 if causal else 1.0) * block_kv / seqlen
+    one = _wave_efficiency(batch_heads, slots)
+    split = _wave_efficiency(batch_heads * parallel, slots) / discount
+    return 1 if one >= split else parallel
+
+
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
     """CTAs an implementation's forward kernel keeps on an SM, where its code fixes it
     (registers, not shared memory, are the limit; read off Nsight Compute's launch statistics
@@ -251,6 +364,8 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
         return int(min(4, max(1, 16384 // max(1, block_q * p))))
     if impl == "fa3":
         return 1
+    if impl == "fa1":
+        return FA1_FORWARD_CTAS
     return None
 
 
@@ -411,6 +526,11 @@ def workload_tiles(
     clamps the blocks to the sequence)."""
     causal, dropout = bool(workload.causal), float(workload.dropout)
     workload = kernel_workload(workload, impl)  # decoding with GQA: the group's heads are the rows
+    if impl == "fa1":  # its key block depends on the keys too (fa1_block_kv)
+        bkv_fa1 = per_element(
+            lambda d, n_kv: block_kv or fa1_block_kv(int(padded_head_dim(impl, d)), n_kv), workload.d, workload.n_kv_
+        )
+        return block_q or FA1_ROWS, bkv_fa1
     if not workload.is_grid:
         bq, bkv = tiles(impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile)
         if impl == "sdpa-cudnn" and block_q is None and int(workload.n) <= DECODE_ROWS:

@@ -65,8 +65,17 @@ class Options:
             raise WorkloadError(
                 f"unknown implementation {self.implementation!r}: accepted are {', '.join(IMPLEMENTATIONS)}"
             )
-        if self.implementation not in (None, "paper") and self.tiled != "fa2":
-            raise WorkloadError("--impl models FlashAttention-2-style kernels; use --tiled fa2 (or --impl paper)")
+        if self.implementation not in (None, "paper"):
+            variant = IMPLEMENTATIONS[self.implementation].variant
+            if self.tiled != variant:
+                raise WorkloadError(
+                    f"--impl {self.implementation} runs the {variant} variant: use --tiled {variant}"
+                    + (
+                        " (--tiled fa1 is flash-attn v1, --impl fa1, or the paper's Algorithm 1, --impl paper)"
+                        if self.tiled == "fa1"
+                        else ""
+                    )
+                )
         if self.splits is not None and self.tiled != "fa2":
             raise WorkloadError("splits applies to the fa2 variant (split-KV); use --tiled fa2")
 
@@ -93,7 +102,13 @@ def options_for(
     ``ctas_per_sm``)."""
     notes: list[str] = []
     if tiled == "fa1" and impl in (None, "auto"):
-        impl = "paper"  # FA1 is the paper's Algorithm 1, no library runs it today
+        # FA1 as flash-attn v1's kernels ran, where they run the workload; else the paper's Algorithm 1
+        why_not = implementations.unsupported("fa1", workload)
+        impl = "paper" if why_not else "fa1"
+        if why_not:
+            notes.append(f"--tiled fa1: {why_not}: showing the paper's Algorithm 1")
+    if impl == "fa1":
+        tiled = "fa1"  # flash-attn v1's kernels are the fa1 variant (outer loop over K/V)
     if impl in (None, "auto"):
         impl, why_default = implementations.default_for(workload, profile)
         notes.append(f"--impl auto: {why_default}")

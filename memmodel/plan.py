@@ -154,6 +154,10 @@ def plan_tiled(
     # the causal curves measured on this implementation's schedule and walk (FA2's from the diagonal down)
     schedule = spec.causal_schedule if spec is not None and options.kv_order == "reverse" else None
     used = l2 or scheduled_l2(base, profile, schedule)
+    if options.tiled == "fa1" and impl == "fa1":
+        fa1_splits = fa1_grid_splits(kernel_w, profile, ctx.ctas_per_sm)
+        facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent, fa1_splits)
+        return TiledPlan(workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, fa1_splits, base, used, facts)
     if options.tiled == "fa1":
         facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent)
         return TiledPlan(workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, 1, base, used, facts)
@@ -183,10 +187,57 @@ def plan_tiled(
     )
 
 
+def fa1_grid_splits(w: Workload, profile: Profile, ctas_per_sm: IntLike) -> IntLike:
+    """The query splits of flash-attn v1's forward grid (B × H × splits) on ``profile``
+    (:func:`~memmodel.implementations.fa1_forward_splits`), per element on a grid."""
+    return implementations.per_element(
+        lambda bh, n, occ: implementations.fa1_forward_splits(bh, n, profile.sm_count, occ),
+        intmath.mul(w.batch, w.heads),
+        w.n,
+        ctas_per_sm,
+    )
+
+
+def fa1_backward_grid(w: Workload, profile: Profile, block_kv: IntLike) -> tuple[IntLike, IntLike]:
+    """flash-attn v1's backward on ``profile``: its CTAs per SM (shared memory) and its K/V
+    splits (:func:`~memmodel.implementations.fa1_backward_splits`), per element on a grid."""
+    e = w.element_bytes
+    ctas = implementations.per_element(
+        lambda d, bkv: implementations.fa1_backward_ctas(int(padded_head_dim("fa1", d)), bkv, profile, e),
+        w.d,
+        block_kv,
+    )
+    splits = implementations.per_element(
+        lambda bh, n_kv, bkv, occ: implementations.fa1_backward_splits(
+            bh, n_kv, bkv, profile.sm_count, occ, bool(w.causal)
+        ),
+        intmath.mul(w.batch, w.heads),
+        w.n_kv_,
+        block_kv,
+        ctas,
+    )
+    return ctas, splits
+
+
 def planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     """The tiled algorithm's ledger as ``plan`` says: the forward kernels and, with the
     options' backward, the implementation's own backward kernels (the paper's otherwise)."""
     options = plan.options
+    if options.tiled == "fa1" and plan.implementation == "fa1":
+        from .traffic.fmha import fa1_kernels
+
+        bwd_ctas, bwd_splits = (
+            fa1_backward_grid(plan.workload, plan.profile, plan.blocks.block_kv) if options.backward else (1, 1)
+        )
+        return fa1_kernels(
+            plan.tile,
+            plan.l2,
+            splits=plan.splits,
+            backward=options.backward,
+            backward_splits=bwd_splits,
+            backward_ctas_per_sm=bwd_ctas,
+            sm_count=plan.profile.sm_count,
+        )
     if options.tiled == "fa1":
         return fa1(plan.tile, plan.l2, backward=options.backward)
     forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts)

@@ -530,6 +530,25 @@ def idle_share(
 MAX_PLACED_CTAS = 8192
 
 
+def equal_jobs_tail(ctas: IntLike, sm_count: int, ctas_per_sm: IntLike = 1, one_cta_share: float | None = None) -> Any:
+    """Makespan over the balanced time of ``ctas`` equal CTAs on ``sm_count`` SMs holding
+    ``ctas_per_sm`` each, ≥ 1 (:func:`cta_tail_factor` without masking: CTAs handed out breadth
+    first, an SM left with one CTA of a kernel that keeps two runs it at ``one_cta_share``)."""
+    jobs = np.asarray(intmath.to_float(ctas), dtype=np.float64)
+    occ = np.maximum(np.asarray(intmath.to_float(ctas_per_sm), dtype=np.float64), 1.0)
+    share = float(one_cta_share) if one_cta_share else 1.0
+    lone = np.where(occ >= 2, 1.0 / share, 1.0)
+    w = np.maximum(jobs, 1.0) / float(sm_count)
+
+    def sm_time(m: Any) -> Any:
+        groups = np.floor(m / occ)
+        rest = m - groups * occ
+        return groups * occ + np.where(rest == 1, lone, rest)
+
+    out = np.maximum(1.0, np.maximum(sm_time(np.ceil(w)), sm_time(np.floor(w))) / w)
+    return float(out) if out.ndim == 0 else out
+
+
 def _causal_lengths(n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1) -> np.ndarray:
     """K/V blocks of each CTA of a causal grid in launch order: Q block fastest, then the split
     (``splits`` chunks of K/V per Q block, each clipped at the diagonal), then batch and head."""
@@ -848,6 +867,14 @@ def algorithm_time(
         )
         if any(k.kind == SPLIT_KV for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
+    fa1_tails: dict[int, Any] = {}  # by kernel (id)
+    if workload is not None and algorithm.variant == "fa1" and implementation == "fa1":
+        # flash-attn v1: each kernel's CTAs (B·H·splits forward; B·H or B·H·T_c backward) as
+        # equal jobs on the SMs at the kernel's CTAs per SM
+        for k in algorithm.kernels:
+            if k.kind == HEAD_GRID:
+                occ = param(facts.backward.ctas_per_sm) if k.pass_ == "backward" else param(facts.ctas_per_sm)
+                fa1_tails[id(k)] = equal_jobs_tail(k.ctas, profile.sm_count, occ, share)
     elif workload is not None and algorithm.variant == "fa1":
         # FA1 launches one CTA per (batch, head): B·H equal jobs on the SMs
         jobs = np.asarray(intmath.to_float(intmath.mul(workload.batch, workload.heads)), dtype=np.float64)
@@ -869,7 +896,9 @@ def algorithm_time(
             dtype,
             implementation,
             head_dim,
-            tail if k.kind in (FORWARD_GRID, HEAD_GRID) else (split_tail if k.kind == SPLIT_KV else None),
+            fa1_tails[id(k)]
+            if id(k) in fa1_tails
+            else (tail if k.kind in (FORWARD_GRID, HEAD_GRID) else (split_tail if k.kind == SPLIT_KV else None)),
             tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,

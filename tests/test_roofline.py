@@ -265,6 +265,8 @@ def test_roofline_workload_and_tiled_options(run):
         "fp16",
         "--tiled",
         "fa1",
+        "--impl",
+        "paper",
         "--block-q",
         "64",
         "--block-kv",

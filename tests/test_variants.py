@@ -183,7 +183,14 @@ def test_pytorch_fa2_backward_by_hand():
 
 def test_fa1_backward_by_hand():
     t = compare(
-        Workload(n=128, d=64, dtype="fp16"), A100, tiled="fa1", block_q=64, block_kv=64, l2="off", backward=True
+        Workload(n=128, d=64, dtype="fp16"),
+        A100,
+        tiled="fa1",
+        impl="paper",
+        block_q=64,
+        block_kv=64,
+        l2="off",
+        backward=True,
     ).tiled
     bwd = t.traffic.kernels[1]
     assert bwd.name == "fa1_bwd"

@@ -383,7 +383,10 @@ def _title(alg: dict[str, Any], implementation: str | None = None) -> str:
             return "Standard attention as eager PyTorch runs it" + (" (with autograd's backward)" if backward else "")
         return "Standard attention (FlashAttention paper Algorithm 0" + (", Algorithm 3 backward)" if backward else ")")
     p = alg["params"]
-    name = "FA1 (paper Algorithm 1)" if alg["variant"] == "fa1" else "FA2 (outer loop over Q blocks)"
+    if alg["variant"] == "fa1":
+        name = "FA1 (paper Algorithm 1)" if implementation in (None, "paper") else "FA1 (outer loop over K/V blocks)"
+    else:
+        name = "FA2 (outer loop over Q blocks)"
     if implementation:
         from ..implementations import IMPLEMENTATIONS
 

@@ -273,7 +273,8 @@ def model_options(func: F) -> F:
             type=choice(["fa1", "fa2"]),
             default="fa2",
             show_default=True,
-            help="Tiled algorithm: fa1 (paper Algorithm 1, outer loop over K/V) or fa2 (outer loop over Q).",
+            help="Tiled algorithm: fa1 (outer loop over K/V: flash-attn v1's kernels, as --impl fa1; with --impl "
+            "paper the FlashAttention paper's Algorithm 1) or fa2 (outer loop over Q).",
         ),
         option(
             "--block-q",
@@ -328,6 +329,7 @@ def model_options(func: F) -> F:
             help="Model the tiled algorithm as this implementation: its tiles and K/V order (unless --block-q/"
             "--block-kv say otherwise), its tensor-core instructions and, where the profile has it, its measured "
             "efficiency. auto: the kernel PyTorch's scaled_dot_product_attention runs for this GPU and dtype; "
+            "fa1: FlashAttention-1 as flash-attn v1's kernels ran (implies --tiled fa1); "
             "paper: the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak).",
         ),
     ]

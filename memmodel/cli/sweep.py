@@ -152,7 +152,11 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     metavar="[on|off,...]",
 )
 @_list("--dropout", _fractions(), "Dropout probabilities on P, each in [0, 1): 0,0.1. Default: 0.")
-@_list("--tiled", _choices(TILED_VARIANTS), "Tiled algorithms (fa1, fa2). Default: fa2.")
+@_list(
+    "--tiled",
+    _choices(TILED_VARIANTS),
+    "Tiled algorithms (fa1: flash-attn v1's kernels, or Algorithm 1 with --impl paper; fa2). Default: fa2.",
+)
 @_list(
     "--impl",
     _choices(CHOICES),

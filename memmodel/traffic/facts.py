@@ -27,6 +27,8 @@ class BackwardFacts:
     ctas_per_sm: IntLike | None = None
     #: CTAs of the backward kernel resident at once
     concurrent_ctas: IntLike | None = None
+    #: K/V splits of the backward (flash-attn v1: 1, or one CTA per K/V block; None: not split)
+    splits: IntLike | None = None
 
     def to_params(self) -> dict[str, Any]:
         if self.block_q is None:
@@ -37,7 +39,7 @@ class BackwardFacts:
             "backward_ctas_per_sm": param(self.ctas_per_sm),
             "backward_tiles_from": self.source,
             "backward_concurrent_ctas": param(self.concurrent_ctas),
-        }
+        } | ({"backward_splits": param(self.splits)} if self.splits is not None else {})
 
 
 @dataclass(frozen=True)
