@@ -13,7 +13,7 @@ without an option) are listed as not modelled, with the reason.
 
 Error = (predicted time − published time) / published time: negative where memmodel is too fast.
 
-``--proxy aiter=sdpa-flash`` (repeatable) scores an implementation memmodel cannot express with a
+``--proxy fa4=fa3`` (repeatable) scores an implementation memmodel cannot express with a
 stand-in ``--impl``, for a look only: those rows are marked ``proxy`` and such a score is never
 the record (the record is the plain command).
 A benchmark, not a test: it prints figures and always exits 0 unless the data file is broken.
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="IMPL=OPTION",
         help="score published implementation IMPL, where memmodel cannot express it, with --impl OPTION "
-        "(e.g. aiter=sdpa-flash); marked proxy, never the record",
+        "(e.g. fa4=fa3); marked proxy, never the record",
     )
     args = ap.parse_args(argv)
     proxies = {}

@@ -39,6 +39,18 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   Its kernels are FlashAttention-2's (a dO·O preprocess, dQ accumulated in fp32 by atomic
   adds, a conversion); with GQA every query head adds its dK, dV into fp32 accumulators of
   its K/V head, converted after (:func:`memmodel.traffic.flash_backward.fa3_backward`).
+* ``ck`` (CK/aiter): aiter's assembly backward (``fmha_v3_bwd`` in ``csrc/cpp_itfs/mha_bwd.cu``;
+  fp16/bf16, no dropout or bias, head dims padded to 64, 128 or 192; tiles from
+  ``hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv``, Q rows per step ts_qo × K/V rows per
+  workgroup ts): 32 × 192 for d ≤ 64; 16 × 192 for d ≤ 128 on gfx942, 16 × 256 on gfx950;
+  16 × 64 for d ≤ 192. Elsewhere (d = 256, dropout) CK tile's backward
+  (``fmha_bwd.py``, ``get_fmha_bwd_dq_dk_dv_tile_ppl_dict_from_dtype``): 32 × 128 for d ≤ 64,
+  16 × 128 for d ≤ 128, 16 × 64 above. 256 threads (4 waves) a workgroup, one per K/V block,
+  batch and query head. Its kernels are FlashAttention-2's: a dO·O pre-kernel (``odo``), the
+  dQ/dK/dV kernel adding dQ into an fp32 accumulator (the ``a32`` kernels; ``a16`` ones
+  accumulate in bf16, not modelled), a dQ conversion; with GQA dK, dV per query head summed
+  over the group by ``at::sum_out`` (``csrc/py_itfs_cu/asm_mha_bwd.cu``), FlashAttention-2's
+  own structure (:func:`ck_backward`).
 * ``paper``, ``triton``: the FlashAttention-2 paper's backward (Algorithm 2) with
   the forward's blocks (:func:`memmodel.traffic.flash.fa2_backward_kernels`).
 """
@@ -50,13 +62,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .implementations import padded_head_dim
+from .implementations import CK_ARCHS, padded_head_dim
 from .traffic.blocks import TileContext
 from .traffic.facts import BackwardFacts
 from .traffic.flash import fa2_backward_kernels
 from .traffic.flash_backward import (
     BackwardTiles,
     backward_context,
+    ck_backward,
     cudnn_backward,
     cutlass_backward,
     fa2_backward,
@@ -71,7 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
 #: implementations whose backward kernels are modelled as the library launches them
-LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3")
+LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3", "ck")
 _BIG_SMEM = 144 * 1024
 
 
@@ -122,6 +135,20 @@ def fa3_backward_tiles(d: int, causal: bool) -> tuple[int, int]:
     return 64, 48
 
 
+def ck_backward_tiles(d: int, dropout: float = 0.0, arch: str | None = None) -> tuple[int, int]:
+    """CK/aiter's backward tiles (Q rows per step, K/V rows per workgroup) at head dim ``d``
+    on ``arch`` (cdna3: gfx942, cdna4: gfx950; module docstring)."""
+    if arch in CK_ARCHS and dropout == 0 and d <= 192:  # aiter's assembly kernels
+        if d <= 64:
+            return 32, 192
+        if d <= 128:
+            return (16, 192) if arch == "cdna3" else (16, 256)
+        return 16, 64
+    if d <= 64:  # CK tile
+        return 32, 128
+    return (16, 128) if d <= 128 else (16, 64)
+
+
 def backward_tile_rule(
     impl: str, d: int, *, dropout: float = 0.0, profile: Profile | None = None, causal: bool = False
 ) -> tuple[int, int]:
@@ -136,6 +163,8 @@ def backward_tile_rule(
         return (64, 128)
     if impl == "fa3":
         return fa3_backward_tiles(p, causal)
+    if impl == "ck":
+        return ck_backward_tiles(int(d), dropout, getattr(profile, "arch_family", None))
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check
 
 
@@ -144,6 +173,7 @@ _SOURCES = {
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
     "sdpa-cudnn": "cuDNN's L2 traffic on an H200 (its names say 64x64xD)",
     "fa3": "flash_attn.cute _tile_size_bwd_sm90",
+    "ck": "aiter hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv (CK tile fmha_bwd.py where no assembly kernel runs)",
 }
 
 
@@ -207,6 +237,8 @@ def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
         kernels = cutlass_backward(w, bw.tile, bw.tiles, l2, output_in_registers=bw.output_in_registers)
     elif impl == "fa3":
         kernels = fa3_backward(w, bw.tile, l2)
+    elif impl == "ck":
+        kernels = ck_backward(w, bw.tile, l2)
     else:
         kernels = cudnn_backward(w, bw.tile, l2)
     found = BackwardFacts(

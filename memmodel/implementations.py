@@ -70,6 +70,10 @@ class Implementation:
     #: the tiled variant its kernels are (:data:`TILED_VARIANTS`): "fa2" (outer loop over Q
     #: blocks) or "fa1" (outer loop over K/V blocks: flash-attn v1)
     variant: str = "fa2"
+    #: its tiles must fit Algorithm 1's Q + K + V footprint, (B_r + 2·B_c)·d·e, in an SM's
+    #: shared memory; False: the kernel stages them its own way and the footprint is not checked
+    #: (CK/aiter: Q in registers, K/V through the LDS in slices, :func:`ck_tiles`)
+    sram_footprint: bool = True
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -134,6 +138,16 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         capability=(7.5, 9.0),
         variant="fa1",
     ),
+    "ck": Implementation(
+        "ck",
+        "AMD CK/aiter FMHA (aiter's fmha_v3 assembly kernels on gfx942/gfx950; CK tile kernels elsewhere)",
+        "native",
+        head_dims=(32, 64, 128, 256),
+        max_head_dim=256,
+        dtypes=("fp16", "bf16", "fp8"),
+        measurable=False,
+        sram_footprint=False,
+    ),
     "paper": Implementation(
         "paper",
         "the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak)",
@@ -191,6 +205,7 @@ def tiles(
     dropout: float = 0.0,
     profile: Profile | None = None,
     n_kv: int | None = None,
+    dtype: str = "bf16",
 ) -> tuple[int, int]:
     """(B_r, B_c) an implementation runs with at head dimension ``d`` (given blocks win;
     ``n_kv``, the keys, where the kernel's tile depends on them: None, a long sequence).
@@ -209,6 +224,7 @@ def tiles(
     * our Triton kernel: its defaults for the smallest head dim it pads ``d`` to.
     * flash-attn v1 (``fa1``): 16 query rows a step against 256 keys for d ≤ 64 (128 where
       N_kv ≤ 128), 128 keys for d = 128 (:func:`fa1_block_kv`).
+    * CK/aiter (``ck``): :func:`ck_tiles`, by the dtype and the profile's architecture.
     """
     if block_q and block_kv:
         return block_q, block_kv
@@ -221,6 +237,9 @@ def tiles(
         bq, bkv = 128, 128
     elif impl == "fa3":
         bq, bkv = fa3_tiles(int(p), causal)
+    elif impl == "ck":
+        # the head dim as given: the assembly kernels take 128 only (no padding), CK tile pads
+        bq, bkv = ck_tiles(int(d), dtype, getattr(profile, "arch_family", None), dropout)
     elif impl == "triton":
         table = TRITON_DEFAULTS_CAUSAL if causal else TRITON_DEFAULTS
         padded = min((k for k in table if k >= d), default=max(table))
@@ -340,6 +359,50 @@ def fa1_backward_splits(
     one = _wave_efficiency(batch_heads, slots)
     split = _wave_efficiency(batch_heads * parallel, slots) / discount
     return 1 if one >= split else parallel
+#: AMD architectures aiter's assembly FMHA kernels are built for (``hsa/gfx942``, ``hsa/gfx950``)
+CK_ARCHS = ("cdna3", "cdna4")
+
+
+def ck_asm_forward(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -> bool:
+    """Whether aiter's assembly forward (``fmha_fwd_v3`` in ``csrc/cpp_itfs/mha_fwd.cu``) runs:
+    bf16 (or fp8 in, bf16 out) at head dim 128 (fp8 also 256 on gfx950), no bias, no dropout,
+    gfx942 or gfx950; elsewhere aiter falls back to CK tile's forward (``fmha_fwd_ck``)."""
+    if arch not in CK_ARCHS or dropout > 0:
+        return False
+    return (dtype == "bf16" and d == 128) or (dtype == "fp8" and (d == 128 or (d == 256 and arch == "cdna4")))
+
+
+def ck_tiles(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -> tuple[int, int]:
+    """CK/aiter's forward tiles (B_r, B_c) at head dim ``d`` (as given: CK tile runs it padded
+    to 32, 64, 128 or 256; the assembly kernels only at 128 itself).
+
+    * aiter's assembly kernels (``hsa/<arch>/fmha_v3_fwd/fmha_fwd.csv``, columns ts_qo × ts_kv):
+      bf16 d = 128: 256 × 32 on gfx942, 256 × 64 on gfx950; fp8: 256 × 64 (gfx942), 256 × 128
+      (gfx950), 256 × 64 at d = 256 (gfx950). 512 threads: 8 waves of 64, 32 query rows each.
+    * CK tile (``example/ck_tile/01_fmha/codegen/ops/fmha_fwd.py``,
+      ``get_fmha_fwd_tile_dict_from_dtype``; bm0 × bn0): fp16/bf16 128 × 64 up to d = 64,
+      128 × 128 for d = 128 and 256 (4 waves; 2 at d = 32); fp8 the same from d = 64.
+
+    Neither holds Algorithm 1's Q + K + V tiles in the LDS: the assembly kernels keep Q in
+    registers (their code objects declare 256 VGPRs a lane and the whole LDS, 64 KiB on gfx942,
+    160 KiB on gfx950, for one 512-thread workgroup a CU); CK tile's ``qr`` pipelines keep Q in
+    registers and stream K and V through the LDS in 32-column slices (bk0, bk1).
+    """
+    if ck_asm_forward(d, dtype, arch, dropout):
+        if dtype == "bf16":
+            return (256, 32) if arch == "cdna3" else (256, 64)
+        if d == 256:
+            return 256, 64
+        return (256, 64) if arch == "cdna3" else (256, 128)
+    return (128, 64) if d <= 64 else (128, 128)
+
+
+def ck_waves(d: int, block_q: int) -> int:
+    """Waves (64 lanes each) of one CK/aiter forward workgroup: 8 for the assembly kernels'
+    256-row tiles (``bdx = 512`` in ``fmha_fwd_v3``), CK tile's ``F_rm`` elsewhere (4; 2 at d = 32)."""
+    if block_q >= 256:
+        return 8
+    return 2 if d <= 32 else 4
 
 
 def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Profile | None = None) -> int | None:
@@ -351,8 +414,11 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
     16384 / (B_r·d), its B_r × d accumulator in registers (2 at 128×64 and d = 64, 1 at
     128-row tiles and d = 128); FlashAttention-3 1 (its warpgroups ask for the SM's registers:
     240 a thread for two consumer warpgroups, 160 for three, ``flash_fwd_sm90.py``). None: the
-    model's own rule (tiles that fit shared memory)."""
+    model's own rule (tiles that fit shared memory). CK/aiter's assembly forward 1 (its code
+    objects ask for the CU's whole LDS), CK tile's None."""
     p = padded_head_dim(impl, d)
+    if impl == "ck":
+        return 1 if block_q >= 256 else None  # aiter's assembly kernels take a CU's whole LDS (ck_tiles)
     if impl == "sdpa-cudnn":
         return 2 if block_q <= DECODE_ROWS else 1
     if impl == "sdpa-efficient":
@@ -371,7 +437,7 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
 
 #: Architectures whose tensor cores are fed by warp-level instructions (``mma.sync``; MFMA on
 #: CDNA): each warp loads its operands from shared memory through ``ldmatrix``/``ds_read``.
-WARP_LEVEL_TENSOR_CORES = ("volta", "turing", "ampere", "ada", "cdna3")
+WARP_LEVEL_TENSOR_CORES = ("volta", "turing", "ampere", "ada", "cdna3", "cdna4")
 
 
 def smem_reads(impl: str | None, block_q: Any, d: Any, dropout: float = 0.0, profile: Profile | None = None) -> Any:
@@ -379,10 +445,13 @@ def smem_reads(impl: str | None, block_q: Any, d: Any, dropout: float = 0.0, pro
     ``mma.sync`` code splits the CTA's rows over its warps and every warp reads the whole tile:
     4 (FlashAttention-2 and CUTLASS with 4 warps), 8 for FlashAttention-2's 8-warp configs,
     our Triton kernel's warp count where it compiles to ``mma.sync``. Warp-group ``wgmma`` (and
-    Blackwell's ``tcgen05``) reads the tile once per 64 rows: B_r / 64. The paper's algorithm: 4."""
+    Blackwell's ``tcgen05``) reads the tile once per 64 rows: B_r / 64. AMD's MFMA is issued per
+    wave: CK/aiter's workgroup reads it once per wave (:func:`ck_waves`). The paper's algorithm: 4."""
     spec = get(impl)
     if spec is None or spec.name == "paper":
         return 4
+    if spec.name == "ck":
+        return per_element(lambda x, bq: ck_waves(int(padded_head_dim("ck", x)), bq), d, block_q)
     arch = getattr(profile, "arch_family", None)
     if spec.instructions == "native" and arch not in WARP_LEVEL_TENSOR_CORES:
         return np.maximum(1, np.asarray(block_q) // 64) if np.ndim(block_q) else max(1, int(block_q) // 64)
@@ -435,6 +504,11 @@ def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str 
         return f"{impl} runs on NVIDIA GPUs only"
     if impl == "fa3" and vendor != "NVIDIA":
         return f"{impl} runs on NVIDIA Hopper GPUs only"
+    if impl == "ck" and profile is not None:
+        if vendor != "AMD":
+            return f"{impl} runs on AMD Instinct GPUs only"
+        if getattr(profile, "arch_family", None) not in CK_ARCHS:
+            return f"{impl}'s kernels are built for gfx942 and gfx950 (CDNA 3 and 4)"
     return None
 
 
@@ -447,7 +521,9 @@ def default_for(workload: Workload, profile: Profile | None = None) -> tuple[str
     same on Blackwell (not measured); FlashAttention-2 first on Ampere and Ada (compute
     capability 8.x), the memory-efficient kernel on older GPUs. The memory-efficient kernel's
     variant for d > 128 accumulates O in global memory, which memmodel does not model: there,
-    and for dtypes no fused kernel takes, ``paper``.
+    and for dtypes no fused kernel takes, ``paper``. On an AMD GPU (CDNA 3/4), ``ck``
+    (:data:`ROCM_DEFAULT_NOTE`: PyTorch's own default there is AOTriton, which memmodel does
+    not model).
 
     The choice depends on the head dim (and the dtype and GPU), not on the other sizes. A grid
     whose head dims PyTorch runs with different kernels is refused: evaluate its head dims
@@ -471,7 +547,17 @@ def default_by_head_dim(workload: Workload, profile: Profile | None = None) -> d
     return {d: _default_one(d, workload.dtype, profile) for d in ds}
 
 
+#: Why ``--impl auto`` picks ``ck`` on an AMD GPU
+ROCM_DEFAULT_NOTE = (
+    "PyTorch on ROCm runs scaled_dot_product_attention's flash backend: AOTriton's kernel by default, "
+    "CK's FMHA (aiter's assembly kernels on gfx942/gfx950) with TORCH_ROCM_FA_PREFER_CK=1 "
+    "(torch.backends.cuda.preferred_rocm_fa_library); memmodel models CK's, not AOTriton's: ck"
+)
+
+
 def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]:
+    if getattr(profile, "vendor", None) == "AMD" and _unsupported("ck", d, dtype, profile) is None:
+        return "ck", ROCM_DEFAULT_NOTE
     cap = _capability(profile)
     order = (
         ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
@@ -532,7 +618,9 @@ def workload_tiles(
         )
         return block_q or FA1_ROWS, bkv_fa1
     if not workload.is_grid:
-        bq, bkv = tiles(impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile)
+        bq, bkv = tiles(
+            impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype
+        )
         if impl == "sdpa-cudnn" and block_q is None and int(workload.n) <= DECODE_ROWS:
             bq = DECODE_ROWS
         return bq, bkv
@@ -540,7 +628,9 @@ def workload_tiles(
     bq_arr = np.zeros(d.shape, dtype=np.int64)
     bkv_arr = np.zeros(d.shape, dtype=np.int64)
     for value in np.unique(d):
-        bq, bkv = tiles(impl, int(value), causal, block_q, block_kv, dropout=dropout, profile=profile)
+        bq, bkv = tiles(
+            impl, int(value), causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype
+        )
         bq_arr = np.where(d == value, bq, bq_arr)
         bkv_arr = np.where(d == value, bkv, bkv_arr)
     if impl == "sdpa-cudnn" and block_q is None:

@@ -21,7 +21,7 @@ from .implementations import Implementation, kernel_workload, padded_head_dim, s
 from .intmath import IntLike
 from .options import Options
 from .traffic import l2 as l2m
-from .traffic.blocks import BlockSizes, TileContext, block_sizes, tile_context
+from .traffic.blocks import BlockSizes, TileContext, block_sizes, tile_context, tile_footprint_bytes
 from .traffic.decode import choose_splits
 from .traffic.facts import TiledFacts
 from .traffic.flash import fa1, fa2, forward_facts
@@ -135,7 +135,12 @@ def plan_tiled(
     )
     kernel_w = kernel_workload(workload, impl)
     exec_d = padded_head_dim(impl, kernel_w.d)
-    blocks = block_sizes(kernel_w, profile.sram.capacity_per_sm_bytes, options.block_q, options.block_kv)
+    sram = profile.sram.capacity_per_sm_bytes
+    if spec is not None and not spec.sram_footprint and options.block_q is not None and options.block_kv is not None:
+        # the kernel stages its tiles its own way (CK/aiter: Q in registers): no footprint check
+        footprint = tile_footprint_bytes(options.block_q, options.block_kv, kernel_w)
+        sram = max(float(sram), float(np.max(np.asarray(intmath.to_float(footprint)))))
+    blocks = block_sizes(kernel_w, sram, options.block_q, options.block_kv)
     ctx = tile_context(
         kernel_w,
         blocks,

@@ -243,7 +243,17 @@ def caveats(
         )
     figures = profile.implementation(impl.name)
     measured = figures.efficiency
-    if not measured:
+    if not measured and impl.name == "ck":
+        key = MATMUL_PEAK[dtype]
+        prov = profile.provenance.get(f"compute.{key}")
+        kind = prov.kind if prov is not None and prov.kind else "datasheet"
+        out.append(
+            f"{profile.name} has no measured efficiency for ck (AMD's CK/aiter kernels were not measured on any "
+            f"GPU): stand-in rule, its products run at {profile.name}'s dense {dtype} GEMM rate (compute.{key}, "
+            f"{kind}) and its softmax at the FP32 rate, one after the other; no CTA overhead, diagonal-block cost "
+            "or causal pairing of its Q blocks either (docs/implementations.md)."
+        )
+    elif not measured:
         out.append(
             f"{profile.name} has no measured efficiency for {impl.name}: its kernel is modelled from its "
             "instructions alone (no CTA overhead or diagonal-block cost either)."

@@ -451,3 +451,28 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
         text=True,
     )
     assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "21"], out.stderr
+
+
+def test_amd_profiles_keep_their_published_gemm_rates_and_transfer_the_rest():
+    """The CDNA 3/4 dense GEMM rates are published microbenchmarks (AMD's hipBLASLt MAF blog for
+    MI300X and MI325X, the MAMF table for MI355X): the transfer keeps them, keeps the datasheet
+    peak beside them, and gives the H200's share only where nothing is published."""
+    mi300x, mi325x, mi355x = (load_profile(n) for n in ("mi300x", "mi325x", "mi355x"))
+    assert mi300x.figures["compute.bf16"] == pytest.approx(708e12)  # MAF BF16 at 1207 MHz
+    assert mi300x.figures["compute.fp16"] == pytest.approx(654e12)
+    assert mi300x.figures["compute.fp8"] == pytest.approx(1273e12)
+    assert mi300x.kind_of("compute.bf16") == "published"
+    # 708 / 1307.4 = 0.5415 of the datasheet peak, far below the H200's 811.2 / 989.5 = 0.820
+    assert mi300x.figures["compute.bf16"] / mi300x.datasheet_peak("compute.bf16") == pytest.approx(0.5415, abs=1e-4)
+    assert mi325x.figures["compute.bf16"] == pytest.approx(843e12) and mi325x.kind_of("compute.fp8") == "published"
+    assert mi355x.figures["compute.bf16"] == pytest.approx(1565e12) == mi355x.figures["compute.fp16"]
+    # no published FP8 or FP32 figure: the H200's shares of the datasheet peaks,
+    # FP8 5033.2 × 1485 / 1979 = 3776.8 TFLOP/s; FP32 157.3 × 50.91 / 67 = 119.5 TFLOP/s
+    assert mi355x.kind_of("compute.fp8") == "derived" and mi355x.figures["compute.fp8"] == pytest.approx(
+        3.777e15, rel=1e-3
+    )
+    assert mi355x.figures["compute.fp32"] == pytest.approx(119.5e12, rel=1e-3)
+    assert mi355x.datasheet_peak("compute.fp8") == pytest.approx(5033.2e12)
+    # the HBM stream share stays the H200's (no CDNA 3/4 stream figure published in reach): 5.3 × 0.943
+    assert mi300x.kind_of("memory.hbm.bandwidth") == "derived"
+    assert mi300x.figures["memory.hbm.bandwidth"] == pytest.approx(5.3e12 * 4.528 / 4.8, rel=2e-3)

@@ -109,10 +109,24 @@ def test_a_gpu_without_a_profile_is_not_modelled_with_its_reason():
 
 def test_a_proxy_is_opt_in_and_labelled():
     data = pc.load_checks(CHECKS)
+    p = next(p for p in data["points"] if p["impl"] == "fa4")
+    data = dict(data, points=[p])
+    (plain,) = pc.score(data)
+    assert plain.error is None and plain.proxy is None and "--impl fa4" in plain.not_modelled
+    (proxied,) = pc.score(data, proxies={"fa4": "fa3"})
+    assert proxied.proxy == "fa3" and proxied.error is not None
+    assert [r["impl"] for r in pc.summary([proxied])] == ["fa4~fa3", "all"]
+
+
+def test_aiter_points_are_scored_by_ck_and_a_proxy_does_not_replace_it():
+    """AMD's kernels (``aiter`` points) map to ``--impl ck`` now that it exists: scored by it,
+    with its stand-in caveat; a proxy applies only where the point's own mapping cannot run."""
+    data = pc.load_checks(CHECKS)
+    assert data["implementations"]["aiter"]["impl"] == "ck"
     p = next(p for p in data["points"] if p["gpu"] == "mi300x" and p["impl"] == "aiter")
     data = dict(data, points=[p])
     (plain,) = pc.score(data)
-    assert plain.error is None and plain.proxy is None and "--impl ck" in plain.not_modelled
+    assert plain.not_modelled is None and plain.error is not None and plain.proxy is None
+    assert any("no measured efficiency for ck" in c for c in plain.caveats)
     (proxied,) = pc.score(data, proxies={"aiter": "sdpa-flash"})
-    assert proxied.proxy == "sdpa-flash" and proxied.error is not None
-    assert [r["impl"] for r in pc.summary([proxied])] == ["aiter~sdpa-flash", "all"]
+    assert proxied.proxy is None and proxied.error == plain.error

@@ -23,7 +23,7 @@ DEFAULT_GPU = "a100"
 
 #: Implementations a profile may give measured figures for (``implementations.<name>.*``):
 #: every implementation :mod:`memmodel.implementations` knows but the paper's algorithm
-PROFILE_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton", "fa3", "fa1")
+PROFILE_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton", "fa3", "fa1", "ck")
 #: the measured causal re-read curves (``memory.l2.<prefix>_d<head dim>``), of each causal
 #: schedule :data:`memmodel.traffic.l2.CAUSAL_CURVES` names: FlashAttention-2's one head, its
 #: grids of 2, 4 and 16 heads and its GQA grids; cuDNN's one head and its GQA grids

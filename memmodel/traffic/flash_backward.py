@@ -552,6 +552,26 @@ def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     return out
 
 
+# ---------------------------------------------------------------------------------------
+# CK/aiter (AMD)
+
+#: FlashAttention-2's backward kernels under aiter's names (``mha_bwd.cu``: the odo pre-kernel,
+#: dqdkdv, the dq conversion)
+CK_BACKWARD_NAMES = {"fa2_bwd_pre": "ck_bwd_odo", "fa2_bwd": "ck_bwd_dqdkdv", "fa2_bwd_dq": "ck_bwd_dq_convert"}
+
+
+def ck_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    """CK/aiter's backward: FlashAttention-2's kernels (:func:`fa2_backward`: dO·O, the kernel
+    over K/V blocks adding dQ into an fp32 accumulator, its conversion, and with GQA the
+    per-query-head dK, dV summed over the group, as aiter's ``at::sum_out`` does) under aiter's
+    names, with ``ctx`` holding its own tiles."""
+    out = []
+    for k in fa2_backward(w, ctx, l2):
+        name = CK_BACKWARD_NAMES.get(k.name, k.name)
+        out.append(k if name == k.name else _renamed_kernel(k, name, tuple(_rename(t, name) for t in k.transfers)))
+    return out
+
+
 def _gqa_kv_main(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
     """The main kernel's K/V reads with GQA as FlashAttention-2's own grid makes them
     (:func:`_gqa_kv_hbm`: once per K/V head where it stays in L2 across its group)."""

@@ -1,0 +1,136 @@
+"""``--impl ck``: AMD's CK/aiter FMHA as its kernels are built (tiles per head dim, dtype and
+architecture, waves, grid, GQA, the backward's kernels), what ``--impl auto`` picks on an AMD
+GPU, and the stand-in rule its time rests on (no efficiency was measured)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memmodel import Workload, compare, load_profile
+from memmodel.backward import backward_tile_rule
+from memmodel.implementations import ROCM_DEFAULT_NOTE, default_for, occupancy, smem_reads, tiles, unsupported
+from memmodel.options import options_for
+
+
+@pytest.fixture(scope="module")
+def amd():
+    return load_profile("mi300x"), load_profile("mi355x")
+
+
+def test_forward_tiles_are_aiters_assembly_kernels_where_they_run_else_ck_tiles(amd):
+    mi300x, mi355x = amd
+    # aiter hsa/gfx942/fmha_v3_fwd/fmha_fwd.csv: bf16 hd128 ts_qo 256, ts_kv 32; gfx950: 256 × 64
+    assert tiles("ck", 128, False, profile=mi300x, dtype="bf16") == (256, 32)
+    assert tiles("ck", 128, True, profile=mi355x, dtype="bf16") == (256, 64)
+    # fp8 in, bf16 out: 256 × 64 (gfx942), 256 × 128 (gfx950), and d = 256 on gfx950 only
+    assert tiles("ck", 128, False, profile=mi300x, dtype="fp8") == (256, 64)
+    assert tiles("ck", 128, False, profile=mi355x, dtype="fp8") == (256, 128)
+    assert tiles("ck", 256, False, profile=mi355x, dtype="fp8") == (256, 64)
+    # no assembly kernel: fp16, other head dims, dropout -> CK tile's bm0 × bn0
+    assert tiles("ck", 128, False, profile=mi300x, dtype="fp16") == (128, 128)
+    assert tiles("ck", 64, False, profile=mi300x, dtype="bf16") == (128, 64)
+    assert tiles("ck", 80, False, profile=mi300x, dtype="bf16") == (128, 128)  # runs at d = 128, CK tile's
+    assert tiles("ck", 256, False, profile=mi300x, dtype="fp8") == (128, 128)
+    assert tiles("ck", 128, False, dropout=0.1, profile=mi300x, dtype="bf16") == (128, 128)
+    assert tiles("ck", 128, False, dtype="bf16") == (128, 128)  # no profile: no architecture, CK tile
+
+
+def test_waves_and_occupancy_follow_the_kernels(amd):
+    mi300x, _ = amd
+    # 512 threads = 8 waves of 64 for the 256-row assembly tiles, each reading the K/V tile from LDS
+    assert smem_reads("ck", 256, 128, profile=mi300x) == 8
+    assert smem_reads("ck", 128, 128, profile=mi300x) == 4  # CK tile: F_rm = 4
+    assert smem_reads("ck", 128, 32, profile=mi300x) == 2
+    assert occupancy("ck", 128, 256) == 1 and occupancy("ck", 128, 128) is None
+
+
+def test_grid_is_batch_by_query_heads_by_q_blocks_and_products_run_at_the_gemm_rate(amd):
+    mi300x, _ = amd
+    w = Workload(batch=4, heads=32, kv_heads=8, n=8192, d=128, dtype="bf16")
+    opts = options_for("ck", w, mi300x)
+    assert (opts.block_q, opts.block_kv, opts.ctas_per_sm) == (256, 32, 1)
+    c = compare(w, mi300x, opts)
+    fwd = c.tiled.traffic.kernels[0]
+    # GQA: one workgroup per query head (s_gqa = 32 / 8 in the kernel's arguments): 8192 / 256 × 32 × 4
+    assert fwd.ctas == 32 * 32 * 4 == 4096
+    assert fwd.concurrent_ctas == 304  # one a CU
+    terms = c.tiled.timing.kernels[0].terms
+    # 4·B·H·N²·d = 4 × 4 × 32 × 8192² × 128 = 4.398e12 FLOP at the published 708 TFLOP/s BF16 GEMM rate,
+    # × the wave tail 14 / (4096 / 304) = 1.0390625: 6.2119 ms × 1.0390625 = 6.4546 ms
+    assert terms["matmul"] == pytest.approx(4 * 4 * 32 * 8192**2 * 128 / 708e12 * 14 / (4096 / 304))
+
+
+def test_backward_runs_aiters_kernels_under_their_names_with_their_tiles(amd):
+    mi300x, mi355x = amd
+    # hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv: ts_qo × ts
+    assert backward_tile_rule("ck", 128, profile=mi300x) == (16, 192)
+    assert backward_tile_rule("ck", 128, profile=mi355x) == (16, 256)
+    assert backward_tile_rule("ck", 64, profile=mi300x) == (32, 192)
+    assert backward_tile_rule("ck", 192, profile=mi300x) == (16, 64)
+    # CK tile's backward where no assembly kernel runs: d = 256, dropout
+    assert backward_tile_rule("ck", 256, profile=mi300x) == (16, 64)
+    assert backward_tile_rule("ck", 128, dropout=0.1, profile=mi300x) == (16, 128)
+    w = Workload(batch=4, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16")
+    c = compare(w, mi300x, options_for("ck", w, mi300x, backward=True))
+    names = [k.name for k in c.tiled.traffic.kernels]
+    # odo, dqdkdv (dQ in fp32 atomics), the dQ conversion; GQA: at::sum_out of dK, dV over the group
+    assert names == ["fa2_fwd", "ck_bwd_odo", "ck_bwd_dqdkdv", "ck_bwd_dq_convert", "dk_group_sum", "dv_group_sum"]
+    main = next(k for k in c.tiled.traffic.kernels if k.name == "ck_bwd_dqdkdv")
+    assert main.ctas == 22 * 32 * 4  # ⌈4096 / 192⌉ = 22 K/V blocks × 32 query heads × batch 4
+
+
+def test_auto_picks_ck_on_amd_gpus_and_says_pytorchs_default_is_aotriton(amd):
+    mi300x, mi355x = amd
+    w = Workload(batch=1, heads=16, n=4096, d=128, dtype="bf16")
+    for p in (mi300x, mi355x):
+        impl, why = default_for(w, p)
+        assert impl == "ck" and why == ROCM_DEFAULT_NOTE and "AOTriton" in why
+    assert default_for(w, load_profile("h200"))[0] == "sdpa-cudnn"  # NVIDIA unchanged
+    assert unsupported("ck", w, load_profile("h200")) == "ck runs on AMD Instinct GPUs only"
+    assert unsupported("ck", w.with_(dtype="fp32"), mi300x) == "ck runs fp16, bf16, fp8 (got fp32)"
+    assert default_for(w.with_(dtype="fp32"), mi300x)[0] != "ck"
+
+
+def test_caveat_names_the_stand_in_rule(amd):
+    from memmodel.timing import caveats
+
+    mi300x, _ = amd
+    (line,) = [c for c in caveats(mi300x, "ck", "bf16", 128) if "efficiency" in c]
+    assert "stand-in rule" in line and "compute.bf16, published" in line
+
+
+def test_cli_compare_with_ck(run):
+    r = run(
+        "compare",
+        "--gpu",
+        "mi300x",
+        "--impl",
+        "ck",
+        "--n",
+        "8192",
+        "--d",
+        "128",
+        "--batch",
+        "4",
+        "--heads",
+        "32",
+        "--kv-heads",
+        "8",
+        "--dtype",
+        "bf16",
+        "--format",
+        "json",
+    )
+    assert r.exit_code == 0, r.stderr
+    tiled = next(a for a in json.loads(r.stdout)["algorithms"] if a["name"] == "tiled")
+    assert tiled["params"]["block_q"] == 256 and tiled["params"]["block_kv"] == 32
+    r = run("compare", "--gpu", "mi300x", "--n", "4096", "--d", "128", "--dtype", "bf16")
+    assert r.exit_code == 0 and "--impl auto: PyTorch on ROCm" in r.stderr
+
+
+def test_cli_refuses_ck_with_the_fa1_variant_in_one_line(run):
+    r = run("compare", "--gpu", "mi300x", "--impl", "ck", "--tiled", "fa1", "--n", "4096", "--d", "128")
+    assert r.exit_code == 2
+    assert r.stderr.strip().count("\n") == 0 and "--tiled fa2" in r.stderr
