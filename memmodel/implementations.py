@@ -359,6 +359,8 @@ def fa1_backward_splits(
     one = _wave_efficiency(batch_heads, slots)
     split = _wave_efficiency(batch_heads * parallel, slots) / discount
     return 1 if one >= split else parallel
+
+
 #: AMD architectures aiter's assembly FMHA kernels are built for (``hsa/gfx942``, ``hsa/gfx950``)
 CK_ARCHS = ("cdna3", "cdna4")
 
