@@ -70,9 +70,16 @@ _WIDE = r"[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff
 
 def _plain_text(markup: str) -> str | None:
     """``markup`` without its tags, or None when rich would print something else."""
-    if _UNSAFE.search(markup) or (markup and max(markup) >= "\u1100" and re.search(_WIDE, markup)):
+    if _UNSAFE.search(markup) or (markup and _may_be_wide(max(markup), markup) and re.search(_WIDE, markup)):
         return None
     return _TAG.sub("", markup)
+
+
+def _may_be_wide(top: str, text: str) -> bool:
+    """Whether ``text`` (whose largest character is ``top``) can hold a wide character: one from
+    U+2E80 up, or a Hangul jamo (U+1100-U+115F). Tables print arrows, … and ⌈⌉ (U+2000s), which
+    are narrow: the wide-character expression is not even compiled for them."""
+    return top >= "\u2e80" or (top >= "\u1100" and any("\u1100" <= ch <= "\u115f" for ch in text))
 
 
 class PlainText(str):

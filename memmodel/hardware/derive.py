@@ -8,6 +8,7 @@ Why each rule is what it is: docs/profiles.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,6 +101,7 @@ def glob_match(text: str, pattern: str) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=4096)
 def derive_rule(fpath: str) -> str | None:
     """The rule (:data:`RULE_TEXT`'s keys) a figure carries over by; None: it does not."""
     for pattern, rule in DERIVE_RULES:
