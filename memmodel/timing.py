@@ -56,6 +56,7 @@ import numpy as np
 
 from . import implementations, intmath
 from .hardware import KernelFigures, Profile
+from .hardware.derive import TRANSFERRED
 from .hardware.schema import MMA_SYNC_NATIVE
 from .intmath import IntLike
 from .traffic.ledger import COMBINE, DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
@@ -307,7 +308,7 @@ def rate_sources(profile: Profile) -> str:
             f"derived from profile {profile.derived_from}",
         )
     if profile.transferred_from:
-        title = profile.sources.get("transferred")
+        title = profile.sources.get(TRANSFERRED)
         return (
             f"{title.title if title else f'transferred from profile {profile.transferred_from}'}: expect large "
             "errors (tens of percent; see docs/accuracy.md)"

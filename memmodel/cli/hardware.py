@@ -105,6 +105,7 @@ def sources_cmd(*, fmt: str) -> None:
     and how far its times are from measured ones, and which figures the time model misses
     (reported as caveats)."""
     from ..hardware import SOURCE_KINDS, available, load_file
+    from ..hardware.derive import TRANSFERRED
     from ..implementations import default_for
     from ..timing import caveats, rate_sources
     from ..validated import time_range_errors
@@ -121,7 +122,7 @@ def sources_cmd(*, fmt: str) -> None:
         by_kind: dict[str, list[str]] = {k: [] for k in (*SOURCE_KINDS, "transferred", "unstated")}
         for fpath, prov in p.provenance.items():
             # a figure transferred from a measured GPU of another architecture is derived, by its own rules
-            kind = "transferred" if prov.source == "transferred" else prov.kind
+            kind = "transferred" if prov.source == TRANSFERRED else prov.kind
             by_kind[kind or "unstated"].append(fpath)
         dtype = "bf16" if "bf16" in p.compute_flops_per_s else "fp16"
         impl, _ = default_for(Workload(n=4096, d=128, dtype=dtype), p)

@@ -1,8 +1,9 @@
 """Derivation: the figures a profile lacks, carried over from a measured profile.
 
 ``derive_from: h200`` fills every figure a sibling of the same architecture does not give by
-the rule of its field (:data:`DERIVE_RULES`); ``library_rates_from`` carries only the library
-kernels' rates across architectures. Each derived figure's note names its rule and inputs.
+the rule of its field (:data:`DERIVE_RULES`); ``transfer_from: h200`` (``library_rates_from``, its
+older name) gives a GPU of another architecture the measured GPU's shares of its datasheet peaks
+and the figures that carry across (:func:`transfer`). Each figure's note names its rule and inputs.
 Why each rule is what it is: docs/profiles.md.
 """
 
@@ -76,9 +77,9 @@ RULE_TEXT = {
 #: What a derived profile must give itself: the inputs of the rules
 _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
 
-#: What ``library_rates_from`` carries across architectures: the rates of PyTorch's and
-#: cuBLAS' memory-bound library kernels (softmax, products over S, elementwise, dropout,
-#: reductions), as the same share of the datasheet HBM bandwidth
+#: The rates of PyTorch's and cuBLAS' memory-bound library kernels (softmax, products over S,
+#: elementwise, dropout, reductions): ``transfer_from`` carries them to any GPU as the same
+#: share of the datasheet HBM bandwidth
 LIBRARY_FIELDS = "kernels.*"
 
 
@@ -110,78 +111,69 @@ def derive_rule(fpath: str) -> str | None:
     return None
 
 
-def derive(data: Mapping[str, Any], where: str, base: Profile, *, library_only: bool = False) -> dict[str, Any]:
+def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
     """``data`` (a profile's YAML naming ``derive_from``) with every figure it lacks derived
-    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs.
-    ``library_only`` (``library_rates_from``, another architecture): only the library kernels'
-    rates (:data:`LIBRARY_FIELDS`), by the HBM rule; the datasheet HBM bandwidth is
-    ``memory.hbm.datasheet_bandwidth`` or, in a datasheet profile, ``memory.hbm.bandwidth``."""
-    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
-    for key in ("memory", "compute", "kernels", "implementations", "interconnect"):
-        if isinstance(out.get(key), Mapping):
-            out[key] = _deep_copy(out[key])
-    needed = ("memory.hbm.datasheet_bandwidth",) if library_only else _DERIVE_INPUTS
-    key_name = "library_rates_from" if library_only else "derive_from"
+    from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs."""
+    out = _copy(data)
     inputs: dict[str, float] = {}
-    for fpath in needed:
-        given, raw = fpath, _raw_value(_leaf(data, fpath))
-        if raw is None and library_only:
-            given, raw = "memory.hbm.bandwidth", _raw_value(_leaf(data, "memory.hbm.bandwidth"))
-        if raw is None:
+    for fpath in _DERIVE_INPUTS:
+        value = _parsed(data, fpath, where)
+        if value is None:
             raise field_error(where, fpath, f"missing: a profile that derives from {base.name!r} must give it")
-        try:
-            inputs[fpath] = units.parse(raw, FIELDS[fpath][0])
-        except units.UnitError as exc:
-            raise field_error(where, given, str(exc)) from None
-    for fpath in needed:
         if fpath not in base.figures:
-            raise field_error(where, key_name, f"{base.name!r} has no {fpath}, which derivation needs")
-    hbm = inputs["memory.hbm.datasheet_bandwidth"] / base.figures["memory.hbm.datasheet_bandwidth"]
-    if library_only:
-        scale = {"hbm": hbm}
-    else:
-        scale = {
-            "sm-clock": inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"]),
-            "clock": inputs["clock"] / base.figures["clock"],
-            "cycles": base.figures["clock"] / inputs["clock"],
-            "hbm": hbm,
-            "l2": inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"],
-            "same": 1.0,
-        }
+            raise field_error(where, "derive_from", f"{base.name!r} has no {fpath}, which derivation needs")
+        inputs[fpath] = value
+    scale = _rule_scales(base, inputs["sm_count"], inputs["clock"], inputs["memory.hbm.datasheet_bandwidth"])
+    scale["l2"] = inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"]
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
-        if library_only and not (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
-            continue
         if rule is None or _leaf(data, fpath) is not None:
             continue
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
             continue  # a part without links of its own (H100 PCIe) takes no measured link curve
-        kind = FIELDS[fpath][0]
         factor = scale[rule]
         prov = base.provenance.get(fpath)
         what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
-        if isinstance(value, tuple):  # a curve
-            new: Any = {x: units.quantity(y * factor, kind) for x, y in value}
-        else:
-            new = units.quantity(value * factor, kind)
         note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
-        _put(out, fpath, {"value": new, "source": "derived", "note": note}, where)
+        _put(out, fpath, {"value": _scaled(value, factor, FIELDS[fpath][0]), "source": "derived", "note": note}, where)
         derived_any = True
     if derived_any:
         sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
         sources["derived"] = {
-            "title": (
-                f"library kernel rates carried from profile {base.name} ({base.full_name}) across architectures, "
-                "as the same share of the datasheet HBM bandwidth (docs/profiles.md)"
-                if library_only
-                else f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
-                "(docs/profiles.md)"
-            ),
+            "title": f"derived from profile {base.name} ({base.full_name}) by memmodel's same-architecture rules "
+            "(docs/profiles.md)",
             "kind": "derived",
         }
         out["sources"] = sources
     return out
+
+
+def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with its sections copied, so that derived figures can be put into it."""
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    for key in ("memory", "compute", "kernels", "implementations", "interconnect", "datasheet"):
+        if isinstance(out.get(key), Mapping):
+            out[key] = _deep_copy(out[key])
+    return out
+
+
+def _rule_scales(base: Profile, sm_count: float | None, clock: float | None, hbm_datasheet: float) -> dict[str, float]:
+    """The factor of each rule of :data:`RULE_TEXT` from ``base`` to a GPU of these figures
+    (without SM count or clock, only the ``hbm`` and ``same`` rules)."""
+    scale = {"hbm": hbm_datasheet / base.figures["memory.hbm.datasheet_bandwidth"], "same": 1.0}
+    if sm_count and clock and base.figures.get("clock"):
+        scale["sm-clock"] = sm_count * clock / (base.figures["sm_count"] * base.figures["clock"])
+        scale["clock"] = clock / base.figures["clock"]
+        scale["cycles"] = base.figures["clock"] / clock
+    return scale
+
+
+def _scaled(value: Any, factor: float, kind: Any) -> Any:
+    """A base profile's figure (a number or a curve) × ``factor``, as a profile writes it."""
+    if isinstance(value, tuple):  # a curve
+        return {x: units.quantity(y * factor, kind) for x, y in value}
+    return units.quantity(value * factor, kind)
 
 
 def _leaf(data: Mapping[str, Any], fpath: str) -> Any:
@@ -220,6 +212,8 @@ def _deep_copy(node: Any) -> Any:
 #: share of the native rate it reaches on the measured GPU; figures fixed in time, by ``same``;
 #: on a GPU of the same vendor, the implementations' and NCCL's figures by :data:`DERIVE_RULES`.
 TRANSFER_SAME = ("launch_overhead", "event_overhead")
+#: The source id every transferred figure cites (its kind is ``derived``)
+TRANSFERRED = "transferred"
 #: The figures only a GPU of the same vendor takes (the same kernels and libraries run there)
 TRANSFER_SAME_VENDOR = (
     "compute.mma_sync.one_cta_share",
@@ -282,7 +276,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         raise field_error(
             where, "transfer_from", f"{base.name!r} is not a measured profile ({base.rate_class}): nothing to transfer"
         )
-    out: dict[str, Any] = {k: (_deep_copy(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
+    out = _copy(data)
     when = _measured_on(base)
     given_ds = _parsed(data, "memory.hbm.datasheet_bandwidth", where)
     if given_ds is None and _raw_kind(data, "memory.hbm.bandwidth") == "datasheet":
@@ -298,7 +292,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         _put(out, "memory.hbm.datasheet_bandwidth", _leaf(data, "memory.hbm.bandwidth"), where)
 
     def put(fpath: str, value: Any, note: str) -> None:
-        _put(out, fpath, {"value": value, "source": "transferred", "note": note}, where)
+        _put(out, fpath, {"value": value, "source": TRANSFERRED, "note": note}, where)
 
     def shown(fpath: str, value: float) -> str:
         return units.quantity(value, FIELDS[fpath][0])
@@ -359,12 +353,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             )
     vendor = data.get("vendor")
     same_vendor = isinstance(vendor, str) and vendor.strip().lower() == base.vendor.strip().lower()
-    inputs = {k: _parsed(data, k, where) for k in ("sm_count", "clock")}
-    scale = {"hbm": given_ds / base.figures["memory.hbm.datasheet_bandwidth"], "same": 1.0}
-    if inputs["sm_count"] and inputs["clock"] and base.figures.get("clock"):
-        scale["sm-clock"] = inputs["sm_count"] * inputs["clock"] / (base.figures["sm_count"] * base.figures["clock"])
-        scale["clock"] = inputs["clock"] / base.figures["clock"]
-        scale["cycles"] = base.figures["clock"] / inputs["clock"]
+    scale = _rule_scales(base, _parsed(data, "sm_count", where), _parsed(data, "clock", where), given_ds)
     has_links = _leaf(data, "interconnect.bandwidth") is not None
     for fpath, value in base.figures.items():
         if _leaf(data, fpath) is not None or fpath.startswith("datasheet.") or base.kind_of(fpath) != "measured":
@@ -378,13 +367,9 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             continue
         if rule is None or rule not in scale:
             continue
-        factor, kind = scale[rule], FIELDS[fpath][0]
+        factor = scale[rule]
         prov = base.provenance.get(fpath)
-        new: Any = (
-            {x: units.quantity(y * factor, kind) for x, y in value}
-            if isinstance(value, tuple)
-            else units.quantity(value * factor, kind)
-        )
+        new = _scaled(value, factor, FIELDS[fpath][0])
         caveat = "" if same_vendor else f" ({base.vendor}'s figure, taken the same on {vendor}: not measured)"
         put(
             fpath,
@@ -394,7 +379,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             + f": {prov.text if prov else value}{caveat}",
         )
     sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
-    sources["transferred"] = {
+    sources[TRANSFERRED] = {
         "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "
         "architecture (docs/profiles.md)",
         "kind": "derived",
