@@ -57,11 +57,11 @@ library's backward kernel has its own launch rule. The rules, from the sources:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .frozen import frozen
 from .implementations import CK_ARCHS, padded_head_dim
 from .traffic.blocks import TileContext
 from .traffic.facts import BackwardFacts
@@ -193,7 +193,7 @@ def backward_tiles(impl: str, workload: Workload, profile: Profile | None = None
     return BackwardTiles(bq, bkv, 1, _SOURCES[impl])
 
 
-@dataclass(frozen=True)
+@frozen
 class BackwardPlan:
     """A library's own backward kernels: its tiles, their tile context, and (CUTLASS) where
     dK and dV stay in registers."""

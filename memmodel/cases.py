@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from .errors import WorkloadError
+from .frozen import frozen
 from .implementations import CASE_IMPLEMENTATIONS
 from .workload import Workload
 
 
-@dataclass(frozen=True)
+@frozen
 class Case:
     """One validation case: an implementation and the shape it runs (one line of a case list)."""
 

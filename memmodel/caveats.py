@@ -9,12 +9,12 @@ and kernels where the caveat fires and the signed errors the model makes there.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import intmath
+from .frozen import frozen
 from .timing import caveats as profile_caveats
 from .timing import clock_caveat
 from .traffic.reuse import ReuseCurve, step_curve
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .traffic.ledger import AlgorithmTraffic
 
 
-@dataclass(frozen=True)
+@frozen
 class Caveat:
     """One caveat line and its class (``""``: a note that no check measures)."""
 

@@ -6,12 +6,12 @@ instructions and tiles are facts about its library's code; where each shows: doc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import WorkloadError
+from .frozen import frozen
 from .traffic import fmha
 
 #: how long the GPU has been busy when a kernel runs (:data:`memmodel.timing.CLOCKS` says more)
@@ -29,7 +29,7 @@ TILED_VARIANTS = ("fa1", "fa2")
 FA1_RELEASE = "flash-attn v1.0.9"
 
 
-@dataclass(frozen=True)
+@frozen
 class Implementation:
     """One fused attention kernel as it runs: its tiles, instruction class and what it supports."""
 

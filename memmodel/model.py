@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from . import intmath
 from .caveats import tiled_caveat_classes
+from .frozen import frozen
 from .hardware import Profile
 from .options import Options, options_for, with_options
 from .plan import l2_context, plan_tiled, planned_traffic
@@ -24,7 +25,7 @@ COMPARE_SCHEMA = "memmodel.compare/1"
 __all__ = ["COMPARE_SCHEMA", "Comparison", "Evaluated", "compare", "l2_context", "reference_bytes", "tiled_traffic"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Evaluated:
     """An algorithm's ledger and its predicted timing."""
 
@@ -32,7 +33,7 @@ class Evaluated:
     timing: AlgorithmTiming
 
 
-@dataclass(frozen=True)
+@frozen
 class Comparison:
     """Standard and tiled attention of one workload on one GPU: traffic, timing and caveats."""
 

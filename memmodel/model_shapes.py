@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import WorkloadError
+from .frozen import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelShape:
     """The attention shape of one model: every layer's, as memmodel models it."""
 

@@ -5,13 +5,14 @@ workload and GPU" into options, from what :mod:`memmodel.implementations` says t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import implementations
 from .errors import WorkloadError
+from .frozen import frozen
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS, TILED_VARIANTS
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
 
-@dataclass(frozen=True)
+@frozen
 class Options:
     """How to model: the tiled variant, its blocks, the L2 mode, which passes, and the
     implementation whose tiles, instructions and measured efficiency the tiled kernel takes."""

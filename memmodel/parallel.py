@@ -40,10 +40,11 @@ profile's measured elementwise and copy rates. Scalars only (no grids).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from .errors import WorkloadError
+from .frozen import frozen
 from .hardware import Profile
 from .hardware.interconnect import Interconnect
 from .traffic.ledger import AlgorithmTraffic, Kernel, KernelBuilder
@@ -168,7 +169,7 @@ def all_to_all_time(ic: Interconnect, p: int, buffer_bytes: int) -> float:
 # Results
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One step of one pass on the GPU that takes longest in it."""
 
@@ -206,7 +207,7 @@ class Step:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class ParallelAlgorithm:
     """One algorithm (standard or tiled) run context-parallel: GPU 0's kernels, the steps, the wall time."""
 
@@ -226,7 +227,7 @@ class ParallelAlgorithm:
         return sum(s.time_s for s in self.steps if s.pass_ == pass_)
 
 
-@dataclass(frozen=True)
+@frozen
 class ParallelResult:
     """Standard and tiled attention split over ``p`` GPUs by one context-parallel scheme."""
 
@@ -669,7 +670,7 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
 CP_CASE_KEYS = ("scheme", "p", "batch", "heads", "kv_heads", "n", "d", "dtype", "causal", "backward")
 
 
-@dataclass(frozen=True)
+@frozen
 class CPCase:
     """One context-parallel validation case: ``scheme=ring,p=2,n=16384,d=128,heads=8,causal=1``."""
 

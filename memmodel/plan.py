@@ -10,13 +10,13 @@ comparison; nothing downstream derives these again.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import implementations, intmath
 from .errors import WorkloadError
+from .frozen import frozen
 from .implementations import Implementation, kernel_workload, padded_head_dim, smem_reads
 from .intmath import IntLike
 from .options import Options
@@ -82,7 +82,7 @@ def l2_context(profile: Profile, mode: str, causal_schedule: str | None = None) 
     return scheduled_l2(base_l2(profile, mode), profile, causal_schedule)
 
 
-@dataclass(frozen=True)
+@frozen
 class TiledPlan:
     """How one tiled algorithm runs one workload (or a grid of them) on one GPU."""
 

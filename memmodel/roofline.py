@@ -17,9 +17,9 @@ Plain Python; no plotting or terminal code here (see :mod:`memmodel.report`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .frozen import frozen
 from .hardware import Profile
 from .model import Comparison, Evaluated
 from .timing import MATMUL_PEAK
@@ -50,7 +50,7 @@ ASSUMPTIONS = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class Ceiling:
     """One roof: a memory level's bandwidth or a compute unit's peak."""
 
@@ -77,7 +77,7 @@ class Ceiling:
         return out
 
 
-@dataclass(frozen=True)
+@frozen
 class RidgePoint:
     """Where memory roof ``memory`` meets compute roof ``compute``: intensity = peak / bandwidth."""
 
@@ -90,7 +90,7 @@ class RidgePoint:
         return {"memory": self.memory, "compute": self.compute, "intensity": self.intensity, "unit": self.unit}
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelPoint:
     """A kernel (or an algorithm's ``total``) placed on the roofline of one GPU."""
 
@@ -129,7 +129,7 @@ class KernelPoint:
         }
 
 
-@dataclass(frozen=True)
+@frozen
 class Roofline:
     """The roofline of one GPU, with the kernels of one workload on it."""
 

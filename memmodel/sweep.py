@@ -51,6 +51,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .errors import MemmodelError, WorkloadError
+from .frozen import frozen
 from .hardware import DEFAULT_GPU, Profile
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
@@ -308,7 +309,7 @@ LOOPS = (
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
 
 
-@dataclass(frozen=True)
+@frozen
 class Grid:
     """The configurations of a sweep. ``kv_heads=None`` means "equal to heads" (no GQA),
     ``n_kv=None`` "equal to n"; ``None`` among ``block_q``, ``block_kv``, ``splits`` and
@@ -971,7 +972,7 @@ CP_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class ContextParallelGrid:
     """The configurations of a context-parallel sweep: every combination of the axes
     (:data:`CP_AXES`; ``kv_heads`` ``None``: equal to heads), each split over ``p`` GPUs with

@@ -48,13 +48,14 @@ the kernel ends a fraction of a CTA's length after the balanced time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property, lru_cache
 from typing import Any, Union
 
 import numpy as np
 
 from . import implementations, intmath
+from .frozen import frozen
 from .hardware import KernelFigures, Profile
 from .hardware.derive import TRANSFERRED
 from .hardware.schema import MMA_SYNC_NATIVE
@@ -69,7 +70,7 @@ Label = Union[str, np.ndarray]  # noqa: UP007
 MATMUL_PEAK = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelTiming:
     """One kernel's predicted time: each term (memory levels, compute, overheads), the
     total and what bounds it."""
@@ -90,7 +91,7 @@ class KernelTiming:
         return _spelled(self.label, self.bound_names, self.bound_index)
 
 
-@dataclass(frozen=True)
+@frozen
 class AlgorithmTiming:
     """An algorithm's kernels' timings, their total and what bounds it."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import cached_property
 from typing import Any
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from . import intmath
 from .errors import WorkloadError
+from .frozen import frozen
 from .intmath import IntLike
 
 #: Bytes per element of Q, K, V, S, P, O for each supported dtype.
@@ -20,7 +21,7 @@ STAT_BYTES = 4
 ACC_BYTES = 4
 
 
-@dataclass(frozen=True)
+@frozen
 class Workload:
     """Multi-head attention O = softmax(QKᵀ/√d)V.
 

@@ -254,9 +254,9 @@ def test_gpu_code_is_not_imported_by_the_library():
         assert not {t for t in targets if t.startswith("memmodel.gpu")}, name
 
 
-#: what the hardware package may import of memmodel: itself and the bottom floor (errors, units,
+#: what the hardware package may import of memmodel: itself and the bottom floor (errors, units, @frozen,
 #: the file reader); nothing of the model (traffic, timing, implementations, model, sweep, ...)
-HARDWARE_MAY_IMPORT = ("memmodel.errors", "memmodel.units", "memmodel.fileio")
+HARDWARE_MAY_IMPORT = ("memmodel.errors", "memmodel.units", "memmodel.fileio", "memmodel.frozen")
 
 
 def test_the_hardware_package_is_a_leaf():
@@ -296,7 +296,7 @@ def _undocumented_dataclasses(paths: list[Path]) -> list[str]:
                 continue
             for dec in node.decorator_list:
                 target = dec.func if isinstance(dec, ast.Call) else dec
-                if getattr(target, "id", getattr(target, "attr", None)) == "dataclass":
+                if getattr(target, "id", getattr(target, "attr", None)) in ("dataclass", "frozen"):
                     out.append(f"{path.name}:{node.name}")
     return out
 
@@ -305,6 +305,24 @@ def test_every_dataclass_says_what_it_is(tmp_path):
     """A docstring on every dataclass: it documents, and without one ``dataclass`` computes an
     ``inspect.signature`` for ``__doc__`` at import (about 1 ms each at start-up)."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from dataclasses import dataclass\n@dataclass(frozen=True)\nclass A:\n    x: int\n")
-    assert _undocumented_dataclasses([bad]) == ["bad.py:A"]
+    bad.write_text(
+        "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass A:\n    x: int\n@frozen\nclass B:\n    y: int\n"
+    )
+    assert _undocumented_dataclasses([bad]) == ["bad.py:A", "bad.py:B"]
     assert _undocumented_dataclasses(sorted(PACKAGE.rglob("*.py"))) == []
+
+
+def test_no_plain_frozen_dataclass_in_the_package():
+    """Every frozen dataclass of memmodel is ``@frozen`` (``memmodel/frozen.py``): one
+    ``@dataclass(frozen=True)`` compiles three more methods at import."""
+    plain = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+        for dec in node.decorator_list
+        if isinstance(dec, ast.Call)
+        and getattr(dec.func, "id", None) == "dataclass"
+        and any(k.arg == "frozen" and getattr(k.value, "value", False) is True for k in dec.keywords)
+    ]
+    assert plain == []

@@ -21,14 +21,14 @@ from the same one-head shapes run on cuDNN (probe 11, ``validation/h200/probe-11
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ..frozen import frozen
 from ..traffic.l2 import CAUSAL_CURVE_DIMS as HEAD_DIMS
 from ..traffic.l2 import CAUSAL_CURVES
 
 
-@dataclass(frozen=True)
+@frozen
 class Fit:
     """One family of curves and where it is measured."""
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ..frozen import frozen
 from ..hardware import Profile
 from ..units import format_si, quantity
 from .plan import (
@@ -88,7 +88,7 @@ def _ns(v: float) -> str:
 # The figures a run measures: one table for the profile and for the CLI's table
 
 
-@dataclass(frozen=True)
+@frozen
 class Figure:
     """One figure a calibration run measures: its row in ``memmodel calibrate``'s table, the
     kind of quantity it is (how it prints), where the run's measurements hold it, and the

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
+
+from ..frozen import frozen
 
 SCHEMA = "memmodel.l2_reuse/1"
 ELEMENT_BYTES = 2  # fp16
@@ -50,7 +52,7 @@ ORDERS = ("full", "causal-up", "causal-down", "chain")
 SMS = ("all", "smid-half", "smid-parity")
 
 
-@dataclass(frozen=True)
+@frozen
 class Pattern:
     """One kernel launch of the microbenchmark.
 

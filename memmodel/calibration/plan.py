@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from ..frozen import frozen
 
 SCHEMA = "memmodel.calibrate/1"
 MATMUL_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp8")
@@ -17,7 +19,7 @@ MATMUL_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp8")
 # Sizes and repeats
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceInfo:
     """What the CUDA driver reports of the GPU being calibrated."""
 
@@ -34,7 +36,7 @@ class DeviceInfo:
     versions: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@frozen
 class Plan:
     """What a calibration measures and how long: buffer sizes, repetitions and sweeps."""
 
@@ -232,7 +234,7 @@ GROUP_SUM_SHAPE = (4, 4096, 8, 4, 128)
 # The knee of the L2 capacity curve
 
 
-@dataclass(frozen=True)
+@frozen
 class Knee:
     """Where a bandwidth-vs-size curve falls from its plateau toward its floor."""
 

@@ -37,12 +37,12 @@ import datetime
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
 from ..calibration.plan import BLOCK_BYTES, MATMUL_DTYPES, SCHEMA, DeviceInfo, knee_summary, make_plan
 from ..errors import RuntimeFailure
+from ..frozen import frozen
 from . import calibrate_backward, calibrate_impl, l2_reuse
 from .measure import Context, cuda_timer, describe, median, persistent_grid, rate
 
@@ -570,7 +570,7 @@ def make_context(*, quick: bool = False) -> Context:
     return Context(torch, calibrate_kernels, info, make_plan(info, quick=quick), cuda_timer(torch))
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One measuring step: its key in the result's ``measurements``, what the progress bar
     says, the function that measures it, and the earlier steps whose measurements it takes

@@ -8,10 +8,11 @@ without, ``latency + bytes / bandwidth``. The fields and their sources: docs/con
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from ..frozen import frozen
 
 TOPOLOGIES = ("switch", "mesh")
 #: collectives with a curve of their own (``<kind>_efficiency``)
@@ -20,7 +21,7 @@ COLLECTIVES = ("send_recv", "all_to_all", "all_gather")
 Curve = tuple[tuple[int, float], ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Interconnect:
     """The links between GPUs a profile gives: bandwidth, topology, latency and NCCL's
     measured efficiency per collective (``interconnect:``)."""

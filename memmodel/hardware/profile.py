@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ProfileError
+from ..frozen import frozen
 from .interconnect import Interconnect
 
 #: a measured curve: ((key, value), ...) sorted by key (a head dim, a row length, ...)
@@ -49,7 +50,7 @@ def interpolate_log2(curve: Curve, x: Any) -> Any:
 _LUT_MIN_SIZE, _LUT_MAX = 4096, 4096
 
 
-@dataclass(frozen=True)
+@frozen
 class MemoryLevel:
     """A memory level shared by the whole chip (HBM, L2)."""
 
@@ -67,7 +68,7 @@ class MemoryLevel:
         return self.effective_capacity_bytes or self.capacity_bytes
 
 
-@dataclass(frozen=True)
+@frozen
 class Sram:
     """On-chip shared memory: figures are per SM; aggregates are derived, never stored."""
 
@@ -85,7 +86,7 @@ class Sram:
         return self.bandwidth_per_sm_bytes_per_s * self.sm_count
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelRates:
     """What library kernels reach on this GPU, measured by ``memmodel calibrate``.
 
@@ -149,7 +150,7 @@ class KernelRates:
         return interpolate_log2(self.softmax_bytes_per_s, row_length)
 
 
-@dataclass(frozen=True)
+@frozen
 class KernelFigures:
     """One fused kernel's measured figures at its head dim (:meth:`ImplementationFigures.kernel`):
     numbers or arrays (a grid's head dims); None where not measured or not the kernel's."""
@@ -170,7 +171,7 @@ class KernelFigures:
     split_cta_overhead_s: Any = None
 
 
-@dataclass(frozen=True)
+@frozen
 class ImplementationFigures:
     """What one attention implementation's kernels reach on this GPU (``implementations.<name>``
     of a profile, measured by ``memmodel calibrate``). Curves are by head dim; an empty curve
@@ -269,7 +270,7 @@ class ImplementationFigures:
 SOURCE_KINDS = ("datasheet", "measured", "published", "derived", "device")
 
 
-@dataclass(frozen=True)
+@frozen
 class Source:
     """One entry of a profile's ``sources:``: where figures come from, and of what kind."""
 
@@ -283,7 +284,7 @@ class Source:
     command: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Provenance:
     """Where one figure of a profile came from: its source, note and the value as written."""
 
@@ -326,7 +327,7 @@ def arch_family(compute_capability: str | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class Profile:
     """One GPU: its memory levels, compute rates, measured kernel and implementation
     figures, and where each came from (``load_profile`` builds it from YAML)."""

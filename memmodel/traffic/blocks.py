@@ -4,7 +4,6 @@ it visits, how many CTAs run at once, and what every tiled kernel of one workloa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from .. import intmath
 from ..errors import WorkloadError
+from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import Workload
 from .ledger import param
@@ -174,7 +174,7 @@ def ctas_per_sm(footprint_bytes: IntLike, sram_per_sm: float, given: int | None 
     return int(out) if out.ndim == 0 else out
 
 
-@dataclass(frozen=True)
+@frozen
 class BlockSizes:
     """The tiles a tiled kernel runs (rows of Q and of K/V per block) and their counts."""
 
@@ -262,7 +262,7 @@ def _first(value: IntLike, mask: Any) -> int:
 KV_ORDERS = ("reverse", "forward")
 
 
-@dataclass(frozen=True)
+@frozen
 class TileContext:
     """What every tiled kernel of one workload shares."""
 

@@ -7,15 +7,15 @@ or one workload's scalars, as the rules give them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from ..frozen import frozen
 from ..intmath import IntLike
 from .blocks import BlockSizes
 from .ledger import param
 
 
-@dataclass(frozen=True)
+@frozen
 class BackwardFacts:
     """The backward kernels' tiles: the library's own (``tiles``) or the forward's blocks."""
 
@@ -42,7 +42,7 @@ class BackwardFacts:
         } | ({"backward_splits": param(self.splits)} if self.splits is not None else {})
 
 
-@dataclass(frozen=True)
+@frozen
 class TiledFacts:
     """A tiled algorithm's blocks and occupancy, and where its forward's K/V re-reads sit."""
 

@@ -23,12 +23,12 @@ so it adds no bytes. l, m and logsumexp are fp32. HBM reads follow :mod:`.l2`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
@@ -536,7 +536,7 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
 # FA1
 
 
-@dataclass(frozen=True)
+@frozen
 class _Fa1:
     """What FA1's forward and backward kernels share: one CTA per head, whose re-read
     tensors (``per_head`` bytes of one head's rows) stay in L2 if the heads in flight fit."""

@@ -12,12 +12,12 @@ docs/model.md ("Backward kernels as the libraries launch them")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
@@ -29,7 +29,7 @@ from .ledger import Kernel, KernelBuilder, only_where, param, present_kernels
 SEQ_ROUND = 128
 
 
-@dataclass(frozen=True)
+@frozen
 class BackwardTiles:
     """A backward kernel's tiles: Q rows per step (``block_q``, kBlockM / kBlockSizeI), K/V
     rows per CTA (``block_kv``, kBlockN / kBlockSizeJ), CTAs resident per SM, and where the

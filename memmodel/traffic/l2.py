@@ -27,19 +27,19 @@ FlashAttention paper's view).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..frozen import frozen
 from ..hardware.schema import CAUSAL_CURVE_DIMS  # noqa: F401 - the head dims a profile's causal curves are at
 from ..intmath import IntLike
 
 L2_MODES = ("on", "cold", "off")
 
 
-@dataclass(frozen=True)
+@frozen
 class CausalCurves:
     """Where a causal schedule's measured re-read curves lie in a profile
     (``memory.l2.<prefix>_d<head dim>``) and how its grid keeps K/V live."""
@@ -74,7 +74,7 @@ CAUSAL_CURVES = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class L2:
     """How the L2 is modelled for one kernel: the mode, its effective capacity and the
     schedule figures that decide what K/V re-reads hit in it."""

@@ -7,13 +7,14 @@ any printed number can be traced to the records (and the formulas) behind it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..frozen import frozen
 from ..intmath import IntLike
 
 ROLES = ("input", "intermediate", "output", "state")
@@ -21,7 +22,7 @@ LEVELS = ("hbm", "l2", "sram")
 DIRECTIONS = ("read", "write")
 
 
-@dataclass(frozen=True)
+@frozen
 class Transfer:
     """``bytes`` moved for ``tensor`` by ``kernel`` at memory ``level`` in ``direction``.
 
@@ -112,7 +113,7 @@ def _matching(sums: dict[tuple[Any, Any], IntLike], match: dict[str, str]) -> In
     return sums[key]
 
 
-@dataclass(frozen=True)
+@frozen
 class Kernel:
     """One kernel launch (or one fused loop nest) with its FLOPs and transfers.
 
@@ -253,7 +254,7 @@ class KernelBuilder:
         return Kernel(self.name, tuple(self.transfers), pass_=self.pass_, **fields)
 
 
-@dataclass(frozen=True)
+@frozen
 class AlgorithmTraffic:
     """The ledger of one algorithm on one workload: its kernels, in launch order."""
 

@@ -13,12 +13,12 @@ Everything here is numpy elementwise: element i of a grid equals the scalar resu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import intmath
+from ..frozen import frozen
 from ..intmath import IntLike
 
 #: the measured knee is flagged from this share of its first rising point to this multiple
@@ -26,7 +26,7 @@ from ..intmath import IntLike
 KNEE_MARGIN = (0.8, 1.25)
 
 
-@dataclass(frozen=True)
+@frozen
 class ReuseCurve:
     """Miss share of a cross-wave re-read against the live footprint (bytes)."""
 
