@@ -24,12 +24,33 @@ from .workload import Workload
 
 #: how the convention is stated in the output
 CONVENTION = "FlashAttention benchmarks: forward 4·N·N_kv·d per head (causal: half), backward 2.5 × forward"
+#: the same convention with a sliding window: the score pairs it keeps, counted exactly
+WINDOW_CONVENTION = "4·d per score a query sees (a sliding window's, counted exactly) per head, backward 2.5 × forward"
+
+
+def window_pairs(n: int, n_kv: int, window: int) -> int:
+    """(query, key) pairs a causal sliding window keeps per head: query row r (key position
+    p = r + n_kv − n) sees min(window, p + 1) keys; summed in closed form over p."""
+    lo, hi = n_kv - n + 1, n_kv  # p + 1 over the queries
+    below = max(0, min(hi, window - 1) - lo + 1)  # terms p + 1 < window: their own value
+    first = lo
+    last = lo + below - 1
+    return (first + last) * below // 2 + window * (hi - lo + 1 - below)
 
 
 def convention_flops(workload: Workload, *, backward: bool = False) -> dict[str, Any]:
     """The convention's FLOPs for ``workload``: ``forward``, ``backward`` (0 without),
     ``total``; exact integers for scalars (the causal half rounds down), float arrays for grids."""
     w = workload
+    if w.window is not None:
+        pairs = window_pairs_of(w)
+        fwd_w = intmath.mul(4, w.batch, w.heads, pairs, w.d)
+        if intmath.is_array(fwd_w):
+            fwd_a = np.asarray(fwd_w, dtype=np.float64)
+            bwd_a = fwd_a * 2.5 if backward else np.zeros_like(fwd_a)
+            return {"forward": fwd_a, "backward": bwd_a, "total": fwd_a + bwd_a, "rule": WINDOW_CONVENTION}
+        bwd_w = int(fwd_w) * 5 // 2 if backward else 0
+        return {"forward": int(fwd_w), "backward": bwd_w, "total": int(fwd_w) + bwd_w, "rule": WINDOW_CONVENTION}
     full = intmath.mul(4, w.batch, w.heads, w.n, w.n_kv_, w.d)
     if intmath.is_array(full):
         fwd: Any = np.asarray(full, dtype=np.float64) * (0.5 if w.causal else 1.0)
@@ -38,3 +59,11 @@ def convention_flops(workload: Workload, *, backward: bool = False) -> dict[str,
     fwd = int(full) // 2 if w.causal else int(full)
     bwd = fwd * 5 // 2 if backward else 0
     return {"forward": fwd, "backward": bwd, "total": fwd + bwd, "rule": CONVENTION}
+
+
+def window_pairs_of(w: Workload) -> Any:
+    """:func:`window_pairs` of ``w`` (per element on a grid)."""
+    if not intmath.is_array(w.n, w.n_kv_):
+        return window_pairs(int(w.n), int(w.n_kv_), int(w.window))
+    n, nk = np.broadcast_arrays(np.asarray(w.n, dtype=np.int64), np.asarray(w.n_kv_, dtype=np.int64))
+    return np.vectorize(lambda a, b: window_pairs(int(a), int(b), int(w.window)), otypes=[np.int64])(n, nk)

@@ -8,10 +8,15 @@ heads (``num_key_value_heads``; default: the query heads) and the head dimension
 (``head_dim``, else the hidden size over the heads: ``hidden_size``, GPT-2's ``n_embd``). A
 multimodal config's ``text_config`` is read when the top level has no heads.
 
+Sliding windows: ``sliding_window`` where every layer has it (Mistral-7B v0.1, Phi-3; not
+where ``use_sliding_window`` is false), taken as the window of the workload; where only some
+layers do (``layer_types``, Gemma 2's every other layer, ``max_window_layers``), the model's
+full-attention layer is the default and its note says how to model the others.
+
 Out of scope, and refused: multi-head latent attention (DeepSeek-V2/V3, configs with
 ``kv_lora_rank``), whose compressed K/V cache and absorbed projections are not standard
-attention with fewer heads. What memmodel does not model of a listed model (sliding-window
-layers) is said in its ``note``.
+attention with fewer heads, and chunked local attention (Llama 4's ``attention_chunk_size``).
+What memmodel does not model of a listed model is said in its ``note``.
 """
 
 from __future__ import annotations
@@ -34,8 +39,14 @@ class ModelShape:
     head_dim: int
     #: where the figures come from: the config.json they were read from
     source: str
-    #: what memmodel does not model of this model's attention
+    #: what memmodel does not model of this model's attention, or how to model its other layers
     note: str = ""
+    #: the sliding window every layer attends within (None: full attention, or only some layers)
+    window: int | None = None
+    #: layers attending within ``local_window`` and layers of full attention (0, 0: not known)
+    local_layers: int = 0
+    global_layers: int = 0
+    local_window: int | None = None
 
     @property
     def repository(self) -> str:
@@ -51,9 +62,15 @@ class ModelShape:
 
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
-_SLIDING = "{} a 4096-token sliding window, which memmodel does not model: every layer is modelled as full attention"
-_EVERY_LAYER = _SLIDING.format("every layer attends within")
-_EVERY_OTHER = _SLIDING.format("every other layer attends within")
+
+
+def mixed_note(local: int, total: int, window: int) -> str:
+    """What a model of local and global layers is modelled as, and how to model the others."""
+    return (
+        f"{local} of its {total} layers attend within a {window}-token sliding window: modelled is a full-attention "
+        f"layer; give --window {window} for the others"
+    )
+
 
 #: Bundled models: name -> shape, read from each model's config.json on the Hugging Face Hub.
 MODELS: dict[str, ModelShape] = {
@@ -68,13 +85,19 @@ MODELS: dict[str, ModelShape] = {
         ModelShape("llama-3.1-405b", 128, 8, 128, _HF.format("meta-llama/Llama-3.1-405B")),
         ModelShape("llama-3.2-1b", 32, 8, 64, _HF.format("meta-llama/Llama-3.2-1B")),
         ModelShape("llama-3.2-3b", 24, 8, 128, _HF.format("meta-llama/Llama-3.2-3B")),
-        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), _EVERY_LAYER),
+        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), window=4096),
         ModelShape("mixtral-8x7b", 32, 8, 128, _HF.format("mistralai/Mixtral-8x7B-v0.1")),
         ModelShape("mixtral-8x22b", 48, 8, 128, _HF.format("mistralai/Mixtral-8x22B-v0.1")),
         ModelShape("qwen2.5-7b", 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B")),
         ModelShape("qwen2.5-72b", 64, 8, 128, _HF.format("Qwen/Qwen2.5-72B")),
-        ModelShape("gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), _EVERY_OTHER),
-        ModelShape("gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), _EVERY_OTHER),
+        # Gemma 2: every other layer of 42 (9b) and 46 (27b) attends within 4096 tokens (its config's
+        # sliding_window and the modelling code's alternation)
+        ModelShape(
+            "gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), mixed_note(21, 42, 4096), None, 21, 21, 4096
+        ),
+        ModelShape(
+            "gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), mixed_note(23, 46, 4096), None, 23, 23, 4096
+        ),
     )
 }
 
@@ -159,7 +182,35 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
     if heads % kv_heads:
         raise WorkloadError(f"{where}: {kv_heads} key/value heads do not divide the {heads} attention heads")
     label = name or str(data.get("_name_or_path") or data.get("model_type") or where)
-    return ModelShape(label, heads, kv_heads, head_dim, where)
+    if config.get("attention_chunk_size") is not None:
+        raise WorkloadError(
+            f"{where}: attention_chunk_size marks chunked local attention (Llama 4: each query sees the keys of its own "
+            f"{config['attention_chunk_size']}-token chunk), which memmodel does not model"
+        )
+    window = _int(config, ("sliding_window",), where)
+    if window is None or config.get("use_sliding_window") is False:
+        return ModelShape(label, heads, kv_heads, head_dim, where)
+    layers = _int(config, ("num_hidden_layers", "n_layer"), where) or 0
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        local = sum(1 for t in types if isinstance(t, str) and "sliding" in t)
+        total = len(types)
+    elif config.get("model_type") in ("gemma2", "cohere2") or config.get("sliding_window_pattern"):
+        # Gemma 2 alternates (every other layer local); Gemma 3 and Cohere 2: every Nth layer global
+        every = int(config.get("sliding_window_pattern") or 2)
+        total = layers
+        local = total - total // every if every > 1 else total
+    elif isinstance(config.get("max_window_layers"), int) and 0 < config["max_window_layers"] < layers:
+        total, local = layers, layers - int(config["max_window_layers"])  # Qwen2: the first layers are full
+    else:
+        return ModelShape(label, heads, kv_heads, head_dim, where, window=window)
+    if local == total or not total:
+        return ModelShape(label, heads, kv_heads, head_dim, where, window=window)
+    if local == 0:
+        return ModelShape(label, heads, kv_heads, head_dim, where)
+    return ModelShape(
+        label, heads, kv_heads, head_dim, where, mixed_note(local, total, window), None, local, total - local, window
+    )
 
 
 def _int(config: dict[str, Any], keys: tuple[str, ...], where: str, *, required: bool = False) -> int | None:

@@ -102,6 +102,8 @@ def options_for(
     ``rest`` holds the other :class:`Options` fields (``l2``, ``backward``, ``splits``,
     ``ctas_per_sm``)."""
     notes: list[str] = []
+    if workload.window is not None:
+        impl = _window_implementation(impl, tiled, workload, profile, notes)
     if tiled == "fa1" and impl in (None, "auto"):
         # FA1 as flash-attn v1's kernels ran, where they run the workload; else the paper's Algorithm 1
         why_not = implementations.unsupported("fa1", workload)
@@ -136,6 +138,41 @@ def options_for(
         notes=tuple(notes),
         **rest,
     )
+
+
+#: the implementations memmodel models with a sliding window (``Workload.window``), and what runs
+WINDOW_IMPLEMENTATIONS = {
+    "sdpa-flash": "FlashAttention-2's local kernels: flash_attn_func(window_size=(W − 1, 0)), which PyTorch "
+    "reaches through torch.ops.aten._flash_attention_forward(window_size_left=W − 1)",
+    "paper": "the FlashAttention paper's algorithm over the blocks inside the window",
+}
+
+
+def _window_implementation(
+    impl: str | None, tiled: str, workload: Workload, profile: Profile | None, notes: list[str]
+) -> str:
+    """The implementation a sliding-window workload runs as: ``auto`` takes FlashAttention-2's
+    local kernels (scaled_dot_product_attention has no window: given a mask it runs the
+    memory-efficient kernel over every block); others must model the window, or are refused."""
+    accepted = ", ".join(WINDOW_IMPLEMENTATIONS)
+    if tiled == "fa1":
+        raise WorkloadError(
+            f"--window: flash-attn v1 (--tiled fa1) has no sliding window: accepted are --impl {accepted}"
+        )
+    if impl in (None, "auto"):
+        why_not = implementations.unsupported("sdpa-flash", workload, profile)
+        if why_not:
+            raise WorkloadError(f"--window: {why_not}; memmodel models a sliding window as --impl {accepted}")
+        notes.append(
+            "--impl auto with --window: scaled_dot_product_attention takes no window (given a mask it runs the "
+            "memory-efficient kernel over every block): showing " + WINDOW_IMPLEMENTATIONS["sdpa-flash"]
+        )
+        return "sdpa-flash"
+    if impl not in WINDOW_IMPLEMENTATIONS and impl in IMPLEMENTATIONS:
+        raise WorkloadError(
+            f"--window: --impl {impl} is not modelled with a sliding window: accepted are --impl {accepted}"
+        )
+    return impl
 
 
 def with_options(options: Options, **changes: Any) -> Options:

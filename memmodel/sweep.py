@@ -117,6 +117,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "standard",
     "predicted_time_low_s",
     "predicted_time_high_s",
+    "window",
 )
 
 
@@ -285,6 +286,8 @@ class Setting(NamedTuple):
     splits: int | None
     ctas_per_sm: int | None
     standard: str
+    #: a causal sliding window (keys each query sees; None: all of them)
+    window: int | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
 
@@ -304,6 +307,7 @@ LOOPS = (
     "splits",
     "ctas_per_sm",
     "standard",
+    "windows",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -336,6 +340,8 @@ class Grid:
     splits: tuple[int | None, ...] = (None,)
     ctas_per_sm: tuple[int | None, ...] = (None,)
     standard: tuple[str, ...] = ("algorithm0",)
+    #: causal sliding windows (None: full attention)
+    windows: tuple[int | None, ...] = (None,)
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
     clocks: str = "benchmark"
 
@@ -363,8 +369,13 @@ class Grid:
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
-        for name in ("block_q", "block_kv", "splits", "ctas_per_sm"):
+        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows"):
             object.__setattr__(self, name, _optional_ints(getattr(self, name), name))
+        if any(w is not None for w in self.windows):
+            if self.causal == (False,):  # a window is causal: the default mask becomes causal
+                object.__setattr__(self, "causal", (True,))
+            elif False in self.causal:
+                raise WorkloadError("windows: a sliding window is causal: give no --causal off beside --window")
         if isinstance(self.gpus, str):
             object.__setattr__(self, "gpus", (self.gpus,))
         if not self.gpus:
@@ -431,7 +442,7 @@ class Grid:
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
 CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard")
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
-_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm"})
+_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window"})
 #: Columns stored as 0/1 and read as booleans.
 _BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
@@ -563,6 +574,13 @@ def evaluate(
                     "(a causal mask aligns the last query with the last key: n_kv must be at least n)"
                 )
             rows = rows & ok
+        if setting.window is not None:
+            covered = mesh["n_kv"] < setting.window
+            if (covered & valid).any():
+                note(
+                    f"window {setting.window}: {int((covered & valid).sum()):,} of {total:,} workloads have fewer keys "
+                    f"(n_kv) than the window, which covers them all: full causal attention there"
+                )
         if setting.splits is not None:
             ok = -(-mesh["n_kv"] // split_block_kv(mesh["d"])) >= setting.splits
             if not (ok | ~valid).all():
@@ -581,6 +599,10 @@ def evaluate(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
                     dtype=setting.dtype,
                 )  # fmt: skip
+                if setting.window is not None:  # the implementation a window takes (a row the window fits)
+                    longest = int(mesh["n_kv"][rows].max())
+                    w = w.with_(n=min(int(mesh["n"][rows].min()), longest), n_kv=longest, causal=True)
+                    w = w.with_(window=setting.window if setting.window < longest else None)
                 opts = options_for(setting.impl, w, profile, **_option_fields(setting))
                 impl_of_d[int(d)] = opts.implementation or "paper"
                 for line in opts.notes:
@@ -818,7 +840,8 @@ def _evaluate_chunk(
     columns["backward"][at:end] = int(setting.backward)
     columns["dropout"][at:end] = setting.dropout
     columns["standard"][at:end] = codes["standard"]
-    for rows, impl in _parts(mesh, impl_of_d):
+    columns["window"][at:end] = -1 if setting.window is None else setting.window
+    for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
             std_at: Any = slice(at, end, 2)
@@ -827,6 +850,29 @@ def _evaluate_chunk(
             std_at = at + 2 * rows
             til_at = std_at + 1
         _evaluate_part(sub, profile, setting, impl, bound_codes, columns, std_at, til_at)
+
+
+def _window_parts(
+    parts: Iterator[tuple[np.ndarray | None, str]], mesh: dict[str, np.ndarray], window: int | None
+) -> Iterator[tuple[np.ndarray | None, str]]:
+    """``parts`` split where a sliding window covers every key of some rows and not of others:
+    those rows are full causal attention, modelled as such (:func:`_row_window`)."""
+    for rows, impl in parts:
+        if window is None:
+            yield rows, impl
+            continue
+        idx = np.arange(len(mesh["n"])) if rows is None else rows
+        covered = mesh["n_kv"][idx] <= window
+        if covered.all() or not covered.any():
+            yield rows, impl
+            continue
+        yield idx[covered], impl
+        yield idx[~covered], impl
+
+
+def _row_window(window: int | None, n_kv: np.ndarray) -> int | None:
+    """The window a part's workload takes: None where it covers every key (full causal)."""
+    return None if window is None or bool(np.all(n_kv <= window)) else window
 
 
 def _evaluate_part(
@@ -853,6 +899,7 @@ def _evaluate_part(
         dtype=setting.dtype,
         causal=setting.causal,
         dropout=setting.dropout,
+        window=_row_window(setting.window, mesh["n_kv"]),
     )
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))

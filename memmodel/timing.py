@@ -463,13 +463,17 @@ def cta_tail_factor(
     else:
         from .traffic.blocks import visited_blocks
 
-        per_head = f(visited_blocks(workload.n, workload.n_kv_, block_q, block_kv, True))
+        window = workload.window
+        per_head = f(visited_blocks(workload.n, workload.n_kv_, block_q, block_kv, True, window))
         total = per_head * f(workload.batch) * f(workload.heads)
         off = n_kv - n
 
         def visited(i: Any) -> Any:  # K/V blocks of Q block i (bottom-right aligned mask)
             last_row = np.minimum(n, (i + 1) * bq) - 1
-            return np.minimum(t_c, np.floor((last_row + off) / bkv) + 1)
+            seen = np.minimum(t_c, np.floor((last_row + off) / bkv) + 1)
+            if window is None:
+                return seen
+            return seen - np.floor(np.maximum(0.0, i * bq + off - window + 1) / bkv)
 
         last = visited(t_r - 1)
         mean_before = np.where(s >= t_r, per_head / t_r, (visited(np.maximum(t_r - s, 0)) + last) / 2)
@@ -482,7 +486,7 @@ def cta_tail_factor(
             args = np.broadcast_arrays(n, n_kv, bq, bkv, jobs / t_r, occ, out)
             exact = np.vectorize(
                 lambda n_, nk_, bq_, bkv_, bh_, o_: _one_wave_tail(
-                    int(n_), int(nk_), int(bq_), int(bkv_), int(bh_), int(sm_count), int(o_), share
+                    int(n_), int(nk_), int(bq_), int(bkv_), int(bh_), int(sm_count), int(o_), share, window
                 ),
                 otypes=[np.float64],
             )(*(a[one_wave] for a in args[:6]))
@@ -561,16 +565,21 @@ def equal_jobs_tail(ctas: IntLike, sm_count: int, ctas_per_sm: IntLike = 1, one_
     return float(out) if out.ndim == 0 else out
 
 
-def _causal_lengths(n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1) -> np.ndarray:
+def _causal_lengths(
+    n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1, window: int | None = None
+) -> np.ndarray:
     """K/V blocks of each CTA of a causal grid in launch order: Q block fastest, then the split
-    (``splits`` chunks of K/V per Q block, each clipped at the diagonal), then batch and head."""
+    (``splits`` chunks of K/V per Q block, each clipped at the diagonal and, with a sliding
+    ``window``, at its left edge), then batch and head."""
     t_r, t_c = -(-n // b_r), -(-n_kv // b_c)
     per_split = -(-t_c // splits)
     k = np.arange(heads * t_r * splits)
     m, s = k % t_r, (k // t_r) % splits
     last_row = np.minimum(n, (m + 1) * b_r) - 1
     visible = np.minimum(t_c, (last_row + n_kv - n) // b_c + 1)
-    return np.clip(visible - s * per_split, 0, per_split).astype(np.float64)
+    first = np.zeros_like(visible) if window is None else np.maximum(0, m * b_r + n_kv - n - window + 1) // b_c
+    lo, hi = np.maximum(first, s * per_split), np.minimum(visible, (s + 1) * per_split)
+    return np.maximum(hi - lo, 0).astype(np.float64)
 
 
 def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float) -> float:
@@ -595,21 +604,23 @@ def _one_wave_factor(lengths: np.ndarray, sm_count: int, occ: int, share: float)
 
 
 @lru_cache(maxsize=65536)
-def _one_wave_tail(n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float) -> float:
+def _one_wave_tail(
+    n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float, window: int | None = None
+) -> float:
     """:func:`cta_tail_factor` of one causal grid of one wave, placed CTA by CTA (kept: a sweep
     meets the same shapes again in every dtype and setting it loops over)."""
-    return _one_wave_factor(_causal_lengths(n, n_kv, b_r, b_c, heads), sm_count, occ, share)
+    return _one_wave_factor(_causal_lengths(n, n_kv, b_r, b_c, heads, window=window), sm_count, occ, share)
 
 
 @lru_cache(maxsize=65536)
 def _split_tail_scalar(
-    n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float
+    n: int, n_kv: int, bh: int, splits: int, bc: int, sm_count: int, occ: int, share: float, window: int | None = None
 ) -> float:
     """:func:`split_tail_factor` of one causal split prefill (kept, as :func:`_one_wave_tail`)."""
     jobs = bh * -(-n // 64) * splits
     if jobs > sm_count * max(occ, 1) or jobs > MAX_PLACED_CTAS:  # more than one wave: balanced
         return 1.0
-    return _one_wave_factor(_causal_lengths(n, n_kv, 64, bc, bh, splits), sm_count, occ, share)
+    return _one_wave_factor(_causal_lengths(n, n_kv, 64, bc, bh, splits, window), sm_count, occ, share)
 
 
 def split_tail_factor(
@@ -641,12 +652,12 @@ def split_tail_factor(
     if args[0].ndim == 0:
         if not bool(todo):
             return 1.0
-        return _split_tail_scalar(*(int(a) for a in args[:5]), sm_count, int(args[5]), share)
+        return _split_tail_scalar(*(int(a) for a in args[:5]), sm_count, int(args[5]), share, w.window)
     out = np.ones(args[0].shape, dtype=np.float64)
     if todo.any():
         out[todo] = np.vectorize(
             lambda n, nk, bh, sp, bc, o: _split_tail_scalar(
-                int(n), int(nk), int(bh), int(sp), int(bc), sm_count, int(o), share
+                int(n), int(nk), int(bh), int(sp), int(bc), sm_count, int(o), share, w.window
             ),
             otypes=[np.float64],
         )(*(a[todo] for a in args))

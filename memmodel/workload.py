@@ -27,6 +27,8 @@ class Workload:
 
     ``n`` is the query length, ``n_kv`` the key/value length (default ``n``), ``heads``
     the query heads, ``kv_heads`` the key/value heads (default ``heads``; fewer is GQA/MQA).
+    ``window`` (causal only): the keys each query sees, itself and the ``window − 1`` before it
+    (a sliding window: query at key position p sees keys p − window < j ≤ p; None: all of them).
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -39,6 +41,7 @@ class Workload:
     kv_heads: IntLike | None = None
     causal: bool = False
     dropout: float = 0.0
+    window: int | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +73,22 @@ class Workload:
                 f"causal attention with n_kv ({_show(values['n_kv'])}) < n ({_show(values['n'])}) is undefined: "
                 "causal masking aligns the last query with the last key, so n_kv must be at least n"
             )
+        if self.window is not None:
+            window = self.window
+            if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+                raise WorkloadError(f"window must be a positive whole number of keys (got {window!r})")
+            if not self.causal:
+                raise WorkloadError(
+                    "a sliding window is causal (each query sees itself and the keys before it): give causal as well"
+                )
+            longest = int(np.max(np.asarray(values["n_kv"])))
+            if int(window) > longest:
+                raise WorkloadError(
+                    f"window {int(window)} is longer than the {longest} keys (n_kv): "
+                    f"give at most {longest}, or no window for full causal attention"
+                )
+            # a window as long as every key sequence is full causal attention (and modelled as such)
+            object.__setattr__(self, "window", None if int(window) == longest else int(window))
         try:
             dropout = float(self.dropout)
         except (TypeError, ValueError):
@@ -140,6 +159,7 @@ class Workload:
             "dtype": self.dtype,
             "element_bytes": self.element_bytes,
             "causal": self.causal,
+            "window": self.window,
             "dropout": self.dropout,
         }
 

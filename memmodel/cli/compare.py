@@ -60,6 +60,10 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
     if cp is not None:
+        if workload.window is not None:
+            from ..errors import WorkloadError
+
+            raise WorkloadError("--window with --context-parallel is not modelled: context parallelism splits full attention")
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):

@@ -190,7 +190,7 @@ def complete_profile(ctx: click.Context, param: click.Parameter, incomplete: str
 
 
 def workload_options(func: F | None = None, *, n: int | None = None, d: int | None = None) -> Any:
-    """--n, --d, --model, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --dropout.
+    """--n, --d, --model, --batch, --heads, --dtype, --kv-heads, --n-kv, --causal, --window, --dropout.
 
     Bare (``@workload_options``) --n is required, and --d unless --model gives it;
     ``@workload_options(n=4096, d=768)`` makes them optional with those defaults (--model's
@@ -251,6 +251,14 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             "--causal",
             is_flag=True,
             help="Causal mask: tiled kernels skip masked blocks; standard still writes full S, P.",
+        ),
+        option(
+            "--window",
+            type=POSITIVE,
+            default=None,
+            metavar="W",
+            help="Sliding window: each query sees itself and the W − 1 keys before it (implies --causal); "
+            "tiled kernels visit only the blocks inside it. Default: --model's where every layer has one.",
         ),
         option(
             "--dropout",
@@ -341,8 +349,14 @@ def model_options(func: F) -> F:
 def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[Any, Any, Any]:
     """``--model``'s heads, KV heads and head dimension where the options leave them out (None);
     says on stderr what was taken from where, and what the model has that memmodel does not model."""
+    return model_shape(model, heads, kv_heads, d)[:3]
+
+
+def model_shape(model: str | None, heads: Any, kv_heads: Any, d: Any, window: Any = None) -> tuple[Any, Any, Any, Any]:
+    """:func:`apply_model` and the window: ``--model``'s where every layer has one and
+    ``--window`` is not given."""
     if not model:
-        return heads, kv_heads, d
+        return heads, kv_heads, d, window
     from ..model_shapes import load_model
     from . import terminal
 
@@ -350,10 +364,16 @@ def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[A
     terminal.note(f"--model {shape.summary()}")
     if shape.note:
         terminal.note(f"--model {shape.name}: {shape.note}")
+    if shape.window is not None and window is None:
+        terminal.note(
+            f"--model {shape.name}: every layer attends within a {shape.window}-token sliding window: --window {shape.window}"
+        )
+        window = shape.window
     return (
         shape.heads if heads is None else heads,
         shape.kv_heads if kv_heads is None else kv_heads,
         shape.head_dim if d is None else d,
+        window,
     )
 
 
@@ -362,7 +382,11 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
     Workload; ``default_d`` is the head dimension when neither --d nor --model gives one."""
     from ..workload import Workload
 
-    heads, kv_heads, d = apply_model(kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"))
+    given = kw.pop("window", None)
+    heads, kv_heads, d, window = model_shape(kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"), given)
+    windowed = window is not None  # a window, the model's or the option's, is causal
+    if given is None and window is not None and window >= (kw["n_kv"] or kw["n"]):
+        window = None  # the model's window covers every key: full causal attention
     d = d if d is not None else default_d
     if d is None:
         raise click.UsageError(
@@ -377,8 +401,9 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         dtype=kw.pop("dtype"),
         kv_heads=kv_heads,
         n_kv=kw.pop("n_kv"),
-        causal=kw.pop("causal"),
+        causal=kw.pop("causal") or windowed,
         dropout=kw.pop("dropout"),
+        window=window,
     )
 
 

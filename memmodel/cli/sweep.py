@@ -15,6 +15,7 @@ from ..traffic.l2 import L2_MODES
 from ..traffic.standard import STANDARD_VARIANTS
 from ..workload import DTYPE_BYTES
 from .options import (
+    model_shape,
     Command,
     apply_model,
     check_outputs,
@@ -151,6 +152,11 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "Causal mask: --causal alone is on; --causal off,on sweeps both. Default: off.",
     metavar="[on|off,...]",
 )
+@_grid(
+    "--window",
+    "Causal sliding windows W (each query sees itself and the W − 1 keys before it; implies --causal).",
+    default="none",
+)
 @_list("--dropout", _fractions(), "Dropout probabilities on P, each in [0, 1): 0,0.1. Default: 0.")
 @_list(
     "--tiled",
@@ -220,6 +226,7 @@ def sweep_cmd(
     dtype: tuple[str, ...] | None,
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
+    window: tuple[int, ...] | None,
     dropout: tuple[float, ...] | None,
     tiled: tuple[str, ...] | None,
     impl: tuple[str, ...] | None,
@@ -253,7 +260,10 @@ def sweep_cmd(
     """
     fmt = _resolve_format(fmt, output)
     check_outputs(force=force, plot=plot, **{"--output": output})
-    heads, kv_heads, d = (_grid_of(x) for x in apply_model(model, heads, kv_heads, d))
+    *shape, model_window = model_shape(model, heads, kv_heads, d, window[0] if window and len(window) == 1 else None)
+    heads, kv_heads, d = (_grid_of(x) for x in shape)
+    if model_window is not None and not window:
+        window = (model_window,)
     if not d:
         raise click.UsageError(
             "Missing option '--d' (the head dimensions; or --model NAME to take it from a model).",
@@ -263,6 +273,12 @@ def sweep_cmd(
     from ..sweep import Grid, evaluate
     from . import terminal
 
+    if window and causal and False in causal:
+        raise WorkloadError("--window: a sliding window is causal: give no --causal off beside it")
+    if window and context_parallel:
+        raise WorkloadError(
+            "--window with --context-parallel is not modelled: context parallelism splits full attention"
+        )
     if cp_scheme and not context_parallel:
         raise WorkloadError("--cp-scheme needs --context-parallel P")
     if context_parallel:
@@ -317,6 +333,7 @@ def sweep_cmd(
         "splits": splits,
         "ctas_per_sm": ctas_per_sm,
         "standard": standard,
+        "windows": window,
     }
     grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in values.items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:

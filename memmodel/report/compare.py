@@ -165,6 +165,7 @@ def describe(w: dict[str, Any], *, backward: bool = False, l2: str | None = None
         text
         for text, on in (
             ("causal", w["causal"]),
+            (f"window {w.get('window')}", w.get("window") is not None),
             (f"dropout {w['dropout']:g}", w["dropout"] > 0),
             ("forward + backward", backward),
             (f"L2 {l2}", l2 is not None),

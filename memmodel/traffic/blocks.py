@@ -101,8 +101,47 @@ def _causal_visited_array(n: Any, n_kv: Any, b_r: Any, b_c: Any) -> np.ndarray:
     return out.astype(np.int64)
 
 
-def visited_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> IntLike:
-    """(Q block, K/V block) pairs a tiled kernel computes per head."""
+def band(n: int, n_kv: int, b_r: int, b_c: int, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per Q block of a sliding-window causal head (bottom-right aligned: query row r is key
+    position p = r + N_kv − N and sees keys p − window < j ≤ p): the K/V blocks it visits
+    (those holding a key one of its rows sees) and, of them, the blocks every one of its rows
+    sees whole (no element masked). Exact, one numpy pass over the Q blocks."""
+    t_r, t_c, off = -(-n // b_r), -(-n_kv // b_c), n_kv - n
+    r0 = np.arange(t_r, dtype=np.int64) * b_r
+    r1 = np.minimum(n, r0 + b_r) - 1
+    p0, p1 = r0 + off, r1 + off
+    visited = p1 // b_c - np.maximum(0, p0 - window + 1) // b_c + 1
+    # whole blocks: keys from p1 − window + 1 (the last row's first) up to p0 (the first row's last);
+    # a block is whole when it starts at or after the one and ends at or before the other
+    first = -(-np.maximum(0, p1 - window + 1) // b_c)
+    ends_by = (p0 + 1) // b_c  # blocks ending (j + 1)·B_c − 1 ≤ p0, the ragged last one apart
+    ends_by = np.where(p0 >= n_kv - 1, t_c, np.minimum(ends_by, t_c - 1))
+    whole = np.maximum(0, ends_by - first)
+    return visited, whole
+
+
+def _band_counts(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, window: int) -> tuple[IntLike, IntLike]:
+    """(visited, partly masked) (Q block, K/V block) pairs per head of a sliding window, per
+    element on a grid."""
+
+    def one(n_: int, nk_: int, br_: int, bc_: int) -> tuple[int, int]:
+        visited, whole = band(int(n_), int(nk_), int(br_), int(bc_), window)
+        return int(visited.sum()), int((visited - whole).sum())
+
+    if not intmath.is_array(n, n_kv, b_r, b_c):
+        return one(n, n_kv, b_r, b_c)
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n, n_kv, b_r, b_c)))
+    visited, masked = np.vectorize(one, otypes=[np.int64, np.int64])(*arrays)
+    return visited, masked
+
+
+def visited_blocks(
+    n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool, window: int | None = None
+) -> IntLike:
+    """(Q block, K/V block) pairs a tiled kernel computes per head (``window``: a causal
+    sliding window's, :func:`band`)."""
+    if causal and window is not None:
+        return _band_counts(n, n_kv, b_r, b_c, window)[0]
     if not causal:
         return intmath.mul(intmath.ceil_div(n, b_r), intmath.ceil_div(n_kv, b_c))
     if intmath.is_array(n, n_kv, b_r, b_c):
@@ -122,16 +161,21 @@ def _diagonal_scalar(n: int, n_kv: int, b_r: int, b_c: int) -> int:
     return total
 
 
-def diagonal_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> IntLike:
+def diagonal_blocks(
+    n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool, window: int | None = None
+) -> IntLike:
     """(Q block, K/V block) pairs per head that are partly masked (causal, bottom-right
     aligned): those holding a key the block's last row sees and one its first row does not.
     Kernels mask them element by element. 0 without causal masking.
 
     With N_kv ≥ N no block index leaves [0, T_c): block i (rows r0..r1) straddles
     ⌊(r1 + N_kv − N)/B_c⌋ − ⌊(r0 + N_kv − N + 1)/B_c⌋ + 1 blocks, summed in closed form
-    with :func:`floor_sum` (the last, ragged Q block apart)."""
+    with :func:`floor_sum` (the last, ragged Q block apart). With a sliding ``window`` also the
+    blocks its left edge cuts (:func:`band`)."""
     if not causal:
         return 0
+    if window is not None:
+        return _band_counts(n, n_kv, b_r, b_c, window)[1]
     if intmath.is_array(n, n_kv, b_r, b_c):
         arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (n, n_kv, b_r, b_c)))
         nn, nk, br, bc = arrays
@@ -153,9 +197,24 @@ def diagonal_blocks(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causa
     return total + (n - 1 + off) // b_c - (full * b_r + off + 1) // b_c + 1
 
 
-def visited_fraction(n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool) -> Any:
+def window_kv_bytes(w: Workload, block_kv: IntLike) -> IntLike:
+    """The K (or V) bytes a sliding-window kernel of ``w`` reads at all: keys from the first
+    K/V block holding a key some query sees (key n_kv − n − window + 1 on) to the last, per K/V
+    head (all of them without a window, :meth:`Workload.kv_bytes`)."""
+    if w.window is None:
+        return w.kv_bytes()
+    first_key = intmath.maximum(0, intmath.add(w.n_kv_, intmath.mul(-1, w.n), 1 - w.window))
+    skipped = intmath.mul(intmath.floor_div(first_key, block_kv), block_kv)
+    keys = intmath.add(w.n_kv_, -skipped)
+    return intmath.kept(intmath.mul(w.batch, w.kv_heads_, keys, w.d, w.element_bytes))
+
+
+def visited_fraction(
+    n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool, window: int | None = None
+) -> Any:
     total = intmath.mul(intmath.ceil_div(n, b_r), intmath.ceil_div(n_kv, b_c))
-    frac = np.asarray(intmath.to_float(visited_blocks(n, n_kv, b_r, b_c, causal))) / np.asarray(intmath.to_float(total))
+    visited = visited_blocks(n, n_kv, b_r, b_c, causal, window)
+    frac = np.asarray(intmath.to_float(visited)) / np.asarray(intmath.to_float(total))
     return float(frac) if frac.ndim == 0 else frac
 
 
@@ -305,7 +364,7 @@ def tile_context(
     kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
     for four query rows)."""
     if w.causal:
-        visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, True)
+        visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, True, w.window)
     else:  # all of them, T_r · T_c, from the blocks' counts
         visited = intmath.mul(blocks.t_r, blocks.t_c)
     full = intmath.mul(w.batch, w.heads, w.n, w.n_kv_)
@@ -344,7 +403,7 @@ def _masked_blocks(w: Workload, blocks: BlockSizes, whole_tiles: bool) -> IntLik
     the causal diagonal and, without causal masking, each Q block's last K/V block when N_kv is
     not a multiple of B_c (its keys past the end are masked: FlashAttention-2's ``Is_even_MN``
     false path). The paper's algorithm: the diagonal only."""
-    diagonal = diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal)
+    diagonal = diagonal_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.causal, w.window)
     if not whole_tiles or w.causal:
         return diagonal
     ragged = np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0

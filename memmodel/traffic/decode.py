@@ -15,7 +15,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import TileContext, diagonal_blocks, visited_blocks
+from .blocks import TileContext, diagonal_blocks, visited_blocks, window_kv_bytes
 from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 
@@ -88,14 +88,14 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
     swapped = np.asarray(w.n) == 1
-    kv_unique = w.kv_bytes()
+    kv_unique = window_kv_bytes(w, split_block_kv(w.d))  # a sliding window's keys only
     # each (Q block of 64 rows, split) CTA requests its K/V chunk: per query head, once per
     # Q block; with n = 1 and GQA the group's heads are one Q block of the K/V head
     # causal: a CTA walks only the blocks of its chunk its rows see (FlashAttention-2's split
     # kernel clips each chunk at the diagonal; a chunk wholly above it exits at once)
     bc = split_block_kv(w.d)
     q_blocks = intmath.ceil_div(w.n, 64)
-    visited = visited_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))
+    visited = visited_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)
     all_blocks = intmath.mul(q_blocks, intmath.ceil_div(w.n_kv_, bc))
     kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, e, q_blocks), visited, all_blocks)
     kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
@@ -130,7 +130,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
         ctas=ctas,
         blocks=intmath.mul(bh, visited),
-        diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal))),
+        diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)),
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
         kind=SPLIT_KV,

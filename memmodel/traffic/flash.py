@@ -32,7 +32,7 @@ from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import BlockSizes, TileContext, tile_context
+from .blocks import BlockSizes, TileContext, tile_context, window_kv_bytes
 from .decode import split_kv_kernels
 from .facts import TiledFacts
 from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
@@ -68,6 +68,22 @@ def fa2_forward_kernel(
     kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
     l2c = _forward_l2(ctx, l2, streams_q)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
+    if w.window is not None:
+        kv_unique = window_kv_bytes(w, b.block_kv)
+        kv_hbm = window_reread_hbm(
+            ctx,
+            l2c,
+            kv_unique,
+            kv_req,
+            heads_sharing=w.group,
+            head_ws=intmath.mul(2, kv_head),
+            blocks=b.t_r,
+            rows=b.block_q,
+            length=w.n_kv_,
+            row_bytes=intmath.mul(2, w.d, e),
+            step_bytes=intmath.mul(2, b.block_kv, w.d, e),
+        )
+        return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
     kv_hbm = tile_reread_hbm(
         kv_unique,
         kv_req,
@@ -94,6 +110,15 @@ def fa2_forward_kernel(
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
     row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
     kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
+    return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
+
+
+def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike) -> Kernel:
+    """The forward kernel's ledger, its K/V's HBM reads found."""
+    w, b = ctx.w, ctx.blocks
+    e = w.element_bytes
+    bh = intmath.mul(w.batch, w.heads)
+    visited = ctx.visited
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
@@ -452,6 +477,63 @@ def tile_reread_hbm(
     spread = np.maximum(_floats(unique), _floats(requested) * (1.0 - hit))
     out = np.where(ok, fitting, np.where(single_wave, _floats(base), spread)).round()
     if np.ndim(out) == 0:
+        return int(out)
+    return out.astype(np.int64)
+
+
+def window_reread_hbm(
+    ctx: TileContext,
+    l2: l2m.L2,
+    unique: IntLike,
+    requested: IntLike,
+    *,
+    heads_sharing: IntLike,
+    head_ws: IntLike,
+    blocks: IntLike,
+    rows: IntLike,
+    length: IntLike,
+    row_bytes: IntLike,
+    step_bytes: IntLike,
+) -> IntLike:
+    """HBM reads of a tensor a sliding-window grid re-reads within a band: each K/V tile (the
+    forward; the Q-side tiles in the backward) is requested by the ``window``'s worth of blocks
+    after it, neighbours in launch order, by each of ``heads_sharing`` query heads in turn. One
+    head is ``blocks`` CTAs of ``rows`` rows over ``length`` keys (queries, backward) of
+    ``row_bytes`` each; a CTA requests ``step_bytes`` a step; ``ctx.concurrent`` run at once.
+
+    A tile's first request is compulsory; each further head's first misses at the L2's share for
+    one head's data (``head_ws``: the head passes through between two heads' uses). CTAs of one
+    wave walk in step, so a neighbour asks for the tile one step later (between: one step of
+    the CTAs in flight, no new Q tile) and hits at that footprint's share; where a head's CTAs straddle two
+    waves (``blocks`` / concurrent times a head, on average) the later wave re-reads the window
+    it shares with the earlier one, at the share of what a wave brings in (the heads in flight,
+    each its rows and window). The L2's measured reuse curve where the profile has one, else the
+    step at its effective capacity; between ``unique`` and ``requested``. No fitted figure
+    (docs/model.md, "Sliding windows")."""
+    if l2.mode == "off":
+        return requested
+    from .reuse import step_curve
+
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    share = lambda ws: np.asarray(curve.miss_share(ws), dtype=np.float64)  # noqa: E731
+    streamed = _floats(l2.streamed)  # the Q tiles a wave's CTAs load as they start (not between two steps)
+    w = ctx.w
+    u, r = _floats(unique), _floats(requested)
+    g = np.maximum(_floats(heads_sharing), 1.0)
+    conc, per_head = np.maximum(_floats(ctx.concurrent), 1.0), np.maximum(_floats(blocks), 1.0)
+    in_flight = np.minimum(conc, per_head) * _floats(rows)  # rows of one head in flight
+    window = np.minimum(_floats(w.window), _floats(length))
+    wave_ws = np.maximum(1.0, conc / per_head) * np.minimum(_floats(length), in_flight + window) * _floats(row_bytes)
+    heads = _floats(intmath.mul(w.batch, w.heads))
+    boundary = np.minimum(heads * (per_head / conc) * window * _floats(row_bytes), np.maximum(r - g * u, 0.0))
+    within = np.maximum(r - g * u - boundary, 0.0)
+    extra = (
+        (g - 1.0) * u * share(_floats(head_ws) + streamed)
+        + boundary * share(wave_ws + streamed)
+        + within * share(conc * _floats(step_bytes))
+    )
+    out = np.clip(u + extra, u, np.maximum(r, u)).round()
+    if np.ndim(out) == 0 and not intmath.is_array(unique, requested, heads_sharing, head_ws, blocks, rows):
         return int(out)
     return out.astype(np.int64)
 

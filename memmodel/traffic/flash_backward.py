@@ -22,7 +22,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context
-from .flash import per_wave_stream, tile_reread_hbm, visited_share
+from .flash import per_wave_stream, tile_reread_hbm, visited_share, window_reread_hbm
 from .ledger import Kernel, KernelBuilder, only_where, param, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -236,11 +236,25 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
         intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
     share = None
-    if w.causal:
-        step = intmath.mul(b.block_q, intmath.add(intmath.mul(2, w.d, e), intmath.mul(d_r, ACC_BYTES), 2 * STAT_BYTES))
-        share = causal_leader_share(ctx, l2c, step)
+    row_bytes = intmath.add(intmath.mul(2, w.d, e), intmath.mul(d_r, ACC_BYTES), 2 * STAT_BYTES)
+    if w.causal and w.window is None:
+        share = causal_leader_share(ctx, l2c, intmath.mul(b.block_q, row_bytes))
 
     def q_side_hbm(unique: IntLike, requested: IntLike) -> IntLike:
+        if w.window is not None:  # a K/V block's queries lie in the window after it
+            return window_reread_hbm(
+                ctx,
+                l2c,
+                unique,
+                requested,
+                heads_sharing=1,
+                head_ws=per_head,
+                blocks=b.t_c,
+                rows=b.block_kv,
+                length=w.n,
+                row_bytes=row_bytes,
+                step_bytes=intmath.mul(b.block_q, row_bytes),
+            )
         if share is None:  # not causal, or L2 off
             return tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)
         out = np.minimum(np.asarray(intmath.to_float(requested)), np.asarray(intmath.to_float(unique)) * share).round()

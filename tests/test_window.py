@@ -1,0 +1,208 @@
+"""Sliding-window (local) causal attention: the blocks a kernel visits, the pairs it keeps,
+the options that take a window and those that refuse it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel import Workload
+from memmodel.cli import cli
+from memmodel.errors import WorkloadError
+from memmodel.flops import convention_flops, window_pairs
+from memmodel.hardware import load_profile
+from memmodel.model import compare
+from memmodel.traffic.blocks import band, diagonal_blocks, visited_blocks, window_kv_bytes
+
+
+def _brute(n: int, n_kv: int, b_r: int, b_c: int, window: int) -> tuple[int, int]:
+    """(visited, partly masked) pairs, element by element."""
+    off, visited, masked = n_kv - n, 0, 0
+    for i in range(-(-n // b_r)):
+        rows = range(i * b_r, min(n, (i + 1) * b_r))
+        for j in range(-(-n_kv // b_c)):
+            seen = [r + off - window < k <= r + off for r in rows for k in range(j * b_c, min(n_kv, (j + 1) * b_c))]
+            visited += any(seen)
+            masked += any(seen) and not all(seen)
+    return visited, masked
+
+
+shapes = st.tuples(
+    st.integers(1, 160), st.integers(0, 90), st.sampled_from([5, 16, 32, 64]), st.sampled_from([7, 16, 64, 128])
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(shapes, st.data())
+def test_the_band_is_what_the_mask_keeps(shape, data):
+    n, extra, b_r, b_c = shape
+    n_kv = n + extra
+    window = data.draw(st.integers(1, n_kv))
+    visited, whole = band(n, n_kv, b_r, b_c, window)
+    assert (int(visited.sum()), int((visited - whole).sum())) == _brute(n, n_kv, b_r, b_c, window)
+    assert window_pairs(n, n_kv, window) == sum(min(window, r + n_kv - n + 1) for r in range(n))
+
+
+@settings(max_examples=100, deadline=None)
+@given(shapes)
+def test_a_window_over_every_key_visits_what_causal_visits(shape):
+    n, extra, b_r, b_c = shape
+    n_kv = n + extra
+    assert visited_blocks(n, n_kv, b_r, b_c, True, n_kv) == visited_blocks(n, n_kv, b_r, b_c, True)
+    if n % b_r != 1:  # a last Q block of one row: the causal closed form counts one block too many there
+        assert diagonal_blocks(n, n_kv, b_r, b_c, True, n_kv) == diagonal_blocks(n, n_kv, b_r, b_c, True)
+
+
+def test_pinned_counts():
+    # N 4096, 128 × 128 blocks, window 1024 = 8 blocks: Q block i visits min(i + 1, 9) K/V blocks,
+    # 1 + ... + 8 + 24 · 9 = 252 of the causal 528; partly masked: the 32 diagonal blocks and the
+    # 24 blocks the window's left edge cuts (i ≥ 8)
+    assert visited_blocks(4096, 4096, 128, 128, True, 1024) == 252
+    assert visited_blocks(4096, 4096, 128, 128, True) == 528
+    assert diagonal_blocks(4096, 4096, 128, 128, True, 1024) == 56
+    grid = visited_blocks(np.array([4096, 8192]), np.array([4096, 8192]), 128, 128, True, 1024)
+    assert grid.tolist() == [252, 540]  # 8192: 36 + 56 · 9
+    # decoding one query against 32768 keys with window 4096 reads the last 4096 keys only:
+    # 1 (batch) · 8 (K/V heads) · 4096 · 128 · 2 bytes
+    w = Workload(n=1, n_kv=32768, d=128, heads=32, kv_heads=8, dtype="bf16", causal=True, window=4096)
+    assert window_kv_bytes(w, 128) == 8 * 4096 * 128 * 2
+    # a window not on a block edge reads from the block holding its first key: key 32768 − 4000
+    # = 28768 lies in block 224 (28672), so 32768 − 28672 = 4096 keys
+    w = w.with_(window=4001)
+    assert window_kv_bytes(w, 128) == 8 * 4096 * 128 * 2
+
+
+def test_flops_by_convention_count_the_pairs_a_window_keeps():
+    w = Workload(n=4096, d=128, heads=2, dtype="bf16", causal=True, window=1024)
+    # pairs per head: 1 + 2 + ... + 1023 + 1024 · (4096 − 1023) = 523776 + 3146752 = 3670528
+    assert window_pairs(4096, 4096, 1024) == 3670528
+    assert convention_flops(w, backward=True)["forward"] == 4 * 2 * 3670528 * 128
+    assert convention_flops(w, backward=True)["backward"] == 4 * 2 * 3670528 * 128 * 5 // 2
+
+
+def test_the_workload_checks_its_window():
+    with pytest.raises(WorkloadError, match="causal"):
+        Workload(n=1024, d=64, window=256)
+    with pytest.raises(WorkloadError, match="longer than the 1024 keys"):
+        Workload(n=1024, d=64, causal=True, window=2048)
+    with pytest.raises(WorkloadError, match="positive whole number"):
+        Workload(n=1024, d=64, causal=True, window=0)
+    assert Workload(n=1024, d=64, causal=True, window=1024).window is None  # every key: full causal
+    assert Workload(n=1024, d=64, causal=True, window=256).to_dict()["window"] == 256
+
+
+def test_a_window_moves_fewer_bytes_and_takes_less_time_than_full_causal():
+    h200 = load_profile("h200")
+    full = compare(Workload(n=16384, d=128, batch=2, heads=32, kv_heads=8, dtype="bf16", causal=True), h200)
+    local = compare(
+        Workload(n=16384, d=128, batch=2, heads=32, kv_heads=8, dtype="bf16", causal=True, window=1024), h200
+    )
+    assert local.options.implementation == "sdpa-flash"  # auto: FlashAttention-2's local kernels
+    assert any("takes no window" in note for note in local.options.notes)
+    assert local.tiled.traffic.flops < full.tiled.traffic.flops / 5
+    assert local.tiled.timing.time_s < full.tiled.timing.time_s / 3
+    k_hbm = [t.bytes for k in local.tiled.traffic.kernels for t in k.transfers if t.tensor == "K" and t.level == "hbm"]
+    # at least the unique K (2 · 8 · 16384 · 128 · 2 bytes), at most what the CTAs request
+    assert (
+        67_108_864
+        <= k_hbm[0]
+        <= [t.bytes for k in local.tiled.traffic.kernels for t in k.transfers if t.tensor == "K" and t.level == "l2"][0]
+    )
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_cli_window_implies_causal_and_says_so():
+    r = _run("compare", "--n", "4096", "--d", "128", "--dtype", "bf16", "--gpu", "h200", "--window", "1024")
+    assert r.exit_code == 0, r.output
+    assert "causal · window 1024" in r.output.splitlines()[0]
+    r = _run(
+        "compare",
+        "--n",
+        "4096",
+        "--d",
+        "128",
+        "--dtype",
+        "bf16",
+        "--gpu",
+        "h200",
+        "--window",
+        "1024",
+        "--format",
+        "json",
+    )
+    assert json.loads(r.stdout)["workload"]["window"] == 1024
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--window", "8192"], "window 8192 is longer than the 4096 keys"),
+        (["--window", "1024", "--impl", "sdpa-cudnn"], "--impl sdpa-cudnn is not modelled with a sliding window"),
+        (["--window", "1024", "--tiled", "fa1"], "flash-attn v1 (--tiled fa1) has no sliding window"),
+        (["--window", "0"], "--window"),
+    ],
+)
+def test_cli_refuses_what_it_cannot_model_with_one_line(extra, message):
+    r = _run("compare", "--n", "4096", "--d", "128", "--dtype", "bf16", "--gpu", "h200", *extra)
+    assert r.exit_code == 2
+    assert message in r.output and "Traceback" not in r.output
+    assert len([line for line in r.output.splitlines() if line.strip()]) <= 2
+
+
+def test_sweep_rows_are_compare_s_numbers():
+    r = _run(
+        "sweep", "--n", "8192", "--d", "128", "--heads", "32", "--kv-heads", "8", "--dtype", "bf16", "--gpu", "h200",
+        "--window", "1024,8192", "--format", "json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [row for row in json.loads(r.stdout) if row["algorithm"] == "tiled"]
+    assert [row["window"] for row in rows] == [1024, 8192]
+    h200 = load_profile("h200")
+    for row, window in zip(rows, (1024, None)):
+        c = compare(Workload(n=8192, d=128, heads=32, kv_heads=8, dtype="bf16", causal=True, window=window), h200)
+        assert row["hbm_bytes"] == c.tiled.traffic.hbm_bytes
+        assert row["predicted_time_s"] == pytest.approx(c.tiled.timing.time_s, rel=1e-12)
+    r = _run("sweep", "--n", "4096", "--d", "128", "--window", "1024", "--causal", "off", "--dtype", "bf16")
+    assert r.exit_code == 2 and "causal" in r.output
+
+
+def _config(**extra):
+    return {"num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "num_hidden_layers": 32, **extra}
+
+
+def test_configs_windows_are_used_or_refused_never_ignored():
+    from memmodel.model_shapes import from_config
+
+    assert from_config(_config(sliding_window=4096)).window == 4096  # Mistral-7B v0.1: every layer
+    assert from_config(_config(sliding_window=4096, use_sliding_window=False)).window is None  # Qwen2 default
+    assert from_config(_config(sliding_window=None)).window is None
+    mixed = from_config(_config(sliding_window=512, layer_types=["sliding_attention", "full_attention"] * 16))
+    assert (mixed.window, mixed.local_layers, mixed.global_layers, mixed.local_window) == (None, 16, 16, 512)
+    assert "16 of its 32 layers" in mixed.note and "--window 512" in mixed.note
+    gemma3 = from_config(_config(sliding_window=1024, sliding_window_pattern=6, num_hidden_layers=48))
+    assert (gemma3.local_layers, gemma3.global_layers) == (40, 8)  # every 6th layer global: 48 − 8
+    with pytest.raises(WorkloadError, match="attention_chunk_size marks chunked local attention"):
+        from_config(_config(attention_chunk_size=8192))
+
+
+def test_cli_takes_the_model_s_window_where_it_applies(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(_config(sliding_window=4096)))
+    r = _run("compare", "--model", str(config), "--n", "16384", "--dtype", "bf16", "--gpu", "h200")
+    assert r.exit_code == 0, r.output
+    assert "window 4096" in r.output and "--window 4096" in r.output
+    # shorter than the window: every key is in it, full causal attention
+    r = _run("compare", "--model", str(config), "--n", "2048", "--dtype", "bf16", "--gpu", "h200")
+    assert r.exit_code == 0, r.output
+    head = [line for line in r.output.splitlines() if line.startswith("NVIDIA")][0]
+    assert "causal" in head and "window" not in head
+    r = _run("compare", "--model", str(config), "--n", "16384", "--window", "1024", "--dtype", "bf16", "--gpu", "h200")
+    assert "window 1024" in r.output  # the option wins
