@@ -39,6 +39,7 @@ def test_compare_json_contract(run):
         "dtype": "fp32",
         "element_bytes": 4,
         "causal": False,
+        "window": None,
         "dropout": 0.0,
     }
     std, til = data["algorithms"]

@@ -63,7 +63,9 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
         if workload.window is not None:
             from ..errors import WorkloadError
 
-            raise WorkloadError("--window with --context-parallel is not modelled: context parallelism splits full attention")
+            raise WorkloadError(
+                "--window with --context-parallel is not modelled: context parallelism splits full attention"
+            )
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):

@@ -35,5 +35,8 @@ def models_cmd(*, fmt: str) -> None:
     )
     con.print("[dim]config.json of: https://huggingface.co/<repository>/blob/main/config.json[/]", soft_wrap=True)
     for m in MODELS.values():
-        if m.note:
-            con.print(f"{terminal.escape(m.name)}: {terminal.escape(m.note)}", soft_wrap=True)
+        note = m.note or (
+            f"every layer attends within a {m.window}-token sliding window (--window {m.window})" if m.window else ""
+        )
+        if note:
+            con.print(f"{terminal.escape(m.name)}: {terminal.escape(note)}", soft_wrap=True)

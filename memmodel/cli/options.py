@@ -383,7 +383,9 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
     from ..workload import Workload
 
     given = kw.pop("window", None)
-    heads, kv_heads, d, window = model_shape(kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"), given)
+    heads, kv_heads, d, window = model_shape(
+        kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"), given
+    )
     windowed = window is not None  # a window, the model's or the option's, is causal
     if given is None and window is not None and window >= (kw["n_kv"] or kw["n"]):
         window = None  # the model's window covers every key: full causal attention
