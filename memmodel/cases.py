@@ -31,6 +31,8 @@ class Case:
     backward: bool = False
     #: dropout probability on P (PyTorch's ``dropout_p``; eager ``native_dropout``)
     dropout: float = 0.0
+    #: a causal sliding window (keys each query sees; FlashAttention-2's local kernels, sdpa-flash only)
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -42,6 +44,12 @@ class Case:
             object.__setattr__(self, "dropout", float(self.dropout))
         except (TypeError, ValueError):
             raise WorkloadError(f"case dropout={self.dropout!r} is not a number") from None
+        if self.window is not None:
+            if self.impl != "sdpa-flash":
+                raise WorkloadError(f"case window={self.window}: only impl=sdpa-flash runs a sliding window (not {self.impl})")
+            if self.n != self.n_kv_:
+                raise WorkloadError(f"case window={self.window}: needs n = n_kv (the windowed cases align both ways)")
+            object.__setattr__(self, "causal", True)
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -64,6 +72,8 @@ class Case:
             shape += f"nkv{self.n_kv_}"
         shape += f"d{self.d}"
         extra = "-causal" if self.causal else ""
+        if self.window is not None:
+            extra += f"-win{self.window}"
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
         if self.dropout:
@@ -88,6 +98,7 @@ class Case:
             dtype=self.dtype,
             causal=self.causal,
             dropout=self.dropout,
+            window=self.window,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,7 +106,7 @@ class Case:
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
-        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv")
+        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += ["causal=1"] if self.causal else []
         parts += [f"dropout={self.dropout:g}"] if self.dropout else []
@@ -110,7 +121,7 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, block_q, block_kv, dropout, backward"
+_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, block_q, block_kv, dropout, backward"
 
 
 def parse_case(text: str) -> Case:
@@ -135,7 +146,7 @@ def parse_case(text: str) -> Case:
                 fields[key] = float(value)
             except ValueError:
                 raise WorkloadError(f"case dropout={value!r} is not a number") from None
-        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv"):
+        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window"):
             try:
                 fields[key] = int(value)
             except ValueError:

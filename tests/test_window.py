@@ -206,3 +206,17 @@ def test_cli_takes_the_model_s_window_where_it_applies(tmp_path):
     assert "causal" in head and "window" not in head
     r = _run("compare", "--model", str(config), "--n", "16384", "--window", "1024", "--dtype", "bf16", "--gpu", "h200")
     assert "window 1024" in r.output  # the option wins
+
+
+def test_window_cases_round_trip_and_refuse_other_kernels():
+    from memmodel.cases import parse_case
+
+    case = parse_case("impl=sdpa-flash,batch=1,heads=32,kv_heads=8,n=8192,d=128,dtype=bf16,window=4096,backward=1")
+    assert case.causal and case.window == 4096
+    assert case.id == "sdpa-flash/b1h32kv8n8192d128/bf16-causal-win4096-bwd"
+    assert parse_case(case.spec()) == case
+    assert case.workload().window == 4096
+    with pytest.raises(WorkloadError, match="only impl=sdpa-flash runs a sliding window"):
+        parse_case("impl=sdpa-cudnn,n=4096,d=64,window=512")
+    with pytest.raises(WorkloadError, match="n = n_kv"):
+        parse_case("impl=sdpa-flash,n=1,n_kv=4096,d=64,window=512")

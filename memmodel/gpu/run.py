@@ -210,9 +210,41 @@ def sdpa_backend(case: Case) -> Any:
     }[case.impl]
 
 
+def local_flash_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
+    """FlashAttention-2's local (sliding-window) forward, as PyTorch's flash backend holds it:
+    ``torch.ops.aten._flash_attention_forward`` with ``window_size_left = W − 1`` (SDPA's own
+    call takes no window). The op takes batch × sequence × heads × d views and is differentiable
+    (its backward, ``_flash_attention_backward``, takes the same window)."""
+    torch = _torch()
+    scale = 1.0 / math.sqrt(case.d)
+
+    def run() -> Any:
+        out = torch.ops.aten._flash_attention_forward(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            None,
+            None,
+            case.n,
+            case.n_kv_,
+            case.dropout,
+            True,
+            False,
+            scale=scale,
+            window_size_left=case.window - 1,
+            window_size_right=0,
+        )[0]
+        return out.transpose(1, 2)
+
+    return run
+
+
 def sdpa_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
     torch = _torch()
     from torch.nn.attention import sdpa_kernel
+
+    if case.window is not None:
+        return local_flash_forward(case, q, k, v)
 
     backend = sdpa_backend(case)
     kwargs: dict[str, Any] = {"is_causal": case.causal}
@@ -351,7 +383,11 @@ def reference_rows(case: Case, q: Any, k: Any, v: Any, rows: list[int], keep: An
     s = (qi @ kk.T) / math.sqrt(case.d)
     if case.causal:
         cols = torch.arange(case.n_kv_, device=DEVICE)
-        s = s.masked_fill(cols[None, :] > torch.tensor(rows, device=DEVICE)[:, None], float("-inf"))
+        r = torch.tensor(rows, device=DEVICE)[:, None]
+        hidden = cols[None, :] > r
+        if case.window is not None:
+            hidden = hidden | (cols[None, :] <= r - case.window)
+        s = s.masked_fill(hidden, float("-inf"))
     p = torch.softmax(s, dim=-1)
     if keep is not None:
         p = p * keep[rows].float() / (1.0 - case.dropout)
@@ -405,7 +441,10 @@ def reference_grads(case: Case, q: Any, k: Any, v: Any, do: Any, keep: Any = Non
             s = (qf[h, r0:r1] @ kf.T) * scale
             if case.causal:
                 rows = torch.arange(r0, r1, device=DEVICE)
-                s = s.masked_fill(cols[None, :] > rows[:, None], float("-inf"))
+                hidden = cols[None, :] > rows[:, None]
+                if case.window is not None:
+                    hidden = hidden | (cols[None, :] <= rows[:, None] - case.window)
+                s = s.masked_fill(hidden, float("-inf"))
             p = torch.softmax(s, dim=-1)
             z = None if keep is None else keep[h * case.n + r0 : h * case.n + r1].float() / (1.0 - case.dropout)
             pd = p if z is None else p * z
