@@ -46,7 +46,9 @@ class Case:
             raise WorkloadError(f"case dropout={self.dropout!r} is not a number") from None
         if self.window is not None:
             if self.impl != "sdpa-flash":
-                raise WorkloadError(f"case window={self.window}: only impl=sdpa-flash runs a sliding window (not {self.impl})")
+                raise WorkloadError(
+                    f"case window={self.window}: only impl=sdpa-flash runs a sliding window (not {self.impl})"
+                )
             if self.n != self.n_kv_:
                 raise WorkloadError(f"case window={self.window}: needs n = n_kv (the windowed cases align both ways)")
             object.__setattr__(self, "causal", True)

@@ -15,15 +15,14 @@ from ..traffic.l2 import L2_MODES
 from ..traffic.standard import STANDARD_VARIANTS
 from ..workload import DTYPE_BYTES
 from .options import (
-    model_shape,
     Command,
-    apply_model,
     check_outputs,
     choice,
     force_option,
     format_option,
     gpu_list_option,
     model_option,
+    model_shape,
     option,
     plot_option,
     refuse_same_names,
