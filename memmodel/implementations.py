@@ -74,6 +74,11 @@ class Implementation:
     #: shared memory; False: the kernel stages them its own way and the footprint is not checked
     #: (CK/aiter: Q in registers, K/V through the LDS in slices, :func:`ck_tiles`)
     sram_footprint: bool = True
+    #: with a sliding window its forward masks every block it visits element by element, not
+    #: only those the window's edges cut (FlashAttention-2: ``Mask::apply_mask`` runs whenever
+    #: ``Is_local``, in ``flash_fwd_kernel.h``'s main loop too); the cost is the profile's
+    #: ``local_block_cost``
+    masks_every_local_block: bool = False
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -87,6 +92,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         packs_gqa_decode=True,
         splits_prefill=True,
         causal_schedule="fa2",
+        masks_every_local_block=True,
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",

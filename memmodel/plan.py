@@ -155,6 +155,8 @@ def plan_tiled(
         if impl is not None and options.block_q is not None and options.block_kv is not None
         else None,
     )
+    if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
+        ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
     base = base_l2(profile, options.l2)
     # the causal curves measured on this implementation's schedule and walk (FA2's from the diagonal down)
     schedule = spec.causal_schedule if spec is not None and options.kv_order == "reverse" else None

@@ -717,7 +717,7 @@ def kernel_time(
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
     else:
         figures = KernelFigures()
-    eff, masked = figures.efficiency, figures.masked_block_cost
+    eff, masked, local = figures.efficiency, figures.masked_block_cost, figures.local_block_cost
     masked_columns = figures.uneven_efficiency
     if eff is not None and masked_columns is not None and np.any(uneven):
         # a head dim no kernel is built for: the built one's kernel, its padded columns masked
@@ -731,7 +731,12 @@ def kernel_time(
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + masked * np.asarray(intmath.to_float(kernel.diagonal_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None or slowed:
+    windowed = local is not None and np.any(np.asarray(kernel.local_blocks) > 0)
+    if windowed:
+        # a sliding-window forward's every block costs 1 + local plain blocks (its mask, applied to each)
+        blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
+        scale = scale * (1.0 + local * np.asarray(intmath.to_float(kernel.local_blocks)) / blocks)
+    if eff is not None or tail is not None or masked is not None or slowed or windowed:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     terms: dict[str, Seconds] = dict(compute)

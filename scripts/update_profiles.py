@@ -84,6 +84,11 @@ def with_links(text: str) -> str:
     records = [read_json(ROOT / r) for r in wave_drift.RECORDS if (ROOT / r).exists()]
     if records:
         data = wave_drift.apply(data, records)
+    from memmodel.calibration import local_mask
+
+    records = [read_json(ROOT / r) for r in local_mask.RECORDS if (ROOT / r).exists()]
+    if records:
+        data = local_mask.apply(data, records)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

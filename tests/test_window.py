@@ -19,6 +19,8 @@ from memmodel.hardware import load_profile
 from memmodel.model import compare
 from memmodel.traffic.blocks import band, diagonal_blocks, visited_blocks, window_kv_bytes
 
+from .conftest import REPO
+
 
 def _brute(n: int, n_kv: int, b_r: int, b_c: int, window: int) -> tuple[int, int]:
     """(visited, partly masked) pairs, element by element."""
@@ -220,3 +222,22 @@ def test_window_cases_round_trip_and_refuse_other_kernels():
         parse_case("impl=sdpa-cudnn,n=4096,d=64,window=512")
     with pytest.raises(WorkloadError, match="n = n_kv"):
         parse_case("impl=sdpa-flash,n=1,n_kv=4096,d=64,window=512")
+
+
+def test_the_local_block_cost_is_fitted_from_its_reference_record():
+    from memmodel.calibration import local_mask
+    from memmodel.fileio import read_json
+
+    records = [read_json(str(REPO / path)) for path in local_mask.RECORDS]
+    assert len(local_mask._rows(records[0], "sdpa-flash")) == 8  # 4 head dims x 2 shapes
+    # the bundled profile holds the fit of that record (scripts/update_profiles.py)
+    fitted = local_mask.fitted_cost(records)
+    assert set(fitted) == {64, 96, 128, 256}
+    assert dict(load_profile("h200").implementation("sdpa-flash").local_block_cost) == fitted
+    # the cost moves only windowed forwards: a causal forward's time is the same with it or without
+    h200 = load_profile("h200")
+    plain = h200.with_implementation_figures("sdpa-flash", local_block_cost=())
+    w = Workload(n=8192, d=64, heads=16, dtype="fp16", causal=True)
+    assert compare(w, h200).tiled.timing.time_s == compare(w, plain).tiled.timing.time_s
+    local = w.with_(window=512)
+    assert compare(local, h200).tiled.timing.time_s > compare(local, plain).tiled.timing.time_s

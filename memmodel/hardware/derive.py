@@ -59,6 +59,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),
+    ("implementations.*.local_block_cost", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),

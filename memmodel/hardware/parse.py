@@ -45,6 +45,7 @@ from .schema import (
     TEXT_FIELDS,
     TILE_EFFICIENCY_TILES,
     ZERO_ALLOWED,
+    ZERO_COSTS,
     allowed_children,
     field_error,
 )
@@ -274,8 +275,9 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
                 where, fpath, f"key {key!r} is not a positive whole number ({key_name}); expected {example}"
             )
         try:
-            # a miss share may be 0 (every re-read hits); other figures must be positive
-            y = 0.0 if fpath in ZERO_ALLOWED and _reads_as_zero(value) else units.parse(value, kind)
+            # a miss share may be 0 (every re-read hits), so may an extra cost; other figures must be positive
+            zero_ok = fpath in ZERO_ALLOWED or fpath in ZERO_COSTS
+            y = 0.0 if zero_ok and _reads_as_zero(value) else units.parse(value, kind)
         except units.UnitError as exc:
             raise field_error(where, f"{fpath}.{key}", str(exc)) from None
         floor, ceiling = FLOORS.get(kind), CEILINGS.get(kind)

@@ -161,6 +161,8 @@ class KernelFigures:
     uneven_efficiency: Any = None
     #: extra cost of a block on the causal diagonal, in plain blocks
     masked_block_cost: Any = None
+    #: extra cost of every block a sliding-window forward visits, in plain blocks
+    local_block_cost: Any = None
     #: scores per second whose dropout the kernel pays extra time for
     dropout_scores_per_s: Any = None
     #: what a CTA costs beyond its blocks, per CTA slot (not split-KV kernels)
@@ -201,6 +203,9 @@ class ImplementationFigures:
     #: element), in units of a plain block's compute
     masked_block_cost: Curve = ()
     backward_masked_block_cost: Curve = ()
+    #: forward with a sliding window: extra cost of every block it visits (its kernel applies
+    #: the window's mask to each, ``Implementation.masks_every_local_block``), in plain blocks
+    local_block_cost: Curve = ()
     #: forward, backward: what dropout adds (the Philox draws and the mask), as scores per
     #: second of extra time
     dropout_scores_per_s: Curve = ()
@@ -245,6 +250,7 @@ class ImplementationFigures:
             efficiency=eff,
             uneven_efficiency=at(self.uneven_efficiency, head_dim) if uneven and not backward else None,
             masked_block_cost=at(self.backward_masked_block_cost if backward else self.masked_block_cost, head_dim),
+            local_block_cost=None if backward else at(self.local_block_cost, head_dim),
             dropout_scores_per_s=at(
                 self.backward_dropout_scores_per_s if backward else self.dropout_scores_per_s, head_dim
             ),

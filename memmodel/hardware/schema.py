@@ -58,6 +58,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "cta_bandwidth": "cta_bandwidth_bytes_per_s",
     "cta_overhead": "cta_overhead_s",
     "masked_block_cost": "masked_block_cost",
+    "local_block_cost": "local_block_cost",
     "backward_cta_overhead": "backward_cta_overhead_s",
     "backward_masked_block_cost": "backward_masked_block_cost",
     "dropout_rate": "dropout_scores_per_s",
@@ -144,6 +145,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.sustained_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.sustained_after": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in _NAMES},
     **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in _NAMES},
     "interconnect.bandwidth": ("bandwidth", False),
@@ -186,6 +188,8 @@ CURVES: dict[str, str] = {
 }
 #: curves whose values may be 0
 ZERO_ALLOWED = {"memory.l2.reuse", *CAUSAL_CURVE_FIELDS}
+#: extra costs that may be 0 (nothing extra measured), not capped at 1
+ZERO_COSTS = {f"implementations.{name}.local_block_cost" for name in _NAMES}
 #: curves whose values are shares of something whole (of a walk, of the L2): at most 1
 SHARES_OF_ONE = {
     "memory.l2.wave_drift": "a wave cannot drift apart by more than a whole walk a wave",

@@ -338,6 +338,7 @@ class TileContext:
     exec_scores: IntLike = 0
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
     smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
+    local_blocks: IntLike = 0  # blocks per head a sliding-window forward masks whole (its kernel's way)
 
     @cached_property
     def all_pairs(self) -> IntLike:

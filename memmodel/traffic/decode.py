@@ -131,6 +131,8 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         ctas=ctas,
         blocks=intmath.mul(bh, visited),
         diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)),
+        # the split kernel masks a window's every block as the forward does (flash_fwd_splitkv_kernel)
+        local_blocks=intmath.mul(bh, visited) if np.any(np.asarray(ctx.local_blocks) > 0) else 0,
         bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
         overlap="serial-compute",
         kind=SPLIT_KV,

@@ -148,6 +148,8 @@ class Kernel:
     ctas: IntLike = 0
     blocks: IntLike = 0
     diagonal_blocks: IntLike = 0
+    #: blocks a sliding-window forward masks element by element besides the diagonal's
+    local_blocks: IntLike = 0
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
     #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
     unaligned: Any = False
@@ -185,7 +187,7 @@ class Kernel:
 
 
 #: Kernel fields that count work (zeroed where a kernel does not run)
-_COUNTS = ("matmul_flops", "softmax_flops", "exp_ops", "ctas", "blocks", "diagonal_blocks", "rows")
+_COUNTS = ("matmul_flops", "softmax_flops", "exp_ops", "ctas", "blocks", "diagonal_blocks", "local_blocks", "rows")
 
 
 def only_where(kernel: Kernel, rows: Any) -> Kernel | None:
