@@ -179,6 +179,8 @@ def plan_tiled(
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)
         splits = 1
+    if spec is not None and not spec.splits_kv and options.splits is None:
+        splits = 1  # FA4's flash_attn_func: num_splits=1 unless asked
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     facts = forward_facts(ctx, used, splits)

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import units
 from .profile import Profile, arch_family
-from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SHARE_FIGURES, field_error
+from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SAME_DESIGN, SHARE_FIGURES, field_error
 
 #: How each figure carries over from a base profile to a sibling of the same architecture
 #: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
@@ -49,7 +49,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),
-    ("implementations.*.sustained_share", "same"),
+    ("implementations.*.sustained_share", "power-clock"),
     ("implementations.*.sustained_after", "same"),
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
@@ -73,7 +73,10 @@ RULE_TEXT = {
     "hbm": "the same share of the datasheet HBM bandwidth",
     "l2": "the same share of the L2",
     "same": "carried over as is",
+    "power-clock": "the sustained clock scaled by the cube root of the power per SM, at most the boost clock",
 }
+#: the rule ``power-clock`` stands in for where either profile lacks a TDP: ``same``
+POWER_CLOCK_FALLBACK = "same"
 #: What a derived profile must give itself: the inputs of the rules
 _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
 
@@ -125,6 +128,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         inputs[fpath] = value
     scale = _rule_scales(base, inputs["sm_count"], inputs["clock"], inputs["memory.hbm.datasheet_bandwidth"])
     scale["l2"] = inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"]
+    tdp = _parsed(data, "tdp", where)
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
@@ -132,6 +136,14 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
             continue
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
             continue  # a part without links of its own (H100 PCIe) takes no measured link curve
+        if rule == "power-clock":
+            clocked = power_clock(base, float(value), inputs["sm_count"], inputs["clock"], tdp)
+            if clocked is not None:
+                share, note = clocked
+                _put(out, fpath, {"value": round(share, 4), "source": "derived", "note": note}, where)
+                derived_any = True
+                continue
+            rule = POWER_CLOCK_FALLBACK
         factor = scale[rule]
         prov = base.provenance.get(fpath)
         what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
@@ -147,6 +159,37 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         }
         out["sources"] = sources
     return out
+
+
+#: the exponent of the power per SM in the clock rule: dynamic power ∝ f·V², V roughly ∝ f in
+#: the DVFS range, so P ∝ f³ and the clock a power limit allows ∝ (P / SM)^(1/3) (docs/model.md)
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+
+
+def power_clock(
+    base: Profile, share: float, sm_count: float, clock: float, tdp: float | None
+) -> tuple[float, str] | None:
+    """The share of its boost ``clock`` a sibling of ``base`` keeps under its power limit, from
+    ``base``'s measured ``share`` (its sustained clock over its boost clock): ``base``'s sustained
+    clock × ((tdp / SMs) / (base TDP / base SMs))^(1/3), at most the boost clock; and the note
+    saying so. None where either TDP or ``base``'s clock is missing (the figure is then carried
+    as it is)."""
+    base_tdp, base_clock = base.figures.get("tdp"), base.figures.get("clock")
+    if tdp is None or not base_tdp or not base_clock or not sm_count or not clock:
+        return None
+    per_sm = (tdp / sm_count) / (base_tdp / base.figures["sm_count"])
+    base_sustained = share * base_clock
+    sustained = min(clock, base_sustained * per_sm**POWER_CLOCK_EXPONENT)
+    out = sustained / clock
+    capped = " (capped at the boost clock)" if sustained >= clock else ""
+    note = (
+        f"power-clock rule: {base.name}'s measured share {share:.3f} of its {base_clock / 1e6:.0f} MHz = a sustained "
+        f"{base_sustained / 1e6:.0f} MHz at {base_tdp:.0f} W over {base.figures['sm_count']:.0f} SMs; × "
+        f"(({tdp:.0f} W / {sm_count:.0f} SMs) / ({base_tdp:.0f} W / {base.figures['sm_count']:.0f} SMs))^(1/3) = × "
+        f"{per_sm**POWER_CLOCK_EXPONENT:.4f} -> {sustained / 1e6:.0f} MHz{capped}, over this GPU's boost "
+        f"{clock / 1e6:.0f} MHz = {out:.4f} (an approximation: dynamic power ∝ f·V², V ∝ f; docs/model.md)"
+    )
+    return out, note
 
 
 def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,6 +307,44 @@ def _measured_share(base: Profile, fpath: str) -> float | None:
     return value / peak
 
 
+def _same_design(
+    data: Mapping[str, Any], out: dict[str, Any], base: Profile, when: str, scale: dict[str, float], put: Any
+) -> None:
+    """The same-design rule (:data:`~.schema.SAME_DESIGN`): on a GPU whose compute capability an
+    implementation's kernels run on, each figure it lacks from the measured GPU's figure of its
+    source implementation, by that figure's own rule (:data:`DERIVE_RULES`)."""
+    try:
+        cap = float(str(data.get("compute_capability") or ""))
+    except ValueError:
+        return
+    for impl, ((lo, hi), chain) in SAME_DESIGN.items():
+        if not lo <= cap <= hi:
+            continue
+        for src, only in chain:
+            prefix = f"implementations.{src}."
+            for fpath, value in base.figures.items():
+                if not fpath.startswith(prefix) or base.kind_of(fpath) != "measured":
+                    continue
+                rest = fpath[len(prefix) :]
+                target = f"implementations.{impl}.{rest}"
+                if (only is not None and rest not in only) or _leaf(out, target) is not None:
+                    continue
+                rule = derive_rule(target)
+                rule = POWER_CLOCK_FALLBACK if rule == "power-clock" else rule
+                if rule is None or rule not in scale or target not in FIELDS:
+                    continue
+                factor = scale[rule]
+                prov = base.provenance.get(fpath)
+                put(
+                    target,
+                    _scaled(value, factor, FIELDS[target][0]),
+                    f"from {base.name}, {when}, same-design rule: {src}'s {rest} on {base.name} taken as {impl}'s "
+                    f"(docs/implementations.md), {RULE_TEXT[rule]}"
+                    + (f" (× {factor:.4g})" if rule != "same" else "")
+                    + f": {prov.text if prov else value}",
+                )
+
+
 def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
     """``data`` (a profile's YAML naming ``transfer_from``) with its achieved figures transferred
     from ``base``, a measured GPU of another architecture: each datasheet peak of
@@ -359,6 +440,8 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         if _leaf(data, fpath) is not None or fpath.startswith("datasheet.") or base.kind_of(fpath) != "measured":
             continue
         rule = "same" if fpath in TRANSFER_SAME else derive_rule(fpath)
+        if rule == "power-clock":  # one architecture's rule: across architectures carried as is
+            rule = POWER_CLOCK_FALLBACK
         if fpath in TRANSFER_SAME or (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
             pass  # every GPU: fixed times, and the library kernels' share of the HBM bandwidth
         elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
@@ -378,6 +461,8 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             + (f" (× {factor:.4g})" if rule != "same" else "")
             + f": {prov.text if prov else value}{caveat}",
         )
+    if same_vendor:
+        _same_design(data, out, base, when, scale, put)
     sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
     sources[TRANSFERRED] = {
         "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "

@@ -123,6 +123,7 @@ def fa2_forward_kernel(
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
         softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
+        rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
