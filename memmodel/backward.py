@@ -236,6 +236,8 @@ def backward_plan(
 def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
     """The tiled algorithm's backward kernels as ``plan`` says, and their tiles."""
     w, l2, impl = plan.workload, plan.l2, plan.options.implementation
+    if plan.spec is not None and plan.spec.packs_gqa:
+        w = plan.given  # FA4 packs GQA in its forward only (its backward: pack_gqa = False)
     bw = plan.backward
     if bw is None:
         return fa2_backward_kernels(plan.tile, l2), BackwardFacts("forward blocks (FA2 Algorithm 2)")

@@ -632,7 +632,9 @@ def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str 
         return f"{impl} runs on NVIDIA Hopper GPUs only"
     if impl == "fa4":
         if 128 < d < 256:
-            return f"{impl} runs head dims up to 128, and 256 (got d={d}; its (192, 128) DeepSeek kernel is not modelled)"
+            return (
+                f"{impl} runs head dims up to 128, and 256 (got d={d}; its (192, 128) DeepSeek kernel is not modelled)"
+            )
         if profile is not None and vendor != "NVIDIA":
             return f"{impl} runs on NVIDIA Blackwell data-centre GPUs only"
     if impl == "ck" and profile is not None:

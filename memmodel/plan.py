@@ -188,7 +188,9 @@ def plan_tiled(
     if options.backward:
         from .backward import backward_plan
 
-        backward = backward_plan(kernel_w, profile, options, ctas_per_sm=backward_ctas_per_sm)
+        # FA4 packs GQA in its forward only (its backward sets pack_gqa = False)
+        seen = workload if spec is not None and spec.packs_gqa else kernel_w
+        backward = backward_plan(seen, profile, options, ctas_per_sm=backward_ctas_per_sm)
     return TiledPlan(
         workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, splits, base, used, facts, backward
     )

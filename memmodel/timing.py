@@ -161,6 +161,8 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
     reaction = float(figures.sustained_after_s or 0.0) * 1e3
     prov = profile.provenance.get(f"implementations.{implementation}.sustained_share")
     how = "measured" if prov is None or prov.kind == "measured" else (prov.note or prov.kind or "derived")
+    if how.startswith("power-clock rule"):  # its note is long: the rule's name and where it is told
+        how = "the power-clock rule from the measured GPU's share, docs/model.md"
     if clocks == "sustained":
         return (
             f"--clocks sustained: {implementation}'s forward kernel runs at {full:.3f} of its rate, the clocks "

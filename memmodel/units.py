@@ -252,7 +252,14 @@ def format_percent(ratio: float | None, digits: int = 1) -> str:
     return "—" if ratio is None else f"{ratio * 100:+.{digits}f}%"
 
 
-_KIND_UNITS: dict[str, str] = {"bandwidth": "B/s", "flops": "FLOP/s", "ops": "op/s", "frequency": "Hz", "power": "W", "bytes": "B"}
+_KIND_UNITS: dict[str, str] = {
+    "bandwidth": "B/s",
+    "flops": "FLOP/s",
+    "ops": "op/s",
+    "frequency": "Hz",
+    "power": "W",
+    "bytes": "B",
+}
 
 
 def quantity(value: float, kind: Kind, digits: int = 4) -> str | float:
