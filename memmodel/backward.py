@@ -39,6 +39,10 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   Its kernels are FlashAttention-2's (a dO·O preprocess, dQ accumulated in fp32 by atomic
   adds, a conversion); with GQA every query head adds its dK, dV into fp32 accumulators of
   its K/V head, converted after (:func:`memmodel.traffic.flash_backward.fa3_backward`).
+* ``fa4`` (FlashAttention-4's Blackwell backward, ``_flash_attn_bwd`` in
+  ``flash_attn/cute/interface.py`` and ``flash_bwd_sm100.py``): 128 × 128 at every head dim,
+  one CTA per K/V block, CTA pairs (2-CTA tcgen05 MMA) from d = 128, whose halved Q and dO
+  loads are not modelled; FA3's kernels under FA4's names (:func:`memmodel.traffic.flash_backward.fa4_backward`).
 * ``ck`` (CK/aiter): aiter's assembly backward (``fmha_v3_bwd`` in ``csrc/cpp_itfs/mha_bwd.cu``;
   fp16/bf16, no dropout or bias, head dims padded to 64, 128 or 192; tiles from
   ``hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv``, Q rows per step ts_qo × K/V rows per
@@ -74,6 +78,7 @@ from .traffic.flash_backward import (
     cutlass_backward,
     fa2_backward,
     fa3_backward,
+    fa4_backward,
 )
 from .traffic.ledger import Kernel
 
@@ -84,7 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
 #: implementations whose backward kernels are modelled as the library launches them
-LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3", "ck")
+LIBRARY_BACKWARDS = ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "fa3", "fa4", "ck")
 _BIG_SMEM = 144 * 1024
 
 
@@ -163,6 +168,8 @@ def backward_tile_rule(
         return (64, 128)
     if impl == "fa3":
         return fa3_backward_tiles(p, causal)
+    if impl == "fa4":
+        return 128, 128  # flash_attn.cute _flash_attn_bwd on SM100: m_block_size = n_block_size = 128
     if impl == "ck":
         return ck_backward_tiles(int(d), dropout, getattr(profile, "arch_family", None))
     raise ValueError(f"{impl!r} has no library backward rule")  # pragma: no cover - callers check
@@ -173,6 +180,7 @@ _SOURCES = {
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
     "sdpa-cudnn": "cuDNN's L2 traffic on an H200 (its names say 64x64xD)",
     "fa3": "flash_attn.cute _tile_size_bwd_sm90",
+    "fa4": "flash_attn.cute _flash_attn_bwd, SM100 (128 x 128; CTA pairs from d = 128 not modelled)",
     "ck": "aiter hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv (CK tile fmha_bwd.py where no assembly kernel runs)",
 }
 
@@ -228,6 +236,8 @@ def backward_plan(
 def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
     """The tiled algorithm's backward kernels as ``plan`` says, and their tiles."""
     w, l2, impl = plan.workload, plan.l2, plan.options.implementation
+    if plan.spec is not None and plan.spec.packs_gqa:
+        w = plan.given  # FA4 packs GQA in its forward only (its backward: pack_gqa = False)
     bw = plan.backward
     if bw is None:
         return fa2_backward_kernels(plan.tile, l2), BackwardFacts("forward blocks (FA2 Algorithm 2)")
@@ -237,6 +247,8 @@ def backward_kernels(plan: TiledPlan) -> tuple[list[Kernel], BackwardFacts]:
         kernels = cutlass_backward(w, bw.tile, bw.tiles, l2, output_in_registers=bw.output_in_registers)
     elif impl == "fa3":
         kernels = fa3_backward(w, bw.tile, l2)
+    elif impl == "fa4":
+        kernels = fa4_backward(w, bw.tile, l2)
     elif impl == "ck":
         kernels = ck_backward(w, bw.tile, l2)
     else:

@@ -21,12 +21,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile
     from .workload import Workload
 
+#: compute capabilities FA4's SM100 kernels run on (``arch // 10 in [10, 11]`` in ``interface.py``)
+FA4_CAPABILITY = (10.0, 11.0)
+
 #: Tiled variants: FA1 (outer loop over K/V, a CTA per head) and FA2 (outer loop over Q).
 TILED_VARIANTS = ("fa1", "fa2")
 
 #: the flash-attn v1 release whose kernels ``fa1`` models (``csrc/flash_attn/src/fmha_*``,
 #: commit 6d48e14a6c2f551db96f0badc658a6279a929df3, 2023-07-17; docs/implementations.md)
 FA1_RELEASE = "flash-attn v1.0.9"
+#: the flash-attention commit whose CuTe-DSL Blackwell kernels ``fa4`` models
+#: (``flash_attn/cute/flash_fwd_sm100.py``, ``flash_bwd_sm100.py``, ``interface.py``; docs/implementations.md)
+FA4_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
 
 
 @frozen
@@ -79,6 +85,20 @@ class Implementation:
     #: ``Is_local``, in ``flash_fwd_kernel.h``'s main loop too); the cost is the profile's
     #: ``local_block_cost``
     masks_every_local_block: bool = False
+    #: with GQA the query heads of a group are packed as the rows of one Q block of their K/V
+    #: head at every sequence length, not only decoding (FA4: ``pack_gqa`` defaults to
+    #: ``qhead_per_kvhead > 1`` in ``flash_attn/cute/interface.py``); causal grids excepted here
+    packs_gqa: bool = False
+    #: part of the forward's exponentials are computed by a polynomial on the FMA pipe instead of
+    #: the special-function units, and the softmax, correction and MMA warps issue to different
+    #: pipes at once (:func:`fa4_exp_emulated_share`)
+    exp_emulation: bool = False
+    #: the forward rescales O only where a row's maximum grew past a threshold (FA4's correction
+    #: warpgroup, ``rescale_threshold``): the per-block rescale of O is not done
+    lazy_rescale: bool = False
+    #: splits K/V across CTAs when decoding (FlashAttention-2's heuristic); False: one split
+    #: unless ``--splits`` says otherwise (FA4's ``flash_attn_func``: ``num_splits=1``)
+    splits_kv: bool = True
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -132,6 +152,22 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         capability=(9.0, 9.0),
         packs_gqa_decode=True,
+    ),
+    "fa4": Implementation(
+        "fa4",
+        "FlashAttention-4 (Blackwell: tcgen05 MMA into tensor memory, warp-specialised, part of exp2 emulated)",
+        "native",
+        softmax_overlap=True,
+        head_dims=(*range(16, 129, 16), 256),
+        max_head_dim=256,
+        dtypes=("fp16", "bf16", "fp8"),
+        measurable=False,
+        capability=FA4_CAPABILITY,
+        packs_gqa_decode=True,
+        packs_gqa=True,
+        exp_emulation=True,
+        lazy_rescale=True,
+        splits_kv=False,
     ),
     "fa1": Implementation(
         "fa1",
@@ -243,6 +279,8 @@ def tiles(
         bq, bkv = 128, 128
     elif impl == "fa3":
         bq, bkv = fa3_tiles(int(p), causal)
+    elif impl == "fa4":
+        bq, bkv = fa4_tiles(int(p))
     elif impl == "ck":
         # the head dim as given: the assembly kernels take 128 only (no padding), CK tile pads
         bq, bkv = ck_tiles(int(d), dtype, getattr(profile, "arch_family", None), dropout)
@@ -277,6 +315,70 @@ def fa3_tiles(d: int, causal: bool) -> tuple[int, int]:
     if d <= 192:
         return 128, 128
     return 128, 80
+
+
+# ---------------------------------------------------------------------------------------
+# FlashAttention-4 (FA4_COMMIT): what its SM100 kernels fix
+
+#: rows of one tcgen05 Q tile and keys of one K/V tile of FA4's forward (``FwdConfig(128, 128)``)
+FA4_TILE = 128
+
+
+def fa4_tiles(d: int, rows: int | None = None) -> tuple[int, int]:
+    """FA4's forward tiles (B_r, B_c) per CTA: two 128-row Q tiles (``q_stage = 2``) against
+    128-key blocks up to d = 128; one Q tile where the (GQA-packed) query rows fit one
+    (``q_stage = 1`` when ``seqlen_q_packgqa <= 128``), and at d = 256 (the dedicated 2-CTA
+    kernel: 128 rows per CTA, 256 per pair). ``rows``: the kernel's query rows (None: many)."""
+    if d > 128:
+        return FA4_TILE, FA4_TILE
+    one = rows is not None and rows <= FA4_TILE
+    return (FA4_TILE if one else 2 * FA4_TILE), FA4_TILE
+
+
+def fa4_two_cta(d: int, causal: bool, rows: int) -> bool:
+    """Whether FA4's forward runs as CTA pairs (``use_2cta_instrs``: not causal, d padded to
+    128 or 192, more than two Q tiles of packed rows; always at d = 256)."""
+    return d == 256 or (not causal and d in (128, 192) and rows > 2 * FA4_TILE)
+
+
+#: FA4's ``_TUNING_CONFIG`` (``flash_fwd_sm100.py``): (2-CTA, causal, padded d, SM103) ->
+#: (``ex2_emu_freq``, ``ex2_emu_res``, ``ex2_emu_start_frg``) for 16-bit inputs
+FA4_EX2_TUNING: dict[tuple[bool, bool, int, bool], tuple[int, int, int]] = {
+    (True, False, 128, False): (10, 4, 1),
+    (False, True, 128, False): (16, 4, 1),
+    (True, False, 192, False): (16, 4, 0),
+    (False, True, 192, False): (32, 4, 1),
+    (True, False, 256, False): (14, 6, 0),
+    (True, True, 256, False): (14, 6, 0),
+}
+#: FP32-pipe cost of one emulated exp2, in FLOPs of the FP32 peak: ``ex2_emulation_2`` issues per
+#: pair of scores a packed add, two packed subtracts and the degree-3 polynomial's three packed
+#: FMAs (six f32x2 instructions, three issue slots a score, each slot two FLOPs of the peak); its
+#: fmax, shift and integer add run on the ALU pipe and are not counted
+FA4_EX2_EMULATION_FLOPS = 6
+#: 32-score fragments of one softmax thread's row of a 128-key block (``apply_exp2_convert``)
+_FA4_FRAGMENTS = FA4_TILE // 32
+
+
+def fa4_exp_emulated_share(d: int, causal: bool, rows: int, capability: float | None, gqa_packed: bool) -> float:
+    """The share of FA4's forward exponentials computed by polynomial on the FMA pipe
+    (``apply_exp2_convert`` in ``softmax.py``): in each 32-score fragment, the pairs at k with
+    k mod freq ≥ freq − res, in the fragments from ``ex2_emu_start_frg`` to the last but one.
+    None on SM103 (B300, GB300: faster native exp2, ``ex2_emu_freq = 0``), and at head dims past
+    128 except the 2-CTA 192 and the 256 kernel. E.g. 2-CTA d = 128: freq 10, res 4, from
+    fragment 1: 6 of 16 pairs in 2 of 4 fragments = 0.1875."""
+    sm103 = capability is not None and round(capability * 10) == 103
+    two_cta = fa4_two_cta(d, causal, rows)
+    enabled = (d <= 128 or (d == 192 and two_cta and not causal) or d == 256) and not sm103
+    if not enabled:
+        return 0.0
+    key = (two_cta, causal, d, False)
+    freq, res, start = FA4_EX2_TUNING.get(key, (16, 4, 1))  # untuned: the kernel's defaults
+    if gqa_packed and 64 < d < 256 and not causal and key not in FA4_EX2_TUNING:
+        freq = 10  # pack_gqa above d = 64, not causal: the tuned figure, else 10
+    pairs = sum(1 for k in range(0, 32, 2) if k % freq >= freq - res)
+    fragments = sum(1 for j in range(_FA4_FRAGMENTS) if start <= j < _FA4_FRAGMENTS - 1)
+    return pairs / 16 * fragments / _FA4_FRAGMENTS
 
 
 # ---------------------------------------------------------------------------------------
@@ -436,8 +538,8 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
         return 1 if eight_warps else 2
     if impl == "triton":
         return int(min(4, max(1, 16384 // max(1, block_q * p))))
-    if impl == "fa3":
-        return 1
+    if impl in ("fa3", "fa4"):
+        return 1  # FA4: its CTA allocates the SM's tensor memory and 512 registers a thread-slot
     if impl == "fa1":
         return FA1_FORWARD_CTAS
     return None
@@ -461,6 +563,8 @@ def smem_reads(impl: str | None, block_q: Any, d: Any, dropout: float = 0.0, pro
     if spec.name == "ck":
         return per_element(lambda x, bq: ck_waves(int(padded_head_dim("ck", x)), bq), d, block_q)
     arch = getattr(profile, "arch_family", None)
+    if spec.name == "fa4":  # one tcgen05 MMA of 128 rows per Q tile reads the K (V) tile once
+        return np.maximum(1, np.asarray(block_q) // FA4_TILE) if np.ndim(block_q) else max(1, int(block_q) // FA4_TILE)
     if spec.instructions == "native" and arch not in WARP_LEVEL_TENSOR_CORES:
         return np.maximum(1, np.asarray(block_q) // 64) if np.ndim(block_q) else max(1, int(block_q) // 64)
     if spec.name == "sdpa-flash":
@@ -493,7 +597,27 @@ def _capability(profile: Profile | None) -> float | None:
 def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
     """Why ``impl`` cannot run ``workload`` on ``profile`` (None where it can); on a grid, why
     it cannot run some of its rows (the largest head dim decides)."""
-    return _unsupported(impl, int(np.max(np.asarray(workload.d))), workload.dtype, profile)
+    why = _unsupported(impl, int(np.max(np.asarray(workload.d))), workload.dtype, profile)
+    if why is None and impl == "fa4" and float(workload.dropout) > 0:
+        return f"{impl} has no dropout (flash_attn.cute's flash_attn_func takes no dropout_p)"
+    return why
+
+
+#: the bundled profiles FA4 runs on (compute capability 10.x; a test keeps the list true)
+FA4_PROFILES = ("b200", "b300", "gb200", "gb300")
+
+
+def refusal(impl: str, why: str) -> str | None:
+    """The one line ``--impl impl`` is refused with, where the implementation does not run
+    the workload at all (FA4 off Blackwell: no model stands in); None where it is modelled anyway."""
+    if impl != "fa4":
+        return None
+    if "compute capability" not in why and "NVIDIA" not in why:
+        return f"--impl fa4: {why}"
+    return (
+        f"--impl fa4: {why}: FA4's Blackwell kernels run on compute capability 10.x ({', '.join(FA4_PROFILES)}); "
+        "on Hopper the FA4 package runs FlashAttention-3's kernels: --impl fa3"
+    )
 
 
 def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str | None:
@@ -512,6 +636,13 @@ def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str 
         return f"{impl} runs on NVIDIA GPUs only"
     if impl == "fa3" and vendor != "NVIDIA":
         return f"{impl} runs on NVIDIA Hopper GPUs only"
+    if impl == "fa4":
+        if 128 < d < 256:
+            return (
+                f"{impl} runs head dims up to 128, and 256 (got d={d}; its (192, 128) DeepSeek kernel is not modelled)"
+            )
+        if profile is not None and vendor != "NVIDIA":
+            return f"{impl} runs on NVIDIA Blackwell data-centre GPUs only"
     if impl == "ck" and profile is not None:
         if vendor != "AMD":
             return f"{impl} runs on AMD Instinct GPUs only"
@@ -590,18 +721,21 @@ def kernel_workload(workload: Workload, impl: str | None) -> Workload:
     """The workload as ``impl``'s kernel sees it: decoding with GQA (one query row, several
     query heads per K/V head), FlashAttention-2 (``flash_api.cpp``: seqlenq_ngroups_swapped)
     and cuDNN (its decode kernels take 16-row tiles) pack the G query heads of a group as G
-    rows of their K/V head's Q block: heads = K/V heads, N = G. Q, O and the logsumexp keep
+    rows of their K/V head's Q block: heads = K/V heads, N = G (FA4 at every length, not causal:
+    N = N·G). Q, O and the logsumexp keep
     their bytes; each K/V head is read by one CTA row, not G."""
     spec = get(impl)
     if spec is None or not spec.packs_gqa_decode or workload.causal:
         return workload
     n, group = np.asarray(workload.n), np.asarray(workload.group)
-    pack = (n == 1) & (group > 1)
+    pack = ((n == 1) | spec.packs_gqa) & (group > 1)
     if not np.any(pack):
         return workload
     if not workload.is_grid:
-        return workload.with_(n=int(workload.group), heads=int(workload.kv_heads_), n_kv=workload.n_kv_)
-    new_n = np.where(pack, group, n)
+        return workload.with_(
+            n=int(workload.n) * int(workload.group), heads=int(workload.kv_heads_), n_kv=workload.n_kv_
+        )
+    new_n = np.where(pack, n * group, n)
     new_heads = np.where(pack, np.asarray(workload.kv_heads_), np.asarray(workload.heads))
     return workload.with_(n=new_n, heads=new_heads, n_kv=workload.n_kv_)
 
@@ -625,6 +759,11 @@ def workload_tiles(
             lambda d, n_kv: block_kv or fa1_block_kv(int(padded_head_dim(impl, d)), n_kv), workload.d, workload.n_kv_
         )
         return block_q or FA1_ROWS, bkv_fa1
+    if impl == "fa4":  # one Q tile where the packed rows fit one (q_stage = 1)
+        bq_fa4 = per_element(
+            lambda d, n: block_q or fa4_tiles(int(padded_head_dim(impl, d)), n)[0], workload.d, workload.n
+        )
+        return bq_fa4, block_kv or FA4_TILE
     if not workload.is_grid:
         bq, bkv = tiles(
             impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype

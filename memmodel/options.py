@@ -122,6 +122,8 @@ def options_for(
             tiled=tiled, block_q=block_q, block_kv=block_kv, implementation="paper", notes=tuple(notes), **rest
         )
     why = implementations.unsupported(impl, workload, profile)
+    if why and (refused := implementations.refusal(impl, why)):
+        raise WorkloadError(refused)
     if why:
         notes.append(f"{why}: modelled anyway")
     if block_q is None or block_kv is None or workload.is_grid:

@@ -181,6 +181,8 @@ def plan_tiled(
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)
         splits = 1
+    if spec is not None and not spec.splits_kv and options.splits is None:
+        splits = 1  # FA4's flash_attn_func: num_splits=1 unless asked
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     facts = forward_facts(ctx, used, splits)
@@ -188,7 +190,9 @@ def plan_tiled(
     if options.backward:
         from .backward import backward_plan
 
-        backward = backward_plan(kernel_w, profile, options, ctas_per_sm=backward_ctas_per_sm)
+        # FA4 packs GQA in its forward only (its backward sets pack_gqa = False)
+        seen = workload if spec is not None and spec.packs_gqa else kernel_w
+        backward = backward_plan(seen, profile, options, ctas_per_sm=backward_ctas_per_sm)
     return TiledPlan(
         workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, splits, base, used, facts, backward
     )

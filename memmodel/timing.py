@@ -161,6 +161,8 @@ def clock_caveat(profile: Profile, implementation: str | None, share: Any, clock
     reaction = float(figures.sustained_after_s or 0.0) * 1e3
     prov = profile.provenance.get(f"implementations.{implementation}.sustained_share")
     how = "measured" if prov is None or prov.kind == "measured" else (prov.note or prov.kind or "derived")
+    if how.startswith("power-clock rule"):  # its note is long: the rule's name and where it is told
+        how = "the power-clock rule from the measured GPU's share, docs/model.md"
     if clocks == "sustained":
         return (
             f"--clocks sustained: {implementation}'s forward kernel runs at {full:.3f} of its rate, the clocks "
@@ -691,23 +693,36 @@ def kernel_time(
     tile: tuple[Any, Any] | None = None,
     uneven: Any = None,
     clock: Any = None,
+    exp_emulated: Any = None,
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
     kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
     overlaps the products, and the measured efficiency (at ``tile``, where the profile
     measured it there), CTA overhead and cost of diagonal blocks; ``tail``
     (:func:`cta_tail_factor`) multiplies their compute terms; ``clock``
-    (:func:`clock_share`) divides a forward kernel's compute terms."""
+    (:func:`clock_share`) divides a forward kernel's compute terms; ``exp_emulated`` (FA4's
+    forward: :func:`memmodel.implementations.fa4_exp_emulated_share`) is the share of the
+    exponentials computed on the FMA pipe (term ``exp_fma``) instead of the special-function units."""
     fused = kernel.overlap == "serial-compute"
     impl = implementations.get(implementation) if fused else None
     peak, _ = matmul_peak(profile, dtype, impl.instructions if impl else "native")
+    forward = kernel.pass_ != "backward"
+    fp32 = profile.peak_flops("fp32")
+    softmax_flops = intmath.to_float(kernel.softmax_flops)
+    if impl is not None and impl.lazy_rescale and forward:
+        # O is rescaled only where a row's maximum jumps past the threshold: taken as never
+        softmax_flops = softmax_flops - intmath.to_float(kernel.rescale_flops)
+    exps = intmath.to_float(kernel.exp_ops)
+    emulate = impl is not None and impl.exp_emulation and forward and exp_emulated is not None
+    share = np.asarray(exp_emulated, dtype=np.float64) if emulate else 0.0
     compute: dict[str, Seconds] = {
         "matmul": intmath.to_float(kernel.matmul_flops) / peak,
-        "softmax": intmath.to_float(kernel.softmax_flops) / profile.peak_flops("fp32"),
-        "exp": intmath.to_float(kernel.exp_ops) / (profile.exp_ops_per_s or profile.peak_flops("fp32")),
+        "softmax": softmax_flops / fp32,
+        "exp": exps * (1.0 - share) / (profile.exp_ops_per_s or fp32),
     }
+    if emulate:
+        compute["exp_fma"] = exps * share * implementations.FA4_EX2_EMULATION_FLOPS / fp32
     hd = intmath.to_float(head_dim) if head_dim is not None else None
-    forward = kernel.pass_ != "backward"
     split = kernel.kind == SPLIT_KV
     # what the profile measured of the implementation, read once: for a fused kernel its figures
     # at the head dim (each pass's own, as calibrate fitted them; a split-KV kernel its own
@@ -795,7 +810,12 @@ def kernel_time(
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:
         arr = {k: np.asarray(v, dtype=np.float64) for k, v in compute.items()}
-        if impl is not None and impl.softmax_overlap:
+        if impl is not None and impl.exp_emulation:
+            # FA4: MMA, softmax and correction warps issue to the tensor cores, the special-function
+            # units and the FMA pipe at once; the pipes overlap, the busiest one bounds
+            fma = arr["softmax"] + (arr["exp_fma"] if "exp_fma" in arr else 0.0)
+            total = np.maximum(arr["matmul"], np.maximum(arr["exp"], fma))
+        elif impl is not None and impl.softmax_overlap:
             # one tile's softmax runs while another tile's products do (FlashAttention-3, cuDNN)
             total = np.maximum(arr["matmul"], arr["exp"] + arr["softmax"])
         else:
@@ -827,6 +847,25 @@ def kernel_time(
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
     return KernelTiming(kernel.name, terms, time, None, index, tuple(names))
+
+
+def fa4_emulated(workload: Any, profile: Profile) -> Any:
+    """The share of FA4's forward exponentials emulated on the FMA pipe for ``workload`` (per
+    element on a grid): :func:`memmodel.implementations.fa4_exp_emulated_share` at the head dim
+    the kernel runs and the query rows it sees (GQA packed)."""
+    kw = implementations.kernel_workload(workload, "fa4")
+    packed = bool(np.any(np.asarray(kw.n) != np.asarray(workload.n)))
+    cap = implementations._capability(profile)
+    causal = bool(workload.causal)
+
+    def one(d: int, rows: int) -> float:
+        p = int(implementations.padded_head_dim("fa4", d))
+        return implementations.fa4_exp_emulated_share(p, causal, rows, cap, packed)
+
+    if not kw.is_grid:
+        return one(int(kw.d), int(kw.n))
+    d, rows = np.broadcast_arrays(np.asarray(kw.d), np.asarray(kw.n))
+    return np.vectorize(one, otypes=[np.float64])(d, rows)
 
 
 def _largest(values: list[Any]) -> tuple[Any, np.ndarray]:
@@ -917,6 +956,10 @@ def algorithm_time(
         uneven = np.asarray(workload.d) != np.asarray(head_dim)
         uneven = bool(uneven) if uneven.ndim == 0 else uneven
 
+    emulated = None
+    if workload is not None and spec is not None and spec.exp_emulation:
+        emulated = fa4_emulated(workload, profile)
+
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:
         return kernel_time(
             k,
@@ -930,6 +973,7 @@ def algorithm_time(
             tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,
+            emulated if k.kind == FORWARD_GRID else None,
         )
 
     kernels = tuple(timed(k) for k in algorithm.kernels)

@@ -16,7 +16,7 @@ import math
 import re
 from typing import Literal
 
-Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "count", "ratio"]
+Kind = Literal["bytes", "bandwidth", "time", "flops", "ops", "frequency", "power", "count", "ratio"]
 
 _SI = {"": 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 _BIN = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
@@ -33,6 +33,7 @@ EXAMPLES: dict[str, str] = {
     "flops": "a rate such as '312 TFLOP/s' or '19.5 TFLOPS'",
     "ops": "a rate such as '3.9 Top/s' or '2.4e12 op/s'",
     "frequency": "a frequency such as '1410 MHz' or '1.98 GHz'",
+    "power": "a power such as '700 W' or '1.2 kW'",
     "count": "a whole number such as 108",
     "ratio": "a ratio such as 0.45 or '45 %'",
 }
@@ -68,6 +69,8 @@ def _scale(unit: str, kind: Kind) -> float | None:
         return _prefixed(unit[:-2], "B", binary=True) if unit.endswith("/s") else None
     if kind == "frequency":
         return _prefixed(unit, "Hz", binary=False)
+    if kind == "power":
+        return _prefixed(unit, "W", binary=False)
     if kind == "flops":
         for base in ("FLOP/s", "FLOPS", "flop/s"):
             scale = _prefixed(unit, base, binary=False)
@@ -249,7 +252,14 @@ def format_percent(ratio: float | None, digits: int = 1) -> str:
     return "—" if ratio is None else f"{ratio * 100:+.{digits}f}%"
 
 
-_KIND_UNITS: dict[str, str] = {"bandwidth": "B/s", "flops": "FLOP/s", "ops": "op/s", "frequency": "Hz", "bytes": "B"}
+_KIND_UNITS: dict[str, str] = {
+    "bandwidth": "B/s",
+    "flops": "FLOP/s",
+    "ops": "op/s",
+    "frequency": "Hz",
+    "power": "W",
+    "bytes": "B",
+}
 
 
 def quantity(value: float, kind: Kind, digits: int = 4) -> str | float:

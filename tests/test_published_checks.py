@@ -109,13 +109,24 @@ def test_a_gpu_without_a_profile_is_not_modelled_with_its_reason():
 
 def test_a_proxy_is_opt_in_and_labelled():
     data = pc.load_checks(CHECKS)
+    # fa4 is modelled now (--impl fa4): a published implementation without an option stands in
+    data["implementations"] = dict(
+        data["implementations"], fa4={"algorithm": "tiled", "impl": "fa9", "cli": "--impl fa9"}
+    )
     p = next(p for p in data["points"] if p["impl"] == "fa4")
     data = dict(data, points=[p])
     (plain,) = pc.score(data)
-    assert plain.error is None and plain.proxy is None and "--impl fa4" in plain.not_modelled
+    assert plain.error is None and plain.proxy is None and "--impl fa9" in plain.not_modelled
     (proxied,) = pc.score(data, proxies={"fa4": "fa3"})
     assert proxied.proxy == "fa3" and proxied.error is not None
     assert [r["impl"] for r in pc.summary([proxied])] == ["fa4~fa3", "all"]
+
+
+def test_fa4_points_are_scored_by_fa4():
+    data = pc.load_checks(CHECKS)
+    points = [p for p in data["points"] if p["impl"] == "fa4"]
+    scored = pc.score(dict(data, points=points), proxies={"fa4": "fa3"})
+    assert scored and all(s.not_modelled is None and s.proxy is None and s.error is not None for s in scored)
 
 
 def test_aiter_points_are_scored_by_ck_and_a_proxy_does_not_replace_it():

@@ -88,7 +88,13 @@ def test_cases_of_earlier_records_load_with_the_defaults():
 
 
 #: case files written after the second training set (its shapes were new when it was written)
-LATER_THAN_TRAINING_2 = {"h200-zero-shot-6.txt", "h200-zero-shot-7.txt"}
+LATER_THAN_TRAINING_2 = {
+    "h200-zero-shot-6.txt",
+    "h200-zero-shot-7.txt",
+    "h200-window-check.txt",
+    "h200-window-check-2.txt",
+    "h200-window-ref.txt",
+}
 
 
 def test_training_case_files():

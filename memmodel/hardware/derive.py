@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import units
 from .profile import Profile, arch_family
-from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SHARE_FIGURES, field_error
+from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SAME_DESIGN, SHARE_FIGURES, field_error
 
 #: How each figure carries over from a base profile to a sibling of the same architecture
 #: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
@@ -49,7 +49,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),
-    ("implementations.*.sustained_share", "same"),
+    ("implementations.*.sustained_share", "power-clock"),
     ("implementations.*.sustained_after", "same"),
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
@@ -74,7 +74,10 @@ RULE_TEXT = {
     "hbm": "the same share of the datasheet HBM bandwidth",
     "l2": "the same share of the L2",
     "same": "carried over as is",
+    "power-clock": "the sustained clock scaled by the cube root of the power per SM, at most the boost clock",
 }
+#: the rule ``power-clock`` stands in for where either profile lacks a TDP: ``same``
+POWER_CLOCK_FALLBACK = "same"
 #: What a derived profile must give itself: the inputs of the rules
 _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
 
@@ -126,6 +129,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         inputs[fpath] = value
     scale = _rule_scales(base, inputs["sm_count"], inputs["clock"], inputs["memory.hbm.datasheet_bandwidth"])
     scale["l2"] = inputs["memory.l2.capacity"] / base.figures["memory.l2.capacity"]
+    tdp = _parsed(data, "tdp", where)
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
@@ -133,6 +137,14 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
             continue
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
             continue  # a part without links of its own (H100 PCIe) takes no measured link curve
+        if rule == "power-clock":
+            clocked = power_clock(base, float(value), inputs["sm_count"], inputs["clock"], tdp)
+            if clocked is not None:
+                share, note = clocked
+                _put(out, fpath, {"value": round(share, 4), "source": "derived", "note": note}, where)
+                derived_any = True
+                continue
+            rule = POWER_CLOCK_FALLBACK
         factor = scale[rule]
         prov = base.provenance.get(fpath)
         what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
@@ -148,6 +160,37 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         }
         out["sources"] = sources
     return out
+
+
+#: the exponent of the power per SM in the clock rule: dynamic power ∝ f·V², V roughly ∝ f in
+#: the DVFS range, so P ∝ f³ and the clock a power limit allows ∝ (P / SM)^(1/3) (docs/model.md)
+POWER_CLOCK_EXPONENT = 1.0 / 3.0
+
+
+def power_clock(
+    base: Profile, share: float, sm_count: float, clock: float, tdp: float | None
+) -> tuple[float, str] | None:
+    """The share of its boost ``clock`` a sibling of ``base`` keeps under its power limit, from
+    ``base``'s measured ``share`` (its sustained clock over its boost clock): ``base``'s sustained
+    clock × ((tdp / SMs) / (base TDP / base SMs))^(1/3), at most the boost clock; and the note
+    saying so. None where either TDP or ``base``'s clock is missing (the figure is then carried
+    as it is)."""
+    base_tdp, base_clock = base.figures.get("tdp"), base.figures.get("clock")
+    if tdp is None or not base_tdp or not base_clock or not sm_count or not clock:
+        return None
+    per_sm = (tdp / sm_count) / (base_tdp / base.figures["sm_count"])
+    base_sustained = share * base_clock
+    sustained = min(clock, base_sustained * per_sm**POWER_CLOCK_EXPONENT)
+    out = sustained / clock
+    capped = " (capped at the boost clock)" if sustained >= clock else ""
+    note = (
+        f"power-clock rule: {base.name}'s measured share {share:.3f} of its {base_clock / 1e6:.0f} MHz = a sustained "
+        f"{base_sustained / 1e6:.0f} MHz at {base_tdp:.0f} W over {base.figures['sm_count']:.0f} SMs; × "
+        f"(({tdp:.0f} W / {sm_count:.0f} SMs) / ({base_tdp:.0f} W / {base.figures['sm_count']:.0f} SMs))^(1/3) = × "
+        f"{per_sm**POWER_CLOCK_EXPONENT:.4f} -> {sustained / 1e6:.0f} MHz{capped}, over this GPU's boost "
+        f"{clock / 1e6:.0f} MHz = {out:.4f} (an approximation: dynamic power ∝ f·V², V ∝ f; docs/model.md)"
+    )
+    return out, note
 
 
 def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,9 +289,22 @@ def _parsed(data: Mapping[str, Any], fpath: str, where: str, shown: str | None =
         raise field_error(where, shown or fpath, str(exc)) from None
 
 
-def _measured_on(base: Profile) -> str:
-    dates = sorted({s.date for s in base.sources.values() if s.kind == "measured" and s.date})
-    return f"measured {dates[-1]}" if dates else "measured"
+def _measured_on(base: Profile, fpath: str | None = None) -> str:
+    """ "measured DATE": the date of the source of ``fpath``'s figure on ``base``; without one,
+    of the source most of its measured figures cite (its calibration; the later on a tie)."""
+    sources = base.sources
+    prov = base.provenance.get(fpath) if fpath else None
+    own = sources.get(prov.source) if prov is not None and prov.source else None
+    if own is not None and own.kind == "measured" and own.date:
+        return f"measured {own.date}"
+    counts: dict[str, int] = {}
+    for p in base.provenance.values():
+        src = sources.get(p.source) if p.source else None
+        if src is not None and src.kind == "measured" and src.date:
+            counts[src.date] = counts.get(src.date, 0) + 1
+    if not counts:
+        return "measured"
+    return f"measured {max(counts, key=lambda d: (counts[d], d))}"
 
 
 #: Figures of the same units: fp16 and bf16 products run on the same tensor cores at the same
@@ -263,6 +319,44 @@ def _measured_share(base: Profile, fpath: str) -> float | None:
     if peak is None or value is None or base.kind_of(fpath) != "measured":
         return None
     return value / peak
+
+
+def _same_design(
+    data: Mapping[str, Any], out: dict[str, Any], base: Profile, when: str, scale: dict[str, float], put: Any
+) -> None:
+    """The same-design rule (:data:`~.schema.SAME_DESIGN`): on a GPU whose compute capability an
+    implementation's kernels run on, each figure it lacks from the measured GPU's figure of its
+    source implementation, by that figure's own rule (:data:`DERIVE_RULES`)."""
+    try:
+        cap = float(str(data.get("compute_capability") or ""))
+    except ValueError:
+        return
+    for impl, ((lo, hi), chain) in SAME_DESIGN.items():
+        if not lo <= cap <= hi:
+            continue
+        for src, only in chain:
+            prefix = f"implementations.{src}."
+            for fpath, value in base.figures.items():
+                if not fpath.startswith(prefix) or base.kind_of(fpath) != "measured":
+                    continue
+                rest = fpath[len(prefix) :]
+                target = f"implementations.{impl}.{rest}"
+                if (only is not None and rest not in only) or _leaf(out, target) is not None:
+                    continue
+                rule = derive_rule(target)
+                rule = POWER_CLOCK_FALLBACK if rule == "power-clock" else rule
+                if rule is None or rule not in scale or target not in FIELDS:
+                    continue
+                factor = scale[rule]
+                prov = base.provenance.get(fpath)
+                put(
+                    target,
+                    _scaled(value, factor, FIELDS[target][0]),
+                    f"from {base.name}, {when}, same-design rule: {src}'s {rest} on {base.name} taken as {impl}'s "
+                    f"(docs/implementations.md), {RULE_TEXT[rule]}"
+                    + (f" (× {factor:.4g})" if rule != "same" else "")
+                    + f": {prov.text if prov else value}",
+                )
 
 
 def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
@@ -331,7 +425,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         put(
             fpath,
             shown(fpath, peak * share),
-            f"from {base.name}, {when}, same-share rule: {base.name} reaches {shown(best, b_value)} of its "
+            f"from {base.name}, {_measured_on(base, best)}, same-share rule: {base.name} reaches {shown(best, b_value)} of its "
             f"datasheet {shown(best, b_peak)}{f' in {best}' if best != fpath else ''} "
             f"({share:.3f}{', at most 1' if b_value > b_peak else ''}); "
             f"× this GPU's datasheet {shown(fpath, peak)}",
@@ -348,7 +442,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             put(
                 fpath,
                 shown(fpath, transferred[native] * share),
-                f"from {base.name}, {when}, mma-share rule: warp-level mma.sync reaches {share:.3f} of the native "
+                f"from {base.name}, {_measured_on(base, fpath)}, mma-share rule: warp-level mma.sync reaches {share:.3f} of the native "
                 f"tensor-core rate on {base.name} ({shown(fpath, b_mma)} of {shown(native, b_native)}), "
                 f"taken the same on {family or 'this architecture'}",
             )
@@ -360,6 +454,8 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         if _leaf(data, fpath) is not None or fpath.startswith("datasheet.") or base.kind_of(fpath) != "measured":
             continue
         rule = "same" if fpath in TRANSFER_SAME else derive_rule(fpath)
+        if rule == "power-clock":  # one architecture's rule: across architectures carried as is
+            rule = POWER_CLOCK_FALLBACK
         if fpath in TRANSFER_SAME or (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
             pass  # every GPU: fixed times, and the library kernels' share of the HBM bandwidth
         elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
@@ -375,10 +471,12 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         put(
             fpath,
             new,
-            f"from {base.name}, {when}, {RULE_TEXT[rule]}"
+            f"from {base.name}, {_measured_on(base, fpath)}, {RULE_TEXT[rule]}"
             + (f" (× {factor:.4g})" if rule != "same" else "")
             + f": {prov.text if prov else value}{caveat}",
         )
+    if same_vendor:
+        _same_design(data, out, base, when, scale, put)
     sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
     sources[TRANSFERRED] = {
         "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "

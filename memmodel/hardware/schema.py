@@ -23,7 +23,16 @@ DEFAULT_GPU = "a100"
 
 #: Implementations a profile may give measured figures for (``implementations.<name>.*``):
 #: every implementation :mod:`memmodel.implementations` knows but the paper's algorithm
-PROFILE_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient", "triton", "fa3", "fa1", "ck")
+PROFILE_IMPLEMENTATIONS: tuple[str, ...] = (
+    "sdpa-flash",
+    "sdpa-cudnn",
+    "sdpa-efficient",
+    "triton",
+    "fa3",
+    "fa4",
+    "fa1",
+    "ck",
+)
 #: the measured causal re-read curves (``memory.l2.<prefix>_d<head dim>``), of each causal
 #: schedule :data:`memmodel.traffic.l2.CAUSAL_CURVES` names: FlashAttention-2's one head, its
 #: grids of 2, 4 and 16 heads and its GQA grids; cuDNN's one head and its GQA grids
@@ -74,6 +83,17 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "sustained_after": "sustained_after_s",
 }
 
+#: Implementations whose figures a profile of another architecture takes from the measured
+#: GPU's figures of the same design (``transfer_from``'s same-design rule): on a GPU of these
+#: compute capabilities, each (source implementation, its figures; None: all) in turn fills what
+#: is still missing. FA4's Blackwell kernels are FA3's design (warp-specialised producer and
+#: consumers, softmax overlapped with the products) on tcgen05: FA3's measured figures first;
+#: the clocks under the power limit, which FA3 has none of, from cuDNN's forward (the same
+#: design, the same dense tensor-core load)
+SAME_DESIGN: dict[str, tuple[tuple[float, float], tuple[tuple[str, tuple[str, ...] | None], ...]]] = {
+    "fa4": ((10.0, 11.0), (("fa3", None), ("sdpa-cudnn", ("sustained_share", "sustained_after")))),
+}
+
 _NAMES = PROFILE_IMPLEMENTATIONS
 #: the measured causal re-read curves, per prefix and head dim
 CAUSAL_CURVE_FIELDS = tuple(f"memory.l2.{prefix}_d{d}" for prefix in CAUSAL_CURVE_PREFIXES for d in CAUSAL_CURVE_DIMS)
@@ -83,6 +103,8 @@ CAUSAL_CURVE_FIELDS = tuple(f"memory.l2.{prefix}_d{d}" for prefix in CAUSAL_CURV
 FIELDS: dict[str, tuple[Kind, bool]] = {
     "sm_count": ("count", True),
     "clock": ("frequency", False),
+    #: the board's power limit (TDP) as its datasheet gives it: the clock rule under the power limit
+    "tdp": ("power", False),
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
     "memory.hbm.capacity": ("bytes", True),

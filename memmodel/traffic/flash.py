@@ -148,6 +148,7 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
         softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
+        rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
@@ -746,8 +747,8 @@ def forward_facts(ctx: TileContext, l2: l2m.L2, splits: IntLike = 1) -> TiledFac
     """What FA2's forward rules find on ``ctx`` and ``l2``: the blocks and occupancy, and where
     the K/V re-reads sit (knee, waves, drift, GQA row, causal live K/V), found once."""
     facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent, splits)
-    if l2.mode == "off":
-        return facts
+    if l2.mode == "off" or ctx.w.window is not None:
+        return facts  # a sliding window's re-reads follow their own rule (window_reread_hbm), no curve's
     causal = bool(ctx.w.causal)
     found = {
         "l2_knee": _knee(ctx, l2),

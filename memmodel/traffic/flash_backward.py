@@ -541,7 +541,7 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
 # FlashAttention-3 (its Hopper kernels in flash_attn.cute)
 
 
-def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2, prefix: str = "fa3") -> list[Kernel]:
     """FlashAttention-3's Hopper backward: FlashAttention-2's three kernels (a dO·O
     preprocess, the main kernel over K/V blocks adding dQ into an fp32 accumulator, its
     conversion) under FA3's names. With GQA the query heads of a group add their dK, dV into
@@ -549,7 +549,7 @@ def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     per-query-head dK, dV FlashAttention-2 writes and a pass that reads them and writes the
     K/V heads' (``fa3_bwd_dk``, ``fa3_bwd_dv``: the bytes a conversion of the accumulators
     would move at 2-byte elements, the atomics' extra L2 traffic not counted)."""
-    renamed = {"fa2_bwd_pre": "fa3_bwd_pre", "fa2_bwd": "fa3_bwd", "fa2_bwd_dq": "fa3_bwd_dq"}
+    renamed = {"fa2_bwd_pre": f"{prefix}_bwd_pre", "fa2_bwd": f"{prefix}_bwd", "fa2_bwd_dq": f"{prefix}_bwd_dq"}
     out = []
     grouped = _has_groups(w)
     for k in fa2_backward(w.with_(kv_heads=w.heads) if grouped else w, ctx, l2):
@@ -561,9 +561,18 @@ def fa3_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             transfers = tuple(_rename(t, name) for t in _gqa_kv_main(w, k.transfers, l2))
         out.append(_renamed_kernel(k, name, transfers))
     for k in group_sum_kernels(w, l2):
-        name = "fa3_bwd_" + k.name.split("_")[0]  # dk_group_sum -> fa3_bwd_dk
+        name = f"{prefix}_bwd_" + k.name.split("_")[0]  # dk_group_sum -> fa3_bwd_dk
         out.append(_renamed_kernel(k, name, tuple(_rename(t, name) for t in k.transfers)))
     return out
+
+
+def fa4_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
+    """FlashAttention-4's Blackwell backward (``flash_bwd_sm100.py`` and its pre- and
+    postprocess kernels): the same kernels as :func:`fa3_backward` under FA4's names (a dO·O
+    preprocess writing dpsum and the logsumexp in log2, the main kernel over 128-key blocks adding
+    dQ into an fp32 accumulator, its conversion; with GQA fp32 dK, dV accumulators per K/V head
+    and their conversion: ``pack_gqa`` is off in its backward)."""
+    return fa3_backward(w, ctx, l2, prefix="fa4")
 
 
 # ---------------------------------------------------------------------------------------

@@ -128,6 +128,8 @@ class Kernel:
     matmul_flops: IntLike = 0
     softmax_flops: IntLike = 0
     exp_ops: IntLike = 0
+    #: of ``softmax_flops``, the rescaling of O after each K/V block (fused forward kernels)
+    rescale_flops: IntLike = 0
     pass_: str = "forward"
     #: CTAs resident at once (for the latency bound); 0 = unknown / not latency-limited
     concurrent_ctas: IntLike = 0
