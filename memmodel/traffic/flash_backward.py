@@ -243,6 +243,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     def q_side_hbm(unique: IntLike, requested: IntLike) -> IntLike:
         if share is None:  # not causal, or L2 off
             return tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)
+        unique = intmath.mul(unique, l2m.xcds_reading(b.t_c, l2c))  # the XCD view: each XCD reads it
         out = np.minimum(np.asarray(intmath.to_float(requested)), np.asarray(intmath.to_float(unique)) * share).round()
         return int(out) if np.ndim(out) == 0 and not intmath.is_array(unique, requested) else out.astype(np.int64)
 
@@ -268,6 +269,11 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     # accumulator is read from HBM on first touch and written back once
     acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
     acc_hbm = q_side_hbm(acc, acc_req)
+    if l2c.xcds > 1 and l2c.mode != "off":
+        # the XCD view: a head's CTAs (one per K/V block) sit on different XCDs, round-robin, and add
+        # into the same dQ tiles at the same step: each add finds its line in another XCD's slice,
+        # whose write-back and re-fetch go through the MALL (docs/model.md, "The MALL level")
+        acc_hbm = acc_req
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
