@@ -32,7 +32,9 @@ def test_profiles_split_the_l2_per_xcd_and_give_the_infinity_cache_its_own_level
     assert mi300x.mall is not None and mi300x.mall.capacity_bytes == 256 * MiB
     assert mi300x.last_level is mi300x.mall
     # 2,048 B/clk per XCD × 8 XCDs × 2.1 GHz = 34.4 TB/s; the MALL's 17.2 TB/s peak
-    assert mi300x.levels() == pytest.approx({"hbm": 5.0e12, "l2": 34.4e12, "sram": 81.7152e12, "mall": 17.2e12}, rel=1e-3)
+    assert mi300x.levels() == pytest.approx(
+        {"hbm": 5.0e12, "l2": 34.4e12, "sram": 81.7152e12, "mall": 17.2e12}, rel=1e-3
+    )
     h200 = load_profile("h200")
     assert h200.mall is None and h200.l2_xcds == 1 and h200.last_level is h200.l2
     assert "mall" not in h200.levels()

@@ -574,8 +574,23 @@ def ck_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     out = []
     for k in fa2_backward(w, ctx, l2):
         name = CK_BACKWARD_NAMES.get(k.name, k.name)
-        out.append(k if name == k.name else _renamed_kernel(k, name, tuple(_rename(t, name) for t in k.transfers)))
+        transfers = tuple(_rename(t, name) for t in k.transfers)
+        if k.name == "fa2_bwd_pre":
+            # aiter zeroes the fp32 dQ accumulator with a kernel of its own, not in odo: mha_bwd.cu
+            # allocates it through workspace_alloc(dq_acc_bytes, zero_init=true), which asm_mha_bwd.cu
+            # answers with torch::zeros (a fill kernel); its a32 layout is seqlen_q × hdim_q fp32 per
+            # query head, unpadded (mha_bwd.cu, "ASM dq_accum layout")
+            out.append(_ck_dq_zero(w))
+            transfers = tuple(t for t in transfers if t.tensor != "dQacc")
+        out.append(k if name == k.name and k.name != "fa2_bwd_pre" else _renamed_kernel(k, name, transfers))
     return out
+
+
+def _ck_dq_zero(w: Workload) -> Kernel:
+    """``torch::zeros`` of aiter's fp32 dQ accumulator: B·H·N·d·4 bytes written."""
+    z = KernelBuilder("ck_bwd_dq_zero", "backward")
+    z.write("dQacc", "state", intmath.mul(w.batch, w.heads, w.n, w.d, ACC_BYTES), "B·H·N·d·4 (zeroed)")
+    return z.build(op="elementwise")
 
 
 def _gqa_kv_main(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:
