@@ -13,7 +13,7 @@ from .caveats import tiled_caveat_classes
 from .frozen import frozen
 from .hardware import Profile
 from .options import Options, options_for, with_options
-from .plan import l2_context, plan_tiled, planned_traffic
+from .plan import l2_context, plan_tiled, planned_traffic, with_mall
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.ledger import AlgorithmTraffic
@@ -116,7 +116,11 @@ def compare(
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
     plan = plan_tiled(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
-    std = standard_variant(standard, workload, plan.l2_base, backward=opts.backward)
+    std = with_mall(
+        standard_variant(standard, workload, plan.l2_base, backward=opts.backward),
+        plan.xcd,
+        lambda view: standard_variant(standard, workload, view, backward=opts.backward),
+    )
     til = planned_traffic(plan)
     til_time = algorithm_time(
         til, profile, workload.dtype, plan.implementation, plan.exec_d, plan.workload, clocks=opts.clocks
@@ -187,7 +191,7 @@ def reference_bytes(workload: Workload, profile: Profile, opts: Options) -> dict
     theta = intmath.ceil_div(n2d2, m)
     # Proposition 3 bounds the accesses to the slow memory from below by the same order,
     # with M the fast memory in front of it: the L2 (effective) for HBM when L2 is modelled
-    m_fast = m if opts.l2 == "off" else max(1, int(profile.l2.usable_capacity_bytes) // w.element_bytes)
+    m_fast = m if opts.l2 == "off" else max(1, int(profile.last_level.usable_capacity_bytes) // w.element_bytes)
     omega = intmath.ceil_div(n2d2, m_fast)
     lower = np.maximum(np.asarray(compulsory, dtype=object if not w.is_grid else np.int64), np.asarray(omega))
 

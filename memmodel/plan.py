@@ -39,7 +39,26 @@ def base_l2(profile: Profile, mode: str) -> l2m.L2:
     from .traffic.reuse import curve_from_profile
 
     reuse = curve_from_profile(profile.figures.get("memory.l2.reuse"), profile.l2.capacity_bytes)
-    return l2m.L2(mode, profile.l2.usable_capacity_bytes, profile.sm_count, profile.l2.capacity_bytes, reuse)
+    last = profile.last_level  # the MALL where the GPU has one: its misses are the HBM traffic
+    return l2m.L2(mode, last.usable_capacity_bytes, profile.sm_count, last.capacity_bytes, reuse)
+
+
+def xcd_l2(profile: Profile, mode: str) -> l2m.L2 | None:
+    """The L2 as one XCD's slice sees a kernel's requests on a GPU with a MALL (:mod:`.traffic.mall`);
+    None where the profile has no MALL."""
+    if profile.mall is None:
+        return None
+    return l2m.xcd_view(mode, profile.l2_slice_bytes, profile.l2_xcds, profile.sm_count)
+
+
+def with_mall(traffic: AlgorithmTraffic, view: l2m.L2 | None, build: Any) -> AlgorithmTraffic:
+    """``traffic`` with its ``mall`` rows: ``build(view)`` is the same ledger against the XCD view
+    (:func:`xcd_l2`); ``traffic`` as it is where ``view`` is None."""
+    if view is None:
+        return traffic
+    from .traffic.mall import with_mall as merge
+
+    return merge(traffic, build(view))
 
 
 def scheduled_l2(l2: l2m.L2, profile: Profile, causal_schedule: str | None) -> l2m.L2:
@@ -108,6 +127,9 @@ class TiledPlan:
     facts: TiledFacts
     #: the implementation's own backward kernels (None: forward only, or the paper's backward)
     backward: BackwardPlan | None = None
+    #: the L2 as one XCD's slice sees the requests (:func:`xcd_l2`), for the ledger's ``mall`` rows;
+    #: None where the profile has no MALL or the caller replaced the L2
+    xcd: l2m.L2 | None = None
 
     @property
     def implementation(self) -> str | None:
@@ -194,7 +216,20 @@ def plan_tiled(
         seen = workload if spec is not None and spec.packs_gqa else kernel_w
         backward = backward_plan(seen, profile, options, ctas_per_sm=backward_ctas_per_sm)
     return TiledPlan(
-        workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, splits, base, used, facts, backward
+        workload,
+        kernel_w,
+        profile,
+        options,
+        spec,
+        exec_d,
+        blocks,
+        ctx,
+        splits,
+        base,
+        used,
+        facts,
+        backward,
+        xcd_l2(profile, options.l2) if l2 is None else None,
     )
 
 
@@ -232,7 +267,20 @@ def fa1_backward_grid(w: Workload, profile: Profile, block_kv: IntLike) -> tuple
 
 def planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     """The tiled algorithm's ledger as ``plan`` says: the forward kernels and, with the
-    options' backward, the implementation's own backward kernels (the paper's otherwise)."""
+    options' backward, the implementation's own backward kernels (the paper's otherwise); on a
+    GPU with a MALL, with its ``mall`` rows (:mod:`.traffic.mall`)."""
+    return with_mall(_planned_traffic(plan), plan.xcd, lambda view: _planned_traffic(_viewed(plan, view)))
+
+
+def _viewed(plan: TiledPlan, view: l2m.L2) -> TiledPlan:
+    """``plan`` with the XCD view as its L2 (and the forward's findings there)."""
+    facts = plan.facts
+    if not (plan.options.tiled == "fa1"):
+        facts = dataclasses.replace(forward_facts(plan.tile, view, plan.splits), backward=plan.facts.backward)
+    return dataclasses.replace(plan, l2_base=view, l2=view, facts=facts, xcd=None)
+
+
+def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     options = plan.options
     if options.tiled == "fa1" and plan.implementation == "fa1":
         from .traffic.fmha import fa1_kernels

@@ -6,7 +6,8 @@ Terms, each in seconds:
 * ``softmax`` — other elementwise/reduction FLOPs at the FP32 peak
 * ``exp``     — exponentials at the special-function-unit rate (the FP32 peak when the
   profile gives none, stated in the assumptions)
-* ``hbm``, ``l2``, ``sram`` — bytes at that level over the level's bandwidth
+* ``hbm``, ``l2``, ``sram`` — bytes at that level over the level's bandwidth (and ``mall``, the
+  bytes an XCD's L2 misses over the Infinity Cache's bandwidth, on a profile with ``memory.mall``)
 * ``latency`` — Little's law: with C CTAs each keeping b bytes in flight, HBM delivers at
   most C·b / latency bytes per second; the term is HBM bytes over that rate. It binds
   when too few CTAs run (decoding with few heads).
@@ -60,7 +61,17 @@ from .hardware import KernelFigures, Profile
 from .hardware.derive import TRANSFERRED
 from .hardware.schema import MMA_SYNC_NATIVE
 from .intmath import IntLike
-from .traffic.ledger import COMBINE, DROPOUT, FORWARD_GRID, HEAD_GRID, LEVELS, SPLIT_KV, AlgorithmTraffic, Kernel, param
+from .traffic.ledger import (
+    ALL_LEVELS,
+    COMBINE,
+    DROPOUT,
+    FORWARD_GRID,
+    HEAD_GRID,
+    SPLIT_KV,
+    AlgorithmTraffic,
+    Kernel,
+    param,
+)
 from .validated import reference
 
 Seconds = Union[float, np.ndarray]  # noqa: UP007
@@ -768,8 +779,10 @@ def kernel_time(
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
-    bandwidth = profile.levels()
-    for level in LEVELS:
+    bandwidth = profile.levels()  # the MALL only where the profile has one (its bytes: traffic.mall)
+    for level in ALL_LEVELS:
+        if level not in bandwidth:
+            continue
         moved = kernel.bytes(level=level)
         if not (isinstance(moved, np.ndarray) or moved):
             continue

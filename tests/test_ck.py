@@ -75,8 +75,21 @@ def test_backward_runs_aiters_kernels_under_their_names_with_their_tiles(amd):
     w = Workload(batch=4, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16")
     c = compare(w, mi300x, options_for("ck", w, mi300x, backward=True))
     names = [k.name for k in c.tiled.traffic.kernels]
-    # odo, dqdkdv (dQ in fp32 atomics), the dQ conversion; GQA: at::sum_out of dK, dV over the group
-    assert names == ["fa2_fwd", "ck_bwd_odo", "ck_bwd_dqdkdv", "ck_bwd_dq_convert", "dk_group_sum", "dv_group_sum"]
+    # torch::zeros of the fp32 dQ accumulator (mha_bwd.cu: workspace_alloc(..., zero_init=true)), odo,
+    # dqdkdv (dQ in fp32 atomics), the dQ conversion; GQA: at::sum_out of dK, dV over the group
+    assert names == [
+        "fa2_fwd",
+        "ck_bwd_dq_zero",
+        "ck_bwd_odo",
+        "ck_bwd_dqdkdv",
+        "ck_bwd_dq_convert",
+        "dk_group_sum",
+        "dv_group_sum",
+    ]
+    zero = c.tiled.traffic.kernels[1]
+    # B·H·N·d·4 = 4 × 32 × 4096 × 128 × 4 = 268,435,456 bytes zeroed, unpadded (the a32 layout)
+    assert zero.bytes(level="hbm", direction="write") == 268_435_456 and zero.bytes(direction="read") == 0
+    assert not any(t.tensor == "dQacc" for t in c.tiled.traffic.kernels[2].transfers)  # not in odo
     main = next(k for k in c.tiled.traffic.kernels if k.name == "ck_bwd_dqdkdv")
     assert main.ctas == 22 * 32 * 4  # ⌈4096 / 192⌉ = 22 K/V blocks × 32 query heads × batch 4
 

@@ -123,6 +123,7 @@ def _print_table(result: Any) -> None:
     )
     con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
     for alg in data["algorithms"]:
+        has_mall = "mall_bytes" in alg  # the Infinity Cache's column, on a profile with memory.mall
         con.print()
         con.print(f"[bold]{_title(alg, result.options.implementation)}[/]", soft_wrap=True)
         rows: list[Any] = []
@@ -132,9 +133,10 @@ def _print_table(result: Any) -> None:
                 if t["kernel"] != kernel["name"] or t["level"] == "sram":
                     continue
                 key = (t["tensor"], t["role"], t["direction"])
-                entry = seen.setdefault(key, {"l2": 0, "hbm": 0, "formula": t["formula"]})
+                entry = seen.setdefault(key, {"l2": 0, "mall": 0, "hbm": 0, "formula": t["formula"]})
                 entry[t["level"]] += t["bytes"]
             for (tensor, role, direction), entry in seen.items():
+                mall = (format_bytes(entry["mall"]),) if has_mall else ()
                 rows.append(
                     (
                         kernel["name"],
@@ -142,6 +144,7 @@ def _print_table(result: Any) -> None:
                         role,
                         direction,
                         format_bytes(entry["l2"]),
+                        *mall,
                         format_bytes(entry["hbm"]),
                         entry["formula"],
                     )
@@ -153,6 +156,7 @@ def _print_table(result: Any) -> None:
                     "",
                     "",
                     "",
+                    *(("",) if has_mall else ()),
                     terminal.markup(f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]"),
                     terminal.markup(f"[dim]{format_count(kernel['flops'])}[/]"),
                     terminal.markup(f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]"),
@@ -168,6 +172,7 @@ def _print_table(result: Any) -> None:
                     ("role", "left"),
                     ("dir", "left"),
                     ("L2", "right"),
+                    *((("MALL", "right"),) if has_mall else ()),
                     ("HBM", "right"),
                     ("count", "left"),
                 ],
@@ -197,6 +202,7 @@ def _print_table(result: Any) -> None:
             terminal.markup(f"[bold]{format_bytes(til['hbm_bytes'])}[/]"),
             terminal.markup(f"[bold]{_times(ratios['hbm_bytes'])}[/]"),
         ),
+        *((row("MALL read", "mall_read_bytes"), row("MALL write", "mall_write_bytes")) if "mall_bytes" in til else ()),
         row("L2 read", "l2_read_bytes"),
         row("L2 write", "l2_write_bytes"),
         row("SRAM traffic", "sram_bytes"),

@@ -33,6 +33,7 @@ from .schema import (
     FLOORS,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
+    MALL_FIELDS,
     MAX_EFFICIENCY,
     MMA_SYNC_DTYPES,
     PEAK_SLACK,
@@ -151,6 +152,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
     )
     _check_floors(where, values, provenance)
     _check_consistency(where, hbm, l2, sram)
+    mall = _mall(where, values, hbm, l2)
+    xcds = _xcds(where, values, provenance, mall)
     compute = {d: values[f"compute.{d}"] for d in COMPUTE_DTYPES if f"compute.{d}" in values}
     return Profile(
         name=texts["name"],
@@ -198,7 +201,46 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         transferred_from=texts.get("transfer_from") or texts.get("library_rates_from"),
         figures={**values, **curves},
         interconnect=_interconnect(where, values, curves, texts),
+        mall=mall,
+        l2_xcds=xcds,
     )
+
+
+def _mall(where: str, values: Mapping[str, float], hbm: MemoryLevel, l2: MemoryLevel) -> MemoryLevel | None:
+    """``memory.mall`` (all three figures or none), between the L2 and HBM in size; None if absent."""
+    given = [f for f in MALL_FIELDS if f in values]
+    if not given:
+        return None
+    missing = [f for f in MALL_FIELDS if f not in values]
+    if missing:
+        raise field_error(where, missing[0], "missing: memory.mall gives capacity, bandwidth and latency")
+    capacity = values["memory.mall.capacity"]
+    if capacity <= l2.capacity_bytes or capacity >= hbm.capacity_bytes:
+        raise field_error(
+            where,
+            "memory.mall.capacity",
+            f"{units.format_bytes(capacity, binary=True)} is not between the L2 "
+            f"({units.format_bytes(l2.capacity_bytes, binary=True)}) and HBM ({units.format_bytes(hbm.capacity_bytes)})",
+        )
+    if values["memory.mall.latency"] > 1e-3:
+        raise field_error(where, "memory.mall.latency", "is not a plausible memory latency (under 1 ms)")
+    return MemoryLevel("mall", capacity, values["memory.mall.bandwidth"], values["memory.mall.latency"])
+
+
+def _xcds(
+    where: str, values: Mapping[str, float], provenance: Mapping[str, Provenance], mall: MemoryLevel | None
+) -> int:
+    """``memory.l2.xcds``: a whole number that splits the SMs evenly, and only beside a MALL (the
+    level an XCD's L2 misses go to); 1 where absent."""
+    if "memory.l2.xcds" not in values:
+        return 1
+    text, sms = provenance["memory.l2.xcds"].text, int(values["sm_count"])
+    xcds = values["memory.l2.xcds"]
+    if xcds != int(xcds) or xcds < 1 or sms % int(xcds):
+        raise field_error(where, "memory.l2.xcds", f"{text!r} does not split the {sms} SMs evenly")
+    if mall is None and xcds > 1:
+        raise field_error(where, "memory.l2.xcds", "needs memory.mall (the cache an XCD's L2 misses go to)")
+    return int(xcds)
 
 
 def _interconnect(

@@ -380,6 +380,12 @@ class Profile:
     figures: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: the links to other GPUs (``interconnect:``), None where the profile gives none
     interconnect: Interconnect | None = None
+    #: the memory-side cache between the L2 and HBM (``memory.mall``: AMD's Infinity Cache), None
+    #: where the GPU has none: then the L2 is the last level before HBM
+    mall: MemoryLevel | None = None
+    #: private L2 slices (``memory.l2.xcds``: AMD's XCDs): the CUs are split evenly over them and
+    #: each slice of ``l2.capacity / l2_xcds`` serves its own CUs only; 1: one L2 for every SM
+    l2_xcds: int = 1
 
     def implementation(self, name: str | None) -> ImplementationFigures:
         """The figures the profile gives of implementation ``name``; an empty one where it
@@ -438,10 +444,25 @@ class Profile:
             have = ", ".join(self.compute_flops_per_s)
             raise ProfileError(f"{self.name} has no {dtype} compute peak in its profile (it has {have})") from None
 
+    @property
+    def last_level(self) -> MemoryLevel:
+        """The cache in front of HBM, whose misses are HBM traffic: the MALL where the profile
+        has one, else the L2."""
+        return self.mall if self.mall is not None else self.l2
+
+    @property
+    def l2_slice_bytes(self) -> float:
+        """What one XCD's L2 holds (the whole L2 where it is not split)."""
+        return self.l2.capacity_bytes / self.l2_xcds
+
     def levels(self) -> dict[str, float]:
-        """Bandwidth of each memory level, bytes/s (SRAM aggregated over SMs)."""
-        return {
+        """Bandwidth of each memory level, bytes/s (SRAM aggregated over SMs; the MALL only
+        where the profile has one)."""
+        out = {
             "hbm": self.hbm.bandwidth_bytes_per_s,
             "l2": self.l2.bandwidth_bytes_per_s,
             "sram": self.sram.bandwidth_bytes_per_s,
         }
+        if self.mall is not None:
+            out["mall"] = self.mall.bandwidth_bytes_per_s
+        return out

@@ -48,6 +48,10 @@ CAUSAL_CURVE_PREFIXES: tuple[str, ...] = (
 #: the head dims a causal re-read curve may be measured at
 CAUSAL_CURVE_DIMS = (64, 96, 128, 256)
 
+#: the figures of the optional memory-side cache between the L2 and HBM (``memory.mall``: AMD's
+#: Infinity Cache on CDNA 3/4): all three or none
+MALL_FIELDS = ("memory.mall.capacity", "memory.mall.bandwidth", "memory.mall.latency")
+
 #: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 #: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
@@ -120,6 +124,10 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f: ("ratio", False) for f in CAUSAL_CURVE_FIELDS},
     "memory.l2.bandwidth": ("bandwidth", True),
     "memory.l2.latency": ("time", True),
+    "memory.l2.xcds": ("count", False),
+    "memory.mall.capacity": ("bytes", False),
+    "memory.mall.bandwidth": ("bandwidth", False),
+    "memory.mall.latency": ("time", False),
     "memory.sram.capacity_per_sm": ("bytes", True),
     "memory.sram.bandwidth_per_sm": ("bandwidth", True),
     "memory.sram.latency": ("time", True),
@@ -240,6 +248,7 @@ SECTIONS = {
     "memory",
     "memory.hbm",
     "memory.l2",
+    "memory.mall",
     "memory.sram",
     "compute",
     "compute.mma_sync",

@@ -12,7 +12,7 @@ from ..hardware import Profile
 from ..hardware.profile import RATE_LABELS
 from ..model import COMPARE_SCHEMA, Comparison, Evaluated
 from ..timing import KernelTiming, rate_sources
-from ..traffic.ledger import ROLES, AlgorithmTraffic, Kernel
+from ..traffic.ledger import MALL, ROLES, AlgorithmTraffic, Kernel
 from ..validated import time_range, time_range_errors
 
 
@@ -41,6 +41,14 @@ def _numbers(traffic: Any, flops_owner: Any) -> dict[str, Any]:
         for level in ("hbm", "l2", "sram")
         for direction in ("read", "write")
     }
+    if any(t.level == MALL for t in traffic.transfers):  # a GPU with a MALL (memory.mall) only
+        levels.update(
+            {
+                f"{MALL}_{direction}_bytes": _plain(traffic.bytes(level=MALL, direction=direction))
+                for direction in ("read", "write")
+            }
+        )
+        levels[f"{MALL}_bytes"] = _plain(traffic.bytes(level=MALL))
     return {
         **levels,
         "hbm_bytes": _plain(traffic.bytes(level="hbm")),

@@ -465,6 +465,8 @@ def tile_reread_hbm(
     base = l2m.reread_hbm(unique, requested, sharing, ws, l2, groups)
     if not causal or l2.mode == "off":
         return base
+    if l2.xcds > 1:  # the XCD view: every XCD holding CTAs of a head reads its data once
+        unique = intmath.minimum(requested, intmath.mul(unique, l2m.xcds_reading(sharing, l2)))
     ws_f = np.maximum(_floats(ws), 1.0)
     ok = _floats(ws) <= l2.capacity_bytes
     if reuse is not None:

@@ -257,6 +257,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             )
         if share is None:  # not causal, or L2 off
             return tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)
+        unique = intmath.mul(unique, l2m.xcds_reading(b.t_c, l2c))  # the XCD view: each XCD reads it
         out = np.minimum(np.asarray(intmath.to_float(requested)), np.asarray(intmath.to_float(unique)) * share).round()
         return int(out) if np.ndim(out) == 0 and not intmath.is_array(unique, requested) else out.astype(np.int64)
 
@@ -282,6 +283,11 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     # accumulator is read from HBM on first touch and written back once
     acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
     acc_hbm = q_side_hbm(acc, acc_req)
+    if l2c.xcds > 1 and l2c.mode != "off":
+        # the XCD view: a head's CTAs (one per K/V block) sit on different XCDs, round-robin, and add
+        # into the same dQ tiles at the same step: each add finds its line in another XCD's slice,
+        # whose write-back and re-fetch go through the MALL (docs/model.md, "The MALL level")
+        acc_hbm = acc_req
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
@@ -591,8 +597,23 @@ def ck_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     out = []
     for k in fa2_backward(w, ctx, l2):
         name = CK_BACKWARD_NAMES.get(k.name, k.name)
-        out.append(k if name == k.name else _renamed_kernel(k, name, tuple(_rename(t, name) for t in k.transfers)))
+        transfers = tuple(_rename(t, name) for t in k.transfers)
+        if k.name == "fa2_bwd_pre":
+            # aiter zeroes the fp32 dQ accumulator with a kernel of its own, not in odo: mha_bwd.cu
+            # allocates it through workspace_alloc(dq_acc_bytes, zero_init=true), which asm_mha_bwd.cu
+            # answers with torch::zeros (a fill kernel); its a32 layout is seqlen_q × hdim_q fp32 per
+            # query head, unpadded (mha_bwd.cu, "ASM dq_accum layout")
+            out.append(_ck_dq_zero(w))
+            transfers = tuple(t for t in transfers if t.tensor != "dQacc")
+        out.append(k if name == k.name and k.name != "fa2_bwd_pre" else _renamed_kernel(k, name, transfers))
     return out
+
+
+def _ck_dq_zero(w: Workload) -> Kernel:
+    """``torch::zeros`` of aiter's fp32 dQ accumulator: B·H·N·d·4 bytes written."""
+    z = KernelBuilder("ck_bwd_dq_zero", "backward")
+    z.write("dQacc", "state", intmath.mul(w.batch, w.heads, w.n, w.d, ACC_BYTES), "B·H·N·d·4 (zeroed)")
+    return z.build(op="elementwise")
 
 
 def _gqa_kv_main(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[Any, ...]:

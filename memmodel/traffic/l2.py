@@ -108,6 +108,10 @@ class L2:
     #: the grid runs (Q block, batch, head), FlashAttention-2's order: the query heads of a GQA
     #: group are a row of ``batch`` heads apart (:func:`.flash.cross_head_hbm`; False: together)
     batch_rows: bool = False
+    #: the XCD view (:func:`xcd_view`): the L2 is split into this many private slices, one per XCD,
+    #: ``capacity_bytes`` each, and consecutive CTAs are dispatched round-robin over them; its "HBM"
+    #: bytes are what misses in an XCD's L2 (the MALL's traffic). 1: one L2 for every SM
+    xcds: int = 1
 
     def with_ctas(self, ctas: IntLike) -> L2:
         return dataclasses.replace(self, concurrent_ctas=ctas)
@@ -123,6 +127,22 @@ class L2:
     @property
     def whole(self) -> float:
         return self.total_bytes or self.capacity_bytes
+
+
+def xcd_view(mode: str, slice_bytes: float, xcds: int, concurrent_ctas: IntLike) -> L2:
+    """The L2 as a GPU of ``xcds`` private L2 slices of ``slice_bytes`` each sees a kernel's
+    requests (AMD CDNA 3/4): no measured curve of any kind (none was measured there), each CTA's
+    reads served by its own XCD's slice."""
+    return L2(mode, slice_bytes, concurrent_ctas, slice_bytes, xcds=xcds)
+
+
+def xcds_reading(ctas_sharing: IntLike, l2: L2) -> IntLike:
+    """How many XCDs read a tensor that a run of ``ctas_sharing`` consecutive CTAs shares:
+    workgroups are dispatched round-robin over the XCDs (consecutive workgroup IDs go to
+    different XCDs), so min(xcds, sharing, CTAs at once); 1 without the XCD view."""
+    if l2.xcds <= 1:
+        return 1
+    return intmath.minimum(intmath.minimum(ctas_sharing, l2.xcds), intmath.maximum(l2.concurrent_ctas, 1))
 
 
 def fits(working_set: IntLike, l2: L2) -> IntLike | bool:
@@ -164,6 +184,8 @@ def reread_hbm(
     """
     if l2.mode == "off":
         return requested
+    if l2.xcds > 1:  # each XCD that holds CTAs of a run reads the run's data into its own slice
+        unique = intmath.mul(unique, xcds_reading(ctas_sharing, l2))
     if l2.reuse is not None:
         from .reuse import cross_wave_hbm, live_footprint
 
@@ -230,8 +252,10 @@ def random_replacement_miss_ratio(unique_share: IntLike, exposure: IntLike, wher
 
 
 def carried_over(nbytes: IntLike, l2: L2) -> IntLike:
-    """HBM read bytes of a tensor the previous kernel just wrote: 0 if it is still in L2 (mode on)."""
-    if l2.mode != "on":
+    """HBM read bytes of a tensor the previous kernel just wrote: 0 if it is still in L2 (mode on).
+    The XCD view: all of it (the CTA that reads a tile is not, in general, on the XCD that wrote
+    it: its slice of the L2 does not hold it; the MALL does)."""
+    if l2.mode != "on" or l2.xcds > 1:
         return nbytes
     ok = fits(nbytes, l2)
     if isinstance(ok, np.ndarray):

@@ -19,6 +19,12 @@ from ..intmath import IntLike
 
 ROLES = ("input", "intermediate", "output", "state")
 LEVELS = ("hbm", "l2", "sram")
+#: the memory-side cache between the L2 and HBM (AMD's Infinity Cache): a ledger holds its rows
+#: only on a profile that has one (``memory.mall``); its bytes are what misses in the L2 (an XCD's
+#: slice), and the HBM rows what misses in it
+MALL = "mall"
+#: every level a transfer may name, from HBM up
+ALL_LEVELS = ("hbm", MALL, "l2", "sram")
 DIRECTIONS = ("read", "write")
 
 
@@ -45,8 +51,8 @@ class Transfer:
     def __post_init__(self) -> None:
         if self.role not in ROLES:  # pragma: no cover - programming error
             raise ValueError(f"role {self.role!r} not in {ROLES}")
-        if self.level not in LEVELS:  # pragma: no cover
-            raise ValueError(f"level {self.level!r} not in {LEVELS}")
+        if self.level not in ALL_LEVELS:  # pragma: no cover
+            raise ValueError(f"level {self.level!r} not in {ALL_LEVELS}")
         if self.direction not in DIRECTIONS:  # pragma: no cover
             raise ValueError(f"direction {self.direction!r} not in {DIRECTIONS}")
 
@@ -96,7 +102,7 @@ DROPOUT = "dropout"
 KINDS = ("", FORWARD_GRID, HEAD_GRID, SPLIT_KV, COMBINE, DROPOUT)
 
 #: the (level, direction) pairs a ledger keeps its byte sums by
-SUM_KEYS = tuple((level, direction) for level in LEVELS for direction in DIRECTIONS)
+SUM_KEYS = tuple((level, direction) for level in ALL_LEVELS for direction in DIRECTIONS)
 
 
 def _matching(sums: dict[tuple[Any, Any], IntLike], match: dict[str, str]) -> IntLike | None:
