@@ -157,6 +157,11 @@ def _window_implementation(
     local kernels (scaled_dot_product_attention has no window: given a mask it runs the
     memory-efficient kernel over every block); others must model the window, or are refused."""
     accepted = ", ".join(WINDOW_IMPLEMENTATIONS)
+    if profile is not None and impl != "paper" and str(profile.arch_family or "").startswith("cdna"):
+        raise WorkloadError(
+            f"--window on {profile.name}: AMD's local attention kernels (CK/aiter) are not modelled; "
+            "--impl paper shows the paper's algorithm over the window's blocks"
+        )
     if tiled == "fa1":
         raise WorkloadError(
             f"--window: flash-attn v1 (--tiled fa1) has no sliding window: accepted are --impl {accepted}"

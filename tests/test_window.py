@@ -150,6 +150,7 @@ def test_cli_window_implies_causal_and_says_so():
         (["--window", "1024", "--impl", "sdpa-cudnn"], "--impl sdpa-cudnn is not modelled with a sliding window"),
         (["--window", "1024", "--tiled", "fa1"], "flash-attn v1 (--tiled fa1) has no sliding window"),
         (["--window", "0"], "--window"),
+        (["--window", "1024", "--gpu", "mi300x"], "AMD's local attention kernels (CK/aiter) are not modelled"),
     ],
 )
 def test_cli_refuses_what_it_cannot_model_with_one_line(extra, message):
