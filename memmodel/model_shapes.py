@@ -47,6 +47,8 @@ class ModelShape:
     local_layers: int = 0
     global_layers: int = 0
     local_window: int | None = None
+    #: attention layers (the config's num_hidden_layers; 0: not known)
+    layers: int = 0
 
     @property
     def repository(self) -> str:
@@ -67,8 +69,8 @@ _HF = "https://huggingface.co/{}/blob/main/config.json"
 def mixed_note(local: int, total: int, window: int) -> str:
     """What a model of local and global layers is modelled as, and how to model the others."""
     return (
-        f"{local} of its {total} layers attend within a {window}-token sliding window: modelled is a full-attention "
-        f"layer; give --window {window} for the others"
+        f"{local} of its {total} layers attend within a {window}-token sliding window: one layer is modelled as given "
+        f"(full attention unless --window {window}); --layers all counts every layer"
     )
 
 
@@ -76,27 +78,37 @@ def mixed_note(local: int, total: int, window: int) -> str:
 MODELS: dict[str, ModelShape] = {
     m.name: m
     for m in (
-        ModelShape("gpt2", 12, 12, 64, _HF.format("openai-community/gpt2")),
-        ModelShape("gpt2-xl", 25, 25, 64, _HF.format("openai-community/gpt2-xl")),
-        ModelShape("llama-2-7b", 32, 32, 128, _HF.format("meta-llama/Llama-2-7b-hf")),
-        ModelShape("llama-2-70b", 64, 8, 128, _HF.format("meta-llama/Llama-2-70b-hf")),
-        ModelShape("llama-3-8b", 32, 8, 128, _HF.format("meta-llama/Meta-Llama-3-8B")),
-        ModelShape("llama-3-70b", 64, 8, 128, _HF.format("meta-llama/Meta-Llama-3-70B")),
-        ModelShape("llama-3.1-405b", 128, 8, 128, _HF.format("meta-llama/Llama-3.1-405B")),
-        ModelShape("llama-3.2-1b", 32, 8, 64, _HF.format("meta-llama/Llama-3.2-1B")),
-        ModelShape("llama-3.2-3b", 24, 8, 128, _HF.format("meta-llama/Llama-3.2-3B")),
-        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), window=4096),
-        ModelShape("mixtral-8x7b", 32, 8, 128, _HF.format("mistralai/Mixtral-8x7B-v0.1")),
-        ModelShape("mixtral-8x22b", 48, 8, 128, _HF.format("mistralai/Mixtral-8x22B-v0.1")),
-        ModelShape("qwen2.5-7b", 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B")),
-        ModelShape("qwen2.5-72b", 64, 8, 128, _HF.format("Qwen/Qwen2.5-72B")),
+        ModelShape("gpt2", 12, 12, 64, _HF.format("openai-community/gpt2"), layers=12),
+        ModelShape("gpt2-xl", 25, 25, 64, _HF.format("openai-community/gpt2-xl"), layers=48),
+        ModelShape("llama-2-7b", 32, 32, 128, _HF.format("meta-llama/Llama-2-7b-hf"), layers=32),
+        ModelShape("llama-2-70b", 64, 8, 128, _HF.format("meta-llama/Llama-2-70b-hf"), layers=80),
+        ModelShape("llama-3-8b", 32, 8, 128, _HF.format("meta-llama/Meta-Llama-3-8B"), layers=32),
+        ModelShape("llama-3-70b", 64, 8, 128, _HF.format("meta-llama/Meta-Llama-3-70B"), layers=80),
+        ModelShape("llama-3.1-405b", 128, 8, 128, _HF.format("meta-llama/Llama-3.1-405B"), layers=126),
+        ModelShape("llama-3.2-1b", 32, 8, 64, _HF.format("meta-llama/Llama-3.2-1B"), layers=16),
+        ModelShape("llama-3.2-3b", 24, 8, 128, _HF.format("meta-llama/Llama-3.2-3B"), layers=28),
+        ModelShape("mistral-7b", 32, 8, 128, _HF.format("mistralai/Mistral-7B-v0.1"), window=4096, layers=32),
+        ModelShape("mixtral-8x7b", 32, 8, 128, _HF.format("mistralai/Mixtral-8x7B-v0.1"), layers=32),
+        ModelShape("mixtral-8x22b", 48, 8, 128, _HF.format("mistralai/Mixtral-8x22B-v0.1"), layers=56),
+        ModelShape("qwen2.5-7b", 28, 4, 128, _HF.format("Qwen/Qwen2.5-7B"), layers=28),
+        ModelShape("qwen2.5-72b", 64, 8, 128, _HF.format("Qwen/Qwen2.5-72B"), layers=80),
         # Gemma 2: every other layer of 42 (9b) and 46 (27b) attends within 4096 tokens (its config's
         # sliding_window and the modelling code's alternation)
         ModelShape(
-            "gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), mixed_note(21, 42, 4096), None, 21, 21, 4096
+            "gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), mixed_note(21, 42, 4096), None, 21, 21, 4096, 42
         ),
         ModelShape(
-            "gemma-2-27b", 32, 16, 128, _HF.format("google/gemma-2-27b"), mixed_note(23, 46, 4096), None, 23, 23, 4096
+            "gemma-2-27b",
+            32,
+            16,
+            128,
+            _HF.format("google/gemma-2-27b"),
+            mixed_note(23, 46, 4096),
+            None,
+            23,
+            23,
+            4096,
+            46,
         ),
     )
 }
@@ -182,6 +194,7 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
     if heads % kv_heads:
         raise WorkloadError(f"{where}: {kv_heads} key/value heads do not divide the {heads} attention heads")
     label = name or str(data.get("_name_or_path") or data.get("model_type") or where)
+    layers = _int(config, ("num_hidden_layers", "n_layer", "num_layers"), where) or 0
     if config.get("attention_chunk_size") is not None:
         raise WorkloadError(
             f"{where}: attention_chunk_size marks chunked local attention (Llama 4: each query sees the keys of its own "
@@ -189,8 +202,7 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
         )
     window = _int(config, ("sliding_window",), where)
     if window is None or config.get("use_sliding_window") is False:
-        return ModelShape(label, heads, kv_heads, head_dim, where)
-    layers = _int(config, ("num_hidden_layers", "n_layer"), where) or 0
+        return ModelShape(label, heads, kv_heads, head_dim, where, layers=layers)
     types = config.get("layer_types")
     if isinstance(types, list) and types:
         local = sum(1 for t in types if isinstance(t, str) and "sliding" in t)
@@ -203,13 +215,23 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
     elif isinstance(config.get("max_window_layers"), int) and 0 < config["max_window_layers"] < layers:
         total, local = layers, layers - int(config["max_window_layers"])  # Qwen2: the first layers are full
     else:
-        return ModelShape(label, heads, kv_heads, head_dim, where, window=window)
+        return ModelShape(label, heads, kv_heads, head_dim, where, window=window, layers=layers)
     if local == total or not total:
-        return ModelShape(label, heads, kv_heads, head_dim, where, window=window)
+        return ModelShape(label, heads, kv_heads, head_dim, where, window=window, layers=layers or total)
     if local == 0:
-        return ModelShape(label, heads, kv_heads, head_dim, where)
+        return ModelShape(label, heads, kv_heads, head_dim, where, layers=layers or total)
     return ModelShape(
-        label, heads, kv_heads, head_dim, where, mixed_note(local, total, window), None, local, total - local, window
+        label,
+        heads,
+        kv_heads,
+        head_dim,
+        where,
+        mixed_note(local, total, window),
+        None,
+        local,
+        total - local,
+        window,
+        layers or total,
     )
 
 

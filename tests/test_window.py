@@ -189,7 +189,7 @@ def test_configs_windows_are_used_or_refused_never_ignored():
     assert from_config(_config(sliding_window=None)).window is None
     mixed = from_config(_config(sliding_window=512, layer_types=["sliding_attention", "full_attention"] * 16))
     assert (mixed.window, mixed.local_layers, mixed.global_layers, mixed.local_window) == (None, 16, 16, 512)
-    assert "16 of its 32 layers" in mixed.note and "--window 512" in mixed.note
+    assert "16 of its 32 layers" in mixed.note and "--window 512" in mixed.note and "--layers all" in mixed.note
     gemma3 = from_config(_config(sliding_window=1024, sliding_window_pattern=6, num_hidden_layers=48))
     assert (gemma3.local_layers, gemma3.global_layers) == (40, 8)  # every 6th layer global: 48 − 8
     with pytest.raises(WorkloadError, match="attention_chunk_size marks chunked local attention"):
@@ -242,3 +242,49 @@ def test_the_local_block_cost_is_fitted_from_its_reference_record():
     assert compare(w, h200).tiled.timing.time_s == compare(w, plain).tiled.timing.time_s
     local = w.with_(window=512)
     assert compare(local, h200).tiled.timing.time_s > compare(local, plain).tiled.timing.time_s
+
+
+def test_whole_model_counts_each_kind_of_layer():
+    from memmodel.model_shapes import MODELS
+    from memmodel.whole_model import layer_kinds, totals, whole_model
+
+    w = Workload(n=16384, d=256, heads=16, kv_heads=8, dtype="bf16")
+    kinds = layer_kinds(MODELS["gemma-2-9b"], w)
+    # Gemma 2 9B: 42 layers, every other one local within 4096 tokens; a decoder: global layers causal
+    assert [(k, n, x.causal, x.window) for k, n, x in kinds] == [("global", 21, True, None), ("local", 21, True, 4096)]
+    # Llama 3 8B: 32 layers of full attention, as the workload says (not causal here)
+    assert [(k, n, x.causal) for k, n, x in layer_kinds(MODELS["llama-3-8b"], w.with_(d=128))] == [
+        ("global", 32, False)
+    ]
+    # Mistral 7B: every layer local; shorter than its window: full causal
+    short = layer_kinds(MODELS["mistral-7b"], Workload(n=2048, d=128, heads=32, kv_heads=8, dtype="bf16"))
+    assert [(k, n, x.window, x.causal) for k, n, x in short] == [("local", 32, None, True)]
+    h200 = load_profile("h200")
+    groups = whole_model(MODELS["gemma-2-9b"], w, lambda x: compare(x, h200))
+    total = totals(groups)
+    one = [g.comparison.tiled.timing.time_s for g in groups]
+    assert total["layers"] == 42
+    assert total["tiled"]["predicted_time_s"] == pytest.approx(21 * one[0] + 21 * one[1], rel=1e-12)
+    assert total["tiled"]["hbm_bytes"] == sum(g.count * int(g.comparison.tiled.traffic.hbm_bytes) for g in groups)
+
+
+def test_cli_layers_all():
+    r = _run("compare", "--model", "gemma-2-9b", "--n", "16384", "--dtype", "bf16", "--gpu", "h200", "--layers", "all")
+    assert r.exit_code == 0, r.output
+    assert "gemma-2-9b, 42 layers" in r.output and "window 4096" in r.output and "total" in r.output
+    r = _run(
+        "compare", "--model", "gemma-2-9b", "--n", "16384", "--dtype", "bf16", "--gpu", "h200", "--layers", "all",
+        "--format", "json",
+    )  # fmt: skip
+    data = json.loads(r.stdout)
+    assert data["schema"] == "memmodel.compare-model/1" and data["layers"] == 42
+    assert [(g["kind"], g["count"], g["window"]) for g in data["groups"]] == [("global", 21, None), ("local", 21, 4096)]
+    tiled = [g["comparison"]["algorithms"][1]["predicted_time_s"] for g in data["groups"]]
+    assert data["totals"]["tiled"]["predicted_time_s"] == pytest.approx(21 * tiled[0] + 21 * tiled[1], rel=1e-12)
+    for extra, message in (
+        ([], "--layers all needs --model"),
+        (["--model", "gemma-2-9b", "--gpu", "a100"], "--layers all takes one --gpu"),
+        (["--model", "gemma-2-9b", "--context-parallel", "2"], "--layers all with --context-parallel"),
+    ):
+        r = _run("compare", "--n", "4096", "--d", "128", "--dtype", "bf16", "--gpu", "h200", "--layers", "all", *extra)
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output

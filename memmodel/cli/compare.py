@@ -39,12 +39,20 @@ ROLE_LABELS = (
     help="Standard attention as the FlashAttention paper's Algorithm 0 (3 backward), or as eager PyTorch and "
     "autograd run it (scale, mask, softmax, dropout and their gradients as separate kernels).",
 )
+@option(
+    "--layers",
+    type=click.Choice(["one", "all"]),
+    default="one",
+    show_default=True,
+    help="one: the ledger of one attention layer; all (with --model): the model's attention per step, each kind of "
+    "layer (full attention, a sliding window) compared once and counted as many times as the model has it.",
+)
 @context_parallel_options
 @format_option(
     json="JSON on stdout (several GPUs: a memmodel.compare-gpus/1 object, one compare/1 object per GPU)",
     csv="CSV on stdout: one row per kernel and a total per algorithm, with the workload's columns",
 )
-def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: Any) -> None:
+def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers: str, **kw: Any) -> None:
     """Bytes moved through SRAM, L2 and HBM, FLOPs and predicted time of standard attention
     (S and P materialised in HBM) against tiled FlashAttention, kernel by kernel; on several
     GPUs (--gpu a100,h200), their totals side by side.
@@ -57,8 +65,20 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, **kw: 
     from .parallel import pop_context_parallel, run_compare
 
     cp, scheme = pop_context_parallel(kw)
+    model = kw.get("model")
+    if layers == "all":
+        from ..errors import WorkloadError
+
+        if not model:
+            raise click.UsageError("--layers all needs --model (the model's layers and their kinds)")
+        if cp is not None:
+            raise WorkloadError("--layers all with --context-parallel is not modelled: give one layer (--layers one)")
+        if len(gpu) > 1:
+            raise WorkloadError("--layers all takes one --gpu (compare the GPUs one layer at a time: --layers one)")
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
+    if layers == "all":
+        return _whole_model(model, workload, gpu, impl, opts, standard_variant, fmt)
     if cp is not None:
         if workload.window is not None:
             from ..errors import WorkloadError
@@ -420,3 +440,135 @@ def _ratio(a: float, b: float) -> str:
 def _times(x: float) -> str:
     """``12.34×``; scientific past a million, where a float's last digits are noise."""
     return f"{x:.2f}×" if abs(x) < 1e6 else f"{x:.2e}×"
+
+
+def _whole_model(
+    model: str, workload: Any, gpu: tuple[str, ...], impl: str, opts: dict[str, Any], standard: str, fmt: str
+) -> None:
+    """``--layers all``: the model's attention per step, a row per kind of layer."""
+    from .. import compare
+    from ..hardware import DEFAULT_GPU, load_profile
+    from ..model_shapes import load_model
+    from ..options import options_for
+    from ..whole_model import totals, whole_model
+    from . import terminal
+
+    shape = load_model(model)
+    profile = load_profile(gpu[0] if gpu else DEFAULT_GPU)
+    groups = whole_model(
+        shape, workload, lambda w: compare(w, profile, options_for(impl, w, profile, **opts), standard=standard)
+    )
+    notes = check_comparisons([g.comparison for g in groups])
+    total = totals(groups)
+    if fmt == "json":
+        from ..report.compare import compare_to_dict
+
+        terminal.print_json(
+            {
+                "schema": "memmodel.compare-model/1",
+                "model": shape.name,
+                "layers": total["layers"],
+                "groups": [
+                    {"kind": g.kind, "count": g.count, "window": g.window, "comparison": compare_to_dict(g.comparison)}
+                    for g in groups
+                ],
+                "totals": {k: v for k, v in total.items() if k != "layers"},
+            }
+        )
+    elif fmt == "csv":
+        columns = ("kind", "count", "window", "algorithm", "hbm_bytes", "flops", "predicted_time_s", "layers_time_s")
+        rows = [
+            (
+                g.kind,
+                g.count,
+                "" if g.window is None else g.window,
+                name,
+                int(getattr(g.comparison, name).traffic.hbm_bytes),
+                int(getattr(g.comparison, name).traffic.flops),
+                float(getattr(g.comparison, name).timing.time_s),
+                g.count * float(getattr(g.comparison, name).timing.time_s),
+            )
+            for g in groups
+            for name in ("standard", "tiled")
+        ]
+        terminal.print_csv(columns, rows)
+    else:
+        _print_whole_model(shape, profile, groups, total)
+    for line in notes:
+        terminal.note(line)
+
+
+def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[str, Any]) -> None:
+    from ..report.compare import workload_summary
+    from ..units import format_bytes, format_time, format_time_range
+    from ..validated import time_range
+    from . import terminal
+
+    first = groups[0].comparison
+    con = terminal.console()
+    con.print(
+        f"[bold]{terminal.escape(profile.full_name)}[/] ({terminal.escape(profile.name)}) · "
+        f"{terminal.escape(workload_summary(first))} · {terminal.escape(shape.name)}, {total['layers']} layers",
+        soft_wrap=True,
+    )
+    from ..report.compare import compare_to_dict
+
+    con.print(f"[dim]rates: {terminal.escape(compare_to_dict(first)['rate_sources'])}[/]", soft_wrap=True)
+    con.print()
+    passes = "forward + backward" if first.options.backward else "forward"
+    con.print(f"[bold]Attention of the whole model, one {passes} pass[/] (standard, tiled: one layer)", soft_wrap=True)
+
+    def ranged(seconds: float) -> str:
+        span = time_range(profile.rate_class, seconds)
+        return format_time_range(seconds, *(span if span is not None else (None, None)))
+
+    rows = []
+    for g in groups:
+        attention = "full causal" if g.comparison.workload.causal else "full"
+        if g.window is not None:
+            attention = f"window {g.window}"
+        s, t = g.comparison.standard, g.comparison.tiled
+        rows.append(
+            (
+                g.kind,
+                attention,
+                g.comparison.options.implementation or "paper",
+                str(g.count),
+                format_time(float(s.timing.time_s)),
+                format_time(float(t.timing.time_s)),
+                format_bytes(g.count * int(t.traffic.hbm_bytes)),
+                ranged(g.count * float(t.timing.time_s)),
+            )
+        )
+    rows.append(
+        (
+            "total",
+            "",
+            "",
+            str(total["layers"]),
+            "",
+            "",
+            format_bytes(total["tiled"]["hbm_bytes"]),
+            ranged(total["tiled"]["predicted_time_s"]),
+        )
+    )
+    con.print(
+        terminal.table(
+            None,
+            [
+                ("layers", "left"),
+                ("attention", "left"),
+                ("tiled kernel", "left"),
+                ("count", "right"),
+                ("standard", "right"),
+                ("tiled", "right"),
+                ("tiled HBM, all", "right"),
+                ("tiled, all", "right"),
+            ],
+            rows,
+        )
+    )
+    con.print(
+        f"[dim]standard attention, all {total['layers']} layers: {format_time(total['standard']['predicted_time_s'])}[/]",
+        soft_wrap=True,
+    )
