@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import field, replace
-from functools import reduce
-from functools import cached_property
+from functools import cached_property, reduce
 from typing import Any
 
 import numpy as np
