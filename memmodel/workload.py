@@ -189,13 +189,13 @@ def _checked_seq_lens(raw: Any, values: dict[str, Any]) -> tuple[int, ...]:
     if not lens or any(isinstance(x, np.ndarray) or x < 1 for x in lens):
         raise WorkloadError("seq_lens must be one or more positive whole numbers of tokens")
     total = sum(lens)
-    if intmath.is_array(values["batch"]) or values["batch"] != 1:
+    if np.any(np.asarray(values["batch"]) != 1):
         raise WorkloadError(
             f"seq_lens packs its documents into one row: batch must be 1 (got {_show(values['batch'])})"
         )
-    if intmath.is_array(values["n"]) or values["n"] != total:
+    if np.any(np.asarray(values["n"]) != total):
         raise WorkloadError(f"n ({_show(values['n'])}) must equal the sum of seq_lens ({total})")
-    if intmath.is_array(values["n_kv"]) or values["n_kv"] != values["n"]:
+    if np.any(np.asarray(values["n_kv"]) != np.asarray(values["n"])):
         raise WorkloadError(
             f"seq_lens with n_kv ({_show(values['n_kv'])}) ≠ n ({total}) is not modelled: each document "
             "attends within itself (decoding a packed batch is out of scope)"
