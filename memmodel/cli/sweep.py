@@ -280,7 +280,6 @@ def sweep_cmd(
     from ..errors import WorkloadError
     from ..sweep import Grid, evaluate
     from . import terminal
-
     from .options import missing_n, parse_seq_lens
 
     lens = parse_seq_lens(seq_lens)
