@@ -169,7 +169,7 @@ def parse_case(text: str) -> Case:
             model = value
         elif key == "seq_lens":
             items = value.split("+")
-            if not all(x.isdigit() and int(x) > 0 for x in items):
+            if not all(x.isascii() and x.isdigit() and int(x) > 0 for x in items):
                 raise WorkloadError(f"case seq_lens={value!r}: expected positive lengths joined by +, e.g. 8192+4096")
             fields[key] = tuple(int(x) for x in items)
             fields.setdefault("n", sum(fields[key]))

@@ -167,6 +167,7 @@ def test_cli_takes_seq_lens_names_them_and_picks_sdpa_flash(tmp_path):
         (["--seq-lens", "8192,4096", "--impl", "fa3"], "accepted are --impl sdpa-flash, paper"),
         (["--seq-lens", "8192,4096", "--n-kv", "20000"], "out of scope"),
         (["--seq-lens", "8192,x"], "'x' is not a positive whole number"),
+        (["--seq-lens", "8192,¹"], "is not a positive whole number"),
         (["--seq-lens", "@/nonexistent/lens.txt"], "cannot read it"),
         (["--seq-lens", "8192,4096", "--context-parallel", "2"], "--seq-lens with --context-parallel"),
     ],

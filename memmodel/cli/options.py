@@ -417,7 +417,7 @@ def parse_seq_lens(text: str | None) -> tuple[int, ...] | None:
         raise WorkloadError(f"{source}: no lengths given")
     out = []
     for x in items:
-        if not x.isdigit() or int(x) < 1:
+        if not (x.isascii() and x.isdigit()) or int(x) < 1:
             raise WorkloadError(f"{source}: {x!r} is not a positive whole number of tokens")
         out.append(int(x))
     return tuple(out)
