@@ -33,6 +33,8 @@ class Case:
     dropout: float = 0.0
     #: a causal sliding window (keys each query sees; FlashAttention-2's local kernels, sdpa-flash only)
     window: int | None = None
+    #: a packed row of documents (FlashAttention-2's varlen kernels, sdpa-flash only; n is their sum)
+    seq_lens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -52,6 +54,16 @@ class Case:
             if self.n != self.n_kv_:
                 raise WorkloadError(f"case window={self.window}: needs n = n_kv (the windowed cases align both ways)")
             object.__setattr__(self, "causal", True)
+        if self.seq_lens is not None:
+            object.__setattr__(self, "seq_lens", tuple(int(x) for x in self.seq_lens))
+            if self.impl != "sdpa-flash":
+                raise WorkloadError(
+                    f"case seq_lens={_docs(self.seq_lens)}: only impl=sdpa-flash runs a packed row (not {self.impl})"
+                )
+            if self.n != sum(self.seq_lens):
+                raise WorkloadError(
+                    f"case seq_lens={_docs(self.seq_lens)}: n={self.n} is not their sum ({sum(self.seq_lens)})"
+                )
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -76,6 +88,8 @@ class Case:
         extra = "-causal" if self.causal else ""
         if self.window is not None:
             extra += f"-win{self.window}"
+        if self.seq_lens is not None:
+            extra += f"-docs{_docs(self.seq_lens)}"
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
         if self.dropout:
@@ -87,7 +101,7 @@ class Case:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Case:
         """The case a record's ``case`` entry (:meth:`to_dict`) holds."""
-        return cls(**{k: v for k, v in data.items() if k != "id"})
+        return cls(**{k: (tuple(v) if k == "seq_lens" and v is not None else v) for k, v in data.items() if k != "id"})
 
     def workload(self) -> Workload:
         return Workload(
@@ -101,15 +115,22 @@ class Case:
             causal=self.causal,
             dropout=self.dropout,
             window=self.window,
+            seq_lens=self.seq_lens,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, **asdict(self)}
+        out = asdict(self)
+        if out["seq_lens"] is None:  # a key only packed cases have (earlier records have none)
+            del out["seq_lens"]
+        else:
+            out["seq_lens"] = list(out["seq_lens"])
+        return {"id": self.id, **out}
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
         keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
+        parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
         parts += ["causal=1"] if self.causal else []
         parts += [f"dropout={self.dropout:g}"] if self.dropout else []
         parts += ["backward=1"] if self.backward else []
@@ -123,7 +144,12 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, block_q, block_kv, dropout, backward"
+_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, dropout, backward"
+
+
+def _docs(seq_lens: tuple[int, ...]) -> str:
+    """A packed row's lengths as a case spec writes them: ``8192+4096+2048``."""
+    return "+".join(map(str, seq_lens))
 
 
 def parse_case(text: str) -> Case:
@@ -141,6 +167,12 @@ def parse_case(text: str) -> Case:
             fields[key] = value
         elif key == "model":
             model = value
+        elif key == "seq_lens":
+            items = value.split("+")
+            if not all(x.isascii() and x.isdigit() and int(x) > 0 for x in items):
+                raise WorkloadError(f"case seq_lens={value!r}: expected positive lengths joined by +, e.g. 8192+4096")
+            fields[key] = tuple(int(x) for x in items)
+            fields.setdefault("n", sum(fields[key]))
         elif key in ("causal", "backward"):
             fields[key] = _flag(key, value)
         elif key == "dropout":

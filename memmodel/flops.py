@@ -42,6 +42,13 @@ def convention_flops(workload: Workload, *, backward: bool = False) -> dict[str,
     """The convention's FLOPs for ``workload``: ``forward``, ``backward`` (0 without),
     ``total``; exact integers for scalars (the causal half rounds down), float arrays for grids."""
     w = workload
+    if w.seq_lens is not None:  # a packed row: the convention summed over its documents
+        parts = [convention_flops(doc, backward=backward) for doc in w.documents()]
+        total: dict[str, Any] = {
+            key: sum((p[key] for p in parts[1:]), parts[0][key]) for key in ("forward", "backward", "total")
+        }
+        rules = {p["rule"] for p in parts}
+        return total | {"rule": "summed over the packed row's documents: " + "; ".join(sorted(rules))}
     if w.window is not None:
         pairs = window_pairs_of(w)
         fwd_w = intmath.mul(4, w.batch, w.heads, pairs, w.d)

@@ -13,7 +13,7 @@ from .caveats import tiled_caveat_classes
 from .frozen import frozen
 from .hardware import Profile
 from .options import Options, options_for, with_options
-from .plan import l2_context, plan_tiled, planned_traffic, with_mall
+from .plan import l2_context, longest_plan, packed_plans, packed_traffic, plan_tiled, planned_traffic, with_mall
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.ledger import AlgorithmTraffic
@@ -91,6 +91,8 @@ def tiled_traffic(
     """The tiled algorithm's ledger (:func:`memmodel.plan.plan_tiled`, then its traffic);
     ``l2`` replaces the profile's L2 (e.g. an infinite one); ``backward_ctas_per_sm``
     overrides the backward kernel's occupancy."""
+    if workload.seq_lens is not None:
+        return packed_traffic(packed_plans(workload, profile, options, l2, backward_ctas_per_sm=backward_ctas_per_sm))
     return planned_traffic(plan_tiled(workload, profile, options, l2, backward_ctas_per_sm=backward_ctas_per_sm))
 
 
@@ -115,15 +117,24 @@ def compare(
     """
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
-    plan = plan_tiled(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+    if workload.seq_lens is not None:  # a packed row: its documents' kernels, one launch each
+        plans = packed_plans(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+        plan = longest_plan(plans)
+        til = packed_traffic(plans)
+        timed_workload = workload
+        standard_workload = workload.with_(seq_lens=None)  # the full row's N × N scores, masked
+    else:
+        plan = plan_tiled(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
+        til = planned_traffic(plan)
+        timed_workload = plan.workload
+        standard_workload = workload
     std = with_mall(
-        standard_variant(standard, workload, plan.l2_base, backward=opts.backward),
+        standard_variant(standard, standard_workload, plan.l2_base, backward=opts.backward),
         plan.xcd,
-        lambda view: standard_variant(standard, workload, view, backward=opts.backward),
+        lambda view: standard_variant(standard, standard_workload, view, backward=opts.backward),
     )
-    til = planned_traffic(plan)
     til_time = algorithm_time(
-        til, profile, workload.dtype, plan.implementation, plan.exec_d, plan.workload, clocks=opts.clocks
+        til, profile, workload.dtype, plan.implementation, plan.exec_d, timed_workload, clocks=opts.clocks
     )
     lines = tiled_caveat_classes(plan, til, til_time)
     return Comparison(
@@ -131,12 +142,25 @@ def compare(
         profile=profile,
         standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d)),
         tiled=Evaluated(til, til_time),
-        assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard)),
+        assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard) + packed_assumptions(workload)),
         caveats=tuple(c.text for c in lines),
         caveat_classes=tuple(c.cls for c in lines),
         warnings=tuple(capacity_warnings(workload, profile)),
         options=opts,
     )
+
+
+#: what a packed row (``Workload.seq_lens``) is modelled as
+PACKED_ASSUMPTION = (
+    "Packed row (--seq-lens): standard attention is the whole row's N × N scores under a block-diagonal "
+    "mask (what a user who writes the document mask gets), not attention per document; the tiled kernels "
+    "(FlashAttention-2's varlen) visit only each document's own blocks, tiled from its start, in one launch "
+    "whose grid is the longest document's Q blocks × documents × heads (CTAs past a document's end exit at once)."
+)
+
+
+def packed_assumptions(workload: Workload) -> list[str]:
+    return [PACKED_ASSUMPTION] if workload.seq_lens is not None else []
 
 
 def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:

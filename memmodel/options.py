@@ -102,6 +102,8 @@ def options_for(
     ``rest`` holds the other :class:`Options` fields (``l2``, ``backward``, ``splits``,
     ``ctas_per_sm``)."""
     notes: list[str] = []
+    if workload.seq_lens is not None:
+        impl = _packed_implementation(impl, tiled, workload, profile, notes)
     if workload.window is not None:
         impl = _window_implementation(impl, tiled, workload, profile, notes)
     if tiled == "fa1" and impl in (None, "auto"):
@@ -178,6 +180,45 @@ def _window_implementation(
     if impl not in WINDOW_IMPLEMENTATIONS and impl in IMPLEMENTATIONS:
         raise WorkloadError(
             f"--window: --impl {impl} is not modelled with a sliding window: accepted are --impl {accepted}"
+        )
+    return impl
+
+
+#: the implementations memmodel models on a packed row of documents (``Workload.seq_lens``)
+PACKED_IMPLEMENTATIONS = {
+    "sdpa-flash": "FlashAttention-2's varlen kernels: flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k, ...), "
+    "which PyTorch reaches through torch.ops.aten._flash_attention_forward(cum_seq_q, cum_seq_k, max_q, max_k)",
+    "paper": "the FlashAttention paper's algorithm on each document, one launch",
+}
+
+
+def _packed_implementation(
+    impl: str | None, tiled: str, workload: Workload, profile: Profile | None, notes: list[str]
+) -> str:
+    """The implementation a packed row runs as: ``auto`` takes FlashAttention-2's varlen
+    kernels (PyTorch runs the flash backend for nested jagged tensors); the others are refused
+    until their ragged kernels are modelled."""
+    accepted = ", ".join(PACKED_IMPLEMENTATIONS)
+    if profile is not None and impl != "paper" and str(profile.arch_family or "").startswith("cdna"):
+        raise WorkloadError(
+            f"--seq-lens on {profile.name}: AMD's varlen kernels (CK/aiter) are not modelled; accepted are --impl paper"
+        )
+    if tiled == "fa1":
+        raise WorkloadError(
+            f"--seq-lens: flash-attn v1 (--tiled fa1) is not modelled on a packed row: accepted are --impl {accepted}"
+        )
+    if impl in (None, "auto"):
+        why_not = implementations.unsupported("sdpa-flash", workload, profile)
+        if why_not:
+            raise WorkloadError(f"--seq-lens: {why_not}; memmodel models a packed row as --impl {accepted}")
+        notes.append(
+            "--impl auto with --seq-lens: PyTorch runs the flash backend for nested jagged tensors: showing "
+            + PACKED_IMPLEMENTATIONS["sdpa-flash"]
+        )
+        return "sdpa-flash"
+    if impl not in PACKED_IMPLEMENTATIONS and impl in IMPLEMENTATIONS:
+        raise WorkloadError(
+            f"--seq-lens: --impl {impl} is not modelled on a packed row: accepted are --impl {accepted}"
         )
     return impl
 

@@ -309,3 +309,43 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     return AlgorithmTraffic(
         forward.name, forward.variant, forward.kernels + tuple(kernels), facts.to_params(), facts=facts
     )
+
+
+def packed_plans(
+    workload: Workload,
+    profile: Profile,
+    options: Options,
+    l2: l2m.L2 | None = None,
+    *,
+    backward_ctas_per_sm: int | None = None,
+) -> list[TiledPlan]:
+    """A packed row's plans, one per document (``Workload.seq_lens``): FlashAttention-2's varlen
+    kernels tile each sequence from its own start (``block_info.h``: every CTA offsets Q, K, V
+    by ``cu_seqlens[b]``), so no block straddles two documents; prefill never splits K/V there
+    (``flash_api.cpp`` ``mha_varlen_fwd``: split-KV only for decoding or a paged cache)."""
+    opts = dataclasses.replace(options, splits=1) if options.tiled == "fa2" else options
+    return [
+        plan_tiled(doc, profile, opts, l2, backward_ctas_per_sm=backward_ctas_per_sm) for doc in workload.documents()
+    ]
+
+
+def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
+    """One launch per kernel over a packed row: each document's ledger (:func:`packed_plans`),
+    their transfers and work added kernel by kernel. The grid is ⌈max length / B⌉ CTAs per
+    document and head (``flash_fwd_launch_template.h``, ``flash_bwd_launch_template.h``), so a
+    kernel launches documents × its longest document's CTAs; those past their document's end
+    exit at once (``flash_fwd_kernel.h``, ``flash_bwd_kernel.h``) and cost only their start."""
+    from .traffic.ledger import merged_kernels
+
+    ledgers = [planned_traffic(p) for p in plans]
+    longest = max(range(len(plans)), key=lambda i: int(np.max(np.asarray(plans[i].workload.n))))
+    first = ledgers[longest]
+    params = dict(first.params) | {"documents": len(plans)}
+    return AlgorithmTraffic(
+        first.name, first.variant, merged_kernels([lg.kernels for lg in ledgers]), params, first.facts
+    )
+
+
+def longest_plan(plans: list[TiledPlan]) -> TiledPlan:
+    """The plan of a packed row's longest document (its tiles, occupancy and caveats)."""
+    return max(plans, key=lambda p: int(np.max(np.asarray(p.workload.n))))

@@ -290,6 +290,8 @@ class Setting(NamedTuple):
     window: int | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
+    #: one packed row of documents for the whole grid (not looped)
+    seq_lens: tuple[int, ...] | None = None
 
 
 #: Grid fields looped over, in the order of :class:`Setting` (the last varies fastest).
@@ -342,6 +344,8 @@ class Grid:
     standard: tuple[str, ...] = ("algorithm0",)
     #: causal sliding windows (None: full attention)
     windows: tuple[int | None, ...] = (None,)
+    #: one packed row of documents for the whole grid (not looped; n is their sum, batch 1)
+    seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
     clocks: str = "benchmark"
 
@@ -399,7 +403,7 @@ class Grid:
     def groups(self) -> list[Setting]:
         """Every combination of the looped options, in output order."""
         return [
-            Setting(*values, clocks=self.clocks)
+            Setting(*values, clocks=self.clocks, seq_lens=self.seq_lens)
             for values in itertools.product(*(getattr(self, name) for name in LOOPS))
         ]
 
@@ -597,7 +601,7 @@ def evaluate(
                 r = representative
                 w = Workload(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
-                    dtype=setting.dtype,
+                    dtype=setting.dtype, seq_lens=setting.seq_lens,
                 )  # fmt: skip
                 if setting.window is not None:  # the implementation a window takes (a row the window fits)
                     longest = int(mesh["n_kv"][rows].max())
@@ -900,6 +904,7 @@ def _evaluate_part(
         causal=setting.causal,
         dropout=setting.dropout,
         window=_row_window(setting.window, mesh["n_kv"]),
+        seq_lens=setting.seq_lens,
     )
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))

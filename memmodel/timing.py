@@ -455,6 +455,8 @@ def cta_tail_factor(
     (tests/test_calibrated_time.py): close on the shapes of the H200 records, furthest off
     where causal CTAs fill about two waves (docs/model.md, "Time").
     """
+    if getattr(workload, "seq_lens", None) is not None:
+        return packed_tail_factor(workload, block_q, block_kv, sm_count, ctas_per_sm, one_cta_share)
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     n, n_kv = f(workload.n), f(workload.n_kv_)
     bq, bkv = f(block_q), f(block_kv)
@@ -505,6 +507,86 @@ def cta_tail_factor(
             )(*(a[one_wave] for a in args[:6]))
             out = np.array(args[6], dtype=np.float64)
             out[one_wave] = exact
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def packed_lengths(
+    seq_lens: tuple[int, ...], b_r: int, b_c: int, heads: int, causal: bool, window: int | None = None
+) -> np.ndarray:
+    """K/V blocks of each CTA of FlashAttention-2's varlen grid in launch order: Q block fastest
+    (⌈max length / B_r⌉ of them per document), then document, then head; a CTA past its
+    document's end does none (it exits at once). Each document is tiled from its own start."""
+    t_max = -(-max(seq_lens) // b_r)
+    per_doc = []
+    for length in seq_lens:
+        own = np.zeros(t_max, dtype=np.float64)
+        t_r, t_c = -(-length // b_r), -(-length // b_c)
+        if causal:
+            w = window if window is not None and window < length else None
+            own[:t_r] = _causal_lengths(length, length, b_r, b_c, 1, window=w)
+        else:
+            own[:t_r] = t_c
+        per_doc.append(own)
+    return np.tile(np.concatenate(per_doc), heads)
+
+
+@lru_cache(maxsize=4096)
+def _packed_tail(
+    seq_lens: tuple[int, ...],
+    b_r: int,
+    b_c: int,
+    heads: int,
+    causal: bool,
+    window: int | None,
+    sm_count: int,
+    occ: int,
+    share: float,
+) -> float:
+    import heapq
+
+    lengths = packed_lengths(seq_lens, b_r, b_c, heads, causal, window)
+    lengths = lengths[lengths > 0]
+    total = float(lengths.sum())
+    if total <= 0:
+        return 1.0
+    if lengths.size <= sm_count * max(occ, 1) and lengths.size <= MAX_PLACED_CTAS:
+        return _one_wave_factor(lengths, sm_count, occ, share)
+    # list scheduling in grid order: each next CTA goes to the SM that frees up first
+    free = [0.0] * sm_count
+    for length in lengths.tolist():
+        heapq.heappush(free, heapq.heappop(free) + length)
+    return max(1.0, max(free) / (total / sm_count))
+
+
+def packed_tail_factor(
+    workload: Any,
+    block_q: IntLike,
+    block_kv: IntLike,
+    sm_count: int,
+    ctas_per_sm: IntLike | None = None,
+    one_cta_share: float | None = None,
+) -> Any:
+    """:func:`cta_tail_factor` of a packed row (``Workload.seq_lens``): its CTAs' real lengths
+    (:func:`packed_lengths`; documents of very different lengths make CTAs of very different
+    work), placed CTA by CTA within one wave, else handed to the SMs as they free up."""
+    share = float(one_cta_share) if one_cta_share else 1.0
+    args = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.int64) for x in (block_q, block_kv, workload.heads, ctas_per_sm or 1))
+    )
+    out = np.vectorize(
+        lambda bq, bkv, h, o: _packed_tail(
+            tuple(workload.seq_lens),
+            int(bq),
+            int(bkv),
+            int(h),
+            bool(workload.causal),
+            workload.window,
+            int(sm_count),
+            int(o),
+            share,
+        ),
+        otypes=[np.float64],
+    )(*args)
     return float(out) if np.ndim(out) == 0 else out
 
 

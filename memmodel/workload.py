@@ -29,6 +29,8 @@ class Workload:
     the query heads, ``kv_heads`` the key/value heads (default ``heads``; fewer is GQA/MQA).
     ``window`` (causal only): the keys each query sees, itself and the ``window − 1`` before it
     (a sliding window: query at key position p sees keys p − window < j ≤ p; None: all of them).
+    ``seq_lens``: a packed row of documents (batch 1, n = n_kv = their sum), each attending only
+    within itself (causal within each with ``causal``; a window within each too).
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -42,6 +44,7 @@ class Workload:
     causal: bool = False
     dropout: float = 0.0
     window: int | None = None
+    seq_lens: tuple[int, ...] | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +92,8 @@ class Workload:
                 )
             # a window as long as every key sequence is full causal attention (and modelled as such)
             object.__setattr__(self, "window", None if int(window) == longest else int(window))
+        if self.seq_lens is not None:
+            object.__setattr__(self, "seq_lens", _checked_seq_lens(self.seq_lens, values))
         try:
             dropout = float(self.dropout)
         except (TypeError, ValueError):
@@ -142,6 +147,17 @@ class Workload:
     def _kv_bytes(self) -> IntLike:
         return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.element_bytes))
 
+    def documents(self) -> list[Workload]:
+        """A packed row's documents, each its own workload of batch 1 (n = n_kv = its length;
+        a window at least as long as one covers it whole); ``[self]`` without ``seq_lens``."""
+        if self.seq_lens is None:
+            return [self]
+        out = []
+        for length in self.seq_lens:
+            window = self.window if self.window is not None and self.window < length else None
+            out.append(self.with_(n=length, n_kv=length, batch=1, window=window, seq_lens=None))
+        return out
+
     def with_(self, **changes: Any) -> Workload:
         return replace(self, _checked=False, **changes)
 
@@ -161,7 +177,30 @@ class Workload:
             "causal": self.causal,
             "window": self.window,
             "dropout": self.dropout,
-        }
+        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+
+
+def _checked_seq_lens(raw: Any, values: dict[str, Any]) -> tuple[int, ...]:
+    """A packed row's document lengths, checked against the workload's other sizes."""
+    try:
+        lens = tuple(intmath.as_int(x, "seq_lens") for x in raw)
+    except TypeError as exc:
+        raise WorkloadError(f"seq_lens: {exc}") from None
+    if not lens or any(isinstance(x, np.ndarray) or x < 1 for x in lens):
+        raise WorkloadError("seq_lens must be one or more positive whole numbers of tokens")
+    total = sum(lens)
+    if np.any(np.asarray(values["batch"]) != 1):
+        raise WorkloadError(
+            f"seq_lens packs its documents into one row: batch must be 1 (got {_show(values['batch'])})"
+        )
+    if np.any(np.asarray(values["n"]) != total):
+        raise WorkloadError(f"n ({_show(values['n'])}) must equal the sum of seq_lens ({total})")
+    if np.any(np.asarray(values["n_kv"]) != np.asarray(values["n"])):
+        raise WorkloadError(
+            f"seq_lens with n_kv ({_show(values['n_kv'])}) ≠ n ({total}) is not modelled: each document "
+            "attends within itself (decoding a packed batch is out of scope)"
+        )
+    return lens
 
 
 def _divisors_hint(heads: IntLike) -> str:

@@ -86,6 +86,10 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             raise WorkloadError(
                 "--window with --context-parallel is not modelled: context parallelism splits full attention"
             )
+        if workload.seq_lens is not None:
+            from ..errors import WorkloadError
+
+            raise WorkloadError("--seq-lens with --context-parallel is not modelled: give one or the other")
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):

@@ -214,7 +214,13 @@ def model_option(func: F) -> F:
 
 def _workload_options(func: F, n: int | None, d: int | None) -> F:
     options = [
-        option("--n", "n", type=POSITIVE, required=True, help="Sequence length N (query length).")
+        option(
+            "--n",
+            "n",
+            type=POSITIVE,
+            default=None,
+            help="Sequence length N (query length). Required unless --seq-lens gives it.",
+        )
         if n is None
         else option("--n", "n", type=POSITIVE, default=n, show_default=True, help="Sequence length N (query length)."),
         option(
@@ -267,6 +273,7 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             show_default=True,
             help="Dropout probability on P: extra passes and a mask for standard; none for tiled (RNG regenerated).",
         ),
+        seq_lens_option,
     ]
     for decorate in reversed(options):
         func = decorate(func)
@@ -377,11 +384,78 @@ def model_shape(model: str | None, heads: Any, kv_heads: Any, d: Any, window: An
     )
 
 
+SEQ_LENS_HELP = (
+    "A packed row of documents, each attending only within itself (causal within each with --causal): "
+    "lengths comma-separated (8192,4096,2048) or @FILE (one a line, or comma-separated). N is their sum; "
+    "batch 1. Modelled as FlashAttention-2's varlen kernels (--impl sdpa-flash) or --impl paper."
+)
+
+
+def seq_lens_option(func: F) -> F:
+    return option("--seq-lens", "seq_lens", default=None, metavar="L1,L2,...|@FILE", help=SEQ_LENS_HELP)(func)
+
+
+def parse_seq_lens(text: str | None) -> tuple[int, ...] | None:
+    """``--seq-lens``: lengths comma-separated, or ``@FILE`` holding them one a line or
+    comma-separated (blank lines and ``#`` comments skipped)."""
+    from ..errors import WorkloadError
+
+    if text is None:
+        return None
+    source = "--seq-lens"
+    if text.startswith("@"):
+        path = text[1:]
+        try:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as exc:
+            raise WorkloadError(f"--seq-lens @{path}: cannot read it ({exc.strerror or exc})") from None
+        source = f"--seq-lens @{path}"
+    items = [x.strip() for line in text.splitlines() for x in line.split("#")[0].split(",")]
+    items = [x for x in items if x]
+    if not items:
+        raise WorkloadError(f"{source}: no lengths given")
+    out = []
+    for x in items:
+        if not (x.isascii() and x.isdigit()) or int(x) < 1:
+            raise WorkloadError(f"{source}: {x!r} is not a positive whole number of tokens")
+        out.append(int(x))
+    return tuple(out)
+
+
+def packed_n(n: int | None, seq_lens: tuple[int, ...] | None, batch: int) -> int | None:
+    """--n as a packed row has it: the sum of --seq-lens (--n, if given, must equal it; batch 1)."""
+    from ..errors import WorkloadError
+
+    if seq_lens is None:
+        return n
+    total = sum(seq_lens)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source("n") == click.core.ParameterSource.DEFAULT:
+        n = None  # a command's default length (roofline's) gives way to the documents'
+    if n is not None and n != total:
+        raise WorkloadError(f"--n {n} is not the sum of --seq-lens ({total}): give one, or both equal")
+    if batch != 1:
+        raise WorkloadError(f"--seq-lens packs its documents into one row: --batch must be 1 (got {batch})")
+    return total
+
+
+def missing_n() -> click.ClickException:
+    """Click's own error for a missing --n (it is required unless --seq-lens gives it)."""
+    ctx = click.get_current_context(silent=True)
+    param = next((p for p in ctx.command.params if p.name == "n"), None) if ctx is not None else None
+    return click.MissingParameter(ctx=ctx, param=param)
+
+
 def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
     """Pop the workload options (and ``--model``) out of a command's keyword arguments into a
     Workload; ``default_d`` is the head dimension when neither --d nor --model gives one."""
     from ..workload import Workload
 
+    seq_lens = parse_seq_lens(kw.pop("seq_lens", None))
+    kw["n"] = packed_n(kw.get("n"), seq_lens, kw["batch"])
+    if kw["n"] is None:
+        raise missing_n()
     given = kw.pop("window", None)
     heads, kv_heads, d, window = model_shape(
         kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"), given
@@ -406,6 +480,7 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         causal=kw.pop("causal") or windowed,
         dropout=kw.pop("dropout"),
         window=window,
+        seq_lens=seq_lens,
     )
 
 

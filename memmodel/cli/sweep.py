@@ -136,7 +136,7 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 
 
 @click.command("sweep", cls=SweepCommand)
-@_grid("--n", f"Sequence lengths N (queries): {_SYNTAX}.", required=True)
+@_grid("--n", f"Sequence lengths N (queries): {_SYNTAX}. Required unless --seq-lens gives it.")
 @_grid("--n-kv", "Key/value lengths (KV cache); decode: --n 1 --n-kv 4096:131072:x2.", default="equal to N")
 @_grid("--d", f"Head dimensions d: {_SYNTAX}. Required unless --model gives it.")
 @model_option
@@ -155,6 +155,14 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "--window",
     "Causal sliding windows W (each query sees itself and the W − 1 keys before it; implies --causal).",
     default="none",
+)
+@option(
+    "--seq-lens",
+    "seq_lens",
+    default=None,
+    metavar="L1,L2,...|@FILE",
+    help="One packed row of documents for the whole sweep (not an axis: one set of lengths, comma-separated "
+    "or @FILE), each attending only within itself; N is their sum and batch 1. See 'memmodel compare --help'.",
 )
 @_list("--dropout", _fractions(), "Dropout probabilities on P, each in [0, 1): 0,0.1. Default: 0.")
 @_list(
@@ -226,6 +234,7 @@ def sweep_cmd(
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
     window: tuple[int, ...] | None,
+    seq_lens: str | None,
     dropout: tuple[float, ...] | None,
     tiled: tuple[str, ...] | None,
     impl: tuple[str, ...] | None,
@@ -271,7 +280,24 @@ def sweep_cmd(
     from ..errors import WorkloadError
     from ..sweep import Grid, evaluate
     from . import terminal
+    from .options import missing_n, parse_seq_lens
 
+    lens = parse_seq_lens(seq_lens)
+    if lens is not None:
+        total = sum(lens)
+        if n and tuple(n) != (total,):
+            raise WorkloadError(
+                f"--n {','.join(map(str, n))} is not the sum of --seq-lens ({total}): give one, or both equal"
+            )
+        if batch and tuple(batch) != (1,):
+            raise WorkloadError("--seq-lens packs its documents into one row: --batch must be 1")
+        if n_kv:
+            raise WorkloadError("--seq-lens with --n-kv is not modelled: each document attends within itself")
+        if context_parallel:
+            raise WorkloadError("--seq-lens with --context-parallel is not modelled: give one or the other")
+        n = (total,)
+    if not n:
+        raise missing_n()
     if window and causal and False in causal:
         raise WorkloadError("--window: a sliding window is causal: give no --causal off beside it")
     if window and context_parallel:
@@ -333,6 +359,7 @@ def sweep_cmd(
         "ctas_per_sm": ctas_per_sm,
         "standard": standard,
         "windows": window,
+        "seq_lens": lens,
     }
     grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in values.items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
@@ -404,7 +431,8 @@ def _print_table(result: Any, stream: Any) -> None:
 
     constants, headers, rows = table_view(result)
     con = terminal.console(file=stream)
-    con.print("[bold]Sweep[/] · " + terminal.escape(" · ".join(describe(constants))), soft_wrap=True)
+    docs = [f"docs {'+'.join(map(str, result.grid.seq_lens))}"] if result.grid.seq_lens is not None else []
+    con.print("[bold]Sweep[/] · " + terminal.escape(" · ".join(describe(constants) + docs)), soft_wrap=True)
     n_keys = len(headers) - 7
     formatted = []
     for row in rows:

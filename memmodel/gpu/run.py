@@ -6,6 +6,7 @@ the commands that run on a GPU.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -239,10 +240,52 @@ def local_flash_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]
     return run
 
 
+def cu_seqlens(case: Case) -> Any:
+    """A packed case's cumulative document lengths (int32, on the device): 0, L₁, L₁ + L₂, …"""
+    torch = _torch()
+    assert case.seq_lens is not None
+    return torch.tensor([0, *itertools.accumulate(case.seq_lens)], dtype=torch.int32, device=DEVICE)
+
+
+def varlen_flash_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
+    """FlashAttention-2's varlen forward over a packed row (``case.seq_lens``), as PyTorch's
+    flash backend holds it: ``torch.ops.aten._flash_attention_forward`` with packed
+    (total, heads, d) views and the documents' ``cu_seqlens`` as ``cum_seq_q`` and ``cum_seq_k``
+    (``flash_attn_varlen_func``; SDPA reaches it for nested jagged tensors). Each document
+    attends within itself (causal within each with ``case.causal``; a window too). The op is
+    differentiable (``_flash_attention_backward`` takes the same cu_seqlens)."""
+    torch = _torch()
+    scale = 1.0 / math.sqrt(case.d)
+    cum = cu_seqlens(case)
+    longest = max(case.seq_lens or (case.n,))
+    window = {} if case.window is None else {"window_size_left": case.window - 1, "window_size_right": 0}
+
+    def run() -> Any:
+        out = torch.ops.aten._flash_attention_forward(
+            q.transpose(1, 2)[0],
+            k.transpose(1, 2)[0],
+            v.transpose(1, 2)[0],
+            cum,
+            cum,
+            longest,
+            longest,
+            case.dropout,
+            case.causal,
+            False,
+            scale=scale,
+            **window,
+        )[0]
+        return out.unsqueeze(0).transpose(1, 2)
+
+    return run
+
+
 def sdpa_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
     torch = _torch()
     from torch.nn.attention import sdpa_kernel
 
+    if case.seq_lens is not None:
+        return varlen_flash_forward(case, q, k, v)
     if case.window is not None:
         return local_flash_forward(case, q, k, v)
 
@@ -381,21 +424,38 @@ def reference_rows(case: Case, q: Any, k: Any, v: Any, rows: list[int], keep: An
     qi = q[0, 0, rows].detach().float()
     kk, vv = k[0, 0].detach().float(), v[0, 0].detach().float()
     s = (qi @ kk.T) / math.sqrt(case.d)
-    if case.causal:
-        cols = torch.arange(case.n_kv_, device=DEVICE)
-        r = torch.tensor(rows, device=DEVICE)[:, None]
-        hidden = cols[None, :] > r
-        if case.window is not None:
-            hidden = hidden | (cols[None, :] <= r - case.window)
-        s = s.masked_fill(hidden, float("-inf"))
+    if case.causal or case.seq_lens is not None:
+        s = s.masked_fill(hidden_keys(case, torch.tensor(rows, device=DEVICE)), float("-inf"))
     p = torch.softmax(s, dim=-1)
     if keep is not None:
         p = p * keep[rows].float() / (1.0 - case.dropout)
     return p @ vv
 
 
+def hidden_keys(case: Case, rows: Any) -> Any:
+    """(rows × N_kv) bool: the keys each query row does not see: past it (causal), before its
+    window, or (a packed row) in another document."""
+    torch = _torch()
+    cols = torch.arange(case.n_kv_, device=DEVICE)
+    r = rows[:, None]
+    hidden = torch.zeros(len(rows), case.n_kv_, dtype=torch.bool, device=DEVICE)
+    if case.seq_lens is not None:  # each document attends within itself
+        doc = torch.repeat_interleave(
+            torch.arange(len(case.seq_lens), device=DEVICE), torch.tensor(case.seq_lens, device=DEVICE)
+        )
+        hidden = hidden | (doc[None, :] != doc[rows][:, None])
+    if case.causal:  # as the checks have always masked (windowed and packed cases have n = n_kv)
+        hidden = hidden | (cols[None, :] > r)
+        if case.window is not None:
+            hidden = hidden | (cols[None, :] <= r - case.window)
+    return hidden
+
+
 def _check_rows(case: Case) -> list[int]:
-    return sorted(set(list(range(min(64, case.n))) + list(range(max(0, case.n - 64), case.n))))
+    rows = set(range(min(64, case.n))) | set(range(max(0, case.n - 64), case.n))
+    for start in itertools.accumulate(case.seq_lens or (), initial=0):  # each document's first and last rows
+        rows |= {r for r in range(start - 8, start + 8) if 0 <= r < case.n}
+    return sorted(rows)
 
 
 def check(case: Case, out: Any, q: Any, k: Any, v: Any, keep: Any = None) -> float:
@@ -434,17 +494,12 @@ def reference_grads(case: Case, q: Any, k: Any, v: Any, do: Any, keep: Any = Non
     dk = torch.zeros_like(kf)
     dv = torch.zeros_like(vf)
     chunk = max(1, min(case.n, 2**25 // max(1, case.n_kv_)))
-    cols = torch.arange(case.n_kv_, device=DEVICE)
     for h in range(g):
         for r0 in range(0, case.n, chunk):
             r1 = min(case.n, r0 + chunk)
             s = (qf[h, r0:r1] @ kf.T) * scale
-            if case.causal:
-                rows = torch.arange(r0, r1, device=DEVICE)
-                hidden = cols[None, :] > rows[:, None]
-                if case.window is not None:
-                    hidden = hidden | (cols[None, :] <= rows[:, None] - case.window)
-                s = s.masked_fill(hidden, float("-inf"))
+            if case.causal or case.seq_lens is not None:
+                s = s.masked_fill(hidden_keys(case, torch.arange(r0, r1, device=DEVICE)), float("-inf"))
             p = torch.softmax(s, dim=-1)
             z = None if keep is None else keep[h * case.n + r0 : h * case.n + r1].float() / (1.0 - case.dropout)
             pd = p if z is None else p * z

@@ -174,6 +174,7 @@ def describe(w: dict[str, Any], *, backward: bool = False, l2: str | None = None
         for text, on in (
             ("causal", w["causal"]),
             (f"window {w.get('window')}", w.get("window") is not None),
+            ("docs " + "+".join(map(str, w.get("seq_lens") or ())), w.get("seq_lens") is not None),
             (f"dropout {w['dropout']:g}", w["dropout"] > 0),
             ("forward + backward", backward),
             (f"L2 {l2}", l2 is not None),

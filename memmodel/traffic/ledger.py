@@ -7,8 +7,8 @@ any printed number can be traced to the records (and the formulas) behind it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import field
-from functools import cached_property
+from dataclasses import field, replace
+from functools import cached_property, reduce
 from typing import Any
 
 import numpy as np
@@ -313,3 +313,64 @@ class AlgorithmTraffic:
     @cached_property
     def exp_ops(self) -> IntLike:
         return intmath.kept(intmath.add(*(k.exp_ops for k in self.kernels)))
+
+
+#: Kernel fields a packed row's documents add (:func:`merged_kernels`); the others are the
+#: same in every document's ledger, or the largest is kept
+_ADDED = (
+    "matmul_flops",
+    "softmax_flops",
+    "exp_ops",
+    "rescale_flops",
+    "blocks",
+    "diagonal_blocks",
+    "local_blocks",
+    "rows",
+    "dropout_scores",
+)
+_LARGEST = ("concurrent_ctas", "bytes_in_flight_per_cta", "launches", "splits", "row_length")
+
+
+def merged_kernels(ledgers: list[tuple[Kernel, ...]]) -> tuple[Kernel, ...]:
+    """One kernel per name over ledgers of one launch's parts (a packed row's documents): the
+    transfers of each (tensor, role, level, direction) and the work added; ``ctas`` is the
+    grid's, parts × the largest part's (a grid sized by its longest sequence, whose CTAs past a
+    shorter one's end exit at once)."""
+    names: list[str] = []
+    by_name: dict[str, list[Kernel]] = {}
+    for kernels in ledgers:
+        for k in kernels:
+            if k.name not in by_name:
+                names.append(k.name)
+                by_name[k.name] = []
+            by_name[k.name].append(k)
+    out = []
+    for name in names:
+        parts = by_name[name]
+        rows: dict[tuple[str, str, str, str], list[Transfer]] = {}
+        for k in parts:
+            for t in k.transfers:
+                rows.setdefault((t.tensor, t.role, t.level, t.direction), []).append(t)
+        transfers = tuple(
+            replace(
+                ts[0],
+                bytes=intmath.kept(intmath.add(*(t.bytes for t in ts))),
+                formula=f"Σ documents: {ts[0].formula}" if ts[0].formula else "",
+            )
+            for ts in rows.values()
+        )
+        changes: dict[str, Any] = {f: intmath.kept(intmath.add(*(getattr(k, f) for k in parts))) for f in _ADDED}
+        for f in _LARGEST:
+            changes[f] = reduce(intmath.maximum, (getattr(k, f) for k in parts))
+        largest = reduce(intmath.maximum, (k.ctas for k in parts))
+        changes["ctas"] = intmath.kept(intmath.mul(len(ledgers), largest))
+        present = parts[0].present
+        for k in parts[1:]:
+            present = (
+                np.logical_or(present, k.present)
+                if (np.ndim(present) or np.ndim(k.present))
+                else (present or k.present)
+            )
+        changes["present"] = present
+        out.append(replace(parts[0], transfers=transfers, **changes))
+    return tuple(out)

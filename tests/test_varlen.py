@@ -1,0 +1,243 @@
+"""Packed variable-length batches (``--seq-lens``): one row of documents, each attending only
+within itself, as FlashAttention-2's varlen kernels run it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel import Workload
+from memmodel.cases import Case, parse_case
+from memmodel.cli import cli
+from memmodel.errors import WorkloadError
+from memmodel.flops import convention_flops
+from memmodel.hardware import load_profile
+from memmodel.model import compare, tiled_traffic
+from memmodel.options import options_for
+from memmodel.timing import packed_lengths
+
+H200 = load_profile("h200")
+DOCS = (8192, 4096, 2048)
+
+
+def _brute(seq_lens: tuple[int, ...], b_r: int, b_c: int, causal: bool) -> tuple[int, int]:
+    """(visited, partly masked) block pairs of a packed row, element by element: blocks are tiled
+    from each document's start (none straddles two), a pair is visited when some row of its Q
+    block sees some key of its K/V block (same document; causal: key ≤ row)."""
+    visited = masked = 0
+    for length in seq_lens:
+        for i in range(-(-length // b_r)):
+            rows = range(i * b_r, min(length, (i + 1) * b_r))
+            for j in range(-(-length // b_c)):
+                keys = range(j * b_c, min(length, (j + 1) * b_c))
+                seen = [not causal or k <= r for r in rows for k in keys]
+                visited += any(seen)
+                masked += any(seen) and not all(seen)
+    return visited, masked
+
+
+def _forward(seq_lens: tuple[int, ...], b_r: int, b_c: int, causal: bool, heads: int = 1):
+    w = Workload(n=sum(seq_lens), d=16, heads=heads, dtype="fp16", causal=causal, seq_lens=seq_lens)
+    opts = options_for("paper", w, H200, block_q=b_r, block_kv=b_c)
+    return tiled_traffic(w, H200, opts).kernels[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(1, 150), min_size=1, max_size=5),
+    st.sampled_from([16, 32, 64]),
+    st.sampled_from([16, 64, 128]),
+    st.booleans(),
+)
+def test_visited_and_masked_blocks_are_each_document_s_own(lens, b_r, b_c, causal):
+    kernel = _forward(tuple(lens), b_r, b_c, causal)
+    visited, masked = _brute(tuple(lens), min(b_r, max(lens)), min(b_c, max(lens)), causal)
+    # the paper's algorithm clamps its blocks to each document; brute force with the longest's
+    # clamp agrees only where no document is shorter than a block: compare per document instead
+    per_doc = [_brute((n,), min(b_r, n), min(b_c, n), causal) for n in lens]
+    assert kernel.blocks == sum(v for v, _ in per_doc)
+    if causal:
+        assert kernel.diagonal_blocks == sum(m for _, m in per_doc)
+    if all(n >= max(b_r, b_c) for n in lens):
+        assert (kernel.blocks, kernel.diagonal_blocks if causal else 0) == (visited, masked if causal else 0)
+
+
+def test_pinned_grid_blocks_and_flops():
+    w = Workload(n=sum(DOCS), d=128, heads=32, kv_heads=8, dtype="bf16", causal=True, seq_lens=DOCS)
+    c = compare(w, H200, impl="sdpa-flash")
+    fwd = c.tiled.traffic.kernels[0]
+    # grid: ⌈8192/128⌉ Q blocks × 3 documents × 32 heads = 64 · 3 · 32 = 6144 CTAs (1024 + 1536 exit at once)
+    assert fwd.ctas == 6144
+    # causal, B_r = 128, B_c = 64, L a multiple of 128: Q block i visits 2(i + 1) blocks, T(T + 1) in all:
+    # (64·65 + 32·33 + 16·17) · 32 heads = (4160 + 1056 + 272) · 32 = 175616
+    assert fwd.blocks == 175616
+    # two K/V blocks cut by each Q block's diagonal: 2 · (64 + 32 + 16) · 32 = 7168
+    assert fwd.diagonal_blocks == 7168
+    # FLOPs by convention, summed over documents: 4·L²·d/2 per head = 2 · 128 · 32 · (8192² + 4096² + 2048²)
+    assert convention_flops(w)["forward"] == 2 * 128 * 32 * (8192**2 + 4096**2 + 2048**2) == 721_554_505_728
+    # Q and O are the row's tokens once: 14336 · 32 · 128 · 2 bytes each
+    q = [t for t in fwd.transfers if t.tensor == "Q" and t.level == "hbm"][0]
+    assert q.bytes == 14336 * 32 * 128 * 2
+
+
+def test_the_grid_s_ctas_past_a_document_s_end_do_nothing():
+    # B_r = 128, B_c = 64, causal: 256 tokens are Q blocks of 2 and 4 K/V blocks; 128 tokens one of 2,
+    # then a CTA past its end (0); two heads repeat the documents
+    assert packed_lengths((256, 128), 128, 64, 2, True).tolist() == [2, 4, 2, 0] * 2
+    assert packed_lengths((256, 100), 128, 64, 1, False).tolist() == [4, 4, 2, 0]
+
+
+def test_one_document_is_the_plain_workload():
+    for causal in (False, True):
+        plain = Workload(n=8192, d=128, heads=32, kv_heads=8, dtype="bf16", causal=causal)
+        one = plain.with_(seq_lens=(8192,))
+        a, b = compare(plain, H200, impl="sdpa-flash"), compare(one, H200, impl="sdpa-flash")
+        assert a.tiled.traffic.hbm_bytes == b.tiled.traffic.hbm_bytes
+        assert a.tiled.traffic.kernels[0].ctas == b.tiled.traffic.kernels[0].ctas
+        assert a.standard.traffic.hbm_bytes == b.standard.traffic.hbm_bytes
+        assert b.tiled.timing.time_s == pytest.approx(a.tiled.timing.time_s, rel=0.02)
+
+
+def test_packing_moves_fewer_bytes_than_the_full_row_and_standard_sees_the_full_row():
+    packed = Workload(n=sum(DOCS), d=128, heads=32, kv_heads=8, dtype="bf16", causal=True, seq_lens=DOCS)
+    full = packed.with_(seq_lens=None)
+    p, f = compare(packed, H200, impl="sdpa-flash"), compare(full, H200, impl="sdpa-flash")
+    assert p.tiled.traffic.kernels[0].blocks < f.tiled.traffic.kernels[0].blocks
+    assert p.tiled.timing.time_s < f.tiled.timing.time_s
+    # standard attention: the whole row's N × N scores under the block-diagonal mask
+    assert p.standard.traffic.hbm_bytes == f.standard.traffic.hbm_bytes
+    assert any("block-diagonal" in a for a in p.assumptions)
+
+
+def test_a_window_composes_within_each_document():
+    w = Workload(n=12288, d=128, heads=8, dtype="bf16", causal=True, window=4096, seq_lens=(8192, 4096))
+    docs = w.documents()
+    assert [(d.n, d.window) for d in docs] == [(8192, 4096), (4096, None)]  # 4096 keys: the window covers them
+    c = compare(w, H200, impl="sdpa-flash")
+    parts = [compare(d, H200, impl="sdpa-flash").tiled.traffic.kernels[0].blocks for d in docs]
+    assert c.tiled.traffic.kernels[0].blocks == sum(parts)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"batch": 2}, "batch must be 1"),
+        ({"n": 100}, "must equal the sum of seq_lens (12288)"),
+        ({"n_kv": 20000}, "decoding a packed batch is out of scope"),
+        ({"seq_lens": (8192, 0)}, "positive whole numbers"),
+    ],
+)
+def test_the_workload_checks_its_documents(changes, message):
+    kw = {"n": 12288, "d": 64, "seq_lens": (8192, 4096)} | changes
+    with pytest.raises(WorkloadError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        Workload(**kw)
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_cli_takes_seq_lens_names_them_and_picks_sdpa_flash(tmp_path):
+    base = ["compare", "--d", "128", "--heads", "32", "--kv-heads", "8", "--dtype", "bf16", "--gpu", "h200", "--causal"]
+    r = _cli(*base, "--seq-lens", "8192,4096,2048")
+    assert r.exit_code == 0, r.output
+    assert "N 14336" in r.output and "docs 8192+4096+2048" in r.output
+    assert "PyTorch runs the flash backend for nested jagged tensors" in r.output
+    lens = tmp_path / "lens.txt"
+    lens.write_text("8192\n4096, 2048\n\n# a comment\n")
+    j = _cli(*base, "--seq-lens", f"@{lens}", "--format", "json")
+    assert j.exit_code == 0, j.output
+    out = json.loads(j.stdout)
+    assert out["workload"]["seq_lens"] == [8192, 4096, 2048] and out["workload"]["n"] == 14336
+    plain = json.loads(_cli(*base, "--n", "14336", "--format", "json").stdout)
+    assert "seq_lens" not in plain["workload"]  # earlier outputs keep their keys
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--seq-lens", "8192,4096", "--n", "8192"], "--n 8192 is not the sum of --seq-lens (12288)"),
+        (["--seq-lens", "8192,4096", "--batch", "2"], "--batch must be 1"),
+        (["--seq-lens", "8192,4096", "--impl", "sdpa-cudnn"], "accepted are --impl sdpa-flash, paper"),
+        (["--seq-lens", "8192,4096", "--impl", "fa3"], "accepted are --impl sdpa-flash, paper"),
+        (["--seq-lens", "8192,4096", "--n-kv", "20000"], "out of scope"),
+        (["--seq-lens", "8192,x"], "'x' is not a positive whole number"),
+        (["--seq-lens", "8192,¹"], "is not a positive whole number"),
+        (["--seq-lens", "@/nonexistent/lens.txt"], "cannot read it"),
+        (["--seq-lens", "8192,4096", "--context-parallel", "2"], "--seq-lens with --context-parallel"),
+    ],
+)
+def test_cli_refuses_what_it_cannot_model_with_one_line(extra, message):
+    r = _cli("compare", "--d", "128", "--dtype", "bf16", "--gpu", "h200", *extra)
+    assert r.exit_code == 2
+    assert message in r.output and len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+def test_sweep_takes_one_set_of_lengths_and_its_rows_are_compare_s_numbers():
+    r = _cli(
+        "sweep", "--seq-lens", "8192,4096,2048", "--d", "64,128", "--heads", "32", "--kv-heads", "8",
+        "--dtype", "bf16", "--gpu", "h200", "--causal", "--format", "jsonl",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    tiled = [row for row in rows if row["algorithm"] == "tiled"]
+    for row in tiled:
+        w = Workload(n=14336, d=row["d"], heads=32, kv_heads=8, dtype="bf16", causal=True, seq_lens=DOCS)
+        c = compare(w, H200, impl="sdpa-flash")
+        assert row["hbm_bytes"] == c.tiled.traffic.hbm_bytes
+        assert row["predicted_time_s"] == pytest.approx(c.tiled.timing.time_s, rel=1e-9)
+    bad = _cli("sweep", "--seq-lens", "8192,4096", "--n", "1024:4096:x2", "--d", "64")
+    assert bad.exit_code == 2 and "is not the sum of --seq-lens (12288)" in bad.output
+
+
+def test_roofline_takes_seq_lens():
+    r = _cli("roofline", "--seq-lens", "4096,2048", "--d", "128", "--dtype", "bf16", "--gpu", "h200", "--causal")
+    assert r.exit_code == 0, r.output
+
+
+def test_packed_cases_round_trip_and_refuse_other_kernels():
+    c = parse_case("impl=sdpa-flash,heads=32,kv_heads=8,d=128,dtype=bf16,causal=1,seq_lens=4096+2048+1024+1024")
+    assert c.n == 8192 and c.seq_lens == (4096, 2048, 1024, 1024)
+    assert c.id == "sdpa-flash/b1h32kv8n8192d128/bf16-causal-docs4096+2048+1024+1024"
+    assert parse_case(c.spec()) == c
+    assert Case.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    assert c.workload().seq_lens == c.seq_lens
+    assert "seq_lens" not in parse_case("impl=sdpa-flash,n=4096,d=64").to_dict()  # earlier records' keys
+    with pytest.raises(WorkloadError, match="only impl=sdpa-flash runs a packed row"):
+        parse_case("impl=sdpa-cudnn,d=64,seq_lens=1024+1024")
+    with pytest.raises(WorkloadError, match="is not their sum"):
+        parse_case("impl=sdpa-flash,n=4096,d=64,seq_lens=1024+1024")
+
+
+def test_the_varlen_check_cases_plan_and_their_predictions_are_the_model_s():
+    from .conftest import REPO
+
+    r = _cli("validate", "--predict", "--gpu", "h200", "--cases", str(REPO / "validation/cases/h200-varlen-check.txt"))
+    assert r.exit_code == 0, r.output
+    kept = (REPO / "validation/h200/varlen-check-predictions.txt").read_text().splitlines()
+    body = [
+        line
+        for line in kept
+        if not line.startswith("# Pred")
+        and not line.startswith("# (")
+        and not line.startswith("# those")
+        and not line.startswith("# Per case")
+    ]
+    got = [line for line in r.stdout.splitlines()]
+    assert len([x for x in got if x.startswith("sdpa-flash/")]) >= 12
+    assert [x for x in got if x.startswith("sdpa-flash/")] == [x for x in body if x.startswith("sdpa-flash/")]
+
+
+def test_packed_lengths_tails_differ_with_mixed_lengths():
+    # one long document among short ones leaves the long one's CTAs to finish alone
+    from memmodel.timing import packed_tail_factor
+
+    mixed = Workload(n=8192, d=128, heads=8, dtype="bf16", causal=True, seq_lens=(7168,) + (64,) * 16)
+    even = Workload(n=8192, d=128, heads=8, dtype="bf16", causal=True, seq_lens=(1024,) * 8)
+    assert packed_tail_factor(mixed, 128, 64, 132, 2, 0.8) >= packed_tail_factor(even, 128, 64, 132, 2, 0.8)
+    assert np.isfinite(packed_tail_factor(mixed, np.array([128, 64]), 64, 132, 2, 0.8)).all()
