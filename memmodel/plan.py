@@ -341,8 +341,17 @@ def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
     longest = max(range(len(plans)), key=lambda i: int(np.max(np.asarray(plans[i].workload.n))))
     first = ledgers[longest]
     params = dict(first.params) | {"documents": len(plans)}
+    big = plans[longest]
+    forward_slots = big.tile.concurrent
+    backward_slots = big.backward.tile.concurrent if big.backward is not None else forward_slots
+
+    def slots(kernel: Any) -> Any:  # the CTAs the GPU holds at once of the fused kernels (not the library ones)
+        if kernel.op or not np.any(np.asarray(kernel.ctas) > 0):
+            return None
+        return backward_slots if kernel.pass_ == "backward" else forward_slots
+
     return AlgorithmTraffic(
-        first.name, first.variant, merged_kernels([lg.kernels for lg in ledgers]), params, first.facts
+        first.name, first.variant, merged_kernels([lg.kernels for lg in ledgers], slots), params, first.facts
     )
 
 

@@ -860,6 +860,12 @@ def kernel_time(
         # K, V in, dK, dV out), once per CTA the busiest slot runs (the waves rounded up)
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
+        exit_cost = figures.exited_cta_cost_s
+        if exit_cost is not None and np.any(np.asarray(kernel.exited_ctas) > 0):
+            # CTAs that exit at once cost their start alone (measured), not a whole CTA's fixed costs
+            ctas = np.maximum(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64), 1.0)
+            exited = np.asarray(intmath.to_float(kernel.exited_ctas), dtype=np.float64)
+            cta = cta * ((ctas - exited) + exited * (exit_cost / overhead)) / ctas
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
     bandwidth = profile.levels()  # the MALL only where the profile has one (its bytes: traffic.mall)
     for level in ALL_LEVELS:

@@ -84,11 +84,12 @@ def with_links(text: str) -> str:
     records = [read_json(ROOT / r) for r in wave_drift.RECORDS if (ROOT / r).exists()]
     if records:
         data = wave_drift.apply(data, records)
-    from memmodel.calibration import local_mask
+    from memmodel.calibration import kernel_costs
 
-    records = [read_json(ROOT / r) for r in local_mask.RECORDS if (ROOT / r).exists()]
-    if records:
-        data = local_mask.apply(data, records)
+    for figure, paths in kernel_costs.RECORDS.items():
+        records = [read_json(ROOT / r) for r in paths if (ROOT / r).exists()]
+        if records:
+            data = kernel_costs.apply(data, records, figure)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

@@ -226,13 +226,13 @@ def test_window_cases_round_trip_and_refuse_other_kernels():
 
 
 def test_the_local_block_cost_is_fitted_from_its_reference_record():
-    from memmodel.calibration import local_mask
+    from memmodel.calibration import kernel_costs
     from memmodel.fileio import read_json
 
-    records = [read_json(str(REPO / path)) for path in local_mask.RECORDS]
-    assert len(local_mask._rows(records[0], "sdpa-flash")) == 8  # 4 head dims x 2 shapes
+    records = [read_json(str(REPO / path)) for path in kernel_costs.RECORDS["local_block_cost"]]
+    assert len(kernel_costs._rows(records[0], "sdpa-flash")) == 8  # 4 head dims x 2 shapes
     # the bundled profile holds the fit of that record (scripts/update_profiles.py)
-    fitted = local_mask.fitted_cost(records)
+    fitted = kernel_costs.fitted(records)
     assert set(fitted) == {64, 96, 128, 256}
     assert dict(load_profile("h200").implementation("sdpa-flash").local_block_cost) == fitted
     # the cost moves only windowed forwards: a causal forward's time is the same with it or without

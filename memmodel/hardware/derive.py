@@ -60,6 +60,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.local_block_cost", "same"),
+    ("implementations.*.exited_cta_cost", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),

@@ -163,6 +163,8 @@ class KernelFigures:
     masked_block_cost: Any = None
     #: extra cost of every block a sliding-window forward visits, in plain blocks
     local_block_cost: Any = None
+    #: what a CTA that exits at once costs (a packed row's grid past a document's end)
+    exited_cta_cost_s: Any = None
     #: scores per second whose dropout the kernel pays extra time for
     dropout_scores_per_s: Any = None
     #: what a CTA costs beyond its blocks, per CTA slot (not split-KV kernels)
@@ -206,6 +208,9 @@ class ImplementationFigures:
     #: forward with a sliding window: extra cost of every block it visits (its kernel applies
     #: the window's mask to each, ``Implementation.masks_every_local_block``), in plain blocks
     local_block_cost: Curve = ()
+    #: forward, backward: what a CTA that exits at once costs, per CTA slot (a packed row's grid
+    #: is sized by its longest document; those past a shorter one's end return at their start)
+    exited_cta_cost_s: Curve = ()
     #: forward, backward: what dropout adds (the Philox draws and the mask), as scores per
     #: second of extra time
     dropout_scores_per_s: Curve = ()
@@ -251,6 +256,7 @@ class ImplementationFigures:
             uneven_efficiency=at(self.uneven_efficiency, head_dim) if uneven and not backward else None,
             masked_block_cost=at(self.backward_masked_block_cost if backward else self.masked_block_cost, head_dim),
             local_block_cost=None if backward else at(self.local_block_cost, head_dim),
+            exited_cta_cost_s=None if split else at(self.exited_cta_cost_s, head_dim),
             dropout_scores_per_s=at(
                 self.backward_dropout_scores_per_s if backward else self.dropout_scores_per_s, head_dim
             ),

@@ -158,6 +158,8 @@ class Kernel:
     diagonal_blocks: IntLike = 0
     #: blocks a sliding-window forward masks element by element besides the diagonal's
     local_blocks: IntLike = 0
+    #: of ``ctas``, those that exit at once (a packed row's grid past a shorter document's end)
+    exited_ctas: IntLike = 0
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
     #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
     unaligned: Any = False
@@ -331,11 +333,12 @@ _ADDED = (
 _LARGEST = ("concurrent_ctas", "bytes_in_flight_per_cta", "launches", "splits", "row_length")
 
 
-def merged_kernels(ledgers: list[tuple[Kernel, ...]]) -> tuple[Kernel, ...]:
+def merged_kernels(ledgers: list[tuple[Kernel, ...]], slots: Any = None) -> tuple[Kernel, ...]:
     """One kernel per name over ledgers of one launch's parts (a packed row's documents): the
     transfers of each (tensor, role, level, direction) and the work added; ``ctas`` is the
     grid's, parts × the largest part's (a grid sized by its longest sequence, whose CTAs past a
-    shorter one's end exit at once)."""
+    shorter one's end exit at once). ``slots`` (a kernel -> the CTAs the GPU holds of it at once):
+    the merged launch runs that many of its CTAs at once (each part alone may fill fewer)."""
     names: list[str] = []
     by_name: dict[str, list[Kernel]] = {}
     for kernels in ledgers:
@@ -364,6 +367,14 @@ def merged_kernels(ledgers: list[tuple[Kernel, ...]]) -> tuple[Kernel, ...]:
             changes[f] = reduce(intmath.maximum, (getattr(k, f) for k in parts))
         largest = reduce(intmath.maximum, (k.ctas for k in parts))
         changes["ctas"] = intmath.kept(intmath.mul(len(ledgers), largest))
+        changes["exited_ctas"] = intmath.kept(
+            intmath.add(changes["ctas"], intmath.mul(-1, intmath.add(*(k.ctas for k in parts))))
+        )
+        held = slots(parts[0]) if slots is not None else None
+        if held is not None:  # one launch of all the parts' CTAs: as many at once as the GPU holds
+            changes["concurrent_ctas"] = intmath.maximum(
+                changes["concurrent_ctas"], intmath.minimum(held, changes["ctas"])
+            )
         present = parts[0].present
         for k in parts[1:]:
             present = (
