@@ -94,6 +94,9 @@ LATER_THAN_TRAINING_2 = {
     "h200-window-check.txt",
     "h200-window-check-2.txt",
     "h200-window-ref.txt",
+    "h200-varlen-check.txt",
+    "h200-varlen-check-2.txt",
+    "h200-varlen-ref.txt",
 }
 
 
