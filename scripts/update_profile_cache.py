@@ -31,7 +31,7 @@ def expected() -> dict[Path, str]:
     for source in sorted(PARSED_DIR.parent.glob("*.yaml")):
         text = source.read_text(encoding="utf-8")
         entry = parsed_entry(text, yaml.load(text, Loader=loader))
-        out[PARSED_DIR / f"{source.stem}.json"] = json.dumps(entry, indent=1, ensure_ascii=False) + "\n"
+        out[PARSED_DIR / f"{source.stem}.json"] = json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
     return out
 
 
