@@ -6,6 +6,7 @@ instructions and tiles are facts about its library's code; where each shows: doc
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -444,8 +445,14 @@ def fa1_forward_splits(batch_heads: int, n: int, sm_count: int, ctas_per_sm: int
     the fewest splits whose waves of B·H·splits CTAs over SMs × CTAs per SM fill the last wave
     within 0.95 of the best any split count up to min(30, N + 16) reaches. A split's CTA takes
     every splits-th 16-row Q block of its head."""
-    slots = float(sm_count * ctas_per_sm)
     most = min(FA1_MAX_SPLITS, -(-n // FA1_ROWS) * FA1_ROWS + FA1_ROWS)
+    return _fa1_splits(int(batch_heads), most, float(sm_count * ctas_per_sm))
+
+
+@functools.lru_cache(maxsize=65536)
+def _fa1_splits(batch_heads: int, most: int, slots: float) -> int:
+    """:func:`fa1_forward_splits` once its N is only the split count it may reach (kept: a grid
+    meets each B·H at every N)."""
     eff = [_wave_efficiency(batch_heads * s, slots) for s in range(1, most + 1)]
     best = max(eff)
     return next((s for s, e in enumerate(eff, 1) if e > 0.95 * best), 1)

@@ -79,7 +79,9 @@ def _time(w: Any, profile: Any, impl: str) -> float:
     return float(compare(w, profile, impl=impl).tiled.timing.time_s)
 
 
-def fitted(records: Any, figure: str = "local_block_cost", impl: str = "sdpa-flash", profile: Any = None) -> dict[int, float]:
+def fitted(
+    records: Any, figure: str = "local_block_cost", impl: str = "sdpa-flash", profile: Any = None
+) -> dict[int, float]:
     """{head dim: figure} from the records' forwards (empty without); ``local_block_cost`` in
     plain blocks (3 decimals), ``exited_cta_cost`` in seconds (4 significant digits)."""
     from ..hardware import load_profile
@@ -100,7 +102,9 @@ def fitted(records: Any, figure: str = "local_block_cost", impl: str = "sdpa-fla
     return out
 
 
-def apply(data: dict[str, Any], records: Any, figure: str = "local_block_cost", impl: str = "sdpa-flash") -> dict[str, Any]:
+def apply(
+    data: dict[str, Any], records: Any, figure: str = "local_block_cost", impl: str = "sdpa-flash"
+) -> dict[str, Any]:
     """``data`` (a profile's YAML mapping) with ``implementations.<impl>.<figure>`` fitted from
     ``records`` and its source."""
     rows = sum(len(_rows(r, impl, figure)) for r in records)
