@@ -5,6 +5,7 @@ workload and GPU" into options, from what :mod:`memmodel.implementations` says t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -103,9 +104,9 @@ def options_for(
     ``ctas_per_sm``)."""
     notes: list[str] = []
     if workload.seq_lens is not None:
-        impl = _packed_implementation(impl, tiled, workload, profile, notes)
+        impl = _variant_implementation(PACKED_KERNELS, impl, tiled, workload, profile, notes)
     if workload.window is not None:
-        impl = _window_implementation(impl, tiled, workload, profile, notes)
+        impl = _variant_implementation(WINDOW_KERNELS, impl, tiled, workload, profile, notes)
     if tiled == "fa1" and impl in (None, "auto"):
         # FA1 as flash-attn v1's kernels ran, where they run the workload; else the paper's Algorithm 1
         why_not = implementations.unsupported("fa1", workload)
@@ -144,82 +145,68 @@ def options_for(
     )
 
 
-#: the implementations memmodel models with a sliding window (``Workload.window``), and what runs
-WINDOW_IMPLEMENTATIONS = {
-    "sdpa-flash": "FlashAttention-2's local kernels: flash_attn_func(window_size=(W − 1, 0)), which PyTorch "
-    "reaches through torch.ops.aten._flash_attention_forward(window_size_left=W − 1)",
-    "paper": "the FlashAttention paper's algorithm over the blocks inside the window",
-}
+@frozen
+class VariantKernels:
+    """The implementations memmodel models for one attention variant (a sliding window, a
+    packed row) and what each runs, with the words its refusals and notes use."""
+
+    option: str  # the command-line option that asks for the variant
+    accepted: Mapping[str, str]  # implementation -> what runs
+    amd: str  # the refusal on an AMD profile
+    fa1: str  # the refusal with --tiled fa1
+    refused: str  # "--impl X {refused}": what an implementation that does not model it is told
+    auto: str  # why --impl auto takes sdpa-flash
 
 
-def _window_implementation(
-    impl: str | None, tiled: str, workload: Workload, profile: Profile | None, notes: list[str]
+#: a sliding window (``Workload.window``)
+WINDOW_KERNELS = VariantKernels(
+    "--window",
+    {
+        "sdpa-flash": "FlashAttention-2's local kernels: flash_attn_func(window_size=(W − 1, 0)), which PyTorch "
+        "reaches through torch.ops.aten._flash_attention_forward(window_size_left=W − 1)",
+        "paper": "the FlashAttention paper's algorithm over the blocks inside the window",
+    },
+    "AMD's local attention kernels (CK/aiter) are not modelled; --impl paper shows the paper's algorithm over the "
+    "window's blocks",
+    "flash-attn v1 (--tiled fa1) has no sliding window",
+    "is not modelled with a sliding window",
+    "scaled_dot_product_attention takes no window (given a mask it runs the memory-efficient kernel over every block)",
+)
+#: a packed row of documents (``Workload.seq_lens``)
+PACKED_KERNELS = VariantKernels(
+    "--seq-lens",
+    {
+        "sdpa-flash": "FlashAttention-2's varlen kernels: flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k, ...), "
+        "which PyTorch reaches through torch.ops.aten._flash_attention_forward(cum_seq_q, cum_seq_k, max_q, max_k)",
+        "paper": "the FlashAttention paper's algorithm on each document, one launch",
+    },
+    "AMD's varlen kernels (CK/aiter) are not modelled; accepted are --impl paper",
+    "flash-attn v1 (--tiled fa1) is not modelled on a packed row",
+    "is not modelled on a packed row",
+    "PyTorch runs the flash backend for nested jagged tensors",
+)
+WINDOW_IMPLEMENTATIONS = WINDOW_KERNELS.accepted
+PACKED_IMPLEMENTATIONS = PACKED_KERNELS.accepted
+
+
+def _variant_implementation(
+    v: VariantKernels, impl: str | None, tiled: str, workload: Workload, profile: Profile | None, notes: list[str]
 ) -> str:
-    """The implementation a sliding-window workload runs as: ``auto`` takes FlashAttention-2's
-    local kernels (scaled_dot_product_attention has no window: given a mask it runs the
-    memory-efficient kernel over every block); others must model the window, or are refused."""
-    accepted = ", ".join(WINDOW_IMPLEMENTATIONS)
+    """The implementation a workload of variant ``v`` runs as: ``auto`` takes FlashAttention-2's
+    kernels for it (and says why); an implementation that does not model it is refused."""
+    accepted = ", ".join(v.accepted)
     if profile is not None and impl != "paper" and str(profile.arch_family or "").startswith("cdna"):
-        raise WorkloadError(
-            f"--window on {profile.name}: AMD's local attention kernels (CK/aiter) are not modelled; "
-            "--impl paper shows the paper's algorithm over the window's blocks"
-        )
+        raise WorkloadError(f"{v.option} on {profile.name}: {v.amd}")
     if tiled == "fa1":
-        raise WorkloadError(
-            f"--window: flash-attn v1 (--tiled fa1) has no sliding window: accepted are --impl {accepted}"
-        )
+        raise WorkloadError(f"{v.option}: {v.fa1}: accepted are --impl {accepted}")
     if impl in (None, "auto"):
         why_not = implementations.unsupported("sdpa-flash", workload, profile)
         if why_not:
-            raise WorkloadError(f"--window: {why_not}; memmodel models a sliding window as --impl {accepted}")
-        notes.append(
-            "--impl auto with --window: scaled_dot_product_attention takes no window (given a mask it runs the "
-            "memory-efficient kernel over every block): showing " + WINDOW_IMPLEMENTATIONS["sdpa-flash"]
-        )
+            raise WorkloadError(f"{v.option}: {why_not}; memmodel models it as --impl {accepted}")
+        notes.append(f"--impl auto with {v.option}: {v.auto}: showing {v.accepted['sdpa-flash']}")
         return "sdpa-flash"
-    if impl not in WINDOW_IMPLEMENTATIONS and impl in IMPLEMENTATIONS:
-        raise WorkloadError(
-            f"--window: --impl {impl} is not modelled with a sliding window: accepted are --impl {accepted}"
-        )
-    return impl
-
-
-#: the implementations memmodel models on a packed row of documents (``Workload.seq_lens``)
-PACKED_IMPLEMENTATIONS = {
-    "sdpa-flash": "FlashAttention-2's varlen kernels: flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k, ...), "
-    "which PyTorch reaches through torch.ops.aten._flash_attention_forward(cum_seq_q, cum_seq_k, max_q, max_k)",
-    "paper": "the FlashAttention paper's algorithm on each document, one launch",
-}
-
-
-def _packed_implementation(
-    impl: str | None, tiled: str, workload: Workload, profile: Profile | None, notes: list[str]
-) -> str:
-    """The implementation a packed row runs as: ``auto`` takes FlashAttention-2's varlen
-    kernels (PyTorch runs the flash backend for nested jagged tensors); the others are refused
-    until their ragged kernels are modelled."""
-    accepted = ", ".join(PACKED_IMPLEMENTATIONS)
-    if profile is not None and impl != "paper" and str(profile.arch_family or "").startswith("cdna"):
-        raise WorkloadError(
-            f"--seq-lens on {profile.name}: AMD's varlen kernels (CK/aiter) are not modelled; accepted are --impl paper"
-        )
-    if tiled == "fa1":
-        raise WorkloadError(
-            f"--seq-lens: flash-attn v1 (--tiled fa1) is not modelled on a packed row: accepted are --impl {accepted}"
-        )
-    if impl in (None, "auto"):
-        why_not = implementations.unsupported("sdpa-flash", workload, profile)
-        if why_not:
-            raise WorkloadError(f"--seq-lens: {why_not}; memmodel models a packed row as --impl {accepted}")
-        notes.append(
-            "--impl auto with --seq-lens: PyTorch runs the flash backend for nested jagged tensors: showing "
-            + PACKED_IMPLEMENTATIONS["sdpa-flash"]
-        )
-        return "sdpa-flash"
-    if impl not in PACKED_IMPLEMENTATIONS and impl in IMPLEMENTATIONS:
-        raise WorkloadError(
-            f"--seq-lens: --impl {impl} is not modelled on a packed row: accepted are --impl {accepted}"
-        )
+    if impl not in v.accepted and impl in IMPLEMENTATIONS:
+        raise WorkloadError(f"{v.option}: --impl {impl} {v.refused}: accepted are --impl {accepted}")
     return impl
 
 
