@@ -56,8 +56,19 @@ def test_a_window_over_every_key_visits_what_causal_visits(shape):
     n, extra, b_r, b_c = shape
     n_kv = n + extra
     assert visited_blocks(n, n_kv, b_r, b_c, True, n_kv) == visited_blocks(n, n_kv, b_r, b_c, True)
-    if n % b_r != 1:  # a last Q block of one row: the causal closed form counts one block too many there
-        assert diagonal_blocks(n, n_kv, b_r, b_c, True, n_kv) == diagonal_blocks(n, n_kv, b_r, b_c, True)
+    assert diagonal_blocks(n, n_kv, b_r, b_c, True, n_kv) == diagonal_blocks(n, n_kv, b_r, b_c, True)
+    grid = diagonal_blocks(np.array([n, n]), np.array([n_kv, n_kv]), b_r, b_c, True)
+    assert grid.tolist() == [diagonal_blocks(n, n_kv, b_r, b_c, True)] * 2
+
+
+def test_a_last_q_block_of_one_row_masks_nothing():
+    # N 129 over 128-row blocks: the last Q block is row 128 alone, which sees every key (N_kv 200:
+    # keys 0..199, its own position 199): of block 1 (keys 128..199) nothing is masked. The diagonal
+    # blocks are Q block 0's two (K/V block 0 on its diagonal, block 1 partly seen: rows 0..127 at
+    # positions 71..198 see keys up to 71..198) = 2
+    assert diagonal_blocks(129, 200, 128, 128, True) == 2
+    # decoding one causal query against a ragged cache: nothing masked
+    assert diagonal_blocks(1, 1000, 128, 128, True) == 0
 
 
 def test_pinned_counts():

@@ -155,6 +155,8 @@ def _diagonal_scalar(n: int, n_kv: int, b_r: int, b_c: int) -> int:
     total = 0
     for i in range(t_r):
         r0, r1 = i * b_r, min(n, (i + 1) * b_r) - 1
+        if r0 + off + 1 >= n_kv:  # the block's first row sees every key: nothing of it is masked
+            continue
         hi = min(t_c - 1, (r1 + off) // b_c)  # last block with a key row r1 sees
         lo = max(0, (r0 + off + 1) // b_c)  # first block with a key row r0 does not see
         total += max(0, hi - lo + 1)
@@ -187,6 +189,7 @@ def diagonal_blocks(
         lo = floor_sum_array(full, bc, br, off + 1)
         last_r0 = full * br
         last = (nn - 1 + off) // bc - (last_r0 + off + 1) // bc + 1
+        last = np.where(last_r0 + off + 1 >= nk, 0, last)  # a last block of one row sees every key
         return hi - lo + full + last
     n, n_kv, b_r, b_c = int(n), int(n_kv), int(b_r), int(b_c)
     if n_kv < n:
@@ -194,6 +197,8 @@ def diagonal_blocks(
     off, t_r = n_kv - n, -(-n // b_r)
     full = t_r - 1
     total = floor_sum(full, b_c, b_r, b_r - 1 + off) - floor_sum(full, b_c, b_r, off + 1) + full
+    if full * b_r + off + 1 >= n_kv:  # a last block of one row sees every key: nothing of it is masked
+        return total
     return total + (n - 1 + off) // b_c - (full * b_r + off + 1) // b_c + 1
 
 
