@@ -845,7 +845,7 @@ def _evaluate_chunk(
     columns["dropout"][at:end] = setting.dropout
     columns["standard"][at:end] = codes["standard"]
     columns["window"][at:end] = -1 if setting.window is None else setting.window
-    for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window):
+    for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, setting.impl == "auto"):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
             std_at: Any = slice(at, end, 2)
@@ -857,21 +857,27 @@ def _evaluate_chunk(
 
 
 def _window_parts(
-    parts: Iterator[tuple[np.ndarray | None, str]], mesh: dict[str, np.ndarray], window: int | None
+    parts: Iterator[tuple[np.ndarray | None, str]], mesh: dict[str, np.ndarray], window: int | None, auto: bool
 ) -> Iterator[tuple[np.ndarray | None, str]]:
     """``parts`` split where a sliding window covers every key of some rows and not of others:
-    those rows are full causal attention, modelled as such (:func:`_row_window`)."""
+    those rows are full causal attention, modelled as such (:func:`_row_window`), and with
+    ``auto`` (``--impl auto``) by the kernel PyTorch runs for it, head dim by head dim."""
     for rows, impl in parts:
         if window is None:
             yield rows, impl
             continue
         idx = np.arange(len(mesh["n"])) if rows is None else rows
         covered = mesh["n_kv"][idx] <= window
-        if covered.all() or not covered.any():
+        if not covered.any():
             yield rows, impl
             continue
-        yield idx[covered], impl
-        yield idx[~covered], impl
+        if not auto:
+            yield (rows, impl) if covered.all() else (idx[covered], impl)
+        else:
+            for d in np.unique(mesh["d"][idx[covered]]):
+                yield idx[covered & (mesh["d"][idx] == d)], "auto"
+        if not covered.all():
+            yield idx[~covered], impl
 
 
 def _row_window(window: int | None, n_kv: np.ndarray) -> int | None:
@@ -1086,6 +1092,46 @@ def context_parallel_rows(result: Any) -> list[dict[str, Any]]:
         }
         for alg in (result.standard, result.tiled)
     ]
+
+
+#: the per-row columns a model's layers add up (bytes at every level, work, times)
+LAYER_SUMS = tuple(
+    c
+    for c in SWEEP_COLUMNS
+    if c.endswith("_bytes")
+    or c in ("flops", "exp_ops", "predicted_time_s", "predicted_time_low_s", "predicted_time_high_s")
+)
+
+
+def layers_summed(parts: list[tuple[SweepResult, int]]) -> SweepResult:
+    """One sweep of a model's attention per step from a sweep per kind of layer, each with its
+    count: the rows' bytes, work and times are summed, count × each kind's; intensity and the
+    standard/tiled ratios follow from the sums; every other column (tiles, bound, kernel) is the
+    first kind's. The sweeps must be of one grid's rows in one order (only windows differ)."""
+    first, _ = parts[0]
+    if any(len(r) != len(first) for r, _ in parts):
+        raise ValueError("sweeps of different rows cannot be summed")  # pragma: no cover - programming error
+    columns = {k: v.copy() for k, v in first.columns.items()}
+    for name in LAYER_SUMS:
+        total = sum(np.asarray(r.columns[name], dtype=np.float64) * count for r, count in parts)
+        columns[name] = total.astype(first.columns[name].dtype) if first.columns[name].dtype.kind in "iu" else total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hbm = np.asarray(columns["hbm_bytes"], dtype=np.float64)
+        columns["arithmetic_intensity"] = np.where(hbm > 0, np.asarray(columns["flops"], dtype=np.float64) / hbm, 0.0)
+        for ratio, name in (
+            ("ratio_hbm_bytes", "hbm_bytes"),
+            ("ratio_flops", "flops"),
+            ("ratio_predicted_time_s", "predicted_time_s"),
+        ):
+            col = np.asarray(columns[name], dtype=np.float64)
+            std, til = col[0::2], col[1::2]
+            r = np.where(til > 0, std / np.where(til > 0, til, 1.0), np.inf)
+            columns[ratio] = np.repeat(r, 2)
+    columns["window"] = np.full(len(first), -1, dtype=first.columns["window"].dtype)
+    notes = list(dict.fromkeys(n for r, _ in parts for n in r.notes))
+    caveats = list(dict.fromkeys(c for r, _ in parts for c in r.caveats))
+    warnings = list(dict.fromkeys(w for r, _ in parts for w in r.warnings))
+    return SweepResult(first.grid, columns, first.categories, notes, caveats, warnings)
 
 
 def evaluate_context_parallel(

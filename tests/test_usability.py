@@ -44,8 +44,7 @@ def _options(command: click.Command) -> set[str]:
 
 
 def test_every_compare_option_is_a_sweep_axis():
-    # --layers all is a view of a model's layers summed (one table per workload), not an axis
-    compare_options = _options(cli.commands["compare"]) - {"--format", "--help", "--layers"}
+    compare_options = _options(cli.commands["compare"]) - {"--format", "--help"}
     assert compare_options <= _options(cli.commands["sweep"]), compare_options - _options(cli.commands["sweep"])
 
 

@@ -299,3 +299,30 @@ def test_cli_layers_all():
     ):
         r = _run("compare", "--n", "4096", "--d", "128", "--dtype", "bf16", "--gpu", "h200", "--layers", "all", *extra)
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_sweep_layers_all_rows_are_compare_s_totals():
+    r = _run(
+        "sweep", "--model", "gemma-2-9b", "--n", "4096,16384", "--dtype", "bf16", "--gpu", "h200", "--layers", "all",
+        "--format", "json",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert "21 global + 21 local (window 4096)" in r.stderr
+    for n in (4096, 16384):
+        c = _run(
+            "compare", "--model", "gemma-2-9b", "--n", str(n), "--dtype", "bf16", "--gpu", "h200", "--layers", "all",
+            "--format", "json",
+        )  # fmt: skip
+        totals = json.loads(c.stdout)["totals"]
+        std, til = [row for row in rows if row["n"] == n]
+        assert til["hbm_bytes"] == totals["tiled"]["hbm_bytes"]
+        assert til["predicted_time_s"] == pytest.approx(totals["tiled"]["predicted_time_s"], rel=1e-9)
+        assert std["predicted_time_s"] == pytest.approx(totals["standard"]["predicted_time_s"], rel=1e-9)
+        assert til["ratio_predicted_time_s"] == pytest.approx(std["predicted_time_s"] / til["predicted_time_s"])
+    for extra, message in (
+        (["--d", "128"], "--layers all needs --model"),
+        (["--model", "gemma-2-9b", "--window", "1024"], "--layers all takes the model's windows"),
+    ):
+        r = _run("sweep", "--n", "4096", "--dtype", "bf16", "--gpu", "h200", "--layers", "all", *extra)
+        assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output

@@ -200,6 +200,14 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "Standard attention as the paper's Algorithm 0/3 (algorithm0) or as eager PyTorch and autograd run it "
     "(eager); see 'memmodel compare --help'. Default: algorithm0.",
 )
+@option(
+    "--layers",
+    type=choice(["one", "all"]),
+    default="one",
+    show_default=True,
+    help="one: one attention layer a row; all (with --model): each row the model's attention per step, its kinds "
+    "of layer (full, a sliding window) counted as the model has them (see 'memmodel compare --help').",
+)
 @_grid("--context-parallel", "GPUs the sequence is split over (context parallelism); see 'memmodel compare --help'.")
 @_list("--cp-scheme", _choices(("ring", "ulysses")), "Context-parallel schemes (ring, ulysses). Default: ring.")
 @format_option(
@@ -248,6 +256,7 @@ def sweep_cmd(
     standard: tuple[str, ...] | None,
     context_parallel: tuple[int, ...] | None,
     cp_scheme: tuple[str, ...] | None,
+    layers: str,
     fmt: str | None,
     output: str | None,
     force: bool,
@@ -361,7 +370,10 @@ def sweep_cmd(
         "windows": window,
         "seq_lens": lens,
     }
-    grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in values.items() if v})
+    kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]
+    if layers == "all":
+        kinds = _layer_kinds(model, window, lens, causal, context_parallel)
+    grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in (values | kinds[0][0]).items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
         raise WorkloadError(
             f"a table of {grid.size:,} workloads is too long to read: use --format csv or jsonl (with --output FILE)"
@@ -370,8 +382,21 @@ def sweep_cmd(
 
     profiles = {g: load_profile(g) for g in grid.gpus}
     refuse_same_names(list(profiles.values()), "sweep")
-    with terminal.counter(grid.size, "evaluating") as advance:
+    with terminal.counter(grid.size * len(kinds), "evaluating") as advance:
         result = evaluate(grid, profiles, progress=advance)
+        if len(kinds) > 1 or kinds[0][1] != 1:
+            from ..sweep import layers_summed
+
+            parts = [(result, kinds[0][1])]
+            for changes, count in kinds[1:]:
+                other = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in (values | changes).items() if v})
+                parts.append((evaluate(other, profiles, progress=advance), count))
+            result = layers_summed(parts)
+            described = " + ".join(
+                f"{count} {'local (window ' + str(c['windows'][0]) + ')' if c['windows'][0] else 'global'}"
+                for c, count in kinds
+            )
+            terminal.note(f"--layers all: each row is {model}'s attention per step, {described} layers summed")
     import contextlib
     import sys
 
@@ -452,3 +477,30 @@ def _print_table(result: Any, stream: Any) -> None:
     columns = [(h, "right") for h in headers[:-1]] + [(headers[-1], "left")]
     con.print(terminal.table(None, columns, formatted))
     con.print("[dim]s/t: standard / tiled (above 1: tiled moves fewer bytes, is faster)[/]", soft_wrap=True)
+
+
+def _layer_kinds(
+    model: str | None, window: Any, lens: Any, causal: Any, context_parallel: Any
+) -> list[tuple[dict[str, Any], int]]:
+    """``--layers all``: the grid changes of each kind of the model's layers and its count."""
+    from ..errors import WorkloadError
+    from ..model_shapes import load_model
+
+    if not model:
+        raise click.UsageError("--layers all needs --model (the model's layers and their kinds)")
+    if window or lens or context_parallel:
+        raise WorkloadError(
+            "--layers all takes the model's windows: give no --window, --seq-lens or --context-parallel"
+        )
+    shape = load_model(model)
+    if not shape.layers:
+        raise WorkloadError(f"--layers all: {shape.name} gives no layer count (num_hidden_layers)")
+    local = shape.local_layers if shape.local_layers else (shape.layers if shape.window else 0)
+    win = shape.local_window if shape.local_layers else shape.window
+    out: list[tuple[dict[str, Any], int]] = []
+    decoder = (True,) if local else causal
+    if shape.layers - local:
+        out.append(({"causal": decoder, "windows": (None,)}, shape.layers - local))
+    if local:
+        out.append(({"causal": (True,), "windows": (win,)}, local))
+    return out
