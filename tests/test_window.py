@@ -292,6 +292,20 @@ def test_cli_layers_all():
     assert [(g["kind"], g["count"], g["window"]) for g in data["groups"]] == [("global", 21, None), ("local", 21, 4096)]
     tiled = [g["comparison"]["algorithms"][1]["predicted_time_s"] for g in data["groups"]]
     assert data["totals"]["tiled"]["predicted_time_s"] == pytest.approx(21 * tiled[0] + 21 * tiled[1], rel=1e-12)
+    r = _run(
+        "compare", "--model", "gemma-2-9b", "--n", "16384", "--dtype", "bf16", "--gpu", "h200", "--layers", "all",
+        "--format", "csv",
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == "kind,count,window,algorithm,hbm_bytes,flops,predicted_time_s,layers_time_s"
+    assert [line.split(",")[:4] for line in lines[1:]] == [
+        ["global", "21", "", "standard"],
+        ["global", "21", "", "tiled"],
+        ["local", "21", "4096", "standard"],
+        ["local", "21", "4096", "tiled"],
+    ]
+    assert float(lines[4].split(",")[7]) == pytest.approx(tiled[1] * 21, rel=1e-9)
     for extra, message in (
         ([], "--layers all needs --model"),
         (["--model", "gemma-2-9b", "--gpu", "a100"], "--layers all takes one --gpu"),

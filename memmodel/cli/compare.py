@@ -482,15 +482,20 @@ def _whole_model(
     elif fmt == "csv":
         columns = ("kind", "count", "window", "algorithm", "hbm_bytes", "flops", "predicted_time_s", "layers_time_s")
         rows = [
-            (
-                g.kind,
-                g.count,
-                "" if g.window is None else g.window,
-                name,
-                int(getattr(g.comparison, name).traffic.hbm_bytes),
-                int(getattr(g.comparison, name).traffic.flops),
-                float(getattr(g.comparison, name).timing.time_s),
-                g.count * float(getattr(g.comparison, name).timing.time_s),
+            dict(
+                zip(
+                    columns,
+                    (
+                        g.kind,
+                        g.count,
+                        "" if g.window is None else g.window,
+                        name,
+                        int(getattr(g.comparison, name).traffic.hbm_bytes),
+                        int(getattr(g.comparison, name).traffic.flops),
+                        float(getattr(g.comparison, name).timing.time_s),
+                        g.count * float(getattr(g.comparison, name).timing.time_s),
+                    ),
+                )
             )
             for g in groups
             for name in ("standard", "tiled")
