@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .errors import WorkloadError
 from .frozen import frozen
 from .model_shapes import ModelShape
@@ -22,24 +24,36 @@ class LayerGroup:
     comparison: Any  # memmodel.model.Comparison
 
 
-def layer_kinds(shape: ModelShape, workload: Workload) -> list[tuple[str, int, Workload]]:
-    """(kind, layers, workload) of each kind of layer of ``shape`` on ``workload``: its global
-    layers as ``workload`` is (causal as it says, no window), its local ones causal within the
-    model's window (full causal where the window covers every key). A model with windowed
-    layers is a decoder: its global layers are causal too."""
+def layer_counts(shape: ModelShape) -> list[tuple[str, int, int | None]]:
+    """(kind, layers, window) of each kind of layer of ``shape``: its full-attention ("global")
+    layers and its sliding-window ("local") ones, in that order, those it has."""
     if not shape.layers:
         raise WorkloadError(f"--layers all: {shape.name} gives no layer count (num_hidden_layers)")
     window = shape.local_window if shape.local_layers else shape.window
     local = shape.local_layers if shape.local_layers else (shape.layers if shape.window else 0)
-    glob = shape.layers - local
-    causal = bool(workload.causal) or local > 0
-    out = []
-    if glob:
-        out.append(("global", glob, workload.with_(causal=causal, window=None)))
+    out: list[tuple[str, int, int | None]] = []
+    if shape.layers - local:
+        out.append(("global", shape.layers - local, None))
     if local:
-        longest = int(max(int(workload.n_kv_), 1))
-        w = window if window is not None and window < longest else None
-        out.append(("local", local, workload.with_(causal=True, window=w)))
+        out.append(("local", local, window))
+    return out
+
+
+def layer_kinds(shape: ModelShape, workload: Workload) -> list[tuple[str, int, Workload]]:
+    """(kind, layers, workload) of each kind of layer of ``shape`` on ``workload``
+    (:func:`layer_counts`): its global layers as ``workload`` is (causal as it says, no window),
+    its local ones causal within the model's window (full causal where the window covers every
+    key). A model with windowed layers is a decoder: its global layers are causal too."""
+    counts = layer_counts(shape)
+    causal = bool(workload.causal) or any(kind == "local" for kind, _, _ in counts)
+    longest = int(max(int(np.max(np.asarray(workload.n_kv_))), 1))
+    out = []
+    for kind, count, window in counts:
+        if kind == "global":
+            out.append((kind, count, workload.with_(causal=causal, window=None)))
+        else:
+            w = window if window is not None and window < longest else None
+            out.append((kind, count, workload.with_(causal=True, window=w)))
     return out
 
 

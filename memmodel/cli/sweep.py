@@ -482,9 +482,11 @@ def _print_table(result: Any, stream: Any) -> None:
 def _layer_kinds(
     model: str | None, window: Any, lens: Any, causal: Any, context_parallel: Any
 ) -> list[tuple[dict[str, Any], int]]:
-    """``--layers all``: the grid changes of each kind of the model's layers and its count."""
+    """``--layers all``: the grid changes of each kind of the model's layers and its count
+    (:func:`memmodel.whole_model.layer_counts`)."""
     from ..errors import WorkloadError
     from ..model_shapes import load_model
+    from ..whole_model import layer_counts
 
     if not model:
         raise click.UsageError("--layers all needs --model (the model's layers and their kinds)")
@@ -492,15 +494,8 @@ def _layer_kinds(
         raise WorkloadError(
             "--layers all takes the model's windows: give no --window, --seq-lens or --context-parallel"
         )
-    shape = load_model(model)
-    if not shape.layers:
-        raise WorkloadError(f"--layers all: {shape.name} gives no layer count (num_hidden_layers)")
-    local = shape.local_layers if shape.local_layers else (shape.layers if shape.window else 0)
-    win = shape.local_window if shape.local_layers else shape.window
-    out: list[tuple[dict[str, Any], int]] = []
-    decoder = (True,) if local else causal
-    if shape.layers - local:
-        out.append(({"causal": decoder, "windows": (None,)}, shape.layers - local))
-    if local:
-        out.append(({"causal": (True,), "windows": (win,)}, local))
-    return out
+    counts = layer_counts(load_model(model))
+    decoder = (True,) if any(kind == "local" for kind, _, _ in counts) else causal
+    return [
+        ({"causal": decoder if kind == "global" else (True,), "windows": (win,)}, count) for kind, count, win in counts
+    ]
