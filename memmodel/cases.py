@@ -138,7 +138,7 @@ class Case:
 
     def input_bytes(self) -> int:
         w = self.workload()
-        return int(w.q_bytes()) * 2 + int(w.kv_bytes()) * 2
+        return int(w.q_bytes()) + int(w.o_bytes()) + int(w.kv_bytes()) + int(w.v_bytes())
 
 
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
