@@ -145,7 +145,7 @@ def compare(
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard) + packed_assumptions(workload)),
         caveats=tuple(c.text for c in lines),
         caveat_classes=tuple(c.cls for c in lines),
-        warnings=tuple(capacity_warnings(workload, profile)),
+        warnings=tuple(capacity_warnings(workload, profile) + fallback_warnings(opts)),
         options=opts,
     )
 
@@ -205,6 +205,8 @@ def reference_bytes(workload: Workload, profile: Profile, opts: Options) -> dict
     w = workload
     q, kv = w.q_bytes(), w.kv_bytes()
     o, v = w.o_bytes(), w.v_bytes()  # O, dO and V, dV at V's head dim
+    if opts.implementation == "flashmla":
+        v = 0  # the absorbed MLA form: V is the first d_v of K's cached row, read with it
     compulsory = intmath.add(q, kv, v, o)  # read Q, K, V; write O
     if opts.backward:
         # read Q, K, V, O, dO; write dQ, dK, dV
@@ -231,6 +233,13 @@ def reference_bytes(workload: Workload, profile: Profile, opts: Options) -> dict
         "theta_bytes": plain(theta),
         "lower_bound_bytes": plain(lower),
     }
+
+
+def fallback_warnings(opts: Options) -> list[str]:
+    """Say where ``--impl auto`` found PyTorch falling back to its math path (``sdpa-math``)."""
+    from .implementations import MATH_FALLBACK_WARNING
+
+    return [MATH_FALLBACK_WARNING] if any(MATH_FALLBACK_WARNING in n for n in opts.notes) else []
 
 
 def capacity_warnings(workload: Workload, profile: Profile) -> list[str]:
