@@ -19,7 +19,8 @@ runs it (``include/flashinfer/attention/mla_hopper.cuh`` and ``MLAPlan`` in
 * one persistent cooperative kernel: each CTA loads its 64 rows of Q (latent and rotary parts)
   and walks its chunk's 64-token K/V tiles (latent and rotary rows, two stages) through the page
   table, writing O directly where the tile was not split; after a grid-wide barrier the same launch
-  merges the partials of the split tiles into O (``DevicePersistentMergeStates``).
+  merges the partials of the split tiles into O (``DevicePersistentMergeStates``): one ledger
+  kernel, the merge's transfers in it.
 
 Both CTAs of a cluster read the same K/V chunk at the same time (L2 requests twice, HBM once);
 the query tiles of one request beyond the first (more than 128 rows: several tokens a request)
@@ -46,7 +47,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
-from .ledger import COMBINE, Kernel, KernelBuilder
+from .ledger import Kernel, KernelBuilder
 
 #: rows and tokens of FlashInfer's Hopper MLA CTA tile, and its K/V pipeline stages
 TILE, STAGES = 64, 2
@@ -147,29 +148,26 @@ def flashinfer_mla_kernels(w: Workload, l2: l2m.L2, sm_count: int, page_size: in
     k.write("O", "output", direct_o, "B·H·N·d_v·e (tiles not split)")
     k.write("O_partial", "intermediate", partial_o, "chunks · B·H·N·d_v·e (split tiles; the output dtype)")
     k.write("lse_partial", "intermediate", partial_lse, "chunks · B·H·N·4 (split tiles)")
-    main = k.build(
-        matmul_flops=intmath.mul(2, exec_scores, w.d_kv),
-        softmax_flops=intmath.add(intmath.mul(3, exec_scores), intmath.mul(rows, w.d_v_, chunks_tiles(p))),
-        exp_ops=exec_scores,
-        concurrent_ctas=intmath.minimum(ctas, sm_count),
-        ctas=ctas,
-        bytes_in_flight_per_cta=STAGES * TILE * int(np.max(np.asarray(row_kv))),
-        overlap="serial-compute",
-    )
-    m = KernelBuilder("flashinfer_mla_merge")
-    m.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "chunks · B·H·N·d_v·e")
-    m.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "chunks · B·H·N·4")
-    merged_o = intmath.add(o, intmath.mul(-1, direct_o))
-    m.write("O", "output", merged_o, "B·H·N·d_v·e (split tiles)")
-    # the merge runs in the same launch, after a grid-wide barrier: no launch of its own
-    merge = m.build(
-        softmax_flops=intmath.mul(3, part_rows, w.d_v_),
-        exp_ops=part_rows,
-        splits=chunks,
-        kind=COMBINE,
-        launches=0,
-    )
-    return [main] + ([merge] if np.any(split) else [])
+    # the merge of the split tiles' partials, after a grid-wide barrier in the same launch
+    # (``DevicePersistentMergeStates``): the partials just written, read back from L2 where they fit
+    k.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "merge: chunks · B·H·N·d_v·e")
+    k.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "merge: chunks · B·H·N·4")
+    k.write("O", "output", intmath.add(o, intmath.mul(-1, direct_o)), "merge: B·H·N·d_v·e (split tiles)")
+    return [
+        k.build(
+            matmul_flops=intmath.mul(2, exec_scores, w.d_kv),
+            softmax_flops=intmath.add(
+                intmath.mul(3, exec_scores),
+                intmath.mul(rows, w.d_v_, chunks_tiles(p)),
+                intmath.mul(3, part_rows, w.d_v_),  # the merge: rescale and add each partial
+            ),
+            exp_ops=intmath.add(exec_scores, part_rows),
+            concurrent_ctas=intmath.minimum(ctas, sm_count),
+            ctas=ctas,
+            bytes_in_flight_per_cta=STAGES * TILE * int(np.max(np.asarray(row_kv))),
+            overlap="serial-compute",
+        )
+    ]
 
 
 def chunks_tokens(p: dict[str, IntLike]) -> IntLike:
