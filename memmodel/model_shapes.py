@@ -187,9 +187,8 @@ def mla_model(name: str, heads: int, repo: str, layers: int) -> ModelShape:
         heads,
         DEEPSEEK_MLA.qk_nope_head_dim + DEEPSEEK_MLA.qk_rope_head_dim,
         _HF.format(repo),
-        "multi-head latent attention: prefill as every head at d 192 / d_v 128, decoding (--n-kv > --n) in the "
-        "absorbed form (one latent K/V head, d 576 / d_v 512); the K/V up-projections and the absorbed "
-        "projections are not attention and not counted",
+        "multi-head latent attention: prefill at d 192 / d_v 128, decoding (--n-kv > --n) in the absorbed form "
+        "(one latent K/V head, d 576 / d_v 512)",
         layers=layers,
         mla=DEEPSEEK_MLA,
     )
@@ -229,11 +228,6 @@ MODELS: dict[str, ModelShape] = {
         ModelShape(
             "gemma-2-9b", 16, 8, 256, _HF.format("google/gemma-2-9b"), mixed_note(21, 42, 4096), None, 21, 21, 4096, 42
         ),
-        mla_model("deepseek-v3", 128, "deepseek-ai/DeepSeek-V3", 61),
-        mla_model("deepseek-r1", 128, "deepseek-ai/DeepSeek-R1", 61),
-        mla_model("deepseek-v2", 128, "deepseek-ai/DeepSeek-V2", 60),
-        mla_model("deepseek-v2-lite", 16, "deepseek-ai/DeepSeek-V2-Lite", 27),
-        mla_model("kimi-k2", 64, "moonshotai/Kimi-K2-Instruct", 61),
         ModelShape(
             "gemma-2-27b",
             32,
@@ -247,6 +241,13 @@ MODELS: dict[str, ModelShape] = {
             4096,
             46,
         ),
+        # multi-head latent attention (num_attention_heads and num_hidden_layers of each config;
+        # the MLA sizes of DEEPSEEK_MLA in all five)
+        mla_model("deepseek-v3", 128, "deepseek-ai/DeepSeek-V3", 61),
+        mla_model("deepseek-r1", 128, "deepseek-ai/DeepSeek-R1", 61),
+        mla_model("deepseek-v2", 128, "deepseek-ai/DeepSeek-V2", 60),
+        mla_model("deepseek-v2-lite", 16, "deepseek-ai/DeepSeek-V2-Lite", 27),
+        mla_model("kimi-k2", 64, "moonshotai/Kimi-K2-Instruct", 61),
     )
 }
 
@@ -386,6 +387,12 @@ def _kind(value: Any) -> str:
 
 def _mla_from_config(config: dict[str, Any], heads: int, where: str, label: str) -> ModelShape:
     """A config with ``kv_lora_rank``: multi-head latent attention (every MLA key required)."""
+    missing = [k for k in MLA_KEYS if config.get(k) is None]
+    if missing:
+        raise WorkloadError(
+            f"{where}: kv_lora_rank marks multi-head latent attention, which also needs {', '.join(missing)} "
+            f"(the config gives {', '.join(k for k in MLA_KEYS if k not in missing)})"
+        )
     sizes = {k: _int(config, (k,), where, required=True) for k in MLA_KEYS}
     mla = MLAShape(*(int(sizes[k] or 0) for k in MLA_KEYS))
     layers = _int(config, ("num_hidden_layers", "n_layer", "num_layers"), where) or 0

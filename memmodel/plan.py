@@ -376,7 +376,8 @@ def _mla_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     w = plan.workload
     if plan.implementation == "sdpa-math":
         kernels = math_fallback_kernels(w, plan.l2_base)
-        return AlgorithmTraffic("tiled", "math", tuple(kernels), params={"gemm_tile": 128}, facts=plan.facts)
+        params = plan.facts.to_params() | {"gemm_tile": 128}
+        return AlgorithmTraffic("tiled", "math", tuple(kernels), params=params, facts=plan.facts)
     kernels = flashinfer_mla_kernels(w, plan.l2, plan.profile.sm_count)
     found = {f"mla_{k}": param(v) for k, v in plan_arrays(w, plan.profile.sm_count).items()}
     return AlgorithmTraffic(

@@ -139,13 +139,15 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
 
 
 def _kv_cache(model: str | None, workload: Any) -> dict[str, Any] | None:
-    """The K/V cache bytes per token of ``--model`` at the workload's dtype (per layer and over
-    its layers), for the output; None without a model."""
+    """The K/V cache bytes per token of an MLA ``--model`` at the workload's dtype (per layer and
+    over its layers), for the output; None without one (other models' outputs are as they were)."""
     if not model:
         return None
     from ..model_shapes import load_model
 
     shape = load_model(model)
+    if shape.mla is None:
+        return None
     per_layer = shape.kv_cache_bytes_per_token(workload.element_bytes)
     what = (
         f"the latent row: kv_lora_rank + qk_rope_head_dim = {shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim} "
