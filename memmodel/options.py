@@ -132,7 +132,7 @@ def options_for(
     spec = IMPLEMENTATIONS[impl]
     if rest.get("backward") and not spec.trains:
         raise WorkloadError(f"--impl {impl} with --backward: its kernels are modelled forward only (decoding)")
-    if spec.rates_from:
+    if spec.rates_from and (profile is None or profile.implementation(impl).efficiency is None):
         notes.append(
             f"--impl {impl}: no measurement of its own; its fused kernel takes {spec.rates_from}'s measured H200 "
             f"efficiency and CTA cost (both wgmma kernels; at {spec.rates_from}'s largest measured head dim), its "

@@ -256,11 +256,14 @@ def caveats(
             "two is taken to run at the full rate"
             + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
-    figures = profile.implementation(impl.rates_from or impl.name)
+    figures = profile.implementation(impl.name)
+    transferred = bool(impl.rates_from and figures.efficiency is None)
+    if transferred:
+        figures = profile.implementation(str(impl.rates_from))
     measured = figures.efficiency
     if impl.name == "sdpa-math":
         pass  # library kernels (casts, copies, cuBLAS products, softmax) at the profile's measured rates
-    elif impl.rates_from and measured:
+    elif transferred and measured:
         out.append(
             f"{impl.name} was not measured on {profile.name}: its fused kernel takes {impl.rates_from}'s measured "
             f"efficiency and CTA cost (a transferred figure, docs/variants.md, MLA)."
@@ -828,7 +831,9 @@ def kernel_time(
     # at the head dim (each pass's own, as calibrate fitted them; a split-KV kernel its own
     # efficiency where measured), for a combine kernel its fixed and per-split costs
     # an implementation with no figures of its own takes another's by its stated rule (flashmla: FA3's)
-    measured = profile.implementation(impl.rates_from if impl is not None and impl.rates_from else implementation)
+    measured = profile.implementation(implementation)
+    if impl is not None and impl.rates_from and measured.efficiency is None:
+        measured = profile.implementation(impl.rates_from)
     if impl and hd is not None:
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
     else:
