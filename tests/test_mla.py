@@ -471,3 +471,31 @@ def test_sweep_and_model_arrays_agree_on_a_grid():
     for i, (nkv, b) in enumerate(((1024, 1), (4096, 64))):
         one = compare(w.with_(n_kv=nkv, batch=b), H200, impl="flashmla")
         assert int(np.asarray(grid.tiled.traffic.hbm_bytes)[i]) == int(one.tiled.traffic.hbm_bytes)
+
+
+def test_validate_drops_flashmla_cases_with_one_line_where_flashinfer_is_missing(monkeypatch, capsys):
+    from memmodel.cli import validate
+    from memmodel.errors import RuntimeFailure
+    from memmodel.gpu import mla
+
+    monkeypatch.setattr(mla, "missing", lambda: "impl=flashmla needs FlashInfer")
+    cases = [
+        parse_case("impl=flashmla,model=deepseek-v2-lite,n=1,n_kv=1024,dtype=bf16"),
+        parse_case("impl=sdpa-cudnn,n=1024,d=192,d_v=128,dtype=bf16"),
+    ]
+    assert [c.impl for c in validate._runnable(cases)] == ["sdpa-cudnn"]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["memmodel: warning: skipping 1 flashmla case(s): impl=flashmla needs FlashInfer"]
+    with pytest.raises(RuntimeFailure, match="no case to run"):
+        validate._runnable(cases[:1])
+    monkeypatch.setattr(mla, "missing", lambda: None)
+    assert validate._runnable(cases) == cases
+
+
+def test_compare_json_says_which_mla_form(run):
+    r = run("compare", "--model", "kimi-k2", "--n", "2048", "--dtype", "bf16", "--gpu", "h200", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    cache = json.loads(r.stdout)["kv_cache"]
+    assert cache["form"] == "mla-prefill" and cache["bytes_per_token"] == 1152 * 61
+    plain = run("compare", "--model", "llama-3-8b", "--n", "2048", "--format", "json")
+    assert "kv_cache" not in json.loads(plain.stdout)  # other models' outputs as they were

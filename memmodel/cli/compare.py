@@ -162,6 +162,7 @@ def _kv_cache(model: str | None, workload: Any) -> dict[str, Any] | None:
         "layers": shape.layers,
         "bytes_per_token": per_layer * shape.layers if shape.layers else None,
         "what": what,
+        "form": shape.attention(workload.n, workload.n_kv).form,
     }
 
 

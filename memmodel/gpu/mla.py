@@ -37,6 +37,15 @@ def import_flashinfer() -> Any:
     return flashinfer
 
 
+def missing() -> str | None:
+    """Why FlashInfer's MLA kernel cannot run here, in one line; None where it can."""
+    try:
+        import_flashinfer()
+    except RuntimeFailure as exc:
+        return str(exc)
+    return None
+
+
 def page_table(batch: int, n_kv: int, seed: int = 0, page_size: int = PAGE_SIZE) -> dict[str, Any]:
     """A paged cache's tables for ``batch`` requests of ``n_kv`` tokens (plain lists, CPU): each
     request's ⌈n_kv / page⌉ pages drawn from one pool by a seeded permutation (scattered, as an
