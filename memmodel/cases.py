@@ -35,6 +35,8 @@ class Case:
     window: int | None = None
     #: a packed row of documents (FlashAttention-2's varlen kernels, sdpa-flash only; n is their sum)
     seq_lens: tuple[int, ...] | None = None
+    #: V's (and O's) head dim where it differs from d (MLA: 192/128 prefill, 576/512 absorbed decode)
+    d_v: int | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -64,6 +66,20 @@ class Case:
                 raise WorkloadError(
                     f"case seq_lens={_docs(self.seq_lens)}: n={self.n} is not their sum ({sum(self.seq_lens)})"
                 )
+        if self.d_v == self.d:
+            object.__setattr__(self, "d_v", None)
+        if self.d_v is not None and self.impl not in DV_CASE_IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"case d_v={self.d_v}: V's head dim apart from Q's runs with impl "
+                f"{', '.join(DV_CASE_IMPLEMENTATIONS)} (not {self.impl})"
+            )
+        if self.impl in ("flashmla", "sdpa-math") and self.backward:
+            raise WorkloadError(f"case impl={self.impl}: forward only (the MLA decode kernels run no backward)")
+        if self.impl == "flashmla" and (self.d, self.d_v, self.kv_heads_) != (576, 512, 1):
+            raise WorkloadError(
+                f"case impl=flashmla: the absorbed MLA decode shape is d=576, d_v=512, kv_heads=1 "
+                f"(got d={self.d}, d_v={self.d_v}, kv_heads={self.kv_heads_})"
+            )
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -85,6 +101,8 @@ class Case:
         if self.n_kv_ != self.n:
             shape += f"nkv{self.n_kv_}"
         shape += f"d{self.d}"
+        if self.d_v is not None:
+            shape += f"dv{self.d_v}"
         extra = "-causal" if self.causal else ""
         if self.window is not None:
             extra += f"-win{self.window}"
@@ -116,6 +134,20 @@ class Case:
             dropout=self.dropout,
             window=self.window,
             seq_lens=self.seq_lens,
+            d_v=self.d_v,
+        )
+
+    @property
+    def d_v_(self) -> int:
+        """V's head dim: as given, else ``d`` (as :attr:`Workload.d_v_`)."""
+        return self.d if self.d_v is None else self.d_v
+
+    @property
+    def v_in_k(self) -> bool:
+        """V is the first d_v elements of K's row (the absorbed MLA form: one latent cache), not a
+        tensor of its own: flashmla's cases, and sdpa-math's with one K/V head and d_v < d."""
+        return self.impl == "flashmla" or (
+            self.impl == "sdpa-math" and self.d_v is not None and self.d_v < self.d and self.kv_heads_ == 1
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,11 +156,13 @@ class Case:
             del out["seq_lens"]
         else:
             out["seq_lens"] = list(out["seq_lens"])
+        if out["d_v"] is None:  # a key only cases with V's head dim apart have
+            del out["d_v"]
         return {"id": self.id, **out}
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
-        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
+        keys = ("impl", "n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
         parts += ["causal=1"] if self.causal else []
@@ -138,13 +172,19 @@ class Case:
 
     def input_bytes(self) -> int:
         w = self.workload()
-        return int(w.q_bytes()) * 2 + int(w.kv_bytes()) * 2
+        v = 0 if self.v_in_k else int(w.v_bytes())  # the absorbed form: V is part of K's rows
+        return int(w.q_bytes()) + int(w.o_bytes()) + int(w.kv_bytes()) + v
 
 
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, dropout, backward"
+_KEYS = (
+    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, "
+    "dropout, backward"
+)
+#: implementations whose cases take d_v (V's head dim apart from Q's)
+DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flashmla")
 
 
 def _docs(seq_lens: tuple[int, ...]) -> str:
@@ -180,7 +220,7 @@ def parse_case(text: str) -> Case:
                 fields[key] = float(value)
             except ValueError:
                 raise WorkloadError(f"case dropout={value!r} is not a number") from None
-        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window"):
+        elif key in ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window"):
             try:
                 fields[key] = int(value)
             except ValueError:
@@ -191,8 +231,10 @@ def parse_case(text: str) -> Case:
         from .model_shapes import load_model
 
         shape = load_model(model)
-        for key, value in (("heads", shape.heads), ("kv_heads", shape.kv_heads), ("d", shape.head_dim)):
-            fields.setdefault(key, value)
+        att = shape.attention(fields.get("n"), fields.get("n_kv"))  # MLA: its prefill or absorbed decode form
+        for key, value in (("heads", att.heads), ("kv_heads", att.kv_heads), ("d", att.d), ("d_v", att.d_v)):
+            if value is not None:
+                fields.setdefault(key, value)
     if "n" not in fields or "d" not in fields:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")

@@ -28,6 +28,16 @@ FA4_CAPABILITY = (10.0, 11.0)
 #: Tiled variants: FA1 (outer loop over K/V, a CTA per head) and FA2 (outer loop over Q).
 TILED_VARIANTS = ("fa1", "fa2")
 
+#: the flashinfer commit whose Hopper MLA decode (``include/flashinfer/attention/mla_hopper.cuh``,
+#: ``MLAPlan`` in ``include/flashinfer/attention/scheduler.cuh``) ``flashmla`` models
+FLASHINFER_COMMIT = "fb28d7242"
+#: the FlashMLA commit read for where DeepSeek's kernel differs (``csrc/api/dense_decode.h``,
+#: ``csrc/sm90/decode/dense/``, ``csrc/smxx/decode/combine/``)
+FLASHMLA_COMMIT = "9241ae3"
+#: MLA's absorbed decode shape: one latent K/V head of kv_lora_rank (512) + qk_rope_head_dim (64)
+#: elements, V its first 512 (the head dims the MLA decode kernels are built for)
+MLA_D, MLA_DV = 576, 512
+
 #: the flash-attn v1 release whose kernels ``fa1`` models (``csrc/flash_attn/src/fmha_*``,
 #: commit 6d48e14a6c2f551db96f0badc658a6279a929df3, 2023-07-17; docs/implementations.md)
 FA1_RELEASE = "flash-attn v1.0.9"
@@ -100,6 +110,14 @@ class Implementation:
     #: splits K/V across CTAs when decoding (FlashAttention-2's heuristic); False: one split
     #: unless ``--splits`` says otherwise (FA4's ``flash_attn_func``: ``num_splits=1``)
     splits_kv: bool = True
+    #: (d, d_v) pairs of a value head dim apart from Q's it runs (None: any pair within its head
+    #: dims; (): V at Q's head dim only)
+    value_head_dims: tuple[tuple[int, int], ...] | None = ()
+    #: whose measured rates (efficiency, CTA costs) its fused kernels take, by a stated rule,
+    #: where the profile measured none of its own (None: its own)
+    rates_from: str | None = None
+    #: its kernels run the training step (False: forward only; ``--backward`` is refused)
+    trains: bool = True
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -126,6 +144,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         packs_gqa_decode=True,
         extra_launches=1,
         causal_schedule="cudnn",
+        value_head_dims=None,
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",
@@ -134,6 +153,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         head_dims=(64, 128),
         dtypes=("fp32", "fp16", "bf16"),
         capability=(5.0, 12.1),
+        value_head_dims=None,
     ),
     "triton": Implementation(
         "triton",
@@ -153,6 +173,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         capability=(9.0, 9.0),
         packs_gqa_decode=True,
+        value_head_dims=((192, 128),),
     ),
     "fa4": Implementation(
         "fa4",
@@ -197,6 +218,33 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         "native",
         dtypes=("fp32", "tf32", "fp16", "bf16", "fp8"),
         measurable=False,
+        value_head_dims=None,
+    ),
+    "flashmla": Implementation(
+        "flashmla",
+        f"MLA decode in the absorbed form: FlashInfer's Hopper kernel (BatchMLAPagedAttentionWrapper, "
+        f"flashinfer {FLASHINFER_COMMIT[:9]}: one persistent cooperative kernel, 64 query rows of heads × tokens per CTA, "
+        "64-token K/V tiles, its own split scheduler, the merge in the same launch)",
+        "native",
+        softmax_overlap=True,
+        head_dims=(MLA_D,),
+        max_head_dim=MLA_D,
+        capability=(9.0, 9.0),
+        splits_kv=False,
+        value_head_dims=((MLA_D, MLA_DV),),
+        rates_from="fa3",
+        trains=False,
+    ),
+    "sdpa-math": Implementation(
+        "sdpa-math",
+        "PyTorch SDPA, math fallback (Q, K, V cast to fp32, K and V copied to every query head, "
+        "fp32 products and softmax, O cast back)",
+        "native",
+        dtypes=("fp32", "fp16", "bf16"),
+        sram_footprint=False,
+        splits_kv=False,
+        value_head_dims=None,
+        trains=False,
     ),
 }
 #: Kernels ``memmodel validate`` runs: standard attention in eager PyTorch and the measurable ones
@@ -268,6 +316,9 @@ def tiles(
     * flash-attn v1 (``fa1``): 16 query rows a step against 256 keys for d ≤ 64 (128 where
       N_kv ≤ 128), 128 keys for d = 128 (:func:`fa1_block_kv`).
     * CK/aiter (``ck``): :func:`ck_tiles`, by the dtype and the profile's architecture.
+    * ``flashmla`` (FlashInfer's Hopper MLA decode): 64 packed query rows (heads × tokens) against
+      64-token K/V tiles, two stages (``mla_hopper.cuh``: ``CTA_TILE_Q = CTA_TILE_KV = 64``).
+    * ``sdpa-math``: cuBLAS's 128 × 128 output tiles (its products are batched GEMMs).
     """
     if block_q and block_kv:
         return block_q, block_kv
@@ -278,6 +329,10 @@ def tiles(
         bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
         bq, bkv = 128, 128
+    elif impl == "flashmla":
+        bq, bkv = MLA_TILE, MLA_TILE
+    elif impl == "sdpa-math":
+        bq, bkv = 128, 128  # cuBLAS's output tiles (the products are its batched GEMMs)
     elif impl == "fa3":
         bq, bkv = fa3_tiles(int(p), causal)
     elif impl == "fa4":
@@ -545,8 +600,10 @@ def occupancy(impl: str, d: int, block_q: int, dropout: float = 0.0, profile: Pr
         return 1 if eight_warps else 2
     if impl == "triton":
         return int(min(4, max(1, 16384 // max(1, block_q * p))))
-    if impl in ("fa3", "fa4"):
-        return 1  # FA4: its CTA allocates the SM's tensor memory and 512 registers a thread-slot
+    if impl in ("fa3", "fa4", "flashmla"):
+        # FA4: its CTA allocates the SM's tensor memory and 512 registers a thread-slot; flashmla:
+        # a persistent grid of one CTA per SM (MLAPlan: num_blks_x × num_blks_y = the SMs)
+        return 1
     if impl == "fa1":
         return FA1_FORWARD_CTAS
     return None
@@ -601,9 +658,76 @@ def _capability(profile: Profile | None) -> float | None:
         return None
 
 
+#: rows of FlashInfer's Hopper MLA CTA tile and tokens of its K/V tile (``mla_hopper.cuh``)
+MLA_TILE = 64
+#: what every refusal over V's head dim says (:func:`refusal` refuses on it)
+DV_REFUSED = "V's head dim"
+
+
+def value_dims_unsupported(impl: str, workload: Workload) -> str | None:
+    """Why ``impl`` cannot run ``workload``'s V head dim (``d_v`` ≠ d), or its MLA decode shape;
+    None where it can. Each kernel's (d, d_v) pairs are read off its sources (docs/variants.md, "MLA")."""
+    spec = IMPLEMENTATIONS[impl]
+    d, d_v = int(np.max(np.asarray(workload.d))), workload.d_v
+    if impl == "flashmla":
+        shape = (
+            d_v is not None
+            and not intmath_is_array(workload.d, d_v, workload.kv_heads)
+            and (int(workload.d), int(d_v)) == (MLA_D, MLA_DV)
+            and int(workload.kv_heads_) == 1
+        )
+        if not shape:
+            return (
+                f"{impl} runs MLA's absorbed decode only: one latent K/V head, d = {MLA_D} and {DV_REFUSED} "
+                f"d_v = {MLA_DV} (got d={_dims(workload.d)}, d_v={_dims(workload.d_v_)}, "
+                f"kv_heads={_dims(workload.kv_heads_)})"
+            )
+        return None
+    if d_v is None:
+        return None
+    dv = int(np.max(np.asarray(d_v)))
+    pairs = spec.value_head_dims
+    if pairs is None:
+        if impl == "sdpa-cudnn" and max(d, dv) > 256:
+            return f"{impl} runs {DV_REFUSED} and Q's up to 256 (got d={d}, d_v={dv})"
+        return None
+    if pairs and all((int(a), int(b)) in pairs for a, b in _dim_pairs(workload)):
+        return None
+    runs = {
+        "sdpa-flash": "PyTorch's FlashAttention-2 takes Q, K and V at one head dim (check_head_dim_size_flash): "
+        "PyTorch runs this shape with cuDNN (sm90, fp16/bf16) or the memory-efficient kernel: --impl sdpa-cudnn or "
+        "sdpa-efficient",
+        "fa1": "flash-attn v1 takes Q, K and V at one head dim: --impl sdpa-cudnn or sdpa-efficient",
+        "fa3": "FlashAttention-3's kernels with V's head dim apart are built for (192, 128) (and (64, 512), not "
+        "modelled)",
+        "fa4": "FA4's (192, 128) DeepSeek kernel is not modelled",
+        "triton": "memmodel's Triton kernel takes one head dim: --impl sdpa-cudnn or sdpa-efficient",
+        "ck": "CK/aiter's kernels with V's head dim apart are not modelled: --impl paper",
+    }.get(impl, "not modelled")
+    return f"{impl} with {DV_REFUSED} d_v={dv} apart from d={d}: {runs}"
+
+
+def _dim_pairs(workload: Workload) -> list[tuple[int, int]]:
+    """The distinct (d, d_v) pairs of ``workload`` (one for a single workload)."""
+    d, dv = np.broadcast_arrays(np.asarray(workload.d), np.asarray(workload.d_v_))
+    return sorted({(int(a), int(b)) for a, b in zip(d.ravel().tolist(), dv.ravel().tolist())})
+
+
+def _dims(value: Any) -> str:
+    arr = np.asarray(value)
+    return str(int(arr)) if arr.ndim == 0 else "/".join(str(x) for x in sorted({int(v) for v in arr.ravel()}))
+
+
+def intmath_is_array(*values: Any) -> bool:
+    return any(isinstance(v, np.ndarray) for v in values)
+
+
 def unsupported(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
     """Why ``impl`` cannot run ``workload`` on ``profile`` (None where it can); on a grid, why
     it cannot run some of its rows (the largest head dim decides)."""
+    why_dv = value_dims_unsupported(impl, workload)
+    if why_dv is not None:
+        return why_dv
     why = _unsupported(impl, int(np.max(np.asarray(workload.d))), workload.dtype, profile)
     if why is None and impl == "fa4" and float(workload.dropout) > 0:
         return f"{impl} has no dropout (flash_attn.cute's flash_attn_func takes no dropout_p)"
@@ -616,7 +740,12 @@ FA4_PROFILES = ("b200", "b300", "gb200", "gb300")
 
 def refusal(impl: str, why: str) -> str | None:
     """The one line ``--impl impl`` is refused with, where the implementation does not run
-    the workload at all (FA4 off Blackwell: no model stands in); None where it is modelled anyway."""
+    the workload at all (FA4 off Blackwell: no model stands in; a kernel that does not take V's
+    head dim apart from Q's); None where it is modelled anyway."""
+    if DV_REFUSED in why:
+        return f"--impl {impl}: {why}"
+    if impl in ("flashmla", "sdpa-math") and "compute capability" in why:
+        return f"--impl {impl}: {why}"
     if impl != "fa4":
         return None
     if "compute capability" not in why and "NVIDIA" not in why:
@@ -689,8 +818,50 @@ def default_by_head_dim(workload: Workload, profile: Profile | None = None) -> d
     """:func:`default_for` for each head dim of ``workload`` (one for a single workload)."""
     # sorted(set(...)), not np.unique: numpy's set routines cost ~20 ms to load, which a single
     # `memmodel compare` would pay at start-up
+    if workload.d_v is not None:  # V's head dim apart: PyTorch's rules for (d, d_v) pairs
+        gqa = bool(np.any(np.asarray(workload.group) > 1))
+        return {d: _default_dv(d, dv, workload.dtype, profile, gqa) for d, dv in _dim_pairs(workload)}
     ds = sorted({int(x) for x in np.asarray(workload.d).ravel().tolist()})
     return {d: _default_one(d, workload.dtype, profile) for d in ds}
+
+
+#: what ``--impl auto`` warns where PyTorch falls back to its math path (``sdpa-math``)
+MATH_FALLBACK_WARNING = (
+    "PyTorch's scaled_dot_product_attention falls back to its math path here (no fused backend takes this shape): "
+    "Q, K and V cast to fp32, K and V copied to every query head, fp32 products and softmax; an MLA decode kernel "
+    "(--impl flashmla: FlashInfer's or FlashMLA's) reads the latent cache once and costs far less"
+)
+
+
+def _default_dv(d: int, d_v: int, dtype: str, profile: Profile | None, gqa: bool) -> tuple[str, str]:
+    """PyTorch's pick with V's head dim apart (``sdp_utils.cpp``): flash needs one head dim for
+    Q, K, V (``check_head_dim_size_flash``); cuDNN takes d, d_v up to 256 at fp16/bf16 on sm90
+    (measured on an H200, torch 2.11: d 192 / d_v 128 runs cuDNN's ``sm90 ... flash_fprop_wgmma``
+    kernels); the memory-efficient kernel takes d ≠ d_v but no GQA (its dense constraints:
+    ``check_batch_size_and_num_heads_dense<false>``), and past a head dim of 128 its variant
+    accumulates O in global memory (not modelled); otherwise the math path (measured on the absorbed
+    MLA decode shape: 16 query heads on one K/V head, d 576, d_v 512)."""
+    if getattr(profile, "vendor", None) == "AMD":
+        return "paper", "CK/aiter's kernels with V's head dim apart are not modelled: showing the paper's algorithm"
+    cap = _capability(profile)
+    cudnn_ok = cap is not None and cap >= 9.0 and dtype in ("fp16", "bf16") and max(d, d_v) <= 256
+    if cudnn_ok and _unsupported("sdpa-cudnn", d, dtype, profile) is None:
+        return "sdpa-cudnn", (
+            f"PyTorch's scaled_dot_product_attention runs sdpa-cudnn for d {d} / d_v {d_v} on this GPU (its flash "
+            "backend needs one head dim for Q, K and V; measured on an H200 with torch 2.11: cuDNN's sm90 "
+            "flash_fprop_wgmma kernels at d 192 / d_v 128)"
+        )
+    if not gqa and _unsupported("sdpa-efficient", max(d, d_v), dtype, profile) is None:
+        if max(d, d_v) <= 128:
+            return "sdpa-efficient", (
+                f"PyTorch's scaled_dot_product_attention runs sdpa-efficient for d {d} / d_v {d_v} on this GPU "
+                "(cuDNN and flash do not take it)"
+            )
+        return "paper", (
+            "PyTorch would run its memory-efficient kernel, whose variant past a head dim of 128 accumulates O in "
+            "global memory (not modelled): showing the paper's algorithm instead"
+        )
+    return "sdpa-math", MATH_FALLBACK_WARNING
 
 
 #: Why ``--impl auto`` picks ``ck`` on an AMD GPU

@@ -145,7 +145,7 @@ def compare(
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard) + packed_assumptions(workload)),
         caveats=tuple(c.text for c in lines),
         caveat_classes=tuple(c.cls for c in lines),
-        warnings=tuple(capacity_warnings(workload, profile)),
+        warnings=tuple(capacity_warnings(workload, profile) + fallback_warnings(opts)),
         options=opts,
     )
 
@@ -204,10 +204,13 @@ def reference_bytes(workload: Workload, profile: Profile, opts: Options) -> dict
     L2) and its lower bound."""
     w = workload
     q, kv = w.q_bytes(), w.kv_bytes()
-    compulsory = intmath.add(q, kv, kv, q)  # read Q, K, V; write O
+    o, v = w.o_bytes(), w.v_bytes()  # O, dO and V, dV at V's head dim
+    if opts.implementation == "flashmla":
+        v = 0  # the absorbed MLA form: V is the first d_v of K's cached row, read with it
+    compulsory = intmath.add(q, kv, v, o)  # read Q, K, V; write O
     if opts.backward:
         # read Q, K, V, O, dO; write dQ, dK, dV
-        compulsory = intmath.add(compulsory, q, kv, kv, q, q, q, kv, kv)
+        compulsory = intmath.add(compulsory, q, kv, v, o, o, q, kv, v)
     paper = tiled_traffic(w, profile, with_options(opts, l2="off")).hbm_bytes
     m = int(profile.sram.capacity_per_sm_bytes) // w.element_bytes
     # Theorem 2: Θ(N²d²/M) element accesses per head, M = SRAM per SM (constant taken as 1)
@@ -232,6 +235,13 @@ def reference_bytes(workload: Workload, profile: Profile, opts: Options) -> dict
     }
 
 
+def fallback_warnings(opts: Options) -> list[str]:
+    """Say where ``--impl auto`` found PyTorch falling back to its math path (``sdpa-math``)."""
+    from .implementations import MATH_FALLBACK_WARNING
+
+    return [MATH_FALLBACK_WARNING] if any(MATH_FALLBACK_WARNING in n for n in opts.notes) else []
+
+
 def capacity_warnings(workload: Workload, profile: Profile) -> list[str]:
     """Say when a workload could not be held in the GPU's HBM (scalar workloads only)."""
     if workload.is_grid:
@@ -239,7 +249,7 @@ def capacity_warnings(workload: Workload, profile: Profile) -> list[str]:
     from .units import format_bytes
 
     cap = profile.hbm.capacity_bytes
-    tensors = intmath.add(intmath.mul(2, workload.q_bytes()), intmath.mul(2, workload.kv_bytes()))
+    tensors = intmath.add(workload.q_bytes(), workload.o_bytes(), workload.kv_bytes(), workload.v_bytes())
     s = intmath.mul(workload.batch, workload.heads, workload.n, workload.n_kv_, workload.element_bytes)
     out = []
     if tensors > cap:

@@ -13,10 +13,14 @@ where ``use_sliding_window`` is false), taken as the window of the workload; whe
 layers do (``layer_types``, Gemma 2's every other layer, ``max_window_layers``), the model's
 full-attention layer is the default and its note says how to model the others.
 
-Out of scope, and refused: multi-head latent attention (DeepSeek-V2/V3, configs with
-``kv_lora_rank``), whose compressed K/V cache and absorbed projections are not standard
-attention with fewer heads, and chunked local attention (Llama 4's ``attention_chunk_size``).
-What memmodel does not model of a listed model is said in its ``note``.
+Multi-head latent attention (DeepSeek-V2/V3, Kimi K2: configs with ``kv_lora_rank``) is read
+as :class:`MLAShape` (``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim``,
+``v_head_dim``) and modelled in one of two forms (:meth:`ModelShape.attention`): prefill as
+attention of every head with d = qk_nope + qk_rope (192) and d_v = v_head_dim (128); decoding
+in the absorbed form, every query head on one latent K/V head of d = kv_lora_rank + qk_rope
+(576), V its first kv_lora_rank (512). Out of scope, and refused: chunked local attention
+(Llama 4's ``attention_chunk_size``). What memmodel does not model of a listed model is said in
+its ``note``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,44 @@ from typing import Any
 
 from .errors import WorkloadError
 from .frozen import frozen
+
+
+@frozen
+class MLAShape:
+    """Multi-head latent attention's sizes (a config's ``kv_lora_rank``, ``qk_rope_head_dim``,
+    ``qk_nope_head_dim``, ``v_head_dim``)."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def prefill_dims(self) -> tuple[int, int]:
+        """(d, d_v) of the prefill form: qk_nope + qk_rope, v_head_dim (192, 128 in DeepSeek-V3)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim, self.v_head_dim
+
+    @property
+    def absorbed_dims(self) -> tuple[int, int]:
+        """(d, d_v) of the absorbed decode form: kv_lora_rank + qk_rope, kv_lora_rank (576, 512)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim, self.kv_lora_rank
+
+
+#: query tokens per request up to which an MLA model with --n-kv > --n decodes in the absorbed form
+MLA_DECODE_TOKENS = 16
+
+
+@frozen
+class AttentionShape:
+    """The attention of one of a model's layers as a workload takes it: heads, K/V heads, head
+    dims (``d_v`` None: V's is Q's) and, for MLA, which form and why."""
+
+    heads: int
+    kv_heads: int
+    d: int
+    d_v: int | None = None
+    form: str = ""  # "", "mla-prefill" or "mla-absorbed"
+    note: str = ""
 
 
 @frozen
@@ -49,6 +91,55 @@ class ModelShape:
     local_window: int | None = None
     #: attention layers (the config's num_hidden_layers; 0: not known)
     layers: int = 0
+    #: multi-head latent attention's sizes (None: standard attention)
+    mla: MLAShape | None = None
+
+    def attention(self, n: Any = None, n_kv: Any = None) -> AttentionShape:
+        """The layer's attention for ``n`` queries over ``n_kv`` keys (scalars, or lists a sweep
+        gives): the model's heads and head dim; with MLA, prefill (n > 1, or n = n_kv) as every
+        head at d = qk_nope + qk_rope, d_v = v_head_dim, and decoding (n_kv > n, at most
+        :data:`MLA_DECODE_TOKENS` query tokens) in the absorbed form, one latent K/V head."""
+        if self.mla is None:
+            return AttentionShape(self.heads, self.kv_heads, self.head_dim)
+        ns = [int(x) for x in _values(n)] or [1]
+        kvs = [int(x) for x in _values(n_kv)] or ns
+        decoding = [k > q and q <= MLA_DECODE_TOKENS for q in ns for k in kvs]
+        if any(decoding) and not all(decoding):
+            raise WorkloadError(
+                f"--model {self.name}: multi-head latent attention decodes (--n-kv > --n, at most "
+                f"{MLA_DECODE_TOKENS} query tokens) in the absorbed form and prefills as attention of every head: "
+                "give decoding and prefill shapes apart"
+            )
+        m = self.mla
+        if all(decoding):
+            d, dv = m.absorbed_dims
+            return AttentionShape(
+                self.heads,
+                1,
+                d,
+                dv,
+                "mla-absorbed",
+                f"multi-head latent attention, decoding in the absorbed form: {self.heads} query heads on one latent "
+                f"K/V head, d = kv_lora_rank + qk_rope_head_dim = {d}, d_v = kv_lora_rank = {dv} (V is the first "
+                f"{dv} of the same cached row: {d} elements a token read once)",
+            )
+        d, dv = m.prefill_dims
+        return AttentionShape(
+            self.heads,
+            self.heads,
+            d,
+            dv,
+            "mla-prefill",
+            f"multi-head latent attention, prefill form: {self.heads} heads, d = qk_nope_head_dim + qk_rope_head_dim "
+            f"= {d}, d_v = v_head_dim = {dv} (K and V up-projected from the latent cache)",
+        )
+
+    def kv_cache_bytes_per_token(self, element_bytes: int) -> int:
+        """Bytes one token's K/V cache holds in one layer: MLA's latent row (kv_lora_rank +
+        qk_rope_head_dim elements), else K and V of every K/V head."""
+        if self.mla is not None:
+            return (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * element_bytes
+        return 2 * self.kv_heads * self.head_dim * element_bytes
 
     @property
     def repository(self) -> str:
@@ -59,8 +150,48 @@ class ModelShape:
         return self.source
 
     def summary(self) -> str:
+        if self.mla is not None:
+            m = self.mla
+            return (
+                f"{self.name}: {self.heads} heads, multi-head latent attention (kv_lora_rank {m.kv_lora_rank}, "
+                f"qk_rope_head_dim {m.qk_rope_head_dim}, qk_nope_head_dim {m.qk_nope_head_dim}, v_head_dim "
+                f"{m.v_head_dim}) ({self.source})"
+            )
         kv = f"{self.kv_heads} KV heads" if self.kv_heads != self.heads else "as many KV heads"
         return f"{self.name}: {self.heads} heads, {kv}, head dim {self.head_dim} ({self.source})"
+
+
+def _values(x: Any) -> list[Any]:
+    if x is None:
+        return []
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    try:
+        import numpy as np
+
+        return [int(v) for v in np.asarray(x).ravel()]
+    except (TypeError, ValueError):
+        return [x]
+
+
+#: DeepSeek-V3's MLA (and DeepSeek-R1's, DeepSeek-V2's, Kimi K2's): kv_lora_rank 512,
+#: qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128
+DEEPSEEK_MLA = MLAShape(512, 64, 128, 128)
+
+
+def mla_model(name: str, heads: int, repo: str, layers: int) -> ModelShape:
+    """A bundled MLA model (its config.json's num_attention_heads, num_hidden_layers and MLA sizes)."""
+    return ModelShape(
+        name,
+        heads,
+        heads,
+        DEEPSEEK_MLA.qk_nope_head_dim + DEEPSEEK_MLA.qk_rope_head_dim,
+        _HF.format(repo),
+        "multi-head latent attention: prefill at d 192 / d_v 128, decoding (--n-kv > --n) in the absorbed form "
+        "(one latent K/V head, d 576 / d_v 512)",
+        layers=layers,
+        mla=DEEPSEEK_MLA,
+    )
 
 
 _HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -110,6 +241,13 @@ MODELS: dict[str, ModelShape] = {
             4096,
             46,
         ),
+        # multi-head latent attention (num_attention_heads and num_hidden_layers of each config;
+        # the MLA sizes of DEEPSEEK_MLA in all five)
+        mla_model("deepseek-v3", 128, "deepseek-ai/DeepSeek-V3", 61),
+        mla_model("deepseek-r1", 128, "deepseek-ai/DeepSeek-R1", 61),
+        mla_model("deepseek-v2", 128, "deepseek-ai/DeepSeek-V2", 60),
+        mla_model("deepseek-v2-lite", 16, "deepseek-ai/DeepSeek-V2-Lite", 27),
+        mla_model("kimi-k2", 64, "moonshotai/Kimi-K2-Instruct", 61),
     )
 }
 
@@ -117,8 +255,8 @@ MODELS: dict[str, ModelShape] = {
 HEADS_KEYS = ("num_attention_heads", "n_head", "num_heads")
 KV_HEADS_KEYS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model")
-#: Keys that mark multi-head latent attention (DeepSeek-V2/V3): out of scope.
-MLA_KEYS = ("kv_lora_rank", "q_lora_rank")
+#: Keys that mark multi-head latent attention (DeepSeek-V2/V3), read as :class:`MLAShape`.
+MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
 def is_path(spec: str) -> bool:
@@ -144,8 +282,6 @@ def load_model(spec: str) -> ModelShape:
 
     close = difflib.get_close_matches(text.lower(), list(MODELS), n=2, cutoff=0.6)
     hint = f"did you mean {' or '.join(close)}? " if close else ""
-    if "deepseek" in text.lower():
-        hint = "DeepSeek-V2/V3 use multi-head latent attention, which memmodel does not model; "
     raise WorkloadError(
         f"unknown model {text!r}: {hint}known: {', '.join(MODELS)} (or give a Hugging Face config.json)"
     )
@@ -173,13 +309,11 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
     if not any(k in data for k in HEADS_KEYS) and isinstance(data.get("text_config"), dict):
         config = data["text_config"]
         where = f"{where} -> text_config"
-    mla = [k for k in MLA_KEYS if k in config or k in data]
-    if mla:
-        raise WorkloadError(
-            f"{where}: {mla[0]} marks multi-head latent attention (DeepSeek-V2/V3), which memmodel does not model: "
-            "its compressed K/V cache is not standard attention with fewer heads"
-        )
     heads = _int(config, HEADS_KEYS, where, required=True)
+    if config.get("kv_lora_rank") is not None:
+        return _mla_from_config(
+            config, heads, where, name or str(data.get("_name_or_path") or data.get("model_type") or where)
+        )
     assert heads is not None
     kv_heads = _int(config, KV_HEADS_KEYS, where) or heads
     if config.get("multi_query") is True and not any(k in config for k in KV_HEADS_KEYS):
@@ -249,3 +383,27 @@ def _int(config: dict[str, Any], keys: tuple[str, ...], where: str, *, required:
 
 def _kind(value: Any) -> str:
     return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _mla_from_config(config: dict[str, Any], heads: int, where: str, label: str) -> ModelShape:
+    """A config with ``kv_lora_rank``: multi-head latent attention (every MLA key required)."""
+    missing = [k for k in MLA_KEYS if config.get(k) is None]
+    if missing:
+        raise WorkloadError(
+            f"{where}: kv_lora_rank marks multi-head latent attention, which also needs {', '.join(missing)} "
+            f"(the config gives {', '.join(k for k in MLA_KEYS if k not in missing)})"
+        )
+    sizes = {k: _int(config, (k,), where, required=True) for k in MLA_KEYS}
+    mla = MLAShape(*(int(sizes[k] or 0) for k in MLA_KEYS))
+    layers = _int(config, ("num_hidden_layers", "n_layer", "num_layers"), where) or 0
+    return ModelShape(
+        label,
+        heads,
+        heads,
+        mla.qk_nope_head_dim + mla.qk_rope_head_dim,
+        where,
+        "multi-head latent attention (kv_lora_rank): prefill as every head at d = qk_nope + qk_rope, decoding "
+        "(--n-kv > --n) in the absorbed form",
+        layers=layers,
+        mla=mla,
+    )

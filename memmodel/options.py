@@ -103,6 +103,11 @@ def options_for(
     ``rest`` holds the other :class:`Options` fields (``l2``, ``backward``, ``splits``,
     ``ctas_per_sm``)."""
     notes: list[str] = []
+    if workload.d_v is not None and tiled == "fa1":
+        raise WorkloadError(
+            "--tiled fa1 with --d-v (V's head dim apart from Q's) is not modelled: flash-attn v1 takes one head dim; "
+            "use --tiled fa2"
+        )
     if workload.seq_lens is not None:
         impl = _variant_implementation(PACKED_KERNELS, impl, tiled, workload, profile, notes)
     if workload.window is not None:
@@ -123,6 +128,15 @@ def options_for(
     if impl == "paper":
         return Options(
             tiled=tiled, block_q=block_q, block_kv=block_kv, implementation="paper", notes=tuple(notes), **rest
+        )
+    spec = IMPLEMENTATIONS[impl]
+    if rest.get("backward") and not spec.trains:
+        raise WorkloadError(f"--impl {impl} with --backward: its kernels are modelled forward only (decoding)")
+    if spec.rates_from and (profile is None or profile.implementation(impl).efficiency is None):
+        notes.append(
+            f"--impl {impl}: no measurement of its own; its fused kernel takes {spec.rates_from}'s measured H200 "
+            f"efficiency and CTA cost (both wgmma kernels; at {spec.rates_from}'s largest measured head dim), its "
+            "bytes stream at the profile's HBM rate (not yet measured: docs/variants.md, MLA)"
         )
     why = implementations.unsupported(impl, workload, profile)
     if why and (refused := implementations.refusal(impl, why)):

@@ -157,6 +157,10 @@ def plan_tiled(
     )
     kernel_w = kernel_workload(workload, impl)
     exec_d = padded_head_dim(impl, kernel_w.d)
+    # V's head dim as the kernel runs it (padded as Q's; the MLA kernel's 512 is its own)
+    exec_dv = None
+    if kernel_w.d_v is not None:
+        exec_dv = kernel_w.d_v if impl == "flashmla" else padded_head_dim(impl, kernel_w.d_v)
     sram = profile.sram.capacity_per_sm_bytes
     if spec is not None and not spec.sram_footprint and options.block_q is not None and options.block_kv is not None:
         # the kernel stages its tiles its own way (CK/aiter: Q in registers): no footprint check
@@ -176,6 +180,7 @@ def plan_tiled(
         tile=(options.block_q, options.block_kv)
         if impl is not None and options.block_q is not None and options.block_kv is not None
         else None,
+        exec_dv=exec_dv,
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
@@ -282,6 +287,8 @@ def _viewed(plan: TiledPlan, view: l2m.L2) -> TiledPlan:
 
 def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     options = plan.options
+    if plan.implementation in ("flashmla", "sdpa-math"):
+        return _mla_traffic(plan)
     if options.tiled == "fa1" and plan.implementation == "fa1":
         from .traffic.fmha import fa1_kernels
 
@@ -358,3 +365,21 @@ def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
 def longest_plan(plans: list[TiledPlan]) -> TiledPlan:
     """The plan of a packed row's longest document (its tiles, occupancy and caveats)."""
     return max(plans, key=lambda p: int(np.max(np.asarray(p.workload.n))))
+
+
+def _mla_traffic(plan: TiledPlan) -> AlgorithmTraffic:
+    """The absorbed MLA decode kernel (FlashInfer's Hopper kernel) or PyTorch's math fallback
+    (:mod:`.traffic.mla`): their own ledgers, not a tiled loop's."""
+    from .traffic.ledger import param
+    from .traffic.mla import flashinfer_mla_kernels, math_fallback_kernels, plan_arrays
+
+    w = plan.workload
+    if plan.implementation == "sdpa-math":
+        kernels = math_fallback_kernels(w, plan.l2_base)
+        params = plan.facts.to_params() | {"gemm_tile": 128}
+        return AlgorithmTraffic("tiled", "math", tuple(kernels), params=params, facts=plan.facts)
+    kernels = flashinfer_mla_kernels(w, plan.l2, plan.profile.sm_count)
+    found = {f"mla_{k}": param(v) for k, v in plan_arrays(w, plan.profile.sm_count).items()}
+    return AlgorithmTraffic(
+        "tiled", "flashmla", tuple(kernels), params=plan.facts.to_params() | found, facts=plan.facts
+    )

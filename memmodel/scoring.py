@@ -101,6 +101,27 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "fa3_bwd_dv": r"(?i)postprocess",
     },
 }
+# FlashInfer's Hopper MLA decode: one persistent kernel (``BatchMLAPageAttentionHopperKernel``,
+# ``mla_hopper.cuh``; its merge runs in the same launch)
+KERNEL_PATTERNS["flashmla"] = {"flashinfer_mla": r"(?i)MLA.*Kernel|BatchMLA"}
+# PyTorch's math path (``_scaled_dot_product_attention_math``): ATen's copies for the casts and
+# the K/V expansion (``repeat_interleave``: an index or copy kernel), multiplies by a scalar, the
+# fp32 products (cuBLAS GEMM or GEMV), the softmax, the casts back
+_COPY = r"copy|elementwise|index|Memcpy"
+KERNEL_PATTERNS["sdpa-math"] = {
+    "cast_q": _COPY,
+    "cast_k": _COPY,
+    "cast_v": _COPY,
+    "scale_q": r"MulFunctor|elementwise",
+    "expand_k": _COPY,
+    "expand_v": _COPY,
+    "scale_k": r"MulFunctor|elementwise",
+    "qk": _GEMM + r"|gemv|dot",
+    "softmax": r"softmax|SoftMax",
+    "pv": _GEMM + r"|gemv|dot",
+    "cast_o": _COPY,
+    "cast_p": _COPY,
+}
 #: model kernels a library may not launch as a kernel of their own (matched when present):
 #: the CUTLASS workspace fill (only with more than one key split), cuDNN's auxiliary kernels
 OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})

@@ -257,8 +257,18 @@ def caveats(
             + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
     figures = profile.implementation(impl.name)
+    transferred = bool(impl.rates_from and figures.efficiency is None)
+    if transferred:
+        figures = profile.implementation(str(impl.rates_from))
     measured = figures.efficiency
-    if not measured and impl.name == "ck":
+    if impl.name == "sdpa-math":
+        pass  # library kernels (casts, copies, cuBLAS products, softmax) at the profile's measured rates
+    elif transferred and measured:
+        out.append(
+            f"{impl.name} was not measured on {profile.name}: its fused kernel takes {impl.rates_from}'s measured "
+            f"efficiency and CTA cost (a transferred figure, docs/variants.md, MLA)."
+        )
+    elif not measured and impl.name == "ck":
         key = MATMUL_PEAK[dtype]
         prov = profile.provenance.get(f"compute.{key}")
         kind = prov.kind if prov is not None and prov.kind else "datasheet"
@@ -820,7 +830,10 @@ def kernel_time(
     # what the profile measured of the implementation, read once: for a fused kernel its figures
     # at the head dim (each pass's own, as calibrate fitted them; a split-KV kernel its own
     # efficiency where measured), for a combine kernel its fixed and per-split costs
+    # an implementation with no figures of its own takes another's by its stated rule (flashmla: FA3's)
     measured = profile.implementation(implementation)
+    if impl is not None and impl.rates_from and measured.efficiency is None:
+        measured = profile.implementation(impl.rates_from)
     if impl and hd is not None:
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
     else:

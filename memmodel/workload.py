@@ -31,6 +31,8 @@ class Workload:
     (a sliding window: query at key position p sees keys p − window < j ≤ p; None: all of them).
     ``seq_lens``: a packed row of documents (batch 1, n = n_kv = their sum), each attending only
     within itself (causal within each with ``causal``; a window within each too).
+    ``d_v``: the head dim of V (and of O, dO, dV) where it differs from Q's and K's ``d``
+    (MLA: d 192, d_v 128 in DeepSeek-V3's prefill; None, or equal to ``d``: the same).
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -45,6 +47,7 @@ class Workload:
     dropout: float = 0.0
     window: int | None = None
     seq_lens: tuple[int, ...] | None = None
+    d_v: IntLike | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -53,7 +56,7 @@ class Workload:
         if self.dtype not in DTYPE_BYTES:
             raise WorkloadError(f"unknown dtype {self.dtype!r}: accepted are {', '.join(DTYPE_BYTES)}")
         values: dict[str, Any] = {}
-        for name in ("n", "d", "batch", "heads", "n_kv", "kv_heads"):
+        for name in ("n", "d", "batch", "heads", "n_kv", "kv_heads", "d_v"):
             raw = getattr(self, name)
             if raw is None:
                 continue
@@ -66,6 +69,9 @@ class Workload:
             values[name] = value
         values.setdefault("n_kv", values["n"])
         values.setdefault("kv_heads", values["heads"])
+        if "d_v" in values and np.all(np.asarray(values["d_v"]) == np.asarray(values["d"])):
+            del values["d_v"]  # V at Q's head dim: plain attention, modelled as such
+            object.__setattr__(self, "d_v", None)
         if np.any(np.asarray(values["heads"]) % np.asarray(values["kv_heads"]) != 0):
             raise WorkloadError(
                 f"kv_heads ({_show(values['kv_heads'])}) must divide heads ({_show(values['heads'])})"
@@ -122,8 +128,23 @@ class Workload:
         return self.kv_heads
 
     @property
+    def d_v_(self) -> IntLike:
+        """V's (and O's) head dim: ``d_v`` where given, else ``d``."""
+        return self.d if self.d_v is None else self.d_v
+
+    @property
+    def d_kv(self) -> IntLike:
+        """Elements of one K row and one V row together (2·d; d + d_v with ``d_v``)."""
+        return intmath.mul(2, self.d) if self.d_v is None else intmath.add(self.d, self.d_v)
+
+    @property
+    def dv_sym(self) -> str:
+        """How a formula names V's head dim: ``d`` where it is Q's, ``d_v`` where it differs."""
+        return "d" if self.d_v is None else "d_v"
+
+    @property
     def is_grid(self) -> bool:
-        return intmath.is_array(self.n, self.d, self.batch, self.heads, self.n_kv, self.kv_heads)
+        return intmath.is_array(self.n, self.d, self.batch, self.heads, self.n_kv, self.kv_heads, self.d_v)
 
     # the derived sizes are computed once per workload (a grid's as read-only arrays)
     @cached_property
@@ -136,8 +157,28 @@ class Workload:
         return self._q_bytes
 
     def kv_bytes(self) -> IntLike:
-        """One of K or V: batch · kv_heads · n_kv · d · element bytes."""
+        """K (and V where ``d_v`` is ``d``): batch · kv_heads · n_kv · d · element bytes."""
         return self._kv_bytes
+
+    def v_bytes(self) -> IntLike:
+        """V: batch · kv_heads · n_kv · d_v · element bytes (:meth:`kv_bytes` without ``d_v``)."""
+        return self._v_bytes
+
+    def o_bytes(self) -> IntLike:
+        """O (and dO): batch · heads · n · d_v · element bytes (:meth:`q_bytes` without ``d_v``)."""
+        return self._o_bytes
+
+    @cached_property
+    def _v_bytes(self) -> IntLike:
+        if self.d_v is None:
+            return self._kv_bytes
+        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d_v, self.element_bytes))
+
+    @cached_property
+    def _o_bytes(self) -> IntLike:
+        if self.d_v is None:
+            return self._q_bytes
+        return intmath.kept(intmath.mul(self.batch, self.heads, self.n, self.d_v, self.element_bytes))
 
     @cached_property
     def _q_bytes(self) -> IntLike:
@@ -165,19 +206,23 @@ class Workload:
         def plain(v: IntLike | None) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        return {
-            "batch": plain(self.batch),
-            "heads": plain(self.heads),
-            "kv_heads": plain(self.kv_heads),
-            "n": plain(self.n),
-            "n_kv": plain(self.n_kv),
-            "d": plain(self.d),
-            "dtype": self.dtype,
-            "element_bytes": self.element_bytes,
-            "causal": self.causal,
-            "window": self.window,
-            "dropout": self.dropout,
-        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+        return (
+            {
+                "batch": plain(self.batch),
+                "heads": plain(self.heads),
+                "kv_heads": plain(self.kv_heads),
+                "n": plain(self.n),
+                "n_kv": plain(self.n_kv),
+                "d": plain(self.d),
+                "dtype": self.dtype,
+                "element_bytes": self.element_bytes,
+                "causal": self.causal,
+                "window": self.window,
+                "dropout": self.dropout,
+            }
+            | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+            | ({"d_v": plain(self.d_v)} if self.d_v is not None else {})
+        )
 
 
 def _checked_seq_lens(raw: Any, values: dict[str, Any]) -> tuple[int, ...]:

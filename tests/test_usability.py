@@ -202,11 +202,25 @@ def test_model_from_a_hugging_face_config(run, tmp_path):
     )
 
 
-def test_model_refuses_multi_head_latent_attention(run):
-    line = one_line_error(run("compare", "--model", "tests/data/errors/mla-config.json", "--n", "4096"))
-    assert "kv_lora_rank marks multi-head latent attention (DeepSeek-V2/V3)" in line
-    line = one_line_error(run("compare", "--model", "deepseek-v3", "--n", "4096"))
-    assert "multi-head latent attention, which memmodel does not model" in line
+def test_model_reads_multi_head_latent_attention_in_its_two_forms(run):
+    # a DeepSeek-V3 config.json: prefill as every head at d = 128 + 64, d_v = 128
+    r = run("compare", "--model", "tests/data/errors/mla-config.json", "--n", "4096", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    w = json.loads(r.stdout)["workload"]
+    assert (w["heads"], w["kv_heads"], w["d"], w["d_v"]) == (128, 128, 192, 128)
+    assert "prefill form" in r.stderr
+    # decoding (--n-kv > --n): the absorbed form, one latent K/V head of 512 + 64, V its first 512
+    r = run("compare", "--model", "deepseek-v3", "--n", "1", "--n-kv", "4096", "--dtype", "bf16", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert (data["workload"]["kv_heads"], data["workload"]["d"], data["workload"]["d_v"]) == (1, 576, 512)
+    assert "absorbed form" in r.stderr
+    # the cache: (512 + 64) · 2 bytes = 1152 a token a layer, × 61 layers = 70272
+    assert data["kv_cache"]["bytes_per_token_per_layer"] == 1152
+    assert data["kv_cache"]["bytes_per_token"] == 1152 * 61
+    # a config missing one of MLA's sizes: one line naming it
+    line = one_line_error(run("compare", "--model", "tests/data/errors/mla-partial-config.json", "--n", "4096"))
+    assert "kv_lora_rank marks multi-head latent attention, which also needs v_head_dim" in line
 
 
 def test_model_in_sweep_roofline_validate_cases_and_the_table(run):

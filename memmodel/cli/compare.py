@@ -90,6 +90,12 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             from ..errors import WorkloadError
 
             raise WorkloadError("--seq-lens with --context-parallel is not modelled: give one or the other")
+        if workload.d_v is not None:
+            from ..errors import WorkloadError
+
+            raise WorkloadError(
+                "--d-v with --context-parallel is not modelled: context parallelism here takes one head dim"
+            )
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):
@@ -100,10 +106,14 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
     notes = check_comparisons(results)
     from . import terminal
 
+    cache = _kv_cache(model, workload)
     if fmt == "json":
         from ..report.compare import compare_gpus_to_dict, compare_to_dict
 
-        terminal.print_json(compare_to_dict(results[0]) if len(results) == 1 else compare_gpus_to_dict(results))
+        data = compare_to_dict(results[0]) if len(results) == 1 else compare_gpus_to_dict(results)
+        if cache is not None:
+            data["kv_cache"] = cache
+        terminal.print_json(data)
     elif fmt == "csv":
         from ..report.compare import COMPARE_CSV_COLUMNS, compare_csv_rows
 
@@ -114,6 +124,46 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
         _print_side_by_side(results)
     for line in notes:
         terminal.note(line)
+    if cache is not None and fmt == "table":
+        from ..units import format_bytes
+
+        terminal.note(
+            f"--model {cache['model']}: K/V cache {format_bytes(cache['bytes_per_token_per_layer'])} a token a layer"
+            + (
+                f", {format_bytes(cache['bytes_per_token'])} a token over its {cache['layers']} layers"
+                if cache["layers"]
+                else ""
+            )
+            + f" ({cache['what']})"
+        )
+
+
+def _kv_cache(model: str | None, workload: Any) -> dict[str, Any] | None:
+    """The K/V cache bytes per token of an MLA ``--model`` at the workload's dtype (per layer and
+    over its layers), for the output; None without one (other models' outputs are as they were)."""
+    if not model:
+        return None
+    from ..model_shapes import load_model
+
+    shape = load_model(model)
+    if shape.mla is None:
+        return None
+    per_layer = shape.kv_cache_bytes_per_token(workload.element_bytes)
+    what = (
+        f"the latent row: kv_lora_rank + qk_rope_head_dim = {shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim} "
+        "elements"
+        if shape.mla is not None
+        else f"K and V of {shape.kv_heads} K/V heads at head dim {shape.head_dim}"
+    )
+    return {
+        "model": shape.name,
+        "dtype": workload.dtype,
+        "bytes_per_token_per_layer": per_layer,
+        "layers": shape.layers,
+        "bytes_per_token": per_layer * shape.layers if shape.layers else None,
+        "what": what,
+        "form": shape.attention(workload.n, workload.n_kv).form,
+    }
 
 
 def check_comparisons(results: list[Any]) -> list[str]:

@@ -16,7 +16,9 @@ def models_cmd(*, fmt: str) -> None:
     from . import terminal
 
     if fmt == "json":
-        terminal.print_json([vars(m) for m in MODELS.values()])
+        from dataclasses import asdict
+
+        terminal.print_json([asdict(m) for m in MODELS.values()])
         return
     rows = [(m.name, m.heads, m.kv_heads, m.head_dim, m.repository) for m in MODELS.values()]
     con = terminal.console()

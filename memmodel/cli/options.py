@@ -231,6 +231,14 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             help="Head dimension d."
             + (" Required unless --model gives it." if d is None else f" Default: --model's, else {d}."),
         ),
+        option(
+            "--d-v",
+            "d_v",
+            type=POSITIVE,
+            default=None,
+            help="Head dimension of V (and O, dO, dV) where it differs from d (MLA prefill: --d 192 --d-v 128). "
+            "Default: --model's, else --d.",
+        ),
         model_option,
         option("--batch", type=POSITIVE, default=1, show_default=True, help="Batch size B."),
         option("--heads", type=POSITIVE, default=None, help="Attention heads H. Default: --model's, else 1."),
@@ -362,14 +370,33 @@ def apply_model(model: str | None, heads: Any, kv_heads: Any, d: Any) -> tuple[A
 def model_shape(model: str | None, heads: Any, kv_heads: Any, d: Any, window: Any = None) -> tuple[Any, Any, Any, Any]:
     """:func:`apply_model` and the window: ``--model``'s where every layer has one and
     ``--window`` is not given."""
+    return model_attention(model, heads, kv_heads, d, window)[:4]
+
+
+def model_attention(
+    model: str | None,
+    heads: Any,
+    kv_heads: Any,
+    d: Any,
+    window: Any = None,
+    *,
+    d_v: Any = None,
+    n: Any = None,
+    n_kv: Any = None,
+) -> tuple[Any, Any, Any, Any, Any]:
+    """:func:`model_shape` and V's head dim: (heads, kv_heads, d, window, d_v), ``--model``'s
+    where not given; an MLA model's form by ``n`` and ``n_kv`` (:meth:`ModelShape.attention`)."""
     if not model:
-        return heads, kv_heads, d, window
+        return heads, kv_heads, d, window, d_v
     from ..model_shapes import load_model
     from . import terminal
 
     shape = load_model(model)
     terminal.note(f"--model {shape.summary()}")
-    if shape.note:
+    attention = shape.attention(n, n_kv)
+    if attention.note:
+        terminal.note(f"--model {shape.name}: {attention.note}")
+    elif shape.note:
         terminal.note(f"--model {shape.name}: {shape.note}")
     if shape.window is not None and window is None:
         terminal.note(
@@ -377,10 +404,11 @@ def model_shape(model: str | None, heads: Any, kv_heads: Any, d: Any, window: An
         )
         window = shape.window
     return (
-        shape.heads if heads is None else heads,
-        shape.kv_heads if kv_heads is None else kv_heads,
-        shape.head_dim if d is None else d,
+        attention.heads if heads is None else heads,
+        attention.kv_heads if kv_heads is None else kv_heads,
+        attention.d if d is None else d,
         window,
+        attention.d_v if d_v is None else d_v,
     )
 
 
@@ -457,8 +485,15 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
     if kw["n"] is None:
         raise missing_n()
     given = kw.pop("window", None)
-    heads, kv_heads, d, window = model_shape(
-        kw.pop("model", None), kw.pop("heads"), kw.pop("kv_heads"), kw.pop("d"), given
+    heads, kv_heads, d, window, d_v = model_attention(
+        kw.pop("model", None),
+        kw.pop("heads"),
+        kw.pop("kv_heads"),
+        kw.pop("d"),
+        given,
+        d_v=kw.pop("d_v", None),
+        n=kw["n"],
+        n_kv=kw.get("n_kv"),
     )
     windowed = window is not None  # a window, the model's or the option's, is causal
     if given is None and window is not None and window >= (kw["n_kv"] or kw["n"]):
@@ -481,6 +516,7 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         dropout=kw.pop("dropout"),
         window=window,
         seq_lens=seq_lens,
+        d_v=d_v,
     )
 
 

@@ -21,8 +21,8 @@ from .options import (
     force_option,
     format_option,
     gpu_list_option,
+    model_attention,
     model_option,
-    model_shape,
     option,
     plot_option,
     refuse_same_names,
@@ -139,6 +139,11 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 @_grid("--n", f"Sequence lengths N (queries): {_SYNTAX}. Required unless --seq-lens gives it.")
 @_grid("--n-kv", "Key/value lengths (KV cache); decode: --n 1 --n-kv 4096:131072:x2.", default="equal to N")
 @_grid("--d", f"Head dimensions d: {_SYNTAX}. Required unless --model gives it.")
+@_grid(
+    "--d-v",
+    "Head dimensions of V (and O) where they differ from d (MLA prefill: --d 192 --d-v 128).",
+    default="--model's, else equal to d",
+)
 @model_option
 @_grid("--batch", "Batch sizes B.", default="1")
 @_grid("--heads", "Query heads H.", default="--model's, else 1")
@@ -234,6 +239,7 @@ def sweep_cmd(
     n: tuple[int, ...],
     n_kv: tuple[int, ...] | None,
     d: tuple[int, ...] | None,
+    d_v: tuple[int, ...] | None,
     model: str | None,
     batch: tuple[int, ...] | None,
     heads: tuple[int, ...] | None,
@@ -277,8 +283,10 @@ def sweep_cmd(
     """
     fmt = _resolve_format(fmt, output)
     check_outputs(force=force, plot=plot, **{"--output": output})
-    *shape, model_window = model_shape(model, heads, kv_heads, d, window[0] if window and len(window) == 1 else None)
-    heads, kv_heads, d = (_grid_of(x) for x in shape)
+    *shape, model_window, model_dv = model_attention(
+        model, heads, kv_heads, d, window[0] if window and len(window) == 1 else None, d_v=d_v, n=n, n_kv=n_kv
+    )
+    heads, kv_heads, d, d_v = (_grid_of(x) for x in (*shape, model_dv))
     if model_window is not None and not window:
         window = (model_window,)
     if not d:
@@ -312,6 +320,10 @@ def sweep_cmd(
     if window and context_parallel:
         raise WorkloadError(
             "--window with --context-parallel is not modelled: context parallelism splits full attention"
+        )
+    if d_v and context_parallel:
+        raise WorkloadError(
+            "--d-v with --context-parallel is not modelled: context parallelism here takes one head dim"
         )
     if cp_scheme and not context_parallel:
         raise WorkloadError("--cp-scheme needs --context-parallel P")
@@ -368,6 +380,7 @@ def sweep_cmd(
         "ctas_per_sm": ctas_per_sm,
         "standard": standard,
         "windows": window,
+        "d_vs": d_v,
         "seq_lens": lens,
     }
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]

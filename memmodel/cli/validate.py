@@ -231,23 +231,28 @@ def validate_cmd(
 
 
 def _runnable(cases: list[Any]) -> list[Any]:
-    """The cases whose kernels this machine has: FlashAttention-3's are left out, with one line
-    saying why, where its package does not import (nothing left to run: an error)."""
+    """The cases whose kernels this machine has: FlashAttention-3's and FlashInfer's MLA cases
+    are left out, with one line saying why, where their package does not import (nothing left to
+    run: an error)."""
     from ..errors import RuntimeFailure
     from . import terminal
 
-    if not any(c.impl == "fa3" for c in cases):
-        return cases
-    from ..gpu.fa3 import missing
-
-    why = missing()
-    if why is None:
-        return cases
-    kept = [c for c in cases if c.impl != "fa3"]
-    if not kept:
-        raise RuntimeFailure(f"no case to run: {why}")
-    terminal.warning(f"skipping {len(cases) - len(kept)} fa3 case(s): {why}")
-    return kept
+    for impl in ("fa3", "flashmla"):
+        if not any(c.impl == impl for c in cases):
+            continue
+        if impl == "fa3":
+            from ..gpu.fa3 import missing
+        else:
+            from ..gpu.mla import missing
+        why = missing()
+        if why is None:
+            continue
+        kept = [c for c in cases if c.impl != impl]
+        if not kept:
+            raise RuntimeFailure(f"no case to run: {why}")
+        terminal.warning(f"skipping {len(cases) - len(kept)} {impl} case(s): {why}")
+        cases = kept
+    return cases
 
 
 def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) -> None:

@@ -68,12 +68,16 @@ def make_inputs(case: Case, seed: int = 0, offset: int = 0) -> tuple[Any, Any, A
     training step. ``offset`` > 0: the three lie one after another in one allocation, from
     ``offset`` bytes into it (a placement of ``validate --placements``)."""
     torch = _torch()
+    if case.v_in_k and not offset:  # the absorbed MLA form: V is the first d_v of K's latent rows
+        from .mla import absorbed_inputs
+
+        return absorbed_inputs(case, torch, DEVICE, seed)
     g = torch.Generator(device=DEVICE).manual_seed(seed)
     dt = _torch_dtype(torch, case.dtype)
     shapes = [
         (case.batch, case.heads, case.n, case.d),
         (case.batch, case.kv_heads_, case.n_kv_, case.d),
-        (case.batch, case.kv_heads_, case.n_kv_, case.d),
+        (case.batch, case.kv_heads_, case.n_kv_, case.d_v_),  # V at its own head dim (MLA: d_v ≠ d)
     ]
     if case.impl == "fa3" and not offset:  # stored batch × N × heads × d, as FlashAttention takes them
         from .fa3 import make_qkv
@@ -163,7 +167,7 @@ def standard_steps(
         steps.append(("dropout", dropout))
 
     def pv() -> Any:
-        state["o"] = torch.matmul(state["p"], v).reshape(case.batch, case.heads, case.n, case.d)
+        state["o"] = torch.matmul(state["p"], v).reshape(case.batch, case.heads, case.n, case.d_v_)
         return state["o"]
 
     steps.append(("pv", pv))
@@ -196,7 +200,7 @@ def eager_forward(case: Case, q: Any, k: Any, v: Any, dropped: _Dropout) -> Call
         p = torch.softmax(s, dim=-1)
         if case.dropout:
             p, dropped.mask = torch.native_dropout(p, case.dropout, True)
-        return torch.matmul(p, v).reshape(case.batch, case.heads, case.n, case.d)
+        return torch.matmul(p, v).reshape(case.batch, case.heads, case.n, case.d_v_)
 
     return forward
 
@@ -208,6 +212,7 @@ def sdpa_backend(case: Case) -> Any:
         "sdpa-flash": SDPBackend.FLASH_ATTENTION,
         "sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
         "sdpa-efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "sdpa-math": SDPBackend.MATH,
     }[case.impl]
 
 
@@ -323,6 +328,8 @@ def fa3_steps(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[]
 
 
 def steps_for(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[], Any]]]:
+    if case.impl == "flashmla":
+        raise RuntimeFailure(f"{case.id}: flashmla runs through CaseRun (its paged cache and plan)")
     if case.impl == "standard":
         return standard_steps(case, q, k, v)
     if case.impl == "triton":
@@ -359,9 +366,18 @@ class CaseRun:
         if case.impl == "fa3" and (case.dropout or case.block_q or case.block_kv):
             raise RuntimeFailure(f"{case.id}: FlashAttention-3's kernels run no dropout and their own tiles")
         self.case = case
-        self.q, self.k, self.v = make_inputs(case, seed, offset)
         self.dropped = _Dropout()
         self.state: dict[str, Any] = {}
+        if case.impl == "flashmla":  # FlashInfer's MLA decode over a paged latent cache
+            from .mla import FlashInferMLA
+
+            if offset:
+                raise RuntimeFailure(f"{case.id}: flashmla's paged cache takes no placement offset")
+            self.mla = FlashInferMLA(case, _torch(), DEVICE, seed)
+            self.q, self.k, self.v = self.mla.q, self.mla.k, self.mla.v
+            self.steps = [("attention", self.mla.run)]
+            return
+        self.q, self.k, self.v = make_inputs(case, seed, offset)
         if not case.backward:
             if case.impl == "standard":
                 self.steps = standard_steps(case, self.q, self.k, self.v, self.dropped)
@@ -461,7 +477,7 @@ def _check_rows(case: Case) -> list[int]:
 def check(case: Case, out: Any, q: Any, k: Any, v: Any, keep: Any = None) -> float:
     """Relative L2 error of rows of the output against float32; raises if over tolerance."""
     torch = _torch()
-    if out is None or tuple(out.shape) != (case.batch, case.heads, case.n, case.d):
+    if out is None or tuple(out.shape) != (case.batch, case.heads, case.n, case.d_v_):
         raise RuntimeFailure(f"{case.id}: output shape {None if out is None else tuple(out.shape)} is wrong")
     rows = _check_rows(case)
     ref = reference_rows(case, q, k, v, rows, keep)
@@ -519,7 +535,11 @@ def check_grads(case: Case, grads: Any, q: Any, k: Any, v: Any, do: Any, keep: A
     torch = _torch()
     g = case.heads // case.kv_heads_
     shapes = [tuple(t.shape) for t in grads]
-    want = [(case.batch, case.heads, case.n, case.d)] + 2 * [(case.batch, case.kv_heads_, case.n_kv_, case.d)]
+    want = [
+        (case.batch, case.heads, case.n, case.d),
+        (case.batch, case.kv_heads_, case.n_kv_, case.d),
+        (case.batch, case.kv_heads_, case.n_kv_, case.d_v_),
+    ]
     if shapes != want:
         raise RuntimeFailure(f"{case.id}: gradient shapes {shapes}, expected {want}")
     refs = reference_grads(case, q, k, v, do, keep)
@@ -773,7 +793,7 @@ def profile_pass(case: Case, offset: int = 0) -> None:
     torch = require_cuda()
     run = CaseRun(case, offset=offset)
     run.prepare()
-    if case.impl in ("triton", "fa3"):
+    if case.impl in ("triton", "fa3", "flashmla"):
         run.run()  # compile (Triton: autotune; FlashAttention's CuTe kernels: JIT) outside the markers
     torch.cuda.synchronize()
     _marker("begin")()

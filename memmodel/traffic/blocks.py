@@ -214,6 +214,15 @@ def window_kv_bytes(w: Workload, block_kv: IntLike) -> IntLike:
     return intmath.kept(intmath.mul(w.batch, w.kv_heads_, keys, w.d, w.element_bytes))
 
 
+def as_v(w: Workload, k_bytes: IntLike) -> IntLike:
+    """V's share of a count made for K (or dV's for dK; O's for Q): the same, scaled by
+    d_v / d where V's head dim differs (floored; exact for counts made of whole rows). The
+    L2 rules run on K and V together, so both see the same miss share."""
+    if w.d_v is None:
+        return k_bytes
+    return intmath.scaled(k_bytes, w.d_v, w.d)
+
+
 def visited_fraction(
     n: IntLike, n_kv: IntLike, b_r: IntLike, b_c: IntLike, causal: bool, window: int | None = None
 ) -> Any:
@@ -265,7 +274,10 @@ def tile_footprint_bytes(block_q: IntLike, block_kv: IntLike, w: Workload) -> In
     """SRAM a thread block holds at once: Q_i (B_r·d), K_j and V_j (B_c·d each), in the dtype.
 
     O_i's accumulator and S_ij live in registers in current implementations (FA2, Triton).
+    With ``d_v``: B_r·d + B_c·(d + d_v).
     """
+    if w.d_v is not None:
+        return intmath.mul(intmath.add(intmath.mul(block_q, w.d), intmath.mul(block_kv, w.d_kv)), w.element_bytes)
     return intmath.mul(intmath.add(block_q, intmath.mul(2, block_kv)), w.d, w.element_bytes)
 
 
@@ -340,6 +352,8 @@ class TileContext:
     #: the work a real kernel executes: its head dim rounded up to the one it is built for,
     #: and whole tiles (a ragged last block computes a full tile); the paper's algorithm: exact
     exec_d: IntLike = 0
+    #: V's head dim as the kernel runs it (0: ``exec_d``; MLA's d_v ≠ d)
+    exec_dv: IntLike = 0
     exec_scores: IntLike = 0
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
     smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
@@ -350,6 +364,25 @@ class TileContext:
         """(Q block, K/V block) pairs per head, visited or not: T_r · T_c (``visited`` itself
         unless causal, so that a share of visited pairs is known to be all of them)."""
         return self.visited if not self.w.causal else intmath.mul(self.blocks.t_r, self.blocks.t_c)
+
+    @property
+    def exec_dv_(self) -> IntLike:
+        """V's head dim as executed (``exec_d`` where V's is Q's)."""
+        return self.exec_d if self.w.d_v is None or not np.any(np.asarray(self.exec_dv)) else self.exec_dv
+
+    def matmul_forward(self, scores: IntLike) -> IntLike:
+        """A forward's products over ``scores``: S = QKᵀ at d and O = PV at d_v, 2·scores·(d + d_v)
+        (4·scores·d where d_v = d)."""
+        if self.w.d_v is None:
+            return intmath.mul(4, scores, self.exec_d)
+        return intmath.mul(2, scores, intmath.add(self.exec_d, self.exec_dv_))
+
+    def matmul_backward(self, scores: IntLike) -> IntLike:
+        """A backward's five products over ``scores``: S = QKᵀ again, dQ = dS·K, dK = dSᵀ·Q at d;
+        dP = dO·Vᵀ, dV = Pᵀ·dO at d_v: 2·scores·(3d + 2d_v) (10·scores·d where d_v = d)."""
+        if self.w.d_v is None:
+            return intmath.mul(10, scores, self.exec_d)
+        return intmath.mul(2, scores, intmath.add(intmath.mul(3, self.exec_d), intmath.mul(2, self.exec_dv_)))
 
 
 def tile_context(
@@ -363,6 +396,7 @@ def tile_context(
     whole_tiles: bool = False,
     smem_reads: IntLike = 4,
     tile: tuple[IntLike, IntLike] | None = None,
+    exec_dv: IntLike | None = None,
 ) -> TileContext:
     """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
     at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
@@ -398,6 +432,7 @@ def tile_context(
         intmath.mul(sm_count, per_sm),
         kv_order,
         exec_d=w.d if exec_d is None else exec_d,
+        exec_dv=0 if w.d_v is None else (w.d_v if exec_dv is None else exec_dv),
         exec_scores=executed,
         diagonal=_masked_blocks(w, blocks, whole_tiles),
         smem_reads=smem_reads,

@@ -15,7 +15,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import TileContext, diagonal_blocks, visited_blocks, window_kv_bytes
+from .blocks import TileContext, as_v, diagonal_blocks, visited_blocks, window_kv_bytes
 from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 
@@ -100,7 +100,8 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, e, q_blocks), visited, all_blocks)
     kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
     kv_req = int(kv_req) if np.ndim(kv_req) == 0 else kv_req.astype(np.int64)
-    partial_o = intmath.mul(bh, splits, w.n, w.d, ACC_BYTES)
+    dv = w.dv_sym  # V, the partial O and O at V's head dim
+    partial_o = intmath.mul(bh, splits, w.n, w.d_v_, ACC_BYTES)
     partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
     k = KernelBuilder("fa2_splitkv")
     k.read("Q", "input", q, q, "B·H·N·d·e")
@@ -112,8 +113,9 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         else "⌈N/64⌉ · B·H·N_kv·d·e" + (" · visited_split" if w.causal else "")
     )
     k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
-    k.read("V", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
-    k.write("O_partial", "intermediate", partial_o, "B·H·splits·N·d·4")
+    v_formula = kv_formula.replace("·d·e", f"·{dv}·e")
+    k.read("V", "input", as_v(w, kv_req), as_v(w, kv_unique if l2.mode != "off" else kv_req), v_formula)
+    k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{dv}·4")
     k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
     scores = intmath.scaled(intmath.mul(bh, w.n, w.n_kv_), visited, all_blocks)
     heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
@@ -124,7 +126,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         intmath.ceil_div(rows.astype(np.int64) if rows.ndim else int(rows), 64),
     )
     split = k.build(
-        matmul_flops=intmath.mul(4, scores, w.d),
+        matmul_flops=intmath.mul(4, scores, w.d) if w.d_v is None else intmath.mul(2, scores, w.d_kv),
         softmax_flops=intmath.mul(4, scores),
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
@@ -133,17 +135,17 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)),
         # the split kernel masks a window's every block as the forward does (flash_fwd_splitkv_kernel)
         local_blocks=intmath.mul(bh, visited) if np.any(np.asarray(ctx.local_blocks) > 0) else 0,
-        bytes_in_flight_per_cta=intmath.mul(2, split_block_kv(w.d), w.d, e),
+        bytes_in_flight_per_cta=intmath.mul(split_block_kv(w.d), w.d_kv, e),
         overlap="serial-compute",
         kind=SPLIT_KV,
     )
     c = KernelBuilder("fa2_combine")
-    c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), "B·H·splits·N·d·4")
+    c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), f"B·H·splits·N·{dv}·4")
     c.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "B·H·splits·N·4")
-    c.write("O", "output", q, "B·H·N·d·e")
+    c.write("O", "output", w.o_bytes(), f"B·H·N·{dv}·e")
     c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     combine = c.build(
-        softmax_flops=intmath.mul(3, bh, splits, w.n, w.d),
+        softmax_flops=intmath.mul(3, bh, splits, w.n, w.d_v_),
         exp_ops=intmath.mul(bh, splits, w.n),
         splits=splits,
         kind=COMBINE,

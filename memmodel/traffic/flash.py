@@ -32,7 +32,7 @@ from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import BlockSizes, TileContext, tile_context, window_kv_bytes
+from .blocks import BlockSizes, TileContext, as_v, tile_context, window_kv_bytes
 from .decode import split_kv_kernels
 from .facts import TiledFacts
 from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
@@ -62,7 +62,7 @@ def fa2_forward_kernel(
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
     kv_unique = w.kv_bytes()
-    kv_head = intmath.mul(w.n_kv_, w.d, e)
+    kv_pair = intmath.mul(w.n_kv_, w.d_kv, e)  # one head's K and V (2·N_kv·d·e; N_kv·(d + d_v)·e)
     visited, pairs = ctx.visited, ctx.all_pairs
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
     kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
@@ -76,19 +76,19 @@ def fa2_forward_kernel(
             kv_unique,
             kv_req,
             heads_sharing=w.group,
-            head_ws=intmath.mul(2, kv_head),
+            head_ws=kv_pair,
             blocks=b.t_r,
             rows=b.block_q,
             length=w.n_kv_,
-            row_bytes=intmath.mul(2, w.d, e),
-            step_bytes=intmath.mul(2, b.block_kv, w.d, e),
+            row_bytes=intmath.mul(w.d_kv, e),
+            step_bytes=intmath.mul(b.block_kv, w.d_kv, e),
         )
         return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
     kv_hbm = tile_reread_hbm(
         kv_unique,
         kv_req,
         sharing,
-        intmath.mul(2, kv_head),
+        kv_pair,
         w.causal,
         l2c,
         intmath.mul(w.batch, w.kv_heads_),
@@ -96,7 +96,7 @@ def fa2_forward_kernel(
     )
     if not w.causal:
         drift = facts.wave_drift if facts is not None else None  # None: found here
-        kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, intmath.mul(2, kv_head), drift)
+        kv_hbm = wave_drift_hbm(ctx, l2c, kv_hbm, kv_req, sharing, kv_pair, drift)
     if w.causal and l2c.causal and l2c.mode != "off":
         # the measured causal curve: re-reads as the L2 thrashes at the K/V the heads in flight
         # keep live. One head is the curve's own reference pattern: the curve alone, and so is a
@@ -134,24 +134,25 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
     k.read(
         "V",
         "input",
-        kv_req,
-        kv_hbm,
-        "T_r · B·H·N_kv·d·e" + visited_share(w),
-        intmath.mul(ctx.smem_reads, kv_req),
+        as_v(w, kv_req),
+        as_v(w, kv_hbm),
+        f"T_r · B·H·N_kv·{w.dv_sym}·e" + visited_share(w),
+        intmath.mul(ctx.smem_reads, as_v(w, kv_req)),
     )
-    k.write("O", "output", q, "B·H·N·d·e")
+    k.write("O", "output", w.o_bytes(), f"B·H·N·{w.dv_sym}·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     t_c_visited = intmath.ceil_div(visited, b.t_r)
-    scores, d = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
+    scores = ctx.exec_scores  # as executed: whole tiles, the kernel's head dims
+    d = ctx.exec_dv_  # the O updates run at V's head dim
     return k.build(
-        matmul_flops=intmath.mul(4, scores, d),
+        matmul_flops=ctx.matmul_forward(scores),
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
         softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
         rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
-        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
+        bytes_in_flight_per_cta=intmath.mul(b.block_kv, w.d_kv, e),
         overlap="serial-compute",
         ctas=intmath.mul(bh, b.t_r),
         blocks=intmath.mul(bh, visited),
@@ -171,7 +172,7 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
     if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
         return None
-    row = _floats(intmath.mul(w.batch, 2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
+    row = _floats(intmath.mul(w.batch, intmath.add(w.n_kv_, w.n), w.d_kv, w.element_bytes))
     return np.where(batched, row, 0.0)
 
 
@@ -223,7 +224,7 @@ def forward_drift(ctx: TileContext, l2: l2m.L2) -> Any:
     if ctx.w.causal or not l2.drift or l2.mode == "off":
         return None
     w = ctx.w
-    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(w.n_kv_, w.d_kv, w.element_bytes)
     return wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws)
 
 
@@ -233,7 +234,8 @@ def _forward_l2(ctx: TileContext, l2: l2m.L2, streams_q: bool = True) -> l2m.L2:
     w = ctx.w
     l2c = l2.with_ctas(ctx.concurrent)
     if streams_q:
-        stream = per_wave_stream(ctx, ctx.blocks.block_q, intmath.add(intmath.mul(2, w.d, w.element_bytes), STAT_BYTES))
+        # Q at d, O at d_v: (d + d_v) elements a row, as K and V's
+        stream = per_wave_stream(ctx, ctx.blocks.block_q, intmath.add(intmath.mul(w.d_kv, w.element_bytes), STAT_BYTES))
         l2c = l2c.with_streamed(stream)
     return l2c
 
@@ -264,7 +266,7 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     in_flight = 1.0 + conc * t_c / visited
     sharing_heads = np.clip(in_flight / _floats(w.batch), 1.0, _floats(w.group))
     window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
-    block_bytes = _floats(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
+    block_bytes = _floats(intmath.mul(b.block_kv, w.d_kv, w.element_bytes))
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
@@ -343,7 +345,7 @@ def causal_live_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
         h_kv, reach = np.float64(1.0), g
     live = np.minimum(h_kv, h_kv * (reach * span - span / 2.0 + t_c) / (h_kv * g * span + t_c))
     one = (span / 2.0 + t_c) / (span + t_c)
-    head = _floats(intmath.mul(2, w.n_kv_, w.d, w.element_bytes))  # one K/V head's K and V
+    head = _floats(intmath.mul(w.n_kv_, w.d_kv, w.element_bytes))  # one K/V head's K and V
     live = live / one * head
     if l2.causal_heads == "grid":  # a batched GQA grid: its own K/V head and the others' share at most
         from ..hardware import interpolate_log2
@@ -546,32 +548,33 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     w, b = ctx.w, ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    q = intmath.mul(bh, w.n, w.d, e)  # Q, O, dO, dQ
+    q = intmath.mul(bh, w.n, w.d, e)  # Q, dQ (and O, dO where d_v = d)
+    o, dv = w.o_bytes(), w.dv_sym  # O, dO at V's head dim
     stat = intmath.mul(bh, w.n, STAT_BYTES)  # lse, D
     dq_acc = intmath.mul(bh, w.n, w.d, ACC_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V as read (and dK, dV as written) per query head
+    v_q_heads = as_v(w, kv_q_heads)
     visited, pairs = ctx.visited, ctx.all_pairs
-    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(2, w.d_kv, e)))
     kernels = []
 
     pre = KernelBuilder("fa2_bwd_pre", "backward")
-    pre.read("O", "output", q, q, "B·H·N·d·e")
-    pre.read("dO", "input", q, q, "B·H·N·d·e")
+    pre.read("O", "output", o, o, f"B·H·N·{dv}·e")
+    pre.read("dO", "input", o, o, f"B·H·N·{dv}·e")
     pre.write("D", "state", stat, "B·H·N·4")
     pre.write("dQacc", "state", dq_acc, "B·H·N·d·4 (zeroed)")
-    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d)))
+    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d_v_)))
 
     # main kernel: CTAs over K/V blocks; each re-reads its head's Q, dO, lse, D per visited block
     req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
-    q_head = intmath.mul(w.n, w.d, e)
-    ws = intmath.add(intmath.mul(2, q_head), intmath.mul(w.n, w.d, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES))
+    ws = intmath.add(intmath.mul(w.n, w.d_kv, e), intmath.mul(w.n, w.d, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES))
     sharing = b.t_c
     main = KernelBuilder("fa2_bwd", "backward")
     main.read("K", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
-    main.read("V", "input", kv_q_heads, w.kv_bytes(), "B·H·N_kv·d·e")
+    main.read("V", "input", v_q_heads, w.v_bytes(), f"B·H·N_kv·{dv}·e")
     for tensor, role, nbytes, formula in (
         ("Q", "input", q, "B·H·N·d·e"),
-        ("dO", "input", q, "B·H·N·d·e"),
+        ("dO", "input", o, f"B·H·N·{dv}·e"),
         ("lse", "state", stat, "B·H·N·4"),
         ("D", "state", stat, "B·H·N·4"),
     ):
@@ -588,16 +591,19 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d·4 (atomic add){visited_share(w)}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d·4 (atomic add){visited_share(w)}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
-    main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+    main.write("dV", "output", v_q_heads, f"B·H·N_kv·{dv}·e")
     kernels.append(
         main.build(
             # recompute S = QKᵀ, then dV += PᵀdO, dP = dO Vᵀ, dQ += dS K, dK += dSᵀQ: 5 matmuls
-            matmul_flops=intmath.mul(10, ctx.scores, w.d),
+            # (2·scores·(3d + 2d_v) with V's head dim apart)
+            matmul_flops=intmath.mul(10, ctx.scores, w.d)
+            if w.d_v is None
+            else intmath.mul(2, ctx.scores, intmath.add(intmath.mul(3, w.d), intmath.mul(2, w.d_v))),
             # dS = P ⊙ (dP − D): 2 per score; scale: 1
             softmax_flops=intmath.mul(3, ctx.scores),
             exp_ops=ctx.scores,
             concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_c)),
-            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            bytes_in_flight_per_cta=intmath.mul(b.block_q, w.d_kv, e),
             overlap="serial-compute",
         )
     )
@@ -610,11 +616,11 @@ def fa2_backward_kernels(ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     kv = w.kv_bytes()
     red = KernelBuilder("dkdv_group_sum", "backward")
     red.read("dK", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
-    red.read("dV", "output", kv_q_heads, l2m.carried_over(kv_q_heads, l2), "B·H·N_kv·d·e")
+    red.read("dV", "output", v_q_heads, l2m.carried_over(v_q_heads, l2), f"B·H·N_kv·{dv}·e")
     red.write("dK", "output", kv, "B·H_kv·N_kv·d·e")
-    red.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
+    red.write("dV", "output", w.v_bytes(), f"B·H_kv·N_kv·{dv}·e")
     # GQA only (on a grid: the rows with a group of query heads per K/V head)
-    summed = only_where(red.build(softmax_flops=intmath.mul(2, bh, w.n_kv_, w.d)), np.asarray(w.group) > 1)
+    summed = only_where(red.build(softmax_flops=intmath.mul(bh, w.n_kv_, w.d_kv)), np.asarray(w.group) > 1)
     return kernels + present_kernels(summed)
 
 
@@ -803,7 +809,7 @@ def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
 
     w = ctx.w
     curve = l2.reuse or step_curve(l2.capacity_bytes)
-    ws = intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    ws = intmath.mul(w.n_kv_, w.d_kv, w.element_bytes)
     return poorly_modelled(ws, intmath.mul(w.group, ctx.blocks.t_r), ctx.concurrent, w.causal, curve)
 
 

@@ -21,7 +21,7 @@ from ..frozen import frozen
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .blocks import BlockSizes, TileContext, tile_context
+from .blocks import BlockSizes, TileContext, as_v, tile_context
 from .flash import per_wave_stream, tile_reread_hbm, visited_share, window_reread_hbm
 from .ledger import Kernel, KernelBuilder, only_where, param, present_kernels
 
@@ -211,7 +211,8 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     b = ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    q = intmath.mul(bh, w.n, w.d, e)  # Q, O, dO, dQ
+    q = intmath.mul(bh, w.n, w.d, e)  # Q, dQ (and O, dO where d_v = d)
+    o, dv = w.o_bytes(), w.dv_sym  # O, dO at V's head dim
     d_r = accumulator_head_dim(w.d)
     rows_q = intmath.mul(b.t_r, b.block_q)  # rows the Q-block grids cover
     stat = intmath.mul(bh, w.n, STAT_BYTES)  # lse (written by the forward), D as read
@@ -220,23 +221,24 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)  # K or V per query head (dK, dV as written)
     visited, pairs = ctx.visited, ctx.all_pairs
     # each CTA of a wave reads its K, V tiles and writes dK, dV once: live across a wave
-    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(2, w.d_kv, e)))
     kernels = []
 
     pre = KernelBuilder("fa2_bwd_pre", "backward")
-    pre.read("O", "output", q, q, "B·H·N·d·e")
-    pre.read("dO", "input", q, q, "B·H·N·d·e")
+    pre.read("O", "output", o, o, f"B·H·N·{dv}·e")
+    pre.read("dO", "input", o, o, f"B·H·N·{dv}·e")
     pre.write("D", "state", d_written, "B·H·⌈N/B_r⌉·B_r·4")
     pre.write("dQacc", "state", acc, "B·H·⌈N/B_r⌉·B_r·d_r·4 (zeroed)")
     # per element of dO: multiply and add
-    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d), op="elementwise"))
+    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d_v_), op="elementwise"))
 
     req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    # a head's Q side: Q (d) and dO (d_v) rows, the dQ accumulator, lse and D
     per_head = intmath.add(
-        intmath.mul(2, w.n, w.d, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
+        intmath.mul(w.n, w.d_kv, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
     )
     share = None
-    row_bytes = intmath.add(intmath.mul(2, w.d, e), intmath.mul(d_r, ACC_BYTES), 2 * STAT_BYTES)
+    row_bytes = intmath.add(intmath.mul(w.d_kv, e), intmath.mul(d_r, ACC_BYTES), 2 * STAT_BYTES)
     if w.causal and w.window is None:
         share = causal_leader_share(ctx, l2c, intmath.mul(b.block_q, row_bytes))
 
@@ -264,11 +266,11 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main = KernelBuilder("fa2_bwd", "backward")
     kv_hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2c)
     main.read("K", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
-    main.read("V", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
+    main.read("V", "input", as_v(w, kv_q_heads), as_v(w, kv_hbm), f"B·H·N_kv·{dv}·e (per query head)")
     suffix = " · visited" if w.causal else ""
     for tensor, role, nbytes, formula in (
         ("Q", "input", q, "B·H·N·d·e"),
-        ("dO", "input", q, "B·H·N·d·e"),
+        ("dO", "input", o, f"B·H·N·{dv}·e"),
         ("lse", "state", stat, "B·H·N·4"),
         ("D", "state", stat, "B·H·N·4"),
     ):
@@ -291,17 +293,18 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
     main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
-    main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
-    scores, d_x = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
+    main.write("dV", "output", as_v(w, kv_q_heads), f"B·H·N_kv·{dv}·e")
+    scores = ctx.exec_scores  # as executed: whole tiles, the kernel's head dims
     kernels.append(
         main.build(
             # recompute S = QKᵀ, then dV += PᵀdO, dP = dO Vᵀ, dQ += dS K, dK += dSᵀQ: 5 products
-            matmul_flops=intmath.mul(10, scores, d_x),
+            # (2·scores·(3d + 2d_v): :meth:`TileContext.matmul_backward`)
+            matmul_flops=ctx.matmul_backward(scores),
             # P = exp(S·scale − lse): scale and subtract; dS = P ⊙ (dP − D): 2
             softmax_flops=intmath.add(intmath.mul(4, scores), _dropout_flops(w, scores)),
             exp_ops=scores,
             concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_c)),
-            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            bytes_in_flight_per_cta=intmath.mul(b.block_q, w.d_kv, e),
             overlap="serial-compute",
             ctas=intmath.mul(bh, b.t_c),
             blocks=intmath.mul(bh, visited),
@@ -328,8 +331,8 @@ def _gqa_kv_hbm(w: Workload, requested: IntLike, per_head: IntLike, l2: l2m.L2) 
     if np.all(np.asarray(w.group) == 1):
         return intmath.minimum(requested, kv)
     kv_q_heads = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, w.element_bytes)
-    kv_head = intmath.mul(w.n_kv_, w.d, w.element_bytes)
-    between = intmath.mul(w.batch, intmath.add(per_head, intmath.mul(2, kv_head)))
+    kv_pair = intmath.mul(w.n_kv_, w.d_kv, w.element_bytes)  # one head's K and V
+    between = intmath.mul(w.batch, intmath.add(per_head, kv_pair))
     ok = l2m.fits(between, l2)
     if isinstance(ok, np.ndarray):
         return np.minimum(np.asarray(requested), np.where(ok, kv, kv_q_heads))
@@ -342,14 +345,14 @@ def group_sum_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
     if not grouped.any():
         return []
     e = w.element_bytes
-    expanded = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, e)
-    kv = w.kv_bytes()
     out = []
-    for tensor in ("dK", "dV"):
+    for tensor, d, sym in (("dK", w.d, "d"), ("dV", w.d_v_, w.dv_sym)):  # dV at V's head dim
+        expanded = intmath.mul(w.batch, w.heads, w.n_kv_, d, e)
+        kv = w.kv_bytes() if tensor == "dK" else w.v_bytes()
         k = KernelBuilder(f"{tensor.lower()}_group_sum", "backward")
-        k.read(tensor, "output", expanded, l2m.carried_over(expanded, l2), "B·H·N_kv·d·e (per query head)")
-        k.write(tensor, "output", kv, "B·H_kv·N_kv·d·e")
-        out.append(k.build(softmax_flops=intmath.mul(w.batch, w.heads, w.n_kv_, w.d), op="reduction"))
+        k.read(tensor, "output", expanded, l2m.carried_over(expanded, l2), f"B·H·N_kv·{sym}·e (per query head)")
+        k.write(tensor, "output", kv, f"B·H_kv·N_kv·{sym}·e")
+        out.append(k.build(softmax_flops=intmath.mul(w.batch, w.heads, w.n_kv_, d), op="reduction"))
     return present_kernels(*(only_where(k, grouped) for k in out))
 
 
@@ -379,12 +382,13 @@ def cutlass_backward(
     b = ctx.blocks
     e = w.element_bytes
     bh = intmath.mul(w.batch, w.heads)
-    q = intmath.mul(bh, w.n, w.d, e)
+    q = intmath.mul(bh, w.n, w.d, e)  # Q, dQ
+    o, dv = w.o_bytes(), w.dv_sym  # O, dO at V's head dim
     stat = intmath.mul(bh, w.n, STAT_BYTES)
     kv_q_heads = intmath.mul(bh, w.n_kv_, w.d, e)
     splits = cutlass_splits(w, tiles, output_in_registers)
     visited, pairs = ctx.visited, ctx.all_pairs
-    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(4, w.d, e)))
+    l2c = l2.with_ctas(ctx.concurrent).with_streamed(per_wave_stream(ctx, b.block_kv, intmath.mul(2, w.d_kv, e)))
     # the dQ workspace: per head ⌈N/B_i⌉ · ⌈d/B_j⌉ tiles of B_i × B_j fp32 (plus a 16-byte lock)
     acc_cols = round_up(w.d, b.block_kv)
     tiles_q = intmath.mul(b.t_r, intmath.ceil_div(w.d, b.block_kv))
@@ -399,21 +403,24 @@ def cutlass_backward(
         kernels += present_kernels(only_where(z.build(op="elementwise"), many))
 
     pair = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    # a head's Q side: Q (d), O and dO (d_v), the dQ workspace, lse and D
     per_head = intmath.add(
-        intmath.mul(3, w.n, w.d, e), intmath.mul(w.n, acc_cols, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
+        intmath.mul(w.n, intmath.add(w.d, intmath.mul(2, w.d_v_)), e),
+        intmath.mul(w.n, acc_cols, ACC_BYTES),
+        intmath.mul(2, w.n, STAT_BYTES),
     )
     reread = lambda unique, requested: tile_reread_hbm(unique, requested, b.t_c, per_head, w.causal, l2c, bh)  # noqa: E731
     main = KernelBuilder("mea_bwd", "backward")
     v = visited_share(w)
     # every CTA computes D for all the queries of its head: reads O and dO, writes D
-    delta_req = intmath.mul(splits, q)
-    main.read("O", "output", delta_req, reread(q, delta_req), "splits · B·H·N·d·e (D per CTA)")
+    delta_req = intmath.mul(splits, o)
+    main.read("O", "output", delta_req, reread(o, delta_req), f"splits · B·H·N·{dv}·e (D per CTA)")
     main.read(
         "dO",
         "input",
-        intmath.add(delta_req, pair(intmath.mul(2, q))),
-        reread(q, intmath.add(delta_req, pair(intmath.mul(2, q)))),
-        f"(splits + 2·T_c{v}) · B·H·N·d·e",
+        intmath.add(delta_req, pair(intmath.mul(2, o))),
+        reread(o, intmath.add(delta_req, pair(intmath.mul(2, o)))),
+        f"(splits + 2·T_c{v}) · B·H·N·{dv}·e",
     )
     main.write("D", "state", intmath.mul(splits, stat), "splits · B·H·N·4", hbm=stat)
     main.read("Q", "input", pair(intmath.mul(2, q)), reread(q, pair(intmath.mul(2, q))), f"2·T_c · B·H·N·d·e{v}")
@@ -423,7 +430,13 @@ def cutlass_backward(
     kv_pairs = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
     k_req = intmath.add(kv_q_heads, kv_pairs)
     main.read("K", "input", k_req, _gqa_kv_hbm(w, k_req, per_head, l2c), f"(1 + T_r{v}) · B·H·N_kv·d·e")
-    main.read("V", "input", kv_pairs, _gqa_kv_hbm(w, kv_pairs, per_head, l2c), f"T_r · B·H·N_kv·d·e{v}")
+    main.read(
+        "V",
+        "input",
+        as_v(w, kv_pairs),
+        as_v(w, _gqa_kv_hbm(w, kv_pairs, per_head, l2c)),
+        f"T_r · B·H·N_kv·{dv}·e{v}",
+    )
     # dQ partials: per pair a B_i × ⌈d/B_j⌉·B_j fp32 tile loaded, added to and stored
     # (``kernel_backward.h``: with key splits every pair loads the zeroed workspace tile; one
     # split loads all but the first key block's; the last contribution to a Q block writes dQ
@@ -444,9 +457,9 @@ def cutlass_backward(
     # the round trip: a stored tile the L2 writes back before the next CTA loads it, one step
     # later (:func:`workspace_round_trip_share`); per step a CTA touches Q_i, dO_i, lse_i, D_i,
     # the tile and its own K_j, V_j
-    kv_step = intmath.mul(2, b.block_kv, w.d, e)
+    kv_step = intmath.mul(b.block_kv, w.d_kv, e)
     step = intmath.add(
-        intmath.mul(b.block_q, intmath.add(intmath.mul(2, w.d, e), 2 * STAT_BYTES)),
+        intmath.mul(b.block_q, intmath.add(intmath.mul(w.d_kv, e), 2 * STAT_BYTES)),
         intmath.mul(b.block_q, acc_cols, ACC_BYTES),
         intmath.mul(16, intmath.ceil_div(w.d, b.block_kv)),
         kv_step,
@@ -474,27 +487,35 @@ def cutlass_backward(
         in_rf = np.asarray(output_in_registers, dtype=bool)
         kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
-            acc_rows = np.where(in_rf, 0, kv_acc)
-            main.read(tensor, "output", acc_rows, np.where(in_rf, 0, kv_q_heads), f"T_r · B·H·N_kv·d·e (accumulate){v}")
-            main.write(tensor, "output", np.where(in_rf, kv_q_heads, kv_acc), "B·H·N_kv·d·e or T_r · …", hbm=kv_q_heads)
+            sym, acc_t, unique_t = (
+                ("d", kv_acc, kv_q_heads) if tensor == "dK" else (dv, as_v(w, kv_acc), as_v(w, kv_q_heads))
+            )
+            acc_rows = np.where(in_rf, 0, acc_t)
+            main.read(
+                tensor, "output", acc_rows, np.where(in_rf, 0, unique_t), f"T_r · B·H·N_kv·{sym}·e (accumulate){v}"
+            )
+            main.write(tensor, "output", np.where(in_rf, unique_t, acc_t), f"B·H·N_kv·{sym}·e or T_r · …", hbm=unique_t)
     elif np.all(output_in_registers):
         main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
-        main.write("dV", "output", kv_q_heads, "B·H·N_kv·d·e")
+        main.write("dV", "output", as_v(w, kv_q_heads), f"B·H·N_kv·{dv}·e")
     else:  # accumulated in global memory: read and written per visited pair
         kv_acc = intmath.scaled(intmath.mul(b.t_r, kv_q_heads), visited, pairs)
         for tensor in ("dK", "dV"):
-            main.read(tensor, "output", kv_acc, kv_q_heads, f"T_r · B·H·N_kv·d·e (accumulate){v}")
-            main.write(tensor, "output", kv_acc, f"T_r · B·H·N_kv·d·e (accumulate){v}", hbm=kv_q_heads)
-    scores, d_x = ctx.exec_scores, ctx.exec_d
+            sym, acc_t, unique_t = (
+                ("d", kv_acc, kv_q_heads) if tensor == "dK" else (dv, as_v(w, kv_acc), as_v(w, kv_q_heads))
+            )
+            main.read(tensor, "output", acc_t, unique_t, f"T_r · B·H·N_kv·{sym}·e (accumulate){v}")
+            main.write(tensor, "output", acc_t, f"T_r · B·H·N_kv·{sym}·e (accumulate){v}", hbm=unique_t)
+    scores = ctx.exec_scores
     kernels.append(
         main.build(
-            matmul_flops=intmath.mul(10, scores, d_x),
+            matmul_flops=ctx.matmul_backward(scores),
             softmax_flops=intmath.add(
-                intmath.mul(4, scores), intmath.mul(2, splits, bh, w.n, w.d), _dropout_flops(w, scores)
+                intmath.mul(4, scores), intmath.mul(2, splits, bh, w.n, w.d_v_), _dropout_flops(w, scores)
             ),
             exp_ops=scores,
             concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, splits)),
-            bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
+            bytes_in_flight_per_cta=intmath.mul(b.block_q, w.d_kv, e),
             overlap="serial-compute",
             ctas=intmath.mul(bh, splits),
             blocks=intmath.mul(bh, visited),
@@ -622,10 +643,12 @@ def _gqa_kv_main(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[A
     from dataclasses import replace
 
     kv_q_heads = intmath.mul(w.batch, w.heads, w.n_kv_, w.d, w.element_bytes)
-    per_head = intmath.mul(2, w.n, w.d, w.element_bytes)
+    per_head = intmath.mul(w.n, w.d_kv, w.element_bytes)
     hbm = _gqa_kv_hbm(w, kv_q_heads, per_head, l2)
     return tuple(
-        replace(t, bytes=hbm) if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read" else t
+        replace(t, bytes=hbm if t.tensor == "K" else as_v(w, hbm))
+        if t.tensor in ("K", "V") and t.level == "hbm" and t.direction == "read"
+        else t
         for t in transfers
     )
 
@@ -652,11 +675,11 @@ def _gqa_kv_reads(w: Workload, transfers: tuple[Any, ...], l2: l2m.L2) -> tuple[
     source, and its GQA backward's K/V bytes follow this count (docs/model.md, "cuDNN's GQA backward")."""
     from dataclasses import replace
 
-    kv = w.kv_bytes()
     times = (np.asarray(w.group, dtype=np.float64) + 1.0) / 2.0
     out = []
     for t in transfers:
         if t.tensor in ("K", "V") and t.level == "hbm" and l2.mode != "off":
+            kv = w.kv_bytes() if t.tensor == "K" else w.v_bytes()
             reads = np.minimum(np.asarray(t.bytes, dtype=np.float64), np.asarray(kv, dtype=np.float64) * times).round()
             t = replace(t, bytes=int(reads) if reads.ndim == 0 else reads.astype(np.int64))
         out.append(t)

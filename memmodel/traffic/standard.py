@@ -112,9 +112,12 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
     s_head = intmath.mul(rows, w.n_kv_, e)
     scores = intmath.mul(bh, w.n, w.n_kv_)
     matmul = intmath.mul(2, scores, w.d)
+    # V, O, dO, dV at V's head dim (MLA: d_v ≠ d); the products with V or dO run at it
+    o, v, dv = w.o_bytes(), w.v_bytes(), w.dv_sym
+    matmul_v = intmath.mul(2, scores, w.d_v_)
     z = scores  # dropout mask, 1 byte per score
     kernels: list[Kernel] = []
-    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d}, s, l2)
+    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d, dv: w.d_v_}, s, l2)
 
     # --- forward -------------------------------------------------------------------
     k = KernelBuilder("qk")  # S = Q Kᵀ: [G·N × d] @ [d × N_kv]
@@ -163,25 +166,25 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
         k.write("Z", "state", z, "B·H·N·N_kv·1")
         kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="elementwise", kind=DROPOUT))
 
-    k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d]
-    just_written(k, "P", "d")
-    operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
-    k.write("O", "output", q, "B·H·N·d·e")
-    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+    k = KernelBuilder("pv")  # O = P V: [G·N × N_kv] @ [N_kv × d_v]
+    just_written(k, "P", dv)
+    operand(k, "V", "input", v, "G·N", f"B·H_kv·N_kv·{dv}·e")
+    k.write("O", "output", o, f"B·H·N·{dv}·e")
+    kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
     # --- backward ------------------------------------------------------------------
     if backward:
-        k = KernelBuilder("dv", "backward")  # dV = Pᵀ dO: [N_kv × G·N] @ [G·N × d]
-        operand(k, "P", "intermediate", s, "d", "B·H·N·N_kv·e")
-        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
-        k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
-        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+        k = KernelBuilder("dv", "backward")  # dV = Pᵀ dO: [N_kv × G·N] @ [G·N × d_v]
+        operand(k, "P", "intermediate", s, dv, "B·H·N·N_kv·e")
+        operand(k, "dO", "input", o, "N_kv", f"B·H·N·{dv}·e")
+        k.write("dV", "output", v, f"B·H_kv·N_kv·{dv}·e")
+        kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
-        k = KernelBuilder("dp", "backward")  # dP = dO Vᵀ: [G·N × d] @ [d × N_kv]
-        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
-        operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
+        k = KernelBuilder("dp", "backward")  # dP = dO Vᵀ: [G·N × d_v] @ [d_v × N_kv]
+        operand(k, "dO", "input", o, "N_kv", f"B·H·N·{dv}·e")
+        operand(k, "V", "input", v, "G·N", f"B·H_kv·N_kv·{dv}·e")
         k.write("dP", "intermediate", s, "B·H·N·N_kv·e")
-        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+        kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
         if w.dropout > 0:
             k = KernelBuilder("dropout_bwd", "backward")
@@ -314,10 +317,13 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
     s = intmath.mul(bh, w.n, w.n_kv_, e)
     scores = intmath.mul(bh, w.n, w.n_kv_)
     matmul = intmath.mul(2, scores, w.d)
+    # V, O, dO, dV at V's head dim (MLA: d_v ≠ d); the products with V or dO run at it
+    o, v, dv = w.o_bytes(), w.v_bytes(), w.dv_sym
+    matmul_v = intmath.mul(2, scores, w.d_v_)
     z = scores  # native_dropout's mask: one bool per score
     f_s = "B·H·N·N_kv·e"
     kernels: list[Kernel] = []
-    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d}, s, l2)
+    operand, just_written = _readers({"N_kv": w.n_kv_, "G·N": rows, "d": w.d, dv: w.d_v_}, s, l2)
 
     def causal_mask(k: KernelBuilder) -> None:
         # one bool per (stacked query row, key); re-read per batch and K/V head, from L2 when
@@ -381,23 +387,23 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
         kernels.append(k.build(softmax_flops=intmath.mul(2, scores), op="dropout", kind=DROPOUT))
         p_used = "P'"
     k = KernelBuilder("pv")
-    just_written(k, p_used, "d")
-    operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
-    k.write("O", "output", q, "B·H·N·d·e")
-    kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+    just_written(k, p_used, dv)
+    operand(k, "V", "input", v, "G·N", f"B·H_kv·N_kv·{dv}·e")
+    k.write("O", "output", o, f"B·H·N·{dv}·e")
+    kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
     if backward:
         k = KernelBuilder("dv", "backward")  # dV = P'ᵀ dO
-        operand(k, p_used, "intermediate", s, "d", f_s)
-        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
-        k.write("dV", "output", kv, "B·H_kv·N_kv·d·e")
-        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+        operand(k, p_used, "intermediate", s, dv, f_s)
+        operand(k, "dO", "input", o, "N_kv", f"B·H·N·{dv}·e")
+        k.write("dV", "output", v, f"B·H_kv·N_kv·{dv}·e")
+        kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
         k = KernelBuilder("dp", "backward")  # dP' = dO Vᵀ
-        operand(k, "dO", "input", q, "N_kv", "B·H·N·d·e")
-        operand(k, "V", "input", kv, "G·N", "B·H_kv·N_kv·d·e")
+        operand(k, "dO", "input", o, "N_kv", f"B·H·N·{dv}·e")
+        operand(k, "V", "input", v, "G·N", f"B·H_kv·N_kv·{dv}·e")
         k.write("dP", "intermediate", s, f_s)
-        kernels.append(k.build(matmul_flops=matmul, op="gemm"))
+        kernels.append(k.build(matmul_flops=matmul_v, op="gemm"))
 
         if w.dropout > 0:
             k = KernelBuilder("dropout_bwd", "backward")
