@@ -35,7 +35,17 @@ from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, tile_context, window_kv_bytes
 from .decode import split_kv_kernels
 from .facts import TiledFacts
-from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
+from .ledger import (
+    FORWARD_GRID,
+    HEAD_GRID,
+    AlgorithmTraffic,
+    Kernel,
+    KernelBuilder,
+    Transfer,
+    only_where,
+    param,
+    present_kernels,
+)
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -58,14 +68,14 @@ def fa2_forward_kernel(
     """The FlashAttention-2-style forward kernel; ``facts`` (:func:`forward_facts`): the waves'
     drift, the GQA row and the causal live K/V, where the caller found them already."""
     w, b = ctx.w, ctx.blocks
-    e = w.element_bytes
+    e, ekv = w.element_bytes, w.kv_element_bytes  # Q, O rows; K/V rows (an FP8 K/V cache: 1 byte)
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
     kv_unique = w.kv_bytes()
-    kv_head = intmath.mul(w.n_kv_, w.d, e)
+    kv_head = intmath.mul(w.n_kv_, w.d, ekv)
     visited, pairs = ctx.visited, ctx.all_pairs
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
-    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
+    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, ekv), visited, pairs)
     l2c = _forward_l2(ctx, l2, streams_q)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     if w.window is not None:
@@ -80,8 +90,8 @@ def fa2_forward_kernel(
             blocks=b.t_r,
             rows=b.block_q,
             length=w.n_kv_,
-            row_bytes=intmath.mul(2, w.d, e),
-            step_bytes=intmath.mul(2, b.block_kv, w.d, e),
+            row_bytes=intmath.mul(2, w.d, ekv),
+            step_bytes=intmath.mul(2, b.block_kv, w.d, ekv),
         )
         return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
     kv_hbm = tile_reread_hbm(
@@ -116,42 +126,52 @@ def fa2_forward_kernel(
 def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike) -> Kernel:
     """The forward kernel's ledger, its K/V's HBM reads found."""
     w, b = ctx.w, ctx.blocks
-    e = w.element_bytes
+    ekv = w.kv_element_bytes
     bh = intmath.mul(w.batch, w.heads)
     visited = ctx.visited
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
     k.read("Q", "input", q, q, "B·H·N·d·e")
-    k.read(
-        "K",
-        "input",
-        kv_req,
-        kv_hbm,
-        "T_r · B·H·N_kv·d·e" + visited_share(w),
-        intmath.mul(ctx.smem_reads, kv_req),
-    )
-    k.read(
-        "V",
-        "input",
-        kv_req,
-        kv_hbm,
-        "T_r · B·H·N_kv·d·e" + visited_share(w),
-        intmath.mul(ctx.smem_reads, kv_req),
-    )
-    k.write("O", "output", q, "B·H·N·d·e")
+    e_kv = "e_kv" if ekv != w.element_bytes else "e"  # the K/V cache's element bytes
+    for tensor in ("K", "V"):
+        k.read(
+            tensor,
+            "input",
+            kv_req,
+            kv_hbm,
+            f"T_r · B·H·N_kv·d·{e_kv}" + visited_share(w),
+            intmath.mul(ctx.smem_reads, kv_req),
+        )
+    if ctx.v_transpose:
+        # FA3's fp8 forward: the producer warpgroup transposes each V tile in shared memory (LDSM.T
+        # from the tile TMA wrote, STSM into a second buffer) before the P·V product reads it
+        formula = f"T_r · B·H·N_kv·d·{e_kv}" + visited_share(w) + " (V transposed in SRAM)"
+        k.transfers += [Transfer(name, "Vt", "intermediate", "sram", rw, kv_req, formula) for rw in ("read", "write")]
+    for name, count in ctx.scale_tensors:
+        # fp32 scale factors: FA3's q/k/v_descale (batch × K/V heads each), cuDNN's scalars
+        nbytes = intmath.mul(count, STAT_BYTES)
+        k.read(name, "input", nbytes, nbytes, "B·H_kv·4" if name.endswith("_descale") else "4")
+    o = w.o_bytes()
+    k.write("O", "output", o, "B·H·N·d·e_O" if w.out_element_bytes != w.element_bytes else "B·H·N·d·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    for name in ctx.amax_outputs:  # cuDNN's fp8 graph: the amax of S and of O, one fp32 each
+        k.write(name, "state", STAT_BYTES, "4")
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     scores, d = ctx.exec_scores, ctx.exec_d  # as executed: whole tiles, the kernel's head dim
+    softmax = intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1)))
+    if ctx.dequant_flops:
+        # an FP8 K/V cache converted in the kernel: every K and V element each CTA loads
+        softmax = intmath.add(softmax, intmath.mul(ctx.dequant_flops, 2, intmath.ceil_div(kv_req, ekv)))
     return k.build(
         matmul_flops=intmath.mul(4, scores, d),
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
-        softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
+        softmax_flops=softmax,
         rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
-        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
+        bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, ekv),
         overlap="serial-compute",
         ctas=intmath.mul(bh, b.t_r),
         blocks=intmath.mul(bh, visited),
@@ -171,7 +191,10 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
     if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
         return None
-    row = _floats(intmath.mul(w.batch, 2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
+    if w.kv_element_bytes == w.element_bytes:
+        row = _floats(intmath.mul(w.batch, 2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
+    else:  # K, V rows in the cache's bytes, Q and O rows in the dtype's
+        row = _floats(intmath.mul(w.batch, 2, w.d, intmath.add(intmath.mul(w.n_kv_, w.kv_element_bytes), intmath.mul(w.n, w.element_bytes))))
     return np.where(batched, row, 0.0)
 
 
@@ -223,7 +246,7 @@ def forward_drift(ctx: TileContext, l2: l2m.L2) -> Any:
     if ctx.w.causal or not l2.drift or l2.mode == "off":
         return None
     w = ctx.w
-    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(2, w.n_kv_, w.d, w.kv_element_bytes)
     return wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws)
 
 
@@ -264,7 +287,7 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     in_flight = 1.0 + conc * t_c / visited
     sharing_heads = np.clip(in_flight / _floats(w.batch), 1.0, _floats(w.group))
     window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
-    block_bytes = _floats(intmath.mul(2, b.block_kv, w.d, w.element_bytes))
+    block_bytes = _floats(intmath.mul(2, b.block_kv, w.d, w.kv_element_bytes))
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
@@ -803,7 +826,7 @@ def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
 
     w = ctx.w
     curve = l2.reuse or step_curve(l2.capacity_bytes)
-    ws = intmath.mul(2, w.n_kv_, w.d, w.element_bytes)
+    ws = intmath.mul(2, w.n_kv_, w.d, w.kv_element_bytes)
     return poorly_modelled(ws, intmath.mul(w.group, ctx.blocks.t_r), ctx.concurrent, w.causal, curve)
 
 
