@@ -35,6 +35,8 @@ class Case:
     window: int | None = None
     #: a packed row of documents (FlashAttention-2's varlen kernels, sdpa-flash only; n is their sum)
     seq_lens: tuple[int, ...] | None = None
+    #: an FP8 K/V cache under 16-bit Q and O (``Workload.kv_dtype``): fp8 (e4m3) or fp8_e5m2
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -64,6 +66,12 @@ class Case:
                 raise WorkloadError(
                     f"case seq_lens={_docs(self.seq_lens)}: n={self.n} is not their sum ({sum(self.seq_lens)})"
                 )
+        if self.kv_dtype == self.dtype:
+            object.__setattr__(self, "kv_dtype", None)
+        if self.kv_dtype is not None and self.backward:
+            raise WorkloadError(
+                f"case kv_dtype={self.kv_dtype}: an FP8 K/V cache is read by inference kernels: no backward"
+            )
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -96,6 +104,8 @@ class Case:
             extra += f"-drop{self.dropout:g}"
         if self.backward:
             extra += "-bwd"
+        if self.kv_dtype is not None:
+            extra += f"-kv{self.kv_dtype}"
         return f"{self.impl}/{shape}/{self.dtype}{extra}"
 
     @classmethod
@@ -116,10 +126,13 @@ class Case:
             dropout=self.dropout,
             window=self.window,
             seq_lens=self.seq_lens,
+            kv_dtype=self.kv_dtype,
         )
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["kv_dtype"] is None:  # a key only FP8 K/V cases have (earlier records have none)
+            del out["kv_dtype"]
         if out["seq_lens"] is None:  # a key only packed cases have (earlier records have none)
             del out["seq_lens"]
         else:
@@ -128,7 +141,20 @@ class Case:
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
-        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
+        keys = (
+            "impl",
+            "n",
+            "d",
+            "batch",
+            "heads",
+            "kv_heads",
+            "n_kv",
+            "dtype",
+            "kv_dtype",
+            "block_q",
+            "block_kv",
+            "window",
+        )
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
         parts += ["causal=1"] if self.causal else []
@@ -144,7 +170,10 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, dropout, backward"
+_KEYS = (
+    "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, block_q, block_kv, "
+    "dropout, backward"
+)
 
 
 def _docs(seq_lens: tuple[int, ...]) -> str:
@@ -163,7 +192,7 @@ def parse_case(text: str) -> Case:
         if not m:
             raise WorkloadError(f"cannot read case part {part!r} in {text!r}: expected key=value, e.g. n=4096")
         key, value = m["key"], m["value"]
-        if key in ("impl", "dtype"):
+        if key in ("impl", "dtype", "kv_dtype"):
             fields[key] = value
         elif key == "model":
             model = value

@@ -70,11 +70,15 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
 
 
 def fp8_caveats(plan: TiledPlan) -> list[str]:
-    """What an FP8 workload's tiled kernel is modelled as: the fp8 forward, the rate rule, the path of
-    an FP8 K/V cache (docs/variants.md, "FP8")."""
-    from .implementations import FP8_FORWARD, KV_DEQUANT_FLOPS
+    """What an FP8 workload's tiled kernel is modelled as (:func:`fp8_lines`)."""
+    return fp8_lines(plan.given, plan.implementation, plan.profile)
 
-    w, impl, profile = plan.given, plan.implementation, plan.profile
+
+def fp8_lines(w: Any, impl: str | None, profile: Any) -> list[str]:
+    """What an FP8 workload ``w``'s tiled kernel ``impl`` is modelled as on ``profile``: the fp8
+    forward, the rate rule, the path of an FP8 K/V cache (docs/variants.md, "FP8")."""
+    from .implementations import FP8_FORWARD, KV_DEQUANT_FLOPS, kv_cache_path
+
     out: list[str] = []
     name = impl or "paper"
     if w.dtype == "fp8":
@@ -88,9 +92,11 @@ def fp8_caveats(plan: TiledPlan) -> list[str]:
                 "its exponentials and softmax at the rates they have at bf16."
             )
         else:
-            out.append(f"fp8 products at {profile.name}'s fp8 tensor rate (compute.fp8, {kind}); no efficiency measured.")
+            out.append(
+                f"fp8 products at {profile.name}'s fp8 tensor rate (compute.fp8, {kind}); no efficiency measured."
+            )
     if w.kv_dtype is not None:
-        if plan.kv_cast:
+        if kv_cache_path(impl, w.kv_dtype) == "cast":
             out.append(
                 f"--kv-dtype {w.kv_dtype} on {name}: PyTorch's scaled_dot_product_attention takes no fp8 K/V, so a user "
                 "casts them first: kernels kv_cast_k, kv_cast_v (K, V read at 1 byte, written in the dtype), then "

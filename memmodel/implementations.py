@@ -333,7 +333,13 @@ def fa3_tiles(d: int, causal: bool, element_bytes: int = 2) -> tuple[int, int]:
 
 #: FA3's fp8 forward tiles by the largest head dim each covers (``tile_size_fwd_sm90``,
 #: ``element_size == 1``; :func:`fa3_tiles`)
-FA3_FP8_TILES: dict[int, tuple[int, int]] = {64: (192, 160), 96: (192, 128), 128: (128, 224), 192: (128, 160), 256: (128, 128)}
+FA3_FP8_TILES: dict[int, tuple[int, int]] = {
+    64: (192, 160),
+    96: (192, 128),
+    128: (128, 224),
+    192: (128, 160),
+    256: (128, 128),
+}
 
 
 # ---------------------------------------------------------------------------------------
@@ -373,10 +379,14 @@ def fp8_refusal(impl: str, workload: Workload, profile: Profile | None = None) -
             have = ", ".join(FP8_FORWARD)
             return f"--dtype fp8: {impl} has no fp8 forward kernel; fp8 attention is modelled for --impl {have}"
         cap = _capability(profile)
-        if impl == "sdpa-cudnn" and cap is not None and not 9.0 <= cap < 12.0:
+        if impl in ("fa3", "fa4", "ck") and (why := _unsupported(impl, 0, "fp8", profile)):
+            return f"--dtype fp8: {why}: its fp8 kernels do not run there"
+        nvidia = getattr(profile, "vendor", "NVIDIA") == "NVIDIA"
+        if impl == "sdpa-cudnn" and (not nvidia or (cap is not None and not 9.0 <= cap < 12.0)):
             return (
                 f"--dtype fp8: cuDNN's fp8 attention runs on Hopper and Blackwell data-centre GPUs "
-                f"(compute capability 9.0 to 11.x; {getattr(profile, 'name', '?')} is {cap:g})"
+                f"(compute capability 9.0 to 11.x; {getattr(profile, 'name', '?')} is "
+                f"{f'{cap:g}' if cap is not None else 'not an NVIDIA GPU'})"
             )
         if impl == "fa3" and (workload.kv_dtype or "fp8") != "fp8":
             return "--dtype fp8: FlashAttention-3's fp8 forward takes e4m3 Q, K and V"

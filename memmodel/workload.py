@@ -209,19 +209,23 @@ class Workload:
         def plain(v: IntLike | None) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        return {
-            "batch": plain(self.batch),
-            "heads": plain(self.heads),
-            "kv_heads": plain(self.kv_heads),
-            "n": plain(self.n),
-            "n_kv": plain(self.n_kv),
-            "d": plain(self.d),
-            "dtype": self.dtype,
-            "element_bytes": self.element_bytes,
-            "causal": self.causal,
-            "window": self.window,
-            "dropout": self.dropout,
-        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {}) | self._fp8_dict()
+        return (
+            {
+                "batch": plain(self.batch),
+                "heads": plain(self.heads),
+                "kv_heads": plain(self.kv_heads),
+                "n": plain(self.n),
+                "n_kv": plain(self.n_kv),
+                "d": plain(self.d),
+                "dtype": self.dtype,
+                "element_bytes": self.element_bytes,
+                "causal": self.causal,
+                "window": self.window,
+                "dropout": self.dropout,
+            }
+            | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+            | self._fp8_dict()
+        )
 
     def _fp8_dict(self) -> dict[str, Any]:
         """The keys only FP8 workloads have (an FP8 K/V cache, fp8 inputs): earlier outputs keep theirs."""

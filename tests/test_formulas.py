@@ -18,7 +18,9 @@ from memmodel.traffic.decode import split_block_kv
 from memmodel.traffic.flash_backward import accumulator_head_dim
 
 #: notes a formula may carry after its count (said for the reader, not counted)
-NOTE = re.compile(r"\s*\((zeroed[^)]*|atomic add|per query head|once across splits|accumulate|D per CTA|V transposed in SRAM)\)")
+NOTE = re.compile(
+    r"\s*\((zeroed[^)]*|atomic add|per query head|once across splits|accumulate|D per CTA|V transposed in SRAM)\)"
+)
 
 
 def _symbols(w: Workload, params: dict, kernel) -> dict[str, int]:

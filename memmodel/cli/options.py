@@ -215,9 +215,7 @@ KV_DTYPE_HELP = (
 
 
 def kv_dtype_option(func: F) -> F:
-    return option(
-        "--kv-dtype", "kv_dtype", type=choice(list(FP8_KV_DTYPES)), default=None, help=KV_DTYPE_HELP
-    )(func)
+    return option("--kv-dtype", "kv_dtype", type=choice(list(FP8_KV_DTYPES)), default=None, help=KV_DTYPE_HELP)(func)
 
 
 def model_option(func: F) -> F:

@@ -194,7 +194,14 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     if w.kv_element_bytes == w.element_bytes:
         row = _floats(intmath.mul(w.batch, 2, intmath.add(w.n_kv_, w.n), w.d, w.element_bytes))
     else:  # K, V rows in the cache's bytes, Q and O rows in the dtype's
-        row = _floats(intmath.mul(w.batch, 2, w.d, intmath.add(intmath.mul(w.n_kv_, w.kv_element_bytes), intmath.mul(w.n, w.element_bytes))))
+        row = _floats(
+            intmath.mul(
+                w.batch,
+                2,
+                w.d,
+                intmath.add(intmath.mul(w.n_kv_, w.kv_element_bytes), intmath.mul(w.n, w.element_bytes)),
+            )
+        )
     return np.where(batched, row, 0.0)
 
 
