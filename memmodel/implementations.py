@@ -122,7 +122,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
     ),
     "sdpa-cudnn": Implementation(
         "sdpa-cudnn",
-        "PyTorch SDPA, cuDNN backend (fp8: cuDNN's sdpa_fp8 graph, through cuDNN's own API)",
+        "PyTorch SDPA, cuDNN backend",
         "native",
         softmax_overlap=True,
         head_dims=(64, 128, 192, 256),

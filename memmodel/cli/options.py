@@ -249,7 +249,7 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             type=choice(list(DTYPE_BYTES)),
             default="fp32",
             show_default=True,
-            help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32; fp8 is e4m3 Q, K, V with O in bf16).",
+            help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32; fp8: e4m3 Q, K, V, O in bf16 but for cuDNN's fp8 graph).",
         ),
         kv_dtype_option,
         option(

@@ -17,7 +17,8 @@ What runs FP8 attention on the lent H200 (torch 2.11; no FlashAttention-3 packag
   a case kind): ``BatchDecodeWithPagedKVCacheWrapper.plan(..., q_data_type=bf16,
   kv_data_type=torch.float8_e4m3fn)`` and ``run(q, (k_cache, v_cache), k_scale=, v_scale=)``:
   e4m3 or e5m2 pages converted in the kernel (``vec_cast`` in ``vec_dtypes.cuh``); ``k_scale``
-  folds into the softmax scale, a ``v_scale`` other than 1 multiplies O after the kernel.
+  folds into the softmax scale, a ``v_scale`` other than 1 multiplies O after the kernel (a
+  kernel of its own, ``out *= v_scale`` in ``decode.py``: the cases leave it to what reads O).
 
 References are float32 attention on the dequantised inputs (the rounding of the inputs is then
 no error), checked by :func:`memmodel.gpu.run.check` at the tolerance of the case's dtype (fp8
@@ -131,10 +132,14 @@ class Fp8Inputs:
         else:  # an FP8 K/V cache under 16-bit Q: per-tensor scales
             fmt = case.kv_dtype or "fp8"
             self.per_head = False
-            self.q8, self.sq = q, None
             self.k8, self.sk = quantize(torch, k, fmt)
             self.v8, self.sv = quantize(torch, v, fmt)
-            self.reference = (q[:1], head0(self.k8, self.sk), head0(self.v8, self.sv))
+            self.q8, self.sq = q, None
+            # the cast path folds the scales out of the timed kernels: k_scale into Q (as FlashInfer
+            # folds it into the softmax scale), v_scale into whatever reads O; the kernels then
+            # compute O / v_scale, which the reference computes too (V not multiplied by its scale)
+            self.q_scaled = (q.float() * self.sk).to(q.dtype)
+            self.reference = (q[:1], head0(self.k8, self.sk), self.v8[:1].float())
 
 
 def prefill_steps(case: Case, inputs: Fp8Inputs) -> list[tuple[str, Callable[[], Any]]]:
@@ -174,23 +179,22 @@ def prefill_steps(case: Case, inputs: Fp8Inputs) -> list[tuple[str, Callable[[],
 def cast_steps(
     case: Case, inputs: Fp8Inputs, attention: Callable[[Any, Any, Any], Any]
 ) -> list[tuple[str, Callable[[], Any]]]:
-    """``impl=sdpa-*,kv_dtype=fp8``: the cast of K and V to the dtype of Q (one kernel each:
-    ``kv_cast_k``, ``kv_cast_v``), then ``attention(q, k, v)`` on the copies."""
-    import torch
-
+    """``impl=sdpa-*,kv_dtype=fp8``: the cast of K and V to the dtype of Q (one elementwise copy
+    each: ``kv_cast_k``, ``kv_cast_v``), then ``attention(q, k, v)`` on the copies; the scales
+    are folded out of the timed kernels (:class:`Fp8Inputs`), so O comes out divided by v_scale."""
     dt = inputs.q8.dtype
     state: dict[str, Any] = {}
 
     def cast_k() -> Any:
-        state["k"] = torch.mul(inputs.k8.to(dt), inputs.sk.to(dt))
+        state["k"] = inputs.k8.to(dt)
         return state["k"]
 
     def cast_v() -> Any:
-        state["v"] = torch.mul(inputs.v8.to(dt), inputs.sv.to(dt))
+        state["v"] = inputs.v8.to(dt)
         return state["v"]
 
     def attend() -> Any:
-        return attention(inputs.q8, state["k"], state["v"])
+        return attention(inputs.q_scaled, state["k"], state["v"])
 
     return [("kv_cast_k", cast_k), ("kv_cast_v", cast_v), ("attention", attend)]
 
@@ -220,10 +224,10 @@ def decode_steps(case: Case, inputs: Fp8Inputs) -> list[tuple[str, Callable[[], 
         kv_data_type=torch_fp8(torch, case.kv_dtype or "fp8"),
     )
     q = inputs.q8[:, :, 0].contiguous()  # batch × heads × d
-    k_scale, v_scale = float(inputs.sk), float(inputs.sv)
+    k_scale = float(inputs.sk)  # folded into the softmax scale; v_scale left to what reads O (no extra kernel)
 
     def run() -> Any:
-        out = wrapper.run(q, (k_pages, v_pages), k_scale=k_scale, v_scale=v_scale)
+        out = wrapper.run(q, (k_pages, v_pages), k_scale=k_scale)
         return out.unsqueeze(2)  # batch × heads × 1 × d
 
     return [("attention", run)]
