@@ -224,6 +224,10 @@ def test_fp8_products_run_at_the_fp8_rate_times_the_bf16_share():
         (["--dtype", "bf16", "--kv-dtype", "fp8", "--impl", "fa3"], "fa3 reads K and V in the dtype of Q"),
         (["--dtype", "bf16", "--kv-dtype", "fp8", "--backward"], "no --backward"),
         (["--kv-dtype", "fp8"], "read under fp16 or bf16 Q and O"),
+        (
+            ["--dtype", "bf16", "--kv-dtype", "fp8", "--context-parallel", "2"],
+            "with --context-parallel is not modelled",
+        ),
     ],
 )
 def test_fp8_refusals_are_one_line_and_exit_2(run, args, message):
