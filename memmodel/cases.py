@@ -37,6 +37,8 @@ class Case:
     seq_lens: tuple[int, ...] | None = None
     #: V's (and O's) head dim where it differs from d (MLA: 192/128 prefill, 576/512 absorbed decode)
     d_v: int | None = None
+    #: an FP8 K/V cache under 16-bit Q and O (``Workload.kv_dtype``): fp8 (e4m3) or fp8_e5m2
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -80,6 +82,12 @@ class Case:
                 f"case impl=flashmla: the absorbed MLA decode shape is d=576, d_v=512, kv_heads=1 "
                 f"(got d={self.d}, d_v={self.d_v}, kv_heads={self.kv_heads_})"
             )
+        if self.kv_dtype == self.dtype:
+            object.__setattr__(self, "kv_dtype", None)
+        if self.kv_dtype is not None and self.backward:
+            raise WorkloadError(
+                f"case kv_dtype={self.kv_dtype}: an FP8 K/V cache is read by inference kernels: no backward"
+            )
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -114,6 +122,8 @@ class Case:
             extra += f"-drop{self.dropout:g}"
         if self.backward:
             extra += "-bwd"
+        if self.kv_dtype is not None:
+            extra += f"-kv{self.kv_dtype}"
         return f"{self.impl}/{shape}/{self.dtype}{extra}"
 
     @classmethod
@@ -135,6 +145,7 @@ class Case:
             window=self.window,
             seq_lens=self.seq_lens,
             d_v=self.d_v,
+            kv_dtype=self.kv_dtype,
         )
 
     @property
@@ -152,6 +163,8 @@ class Case:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["kv_dtype"] is None:  # a key only FP8 K/V cases have (earlier records have none)
+            del out["kv_dtype"]
         if out["seq_lens"] is None:  # a key only packed cases have (earlier records have none)
             del out["seq_lens"]
         else:
@@ -162,7 +175,21 @@ class Case:
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
-        keys = ("impl", "n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
+        keys = (
+            "impl",
+            "n",
+            "d",
+            "d_v",
+            "batch",
+            "heads",
+            "kv_heads",
+            "n_kv",
+            "dtype",
+            "kv_dtype",
+            "block_q",
+            "block_kv",
+            "window",
+        )
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
         parts += ["causal=1"] if self.causal else []
@@ -180,7 +207,7 @@ _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
 _KEYS = (
-    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, "
+    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, block_q, block_kv, "
     "dropout, backward"
 )
 #: implementations whose cases take d_v (V's head dim apart from Q's)
@@ -203,7 +230,7 @@ def parse_case(text: str) -> Case:
         if not m:
             raise WorkloadError(f"cannot read case part {part!r} in {text!r}: expected key=value, e.g. n=4096")
         key, value = m["key"], m["value"]
-        if key in ("impl", "dtype"):
+        if key in ("impl", "dtype", "kv_dtype"):
             fields[key] = value
         elif key == "model":
             model = value

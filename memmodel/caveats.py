@@ -65,7 +65,50 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + l2_knee_caveats(plan, facts)
         + schedule_caveats(plan, traffic.variant, facts)
         + [Caveat("profile", line) for line in figures]
+        + [Caveat("", line) for line in fp8_caveats(plan)]
     )
+
+
+def fp8_caveats(plan: TiledPlan) -> list[str]:
+    """What an FP8 workload's tiled kernel is modelled as (:func:`fp8_lines`)."""
+    return fp8_lines(plan.given, plan.implementation, plan.profile)
+
+
+def fp8_lines(w: Any, impl: str | None, profile: Any) -> list[str]:
+    """What an FP8 workload ``w``'s tiled kernel ``impl`` is modelled as on ``profile``: the fp8
+    forward, the rate rule, the path of an FP8 K/V cache (docs/variants.md, "FP8")."""
+    from .implementations import FP8_FORWARD, KV_DEQUANT_FLOPS, kv_cache_path
+
+    out: list[str] = []
+    name = impl or "paper"
+    if w.dtype == "fp8":
+        out.append(f"--dtype fp8 as {FP8_FORWARD.get(name, name)}.")
+        prov = profile.provenance.get("compute.fp8")
+        kind = prov.kind if prov is not None and prov.kind else "datasheet"
+        if impl is not None and profile.implementation(impl).efficiency:
+            out.append(
+                f"Same-share rule: {impl}'s fp8 products run at {profile.name}'s fp8 tensor rate (compute.fp8, {kind}) "
+                f"× the share of its instructions' peak {impl} reached at fp16/bf16 (no fp8 run of it was measured); "
+                "its exponentials and softmax at the rates they have at bf16."
+            )
+        else:
+            out.append(
+                f"fp8 products at {profile.name}'s fp8 tensor rate (compute.fp8, {kind}); no efficiency measured."
+            )
+    if w.kv_dtype is not None:
+        if kv_cache_path(impl, w.kv_dtype) == "cast":
+            out.append(
+                f"--kv-dtype {w.kv_dtype} on {name}: PyTorch's scaled_dot_product_attention takes no fp8 K/V, so a user "
+                "casts them first: kernels kv_cast_k, kv_cast_v (K, V read at 1 byte, written in the dtype), then "
+                f"{name} on the 16-bit copies."
+            )
+        else:
+            out.append(
+                f"--kv-dtype {w.kv_dtype}: K and V read at 1 byte and converted in the kernel, {KV_DEQUANT_FLOPS} FP32 "
+                "FLOPs an element loaded (FlashInfer's fast_dequant_f8f16x4 by the issue-slot rule); per-tensor scales "
+                "folded into the softmax scale and O."
+            )
+    return out
 
 
 #: the share of extra K/V reads (over one a wave) from the waves' drift past which compare says so

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import intmath
 from .errors import WorkloadError
 from .frozen import frozen
 from .traffic import fmha
+from .workload import DTYPE_BYTES
 
 #: how long the GPU has been busy when a kernel runs (:data:`memmodel.timing.CLOCKS` says more)
 CLOCK_MODES = ("benchmark", "boost", "sustained")
@@ -118,6 +120,9 @@ class Implementation:
     rates_from: str | None = None
     #: its kernels run the training step (False: forward only; ``--backward`` is refused)
     trains: bool = True
+    #: FP8 K/V caches (``Workload.kv_dtype``) its kernels read under 16-bit Q and O, converting
+    #: each element in the kernel (:data:`KV_DEQUANT_FLOPS`); empty: none (:func:`kv_cache_path`)
+    kv_dtypes: tuple[str, ...] = ()
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -140,6 +145,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         softmax_overlap=True,
         head_dims=(64, 128, 192, 256),
         max_head_dim=256,
+        dtypes=("fp16", "bf16", "fp8"),
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
         extra_launches=1,
@@ -218,6 +224,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         "native",
         dtypes=("fp32", "tf32", "fp16", "bf16", "fp8"),
         measurable=False,
+        kv_dtypes=("fp8", "fp8_e5m2"),
         value_head_dims=None,
     ),
     "flashmla": Implementation(
@@ -334,7 +341,7 @@ def tiles(
     elif impl == "sdpa-math":
         bq, bkv = 128, 128  # cuBLAS's output tiles (the products are its batched GEMMs)
     elif impl == "fa3":
-        bq, bkv = fa3_tiles(int(p), causal)
+        bq, bkv = fa3_tiles(int(p), causal, DTYPE_BYTES.get(dtype, 2))
     elif impl == "fa4":
         bq, bkv = fa4_tiles(int(p))
     elif impl == "ck":
@@ -360,10 +367,16 @@ def tiles(
     return block_q or bq, block_kv or bkv
 
 
-def fa3_tiles(d: int, causal: bool) -> tuple[int, int]:
+def fa3_tiles(d: int, causal: bool, element_bytes: int = 2) -> tuple[int, int]:
     """FlashAttention-3's forward tiles (B_r, B_c) at the head dim its kernel runs (its Hopper
     forward in ``flash_attn.cute``, fp16/bf16, no sliding window): 192×128 up to d = 64 (three
-    consumer warpgroups), 192×144 up to 96 (192×128 causal), 128×128 up to 192, 128×80 at 256."""
+    consumer warpgroups), 192×144 up to 96 (192×128 causal), 128×128 up to 192, 128×80 at 256.
+    fp8 (``element_bytes`` 1): the C++ FA3's ``tile_size_fwd_sm90`` with ``element_size = 1``
+    (``hopper/tile_size.h`` at :data:`FA4_COMMIT`; flash_attn.cute runs fp8 on Blackwell only):
+    192×160 up to d = 64, 192×128 up to 96, 128×224 up to 128, 128×160 up to 192, 128×128 at 256
+    (row-major V, TMA K/V, no softcap, no sliding window)."""
+    if element_bytes == 1:
+        return FA3_FP8_TILES[min((k for k in FA3_FP8_TILES if k >= d), default=256)]
     if d <= 64:
         return 192, 128
     if d <= 96:
@@ -371,6 +384,108 @@ def fa3_tiles(d: int, causal: bool) -> tuple[int, int]:
     if d <= 192:
         return 128, 128
     return 128, 80
+
+
+#: FA3's fp8 forward tiles by the largest head dim each covers (``tile_size_fwd_sm90``,
+#: ``element_size == 1``; :func:`fa3_tiles`)
+FA3_FP8_TILES: dict[int, tuple[int, int]] = {
+    64: (192, 160),
+    96: (192, 128),
+    128: (128, 224),
+    192: (128, 160),
+    256: (128, 128),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# FP8: which kernels run fp8 inputs and FP8 K/V caches, and what their fp8 paths add
+
+#: FP32-pipe FLOPs per K/V element a kernel spends converting an FP8 K/V cache to 16 bits in
+#: registers, by the house's issue rule (one warp instruction a lane = one issue slot = 2 FLOPs
+#: of the FP32 peak, as :data:`FA4_EX2_EMULATION_FLOPS`). FlashInfer's ``fast_dequant_f8f16x4``
+#: (``include/flashinfer/vec_dtypes.cuh``, e4m3 -> bf16, 4 elements): a byte permute, 7 logic
+#: and shift instructions (ALU pipe) and 2 packed multiplies by the exponent bias (FMA pipe):
+#: 10 slots per 4 elements = 5 FLOPs an element. The ALU pipe issues at half the FMA pipe's
+#: rate on Hopper, which this count does not charge (the conversion is cheaper than it reads:
+#: fp16 Q on sm90 takes one ``cvt.rn.f16x2.e4m3x2`` per 2 elements); the scale factors fold
+#: into the softmax scale (K) and O's final division (V) and cost nothing per element.
+KV_DEQUANT_FLOPS = 5
+
+#: what each implementation's fp8 forward is (``--dtype fp8``), where it has one
+FP8_FORWARD: dict[str, str] = {
+    "fa3": "FlashAttention-3's fp8 forward (hopper/: e4m3 Q, K, V with q/k/v_descale per batch and K/V head, "
+    "fp8 wgmma, V transposed in shared memory by the producer warpgroup, O in bf16, LSE fp32)",
+    "fa4": "FlashAttention-4's fp8 forward (O in bf16)",
+    "sdpa-cudnn": "cuDNN's sdpa_fp8 graph (e4m3 Q, K, V, O; six fp32 scale scalars in, amax of S and O out; "
+    "Hopper and Blackwell data-centre GPUs)",
+    "ck": "aiter's fp8 forward (fp8 in, bf16 out)",
+    "paper": "the paper's algorithm at the fp8 peak (O in bf16)",
+}
+#: the kernels an FP8 K/V cache is read by, beside those whose spec lists ``kv_dtypes``
+KV_CAST_IMPLEMENTATIONS = ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
+
+
+def fp8_refusal(impl: str, workload: Workload, profile: Profile | None = None) -> str | None:
+    """The one line ``--impl impl`` is refused with for an FP8 workload it has no kernel for
+    (None where it runs it): fp8 inputs (``--dtype fp8``) need an fp8 forward (:data:`FP8_FORWARD`),
+    an FP8 K/V cache a kernel that reads one or PyTorch's cast in front (:func:`kv_cache_path`)."""
+    if workload.dtype == "fp8":
+        if impl not in FP8_FORWARD:
+            have = ", ".join(FP8_FORWARD)
+            return f"--dtype fp8: {impl} has no fp8 forward kernel; fp8 attention is modelled for --impl {have}"
+        cap = _capability(profile)
+        if impl in ("fa3", "fa4", "ck") and (why := _unsupported(impl, 0, "fp8", profile)):
+            return f"--dtype fp8: {why}: its fp8 kernels do not run there"
+        nvidia = getattr(profile, "vendor", "NVIDIA") == "NVIDIA"
+        if impl == "sdpa-cudnn" and (not nvidia or (cap is not None and not 9.0 <= cap < 12.0)):
+            return (
+                f"--dtype fp8: cuDNN's fp8 attention runs on Hopper and Blackwell data-centre GPUs "
+                f"(compute capability 9.0 to 11.x; {getattr(profile, 'name', '?')} is "
+                f"{f'{cap:g}' if cap is not None else 'not an NVIDIA GPU'})"
+            )
+        if impl == "fa3" and (workload.kv_dtype or "fp8") != "fp8":
+            return "--dtype fp8: FlashAttention-3's fp8 forward takes e4m3 Q, K and V"
+    if workload.kv_dtype is not None and kv_cache_path(impl) is None:
+        accepted = ", ".join([*KV_CAST_IMPLEMENTATIONS, *(n for n, i in IMPLEMENTATIONS.items() if i.kv_dtypes)])
+        return (
+            f"--kv-dtype {workload.kv_dtype}: {impl} reads K and V in the dtype of Q (FA3's fp8 forward takes Q, K, V "
+            f"all e4m3: --dtype fp8); an FP8 K/V cache under {workload.dtype} Q is modelled for --impl {accepted}"
+        )
+    return None
+
+
+def kv_cache_path(impl: str | None, kv_dtype: str | None = "fp8") -> str | None:
+    """How ``impl`` reads an FP8 K/V cache: "dequant" (its kernel converts each element:
+    :attr:`Implementation.kv_dtypes`), "cast" (PyTorch's SDPA takes no fp8 K/V: a user casts K
+    and V to the dtype of Q first, one elementwise kernel, and the attention kernel reads the
+    16-bit copies), None (it does not)."""
+    spec = get(impl) if impl is not None else IMPLEMENTATIONS["paper"]
+    if spec is None:
+        return None
+    if kv_dtype in spec.kv_dtypes:
+        return "dequant"
+    if spec.name in KV_CAST_IMPLEMENTATIONS:
+        return "cast"
+    return None
+
+
+def fp8_tile_fields(impl: str | None, workload: Workload) -> dict[str, Any]:
+    """What an FP8 workload's forward adds on ``impl``'s kernel (:class:`memmodel.traffic.blocks.TileContext`
+    fields): FA3's in-SRAM V transpose and its per-(batch, K/V head) descale tensors, cuDNN's scale
+    scalars and amax outputs, the in-kernel dequantisation of an FP8 K/V cache."""
+    out: dict[str, Any] = {}
+    if workload.dtype == "fp8":
+        if impl == "fa3":
+            count = intmath.mul(workload.batch, workload.kv_heads_)
+            out["v_transpose"] = True
+            out["scale_tensors"] = tuple((name, count) for name in ("q_descale", "k_descale", "v_descale"))
+        elif impl == "sdpa-cudnn":
+            names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+            out["scale_tensors"] = tuple((name, 1) for name in names)
+            out["amax_outputs"] = ("amax_s", "amax_o")
+    if workload.kv_dtype is not None and kv_cache_path(impl, workload.kv_dtype) == "dequant":
+        out["dequant_flops"] = KV_DEQUANT_FLOPS
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -872,7 +987,16 @@ ROCM_DEFAULT_NOTE = (
 )
 
 
+#: why ``--impl auto`` shows the paper's algorithm for fp8 inputs
+FP8_AUTO_NOTE = (
+    "PyTorch's scaled_dot_product_attention takes no fp8 inputs: showing the paper's algorithm at the fp8 peak "
+    "(fp8 kernels: --impl fa3 on Hopper, sdpa-cudnn for cuDNN's fp8 graph, fa4 on Blackwell, ck on AMD)"
+)
+
+
 def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]:
+    if dtype == "fp8":
+        return "paper", FP8_AUTO_NOTE
     if getattr(profile, "vendor", None) == "AMD" and _unsupported("ck", d, dtype, profile) is None:
         return "ck", ROCM_DEFAULT_NOTE
     cap = _capability(profile)

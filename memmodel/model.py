@@ -17,6 +17,7 @@ from .plan import l2_context, longest_plan, packed_plans, packed_traffic, plan_t
 from .timing import AlgorithmTiming, algorithm_time, assumptions
 from .traffic import l2 as l2m
 from .traffic.ledger import AlgorithmTraffic
+from .traffic.quant import with_kv_cast
 from .traffic.standard import standard_variant
 from .workload import Workload
 
@@ -128,10 +129,15 @@ def compare(
         til = planned_traffic(plan)
         timed_workload = plan.workload
         standard_workload = workload
-    std = with_mall(
-        standard_variant(standard, standard_workload, plan.l2_base, backward=opts.backward),
-        plan.xcd,
-        lambda view: standard_variant(standard, standard_workload, view, backward=opts.backward),
+    # an FP8 K/V cache: eager PyTorch's matmuls take no fp8 K/V, so the cast runs first (traffic.quant)
+    cast_workload, standard_workload = standard_workload, standard_workload.with_(kv_dtype=None)
+    std = with_kv_cast(
+        with_mall(
+            standard_variant(standard, standard_workload, plan.l2_base, backward=opts.backward),
+            plan.xcd,
+            lambda view: standard_variant(standard, standard_workload, view, backward=opts.backward),
+        ),
+        cast_workload,
     )
     til_time = algorithm_time(
         til, profile, workload.dtype, plan.implementation, plan.exec_d, timed_workload, clocks=opts.clocks

@@ -125,6 +125,8 @@ def options_for(
         notes.append(f"--impl auto: {why_default}")
     if impl not in IMPLEMENTATIONS:
         raise WorkloadError(f"unknown implementation {impl!r}: accepted are {', '.join(CHOICES)}")
+    if impl == "paper" and (refused_fp8 := _fp8_refusal(impl, workload, profile, tiled, bool(rest.get("backward")))):
+        raise WorkloadError(refused_fp8)
     if impl == "paper":
         return Options(
             tiled=tiled, block_q=block_q, block_kv=block_kv, implementation="paper", notes=tuple(notes), **rest
@@ -138,6 +140,8 @@ def options_for(
             f"efficiency and CTA cost (both wgmma kernels; at {spec.rates_from}'s largest measured head dim), its "
             "bytes stream at the profile's HBM rate (not yet measured: docs/variants.md, MLA)"
         )
+    if refused_fp8 := _fp8_refusal(impl, workload, profile, tiled, bool(rest.get("backward"))):
+        raise WorkloadError(refused_fp8)
     why = implementations.unsupported(impl, workload, profile)
     if why and (refused := implementations.refusal(impl, why)):
         raise WorkloadError(refused)
@@ -157,6 +161,20 @@ def options_for(
         notes=tuple(notes),
         **rest,
     )
+
+
+def _fp8_refusal(impl: str, workload: Workload, profile: Profile | None, tiled: str, backward: bool) -> str | None:
+    """Why an FP8 workload (fp8 inputs, an FP8 K/V cache) is refused on ``impl``, in one line."""
+    if workload.dtype != "fp8" and workload.kv_dtype is None:
+        return None
+    if workload.kv_dtype is not None:
+        if backward:
+            return f"--kv-dtype {workload.kv_dtype}: an FP8 K/V cache is read by inference kernels: no --backward"
+        if tiled == "fa1":
+            return f"--kv-dtype {workload.kv_dtype}: modelled for the fa2 variant (--tiled fa2)"
+    if workload.dtype == "fp8" and backward and impl == "fa3":
+        return "--dtype fp8 --backward: FlashAttention-3's fp8 kernels are forward only (its backward takes fp16, bf16)"
+    return implementations.fp8_refusal(impl, workload, profile)
 
 
 @frozen

@@ -289,6 +289,11 @@ def context_parallel(
     from .model import compare
 
     check(workload, p, scheme)
+    if workload.kv_dtype is not None:
+        raise WorkloadError(
+            f"--kv-dtype {workload.kv_dtype} with --context-parallel is not modelled: context parallelism splits a "
+            "prefill's sequence over GPUs, not a decode's FP8 cache"
+        )
     if profile.interconnect is None and p > 1:
         raise WorkloadError(f"{profile.name} has no interconnect section: context parallelism needs its links")
     from .options import options_for

@@ -17,7 +17,14 @@ import numpy as np
 from . import implementations, intmath
 from .errors import WorkloadError
 from .frozen import frozen
-from .implementations import Implementation, kernel_workload, padded_head_dim, smem_reads
+from .implementations import (
+    Implementation,
+    fp8_tile_fields,
+    kernel_workload,
+    kv_cache_path,
+    padded_head_dim,
+    smem_reads,
+)
 from .intmath import IntLike
 from .options import Options
 from .traffic import l2 as l2m
@@ -26,6 +33,7 @@ from .traffic.decode import choose_splits
 from .traffic.facts import TiledFacts
 from .traffic.flash import fa1, fa2, forward_facts
 from .traffic.ledger import AlgorithmTraffic
+from .traffic.quant import with_kv_cast
 from .workload import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,6 +138,9 @@ class TiledPlan:
     #: the L2 as one XCD's slice sees the requests (:func:`xcd_l2`), for the ledger's ``mall`` rows;
     #: None where the profile has no MALL or the caller replaced the L2
     xcd: l2m.L2 | None = None
+    #: an FP8 K/V cache the implementation does not read: cast to the dtype first
+    #: (:mod:`memmodel.traffic.quant`), its kernels reading the copies (``workload`` has them)
+    kv_cast: bool = False
 
     @property
     def implementation(self) -> str | None:
@@ -156,6 +167,11 @@ def plan_tiled(
         options.splits if options.splits is not None else choose_splits(workload, profile.sm_count, prefill=prefill)
     )
     kernel_w = kernel_workload(workload, impl)
+    kv_cast = workload.kv_dtype is not None and kv_cache_path(impl, workload.kv_dtype) == "cast"
+    if kv_cast:
+        kernel_w = kernel_w.with_(kv_dtype=None)  # the attention kernels read the 16-bit copies
+    if workload.dtype == "fp8" and impl == "sdpa-cudnn" and workload.out_dtype is None:
+        kernel_w = kernel_w.with_(out_dtype="fp8")  # cuDNN's Hopper fp8 graph writes O in fp8 (its io type)
     exec_d = padded_head_dim(impl, kernel_w.d)
     # V's head dim as the kernel runs it (padded as Q's; the MLA kernel's 512 is its own)
     exec_dv = None
@@ -184,6 +200,9 @@ def plan_tiled(
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
+    fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
+    if fp8:
+        ctx = dataclasses.replace(ctx, **fp8)
     base = base_l2(profile, options.l2)
     # the causal curves measured on this implementation's schedule and walk (FA2's from the diagonal down)
     schedule = spec.causal_schedule if spec is not None and options.kv_order == "reverse" else None
@@ -235,6 +254,7 @@ def plan_tiled(
         facts,
         backward,
         xcd_l2(profile, options.l2) if l2 is None else None,
+        kv_cast,
     )
 
 
@@ -307,6 +327,8 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     if options.tiled == "fa1":
         return fa1(plan.tile, plan.l2, backward=options.backward)
     forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts)
+    if plan.kv_cast:
+        forward = with_kv_cast(forward, plan.given)
     if not options.backward:
         return forward
     from .backward import backward_kernels

@@ -25,6 +25,7 @@ from .model import Comparison, compare
 from .options import Options, options_for
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
+from .traffic.quant import CAST_KERNELS
 
 _GEMM = r"gemm|nvjet|cutlass|sm\d+_xmma"
 _GROUP_SUM = r"reduce_kernel|[Ss]um"
@@ -89,9 +90,10 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "dv_group_sum": _GROUP_SUM,
     },
     "triton": {"fa2_fwd": r"attn|flash|fwd", "fa2_splitkv": r"attn|flash|fwd", "fa2_combine": r"combine"},
-    # flash_attn.cute's kernels are named after their classes (FlashAttentionForwardSm90, ...)
+    # flash_attn.cute's kernels are named after their classes (FlashAttentionForwardSm90, ...);
+    # fp8 cases run FlashInfer's fa3-backend prefill (FP8PrefillWithKVCacheKernel, prefill_sm90.cuh)
     "fa3": {
-        "fa2_fwd": r"(?i)forward",
+        "fa2_fwd": r"(?i)forward|FP8PrefillWithKVCache",
         "fa2_splitkv": r"(?i)forward",
         "fa2_combine": r"(?i)combine",
         "fa3_bwd_pre": r"(?i)preprocess",
@@ -122,6 +124,10 @@ KERNEL_PATTERNS["sdpa-math"] = {
     "cast_o": _COPY,
     "cast_p": _COPY,
 }
+#: an FP8 K/V cache cast before PyTorch's SDPA (memmodel.traffic.quant): ATen's elementwise copy
+#: with conversion (``k8.to(bf16)``), one a tensor
+for _impl in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"):
+    KERNEL_PATTERNS[_impl] |= {name: r"elementwise|copy" for name in CAST_KERNELS}
 #: model kernels a library may not launch as a kernel of their own (matched when present):
 #: the CUTLASS workspace fill (only with more than one key split), cuDNN's auxiliary kernels
 OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})
@@ -506,6 +512,17 @@ def predicted_times(
     else:
         steps = {"attention": float(ev.timing.time_s)}
         work = {"attention": (int(ev.traffic.hbm_bytes), int(ev.traffic.flops))}
+        casts = [(k, t) for k, t in pairs if k.name in CAST_KERNELS]
+        if casts:  # an FP8 K/V cache cast before the kernel: validate times each cast as its own step
+            steps = {k.name: float(t.time_s) for k, t in casts} | {
+                "attention": float(ev.timing.time_s) - sum(float(t.time_s) for _, t in casts)
+            }
+            work = {k.name: (int(k.bytes(level="hbm")), int(k.flops)) for k, _ in casts} | {
+                "attention": (
+                    int(ev.traffic.hbm_bytes) - sum(int(k.bytes(level="hbm")) for k, _ in casts),
+                    int(ev.traffic.flops) - sum(int(k.flops) for k, _ in casts),
+                )
+            }
     # each step is timed between two CUDA events, which add their own overhead to it (a
     # stream of kernels does not pay it: compare leaves it out)
     event = float(profile.event_overhead_s or 0.0)

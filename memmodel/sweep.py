@@ -58,7 +58,7 @@ from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
 from .traffic.standard import STANDARD_VARIANTS
 from .validated import time_range
-from .workload import DTYPE_BYTES, Workload
+from .workload import DTYPE_BYTES, FP8_KV_DTYPES, Workload
 
 #: Integer axes of a grid, in the order rows are nested (the last varies fastest).
 AXES = ("d", "batch", "heads", "kv_heads", "n_kv", "n")
@@ -119,6 +119,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "predicted_time_high_s",
     "window",
     "d_v",
+    "kv_dtype",
 )
 
 
@@ -291,6 +292,8 @@ class Setting(NamedTuple):
     window: int | None = None
     #: V's head dim (None: d; MLA: apart from it)
     d_v: int | None = None
+    #: an FP8 K/V cache (``Workload.kv_dtype``; None: K/V in the dtype)
+    kv_dtype: str | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
     #: one packed row of documents for the whole grid (not looped)
@@ -314,6 +317,7 @@ LOOPS = (
     "standard",
     "windows",
     "d_vs",
+    "kv_dtypes",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -350,6 +354,8 @@ class Grid:
     windows: tuple[int | None, ...] = (None,)
     #: V's head dims (None: d)
     d_vs: tuple[int | None, ...] = (None,)
+    #: K/V cache element types (None: the dtype; ``fp8``, ``fp8_e5m2``: an FP8 K/V cache)
+    kv_dtypes: tuple[str | None, ...] = (None,)
     #: one packed row of documents for the whole grid (not looped; n is their sum, batch 1)
     seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
@@ -376,6 +382,7 @@ class Grid:
             object.__setattr__(self, name, parse_choices(getattr(self, name), accepted, name))
         if self.clocks not in CLOCK_MODES:
             raise WorkloadError(f"clocks: {self.clocks!r} is not one of {', '.join(CLOCK_MODES)}")
+        object.__setattr__(self, "kv_dtypes", _kv_dtypes(self.kv_dtypes))
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
@@ -449,8 +456,24 @@ class Grid:
         return out
 
 
+def _kv_dtypes(values: Any) -> tuple[str | None, ...]:
+    """The K/V cache axis: None (or "none": the dtype) and the FP8 cache types."""
+    items = (values,) if isinstance(values, str) or values is None else tuple(values)
+    out: dict[str | None, None] = {}
+    for v in items:
+        name = None if v is None or str(v).lower() == "none" else str(v).lower()
+        if name is not None and name not in FP8_KV_DTYPES:
+            raise WorkloadError(f"kv_dtypes: {v!r} is not one of none, {', '.join(FP8_KV_DTYPES)}")
+        out[name] = None
+    if not out:
+        raise WorkloadError("kv_dtypes: the grid has no values")
+    return tuple(out)
+
+
+#: Codes of the ``kv_dtype`` column: blank where K/V are in the dtype, then the FP8 cache types.
+KV_DTYPE_CODES = ("", *FP8_KV_DTYPES)
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
-CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard")
+CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard", "kv_dtype")
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
 _BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window"})
 #: Columns stored as 0/1 and read as booleans.
@@ -499,7 +522,7 @@ class SweepResult:
             values = self.column(name, start, stop).tolist()
             if name in _BLANK_AS_NEGATIVE:
                 values = [None if v < 0 else v for v in values]
-            elif name == "implementation":
+            elif name in ("implementation", "kv_dtype"):
                 values = [v or None for v in values]
             out.append(values)
         return out
@@ -607,7 +630,7 @@ def evaluate(
                 r = representative
                 w = Workload(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
-                    dtype=setting.dtype, seq_lens=setting.seq_lens, d_v=setting.d_v,
+                    dtype=setting.dtype, seq_lens=setting.seq_lens, d_v=setting.d_v, kv_dtype=setting.kv_dtype,
                 )  # fmt: skip
                 if setting.window is not None:  # the implementation a window takes (a row the window fits)
                     longest = int(mesh["n_kv"][rows].max())
@@ -617,6 +640,11 @@ def evaluate(
                 impl_of_d[int(d)] = opts.implementation or "paper"
                 for line in opts.notes:
                     caveats[line] = None
+                if w.dtype == "fp8" or w.kv_dtype is not None:
+                    from .caveats import fp8_lines
+
+                    for line in fp8_lines(w, opts.model_implementation, profile):
+                        caveats[line] = None
         except MemmodelError as exc:  # options the model refuses together (splits with fa1, ...)
             refusals.append(exc)
             note(f"skipped {_label(setting, grid)}: {exc}")
@@ -672,6 +700,7 @@ def evaluate(
         "l2": L2_MODES,
         "implementation": IMPLEMENTATION_CODES,
         "standard": STANDARD_VARIANTS,
+        "kv_dtype": KV_DTYPE_CODES,
     }
     return SweepResult(grid, columns, categories, notes, list(caveats), warnings)
 
@@ -726,6 +755,7 @@ class _Job:
             "dtype": self.grid.dtypes.index(setting.dtype),
             "l2": L2_MODES.index(setting.l2),
             "standard": STANDARD_VARIANTS.index(setting.standard),
+            "kv_dtype": KV_DTYPE_CODES.index(setting.kv_dtype or ""),
         }
         at = self.offsets[g] + 2 * start
         _evaluate_chunk(chunk, self.profiles[setting.gpu], setting, impl_of_d, codes, bound_codes, self.columns, at)
@@ -852,6 +882,7 @@ def _evaluate_chunk(
     columns["standard"][at:end] = codes["standard"]
     columns["window"][at:end] = -1 if setting.window is None else setting.window
     columns["d_v"][at:end] = np.repeat(mesh["d"], 2) if setting.d_v is None else setting.d_v
+    columns["kv_dtype"][at:end] = codes["kv_dtype"]
     for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, setting.impl == "auto"):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
@@ -919,6 +950,7 @@ def _evaluate_part(
         window=_row_window(setting.window, mesh["n_kv"]),
         seq_lens=setting.seq_lens,
         d_v=setting.d_v,
+        kv_dtype=setting.kv_dtype,
     )
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))

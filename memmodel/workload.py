@@ -15,6 +15,13 @@ from .intmath import IntLike
 
 #: Bytes per element of Q, K, V, S, P, O for each supported dtype.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+#: K/V cache element types besides the workload's dtype (``Workload.kv_dtype``): ``fp8`` is e4m3
+#: (as ``--dtype fp8``), ``fp8_e5m2`` the other 8-bit format; both 1 byte
+KV_DTYPE_BYTES: dict[str, int] = {**DTYPE_BYTES, "fp8_e5m2": 1}
+#: the element types an FP8 K/V cache may take (``--kv-dtype``)
+FP8_KV_DTYPES = ("fp8", "fp8_e5m2")
+#: O's element type where the inputs are fp8: FA3, FA4, FlashInfer and aiter write it in bf16
+FP8_OUT_DTYPE = "bf16"
 #: Softmax statistics (l, m, logsumexp) are kept in fp32 whatever the input dtype.
 STAT_BYTES = 4
 #: Accumulators kept in HBM (FA2's dQ, split-KV partial outputs) are fp32.
@@ -48,6 +55,12 @@ class Workload:
     window: int | None = None
     seq_lens: tuple[int, ...] | None = None
     d_v: IntLike | None = None
+    #: the K/V cache's element type (None: ``dtype``): ``fp8`` (e4m3) or ``fp8_e5m2`` with Q and
+    #: O in a 16-bit ``dtype`` (an FP8 KV cache, per-tensor scales); equal to ``dtype`` is None
+    kv_dtype: str | None = None
+    #: O's element type (None: ``dtype``, and bf16 where ``dtype`` is fp8); set by the plan of an
+    #: implementation that writes O in fp8 (cuDNN's Hopper fp8 graph)
+    out_dtype: str | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -55,6 +68,9 @@ class Workload:
             return
         if self.dtype not in DTYPE_BYTES:
             raise WorkloadError(f"unknown dtype {self.dtype!r}: accepted are {', '.join(DTYPE_BYTES)}")
+        _check_kv_dtype(self)
+        if self.out_dtype is not None and self.out_dtype not in DTYPE_BYTES:
+            raise WorkloadError(f"unknown out_dtype {self.out_dtype!r}: accepted are {', '.join(DTYPE_BYTES)}")
         values: dict[str, Any] = {}
         for name in ("n", "d", "batch", "heads", "n_kv", "kv_heads", "d_v"):
             raw = getattr(self, name)
@@ -118,6 +134,28 @@ class Workload:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def kv_element_bytes(self) -> int:
+        """Bytes per element of K and V as the kernel reads them (the K/V cache's: ``kv_dtype``)."""
+        return KV_DTYPE_BYTES[self.kv_dtype] if self.kv_dtype is not None else self.element_bytes
+
+    @property
+    def out_dtype_(self) -> str:
+        """O's element type: ``out_dtype``, else ``dtype`` (bf16 for fp8 inputs)."""
+        if self.out_dtype is not None:
+            return self.out_dtype
+        return FP8_OUT_DTYPE if self.dtype == "fp8" else self.dtype
+
+    @property
+    def out_element_bytes(self) -> int:
+        """Bytes per element of O as the forward writes it (:attr:`out_dtype_`)."""
+        return DTYPE_BYTES[self.out_dtype_]
+
+    @property
+    def kv_dtype_(self) -> str:
+        """The K/V element type: ``kv_dtype``, else ``dtype``."""
+        return self.kv_dtype or self.dtype
+
+    @property
     def n_kv_(self) -> IntLike:
         assert self.n_kv is not None
         return self.n_kv
@@ -165,20 +203,22 @@ class Workload:
         return self._v_bytes
 
     def o_bytes(self) -> IntLike:
-        """O (and dO): batch · heads · n · d_v · element bytes (:meth:`q_bytes` without ``d_v``)."""
+        """O as the forward writes it (and dO): batch · heads · n · d_v · O's element bytes
+        (:meth:`q_bytes` where ``d_v`` is ``d`` and O is in ``dtype``)."""
         return self._o_bytes
 
     @cached_property
     def _v_bytes(self) -> IntLike:
         if self.d_v is None:
             return self._kv_bytes
-        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d_v, self.element_bytes))
+        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d_v, self.kv_element_bytes))
 
     @cached_property
     def _o_bytes(self) -> IntLike:
-        if self.d_v is None:
+        if self.d_v is None and self.out_element_bytes == self.element_bytes:
             return self._q_bytes
-        return intmath.kept(intmath.mul(self.batch, self.heads, self.n, self.d_v, self.element_bytes))
+        d_v = self.d if self.d_v is None else self.d_v
+        return intmath.kept(intmath.mul(self.batch, self.heads, self.n, d_v, self.out_element_bytes))
 
     @cached_property
     def _q_bytes(self) -> IntLike:
@@ -186,7 +226,7 @@ class Workload:
 
     @cached_property
     def _kv_bytes(self) -> IntLike:
-        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.element_bytes))
+        return intmath.kept(intmath.mul(self.batch, self.kv_heads_, self.n_kv_, self.d, self.kv_element_bytes))
 
     def documents(self) -> list[Workload]:
         """A packed row's documents, each its own workload of batch 1 (n = n_kv = its length;
@@ -222,6 +262,38 @@ class Workload:
             }
             | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
             | ({"d_v": plain(self.d_v)} if self.d_v is not None else {})
+            | self._fp8_dict()
+        )
+
+    def _fp8_dict(self) -> dict[str, Any]:
+        """The keys only FP8 workloads have (an FP8 K/V cache, fp8 inputs): earlier outputs keep theirs."""
+        out: dict[str, Any] = {}
+        if self.kv_dtype is not None:
+            out |= {"kv_dtype": self.kv_dtype, "kv_element_bytes": self.kv_element_bytes}
+        if self.out_element_bytes != self.element_bytes or self.out_dtype is not None:
+            out |= {"out_dtype": self.out_dtype_, "out_element_bytes": self.out_element_bytes}
+        return out
+
+
+def _check_kv_dtype(w: Workload) -> None:
+    """``kv_dtype``: an FP8 cache under 16-bit Q and O, or the dtype itself (then None)."""
+    kv = w.kv_dtype
+    if kv is None:
+        return
+    if kv not in KV_DTYPE_BYTES:
+        raise WorkloadError(f"unknown kv_dtype {kv!r}: accepted are {', '.join(FP8_KV_DTYPES)} (or the dtype itself)")
+    if kv == w.dtype:
+        object.__setattr__(w, "kv_dtype", None)
+        return
+    if kv not in FP8_KV_DTYPES:
+        raise WorkloadError(
+            f"kv_dtype {kv} with dtype {w.dtype}: a K/V cache other than the dtype is modelled in "
+            f"{' or '.join(FP8_KV_DTYPES)} only"
+        )
+    if w.dtype not in ("fp16", "bf16"):
+        raise WorkloadError(
+            f"kv_dtype {kv} with dtype {w.dtype}: an FP8 K/V cache is read under fp16 or bf16 Q and O "
+            "(--dtype fp8 makes Q, K and V all fp8)"
         )
 
 

@@ -18,7 +18,9 @@ from memmodel.traffic.decode import split_block_kv
 from memmodel.traffic.flash_backward import accumulator_head_dim
 
 #: notes a formula may carry after its count (said for the reader, not counted)
-NOTE = re.compile(r"\s*\((zeroed[^)]*|atomic add|per query head|once across splits|accumulate|D per CTA)\)")
+NOTE = re.compile(
+    r"\s*\((zeroed[^)]*|atomic add|per query head|once across splits|accumulate|D per CTA|V transposed in SRAM)\)"
+)
 
 
 def _symbols(w: Workload, params: dict, kernel) -> dict[str, int]:
@@ -40,6 +42,8 @@ def _symbols(w: Workload, params: dict, kernel) -> dict[str, int]:
         "d_r": accumulator_head_dim(w.d),
         "d": w.d,
         "e": w.element_bytes,
+        "e_kv": w.kv_element_bytes,
+        "e_O": w.out_element_bytes,
         "B_r": b_r,
         "B_c": b_c,
         "B_i": b_r,

@@ -19,7 +19,7 @@ import click
 
 from ..hardware.schema import DEFAULT_GPU
 from ..implementations import CHOICES, CLOCK_MODES
-from ..workload import DTYPE_BYTES
+from ..workload import DTYPE_BYTES, FP8_KV_DTYPES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -208,6 +208,16 @@ MODEL_HELP = (
 )
 
 
+KV_DTYPE_HELP = (
+    "An FP8 K/V cache under fp16/bf16 Q and O: K and V read at 1 byte (fp8 is e4m3; fp8_e5m2), per-tensor scales. "
+    "Kernels that take no fp8 K/V (PyTorch's SDPA) run after a cast. Default: --dtype."
+)
+
+
+def kv_dtype_option(func: F) -> F:
+    return option("--kv-dtype", "kv_dtype", type=choice(list(FP8_KV_DTYPES)), default=None, help=KV_DTYPE_HELP)(func)
+
+
 def model_option(func: F) -> F:
     return option("--model", "model", default=None, metavar="NAME|FILE", help=MODEL_HELP)(func)
 
@@ -247,8 +257,9 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             type=choice(list(DTYPE_BYTES)),
             default="fp32",
             show_default=True,
-            help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32).",
+            help="Element type of Q, K, V, S, P, O (l, m, logsumexp stay fp32; fp8: e4m3 Q, K, V, O in bf16 but for cuDNN's fp8 graph).",
         ),
+        kv_dtype_option,
         option(
             "--kv-heads",
             type=POSITIVE,
@@ -510,6 +521,7 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         batch=kw.pop("batch"),
         heads=heads if heads is not None else 1,
         dtype=kw.pop("dtype"),
+        kv_dtype=kw.pop("kv_dtype", None),
         kv_heads=kv_heads,
         n_kv=kw.pop("n_kv"),
         causal=kw.pop("causal") or windowed,

@@ -13,7 +13,7 @@ import click
 from ..implementations import CHOICES, CLOCK_MODES, TILED_VARIANTS
 from ..traffic.l2 import L2_MODES
 from ..traffic.standard import STANDARD_VARIANTS
-from ..workload import DTYPE_BYTES
+from ..workload import DTYPE_BYTES, FP8_KV_DTYPES
 from .options import (
     Command,
     check_outputs,
@@ -149,6 +149,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
 @_grid("--heads", "Query heads H.", default="--model's, else 1")
 @_grid("--kv-heads", "Key/value heads (GQA/MQA); each must divide --heads.", default="--model's, else equal to --heads")
 @_list("--dtype", _choices(tuple(DTYPE_BYTES)), f"Element types ({', '.join(DTYPE_BYTES)}). Default: fp32.")
+@_list(
+    "--kv-dtype",
+    _choices(("none", *FP8_KV_DTYPES)),
+    "K/V cache element types: none (the dtype), fp8 (e4m3), fp8_e5m2: an FP8 K/V cache under fp16/bf16 Q and O "
+    "(see 'memmodel compare --help'). Default: none.",
+)
 @gpu_list_option()
 @_list(
     "--causal",
@@ -245,6 +251,7 @@ def sweep_cmd(
     heads: tuple[int, ...] | None,
     kv_heads: tuple[int, ...] | None,
     dtype: tuple[str, ...] | None,
+    kv_dtype: tuple[str, ...] | None,
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
     window: tuple[int, ...] | None,
@@ -317,6 +324,8 @@ def sweep_cmd(
         raise missing_n()
     if window and causal and False in causal:
         raise WorkloadError("--window: a sliding window is causal: give no --causal off beside it")
+    if kv_dtype and context_parallel and set(kv_dtype) != {"none"}:
+        raise WorkloadError("--kv-dtype with --context-parallel is not modelled: context parallelism splits prefill")
     if window and context_parallel:
         raise WorkloadError(
             "--window with --context-parallel is not modelled: context parallelism splits full attention"
@@ -381,6 +390,7 @@ def sweep_cmd(
         "standard": standard,
         "windows": window,
         "d_vs": d_v,
+        "kv_dtypes": kv_dtype,
         "seq_lens": lens,
     }
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]

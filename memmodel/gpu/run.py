@@ -361,6 +361,9 @@ class CaseRun:
     a fixed dO, so no ``.grad`` is accumulated: the training step's attention kernels only)."""
 
     def __init__(self, case: Case, seed: int = 0, offset: int = 0) -> None:
+        if case.dtype == "fp8" or case.kv_dtype is not None:
+            self._init_fp8(case, seed, offset)
+            return
         if case.impl == "triton" and (case.backward or case.dropout):
             raise RuntimeFailure(f"{case.id}: memmodel's Triton kernel has no backward pass and no dropout")
         if case.impl == "fa3" and (case.dropout or case.block_q or case.block_kv):
@@ -391,6 +394,35 @@ class CaseRun:
         )
         self._forward = forward
         self.steps = [("forward", self._run_forward), ("backward", self._run_backward)]
+
+    def _init_fp8(self, case: Case, seed: int, offset: int) -> None:
+        """An FP8 case (fp8 inputs, an FP8 K/V cache): standard normal inputs in 16 bits, quantised
+        (:mod:`memmodel.gpu.fp8`); ``q``, ``k``, ``v`` are the dequantised batch-0 tensors the check
+        compares against (float32 attention on what the kernel really read)."""
+        from . import fp8
+
+        if case.backward or case.dropout or case.block_q or case.block_kv:
+            raise RuntimeFailure(f"{case.id}: the FP8 cases run the forward alone, no dropout, the kernels' own tiles")
+        plain = replace(case, impl="sdpa-flash", dtype="bf16" if case.dtype == "fp8" else case.dtype, kv_dtype=None)
+        q, k, v = make_inputs(plain, seed, offset)
+        inputs = fp8.Fp8Inputs(case, q, k, v)
+        if case.dtype == "fp8":
+            if case.impl != "fa3":
+                raise RuntimeFailure(f"{case.id}: fp8 inputs run as impl=fa3 (FlashInfer's fa3-backend fp8 prefill)")
+            self.steps = fp8.prefill_steps(case, inputs)
+        elif case.impl == "flashinfer":
+            self.steps = fp8.decode_steps(case, inputs)
+        elif case.impl.startswith("sdpa-"):
+            self.steps = fp8.cast_steps(case, inputs, lambda q_, k_, v_: sdpa_forward(case, q_, k_, v_)())
+        else:
+            raise RuntimeFailure(
+                f"{case.id}: an FP8 K/V cache runs as impl=sdpa-* (cast, then SDPA) or impl=flashinfer"
+            )
+        self.case = case
+        self.fp8 = inputs
+        self.q, self.k, self.v = inputs.reference
+        self.dropped = _Dropout()
+        self.state = {}
 
     def _run_forward(self) -> Any:
         self.state["out"] = self._forward()
@@ -793,7 +825,7 @@ def profile_pass(case: Case, offset: int = 0) -> None:
     torch = require_cuda()
     run = CaseRun(case, offset=offset)
     run.prepare()
-    if case.impl in ("triton", "fa3", "flashmla"):
+    if case.impl in ("triton", "fa3", "flashmla") or case.kv_dtype is not None:
         run.run()  # compile (Triton: autotune; FlashAttention's CuTe kernels: JIT) outside the markers
     torch.cuda.synchronize()
     _marker("begin")()

@@ -297,6 +297,7 @@ def write_json(result: SweepResult, stream: TextIO, progress: Callable[[int], No
 TABLE_KEYS = {
     "gpu": "gpu",
     "dtype": "dtype",
+    "kv_dtype": "KV cache",
     "batch": "batch",
     "heads": "heads",
     "kv_heads": "kv heads",
@@ -323,6 +324,7 @@ SWEPT_ONLY = {"block_q": "block_q", "block_kv": "block_kv", "splits": "splits", 
 COLUMN_ORDER = (
     "gpu",
     "dtype",
+    "kv_dtype",
     "standard",
     "variant",
     "implementation",
@@ -362,6 +364,8 @@ def describe(constants: dict[str, Any]) -> list[str]:
             out += [f"dropout {value:g}"] if value else []
         elif key == "standard":
             out += [f"standard {value}"] if value != "algorithm0" else []
+        elif key == "kv_dtype":
+            out += [f"KV cache {value}"] if value else []
         else:
             out.append(f"{TABLE_KEYS.get(key, key)} {value}")
     if "kv_heads" in c and "heads" not in c:

@@ -211,7 +211,7 @@ def window_kv_bytes(w: Workload, block_kv: IntLike) -> IntLike:
     first_key = intmath.maximum(0, intmath.add(w.n_kv_, intmath.mul(-1, w.n), 1 - w.window))
     skipped = intmath.mul(intmath.floor_div(first_key, block_kv), block_kv)
     keys = intmath.add(w.n_kv_, -skipped)
-    return intmath.kept(intmath.mul(w.batch, w.kv_heads_, keys, w.d, w.element_bytes))
+    return intmath.kept(intmath.mul(w.batch, w.kv_heads_, keys, w.d, w.kv_element_bytes))
 
 
 def as_v(w: Workload, k_bytes: IntLike) -> IntLike:
@@ -358,6 +358,15 @@ class TileContext:
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
     smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
     local_blocks: IntLike = 0  # blocks per head a sliding-window forward masks whole (its kernel's way)
+    #: FP8 (``memmodel.implementations.fp8_forward``): the forward transposes each V tile in
+    #: shared memory (FA3's fp8 kernels), reads these fp32 scale tensors ((name, elements)
+    #: pairs) and writes these fp32 amax scalars (cuDNN's fp8 graph)
+    v_transpose: bool = False
+    scale_tensors: tuple[tuple[str, IntLike], ...] = ()
+    amax_outputs: tuple[str, ...] = ()
+    #: FP32-pipe FLOPs per K/V element a kernel that reads an FP8 K/V cache spends converting it
+    #: (0: none, the K/V are in the dtype); :data:`memmodel.implementations.KV_DEQUANT_FLOPS`
+    dequant_flops: int = 0
 
     @cached_property
     def all_pairs(self) -> IntLike:

@@ -84,7 +84,7 @@ def choose_splits(w: Workload, sm_count: int, block_q: int = 64, *, prefill: boo
 
 def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
     w = ctx.w
-    e = w.element_bytes
+    e, ekv = w.element_bytes, w.kv_element_bytes  # Q rows; K/V rows (an FP8 K/V cache: 1 byte)
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
     swapped = np.asarray(w.n) == 1
@@ -97,7 +97,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     q_blocks = intmath.ceil_div(w.n, 64)
     visited = visited_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)
     all_blocks = intmath.mul(q_blocks, intmath.ceil_div(w.n_kv_, bc))
-    kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, e, q_blocks), visited, all_blocks)
+    kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, ekv, q_blocks), visited, all_blocks)
     kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
     kv_req = int(kv_req) if np.ndim(kv_req) == 0 else kv_req.astype(np.int64)
     dv = w.dv_sym  # V, the partial O and O at V's head dim
@@ -107,10 +107,11 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     k.read("Q", "input", q, q, "B·H·N·d·e")
     # decoding: each K/V head once across the splits; a split prefill: once per Q block of 64
     # rows of each query head (a grid mixing both is labelled by its prefill rows)
+    e_kv = "e_kv" if ekv != e else "e"  # the K/V cache's element bytes
     kv_formula = (
-        "B·H_kv·N_kv·d·e (once across splits)"
+        f"B·H_kv·N_kv·d·{e_kv} (once across splits)"
         if np.all(swapped | (np.asarray(w.n) == 1))
-        else "⌈N/64⌉ · B·H·N_kv·d·e" + (" · visited_split" if w.causal else "")
+        else f"⌈N/64⌉ · B·H·N_kv·d·{e_kv}" + (" · visited_split" if w.causal else "")
     )
     k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
     v_formula = kv_formula.replace("·d·e", f"·{dv}·e")
@@ -118,6 +119,9 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{dv}·4")
     k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
     scores = intmath.scaled(intmath.mul(bh, w.n, w.n_kv_), visited, all_blocks)
+    softmax = intmath.mul(4, scores)
+    if ctx.dequant_flops:  # an FP8 K/V cache converted in the kernel: every K and V element loaded
+        softmax = intmath.add(softmax, intmath.mul(ctx.dequant_flops, 2, intmath.ceil_div(kv_req, ekv)))
     heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
     rows = np.where(swapped, np.asarray(intmath.mul(w.group, w.n)), np.asarray(w.n))  # Q rows per CTA row
     ctas = intmath.mul(
@@ -127,7 +131,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     )
     split = k.build(
         matmul_flops=intmath.mul(4, scores, w.d) if w.d_v is None else intmath.mul(2, scores, w.d_kv),
-        softmax_flops=intmath.mul(4, scores),
+        softmax_flops=softmax,
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),
         ctas=ctas,
@@ -135,14 +139,15 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         diagonal_blocks=intmath.mul(bh, diagonal_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)),
         # the split kernel masks a window's every block as the forward does (flash_fwd_splitkv_kernel)
         local_blocks=intmath.mul(bh, visited) if np.any(np.asarray(ctx.local_blocks) > 0) else 0,
-        bytes_in_flight_per_cta=intmath.mul(split_block_kv(w.d), w.d_kv, e),
+        bytes_in_flight_per_cta=intmath.mul(split_block_kv(w.d), w.d_kv, ekv),
         overlap="serial-compute",
         kind=SPLIT_KV,
     )
     c = KernelBuilder("fa2_combine")
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), f"B·H·splits·N·{dv}·4")
     c.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "B·H·splits·N·4")
-    c.write("O", "output", w.o_bytes(), f"B·H·N·{dv}·e")
+    o = w.o_bytes()
+    c.write("O", "output", o, f"B·H·N·{dv}·e_O" if w.out_element_bytes != e else f"B·H·N·{dv}·e")
     c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     combine = c.build(
         softmax_flops=intmath.mul(3, bh, splits, w.n, w.d_v_),

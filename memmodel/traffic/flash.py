@@ -35,7 +35,17 @@ from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, as_v, tile_context, window_kv_bytes
 from .decode import split_kv_kernels
 from .facts import TiledFacts
-from .ledger import FORWARD_GRID, HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, param, present_kernels
+from .ledger import (
+    FORWARD_GRID,
+    HEAD_GRID,
+    AlgorithmTraffic,
+    Kernel,
+    KernelBuilder,
+    Transfer,
+    only_where,
+    param,
+    present_kernels,
+)
 
 # ---------------------------------------------------------------------------------------
 # FA2
@@ -58,14 +68,14 @@ def fa2_forward_kernel(
     """The FlashAttention-2-style forward kernel; ``facts`` (:func:`forward_facts`): the waves'
     drift, the GQA row and the causal live K/V, where the caller found them already."""
     w, b = ctx.w, ctx.blocks
-    e = w.element_bytes
+    e, ekv = w.element_bytes, w.kv_element_bytes  # Q, O rows; K/V rows (an FP8 K/V cache: 1 byte)
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
     kv_unique = w.kv_bytes()
-    kv_pair = intmath.mul(w.n_kv_, w.d_kv, e)  # one head's K and V (2·N_kv·d·e; N_kv·(d + d_v)·e)
+    kv_pair = intmath.mul(w.n_kv_, w.d_kv, ekv)  # one head's K and V (2·N_kv·d·e; N_kv·(d + d_v)·e)
     visited, pairs = ctx.visited, ctx.all_pairs
     # each query head's CTAs request its K/V head once per Q block, for the visited blocks
-    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, e), visited, pairs)
+    kv_req = intmath.scaled(intmath.mul(b.t_r, bh, w.n_kv_, w.d, ekv), visited, pairs)
     l2c = _forward_l2(ctx, l2, streams_q)
     sharing = intmath.mul(w.group, b.t_r)  # CTAs of one K/V head, launched together
     if w.window is not None:
@@ -80,8 +90,8 @@ def fa2_forward_kernel(
             blocks=b.t_r,
             rows=b.block_q,
             length=w.n_kv_,
-            row_bytes=intmath.mul(w.d_kv, e),
-            step_bytes=intmath.mul(b.block_kv, w.d_kv, e),
+            row_bytes=intmath.mul(w.d_kv, ekv),
+            step_bytes=intmath.mul(b.block_kv, w.d_kv, ekv),
         )
         return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
     kv_hbm = tile_reread_hbm(
@@ -116,19 +126,20 @@ def fa2_forward_kernel(
 def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike) -> Kernel:
     """The forward kernel's ledger, its K/V's HBM reads found."""
     w, b = ctx.w, ctx.blocks
-    e = w.element_bytes
+    ekv = w.kv_element_bytes
     bh = intmath.mul(w.batch, w.heads)
     visited = ctx.visited
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
     k.read("Q", "input", q, q, "B·H·N·d·e")
+    e_kv = "e_kv" if ekv != w.element_bytes else "e"  # the K/V cache's element bytes
     k.read(
         "K",
         "input",
         kv_req,
         kv_hbm,
-        "T_r · B·H·N_kv·d·e" + visited_share(w),
+        f"T_r · B·H·N_kv·d·{e_kv}" + visited_share(w),
         intmath.mul(ctx.smem_reads, kv_req),
     )
     k.read(
@@ -136,23 +147,41 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         "input",
         as_v(w, kv_req),
         as_v(w, kv_hbm),
-        f"T_r · B·H·N_kv·{w.dv_sym}·e" + visited_share(w),
+        f"T_r · B·H·N_kv·{w.dv_sym}·{e_kv}" + visited_share(w),
         intmath.mul(ctx.smem_reads, as_v(w, kv_req)),
     )
-    k.write("O", "output", w.o_bytes(), f"B·H·N·{w.dv_sym}·e")
+    if ctx.v_transpose:
+        # FA3's fp8 forward: the producer warpgroup transposes each V tile in shared memory (LDSM.T
+        # from the tile TMA wrote, STSM into a second buffer) before the P·V product reads it
+        formula = f"T_r · B·H·N_kv·{w.dv_sym}·{e_kv}" + visited_share(w) + " (V transposed in SRAM)"
+        k.transfers += [
+            Transfer(name, "Vt", "intermediate", "sram", rw, as_v(w, kv_req), formula) for rw in ("read", "write")
+        ]
+    for name, count in ctx.scale_tensors:
+        # fp32 scale factors: FA3's q/k/v_descale (batch × K/V heads each), cuDNN's scalars
+        nbytes = intmath.mul(count, STAT_BYTES)
+        k.read(name, "input", nbytes, nbytes, "B·H_kv·4" if name.endswith("_descale") else "4")
+    o = w.o_bytes()
+    k.write("O", "output", o, f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    for name in ctx.amax_outputs:  # cuDNN's fp8 graph: the amax of S and of O, one fp32 each
+        k.write(name, "state", STAT_BYTES, "4")
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     scores = ctx.exec_scores  # as executed: whole tiles, the kernel's head dims
     d = ctx.exec_dv_  # the O updates run at V's head dim
+    softmax = intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1)))
+    if ctx.dequant_flops:
+        # an FP8 K/V cache converted in the kernel: every K and V element each CTA loads
+        softmax = intmath.add(softmax, intmath.mul(ctx.dequant_flops, 2, intmath.ceil_div(kv_req, ekv)))
     return k.build(
         matmul_flops=ctx.matmul_forward(scores),
         # per score: running max, subtract, sum (3); per K/V block: rescale O (N·d); at the
         # end divide O by l (N·d)
-        softmax_flops=intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1))),
+        softmax_flops=softmax,
         rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
         concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
-        bytes_in_flight_per_cta=intmath.mul(b.block_kv, w.d_kv, e),
+        bytes_in_flight_per_cta=intmath.mul(b.block_kv, w.d_kv, ekv),
         overlap="serial-compute",
         ctas=intmath.mul(bh, b.t_r),
         blocks=intmath.mul(bh, visited),
@@ -172,7 +201,13 @@ def gqa_row_bytes(ctx: TileContext, l2: l2m.L2) -> Any:
     batched = (_floats(w.batch) > 1.0) & (_floats(w.group) > 1.0)
     if not l2.batch_rows or l2.mode == "off" or not np.any(batched):
         return None
-    row = _floats(intmath.mul(w.batch, intmath.add(w.n_kv_, w.n), w.d_kv, w.element_bytes))
+    row = _floats(
+        intmath.mul(
+            w.batch,
+            w.d_kv,
+            intmath.add(intmath.mul(w.n_kv_, w.kv_element_bytes), intmath.mul(w.n, w.element_bytes)),
+        )
+    )
     return np.where(batched, row, 0.0)
 
 
@@ -224,7 +259,7 @@ def forward_drift(ctx: TileContext, l2: l2m.L2) -> Any:
     if ctx.w.causal or not l2.drift or l2.mode == "off":
         return None
     w = ctx.w
-    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(w.n_kv_, w.d_kv, w.element_bytes)
+    sharing, ws = intmath.mul(w.group, ctx.blocks.t_r), intmath.mul(w.n_kv_, w.d_kv, w.kv_element_bytes)
     return wave_drift_extra(ctx, _forward_l2(ctx, l2), sharing, ws)
 
 
@@ -266,7 +301,7 @@ def _fa2_causal_reuse(ctx: TileContext, l2: l2m.L2) -> Any:
     in_flight = 1.0 + conc * t_c / visited
     sharing_heads = np.clip(in_flight / _floats(w.batch), 1.0, _floats(w.group))
     window = np.maximum(0.0, (lag + gap) / sharing_heads - 1.0)
-    block_bytes = _floats(intmath.mul(b.block_kv, w.d_kv, w.element_bytes))
+    block_bytes = _floats(intmath.mul(b.block_kv, w.d_kv, w.kv_element_bytes))
     return conc * window * block_bytes / max(l2.capacity_bytes, 1.0)
 
 
@@ -809,7 +844,7 @@ def _knee(ctx: TileContext, l2: l2m.L2) -> Any:
 
     w = ctx.w
     curve = l2.reuse or step_curve(l2.capacity_bytes)
-    ws = intmath.mul(w.n_kv_, w.d_kv, w.element_bytes)
+    ws = intmath.mul(w.n_kv_, w.d_kv, w.kv_element_bytes)
     return poorly_modelled(ws, intmath.mul(w.group, ctx.blocks.t_r), ctx.concurrent, w.causal, curve)
 
 
