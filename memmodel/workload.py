@@ -31,6 +31,10 @@ class Workload:
     (a sliding window: query at key position p sees keys p − window < j ≤ p; None: all of them).
     ``seq_lens``: a packed row of documents (batch 1, n = n_kv = their sum), each attending only
     within itself (causal within each with ``causal``; a window within each too).
+    ``page_size`` (None: K/V contiguous): each sequence's K/V cache lives in ⌈n_kv / page_size⌉
+    pages of ``page_size`` tokens, scattered in a pool and found through a block table (serving
+    engines' paged KV cache: decoding with n = 1, chunked prefill with n new tokens appended to
+    n_kv − n cached ones, causal bottom-right); :mod:`memmodel.traffic.paged` counts it.
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -45,6 +49,7 @@ class Workload:
     dropout: float = 0.0
     window: int | None = None
     seq_lens: tuple[int, ...] | None = None
+    page_size: int | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -94,6 +99,8 @@ class Workload:
             object.__setattr__(self, "window", None if int(window) == longest else int(window))
         if self.seq_lens is not None:
             object.__setattr__(self, "seq_lens", _checked_seq_lens(self.seq_lens, values))
+        if self.page_size is not None:
+            object.__setattr__(self, "page_size", _checked_page_size(self.page_size, self.seq_lens, self.window))
         try:
             dropout = float(self.dropout)
         except (TypeError, ValueError):
@@ -177,7 +184,20 @@ class Workload:
             "causal": self.causal,
             "window": self.window,
             "dropout": self.dropout,
-        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {}) | (
+            {"page_size": self.page_size} if self.page_size is not None else {}
+        )
+
+
+def _checked_page_size(raw: Any, seq_lens: Any, window: Any) -> int:
+    """A paged KV cache's tokens per page (which kernels take which sizes: :mod:`memmodel.options`)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)) or raw < 1:
+        raise WorkloadError(f"page_size must be a positive whole number of tokens (got {raw!r})")
+    if seq_lens is not None:
+        raise WorkloadError("page_size with seq_lens is not modelled: a paged cache holds each request's K/V apart")
+    if window is not None:
+        raise WorkloadError("page_size with a sliding window is not modelled yet: give one or the other")
+    return int(raw)
 
 
 def _checked_seq_lens(raw: Any, values: dict[str, Any]) -> tuple[int, ...]:

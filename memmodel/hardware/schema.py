@@ -32,6 +32,8 @@ PROFILE_IMPLEMENTATIONS: tuple[str, ...] = (
     "fa4",
     "fa1",
     "ck",
+    "flashinfer",
+    "flex",
 )
 #: the measured causal re-read curves (``memory.l2.<prefix>_d<head dim>``), of each causal
 #: schedule :data:`memmodel.traffic.l2.CAUSAL_CURVES` names: FlashAttention-2's one head, its
