@@ -35,6 +35,8 @@ class Case:
     window: int | None = None
     #: a packed row of documents (FlashAttention-2's varlen kernels, sdpa-flash only; n is their sum)
     seq_lens: tuple[int, ...] | None = None
+    #: a paged KV cache's tokens per page (impl=flashinfer or flex; a pool of scattered pages)
+    page_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -64,6 +66,13 @@ class Case:
                 raise WorkloadError(
                     f"case seq_lens={_docs(self.seq_lens)}: n={self.n} is not their sum ({sum(self.seq_lens)})"
                 )
+        if self.page_size is not None and self.impl not in PAGED_CASE_IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"case page_size={self.page_size}: only impl={' or impl='.join(PAGED_CASE_IMPLEMENTATIONS)} read a "
+                f"paged KV cache (not {self.impl})"
+            )
+        if self.page_size is None and self.impl == "flashinfer":
+            raise WorkloadError("case impl=flashinfer runs FlashInfer's paged wrappers: give page_size=")
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -90,6 +99,8 @@ class Case:
             extra += f"-win{self.window}"
         if self.seq_lens is not None:
             extra += f"-docs{_docs(self.seq_lens)}"
+        if self.page_size is not None:
+            extra += f"-page{self.page_size}"
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
         if self.dropout:
@@ -116,6 +127,7 @@ class Case:
             dropout=self.dropout,
             window=self.window,
             seq_lens=self.seq_lens,
+            page_size=self.page_size,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,11 +136,15 @@ class Case:
             del out["seq_lens"]
         else:
             out["seq_lens"] = list(out["seq_lens"])
+        if out["page_size"] is None:  # a key only paged cases have
+            del out["page_size"]
         return {"id": self.id, **out}
 
     def spec(self) -> str:
         """The case as :func:`parse_case` reads it (``parse_case(c.spec()) == c``)."""
-        keys = ("impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window")
+        keys = (
+            "impl", "n", "d", "batch", "heads", "kv_heads", "n_kv", "dtype", "block_q", "block_kv", "window", "page_size"
+        )  # fmt: skip
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
         parts += ["causal=1"] if self.causal else []
@@ -144,7 +160,12 @@ class Case:
 _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
-_KEYS = "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, block_q, block_kv, dropout, backward"
+_KEYS = (
+    "impl, model, n, d, batch, heads, kv_heads, n_kv, dtype, causal, window, seq_lens, page_size, block_q, block_kv, "
+    "dropout, backward"
+)
+#: the case implementations that read a paged KV cache (``page_size=``)
+PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
 
 
 def _docs(seq_lens: tuple[int, ...]) -> str:
@@ -180,7 +201,7 @@ def parse_case(text: str) -> Case:
                 fields[key] = float(value)
             except ValueError:
                 raise WorkloadError(f"case dropout={value!r} is not a number") from None
-        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window"):
+        elif key in ("n", "d", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size"):
             try:
                 fields[key] = int(value)
             except ValueError:

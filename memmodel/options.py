@@ -243,7 +243,9 @@ def paged_implementation(
     if tiled == "fa1":
         raise WorkloadError(f"--page-size: flash-attn v1 (--tiled fa1) has no paged kernel: accepted are {accepted}")
     if rest.get("backward"):
-        raise WorkloadError("--page-size with --backward is not modelled: paged KV caches are read by inference kernels")
+        raise WorkloadError(
+            "--page-size with --backward is not modelled: paged KV caches are read by inference kernels"
+        )
     if impl in (None, "auto"):
         impl = "flashinfer"
         notes.append(
@@ -263,7 +265,9 @@ def paged_implementation(
     if profile is not None and getattr(profile, "vendor", "NVIDIA") != "NVIDIA":
         raise WorkloadError(f"--page-size on {profile.name}: --impl {impl}'s paged kernels are modelled on NVIDIA GPUs")
     if rest.get("splits") is not None:
-        raise WorkloadError(f"--splits with --page-size: --impl {impl}'s own plan splits the K/V (not modelled as asked)")
+        raise WorkloadError(
+            f"--splits with --page-size: --impl {impl}'s own plan splits the K/V (not modelled as asked)"
+        )
     notes.append(f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)")
     return impl
 

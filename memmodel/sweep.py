@@ -118,6 +118,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "predicted_time_low_s",
     "predicted_time_high_s",
     "window",
+    "page_size",
 )
 
 
@@ -288,6 +289,8 @@ class Setting(NamedTuple):
     standard: str
     #: a causal sliding window (keys each query sees; None: all of them)
     window: int | None = None
+    #: a paged KV cache's tokens per page (None: contiguous K/V)
+    page_size: int | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
     #: one packed row of documents for the whole grid (not looped)
@@ -310,6 +313,7 @@ LOOPS = (
     "ctas_per_sm",
     "standard",
     "windows",
+    "page_sizes",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -344,6 +348,8 @@ class Grid:
     standard: tuple[str, ...] = ("algorithm0",)
     #: causal sliding windows (None: full attention)
     windows: tuple[int | None, ...] = (None,)
+    #: paged KV caches' tokens per page (None: contiguous K/V)
+    page_sizes: tuple[int | None, ...] = (None,)
     #: one packed row of documents for the whole grid (not looped; n is their sum, batch 1)
     seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
@@ -373,7 +379,7 @@ class Grid:
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
-        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows"):
+        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows", "page_sizes"):
             object.__setattr__(self, name, _optional_ints(getattr(self, name), name))
         if any(w is not None for w in self.windows):
             if self.causal == (False,):  # a window is causal: the default mask becomes causal
@@ -446,7 +452,7 @@ class Grid:
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
 CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard")
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
-_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window"})
+_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window", "page_size"})
 #: Columns stored as 0/1 and read as booleans.
 _BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
@@ -601,7 +607,7 @@ def evaluate(
                 r = representative
                 w = Workload(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
-                    dtype=setting.dtype, seq_lens=setting.seq_lens,
+                    dtype=setting.dtype, seq_lens=setting.seq_lens, page_size=setting.page_size,
                 )  # fmt: skip
                 if setting.window is not None:  # the implementation a window takes (a row the window fits)
                     longest = int(mesh["n_kv"][rows].max())
@@ -845,6 +851,7 @@ def _evaluate_chunk(
     columns["dropout"][at:end] = setting.dropout
     columns["standard"][at:end] = codes["standard"]
     columns["window"][at:end] = -1 if setting.window is None else setting.window
+    columns["page_size"][at:end] = -1 if setting.page_size is None else setting.page_size
     for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, setting.impl == "auto"):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
@@ -911,6 +918,7 @@ def _evaluate_part(
         dropout=setting.dropout,
         window=_row_window(setting.window, mesh["n_kv"]),
         seq_lens=setting.seq_lens,
+        page_size=setting.page_size,
     )
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))

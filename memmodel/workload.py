@@ -172,20 +172,22 @@ class Workload:
         def plain(v: IntLike | None) -> Any:
             return v.tolist() if isinstance(v, np.ndarray) else v
 
-        return {
-            "batch": plain(self.batch),
-            "heads": plain(self.heads),
-            "kv_heads": plain(self.kv_heads),
-            "n": plain(self.n),
-            "n_kv": plain(self.n_kv),
-            "d": plain(self.d),
-            "dtype": self.dtype,
-            "element_bytes": self.element_bytes,
-            "causal": self.causal,
-            "window": self.window,
-            "dropout": self.dropout,
-        } | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {}) | (
-            {"page_size": self.page_size} if self.page_size is not None else {}
+        return (
+            {
+                "batch": plain(self.batch),
+                "heads": plain(self.heads),
+                "kv_heads": plain(self.kv_heads),
+                "n": plain(self.n),
+                "n_kv": plain(self.n_kv),
+                "d": plain(self.d),
+                "dtype": self.dtype,
+                "element_bytes": self.element_bytes,
+                "causal": self.causal,
+                "window": self.window,
+                "dropout": self.dropout,
+            }
+            | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+            | ({"page_size": self.page_size} if self.page_size is not None else {})
         )
 
 

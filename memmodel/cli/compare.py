@@ -90,6 +90,10 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             from ..errors import WorkloadError
 
             raise WorkloadError("--seq-lens with --context-parallel is not modelled: give one or the other")
+        if workload.page_size is not None:
+            from ..errors import WorkloadError
+
+            raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):

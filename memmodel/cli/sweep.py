@@ -156,6 +156,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "Causal sliding windows W (each query sees itself and the W − 1 keys before it; implies --causal).",
     default="none",
 )
+@_grid(
+    "--page-size",
+    "Paged KV caches: tokens per page P, an axis (--impl flashinfer takes any, flex powers of two from 16); "
+    "see 'memmodel compare --help'.",
+    default="none (contiguous K/V)",
+)
 @option(
     "--seq-lens",
     "seq_lens",
@@ -242,6 +248,7 @@ def sweep_cmd(
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
     window: tuple[int, ...] | None,
+    page_size: tuple[int, ...] | None,
     seq_lens: str | None,
     dropout: tuple[float, ...] | None,
     tiled: tuple[str, ...] | None,
@@ -309,6 +316,8 @@ def sweep_cmd(
         raise missing_n()
     if window and causal and False in causal:
         raise WorkloadError("--window: a sliding window is causal: give no --causal off beside it")
+    if page_size and context_parallel:
+        raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
     if window and context_parallel:
         raise WorkloadError(
             "--window with --context-parallel is not modelled: context parallelism splits full attention"
@@ -368,6 +377,7 @@ def sweep_cmd(
         "ctas_per_sm": ctas_per_sm,
         "standard": standard,
         "windows": window,
+        "page_sizes": page_size,
         "seq_lens": lens,
     }
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]

@@ -425,9 +425,7 @@ def _merge(name: str, w: Workload, l2: l2m.L2, partial_o: IntLike, partial_lse: 
     )
 
 
-def flashinfer_fa2_kernels(
-    w: Workload, l2: l2m.L2, sm_count: int, *, decode: bool
-) -> tuple[list[Kernel], dict]:
+def flashinfer_fa2_kernels(w: Workload, l2: l2m.L2, sm_count: int, *, decode: bool) -> tuple[list[Kernel], dict]:
     """FlashInfer's FA2-style paged prefill (``BatchPrefillWithPagedKVCacheKernel``, ``prefill.cuh``,
     mma.sync): chunked prefill off sm90, and decoding through the tensor cores
     (``use_tensor_cores=True``, the query rows of a group packed). Q tiles of packed rows per K/V
@@ -525,8 +523,13 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     (max(next power of two of n·G, 16)), each split a share of the kept K/V blocks, writing fp32
     partials (acc, row max, row sum); inductor's reduction over the splits then writes O."""
     e = w.element_bytes
-    split, bm = _each(lambda b, hk, n, g: (flex_split_kv(b, hk, sm_count), max(_next_power_of_two(n * g), 16)),
-                      w.batch, w.kv_heads_, w.n, w.group)
+    split, bm = _each(
+        lambda b, hk, n, g: (flex_split_kv(b, hk, sm_count), max(_next_power_of_two(n * g), 16)),
+        w.batch,
+        w.kv_heads_,
+        w.n,
+        w.group,
+    )
     bn = flex_block_n(w, FLEX_DECODE_BLOCK_N)
     tokens = flex_kv_tokens(w)
     kv_blocks = intmath.ceil_div(tokens, bn)
@@ -543,8 +546,13 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     k.read("V", "input", intmath.mul(kv, m_blocks), kv, "B·H_kv·(⌈N_kv/P⌉·P)·⌈d·e/32⌉·32 (whole pages)")
     if w.page_size is not None:
         table = intmath.mul(w.batch, pages(w), INDEX_BYTES)
-        k.read("block_table", "state", intmath.mul(table, w.kv_heads_), _sectors(table),
-               "B·⌈N_kv/P⌉·4 (the BlockMask's kv_indices)")
+        k.read(
+            "block_table",
+            "state",
+            intmath.mul(table, w.kv_heads_),
+            _sectors(table),
+            "B·⌈N_kv/P⌉·4 (the BlockMask's kv_indices)",
+        )
     acc = intmath.mul(bh, split, w.n, w.d, ACC_BYTES)
     ml = intmath.mul(2, bh, split, w.n, STAT_BYTES)
     k.write("acc_partial", "intermediate", acc, "B·SPLIT_KV·H·N·d·4")
@@ -577,9 +585,9 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         "splits_with_blocks": splits,
         "block_m": bm,
         "block_n": bn,
-        "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w)) if w.page_size is not None else intmath.mul(
-            w.batch, w.kv_heads_
-        ),
+        "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w))
+        if w.page_size is not None
+        else intmath.mul(w.batch, w.kv_heads_),
     }
     return [decode, reduce], params
 
@@ -611,8 +619,8 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         "page_size": w.page_size,
         "block_m": bm,
         "block_n": bn,
-        "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w)) if w.page_size is not None else intmath.mul(
-            w.batch, w.kv_heads_
-        ),
+        "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w))
+        if w.page_size is not None
+        else intmath.mul(w.batch, w.kv_heads_),
     }
     return [kernel], params
