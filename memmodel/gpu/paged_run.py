@@ -259,7 +259,14 @@ class PagedRun:
             mask_mod if case.causal else (lambda b, h, q_idx, kv_idx: kv_idx >= 0),
             case.batch, 1, case.n, case.n_kv_, device=_device(), BLOCK_SIZE=(pm.FLEX_SPARSE_BLOCK, p),
         )  # fmt: skip
-        mask = paged.convert_logical_block_mask(logical)
+        # the valid keys of each request (a partial last page's tail is masked): torch's later releases
+        # take them as ``kv_len``, earlier ones read the lengths ``reserve`` kept
+        import inspect
+
+        extra = {}
+        if "kv_len" in inspect.signature(paged.convert_logical_block_mask).parameters:
+            extra["kv_len"] = torch.full((case.batch,), case.n_kv_, dtype=torch.int64, device=_device())
+        mask = paged.convert_logical_block_mask(logical, **extra)
         decode = (
             case.n < pm.FLEX_DECODE_MAX_Q and (case.heads // case.kv_heads_) & (case.heads // case.kv_heads_ - 1) == 0
         )
