@@ -28,18 +28,12 @@ WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
 def _torch() -> Any:
-    from . import run
+    import torch
 
-    return run._torch()
-
-
-def _device() -> str:
-    from . import run
-
-    return run.DEVICE
+    return torch
 
 
-def page_table(batch: int, n_kv: int, page_size: int, seed: int = 0) -> dict[str, Any]:
+def page_table(batch: int, n_kv: int, page_size: int, seed: int = 0, device: Any = "cpu") -> dict[str, Any]:
     """A pool of ``POOL_FACTOR`` × the pages the batch needs and, per request, ⌈n_kv / P⌉ of them
     drawn from a random permutation of the pool: ``indices`` (int32, the requests' pages one after
     another), ``indptr`` (int32, B + 1), ``last_page_len`` (int32, B: tokens on each last page),
@@ -51,7 +45,7 @@ def page_table(batch: int, n_kv: int, page_size: int, seed: int = 0) -> dict[str
     perm = torch.randperm(pool, generator=g)[: batch * per]
     table = perm.reshape(batch, per).to(torch.int64)
     last = n_kv - (per - 1) * page_size
-    dev = _device()
+    dev = device
     return {
         "pool_pages": pool,
         "pages_per_request": per,
@@ -152,12 +146,6 @@ def _flashinfer() -> Any:
     return flashinfer
 
 
-def _dtype(case: Case) -> Any:
-    from . import run
-
-    return run._torch_dtype(_torch(), case.dtype)
-
-
 class PagedRun:
     """One paged case's page table, pool and planned call: ``step()`` runs the kernels once and
     returns O as B × H × n × d; ``k`` and ``v`` are the K/V gathered back through the table."""
@@ -179,12 +167,13 @@ class PagedRun:
         torch = _torch()
         fi = _flashinfer()
         p = int(case.page_size or 1)
-        pt = page_table(case.batch, case.n_kv_, p, seed)
+        dev = self.q.device
+        pt = page_table(case.batch, case.n_kv_, p, seed, dev)
         self.pt = pt
         k_pool, v_pool = scatter_nhd(k, pt, p), scatter_nhd(v, pt, p)
         self.k, self.v = gather_nhd(k_pool, pt, case.n_kv_), gather_nhd(v_pool, pt, case.n_kv_)
-        workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=_device())
-        dt = _dtype(case)
+        workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=dev)
+        dt = k.dtype
         g = case.heads // case.kv_heads_
         b, h, n, d = case.batch, case.heads, case.n, case.d
         if n == 1:
@@ -200,7 +189,7 @@ class PagedRun:
                 return wrapper.run(q_nhd, (k_pool, v_pool)).reshape(b, h, 1, d)
         else:
             wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD")
-            qo_indptr = (torch.arange(b + 1, dtype=torch.int32) * n).to(_device())
+            qo_indptr = (torch.arange(b + 1, dtype=torch.int32) * n).to(dev)
             wrapper.plan(
                 qo_indptr, pt["indptr"], pt["indices"], pt["last_page_len"], h, case.kv_heads_, d, p,
                 causal=case.causal, q_data_type=dt, kv_data_type=dt,
@@ -223,16 +212,13 @@ class PagedRun:
         def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
             return q_idx + offset >= kv_idx  # bottom-right causal (the new tokens are the last)
 
-        compiled = _compiled_flex(flex_attention)
+        dev = self.q.device
+        compiled = _compiled_flex(flex_attention, dev.type == "cuda")
         gqa = case.heads != case.kv_heads_
         kernel_options: dict[str, Any] = {}
         if case.page_size is None:
             self.k, self.v = k, v
-            mask = (
-                create_block_mask(mask_mod, case.batch, 1, case.n, case.n_kv_, device=_device())
-                if case.causal
-                else None
-            )
+            mask = create_block_mask(mask_mod, case.batch, 1, case.n, case.n_kv_, device=dev) if case.causal else None
 
             def step() -> Any:
                 return compiled(self.q, self.k, self.v, block_mask=mask, enable_gqa=gqa)
@@ -242,9 +228,9 @@ class PagedRun:
         from torch.nn.attention.experimental._paged_attention import PagedAttention
 
         p = int(case.page_size)
-        pt = page_table(case.batch, case.n_kv_, p, seed)
+        pt = page_table(case.batch, case.n_kv_, p, seed, dev)
         self.pt = pt
-        paged = PagedAttention(pt["pool_pages"], p, case.batch, device=_device())
+        paged = PagedAttention(pt["pool_pages"], p, case.batch, device=dev)
         # its allocator hands out pages from the end of ``empty_pages``: give it the table's order
         rows = pt["table"].tolist()  # request 0 takes the last entries, in order, then request 1, ...
         used = {x for row in rows for x in row}
@@ -252,12 +238,12 @@ class PagedRun:
             x for row in reversed(rows) for x in row
         ]
         for b in range(case.batch):
-            paged.reserve(torch.tensor(b, device=_device()), torch.tensor(case.n_kv_, device=_device()))
+            paged.reserve(torch.tensor(b, device=dev), torch.tensor(case.n_kv_, device=dev))
         k_cache, v_cache = scatter_flex(k, pt, p), scatter_flex(v, pt, p)
         self.k, self.v = gather_flex(k_cache, pt, case.n_kv_, p), gather_flex(v_cache, pt, case.n_kv_, p)
         logical = create_block_mask(
             mask_mod if case.causal else (lambda b, h, q_idx, kv_idx: kv_idx >= 0),
-            case.batch, 1, case.n, case.n_kv_, device=_device(), BLOCK_SIZE=(pm.FLEX_SPARSE_BLOCK, p),
+            case.batch, 1, case.n, case.n_kv_, device=dev, BLOCK_SIZE=(pm.FLEX_SPARSE_BLOCK, p),
         )  # fmt: skip
         # the valid keys of each request (a partial last page's tail is masked): torch's later releases
         # take them as ``kv_len``, earlier ones read the lengths ``reserve`` kept
@@ -265,7 +251,7 @@ class PagedRun:
 
         extra = {}
         if "kv_len" in inspect.signature(paged.convert_logical_block_mask).parameters:
-            extra["kv_len"] = torch.full((case.batch,), case.n_kv_, dtype=torch.int64, device=_device())
+            extra["kv_len"] = torch.full((case.batch,), case.n_kv_, dtype=torch.int64, device=dev)
         mask = paged.convert_logical_block_mask(logical, **extra)
         decode = (
             case.n < pm.FLEX_DECODE_MAX_Q and (case.heads // case.kv_heads_) & (case.heads // case.kv_heads_ - 1) == 0
@@ -286,11 +272,13 @@ class PagedRun:
 _COMPILED: dict[str, Any] = {}
 
 
-def _compiled_flex(flex_attention: Any) -> Any:
-    """flex_attention under ``torch.compile`` (one compiled function; it recompiles per shape)."""
+def _compiled_flex(flex_attention: Any, cuda: bool) -> Any:
+    """flex_attention under ``torch.compile`` on a GPU (one compiled function; it recompiles per
+    shape); its eager path on the CPU (the tests)."""
+    if not cuda:
+        return flex_attention
     if "flex" not in _COMPILED:
-        torch = _torch()
-        _COMPILED["flex"] = torch.compile(flex_attention, dynamic=False) if _device() == "cuda" else flex_attention
+        _COMPILED["flex"] = _torch().compile(flex_attention, dynamic=False)
     return _COMPILED["flex"]
 
 
