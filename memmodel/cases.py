@@ -39,6 +39,8 @@ class Case:
     d_v: int | None = None
     #: an FP8 K/V cache under 16-bit Q and O (``Workload.kv_dtype``): fp8 (e4m3) or fp8_e5m2
     kv_dtype: str | None = None
+    #: a paged KV cache's tokens per page (impl=flashinfer or flex; a pool of scattered pages)
+    page_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -88,6 +90,13 @@ class Case:
             raise WorkloadError(
                 f"case kv_dtype={self.kv_dtype}: an FP8 K/V cache is read by inference kernels: no backward"
             )
+        if self.page_size is not None and self.impl not in PAGED_CASE_IMPLEMENTATIONS:
+            raise WorkloadError(
+                f"case page_size={self.page_size}: only impl={' or impl='.join(PAGED_CASE_IMPLEMENTATIONS)} read a "
+                f"paged KV cache (not {self.impl})"
+            )
+        if self.page_size is None and self.impl == "flashinfer":
+            raise WorkloadError("case impl=flashinfer runs FlashInfer's paged wrappers: give page_size=")
         self.workload()  # validates shapes (and dropout in [0, 1))
 
     @property
@@ -116,6 +125,8 @@ class Case:
             extra += f"-win{self.window}"
         if self.seq_lens is not None:
             extra += f"-docs{_docs(self.seq_lens)}"
+        if self.page_size is not None:
+            extra += f"-page{self.page_size}"
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
         if self.dropout:
@@ -146,6 +157,7 @@ class Case:
             seq_lens=self.seq_lens,
             d_v=self.d_v,
             kv_dtype=self.kv_dtype,
+            page_size=self.page_size,
         )
 
     @property
@@ -171,6 +183,8 @@ class Case:
             out["seq_lens"] = list(out["seq_lens"])
         if out["d_v"] is None:  # a key only cases with V's head dim apart have
             del out["d_v"]
+        if out["page_size"] is None:  # a key only paged cases have
+            del out["page_size"]
         return {"id": self.id, **out}
 
     def spec(self) -> str:
@@ -189,6 +203,7 @@ class Case:
             "block_q",
             "block_kv",
             "window",
+            "page_size",
         )
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
@@ -207,11 +222,13 @@ _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
 _KEYS = (
-    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, block_q, block_kv, "
-    "dropout, backward"
+    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, page_size, "
+    "block_q, block_kv, dropout, backward"
 )
 #: implementations whose cases take d_v (V's head dim apart from Q's)
 DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flashmla")
+#: the case implementations that read a paged KV cache (``page_size=``)
+PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
 
 
 def _docs(seq_lens: tuple[int, ...]) -> str:
@@ -247,7 +264,19 @@ def parse_case(text: str) -> Case:
                 fields[key] = float(value)
             except ValueError:
                 raise WorkloadError(f"case dropout={value!r} is not a number") from None
-        elif key in ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window"):
+        elif key in (
+            "n",
+            "d",
+            "d_v",
+            "batch",
+            "heads",
+            "kv_heads",
+            "n_kv",
+            "block_q",
+            "block_kv",
+            "window",
+            "page_size",
+        ):
             try:
                 fields[key] = int(value)
             except ValueError:

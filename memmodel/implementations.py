@@ -123,6 +123,12 @@ class Implementation:
     #: FP8 K/V caches (``Workload.kv_dtype``) its kernels read under 16-bit Q and O, converting
     #: each element in the kernel (:data:`KV_DEQUANT_FLOPS`); empty: none (:func:`kv_cache_path`)
     kv_dtypes: tuple[str, ...] = ()
+    #: reads a paged KV cache (``Workload.page_size``) with kernels of its own, whose ledger
+    #: :mod:`memmodel.traffic.paged` builds ("any": page sizes of any length; "pow2-16": powers of
+    #: two from 16, the tile a Triton kernel loads per page); "" none: refused with a page size
+    paged: str = ""
+    #: runs only a paged KV cache (FlashInfer's paged wrappers: refused without a page size)
+    paged_only: bool = False
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -217,6 +223,30 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         measurable=False,
         sram_footprint=False,
+    ),
+    "flashinfer": Implementation(
+        "flashinfer",
+        "FlashInfer's paged-KV wrappers (BatchDecodeWithPagedKVCacheWrapper: CUDA-core decode kernel, split-KV "
+        "and merge; BatchPrefillWithPagedKVCacheWrapper: FA3-style on sm90, FA2-style elsewhere)",
+        "native",
+        head_dims=(64, 128, 256),
+        max_head_dim=256,
+        capability=(8.0, 12.1),
+        splits_kv=False,
+        paged="any",
+        paged_only=True,
+    ),
+    "flex": Implementation(
+        "flex",
+        "FlexAttention (torch.nn.attention.flex_attention compiled: one Triton template kernel; flex_decoding "
+        "below 128 query rows; paged through PagedAttention's block mask)",
+        "native",
+        head_dims=(16, 32, 64, 128, 256),
+        max_head_dim=256,
+        dtypes=("fp32", "fp16", "bf16"),
+        capability=(8.0, 12.1),
+        splits_kv=False,
+        paged="pow2-16",
     ),
     "paper": Implementation(
         "paper",
@@ -351,6 +381,15 @@ def tiles(
         table = TRITON_DEFAULTS_CAUSAL if causal else TRITON_DEFAULTS
         padded = min((k for k in table if k >= d), default=max(table))
         bq, bkv = table[padded][:2]
+    elif impl == "flashinfer":
+        from .traffic.paged import flashinfer_fa3_tiles
+
+        hopper = profile is None or _capability(profile) == 9.0
+        bq, bkv = flashinfer_fa3_tiles(int(p)) if hopper else (128, 64)
+    elif impl == "flex":
+        from .traffic.paged import flex_forward_tiles
+
+        bq, bkv = flex_forward_tiles(dtype, int(p))
     elif impl == "sdpa-flash":
         drop = dropout > 0
         if p <= 64:
@@ -883,7 +922,7 @@ def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str 
         lo, hi = spec.capability
         if not lo <= cap <= hi:
             return f"{impl} runs on compute capability {lo:g} to {hi:g} ({getattr(profile, 'name', '?')} is {cap:g})"
-    if impl == "sdpa-cudnn" and vendor != "NVIDIA":
+    if impl in ("sdpa-cudnn", "flashinfer") and vendor != "NVIDIA":
         return f"{impl} runs on NVIDIA GPUs only"
     if impl == "fa3" and vendor != "NVIDIA":
         return f"{impl} runs on NVIDIA Hopper GPUs only"

@@ -108,6 +108,7 @@ def options_for(
             "--tiled fa1 with --d-v (V's head dim apart from Q's) is not modelled: flash-attn v1 takes one head dim; "
             "use --tiled fa2"
         )
+    impl = paged_implementation(impl, tiled, workload, profile, rest, notes)
     if workload.seq_lens is not None:
         impl = _variant_implementation(PACKED_KERNELS, impl, tiled, workload, profile, notes)
     if workload.window is not None:
@@ -239,6 +240,67 @@ def _variant_implementation(
         return "sdpa-flash"
     if impl not in v.accepted and impl in IMPLEMENTATIONS:
         raise WorkloadError(f"{v.option}: --impl {impl} {v.refused}: accepted are --impl {accepted}")
+    return impl
+
+
+#: what stands in for the paged implementations' own figures (none measured yet): each kernel is
+#: timed with the measured figures of the implementation of its design (``Kernel.figures_from``)
+PAGED_FIGURES = {
+    "flashinfer": "its decode kernel takes sdpa-flash's split-KV figures (per-CTA streaming rate, per-wave "
+    "overhead) and combine costs, its sm90 prefill fa3's measured efficiency and CTA overhead, its FA2-style "
+    "prefill sdpa-flash's",
+    "flex": "its decoding kernel takes sdpa-flash's split-KV figures, its forward kernel memmodel's Triton "
+    "kernel's (triton: efficiency, CTA overhead), its reduction the profile's elementwise rate",
+}
+
+
+def paged_implementation(
+    impl: str | None, tiled: str, workload: Workload, profile: Profile | None, rest: dict[str, Any], notes: list[str]
+) -> str | None:
+    """The implementation a paged KV cache (``Workload.page_size``) runs as, checked: ``auto`` takes
+    FlashInfer's wrappers (what vLLM and SGLang run on NVIDIA GPUs); an implementation without paged
+    kernels, a page size its kernels cannot take, training or FA1 are refused with one line. Without
+    a page size, FlashInfer (paged wrappers only) is refused. Says what stands in for their figures."""
+    paged = [n for n, spec in IMPLEMENTATIONS.items() if spec.paged]
+    accepted = ", ".join(f"--impl {n}" for n in paged)
+    ps = workload.page_size
+    if ps is None:
+        if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged_only:
+            raise WorkloadError(f"--impl {impl} models FlashInfer's paged-KV wrappers: give --page-size P")
+        if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged and rest.get("backward"):
+            raise WorkloadError(f"--impl {impl} is modelled forward only: --backward is not")
+        if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged:
+            notes.append(f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)")
+        return impl
+    if tiled == "fa1":
+        raise WorkloadError(f"--page-size: flash-attn v1 (--tiled fa1) has no paged kernel: accepted are {accepted}")
+    if rest.get("backward"):
+        raise WorkloadError(
+            "--page-size with --backward is not modelled: paged KV caches are read by inference kernels"
+        )
+    if impl in (None, "auto"):
+        impl = "flashinfer"
+        notes.append(
+            "--impl auto with --page-size: scaled_dot_product_attention reads no paged cache; showing FlashInfer's "
+            "paged wrappers (what vLLM and SGLang run on NVIDIA GPUs); --impl flex for FlexAttention's"
+        )
+    if impl not in IMPLEMENTATIONS:
+        return impl  # options_for names what is accepted
+    spec = IMPLEMENTATIONS[impl]
+    if not spec.paged:
+        raise WorkloadError(f"--page-size: --impl {impl} has no paged kernel: accepted are {accepted}")
+    if spec.paged == "pow2-16" and (ps < 16 or ps & (ps - 1)):
+        raise WorkloadError(
+            f"--page-size {ps}: --impl {impl} takes powers of two from 16 (its BlockMask's KV block is the page and "
+            "its Triton kernel loads a page as one tile, tl.arange and tl.dot sizes); --impl flashinfer takes any"
+        )
+    if profile is not None and getattr(profile, "vendor", "NVIDIA") != "NVIDIA":
+        raise WorkloadError(f"--page-size on {profile.name}: --impl {impl}'s paged kernels are modelled on NVIDIA GPUs")
+    if rest.get("splits") is not None:
+        raise WorkloadError(
+            f"--splits with --page-size: --impl {impl}'s own plan splits the K/V (not modelled as asked)"
+        )
+    notes.append(f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)")
     return impl
 
 

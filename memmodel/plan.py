@@ -309,6 +309,8 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     options = plan.options
     if plan.implementation in ("flashmla", "sdpa-math"):
         return _mla_traffic(plan)
+    if plan.spec is not None and plan.spec.paged:
+        return paged_traffic(plan)
     if options.tiled == "fa1" and plan.implementation == "fa1":
         from .traffic.fmha import fa1_kernels
 
@@ -338,6 +340,58 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     return AlgorithmTraffic(
         forward.name, forward.variant, forward.kernels + tuple(kernels), facts.to_params(), facts=facts
     )
+
+
+def paged_kernel_choice(plan: TiledPlan) -> str:
+    """Which of its kernels a paged implementation runs the plan's workload with: FlashInfer
+    ``decode`` (one query token: its CUDA-core kernel where it is built for the group size),
+    ``decode_tc`` (one token, other groups: the tensor-core path, FA2-style), ``prefill_sm90``
+    (FA3-style, sm90, fp16/bf16 at its head dims) or ``prefill`` (FA2-style); flex ``decode``
+    (fewer than 128 query rows and a power-of-two group: ``_use_flex_decoding``) or ``forward``.
+    A grid that mixes two is refused: evaluate them apart."""
+    from .traffic import paged
+
+    w, impl = plan.workload, plan.implementation
+    n, g, d = (np.asarray(x) for x in (w.n, w.group, plan.exec_d))
+    if impl == "flashinfer":
+        decode = n == 1
+        groups = np.isin(g, paged.FLASHINFER_DECODE_GROUPS)
+        hopper = implementations._capability(plan.profile) == 9.0
+        fa3 = hopper & np.isin(d, paged.FLASHINFER_FA3_HEAD_DIMS) & (w.dtype in ("fp16", "bf16"))
+        choice = np.where(decode, np.where(groups, "decode", "decode_tc"), np.where(fa3, "prefill_sm90", "prefill"))
+    else:
+        pow2 = (g & (g - 1)) == 0
+        choice = np.where((n < paged.FLEX_DECODE_MAX_Q) & pow2, "decode", "forward")
+    kinds = sorted({str(x) for x in np.ravel(choice)})
+    if len(kinds) > 1:
+        raise WorkloadError(
+            f"--impl {impl}: this grid runs different kernels ({', '.join(kinds)}): evaluate decoding "
+            "(--n 1) and prefill apart"
+        )
+    return kinds[0]
+
+
+def paged_traffic(plan: TiledPlan) -> AlgorithmTraffic:
+    """A paged implementation's ledger (:mod:`memmodel.traffic.paged`): the kernels
+    :func:`paged_kernel_choice` picks, with the plan's facts and the kernels' own plan as params."""
+    from .traffic import paged
+
+    w, profile, l2 = plan.workload, plan.profile, plan.l2
+    sms = profile.sm_count
+    choice = paged_kernel_choice(plan)
+    if plan.implementation == "flashinfer":
+        if choice == "decode":
+            kernels, params = paged.flashinfer_decode_kernels(w, l2, sms, profile.sram.capacity_per_sm_bytes)
+        elif choice == "prefill_sm90":
+            kernels, params = paged.flashinfer_fa3_kernels(w, l2, sms)
+        else:
+            kernels, params = paged.flashinfer_fa2_kernels(w, l2, sms, decode=choice == "decode_tc")
+    elif choice == "decode":
+        kernels, params = paged.flex_decode_kernels(w, l2, sms)
+    else:
+        kernels, params = paged.flex_forward_kernels(w, l2, sms, plan.tile.ctas_per_sm)
+    out = plan.facts.to_params() | {k: v for k, v in params.items() if v is not None}
+    return AlgorithmTraffic("tiled", "fa2", tuple(kernels), out, facts=plan.facts)
 
 
 def packed_plans(

@@ -102,6 +102,20 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "fa3_bwd_dk": r"(?i)postprocess",
         "fa3_bwd_dv": r"(?i)postprocess",
     },
+    # FlashInfer's JIT-built kernels keep their template names; the FA2-style and the sm90 prefill
+    # kernels share one (one of them runs a case)
+    "flashinfer": {
+        "flashinfer_decode": r"BatchDecodeWithPagedKVCache",
+        "flashinfer_prefill": r"BatchPrefillWithPagedKVCache",
+        "flashinfer_prefill_sm90": r"BatchPrefillWithPagedKVCache",
+        "flashinfer_merge": r"MergeStates",
+    },
+    # inductor names its template kernels triton_tem_*, its reductions triton_per_* / triton_red_*
+    "flex": {
+        "flex_decode": r"triton_tem_",
+        "flex_attention": r"triton_tem_",
+        "flex_reduce": r"triton_(?!tem_)",
+    },
 }
 # FlashInfer's Hopper MLA decode: one persistent kernel (``BatchMLAPageAttentionHopperKernel``,
 # ``mla_hopper.cuh``; its merge runs in the same launch)

@@ -120,6 +120,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "window",
     "d_v",
     "kv_dtype",
+    "page_size",
 )
 
 
@@ -294,6 +295,8 @@ class Setting(NamedTuple):
     d_v: int | None = None
     #: an FP8 K/V cache (``Workload.kv_dtype``; None: K/V in the dtype)
     kv_dtype: str | None = None
+    #: a paged KV cache's tokens per page (None: contiguous K/V)
+    page_size: int | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
     #: one packed row of documents for the whole grid (not looped)
@@ -318,6 +321,7 @@ LOOPS = (
     "windows",
     "d_vs",
     "kv_dtypes",
+    "page_sizes",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -356,6 +360,8 @@ class Grid:
     d_vs: tuple[int | None, ...] = (None,)
     #: K/V cache element types (None: the dtype; ``fp8``, ``fp8_e5m2``: an FP8 K/V cache)
     kv_dtypes: tuple[str | None, ...] = (None,)
+    #: paged KV caches' tokens per page (None: contiguous K/V)
+    page_sizes: tuple[int | None, ...] = (None,)
     #: one packed row of documents for the whole grid (not looped; n is their sum, batch 1)
     seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
@@ -386,7 +392,7 @@ class Grid:
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
-        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows", "d_vs"):
+        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows", "d_vs", "page_sizes"):
             object.__setattr__(self, name, _optional_ints(getattr(self, name), name))
         if any(w is not None for w in self.windows):
             if self.causal == (False,):  # a window is causal: the default mask becomes causal
@@ -475,7 +481,7 @@ KV_DTYPE_CODES = ("", *FP8_KV_DTYPES)
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
 CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard", "kv_dtype")
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
-_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window"})
+_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window", "page_size"})
 #: Columns stored as 0/1 and read as booleans.
 _BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
@@ -631,6 +637,7 @@ def evaluate(
                 w = Workload(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
                     dtype=setting.dtype, seq_lens=setting.seq_lens, d_v=setting.d_v, kv_dtype=setting.kv_dtype,
+                    page_size=setting.page_size,
                 )  # fmt: skip
                 if setting.window is not None:  # the implementation a window takes (a row the window fits)
                     longest = int(mesh["n_kv"][rows].max())
@@ -883,6 +890,7 @@ def _evaluate_chunk(
     columns["window"][at:end] = -1 if setting.window is None else setting.window
     columns["d_v"][at:end] = np.repeat(mesh["d"], 2) if setting.d_v is None else setting.d_v
     columns["kv_dtype"][at:end] = codes["kv_dtype"]
+    columns["page_size"][at:end] = -1 if setting.page_size is None else setting.page_size
     for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, setting.impl == "auto"):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
@@ -951,6 +959,7 @@ def _evaluate_part(
         seq_lens=setting.seq_lens,
         d_v=setting.d_v,
         kv_dtype=setting.kv_dtype,
+        page_size=setting.page_size,
     )
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))

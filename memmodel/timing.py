@@ -261,6 +261,8 @@ def caveats(
     if transferred:
         figures = profile.implementation(str(impl.rates_from))
     measured = figures.efficiency
+    if not measured and impl.paged:
+        return out  # its kernels take the figures of their designs (options.PAGED_FIGURES says which)
     if impl.name == "sdpa-math":
         pass  # library kernels (casts, copies, cuBLAS products, softmax) at the profile's measured rates
     elif transferred and measured:
@@ -1046,7 +1048,7 @@ def algorithm_time(
             occupancy,
             share,
         )
-        if any(k.kind == SPLIT_KV for k in algorithm.kernels):
+        if any(k.kind == SPLIT_KV and not k.figures_from for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
     fa1_tails: dict[int, Any] = {}  # by kernel (id)
     if workload is not None and algorithm.variant == "fa1" and implementation == "fa1":
@@ -1075,6 +1077,8 @@ def algorithm_time(
         emulated = fa4_emulated(workload, profile)
 
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:
+        if k.figures_from:  # a library kernel of another's design: its figures, no FA2 grid's tail
+            return kernel_time(k, profile, dtype, k.figures_from, head_dim, None, None, uneven, clock)
         return kernel_time(
             k,
             profile,

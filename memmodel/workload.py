@@ -40,6 +40,10 @@ class Workload:
     within itself (causal within each with ``causal``; a window within each too).
     ``d_v``: the head dim of V (and of O, dO, dV) where it differs from Q's and K's ``d``
     (MLA: d 192, d_v 128 in DeepSeek-V3's prefill; None, or equal to ``d``: the same).
+    ``page_size`` (None: K/V contiguous): each sequence's K/V cache lives in ⌈n_kv / page_size⌉
+    pages of ``page_size`` tokens, scattered in a pool and found through a block table (serving
+    engines' paged KV cache: decoding with n = 1, chunked prefill with n new tokens appended to
+    n_kv − n cached ones, causal bottom-right); :mod:`memmodel.traffic.paged` counts it.
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -61,6 +65,7 @@ class Workload:
     #: O's element type (None: ``dtype``, and bf16 where ``dtype`` is fp8); set by the plan of an
     #: implementation that writes O in fp8 (cuDNN's Hopper fp8 graph)
     out_dtype: str | None = None
+    page_size: int | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +121,8 @@ class Workload:
             object.__setattr__(self, "window", None if int(window) == longest else int(window))
         if self.seq_lens is not None:
             object.__setattr__(self, "seq_lens", _checked_seq_lens(self.seq_lens, values))
+        if self.page_size is not None:
+            object.__setattr__(self, "page_size", _checked_page_size(self.page_size, self.seq_lens, self.window))
         try:
             dropout = float(self.dropout)
         except (TypeError, ValueError):
@@ -262,6 +269,7 @@ class Workload:
             }
             | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
             | ({"d_v": plain(self.d_v)} if self.d_v is not None else {})
+            | ({"page_size": self.page_size} if self.page_size is not None else {})
             | self._fp8_dict()
         )
 
@@ -295,6 +303,17 @@ def _check_kv_dtype(w: Workload) -> None:
             f"kv_dtype {kv} with dtype {w.dtype}: an FP8 K/V cache is read under fp16 or bf16 Q and O "
             "(--dtype fp8 makes Q, K and V all fp8)"
         )
+
+
+def _checked_page_size(raw: Any, seq_lens: Any, window: Any) -> int:
+    """A paged KV cache's tokens per page (which kernels take which sizes: :mod:`memmodel.options`)."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)) or raw < 1:
+        raise WorkloadError(f"page_size must be a positive whole number of tokens (got {raw!r})")
+    if seq_lens is not None:
+        raise WorkloadError("page_size with seq_lens is not modelled: a paged cache holds each request's K/V apart")
+    if window is not None:
+        raise WorkloadError("page_size with a sliding window is not modelled yet: give one or the other")
+    return int(raw)
 
 
 def _checked_seq_lens(raw: Any, values: dict[str, Any]) -> tuple[int, ...]:

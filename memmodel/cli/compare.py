@@ -96,6 +96,10 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             raise WorkloadError(
                 "--d-v with --context-parallel is not modelled: context parallelism here takes one head dim"
             )
+        if workload.page_size is not None:
+            from ..errors import WorkloadError
+
+            raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
         return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
     results = []
     for spec in gpu or (DEFAULT_GPU,):

@@ -293,10 +293,22 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             help="Dropout probability on P: extra passes and a mask for standard; none for tiled (RNG regenerated).",
         ),
         seq_lens_option,
+        page_size_option,
     ]
     for decorate in reversed(options):
         func = decorate(func)
     return func
+
+
+PAGE_SIZE_HELP = (
+    "Paged KV cache: each request's K/V in pages of P tokens scattered in a pool, read through a block table "
+    "(serving engines: vLLM 16, SGLang 1 or 64). Decode: --n 1 --n-kv L; chunked prefill: --n new tokens, "
+    "--n-kv cached + new, --causal. Taken by --impl flashinfer (any P) and flex (powers of two from 16)."
+)
+
+
+def page_size_option(func: F) -> F:
+    return option("--page-size", "page_size", type=POSITIVE, default=None, metavar="P", help=PAGE_SIZE_HELP)(func)
 
 
 def model_options(func: F) -> F:
@@ -529,6 +541,7 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         window=window,
         seq_lens=seq_lens,
         d_v=d_v,
+        page_size=kw.pop("page_size", None),
     )
 
 

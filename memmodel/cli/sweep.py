@@ -167,6 +167,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "Causal sliding windows W (each query sees itself and the W − 1 keys before it; implies --causal).",
     default="none",
 )
+@_grid(
+    "--page-size",
+    "Paged KV caches: tokens per page P, an axis (--impl flashinfer takes any, flex powers of two from 16); "
+    "see 'memmodel compare --help'.",
+    default="none (contiguous K/V)",
+)
 @option(
     "--seq-lens",
     "seq_lens",
@@ -255,6 +261,7 @@ def sweep_cmd(
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
     window: tuple[int, ...] | None,
+    page_size: tuple[int, ...] | None,
     seq_lens: str | None,
     dropout: tuple[float, ...] | None,
     tiled: tuple[str, ...] | None,
@@ -326,6 +333,8 @@ def sweep_cmd(
         raise WorkloadError("--window: a sliding window is causal: give no --causal off beside it")
     if kv_dtype and context_parallel and set(kv_dtype) != {"none"}:
         raise WorkloadError("--kv-dtype with --context-parallel is not modelled: context parallelism splits prefill")
+    if page_size and context_parallel:
+        raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
     if window and context_parallel:
         raise WorkloadError(
             "--window with --context-parallel is not modelled: context parallelism splits full attention"
@@ -391,6 +400,7 @@ def sweep_cmd(
         "windows": window,
         "d_vs": d_v,
         "kv_dtypes": kv_dtype,
+        "page_sizes": page_size,
         "seq_lens": lens,
     }
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]

@@ -22,6 +22,8 @@ from ..cases import Case
 from ..errors import RuntimeFailure
 from .ncu import PLACEMENT_OFFSETS
 
+#: the case implementations whose runs read a paged KV cache or FlexAttention (:mod:`.paged_run`)
+PAGED_IMPLEMENTATIONS = ("flashinfer", "flex")
 TOLERANCE = {"fp32": 2e-3, "tf32": 5e-3, "fp16": 5e-3, "bf16": 2e-2, "fp8": 6e-2}
 
 
@@ -381,6 +383,13 @@ class CaseRun:
             self.steps = [("attention", self.mla.run)]
             return
         self.q, self.k, self.v = make_inputs(case, seed, offset)
+        if case.impl in PAGED_IMPLEMENTATIONS:
+            from .paged_run import PagedRun
+
+            paged = PagedRun(case, self.q, self.k, self.v, seed)
+            self.k, self.v = paged.k, paged.v  # K/V as the page table addresses them (the check's)
+            self.steps = [("attention", paged.step)]
+            return
         if not case.backward:
             if case.impl == "standard":
                 self.steps = standard_steps(case, self.q, self.k, self.v, self.dropped)
@@ -508,6 +517,10 @@ def _check_rows(case: Case) -> list[int]:
 
 def check(case: Case, out: Any, q: Any, k: Any, v: Any, keep: Any = None) -> float:
     """Relative L2 error of rows of the output against float32; raises if over tolerance."""
+    if case.impl in PAGED_IMPLEMENTATIONS:  # every row of two requests, causal bottom-right
+        from .paged_run import check as paged_check
+
+        return paged_check(case, out, q, k, v, TOLERANCE[case.dtype])
     torch = _torch()
     if out is None or tuple(out.shape) != (case.batch, case.heads, case.n, case.d_v_):
         raise RuntimeFailure(f"{case.id}: output shape {None if out is None else tuple(out.shape)} is wrong")
@@ -825,7 +838,7 @@ def profile_pass(case: Case, offset: int = 0) -> None:
     torch = require_cuda()
     run = CaseRun(case, offset=offset)
     run.prepare()
-    if case.impl in ("triton", "fa3", "flashmla") or case.kv_dtype is not None:
+    if case.impl in ("triton", "fa3", "flashmla", *PAGED_IMPLEMENTATIONS) or case.kv_dtype is not None:
         run.run()  # compile (Triton: autotune; FlashAttention's CuTe kernels: JIT) outside the markers
     torch.cuda.synchronize()
     _marker("begin")()

@@ -90,9 +90,11 @@ def run_validation(
     placements: int = 1,
     on_progress: Callable[[int, str], None] | None = None,
 ) -> dict[str, Any]:
+    from .paged_run import grouped
     from .run import require_cuda, time_case
 
     torch = require_cuda()
+    cases = grouped(cases)  # the paged cases by kernel variant: each compiles once (nvcc, Triton)
     total = len(cases) * (2 if ncu else 1)
     done = 0
     for case in cases:

@@ -32,6 +32,8 @@ PROFILE_IMPLEMENTATIONS: tuple[str, ...] = (
     "fa4",
     "fa1",
     "ck",
+    "flashinfer",
+    "flex",
     "flashmla",
     "sdpa-math",
 )

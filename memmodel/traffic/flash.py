@@ -162,7 +162,9 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         nbytes = intmath.mul(count, STAT_BYTES)
         k.read(name, "input", nbytes, nbytes, "B·H_kv·4" if name.endswith("_descale") else "4")
     o = w.o_bytes()
-    k.write("O", "output", o, f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e")
+    k.write(
+        "O", "output", o, f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e"
+    )
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
     for name in ctx.amax_outputs:  # cuDNN's fp8 graph: the amax of S and of O, one fp32 each
         k.write(name, "state", STAT_BYTES, "4")

@@ -180,6 +180,10 @@ class Kernel:
     #: others it moves and computes nothing and takes no time. One workload: True (a kernel
     #: that does not run is not in the ledger)
     present: Any = True
+    #: the implementation whose instructions and measured figures time this kernel, where it is a
+    #: library's kernel of another's design (a paged serving kernel, :mod:`.paged`); "" the
+    #: algorithm's own implementation
+    figures_from: str = ""
 
     @cached_property
     def flops(self) -> IntLike:
