@@ -59,7 +59,7 @@ from . import implementations, intmath
 from .frozen import frozen
 from .hardware import KernelFigures, Profile
 from .hardware.derive import TRANSFERRED
-from .hardware.schema import MMA_SYNC_NATIVE
+from .hardware.schema import MMA_SYNC_NATIVE, SAME_FAMILY_SOURCE
 from .intmath import IntLike
 from .traffic.ledger import (
     ALL_LEVELS,
@@ -263,6 +263,25 @@ def caveats(
     measured = figures.efficiency
     if not measured and impl.paged:
         return out  # its kernels take the figures of their designs (options.PAGED_FIGURES says which)
+    borrowed = profile.provenance.get(f"implementations.{impl.name}.efficiency")
+    if borrowed is not None and borrowed.source == SAME_FAMILY_SOURCE:
+        src = profile.sources.get(SAME_FAMILY_SOURCE)
+        rule = src.title if src is not None else borrowed.note or "the same-family rule"
+        out.append(
+            f"{impl.name} has no figures of its own on {profile.name}: {rule}: the efficiency against the "
+            "mma.sync rate, CTA overhead, masked-block cost and dropout rate, forward and backward."
+        )
+    if impl.variant == "fa1" and impl.name != "paper":
+        sram = profile.sram
+        out.append(
+            f"{impl.name}'s warps split each K/V block's keys (split-K): their partial products and row statistics "
+            f"summed through shared memory at every 16-row step, at {profile.name}'s "
+            f"{sram.bandwidth_per_sm_bytes_per_s / 1e9:.1f} GB/s per SM (memory.sram.bandwidth_per_sm, "
+            f"{profile.kind_of('memory.sram.bandwidth_per_sm') or 'unknown kind'}), and each of their barriers one "
+            f"shared-memory latency ({sram.latency_s * 1e9:.1f} ns, memory.sram.latency, "
+            f"{profile.kind_of('memory.sram.latency') or 'unknown kind'}): a rule, not a measurement of v1 "
+            "(docs/implementations.md)."
+        )
     if impl.name == "sdpa-math":
         pass  # library kernels (casts, copies, cuBLAS products, softmax) at the profile's measured rates
     elif transferred and measured:
@@ -771,6 +790,31 @@ def split_tail_factor(
     return out
 
 
+#: the compute terms of split-K warps' exchange (:func:`exchange_terms`)
+EXCHANGE_TERMS = ("exchange", "barrier")
+
+
+def exchange_terms(kernel: Kernel, profile: Profile) -> dict[str, Seconds]:
+    """What a fused kernel's warps spend summing partial results through shared memory
+    (flash-attn v1's split-K, :attr:`Kernel.exchange_bytes` and :attr:`Kernel.barriers`), in
+    seconds before its tail: ``exchange``, the bytes stored and loaded back at the SMs'
+    shared-memory bandwidth (``memory.sram.bandwidth_per_sm`` × SMs; bank conflicts and partly
+    filled wavefronts not counted); ``barrier``, each barrier one shared-memory latency
+    (``memory.sram.latency``: the loads after it wait for the stores before it), paid by its CTA's
+    slot (the barriers over the concurrent CTAs). Empty where the kernel exchanges nothing."""
+    out: dict[str, Seconds] = {}
+    moved = np.asarray(intmath.to_float(kernel.exchange_bytes), dtype=np.float64)
+    if np.any(moved > 0):
+        t = moved / profile.sram.bandwidth_bytes_per_s
+        out["exchange"] = float(t) if t.ndim == 0 else t
+    waits = np.asarray(intmath.to_float(kernel.barriers), dtype=np.float64)
+    if np.any(waits > 0):
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        t = waits * profile.sram.latency_s / slots
+        out["barrier"] = float(t) if t.ndim == 0 else t
+    return out
+
+
 def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float, str | None]:
     """The products' rate for ``instructions`` ("mma_sync" or "native"), and a caveat where
     it stands in for a figure the profile lacks."""
@@ -862,6 +906,18 @@ def kernel_time(
     if eff is not None or tail is not None or masked is not None or slowed or windowed:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
+    if fused:
+        # split-K warps (flash-attn v1): their shared-memory exchange and barriers, issued by the
+        # same warps between their products; at the shared memory's own rates (no efficiency or
+        # masked-block cost: measured on kernels that do neither), the CTAs' tail and clocks apply
+        exchange = exchange_terms(kernel, profile)
+        if exchange:
+            xs = np.asarray(tail if tail is not None else 1.0, dtype=np.float64)
+            if slowed:
+                xs = xs / np.asarray(clock, dtype=np.float64)
+            for key, value in exchange.items():
+                out = np.asarray(value, dtype=np.float64) * xs
+                compute[key] = float(out) if out.ndim == 0 else out
     terms: dict[str, Seconds] = dict(compute)
     drop_rate = figures.dropout_scores_per_s
     if drop_rate is not None and np.any(np.asarray(kernel.dropout_scores) > 0):
@@ -875,6 +931,8 @@ def kernel_time(
         # K, V in, dK, dV out), once per CTA the busiest slot runs (the waves rounded up)
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         cta = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots) * overhead
+        if np.any(np.asarray(kernel.cta_passes) != 1):  # flash-attn v1: again at every K/V block
+            cta = cta * np.asarray(intmath.to_float(kernel.cta_passes), dtype=np.float64)
         exit_cost = figures.exited_cta_cost_s
         if exit_cost is not None and np.any(np.asarray(kernel.exited_ctas) > 0):
             # CTAs that exit at once cost their start alone (measured), not a whole CTA's fixed costs
@@ -936,6 +994,9 @@ def kernel_time(
             total = np.maximum(arr["matmul"], arr["exp"] + arr["softmax"])
         else:
             total = arr["matmul"] + arr["exp"] + arr["softmax"]
+        for key in EXCHANGE_TERMS:
+            if key in arr:
+                total = total + arr[key]
         if "cta" in terms:
             total = total + np.asarray(terms["cta"], dtype=np.float64)
         if "dropout" in terms:

@@ -15,7 +15,16 @@ from typing import Any
 
 from .. import units
 from .profile import Profile, arch_family
-from .schema import FIELDS, MMA_SYNC_DTYPES, MMA_SYNC_NATIVE, SAME_DESIGN, SHARE_FIGURES, field_error
+from .schema import (
+    FIELDS,
+    MMA_SYNC_DTYPES,
+    MMA_SYNC_NATIVE,
+    SAME_DESIGN,
+    SAME_FAMILY,
+    SAME_FAMILY_SOURCE,
+    SHARE_FIGURES,
+    field_error,
+)
 
 #: How each figure carries over from a base profile to a sibling of the same architecture
 #: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
@@ -134,8 +143,8 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
     derived_any = False
     for fpath, value in base.figures.items():
         rule = derive_rule(fpath)
-        if rule is None or _leaf(data, fpath) is not None:
-            continue
+        if rule is None or _leaf(data, fpath) is not None or _same_family_figure(base, fpath):
+            continue  # the same-family rule's figures are made again from this profile's own
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
             continue  # a part without links of its own (H100 PCIe) takes no measured link curve
         if rule == "power-clock":
@@ -482,6 +491,76 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
     sources[TRANSFERRED] = {
         "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "
         "architecture (docs/profiles.md)",
+        "kind": "derived",
+    }
+    out["sources"] = sources
+    return out
+
+
+def _same_family_figure(profile: Profile, fpath: str) -> bool:
+    """Whether ``profile``'s figure ``fpath`` is one the same-family rule gave it."""
+    prov = profile.provenance.get(fpath)
+    return prov is not None and prov.source == SAME_FAMILY_SOURCE
+
+
+def _origin(data: Mapping[str, Any], fpath: str, base: Profile | None) -> str:
+    """Where ``data``'s figure ``fpath`` was measured, in a few words ("h200 measured 2026-12-01"):
+    on this GPU (its source's date), or on ``base`` where it was derived or transferred from it."""
+    raw = _leaf(data, fpath)
+    sid = raw.get("source") if isinstance(raw, Mapping) else None
+    sources = data.get("sources") if isinstance(data.get("sources"), Mapping) else {}
+    src = sources.get(sid) if isinstance(sid, str) else None
+    kind = src.get("kind") if isinstance(src, Mapping) else None
+    if kind == "measured":
+        date = src.get("date") if isinstance(src, Mapping) else None
+        return f"{data.get('name', 'this GPU')} measured" + (f" {date}" if date else "")
+    if base is not None:
+        return f"{base.name} {_measured_on(base, fpath)}, {'derived' if data.get('derive_from') else 'transferred'}"
+    return f"{data.get('name', 'this GPU')} ({kind or 'unknown kind'})"
+
+
+def same_family(data: Mapping[str, Any], base: Profile | None = None) -> dict[str, Any]:
+    """``data`` (a profile's YAML, derived or transferred from ``base`` where it names one) with
+    the figures :data:`~.schema.SAME_FAMILY` gives, on a GPU whose compute capability the
+    implementation runs on: each implementation's figures it lacks are
+    its source implementation's on this GPU, as they are (each already carries this GPU's own
+    rule from its measurement). Each note says "same design family and instruction class as
+    SOURCE: its measured FIELD, from GPU measured DATE", and the source's own note."""
+    out: dict[str, Any] | None = None
+    titles = []
+    try:
+        cap = float(str(data.get("compute_capability") or ""))
+    except ValueError:
+        cap = None  # not an NVIDIA compute capability (gfx942): no family member runs there
+    for impl, (src, (lo, hi), names) in SAME_FAMILY.items():
+        if cap is None or not lo <= cap <= hi:
+            continue
+        first = None
+        for name in names:
+            source, target = f"implementations.{src}.{name}", f"implementations.{impl}.{name}"
+            raw = _leaf(data, source)
+            if raw is None or _leaf(data, target) is not None:
+                continue
+            if out is None:
+                out = _copy(data)
+            origin = _origin(data, source, base)
+            first = first or origin
+            own = raw.get("note") if isinstance(raw, Mapping) else None
+            note = (
+                f"same design family and instruction class as {src}: its measured {name}, from {origin} "
+                f"(docs/implementations.md)" + (f"; {src}'s: {own}" if own else "")
+            )
+            _put(out, target, {"value": _raw_value(raw), "source": SAME_FAMILY_SOURCE, "note": note}, "<same-family>")
+        if first is not None:
+            titles.append(
+                f"same design family and instruction class as {src}: its measured efficiencies, from {first} "
+                f"({impl} never measured here)"
+            )
+    if out is None:
+        return dict(data)
+    sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
+    sources[SAME_FAMILY_SOURCE] = {
+        "title": "; ".join(titles) + " (docs/implementations.md)",
         "kind": "derived",
     }
     out["sources"] = sources

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
-from .derive import derive, transfer
+from .derive import derive, same_family, transfer
 from .parse import parse_profile
 from .profile import Profile
 from .schema import field_error
@@ -53,10 +53,14 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
                 given[1],
                 f"give one of derive_from (a sibling of the same architecture) and transfer_from, not {' and '.join(given)}",
             )
+        base = None
         if given == ["derive_from"]:
-            data = derive(data, where, _base_profile(data["derive_from"], "derive_from", where, p, _chain))
+            base = _base_profile(data["derive_from"], "derive_from", where, p, _chain)
+            data = derive(data, where, base)
         elif given:  # library_rates_from: the older name of transfer_from
-            data = transfer(data, where, _base_profile(data[given[0]], given[0], where, p, _chain))
+            base = _base_profile(data[given[0]], given[0], where, p, _chain)
+            data = transfer(data, where, base)
+        data = same_family(data, base)
     return parse_profile(data, where, path=p, origin=origin)
 
 

@@ -103,6 +103,32 @@ SAME_DESIGN: dict[str, tuple[tuple[float, float], tuple[tuple[str, tuple[str, ..
     "fa4": ((10.0, 11.0), (("fa3", None), ("sdpa-cudnn", ("sustained_share", "sustained_after")))),
 }
 
+#: Implementations never measured here whose figures every profile takes from another
+#: implementation's on the same GPU (the same-family rule, :func:`~.derive.same_family`): the
+#: source, the compute capabilities it runs on and the figures it gives. flash-attn v1 (``fa1``) is FlashAttention-2's forerunner on
+#: the same instruction class (``mma.sync``), by the same author, with the same Philox dropout:
+#: sdpa-flash's (FlashAttention-2's sm80 kernels) efficiencies against the ``mma.sync`` rate,
+#: CTA overheads, masked-block costs and dropout rates. What v1 does that FlashAttention-2 does
+#: not (its warps' split-K exchange) is modelled apart (``memmodel.traffic.fmha``)
+SAME_FAMILY: dict[str, tuple[str, tuple[float, float], tuple[str, ...]]] = {
+    "fa1": (
+        "sdpa-flash",
+        (7.5, 9.0),  # the compute capabilities v1 runs on (memmodel.implementations: fa1)
+        (
+            "efficiency",
+            "backward_efficiency",
+            "cta_overhead",
+            "backward_cta_overhead",
+            "masked_block_cost",
+            "backward_masked_block_cost",
+            "dropout_rate",
+            "backward_dropout_rate",
+        ),
+    ),
+}
+#: the source id every figure of the same-family rule cites (its kind is ``derived``)
+SAME_FAMILY_SOURCE = "same-family"
+
 _NAMES = PROFILE_IMPLEMENTATIONS
 #: the measured causal re-read curves, per prefix and head dim
 CAUSAL_CURVE_FIELDS = tuple(f"memory.l2.{prefix}_d{d}" for prefix in CAUSAL_CURVE_PREFIXES for d in CAUSAL_CURVE_DIMS)

@@ -38,7 +38,7 @@ from . import l2 as l2m
 from .blocks import TileContext
 from .facts import BackwardFacts, TiledFacts
 from .flash import visited_share
-from .ledger import HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, Transfer, only_where, present_kernels
+from .ledger import HEAD_GRID, AlgorithmTraffic, Kernel, KernelBuilder, only_where, present_kernels
 
 #: query rows of one step of an FA1 CTA (``Cta_tile_p::M``: the ``STEP`` of every
 #: ``FMHA_kernel_traits`` in ``fmha_fwd_hdim*.cu`` and ``fmha_bwd_hdim*.cu``)
@@ -48,6 +48,24 @@ ROWS = 16
 #: the backward CTA
 FORWARD_WARPS = 4
 BACKWARD_WARPS = 8
+
+# CTA-wide barriers (``__syncthreads``) of v1's loops, counted in the source:
+#: per 16-row step of the forward (``device_1xN_``): the row maximum's reduction across the warps
+#: (``Softmax::reduce_max`` → ``reduce_``) and the one after the warps store their partial P·V
+#: (``smem_o.store``), before any reads them back
+FORWARD_STEP_BARRIERS = 2
+#: per K/V block a forward CTA visits: after the K, Q, V tiles are committed to shared memory,
+#: two around K's commit into the buffer V shared (``SHARE_SMEM_FOR_K_AND_V``), and one at its
+#: first step (``l < step_stride``); one more after the first K/V block (``if (!Is_first)``)
+FORWARD_BLOCK_BARRIERS = 4
+#: per 16-row step of the backward (``compute_dq_dk_dv_1xN_one_iter``): before the warps store
+#: their partial dQ (``smem_dq.store``) and after the dK product, before it is read back
+BACKWARD_STEP_BARRIERS = 2
+#: per K/V block a backward CTA visits: after the tiles are committed and the two of the epilogue
+#: (dV, dK through shared memory); one more after the first K/V block. The two around K's
+#: commit where v1 shares K's and V's buffer (``0x08u`` traits: sm86/sm89 and N_kv = 128 at
+#: d = 64) are not counted: the model keeps sm80's traits (``0x100u``)
+BACKWARD_BLOCK_BARRIERS = 3
 
 
 def _sub(a: IntLike, b: IntLike) -> IntLike:
@@ -75,10 +93,58 @@ def _visits(ctx: TileContext, nbytes: IntLike) -> IntLike:
     return intmath.scaled(intmath.mul(ctx.blocks.t_c, nbytes), ctx.visited, ctx.all_pairs)
 
 
-def _sram(k: KernelBuilder, tensor: str, nbytes: IntLike, formula: str) -> None:
-    """A tile exchanged through shared memory only (written by each warp, read back)."""
-    for direction in ("write", "read"):
-        k.transfers.append(Transfer(k.name, tensor, "intermediate", "sram", direction, nbytes, formula))
+def _steps(ctx: TileContext) -> IntLike:
+    """(16-row step, K/V block) pairs over all heads: each is one step of one CTA."""
+    return intmath.mul(ctx.w.batch, ctx.w.heads, ctx.visited)
+
+
+def _barriers(ctx: TileContext, ctas: IntLike, per_step: int, per_block: int) -> IntLike:
+    """CTA-wide barriers of a kernel summed over its CTAs: ``per_step`` at every 16-row step,
+    ``per_block`` at every K/V block a CTA visits and one more at each after its first. Every
+    CTA is taken to visit every K/V block (a causal CTA skips a block only where none of its
+    rows reach it: the last rows' few)."""
+    t_c = ctx.blocks.t_c
+    visits = intmath.mul(ctas, t_c)
+    later = intmath.mul(ctas, _sub(t_c, 1))
+    return intmath.add(intmath.mul(per_step, _steps(ctx)), intmath.mul(per_block, visits), later)
+
+
+def _partials(k: KernelBuilder, ctx: TileContext, tensor: str, warps: int) -> None:
+    """The split-K sum of a product whose inner dimension (the K/V block's keys) the CTA's
+    ``warps`` split (``Smem_tile_o``: each warp stores its 16 rows × d fp32 partial, then each
+    thread reads its elements of every warp's and adds them): per step ``warps`` · 16 · d · 4
+    bytes each way, d as the kernel runs it."""
+    per_way = intmath.mul(warps, _steps(ctx), ctx.blocks.block_q, ctx.exec_d, ACC_BYTES)
+    k.exchange(tensor, per_way, per_way, f"{warps} · B_r·d·4 · B·H·T_r·T_c{visited_share(ctx.w)} (d as run)")
+
+
+def _statistics(k: KernelBuilder, ctx: TileContext) -> None:
+    """The forward's row statistics summed across its :data:`FORWARD_WARPS` warps per step
+    (``Smem_tile_reduce``; ``fmha/softmax.h``): for the maximum each warp stores its 16 rows'
+    (one float a row) and, after a barrier, each thread reads two rows' floats of every warp
+    (``reduce_``) and later, where the O sum needs them, its d/(8·warps) rows' again
+    (``reduce_max_after_sync_``); the sum stored likewise and read once; the previous block's
+    logsumexp (``Smem_softmax_sum``, after the first K/V block) stored by every warp and read
+    once. Per step, W warps and 32·W threads: max 64·W written, 256·W + 16·d read; sum 64·W
+    written, 16·d read; previous logsumexp 64·W written, 16·d read."""
+    w_ = FORWARD_WARPS
+    steps = _steps(ctx)
+    later = _sub(steps, intmath.mul(ctx.w.batch, ctx.w.heads, ctx.blocks.t_r))  # every step but a row's first
+    row = intmath.mul(16, ctx.exec_d)  # the 32·W threads' d/(8·W) rows, a float each
+    store = 16 * w_ * STAT_BYTES
+    k.exchange(
+        "m",
+        intmath.mul(store, steps),
+        intmath.mul(steps, intmath.add(256 * w_, row)),
+        "per step: 64·W written, 256·W + 16·d read",
+    )
+    k.exchange("l", intmath.mul(store, steps), intmath.mul(steps, row), "per step: 64·W written, 16·d read")
+    k.exchange(
+        "lse",
+        intmath.mul(store, later),
+        intmath.mul(later, row),
+        "per step after a row's first: 64·W written, 16·d read",
+    )
 
 
 def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> Kernel:
@@ -115,8 +181,10 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> Kernel:
     k.write("O", "state", acc_rw, f"(T_c − 1) · B·H·N·d·4{v}", hbm=_where(fits, intmath.minimum(acc, acc_rw), acc_rw))
     k.write("O", "output", q, "B·H·N·d·e")
     k.write("lse", "state", stat_w, f"T_c · B·H·N·4{v}", hbm=_where(fits, stat, stat_w))
-    # the 4 warps' partial P·V products (each warp holds a quarter of the keys) summed in shared memory
-    _sram(k, "O", intmath.mul(FORWARD_WARPS, _visits(ctx, acc)), f"{FORWARD_WARPS} · T_c · B·H·N·d·4{v}")
+    # the 4 warps' partial P·V products (each warp holds a quarter of the keys) and the rows'
+    # statistics summed in shared memory, at every step
+    _partials(k, ctx, "O", FORWARD_WARPS)
+    _statistics(k, ctx)
     row_steps = intmath.mul(bh, b.block_q, ctx.visited)  # (query row, K/V block) pairs, whole 16-row tiles
     scores, d = ctx.exec_scores, ctx.exec_d
     return k.build(
@@ -131,10 +199,20 @@ def fa1_forward_kernel(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> Kernel:
         overlap="serial-compute",
         ctas=ctas,
         blocks=intmath.mul(bh, ctx.visited),
-        diagonal_blocks=intmath.mul(bh, ctx.diagonal),
+        diagonal_blocks=_masked_blocks(ctx),
         dropout_scores=scores if w.dropout > 0 else 0,
+        barriers=_barriers(ctx, ctas, FORWARD_STEP_BARRIERS, FORWARD_BLOCK_BARRIERS),
+        cta_passes=b.t_c,  # its loop's prologue (K, V, Q in) at every K/V block
         kind=HEAD_GRID,
     )
+
+
+def _masked_blocks(ctx: TileContext) -> IntLike:
+    """The blocks masked score by score: with causal masking every block v1 visits, not only
+    those on the diagonal (``softmax.apply_mask(mask)`` runs at every step, and ``Mask::is_valid``
+    compares each score's key with its query there). Without it v1 still compares every key with
+    the sequence's end (one compare a score, against the causal mask's two): not counted."""
+    return intmath.mul(ctx.w.batch, ctx.w.heads, ctx.visited) if ctx.w.causal else 0
 
 
 def fa1_backward_kernels(
@@ -168,7 +246,7 @@ def _backward_flops(ctx: TileContext) -> dict[str, IntLike]:
         "softmax_flops": intmath.add(intmath.mul(3, scores), intmath.mul(8, row_steps, d)),
         "exp_ops": scores,
         "blocks": intmath.mul(bh, ctx.visited),
-        "diagonal_blocks": intmath.mul(bh, ctx.diagonal),
+        "diagonal_blocks": _masked_blocks(ctx),
         "dropout_scores": scores if w.dropout > 0 else 0,
     }
 
@@ -208,13 +286,15 @@ def _plain_backward(ctx: TileContext, l2: l2m.L2, ctas_per_sm: IntLike, sm_count
     k.write("dQ", "output", q, "B·H·N·d·e")
     k.write("dK", "output", kv, "B·H·N_kv·d·e")
     k.write("dV", "output", kv, "B·H·N_kv·d·e")
-    _sram(k, "dQ", intmath.mul(BACKWARD_WARPS, _visits(ctx, acc)), f"{BACKWARD_WARPS} · T_c · B·H·N·d·4{v}")
+    _partials(k, ctx, "dQ", BACKWARD_WARPS)  # the 8 warps' partial dQ = dS·K (each holds an eighth of the keys)
     return k.build(
         **_backward_flops(ctx),
         concurrent_ctas=slots,
         bytes_in_flight_per_cta=intmath.mul(2, b.block_kv, w.d, e),
         overlap="serial-compute",
         ctas=bh,
+        barriers=_barriers(ctx, bh, BACKWARD_STEP_BARRIERS, BACKWARD_BLOCK_BARRIERS),
+        cta_passes=b.t_c,  # K_j, V_j in and dK_j, dV_j out at every K/V block
         kind=HEAD_GRID,
     )
 
@@ -257,7 +337,7 @@ def _split_backward(ctx: TileContext, l2: l2m.L2, ctas_per_sm: IntLike, sm_count
             main.write("dQacc", "state", req, f"T_c · {formula}{v}", hbm=hbm)
     main.write("dK", "output", kv, "B·H·N_kv·d·e")
     main.write("dV", "output", kv, "B·H·N_kv·d·e")
-    _sram(main, "dQ", intmath.mul(BACKWARD_WARPS, _visits(ctx, acc)), f"{BACKWARD_WARPS} · T_c · B·H·N·d·4{v}")
+    _partials(main, ctx, "dQ", BACKWARD_WARPS)
     conv = KernelBuilder("fa1_bwd_dq", "backward")
     conv.read("dQacc", "state", acc, l2m.carried_over(acc, l2), "B·H·N·d·4")
     conv.write("dQ", "output", q, "B·H·N·d·e")
@@ -270,10 +350,18 @@ def _split_backward(ctx: TileContext, l2: l2m.L2, ctas_per_sm: IntLike, sm_count
             bytes_in_flight_per_cta=intmath.mul(2, b.block_q, w.d, e),
             overlap="serial-compute",
             ctas=ctas,
+            barriers=_split_barriers(ctx),
             kind=HEAD_GRID,
         ),
         conv.build(op="elementwise"),
     ]
+
+
+def _split_barriers(ctx: TileContext) -> IntLike:
+    """The split backward's barriers: a CTA per K/V block, each visiting its one block (one
+    more on all but the first block's, as :func:`_barriers` counts a CTA walking them all)."""
+    bh = intmath.mul(ctx.w.batch, ctx.w.heads)
+    return _barriers(ctx, bh, BACKWARD_STEP_BARRIERS, BACKWARD_BLOCK_BARRIERS)
 
 
 def fa1_kernels(

@@ -176,6 +176,17 @@ class Kernel:
     kind: str = ""
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
+    #: fused kernels whose warps split a product's inner dimension (flash-attn v1's split-K): the
+    #: shared-memory bytes the warps write and read back to sum their partial results, summed over
+    #: the CTAs (the sum of the kernel's exchange transfers, :meth:`KernelBuilder.exchange`), and
+    #: the CTA-wide barriers they wait at; both issued by the warps between their products
+    exchange_bytes: IntLike = 0
+    barriers: IntLike = 0
+    #: times each CTA pays the fixed costs of a CTA (its tiles' first loads and their latency,
+    #: its results' stores): 1, or for flash-attn v1 the K/V blocks it visits, since v1 runs its
+    #: loop's prologue and epilogue again for every K/V block (``device_1xN_``,
+    #: ``compute_dq_dk_dv_1xN_one_iter``: one call per block)
+    cta_passes: IntLike = 1
     #: grids: the rows this kernel runs on (a bool array; see :func:`only_where`); on the
     #: others it moves and computes nothing and takes no time. One workload: True (a kernel
     #: that does not run is not in the ledger)
@@ -201,7 +212,18 @@ class Kernel:
 
 
 #: Kernel fields that count work (zeroed where a kernel does not run)
-_COUNTS = ("matmul_flops", "softmax_flops", "exp_ops", "ctas", "blocks", "diagonal_blocks", "local_blocks", "rows")
+_COUNTS = (
+    "matmul_flops",
+    "softmax_flops",
+    "exp_ops",
+    "ctas",
+    "blocks",
+    "diagonal_blocks",
+    "local_blocks",
+    "rows",
+    "exchange_bytes",
+    "barriers",
+)
 
 
 def only_where(kernel: Kernel, rows: Any) -> Kernel | None:
@@ -246,6 +268,7 @@ class KernelBuilder:
         self.name = name
         self.pass_ = pass_
         self.transfers: list[Transfer] = []
+        self._exchanged: list[IntLike] = []
 
     def read(
         self, tensor: str, role: str, l2: IntLike, hbm: IntLike, formula: str, sram: IntLike | None = None
@@ -266,7 +289,17 @@ class KernelBuilder:
         ]
         return self
 
+    def exchange(self, tensor: str, written: IntLike, read: IntLike, formula: str) -> KernelBuilder:
+        """Partial results the warps exchange through shared memory: ``written`` bytes stored,
+        ``read`` loaded back; SRAM rows only, their sum added to :attr:`Kernel.exchange_bytes`."""
+        self.transfers.append(Transfer(self.name, tensor, "intermediate", "sram", "write", written, formula))
+        self.transfers.append(Transfer(self.name, tensor, "intermediate", "sram", "read", read, formula))
+        self._exchanged += [written, read]
+        return self
+
     def build(self, **fields: Any) -> Kernel:
+        if self._exchanged and "exchange_bytes" not in fields:
+            fields["exchange_bytes"] = intmath.add(*self._exchanged)
         return Kernel(self.name, tuple(self.transfers), pass_=self.pass_, **fields)
 
 
@@ -333,6 +366,8 @@ _ADDED = (
     "local_blocks",
     "rows",
     "dropout_scores",
+    "exchange_bytes",
+    "barriers",
 )
 _LARGEST = ("concurrent_ctas", "bytes_in_flight_per_cta", "launches", "splits", "row_length")
 
