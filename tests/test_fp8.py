@@ -417,3 +417,27 @@ def test_combinations_the_model_accepts_all_have_bytes():
             assert (dtype == "fp8" and impl == "sdpa-flash") or (kv is not None and impl == "fa3")
             continue
         assert int(c.tiled.traffic.hbm_bytes) > 0
+
+
+def test_validate_gates_fp8_fa3_cases_on_flashinfer_not_on_flash_attn(monkeypatch, capsys):
+    """fa3 cases at fp8 run through FlashInfer's fa3-backend prefill: flash_attn.cute missing
+    leaves them in (and drops only the bf16 fa3 case), FlashInfer missing drops them."""
+    from memmodel.cases import parse_case
+    from memmodel.cli import validate
+    from memmodel.gpu import fa3, fp8
+
+    cases = [
+        parse_case("impl=fa3,n=1024,d=128,heads=32,kv_heads=8,dtype=fp8,causal=1"),
+        parse_case("impl=fa3,n=1024,d=64"),
+        parse_case("impl=sdpa-flash,n=1024,d=64"),
+    ]
+    monkeypatch.setattr(fa3, "missing", lambda: "flash_attn.cute does not import")
+    monkeypatch.setattr(fp8, "flashinfer_missing", lambda: None)
+    kept = validate._runnable(cases)
+    assert [(c.impl, c.dtype) for c in kept] == [("fa3", "fp8"), ("sdpa-flash", "fp16")]
+    assert "skipping 1 fa3 case(s)" in capsys.readouterr().err
+    monkeypatch.setattr(fa3, "missing", lambda: None)
+    monkeypatch.setattr(fp8, "flashinfer_missing", lambda: "flashinfer does not import")
+    kept = validate._runnable(cases)
+    assert [(c.impl, c.dtype) for c in kept] == [("fa3", "fp16"), ("sdpa-flash", "fp16")]
+    assert "skipping 1 fa3 fp8 case(s): flashinfer does not import" in capsys.readouterr().err

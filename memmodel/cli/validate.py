@@ -237,17 +237,26 @@ def _runnable(cases: list[Any]) -> list[Any]:
     from ..errors import RuntimeFailure
     from . import terminal
 
-    for impl in ("fa3", "flashmla"):
-        if not any(c.impl == impl for c in cases):
+    def fa3_fp8(c: Any) -> bool:  # fp8 inputs run as FlashInfer's fa3-backend prefill, not flash_attn.cute
+        return c.impl == "fa3" and c.dtype == "fp8"
+
+    for impl, needs in (
+        ("fa3", lambda c: c.impl == "fa3" and not fa3_fp8(c)),
+        ("fa3 fp8", fa3_fp8),
+        ("flashmla", lambda c: c.impl == "flashmla"),
+    ):
+        if not any(needs(c) for c in cases):
             continue
         if impl == "fa3":
             from ..gpu.fa3 import missing
+        elif impl == "fa3 fp8":
+            from ..gpu.fp8 import flashinfer_missing as missing
         else:
             from ..gpu.mla import missing
         why = missing()
         if why is None:
             continue
-        kept = [c for c in cases if c.impl != impl]
+        kept = [c for c in cases if not needs(c)]
         if not kept:
             raise RuntimeFailure(f"no case to run: {why}")
         terminal.warning(f"skipping {len(cases) - len(kept)} {impl} case(s): {why}")
