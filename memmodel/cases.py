@@ -227,6 +227,8 @@ _KEYS = (
 )
 #: implementations whose cases take d_v (V's head dim apart from Q's)
 DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flashmla")
+#: the case keys that take a whole number
+_INT_KEYS = ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size")
 #: the case implementations that read a paged KV cache (``page_size=``)
 PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
 
@@ -264,19 +266,7 @@ def parse_case(text: str) -> Case:
                 fields[key] = float(value)
             except ValueError:
                 raise WorkloadError(f"case dropout={value!r} is not a number") from None
-        elif key in (
-            "n",
-            "d",
-            "d_v",
-            "batch",
-            "heads",
-            "kv_heads",
-            "n_kv",
-            "block_q",
-            "block_kv",
-            "window",
-            "page_size",
-        ):
+        elif key in _INT_KEYS:
             try:
                 fields[key] = int(value)
             except ValueError:
