@@ -843,6 +843,7 @@ def kernel_time(
     uneven: Any = None,
     clock: Any = None,
     exp_emulated: Any = None,
+    own: str = "",
 ) -> KernelTiming:
     """``implementation`` (with the workload's ``head_dim``) applies to the fused attention
     kernels (``overlap="serial-compute"``): their instructions' peak, whether the softmax
@@ -878,7 +879,9 @@ def kernel_time(
     # efficiency where measured), for a combine kernel its fixed and per-split costs
     # an implementation with no figures of its own takes another's by its stated rule (flashmla: FA3's)
     measured = profile.implementation(implementation)
-    if impl is not None and impl.rates_from and measured.efficiency is None:
+    if own and own in profile.implementation_figures:
+        measured = profile.implementation_figures[own]
+    elif impl is not None and impl.rates_from and measured.efficiency is None:
         measured = profile.implementation(impl.rates_from)
     if impl and hd is not None:
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
@@ -1139,7 +1142,9 @@ def algorithm_time(
 
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:
         if k.figures_from:  # a library kernel of another's design: its figures, no FA2 grid's tail
-            return kernel_time(k, profile, dtype, k.figures_from, head_dim, None, None, uneven, clock)
+            return kernel_time(
+                k, profile, dtype, k.figures_from, head_dim, None, None, uneven, clock, own=k.figures_own
+            )
         return kernel_time(
             k,
             profile,

@@ -401,7 +401,7 @@ def test_the_names_the_schema_admits_are_the_models():
     from memmodel.implementations import IMPLEMENTATIONS
     from memmodel.traffic import l2
 
-    assert PROFILE_IMPLEMENTATIONS == tuple(n for n in IMPLEMENTATIONS if n != "paper")
+    assert PROFILE_IMPLEMENTATIONS == (*(n for n in IMPLEMENTATIONS if n != "paper"), "flashinfer-fa2")
     assert CAUSAL_CURVE_PREFIXES == tuple(p for c in l2.CAUSAL_CURVES.values() for p in c.prefixes())
     assert l2.CAUSAL_CURVE_DIMS is CAUSAL_CURVE_DIMS
 

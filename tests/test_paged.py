@@ -384,3 +384,27 @@ def test_cases_grouped_by_variant():
     out = grouped(cases)
     assert out[0].impl == "sdpa-flash"
     assert [c.d for c in out[1:]] == [64, 128, 128]  # the two d = 128 variants together
+
+
+def test_library_kernels_name_figures_a_profile_can_hold():
+    """Every paged kernel's own figures (``Kernel.figures_own``) are under a name a profile may
+    hold (``implementations.<name>``), and with none of them in the bundled h200 profile the
+    kernels keep the figures of their design (``figures_from``)."""
+    from memmodel.hardware import load_profile
+    from memmodel.hardware.schema import PROFILE_IMPLEMENTATIONS
+    from memmodel.model import compare
+    from memmodel.workload import Workload
+
+    h200 = load_profile("h200")
+    shapes = [
+        ("flashinfer", Workload(batch=16, heads=32, kv_heads=8, n=1, n_kv=4096, d=128, dtype="bf16", page_size=16)),
+        ("flashinfer", Workload(batch=16, heads=28, kv_heads=4, n=1, n_kv=4096, d=128, dtype="bf16", page_size=16)),
+        ("flex", Workload(batch=8, heads=32, kv_heads=8, n=1, n_kv=8192, d=128, dtype="bf16", page_size=16)),
+    ]
+    owns = set()
+    for impl, w in shapes:
+        for k in compare(w, h200, impl=impl).tiled.traffic.kernels:
+            if k.figures_from:
+                assert k.figures_own in PROFILE_IMPLEMENTATIONS, k.name
+                owns.add(k.figures_own)
+    assert owns == {"flashinfer", "flashinfer-fa2", "flex"}

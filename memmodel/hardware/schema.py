@@ -21,8 +21,13 @@ SCHEMA = "memmodel.hardware/1"
 #: The GPU a command models when none is named (``--gpu``)
 DEFAULT_GPU = "a100"
 
+#: Library kernels that are not an implementation of their own but have measured figures
+#: (``Kernel.figures_own``): FlashInfer's FA2-style paged prefill, which ``--impl flashinfer``
+#: runs beside its CUDA-core decode and (sm90) FA3-style prefill
+LIBRARY_KERNEL_FIGURES: tuple[str, ...] = ("flashinfer-fa2",)
 #: Implementations a profile may give measured figures for (``implementations.<name>.*``):
-#: every implementation :mod:`memmodel.implementations` knows but the paper's algorithm
+#: every implementation :mod:`memmodel.implementations` knows but the paper's algorithm, and
+#: the library kernels of :data:`LIBRARY_KERNEL_FIGURES`
 PROFILE_IMPLEMENTATIONS: tuple[str, ...] = (
     "sdpa-flash",
     "sdpa-cudnn",
@@ -36,6 +41,7 @@ PROFILE_IMPLEMENTATIONS: tuple[str, ...] = (
     "flex",
     "flashmla",
     "sdpa-math",
+    *LIBRARY_KERNEL_FIGURES,
 )
 #: the measured causal re-read curves (``memory.l2.<prefix>_d<head dim>``), of each causal
 #: schedule :data:`memmodel.traffic.l2.CAUSAL_CURVES` names: FlashAttention-2's one head, its

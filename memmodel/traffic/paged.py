@@ -293,6 +293,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
         splits=chunks,
         kind=SPLIT_KV,
         figures_from="sdpa-flash",
+        figures_own="flashinfer",
     )
     kernels = [decode]
     if np.any(split):
@@ -306,6 +307,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
             splits=chunks,
             kind=COMBINE,
             figures_from="sdpa-flash",
+            figures_own="flashinfer",
             present=split if intmath.is_array(chunks) else True,
         )
         kernels.append(merge)
@@ -345,6 +347,7 @@ def _prefill_kernel(
     chunks: IntLike,
     concurrent: IntLike,
     figures_from: str,
+    figures_own: str,
     kv_tokens: IntLike,
     bc_visible_blocks: Any,
 ) -> tuple[Kernel, IntLike, IntLike]:
@@ -403,6 +406,7 @@ def _prefill_kernel(
         overlap="serial-compute",
         splits=chunks,
         figures_from=figures_from,
+        figures_own=figures_own,
     )
     return kernel, partial_o if np.any(split) else 0, partial_lse if np.any(split) else 0
 
@@ -421,6 +425,7 @@ def _merge(name: str, w: Workload, l2: l2m.L2, partial_o: IntLike, partial_lse: 
         splits=chunks,
         kind=COMBINE,
         figures_from="sdpa-flash",
+        figures_own="flashinfer",
         present=split if split.ndim else True,
     )
 
@@ -451,6 +456,7 @@ def flashinfer_fa2_kernels(w: Workload, l2: l2m.L2, sm_count: int, *, decode: bo
         chunks=chunks,
         concurrent=concurrent,
         figures_from="sdpa-flash",
+        figures_own="flashinfer-fa2",
         kv_tokens=w.n_kv_,
         bc_visible_blocks=blocks,
     )
@@ -487,6 +493,7 @@ def flashinfer_fa3_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list
         chunks=1,
         concurrent=sm_count,
         figures_from="fa3",
+        figures_own="flashinfer",
         kv_tokens=w.n_kv_,
         bc_visible_blocks=intmath.mul(tiles, intmath.ceil_div(w.n_kv_, tkv)),
     )
@@ -570,6 +577,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         splits=split,
         kind=SPLIT_KV,
         figures_from="sdpa-flash",
+        figures_own="flex",
     )
     r = KernelBuilder("flex_reduce")
     r.read("acc_partial", "intermediate", acc, l2m.carried_over(acc, l2), "B·SPLIT_KV·H·N·d·4")
@@ -611,6 +619,7 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         chunks=1,
         concurrent=concurrent,
         figures_from="triton",
+        figures_own="flex",
         kv_tokens=tokens,
         bc_visible_blocks=intmath.mul(tiles, intmath.ceil_div(tokens, bn)),
     )
