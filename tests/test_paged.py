@@ -388,8 +388,7 @@ def test_cases_grouped_by_variant():
 
 def test_library_kernels_name_figures_a_profile_can_hold():
     """Every paged kernel's own figures (``Kernel.figures_own``) are under a name a profile may
-    hold (``implementations.<name>``), and with none of them in the bundled h200 profile the
-    kernels keep the figures of their design (``figures_from``)."""
+    hold (``implementations.<name>``)."""
     from memmodel.hardware import load_profile
     from memmodel.hardware.schema import PROFILE_IMPLEMENTATIONS
     from memmodel.model import compare
@@ -408,3 +407,28 @@ def test_library_kernels_name_figures_a_profile_can_hold():
                 assert k.figures_own in PROFILE_IMPLEMENTATIONS, k.name
                 owns.add(k.figures_own)
     assert owns == {"flashinfer", "flashinfer-fa2", "flex"}
+
+
+def test_own_figures_time_a_library_kernel_where_the_profile_has_them():
+    """FlashInfer's merge takes ``implementations.flashinfer.combine_time`` where the profile
+    gives it, and sdpa-flash's (its design's) where not."""
+    from memmodel.hardware import load_profile
+    from memmodel.model import compare
+    from memmodel.workload import Workload
+
+    w = Workload(batch=16, heads=32, kv_heads=8, n=1, n_kv=4096, d=128, dtype="bf16", page_size=16)
+    h200 = load_profile("h200")
+    assert "flashinfer" not in h200.implementation_figures
+
+    def merge(profile):
+        timing = compare(w, profile, impl="flashinfer").tiled.timing
+        return next(k for k in timing.kernels if k.name == "flashinfer_merge")
+
+    fixed, per_split = h200.implementation("sdpa-flash").combine_time_s
+    rate = h200.implementation("sdpa-flash").combine_bandwidth_bytes_per_s
+    before = merge(h200).terms["latency"]
+    assert before > fixed  # sdpa-flash's c0 + c1 · splits + bytes / rate
+    # own figures: 3 us fixed, nothing per split or per byte -> the latency term is 3 us exactly
+    own = h200.with_implementation_figures("flashinfer", combine_time_s=(3e-6, 0.0))
+    assert merge(own).terms["latency"] == pytest.approx(3e-6)
+    assert rate and per_split  # the fallback really used sdpa-flash's three figures

@@ -195,9 +195,9 @@ class Kernel:
     #: library's kernel of another's design (a paged serving kernel, :mod:`.paged`); "" the
     #: algorithm's own implementation
     figures_from: str = ""
-    #: the profile's figures of the library kernel itself (``implementations.<name>``, fitted to
-    #: its own reference runs: :mod:`memmodel.calibration.serving`), used where the profile has
-    #: them in place of ``figures_from``'s (whose instructions it keeps); "" none of its own
+    #: the profile's figures of the library kernel itself (``implementations.<name>``, measured
+    #: on the kernel's own reference runs), used where the profile has them in place of
+    #: ``figures_from``'s (whose instructions it keeps); "" none of its own
     figures_own: str = ""
 
     @cached_property
