@@ -888,6 +888,9 @@ def kernel_time(
     else:
         figures = KernelFigures()
     eff, masked, local = figures.efficiency, figures.masked_block_cost, figures.local_block_cost
+    if eff is not None and forward and dtype == "fp8" and measured.fp8_share is not None:
+        # measured: its fp8 kernel keeps this share of its 16-bit efficiency (scales, e4m3 layouts)
+        eff = eff * measured.fp8_share
     masked_columns = figures.uneven_efficiency
     if eff is not None and masked_columns is not None and np.any(uneven):
         # a head dim no kernel is built for: the built one's kernel, its padded columns masked
@@ -960,6 +963,9 @@ def kernel_time(
             terms[level] = reads / bandwidth[level] + writes / write_bw
         else:
             terms[level] = intmath.to_float(moved) / bandwidth[level]
+        if level == "hbm" and library is None and measured.hbm_share is not None:
+            # measured: the implementation's own loads reach this share of the profile's rate
+            terms[level] = terms[level] / measured.hbm_share
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
     cta_rate = figures.cta_bandwidth_bytes_per_s
     if cta_rate is not None:

@@ -25,6 +25,8 @@ capacity measured with Nsight Compute). On an H200 the same files come from::
 
 from __future__ import annotations
 
+import gzip
+import json
 import sys
 from pathlib import Path
 
@@ -90,6 +92,12 @@ def with_links(text: str) -> str:
         records = [read_json(ROOT / r) for r in paths if (ROOT / r).exists()]
         if records:
             data = kernel_costs.apply(data, records, figure)
+    from memmodel.calibration import serving
+
+    if (ROOT / serving.RECORD).exists():  # the serving kernels' own figures, fitted on the profile as built
+        lines = [json.loads(line) for line in gzip.open(ROOT / serving.RECORD, "rt") if line.strip()]
+        env = {k: v for line in lines if line.get("section") == "env" for k, v in line.items()}
+        data = serving.apply(data, lines, env)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

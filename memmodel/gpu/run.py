@@ -147,7 +147,7 @@ def standard_steps(
 
     steps.append(("qk", qk))
     if case.causal:
-        mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1)
+        mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1 + causal_offset(case))
 
         def apply_mask() -> Any:
             s = state["s"].view(case.batch, case.kv_heads_, g, case.n, case.n_kv_)
@@ -176,11 +176,18 @@ def standard_steps(
     return steps
 
 
+def causal_offset(case: Case) -> int:
+    """Keys before the first query's own: N_kv − N. The model aligns causal masks bottom-right
+    (the last query sees every key: a chunked prefill's new tokens are the last of the sequence);
+    PyTorch's ``is_causal`` aligns them top-left, the same only where N = N_kv."""
+    return max(0, case.n_kv_ - case.n)
+
+
 def causal_mask_stacked(case: Case) -> Any:
     """The (G·N) × N_kv boolean mask (True above the diagonal) of a GQA group's stacked query
-    rows: row r is query r mod N (top-left alignment, as PyTorch's ``is_causal``)."""
+    rows: row r is query r mod N, aligned bottom-right (:func:`causal_offset`)."""
     torch = _torch()
-    mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1)
+    mask = torch.ones(case.n, case.n_kv_, device=DEVICE, dtype=torch.bool).triu_(1 + causal_offset(case))
     return mask.repeat(case.heads // case.kv_heads_, 1)
 
 
@@ -298,6 +305,12 @@ def sdpa_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
 
     backend = sdpa_backend(case)
     kwargs: dict[str, Any] = {"is_causal": case.causal}
+    if case.causal and case.n != case.n_kv_:
+        # is_causal is top-left (and flash refuses it where N ≠ N_kv): the bottom-right mask the
+        # model counts, which PyTorch runs through the flash or memory-efficient kernel's own rule
+        from torch.nn.attention.bias import causal_lower_right
+
+        kwargs = {"attn_mask": causal_lower_right(case.n, case.n_kv_)}
     if case.dropout:
         kwargs["dropout_p"] = case.dropout
     if case.kv_heads_ != case.heads:
@@ -501,8 +514,8 @@ def hidden_keys(case: Case, rows: Any) -> Any:
             torch.arange(len(case.seq_lens), device=DEVICE), torch.tensor(case.seq_lens, device=DEVICE)
         )
         hidden = hidden | (doc[None, :] != doc[rows][:, None])
-    if case.causal:  # as the checks have always masked (windowed and packed cases have n = n_kv)
-        hidden = hidden | (cols[None, :] > r)
+    if case.causal:  # bottom-right (windowed and packed cases have n = n_kv: offset 0)
+        hidden = hidden | (cols[None, :] > r + causal_offset(case))
         if case.window is not None:
             hidden = hidden | (cols[None, :] <= r - case.window)
     return hidden

@@ -73,6 +73,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),
+    ("implementations.*.hbm_share", "same"),
+    ("implementations.*.fp8_share", "same"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),
     ("interconnect.p2p_idle_sms", "same"),

@@ -222,6 +222,12 @@ class ImplementationFigures:
     #: (a missing one of the two is 0), and the rate of the bytes it moves beyond them
     combine_time_s: tuple[float, float] | None = None
     combine_bandwidth_bytes_per_s: float | None = None
+    #: the share of the profile's HBM streaming rate its kernels reach (a library's loads, issued
+    #: its own way: FlashInfer's paged loads); None: the profile's rate
+    hbm_share: float | None = None
+    #: its fp8 forward kernel's efficiency as a share of its 16-bit one (None: the same share of
+    #: the fp8 peak as of the 16-bit peak)
+    fp8_share: float | None = None
     #: its forward kernel's rate once the clocks have fallen under the power limit, as a share
     #: of its rate before, and the seconds of it run back to back after which they fall
     sustained_share: float | None = None

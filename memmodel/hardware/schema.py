@@ -96,6 +96,8 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "combine_bandwidth": "combine_bandwidth_bytes_per_s",
     "sustained_share": "sustained_share",
     "sustained_after": "sustained_after_s",
+    "hbm_share": "hbm_share",
+    "fp8_share": "fp8_share",
 }
 
 #: Implementations whose figures a profile of another architecture takes from the measured
@@ -211,6 +213,8 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.backward_masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.sustained_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.sustained_after": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.hbm_share": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},

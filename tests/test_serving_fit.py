@@ -1,0 +1,91 @@
+"""The serving kernels' own figures (``memmodel.calibration.serving``): fitted to the committed
+probe, written into the bundled profile, and the two figures they added to the time model."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from memmodel import Workload, compare, load_profile
+from memmodel.calibration import serving
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = load_profile("h200")
+
+
+def probe_lines():
+    with gzip.open(ROOT / serving.RECORD, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_rows_match_each_probe_kernel_to_the_model_kernel_it_is():
+    rows = serving.rows(probe_lines())
+    by_kernel = {}
+    for r in rows:
+        by_kernel[r.kernel] = by_kernel.get(r.kernel, 0) + 1
+    # 24 CUDA-core decodes (2 models x 4 shapes x 3 page sizes); a merge after the 18 that split
+    # (batch 96 does not) and after the 2 tensor-core decodes: 20; 6 sm90 prefills (auto and fa3 backends); 3 fa2 prefills and
+    # the 2 tensor-core decodes; 8 MLA decodes (auto and fa3); 4 fp8 prefills (auto and fa3)
+    assert by_kernel == {
+        "flashinfer_decode": 24,
+        "flashinfer_merge": 20,
+        "flashinfer_prefill_sm90": 6,
+        "flashinfer_prefill": 5,
+        "flashinfer_mla": 8,
+        "fa2_fwd": 4,
+    }
+    assert all(r.measured_s > 0 for r in rows)
+
+
+def test_the_bundled_profile_holds_what_the_fit_gives():
+    fitted, predicted = serving.fit(probe_lines(), H200)
+    fi = H200.implementation("flashinfer")
+    assert fi.hbm_share == fitted["hbm_share"]
+    assert fi.split_efficiency == ((1, fitted["split_efficiency"]),)
+    assert fi.combine_time_s[0] == pytest.approx(fitted["combine_time"])
+    assert H200.implementation("fa3").fp8_share == fitted["fp8_share"]
+    # the sm90 prefill is FA3's curve times one factor
+    fa3 = H200.implementation("fa3").efficiency
+    assert [d for d, _ in fi.efficiency] == [d for d, _ in fa3]
+    assert [v for _, v in fi.efficiency] == pytest.approx([v * fitted["sm90_factor"] for _, v in fa3], rel=1e-3)
+    # a fit to its own reference shapes: every kernel within 16 % of its measured time
+    worst = max(abs(p / r.measured_s - 1) for r, p in predicted)
+    assert worst < 0.16
+
+
+def test_the_fit_does_not_depend_on_what_the_profile_held():
+    """Started from the profile with the figures changed, the fit gives the same figures."""
+    lines = probe_lines()
+    first, _ = serving.fit(lines, H200)
+    changed = H200.with_implementation_figures("flashinfer", hbm_share=0.3, split_efficiency=((1, 0.9),))
+    again, _ = serving.fit(lines, changed)
+    assert again == first
+
+
+def test_hbm_share_divides_the_hbm_term():
+    w = Workload(batch=16, heads=16, kv_heads=16, n=1, n_kv=16384, d=64, dtype="bf16", page_size=16)
+
+    def hbm(profile):
+        t = compare(w, profile, impl="flashinfer").tiled.timing
+        return next(k for k in t.kernels if k.name == "flashinfer_decode").terms["hbm"]
+
+    full = hbm(H200.with_implementation_figures("flashinfer", hbm_share=1.0))
+    half = hbm(H200.with_implementation_figures("flashinfer", hbm_share=0.5))
+    assert half == pytest.approx(2 * full)
+    # 2 x B·H_kv·N_kv·d·2 bytes = 2·16·16·16384·64·2 = 1.07 GB of K/V at the profile's rate
+    assert full == pytest.approx(2 * 16 * 16 * 16384 * 64 * 2 / H200.hbm.bandwidth_bytes_per_s, rel=0.02)
+
+
+def test_fp8_share_slows_only_the_fp8_forward():
+    fp8 = Workload(batch=1, heads=32, kv_heads=8, n=8192, d=128, dtype="fp8")
+    bf16 = Workload(batch=1, heads=32, kv_heads=8, n=8192, d=128, dtype="bf16")
+
+    def compute(w, share):
+        p = H200.with_implementation_figures("fa3", fp8_share=share)
+        return compare(w, p, impl="fa3").tiled.timing.kernels[0].terms["matmul"]
+
+    assert compute(fp8, 0.5) == pytest.approx(2 * compute(fp8, 1.0))
+    assert compute(bf16, 0.5) == compute(bf16, 1.0)
