@@ -209,7 +209,8 @@ def test_fp8_products_run_at_the_fp8_rate_times_the_bf16_share():
     assert 0.3 < share < 1.0
     assert t8.terms["matmul"] == pytest.approx(t16.terms["matmul"] * ratio / share)
     assert 0.4 < ratio < 0.6
-    assert t8.terms["exp"] == pytest.approx(t16.terms["exp"])
+    # the share scales the kernel's whole compute, as its efficiency does: the exponentials too
+    assert t8.terms["exp"] == pytest.approx(t16.terms["exp"] / share)
 
 
 # ---------------------------------------------------------------------------------------
