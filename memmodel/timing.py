@@ -445,6 +445,8 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         rate = rates.elementwise_bytes_per_s  # measured on masked_fill_ itself
     elif kernel.op in ("scale", "copy", "masked_fill"):  # no specific rate: the pass's elementwise one
         rate = (rates.elementwise_backward_bytes_per_s if backward else None) or rates.elementwise_bytes_per_s
+    elif kernel.op == "fp8_cast":  # measured apart where the profile has it: not a 16-bit stream
+        rate = rates.fp8_cast_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "dropout":
         rate = rates.dropout_bytes_per_s
     elif kernel.op == "reduction":

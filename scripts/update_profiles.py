@@ -98,6 +98,12 @@ def with_links(text: str) -> str:
         lines = [json.loads(line) for line in gzip.open(ROOT / serving.RECORD, "rt") if line.strip()]
         env = {k: v for line in lines if line.get("section") == "env" for k, v in line.items()}
         data = serving.apply(data, lines, env)
+    from memmodel.calibration import fp8_cast
+
+    if (ROOT / fp8_cast.RECORD).exists():
+        data = fp8_cast.apply(
+            data, [json.loads(line) for line in gzip.open(ROOT / fp8_cast.RECORD, "rt") if line.strip()]
+        )
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

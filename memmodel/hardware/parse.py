@@ -193,6 +193,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             elementwise_backward_bytes_per_s=values.get("kernels.elementwise_backward.bandwidth"),
             scale_bytes_per_s=values.get("kernels.scale.bandwidth"),
             copy_bytes_per_s=values.get("kernels.copy.bandwidth"),
+            fp8_cast_bytes_per_s=values.get("kernels.fp8_cast.bandwidth"),
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),
         implementation_figures=_implementation_figures(values, curves),

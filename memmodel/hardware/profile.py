@@ -123,6 +123,9 @@ class KernelRates:
     scale_bytes_per_s: float | None = None
     #: a device-to-device copy of a tensor (``clone``: ``cudaMemcpyAsync``)
     copy_bytes_per_s: float | None = None
+    #: an FP8 tensor's conversion to 16 bits (``x8.to(torch.bfloat16)``: ATen's elementwise copy
+    #: across dtypes), bytes read and written; None: the elementwise rate
+    fp8_cast_bytes_per_s: float | None = None
     #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
     reduction_bytes_per_s: float | None = None
 

@@ -193,6 +193,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "kernels.elementwise_backward.bandwidth": ("bandwidth", False),
     "kernels.scale.bandwidth": ("bandwidth", False),
     "kernels.copy.bandwidth": ("bandwidth", False),
+    "kernels.fp8_cast.bandwidth": ("bandwidth", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in _NAMES},
     **{
@@ -304,6 +305,7 @@ SECTIONS = {
     "kernels.elementwise_backward",
     "kernels.scale",
     "kernels.copy",
+    "kernels.fp8_cast",
     "kernels.reduction",
     "implementations",
     *(f"implementations.{name}" for name in _NAMES),

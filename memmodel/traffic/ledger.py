@@ -146,7 +146,7 @@ class Kernel:
     #: add) and overlap memory traffic
     overlap: str = "overlap"
     #: what kind of library kernel this is, for the measured rates a calibrated profile gives
-    #: (:class:`memmodel.hardware.KernelRates`): "gemm", "softmax", "elementwise", or "" (none)
+    #: (:class:`memmodel.hardware.KernelRates`): "gemm", "softmax", "elementwise", "fp8_cast", ...; "" (none)
     op: str = ""
     #: row-wise kernels (softmax): rows and elements per row
     rows: IntLike = 0

@@ -26,7 +26,7 @@ def kv_cast_kernels(w: Workload) -> list[Kernel]:
         k = KernelBuilder(name)
         k.read(tensor, "input", cached, cached, "B·H_kv·N_kv·d·e_kv")
         k.write(f"{tensor}_cast", "intermediate", cast, "B·H_kv·N_kv·d·e")
-        out.append(k.build(softmax_flops=intmath.mul(2, elements), op="elementwise"))
+        out.append(k.build(softmax_flops=intmath.mul(2, elements), op="fp8_cast"))
     return out
 
 
