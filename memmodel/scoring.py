@@ -102,12 +102,12 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "fa3_bwd_dk": r"(?i)postprocess",
         "fa3_bwd_dv": r"(?i)postprocess",
     },
-    # FlashInfer's JIT-built kernels keep their template names; the FA2-style and the sm90 prefill
-    # kernels share one (one of them runs a case)
+    # FlashInfer's JIT-built kernels keep their template names: the FA2-style prefill (and the
+    # tensor-core decode) BatchPrefillWithPagedKVCacheKernel, the sm90 prefill PrefillWithKVCacheKernel
     "flashinfer": {
         "flashinfer_decode": r"BatchDecodeWithPagedKVCache",
         "flashinfer_prefill": r"BatchPrefillWithPagedKVCache",
-        "flashinfer_prefill_sm90": r"BatchPrefillWithPagedKVCache",
+        "flashinfer_prefill_sm90": r"(?<!Batch)PrefillWithKVCacheKernel",
         "flashinfer_merge": r"MergeStates",
     },
     # inductor names its template kernels triton_tem_*, its reductions triton_per_* / triton_red_*

@@ -302,7 +302,12 @@ def test_ncu_names_match_the_model():
     fi = KERNEL_PATTERNS["flashinfer"]
     assert re.search(fi["flashinfer_decode"], "void flashinfer::BatchDecodeWithPagedKVCacheKernel<(flashinfer::P")
     assert re.search(fi["flashinfer_merge"], "void flashinfer::PersistentVariableLengthMergeStatesKernel<8u, 16u")
-    assert re.search(fi["flashinfer_prefill_sm90"], "void flashinfer::BatchPrefillWithPagedKVCacheKernel<flashinfer")
+    # the names the serving probe's profiler saw (validation/h200/serving-probe/README.md): the sm90
+    # prefill is PrefillWithKVCacheKernel, the FA2-style one BatchPrefillWithPagedKVCacheKernel
+    sm90 = "void flashinfer::PrefillWithKVCacheKernel<flashinfer::SparseCollectiveMainloop<PagedParams"
+    fa2 = "void flashinfer::BatchPrefillWithPagedKVCacheKernel<true, flashinfer::KernelTraits<"
+    assert re.search(fi["flashinfer_prefill_sm90"], sm90) and not re.search(fi["flashinfer_prefill_sm90"], fa2)
+    assert re.search(fi["flashinfer_prefill"], fa2)
     fx = KERNEL_PATTERNS["flex"]
     assert re.search(fx["flex_attention"], "triton_tem_fused_flex_attention_0")
     assert re.search(fx["flex_reduce"], "triton_per_fused_1") and not re.search(fx["flex_reduce"], "triton_tem_x")

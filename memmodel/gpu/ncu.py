@@ -32,6 +32,13 @@ METRICS = (
     "launch__occupancy_limit_shared_mem",
     "launch__waves_per_multiprocessor",
 )
+#: the kernels ncu profiles of a run whose cases are all of these implementations (the markers and
+#: the library's own kernels; ``--kernel-name regex:``): their runners' set-up and checks launch
+#: thousands of small kernels (page tables, gathers, float32 references) ncu would replay one by one
+NCU_KERNELS = {
+    "flashinfer": "BatchDecodeWithPagedKVCache|PrefillWithKVCache|PrefillWithPagedKVCache|MergeStates",
+    "flashmla": "MLA",
+}
 BEGIN = "memmodel_begin"
 END = "memmodel_end"
 #: byte offsets at which ``validate --ncu --placements K`` places a case's Q, K and V (the first K):
@@ -48,6 +55,14 @@ PLACEMENT_OFFSETS = (
     (11 << 20) + (4 << 10),
     50 << 20,
 )
+
+
+def kernel_filter(impls: list[str]) -> str | None:
+    """The ``--kernel-name`` regex for a run of cases of ``impls``: None (every kernel) unless all
+    of them are in :data:`NCU_KERNELS`."""
+    if not impls or any(i not in NCU_KERNELS for i in impls):
+        return None
+    return "|".join([BEGIN, END, *sorted({NCU_KERNELS[i] for i in impls})])
 
 
 def command(python_args: list[str], *, cache_control: str = "all", kernel_regex: str | None = None) -> list[str]:

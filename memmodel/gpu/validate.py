@@ -126,7 +126,7 @@ def run_validation(
 def measure_bytes(cases: list[Case], profile: Profile, record: Record, placements: int = 1) -> None:
     """One ncu process over all cases, each profiled with its inputs at ``placements``
     placements; scores attached to each case's entry."""
-    from .ncu import NcuParseError, command, parse_csv, split_placements
+    from .ncu import NcuParseError, command, kernel_filter, parse_csv, split_placements
 
     if shutil.which("ncu") is None:
         record.data["ncu"] = {"status": "unavailable", "reason": "ncu (Nsight Compute) is not on PATH"}
@@ -136,7 +136,10 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record, placement
         cases_file = Path(tmp) / "cases.txt"
         cases_file.write_text("\n".join(c.spec() for c in cases) + "\n")
         env = {**os.environ, "MEMMODEL_CASES_FILE": str(cases_file), "MEMMODEL_PLACEMENTS": str(placements)}
-        args = command([sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")])
+        args = command(
+            [sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")],
+            kernel_regex=kernel_filter([c.impl for c in cases]),
+        )
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
         if proc.returncode != 0 or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
             reason = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
