@@ -121,9 +121,15 @@ def options_for(
             notes.append(f"--tiled fa1: {why_not}: showing the paper's Algorithm 1")
     if impl == "fa1":
         tiled = "fa1"  # flash-attn v1's kernels are the fa1 variant (outer loop over K/V)
-    if impl in (None, "auto"):
+    auto = impl in (None, "auto")
+    if auto:
         impl, why_default = implementations.default_for(workload, profile)
         notes.append(f"--impl auto: {why_default}")
+    if impl == "sdpa-cudnn" and chunk_causal(workload):
+        if not auto or workload.is_grid:
+            raise WorkloadError(CUDNN_CHUNK_CAUSAL)
+        impl = "sdpa-flash" if workload.d_v is None else "sdpa-efficient"
+        notes.append(f"--impl auto: {CUDNN_CHUNK_CAUSAL_AUTO}: {impl}")
     if impl not in IMPLEMENTATIONS:
         raise WorkloadError(f"unknown implementation {impl!r}: accepted are {', '.join(CHOICES)}")
     if impl == "paper" and (refused_fp8 := _fp8_refusal(impl, workload, profile, tiled, bool(rest.get("backward")))):
@@ -162,6 +168,28 @@ def options_for(
         notes=tuple(notes),
         **rest,
     )
+
+
+#: a causal chunk (more keys than queries, bottom-right as the model counts it) through cuDNN
+CUDNN_CHUNK_CAUSAL = (
+    "--impl sdpa-cudnn: a causal mask with fewer queries than keys is aligned bottom-right here (the new tokens "
+    "last), which PyTorch runs only through its flash or memory-efficient kernel "
+    "(torch.nn.attention.bias.causal_lower_right); cuDNN through scaled_dot_product_attention takes is_causal, "
+    "aligned top-left: use --impl sdpa-flash or sdpa-efficient"
+)
+CUDNN_CHUNK_CAUSAL_AUTO = (
+    "a causal mask with fewer queries than keys, bottom-right (torch.nn.attention.bias.causal_lower_right), runs "
+    "through flash attention (the memory-efficient kernel where V's head dim is apart), not cuDNN"
+)
+
+
+def chunk_causal(workload: Workload) -> bool:
+    """Whether ``workload`` (any element of a grid) is a causal chunk: causal, several queries,
+    fewer than its keys."""
+    if not workload.causal:
+        return False
+    n, n_kv = np.asarray(workload.n), np.asarray(workload.n_kv_)
+    return bool(np.any((n > 1) & (n != n_kv)))
 
 
 def _fp8_refusal(impl: str, workload: Workload, profile: Profile | None, tiled: str, backward: bool) -> str | None:

@@ -97,6 +97,19 @@ def measured_cases(stem: str) -> tuple[list[tuple[Any, dict[str, Any], list[Any]
     return [(case, entry, groups[case.id]) for case, entry in ok if case.id in groups], profile
 
 
+def refused(case: Any, profile: Any) -> bool:
+    """Whether the model now refuses a measured case (``validate --rescore`` lists it as refused:
+    e.g. cuDNN on a causal chunk, which its runner measured with a top-left mask)."""
+    from memmodel.errors import WorkloadError
+    from memmodel.scoring import predicted_times
+
+    try:
+        predicted_times(case, profile)
+    except WorkloadError:
+        return True
+    return False
+
+
 def fired(case: Any, profile: Any) -> tuple[str, ...]:
     """The caveat classes ``memmodel compare`` gives for ``case`` (its implementation, L2 on)."""
     from memmodel.model import compare
@@ -160,6 +173,8 @@ def collect(stems: tuple[str, ...] | None = None) -> dict[str, list[dict[str, An
             raise SystemExit(f"{stem}: no record or no Nsight Compute trace beside it")
         cases, profile = got
         for case, entry, runs in cases:
+            if refused(case, profile):
+                continue
             for cls in dict.fromkeys(fired(case, profile)):
                 if cls not in CHECKED:
                     continue
@@ -227,6 +242,8 @@ def step_errors(profile_of: Any, folder: str = CHECKS) -> tuple[list[float], lis
             if entry.get("status") != "ok" or "timing" not in entry:
                 continue
             case = Case.from_dict(entry["case"])
+            if refused(case, profile):
+                continue
             now = {**entry, "predicted": predicted_times(case, profile)}
             errors.extend(r["error"] for r in time_errors(now) if r["error"] == r["error"])
         if len(errors) > before:

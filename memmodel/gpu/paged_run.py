@@ -278,6 +278,12 @@ def _compiled_flex(flex_attention: Any, cuda: bool) -> Any:
     if not cuda:
         return flex_attention
     if "flex" not in _COMPILED:
+        # one recompilation a shape: past dynamo's limit (8 by default) it would run the rest of
+        # the cases eagerly (flex's unfused reference path), not the kernels they measure
+        config = _torch()._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(config, name):
+                setattr(config, name, max(int(getattr(config, name)), 256))
         _COMPILED["flex"] = _torch().compile(flex_attention, dynamic=False)
     return _COMPILED["flex"]
 

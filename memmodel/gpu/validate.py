@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import __version__
 from ..cases import Case
-from ..errors import RuntimeFailure
+from ..errors import RuntimeFailure, WorkloadError
 from ..fileio import for_file, sibling, write_atomic
 from ..hardware import Profile
 from ..scoring import predicted_times, score_case_detail, summarize_record
@@ -256,7 +256,14 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict
     for entry in data["cases"]:
         entry = dict(entry)
         case = Case.from_dict(entry["case"])
-        entry["predicted"] = predicted_times(case, profile)
+        try:
+            entry["predicted"] = predicted_times(case, profile)
+        except WorkloadError as exc:  # the model refuses it now (e.g. a kernel PyTorch cannot run so)
+            entry.update(status="refused", refused=str(exc), predicted={})
+            for key in ("time_error", "bytes", "bytes_error"):
+                entry.pop(key, None)
+            cases.append(entry)
+            continue
         if case.id in groups:
             entry.pop("bytes_error", None)
             score_placements(entry, case, groups[case.id], profile)
