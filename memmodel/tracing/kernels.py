@@ -259,11 +259,13 @@ class _Mapper:
         return self.names[storage]
 
     def role(self, ref: TensorRef) -> str:
+        if ref.dtype == "bool":  # masks, given or drawn (dropout's): state, as compare counts them
+            return "state"
         if ref.storage in self.inputs:
             return "input"
         if ref.storage in self.outputs:
             return "output"
-        return "state" if ref.dtype == "bool" else "intermediate"
+        return "intermediate"
 
     def kernel_name(self, op: str) -> str:
         self.used[op] = self.used.get(op, 0) + 1
@@ -692,6 +694,18 @@ def _reduction(m: _Mapper, e: OpEvent) -> None:
     for t in e.outputs:
         k.write(t)
     k.done("reduction", softmax_flops=x.numel)
+
+
+@rule("cat", "stack")
+def _concatenate(m: _Mapper, e: OpEvent) -> None:
+    """Each input copied into its slice of the output: read once, the output written once."""
+    out = e.outputs[0]
+    parts = [t for t in e.tensors()]
+    k = m.launch(e.op, e)
+    for t in parts:
+        k.read(t)
+    k.write(out)
+    k.done("copy", softmax_flops=0)
 
 
 def map_recording(rec: Recording, l2: l2m.L2, dtype: str, sdpa: Callable[[Workload, str, bool], Any] | None) -> Mapped:

@@ -140,6 +140,7 @@ class _Sdpa(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, query: Any, key: Any, value: Any, recorder: _Recorder, params: dict[str, Any]) -> Any:
+        _check_sdpa(query, key, value, bool(params.get("enable_gqa")))
         with recorder.pause():
             out = query.new_empty((*query.shape[:-1], value.shape[-1]))
         call = recorder.calls
@@ -159,6 +160,29 @@ class _Sdpa(torch.autograd.Function):
             "sdpa_backward", "default", (), {"grad": grad, "call": ctx.call}, [g for g in grads if g is not None]
         )
         return (*grads, None, None)
+
+
+def _check_sdpa(query: Any, key: Any, value: Any, gqa: bool) -> None:
+    """The shape rules ``scaled_dot_product_attention`` enforces (a real call would raise)."""
+    if query.dim() < 2 or key.dim() != query.dim() or value.dim() != query.dim():
+        raise RuntimeError(
+            "scaled_dot_product_attention: query, key and value need the same number of dims (2 or more)"
+        )
+    if query.shape[-1] != key.shape[-1]:
+        raise RuntimeError(
+            f"scaled_dot_product_attention: query's head dim {query.shape[-1]} is not key's {key.shape[-1]}"
+        )
+    if key.shape[-2] != value.shape[-2]:
+        raise RuntimeError(f"scaled_dot_product_attention: key has {key.shape[-2]} positions, value {value.shape[-2]}")
+    if query.dim() >= 3:
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        if key.shape[-3] != value.shape[-3] or (heads != kv_heads and not (gqa and heads % kv_heads == 0)):
+            raise RuntimeError(
+                f"scaled_dot_product_attention: {heads} query heads on {kv_heads} key and {value.shape[-3]} value heads"
+                + ("" if gqa else " (enable_gqa=False)")
+            )
+        if query.shape[:-3] != key.shape[:-3]:
+            raise RuntimeError("scaled_dot_product_attention: query and key have different batch dims")
 
 
 def _bound(names: tuple[str, ...], defaults: Mapping[str, Any], args: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
