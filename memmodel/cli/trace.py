@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..hardware.schema import DEFAULT_GPU
 from .options import Command, choice, complete_profile, format_option, option
 
 SHAPE_HELP = (
@@ -31,7 +32,7 @@ SHAPE_HELP = (
     default=None,
     metavar="NAME|FILE",
     shell_complete=complete_profile,
-    help="Hardware profile: a bundled or user profile name, or a path to a YAML file. Default: a100.",
+    help=f"Hardware profile: a bundled or user profile name, or a path to a YAML file. Default: {DEFAULT_GPU}.",
 )
 @option(
     "--l2",
@@ -58,7 +59,7 @@ def trace_cmd(
     --shape k=1,8,4096,64 --shape v=1,8,4096,64 --dtype bf16 --backward
     """
     from ..errors import TraceError
-    from ..hardware import DEFAULT_GPU, load_profile
+    from ..hardware import load_profile
     from ..tracing import load_function, parse_shape, trace
     from . import terminal
 
