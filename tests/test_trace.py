@@ -467,3 +467,27 @@ def test_backward_needs_an_output_that_depends_on_a_floating_input(run, tmp_path
     src = _failing(tmp_path, "import torch\n\ndef f(x):\n    return torch.zeros(4)\n")
     r = run("trace", f"{src}:f", "--shape", "x=4", "--backward")
     assert r.exit_code == 2 and "--backward: no output of" in r.stderr and "depends on a floating input" in r.stderr
+
+
+def test_atens_own_fused_kernels_are_modelled_as_the_kernel_they_name():
+    pytest.importorskip("torch")
+    import torch
+
+    from memmodel import trace
+
+    def efficient(q, k, v):
+        return torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)[0]
+
+    shapes = {"q": (1, 8, 1024, 64), "k": (1, 8, 1024, 64), "v": (1, 8, 1024, 64)}
+    t = trace(efficient, shapes, dtype="bf16", backward=True, profile="h200")
+    assert [c.implementation for c in t.sdpa] == ["sdpa-efficient"] and t.unmodelled == ()
+    assert [o.status for o in t.ops if o.status != "free"] == ["sdpa", "sdpa"]
+    assert {k.pass_ for k in t.traffic.kernels} == {"forward", "backward"}
+
+
+def test_what_the_function_prints_goes_to_stderr(run, tmp_path):
+    pytest.importorskip("torch")
+    src = _failing(tmp_path, "def f(x):\n    print('hello from f')\n    return x * 2\n")
+    r = run("trace", f"{src}:f", "--shape", "x=8,8", "--format", "json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["function"].endswith("user.py:f")
+    assert "hello from f" in r.stderr

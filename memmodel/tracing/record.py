@@ -268,7 +268,7 @@ def record(
             raise TraceError(f"the inputs of {label} cannot be made: {_one_line(exc)}") from None
         in_storages = {_storage(t): k for k, t in fakes.items()}
         try:
-            with _Rewrites(recorder), recorder:
+            with _quiet(), _Rewrites(recorder), recorder:
                 result = fn(**fakes)
         except TraceError:
             raise
@@ -291,7 +291,7 @@ def record(
             with recorder.pause():
                 d_out = torch.empty_like(first)
             try:
-                with _Rewrites(recorder), recorder:
+                with _quiet(), _Rewrites(recorder), recorder:
                     grads = torch.autograd.grad(first, [t for _, t in wanted], d_out, allow_unused=True)
             except Exception as exc:
                 raise TraceError(_failure(label, "'s backward", exc)) from None
@@ -299,6 +299,18 @@ def record(
             grad_inputs = {_storage(g): f"d{k}" for (k, _), g in zip(wanted, grads) if g is not None}
             recorder.alive += [d_out, *(g for g in grads if g is not None)]
         return Recording(tuple(recorder.events), in_storages, outputs, grad_outputs, grad_inputs)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """While the user's code runs: what it prints goes to stderr (stdout holds results only: JSON
+    and CSV stay whole), and the warnings torch gives about fake tensors are not shown."""
+    import sys
+    import warnings
+
+    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def _one_line(exc: BaseException) -> str:
