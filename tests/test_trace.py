@@ -327,6 +327,11 @@ def test_an_sdpa_call_is_compares_fused_model_of_pytorchs_choice():
     assert t.traffic.hbm_bytes == c.tiled.traffic.hbm_bytes
     assert t.timing.time_s == pytest.approx(c.tiled.timing.time_s)
     assert {o.status for o in t.ops} == {"sdpa"}
+    from memmodel.report.trace import trace_csv_rows
+
+    rows = trace_csv_rows(t)
+    assert [r["status"] for r in rows] == ["sdpa"] * len(t.traffic.kernels) + ["total"]
+    assert rows[-1]["hbm_bytes"] == c.tiled.traffic.hbm_bytes
 
 
 def test_cuda_s_own_calls_are_what_is_recorded():

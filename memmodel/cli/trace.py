@@ -117,7 +117,7 @@ def _print_table(result: Any) -> None:
         ("HBM: inputs", format_bytes(by_role["input"])),
         ("HBM: intermediates", format_bytes(by_role["intermediate"])),
         ("HBM: outputs", format_bytes(by_role["output"])),
-        ("HBM: state (masks)", format_bytes(by_role["state"])),
+        ("HBM: state (masks, lse, …)", format_bytes(by_role["state"])),
         None,
         ("HBM read", format_bytes(alg["hbm_read_bytes"])),
         ("HBM write", format_bytes(alg["hbm_write_bytes"])),

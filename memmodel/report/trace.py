@@ -16,9 +16,9 @@ from ..traffic.ledger import ROLES
 from .compare import algorithm_dict, passes_dict, rates_dict, time_range_of
 
 
-def kernel_ops(t: Any) -> dict[str, str]:
+def kernel_ops(t: Any) -> dict[str, Any]:
     """Kernel name -> the recorded op it came from (``aten.bmm.default``, ``sdpa``)."""
-    return {name: op.op for op in t.ops for name in op.kernels}
+    return {name: op for op in t.ops for name in op.kernels}
 
 
 def traced_algorithm(t: Any) -> dict[str, Any]:
@@ -27,7 +27,9 @@ def traced_algorithm(t: Any) -> dict[str, Any]:
     alg = algorithm_dict(ev)
     ops = kernel_ops(t)
     for k in alg["kernels"]:
-        k["op"] = ops.get(k["name"], "")
+        source = ops.get(k["name"])
+        k["op"] = source.op if source is not None else ""
+        k["status"] = source.status if source is not None else "kernel"  # kernel, or sdpa: a fused call's
     alg["passes"] = passes_dict(ev)
     for entry in alg["passes"].values():
         entry["predicted_time_range_s"] = time_range_of(t.profile, entry["predicted_time_s"])
@@ -134,8 +136,8 @@ def trace_csv_rows(t: Any) -> list[dict[str, Any]]:
         "sram_write_bytes",
     )
     rows = []
-    for item in [*alg["kernels"], {**alg, "name": "total", "pass": "all", "op": "", "launches": ""}]:
-        status = "total" if item["name"] == "total" else ("sdpa" if item["op"] == "sdpa" else "kernel")
+    for item in [*alg["kernels"], {**alg, "name": "total", "pass": "all", "op": "", "launches": "", "status": "total"}]:
+        status = item["status"]
         rows.append(
             {
                 **{c: "" for c in TRACE_CSV_COLUMNS},

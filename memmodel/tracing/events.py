@@ -58,10 +58,6 @@ class TensorRef:
     def model_dtype(self) -> str | None:
         return MODEL_DTYPES.get(self.dtype)
 
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in MODEL_DTYPES or self.dtype == "float64"
-
     def describe(self) -> str:
         """``[2, 8, 1024, 64] bfloat16``"""
         return f"[{', '.join(map(str, self.shape))}] {self.dtype}"

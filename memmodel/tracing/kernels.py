@@ -198,7 +198,7 @@ class _Launch:
             aligned = _aligned(ref, over.shape)
             requested = over.numel * e
             groups = -(-over.numel // ref.unique_elements)
-            last = max(d for d, (st, n) in enumerate(zip(aligned, over.shape)) if st == 0 and n > 1)
+            last = max((d for d, (st, n) in enumerate(zip(aligned, over.shape)) if st == 0 and n > 1), default=-1)
             inner = range(last + 1, len(over.shape))
             held = math.prod(over.shape[d] for d in inner if aligned[d] != 0) * e
             streamed = math.prod(over.shape[d] for d in inner) * over.itemsize
