@@ -496,3 +496,33 @@ def test_what_the_function_prints_goes_to_stderr(run, tmp_path):
     r = run("trace", f"{src}:f", "--shape", "x=8,8", "--format", "json")
     assert r.exit_code == 0 and json.loads(r.stdout)["function"].endswith("user.py:f")
     assert "hello from f" in r.stderr
+
+
+def test_the_python_api_checks_its_arguments_and_takes_shapes_in_several_forms():
+    pytest.importorskip("torch")
+    import torch
+
+    from memmodel import load_profile, trace
+    from memmodel.errors import ProfileError, TraceError
+
+    def f(x, mask):
+        return x.masked_fill(mask, 0.0)
+
+    with pytest.raises(TraceError, match="unknown dtype 'fp8' for a trace: accepted are fp32, fp16, bf16"):
+        trace(f, {"x": (4, 4), "mask": ((4, 4), "bool")}, dtype="fp8")
+    with pytest.raises(TraceError, match="unknown L2 mode 'warm'"):
+        trace(f, {"x": (4, 4)}, l2="warm")
+    with pytest.raises(ProfileError):
+        trace(f, {"x": (4, 4)}, profile="no-such-gpu")
+    with pytest.raises(TraceError, match="f needs its argument 'mask'"):
+        trace(f, {"x": (4, 4)})
+    forms = [
+        {"x": (4, 16), "mask": ((4, 16), "bool")},
+        {"x": "4,16", "mask": "4,16:bool"},
+        {"x": torch.empty(4, 16), "mask": torch.empty(4, 16, dtype=torch.bool)},
+    ]
+    traced = [trace(f, shapes, profile=load_profile("h200")) for shapes in forms]
+    assert {t.traffic.hbm_bytes for t in traced} == {traced[0].traffic.hbm_bytes}
+    assert [i.dtype for i in traced[0].inputs] == ["float32", "bool"]
+    # masked_fill out of place: the clone, then masked_fill_ (x 4·16·4 bytes, the mask 4·16)
+    assert [k.name for k in traced[0].traffic.kernels] == ["clone", "masked_fill_"]
