@@ -222,8 +222,8 @@ EXAMPLE_CASES = {
         # repeat_kv's copies of K and V, Q Kᵀ, the scaling, the additive mask, the cast to fp32,
         # the softmax, the cast back, P V, the heads moved back
         ["clone", "clone#2", "bmm", "mul", "add", "_to_copy", "_softmax", "_to_copy#2", "bmm#2", "clone#3"],
-        # the gradients of P V, the casts around the fp32 softmax's backward, the mask's gradient
-        # summed to its shape, the scaling's, Q Kᵀ's, and the group sums of dK and dV (expand's)
+        # the gradients of P V, the casts around the fp32 softmax's backward, the scaling's, Q Kᵀ's,
+        # and the group sums of dK and dV (expand's); the mask needs none (grad)
         [
             "bmm#3",
             "bmm#4",
@@ -231,13 +231,13 @@ EXAMPLE_CASES = {
             "_softmax_backward_data.mul",
             "_softmax_backward_data",
             "_to_copy#4",
-            "sum",
             "mul#2",
             "bmm#5",
             "bmm#6",
+            "sum",
             "sum#2",
-            "sum#3",
         ],
+        ("query", "key", "value"),
     ),
     "gpt2_block": (
         {
@@ -305,11 +305,11 @@ def test_each_example_traces_to_its_kernel_list(name):
     pytest.importorskip("torch")
     from memmodel import trace
 
-    shapes, forward, backward = EXAMPLE_CASES[name]
+    shapes, forward, backward, *grad = EXAMPLE_CASES[name]
     fn = _example(name).attention
     t = trace(fn, shapes, dtype="bf16", profile="h200")
     assert [k.name for k in t.traffic.kernels] == forward and t.unmodelled == ()
-    t = trace(fn, shapes, dtype="bf16", backward=True, profile="h200")
+    t = trace(fn, shapes, dtype="bf16", backward=True, profile="h200", grad=grad[0] if grad else None)
     assert [k.name for k in t.traffic.kernels] == forward + backward and t.unmodelled == ()
     assert all(k.pass_ == "backward" for k in t.traffic.kernels[len(forward) :])
 
@@ -526,3 +526,25 @@ def test_the_python_api_checks_its_arguments_and_takes_shapes_in_several_forms()
     assert [i.dtype for i in traced[0].inputs] == ["float32", "bool"]
     # masked_fill out of place: the clone, then masked_fill_ (x 4·16·4 bytes, the mask 4·16)
     assert [k.name for k in traced[0].traffic.kernels] == ["clone", "masked_fill_"]
+
+
+def test_grad_names_the_gradients_the_backward_computes(run):
+    pytest.importorskip("torch")
+    target = f"{EXAMPLES / 'llama_eager.py'}:attention"
+    shapes = ["--shape", "query=1,4,256,64", "--shape", "key=1,2,256,64", "--shape", "value=1,2,256,64"]
+    shapes += ["--shape", "attention_mask=1,1,256,256"]
+    every = json.loads(run("trace", target, *shapes, "--backward", "--format", "json").stdout)
+    some = json.loads(
+        run("trace", target, *shapes, "--backward", "--grad", "query,key,value", "--format", "json").stdout
+    )
+    # the additive mask's gradient: the scores' gradient summed over the heads, 1·4·256·256·4 bytes read (fp32)
+    (extra,) = [k for k in every["algorithms"][0]["kernels"] if k["name"] == "sum"][:1]
+    assert extra["l2_read_bytes"] == 4 * 256 * 256 * 4 and extra["hbm_write_bytes"] == 256 * 256 * 4
+    assert len(every["algorithms"][0]["kernels"]) == len(some["algorithms"][0]["kernels"]) + 1
+    r = run("trace", target, *shapes, "--backward", "--grad", "query,attention_mask,nope")
+    assert (
+        r.exit_code == 2
+        and "--grad nope: not a floating input of the function (its floating inputs: query, " in r.stderr
+    )
+    r = run("trace", target, *shapes, "--grad", "query")
+    assert r.exit_code == 2 and "--grad names the gradients of the backward: give --backward too" in r.stderr

@@ -3,11 +3,11 @@ repeated to every query head (an ``expand`` then a ``reshape``, which copies), Q
 scaling, an additive mask sliced to the keys, the softmax in fp32 and cast back, dropout (off
 outside training), P V, and the heads moved back (``transpose`` + ``contiguous``, a copy). The
 query, key and value come in ``(batch, heads, seqlen, headdim)``; the mask is
-``(batch, 1, seqlen, keys)`` at the model's dtype::
+``(batch, 1, seqlen, keys)`` at the model's dtype, and needs no gradient (``--grad``)::
 
     memmodel trace examples/attention/llama_eager.py:attention --gpu h200 --dtype bf16 --backward \\
         --shape query=1,32,4096,128 --shape key=1,8,4096,128 --shape value=1,8,4096,128 \\
-        --shape attention_mask=1,1,4096,4096
+        --shape attention_mask=1,1,4096,4096 --grad query,key,value
 """
 
 import torch

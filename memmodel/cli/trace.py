@@ -28,6 +28,14 @@ SHAPE_HELP = (
 )
 @option("--backward", is_flag=True, help="Trace autograd's backward too (of the first output that needs a gradient).")
 @option(
+    "--grad",
+    "grad",
+    default=None,
+    metavar="NAME[,NAME...]",
+    help="With --backward: the inputs whose gradients the backward computes (default: every floating input; "
+    "a float mask needs none in training: --grad query,key,value).",
+)
+@option(
     "--gpu",
     default=None,
     metavar="NAME|FILE",
@@ -47,7 +55,15 @@ SHAPE_HELP = (
     csv="CSV on stdout: one row per kernel, a total, then one per unmodelled op",
 )
 def trace_cmd(
-    *, target: str, shapes: tuple[str, ...], dtype: str, backward: bool, gpu: str | None, l2: str, fmt: str
+    *,
+    target: str,
+    shapes: tuple[str, ...],
+    dtype: str,
+    backward: bool,
+    grad: str | None,
+    gpu: str | None,
+    l2: str,
+    fmt: str,
 ) -> None:
     """Run FUNC of FILE.py on fake tensors (CPU torch, no GPU), record every ATen op it
     dispatches, and print the kernels they launch as memmodel models them: bytes per level,
@@ -71,7 +87,16 @@ def trace_cmd(
         given[name] = (dims, own) if own else dims
     profile = load_profile(gpu or DEFAULT_GPU)
     fn, label = load_function(target)
-    result = trace(fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label)
+    wanted = None
+    if grad is not None:
+        from .options import split_list
+
+        if not backward:
+            raise click.UsageError("--grad names the gradients of the backward: give --backward too")
+        wanted = split_list(grad)
+        if not wanted:
+            raise TraceError("--grad: give the names of floating inputs, comma-separated (--grad q,k,v)")
+    result = trace(fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted)
     if fmt == "json":
         from ..report.trace import trace_to_dict
 

@@ -197,6 +197,20 @@ def load_function(target: str) -> tuple[Callable[..., Any], str]:
     return fn, f"{path_text}:{func}"
 
 
+def _gradients(grad: Any, inputs: dict[str, tuple[tuple[int, ...], str]]) -> frozenset[str] | None:
+    """The inputs ``grad`` names (a name, or several), each a floating input; None: every one."""
+    if grad is None:
+        return None
+    names = [grad] if isinstance(grad, str) else list(grad)
+    floating = [k for k, (_, dtype) in inputs.items() if dtype.startswith(("float", "bfloat"))]
+    for name in names:
+        if name not in floating:
+            raise TraceError(
+                f"--grad {name}: not a floating input of the function (its floating inputs: {', '.join(floating) or 'none'})"
+            )
+    return frozenset(names)
+
+
 def _require_torch() -> None:
     import importlib.util
 
@@ -241,13 +255,15 @@ def trace(
     profile: Any = None,
     l2: str = "on",
     name: str | None = None,
+    grad: Any = None,
 ) -> Trace:
     """Trace ``fn`` called with a fake tensor per entry of ``shapes`` (argument name -> a shape, a
     ``(shape, dtype)`` pair, ``"1,8,1024,64[:dtype]"``, or a tensor whose shape and dtype it takes),
     floating inputs at ``dtype`` (fp32, fp16, bf16), and predict its kernels on ``profile`` (a
     :class:`~memmodel.Profile`, a profile name or YAML path; default the CLI's). With ``backward``,
-    autograd's backward of the first output that needs a gradient is traced too. ``l2``: the L2
-    mode (on, cold, off), as in ``compare``."""
+    autograd's backward of the first output that needs a gradient is traced too, for the gradients
+    of the floating inputs named in ``grad`` (default: all of them; a mask given as a float tensor
+    needs none in training). ``l2``: the L2 mode (on, cold, off), as in ``compare``."""
     from ..hardware import DEFAULT_GPU, Profile, load_profile
     from ..traffic.l2 import L2_MODES
 
@@ -261,10 +277,11 @@ def trace(
     gpu = profile if isinstance(profile, Profile) else load_profile(profile or DEFAULT_GPU)
     inputs = _inputs(shapes, dtype)
     check_arguments(fn, list(inputs), label)
+    wanted = _gradients(grad, inputs)
     _require_torch()
     from .record import record
 
-    rec = record(fn, inputs, backward=backward, name=label)
+    rec = record(fn, inputs, backward=backward, name=label, grad=wanted)
     return _modelled(rec, label, inputs, gpu, dtype, backward, l2)
 
 

@@ -252,16 +252,20 @@ def record(
     *,
     backward: bool = False,
     name: str | None = None,
+    grad: frozenset[str] | None = None,
 ) -> Recording:
     """Call ``fn`` with a fake tensor for each of ``inputs`` (argument name -> (shape, torch dtype
     name)), by keyword, and record what it dispatches; with ``backward``, its backward too (the
-    gradients of every floating input, from the first output that needs one)."""
+    gradients of the floating inputs named in ``grad``, every one where it is None, from the
+    first output that needs one)."""
     label = name or getattr(fn, "__name__", repr(fn))
     recorder = _Recorder()
     with FakeTensorMode():
         try:
             fakes = {
-                k: _fake_input(shape, dtype, backward and dtype.startswith(("float", "bfloat")))
+                k: _fake_input(
+                    shape, dtype, backward and dtype.startswith(("float", "bfloat")) and (grad is None or k in grad)
+                )
                 for k, (shape, dtype) in inputs.items()
             }
         except (RuntimeError, ValueError) as exc:
