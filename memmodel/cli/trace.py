@@ -147,6 +147,11 @@ def _print_table(result: Any) -> None:
         ("HBM read", format_bytes(alg["hbm_read_bytes"])),
         ("HBM write", format_bytes(alg["hbm_write_bytes"])),
         (terminal.markup("[bold]HBM total[/]"), terminal.markup(f"[bold]{format_bytes(alg['hbm_bytes'])}[/]")),
+        *(
+            (("MALL read", format_bytes(alg["mall_read_bytes"])), ("MALL write", format_bytes(alg["mall_write_bytes"])))
+            if "mall_bytes" in alg
+            else ()
+        ),
         ("L2 read", format_bytes(alg["l2_read_bytes"])),
         ("L2 write", format_bytes(alg["l2_write_bytes"])),
         ("SRAM traffic", format_bytes(alg["sram_bytes"])),
