@@ -15,6 +15,7 @@ __version__ = "0.1.0"
 from .errors import MemmodelError, ProfileError, WorkloadError
 from .hardware import Profile, load_file, load_profile
 from .model import Comparison, compare
+from .tracing import Trace, trace
 from .workload import DTYPE_BYTES, Workload
 
 __all__ = [
@@ -23,10 +24,12 @@ __all__ = [
     "MemmodelError",
     "Profile",
     "ProfileError",
+    "Trace",
     "Workload",
     "WorkloadError",
     "__version__",
     "compare",
     "load_file",
     "load_profile",
+    "trace",
 ]

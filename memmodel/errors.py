@@ -28,3 +28,7 @@ class MissingDependency(MemmodelError):
     a fault of the environment, not of the command line (exit 1)."""
 
     exit_code = 1
+
+
+class TraceError(MemmodelError):
+    """A function ``memmodel trace`` cannot load or run on fake tensors (bad input: exit 2)."""

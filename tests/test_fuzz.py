@@ -338,6 +338,7 @@ FUZZED: dict[tuple[str, ...], tuple[int, list[str]]] = {
     ("validate",): (250, ["--list"]),  # --list: print the cases, no GPU
     ("sweep",): (400, []),
     ("roofline",): (400, []),
+    ("trace",): (100, []),  # mostly no such file; a bad --shape, dtype or GPU first
 }
 PRESENT = [c for c in FUZZED if c in _commands()]
 

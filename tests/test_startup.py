@@ -26,14 +26,14 @@ def test_compare_imports_no_other_command():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     loaded = eval(r.stderr.strip().splitlines()[-1])
     assert "memmodel.cli.compare" in loaded
-    for other in ("calibrate", "hardware", "models", "roofline", "sweep", "validate"):
+    for other in ("calibrate", "hardware", "models", "roofline", "sweep", "trace", "validate"):
         assert f"memmodel.cli.{other}" not in loaded, loaded
 
 
 def test_every_command_is_listed_and_loads_on_lookup(run):
     from memmodel.cli import COMMANDS, cli
 
-    assert list(cli.commands) == sorted(COMMANDS) and len(cli.commands) == 7
+    assert list(cli.commands) == sorted(COMMANDS) and len(cli.commands) == 8
     assert all(name in cli.commands for name in COMMANDS) and "nonesuch" not in cli.commands
     for name in COMMANDS:
         assert cli.commands[name].name == name and cli.commands.get(name) is cli.commands[name]

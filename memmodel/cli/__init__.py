@@ -122,6 +122,7 @@ COMMANDS = {
     "models": ("models", "models_cmd"),
     "roofline": ("roofline", "roofline_cmd"),
     "sweep": ("sweep", "sweep_cmd"),
+    "trace": ("trace", "trace_cmd"),
     "validate": ("validate", "validate_cmd"),
 }
 

@@ -189,7 +189,7 @@ def check_comparisons(results: list[Any]) -> list[str]:
 
 def _print_table(result: Any) -> None:
     from ..report.compare import compare_to_dict, workload_summary
-    from ..units import format_bytes, format_count, format_time
+    from ..units import format_bytes, format_count
     from . import terminal
 
     data = compare_to_dict(result)
@@ -201,62 +201,9 @@ def _print_table(result: Any) -> None:
     )
     con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
     for alg in data["algorithms"]:
-        has_mall = "mall_bytes" in alg  # the Infinity Cache's column, on a profile with memory.mall
         con.print()
         con.print(f"[bold]{_title(alg, result.options.implementation)}[/]", soft_wrap=True)
-        rows: list[Any] = []
-        for kernel in alg["kernels"]:
-            seen: dict[tuple[str, str, str], dict[str, Any]] = {}
-            for t in alg["transfers"]:
-                if t["kernel"] != kernel["name"] or t["level"] == "sram":
-                    continue
-                key = (t["tensor"], t["role"], t["direction"])
-                entry = seen.setdefault(key, {"l2": 0, "mall": 0, "hbm": 0, "formula": t["formula"]})
-                entry[t["level"]] += t["bytes"]
-            for (tensor, role, direction), entry in seen.items():
-                mall = (format_bytes(entry["mall"]),) if has_mall else ()
-                rows.append(
-                    (
-                        kernel["name"],
-                        tensor,
-                        role,
-                        direction,
-                        format_bytes(entry["l2"]),
-                        *mall,
-                        format_bytes(entry["hbm"]),
-                        entry["formula"],
-                    )
-                )
-            tag = f"{kernel['pass']}: " if kernel["pass"] != "forward" else ""
-            rows.append(
-                (
-                    "",
-                    "",
-                    "",
-                    "",
-                    *(("",) if has_mall else ()),
-                    terminal.markup(f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]"),
-                    terminal.markup(f"[dim]{format_count(kernel['flops'])}[/]"),
-                    terminal.markup(f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]"),
-                )
-            )
-            rows.append(None)
-        con.print(
-            terminal.table(
-                None,
-                [
-                    ("kernel", "left"),
-                    ("tensor", "left"),
-                    ("role", "left"),
-                    ("dir", "left"),
-                    ("L2", "right"),
-                    *((("MALL", "right"),) if has_mall else ()),
-                    ("HBM", "right"),
-                    ("count", "left"),
-                ],
-                rows[:-1],
-            )
-        )
+        con.print(ledger_table(alg))
     std, til = data["algorithms"]
     ratios = data["ratios"]
 
@@ -336,6 +283,70 @@ def _print_table(result: Any) -> None:
     )
     for line in data["warnings"]:
         con.print(f"[yellow]warning:[/] {terminal.escape(line)}", soft_wrap=True)
+
+
+def ledger_table(alg: dict[str, Any]) -> Any:
+    """The per-kernel ledger of one algorithm's dict (:func:`memmodel.report.compare.algorithm_dict`):
+    a row per tensor a kernel moves (L2 and HBM bytes, the count's formula), then the kernel's
+    SRAM bytes, FLOPs, time and bound; ``trace`` prints its ledger with it too."""
+    from ..units import format_bytes, format_count, format_time
+    from . import terminal
+
+    has_mall = "mall_bytes" in alg  # the Infinity Cache's column, on a profile with memory.mall
+    rows: list[Any] = []
+    by_kernel: dict[str, list[dict[str, Any]]] = {}
+    for t in alg["transfers"]:
+        by_kernel.setdefault(t["kernel"], []).append(t)
+    for kernel in alg["kernels"]:
+        seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for t in by_kernel.get(kernel["name"], ()):
+            if t["level"] == "sram":
+                continue
+            key = (t["tensor"], t["role"], t["direction"])
+            entry = seen.setdefault(key, {"l2": 0, "mall": 0, "hbm": 0, "formula": t["formula"]})
+            entry[t["level"]] += t["bytes"]
+        for (tensor, role, direction), entry in seen.items():
+            mall = (format_bytes(entry["mall"]),) if has_mall else ()
+            rows.append(
+                (
+                    kernel["name"],
+                    tensor,
+                    role,
+                    direction,
+                    format_bytes(entry["l2"]),
+                    *mall,
+                    format_bytes(entry["hbm"]),
+                    entry["formula"],
+                )
+            )
+        tag = f"{kernel['pass']}: " if kernel["pass"] != "forward" else ""
+        rows.append(
+            (
+                "",
+                "",
+                "",
+                "",
+                *(("",) if has_mall else ()),
+                terminal.markup(f"[dim]SRAM {format_bytes(kernel['sram_bytes'])}[/]"),
+                terminal.markup(f"[dim]{format_count(kernel['flops'])}[/]"),
+                terminal.markup(f"[dim]{tag}{format_time(kernel['predicted_time_s'])}, {kernel['bound']}-bound[/]"),
+            )
+        )
+        rows.append(None)
+    return terminal.table(
+        None,
+        [
+            ("kernel", "left"),
+            ("tensor", "left"),
+            ("role", "left"),
+            ("dir", "left"),
+            ("L2", "right"),
+            *((("MALL", "right"),) if has_mall else ()),
+            ("HBM", "right"),
+            ("count", "left"),
+        ],
+        rows[:-1],
+    )
 
 
 def _timed(entry: dict[str, Any]) -> str:

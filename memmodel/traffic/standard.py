@@ -246,6 +246,13 @@ def _iterator_launches(sizes: tuple[int, ...], strides: tuple[tuple[int, ...], .
     return sum(_iterator_launches(h, strides) for h in halves)
 
 
+def iterator_launches(sizes: tuple[int, ...], strides: tuple[tuple[int, ...], ...]) -> int:
+    """Launches of one ATen elementwise op over an iterator of ``sizes`` (fastest dim first, size-1
+    dims dropped, dims coalesced as ``TensorIterator`` does) with each operand's byte ``strides``:
+    :func:`_iterator_launches` for any iterator (:mod:`memmodel.tracing` gives it the traced tensors')."""
+    return _iterator_launches(tuple(sizes), tuple(tuple(op) for op in strides))
+
+
 def elementwise_launches(elements: IntLike, element_bytes: IntLike, outer: IntLike | None = None) -> IntLike:
     """Launches of an elementwise op over S-shaped tensors of ``elements`` scores (ATen's
     32-bit indexing split, :func:`_iterator_launches`). Same-shape contiguous operands

@@ -1,0 +1,180 @@
+"""``memmodel trace``: the kernels of the user's own PyTorch attention code, traced on fake tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..hardware.schema import DEFAULT_GPU
+from .options import Command, choice, complete_profile, format_option, option
+
+SHAPE_HELP = (
+    "An argument of the function and its shape, NAME=DIMS (q=1,8,1024,64), repeated for each tensor argument; "
+    "a :DTYPE suffix gives it its own element type (mask=1024,1024:bool; bool, int64, int32, int8, uint8, fp32, "
+    "fp16, bf16). The other arguments keep their defaults."
+)
+
+
+@click.command("trace", cls=Command)
+@click.argument("target", metavar="FILE.py:FUNC")
+@option("--shape", "shapes", multiple=True, metavar="NAME=DIMS[:DTYPE]", help=SHAPE_HELP)
+@option(
+    "--dtype",
+    type=choice(["fp32", "fp16", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="Element type of the floating tensor arguments (those without a :DTYPE of their own).",
+)
+@option("--backward", is_flag=True, help="Trace autograd's backward too (of the first output that needs a gradient).")
+@option(
+    "--grad",
+    "grad",
+    default=None,
+    metavar="NAME[,NAME...]",
+    help="With --backward: the inputs whose gradients the backward computes (default: every floating input; "
+    "a float mask needs none in training: --grad query,key,value).",
+)
+@option(
+    "--gpu",
+    default=None,
+    metavar="NAME|FILE",
+    shell_complete=complete_profile,
+    help=f"Hardware profile: a bundled or user profile name, or a path to a YAML file. Default: {DEFAULT_GPU}.",
+)
+@option(
+    "--l2",
+    "l2",
+    type=choice(["on", "cold", "off"]),
+    default="on",
+    show_default=True,
+    help="L2 reuse, as in compare: on; cold (each kernel starts with an empty L2); off (every request from HBM).",
+)
+@format_option(
+    json="JSON on stdout (a memmodel.trace/1 object: the ledger as compare's algorithms, every op, the unmodelled)",
+    csv="CSV on stdout: one row per kernel, a total, then one per unmodelled op",
+)
+def trace_cmd(
+    *,
+    target: str,
+    shapes: tuple[str, ...],
+    dtype: str,
+    backward: bool,
+    grad: str | None,
+    gpu: str | None,
+    l2: str,
+    fmt: str,
+) -> None:
+    """Run FUNC of FILE.py on fake tensors (CPU torch, no GPU), record every ATen op it
+    dispatches, and print the kernels they launch as memmodel models them: bytes per level,
+    FLOPs and predicted time, kernel by kernel, as compare prints them. Fused
+    scaled_dot_product_attention calls are modelled as the kernel PyTorch would choose; an op
+    memmodel cannot model is listed, never dropped.
+
+    Example: memmodel trace examples/attention/sdpa.py:attention --shape q=1,8,4096,64
+    --shape k=1,8,4096,64 --shape v=1,8,4096,64 --dtype bf16 --backward
+    """
+    from ..errors import TraceError
+    from ..hardware import load_profile
+    from ..tracing import load_function, parse_shape, trace
+    from . import terminal
+
+    given: dict[str, Any] = {}
+    for text in shapes:
+        name, dims, own = parse_shape(text)
+        if name in given:
+            raise TraceError(f"--shape {name}=... given twice: give each argument once")
+        given[name] = (dims, own) if own else dims
+    profile = load_profile(gpu or DEFAULT_GPU)
+    fn, label = load_function(target)
+    wanted = None
+    if grad is not None:
+        from .options import split_list
+
+        if not backward:
+            raise click.UsageError("--grad names the gradients of the backward: give --backward too")
+        wanted = split_list(grad)
+        if not wanted:
+            raise TraceError("--grad: give the names of floating inputs, comma-separated (--grad q,k,v)")
+    result = trace(fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted)
+    if fmt == "json":
+        from ..report.trace import trace_to_dict
+
+        terminal.print_json(trace_to_dict(result))
+    elif fmt == "csv":
+        from ..report.trace import TRACE_CSV_COLUMNS, trace_csv_rows
+
+        terminal.print_csv(TRACE_CSV_COLUMNS, trace_csv_rows(result))
+    else:
+        _print_table(result)
+    for line in result.notes:
+        terminal.note(line)
+
+
+def _print_table(result: Any) -> None:
+    from ..report.trace import trace_to_dict
+    from ..units import format_bytes, format_count
+    from . import terminal
+    from .compare import _timed, ledger_table
+
+    data = trace_to_dict(result)
+    alg = data["algorithms"][0]
+    con = terminal.console()
+    args = ", ".join(f"{i['name']} [{', '.join(map(str, i['shape']))}] {i['dtype']}" for i in data["inputs"])
+    flags = ["forward + backward" if result.backward else "forward", f"L2 {result.l2}"]
+    con.print(
+        f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · "
+        f"{terminal.escape(result.function)}({terminal.escape(args)}) · {' · '.join(flags)}",
+        soft_wrap=True,
+    )
+    con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
+    con.print()
+    modelled = sum(1 for o in result.ops if o.status in ("kernel", "sdpa"))
+    con.print(
+        f"[bold]Traced kernels[/]: {len(alg['kernels'])} kernels from {modelled} ATen ops "
+        f"({result.free_ops} views and allocations launch none)",
+        soft_wrap=True,
+    )
+    if alg["kernels"]:
+        con.print(ledger_table(alg))
+    by_role = alg["bytes_by_role"]
+    rows: list[Any] = [
+        ("HBM: inputs", format_bytes(by_role["input"])),
+        ("HBM: intermediates", format_bytes(by_role["intermediate"])),
+        ("HBM: outputs", format_bytes(by_role["output"])),
+        ("HBM: state (masks, lse, …)", format_bytes(by_role["state"])),
+        None,
+        ("HBM read", format_bytes(alg["hbm_read_bytes"])),
+        ("HBM write", format_bytes(alg["hbm_write_bytes"])),
+        (terminal.markup("[bold]HBM total[/]"), terminal.markup(f"[bold]{format_bytes(alg['hbm_bytes'])}[/]")),
+        *(
+            (("MALL read", format_bytes(alg["mall_read_bytes"])), ("MALL write", format_bytes(alg["mall_write_bytes"])))
+            if "mall_bytes" in alg
+            else ()
+        ),
+        ("L2 read", format_bytes(alg["l2_read_bytes"])),
+        ("L2 write", format_bytes(alg["l2_write_bytes"])),
+        ("SRAM traffic", format_bytes(alg["sram_bytes"])),
+        None,
+        ("FLOPs", format_count(alg["flops"])),
+        ("exp", format_count(alg["exp_ops"], "op")),
+        (terminal.markup("[bold]predicted time[/]"), terminal.markup(f"[bold]{_timed(alg)}[/]")),
+        ("bound by", str(alg["bound"])),
+    ]
+    if result.backward:
+        rows.append(None)
+        for pass_, entry in alg["passes"].items():
+            rows.append((f"{pass_}: HBM", format_bytes(entry["hbm_bytes"])))
+            rows.append((f"{pass_}: predicted time", _timed(entry)))
+    con.print()
+    con.print("[bold]Totals[/]")
+    con.print(terminal.table(None, [("", "left"), ("traced", "right")], rows))
+    con.print()
+    if result.unmodelled:
+        listed = "; ".join(f"{u.op} ({', '.join(u.shapes)}): {u.reason}" for u in result.unmodelled)
+        con.print(
+            f"[yellow]unmodelled:[/] {len(result.unmodelled)} ops not counted above: {terminal.escape(listed)}",
+            soft_wrap=True,
+        )
+    else:
+        con.print("unmodelled: none (every op the function dispatched is counted or launches no kernel)")

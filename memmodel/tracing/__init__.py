@@ -1,0 +1,328 @@
+"""``memmodel trace``: the model's ledger of the user's own PyTorch attention code.
+
+:func:`trace` runs a function on fake tensors on the CPU (torch, no GPU), records every ATen op
+it dispatches (:mod:`.record`; with ``backward``, autograd's backward ops too), maps each op to
+the model's kernels (:mod:`.kernels`: GEMMs at the library's rates, elementwise ops and softmax
+at streaming rates with the L2 carry-over rule, fused ``scaled_dot_product_attention`` calls
+through :func:`memmodel.compare`'s tiled models) and times them on a GPU profile. An op the
+model cannot count is listed in :attr:`Trace.unmodelled`, never dropped.
+
+>>> from memmodel import trace                                  # doctest: +SKIP
+>>> t = trace(fn, {"q": (1, 8, 1024, 64), "k": (1, 8, 1024, 64), "v": (1, 8, 1024, 64)},
+...           dtype="bf16", backward=True, profile="h200")      # doctest: +SKIP
+>>> t.traffic.hbm_bytes, t.timing.time_s                         # doctest: +SKIP
+
+Only this package's :mod:`.record` imports torch, and only when a trace runs: ``import
+memmodel`` stays free of it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import MissingDependency, TraceError
+from ..frozen import frozen
+from ..traffic.ledger import AlgorithmTraffic
+from .events import FLOAT_DTYPES, INPUT_DTYPES, TORCH_NAMES
+from .kernels import Mapped, OpMapping, SdpaCall, Unmodelled
+
+TRACE_SCHEMA = "memmodel.trace/1"
+#: the largest dimension a shape may give (torch's sizes are int64)
+MAX_DIM = 2**63 - 1
+
+__all__ = ["TRACE_SCHEMA", "Input", "Trace", "load_function", "parse_shape", "trace"]
+
+
+@frozen
+class Input:
+    """One argument the function was called with: a fake tensor of ``shape`` and torch ``dtype``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@frozen
+class Trace:
+    """A traced function on one GPU: its kernels' ledger and timing, what each recorded op
+    became, the fused calls and the ops the model does not count."""
+
+    function: str
+    inputs: tuple[Input, ...]
+    profile: Any
+    dtype: str
+    backward: bool
+    l2: str
+    traffic: AlgorithmTraffic
+    timing: Any
+    ops: tuple[OpMapping, ...]
+    unmodelled: tuple[Unmodelled, ...]
+    sdpa: tuple[SdpaCall, ...]
+    #: what the fused calls' models said about their choices (stderr beside a table)
+    notes: tuple[str, ...]
+    assumptions: tuple[str, ...]
+
+    @property
+    def evaluated(self) -> Any:
+        """The ledger and its timing as :class:`memmodel.model.Evaluated` (the report code's input)."""
+        from ..model import Evaluated
+
+        return Evaluated(self.traffic, self.timing)
+
+    @property
+    def free_ops(self) -> int:
+        """Recorded ops that launch no kernel (views, aliases, allocations)."""
+        return sum(1 for op in self.ops if op.status == "free")
+
+
+#: ``name=1,8,1024,64`` or ``name=1024,1024:bool``
+_SHAPE = re.compile(r"^\s*(?P<name>[^=]*)=(?P<dims>[^:]*)(?::(?P<dtype>.*))?$")
+
+
+def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
+    """``--shape q=1,8,1024,64`` -> ``("q", (1, 8, 1024, 64), None)``; a ``:DTYPE`` suffix
+    (``mask=1024,1024:bool``) gives the input its own element type (:data:`.events.INPUT_DTYPES`)."""
+    shown = text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
+    m = _SHAPE.match(text)
+    if m is None:
+        raise TraceError(f"--shape {shown!r}: expected NAME=DIMS, e.g. q=1,8,1024,64 (an argument of the function)")
+    name = m.group("name").strip()
+    if not name.isidentifier():
+        raise TraceError(f"--shape {shown!r}: {name!r} is not an argument name")
+    dims: list[int] = []
+    for part in m.group("dims").split(","):
+        part = part.strip()
+        if not part.lstrip("+-").isdigit():
+            raise TraceError(f"--shape {shown!r}: {part!r} is not a whole number (dims are comma-separated)")
+        if len(part) > 25 or int(part) > MAX_DIM:
+            raise TraceError(f"--shape {shown!r}: a dim is larger than {MAX_DIM} (2^63 - 1)")
+        value = int(part)
+        if value < 1:
+            raise TraceError(f"--shape {shown!r}: dims must be positive (got {value})")
+        dims.append(value)
+    dtype = m.group("dtype")
+    if dtype is not None:
+        dtype = dtype.strip().lower()
+        if dtype not in INPUT_DTYPES:
+            raise TraceError(f"--shape {shown!r}: unknown dtype {dtype!r}: accepted are {', '.join(INPUT_DTYPES)}")
+    return name, tuple(dims), dtype
+
+
+def _inputs(shapes: Mapping[str, Any], dtype: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Argument name -> (shape, torch dtype name) from :func:`trace`'s ``shapes``."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for name, spec in shapes.items():
+        own: str | None = None
+        if isinstance(spec, str):
+            _, dims, own = parse_shape(f"{name}={spec}")
+        elif hasattr(spec, "shape") and hasattr(spec, "dtype"):  # a tensor: its shape and dtype
+            dims, own = tuple(int(n) for n in spec.shape), str(spec.dtype).removeprefix("torch.")
+            own = {v: k for k, v in TORCH_NAMES.items()}.get(own, own)
+        elif (
+            isinstance(spec, (tuple, list))
+            and len(spec) == 2
+            and isinstance(spec[1], str)
+            and isinstance(spec[0], (tuple, list))
+        ):
+            dims, own = tuple(spec[0]), spec[1]
+        else:
+            dims = tuple(spec)
+        _, dims, _ = parse_shape(f"{name}={','.join(str(d) for d in dims)}")
+        if own is not None and own not in INPUT_DTYPES:
+            raise TraceError(f"{name}: unknown dtype {own!r}: accepted are {', '.join(INPUT_DTYPES)}")
+        chosen = own or dtype
+        out[name] = (dims, TORCH_NAMES.get(chosen, chosen))
+    return out
+
+
+def check_arguments(fn: Callable[..., Any], names: list[str], label: str) -> None:
+    """Every name is an argument of ``fn``, and every argument without a default has a shape."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    named = [p.name for p in params if p.kind in kinds]
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    for name in names:
+        if name not in named and not takes_any:
+            raise TraceError(
+                f"--shape {name}=...: {label} has no argument {name!r} (its arguments: {', '.join(named) or 'none'})"
+            )
+    for p in params:
+        if p.kind in kinds and p.default is inspect.Parameter.empty and p.name not in names:
+            raise TraceError(f"{label} needs its argument {p.name!r}: give --shape {p.name}=DIMS")
+        if p.kind is inspect.Parameter.POSITIONAL_ONLY and p.default is inspect.Parameter.empty:
+            raise TraceError(f"{label} takes {p.name!r} by position only: give it a keyword argument to trace it")
+
+
+def load_function(target: str) -> tuple[Callable[..., Any], str]:
+    """``FILE.py:FUNC`` -> the function and its label (``FILE.py:FUNC``): the file is imported
+    as a module of its own (its folder first on the import path while it loads)."""
+    path_text, sep, func = target.rpartition(":")
+    if not sep or not path_text or not func:
+        raise TraceError(f"{target!r}: expected FILE.py:FUNCTION (e.g. examples/attention/sdpa.py:attention)")
+    path = Path(path_text)
+    if not path.is_file():
+        raise TraceError(f"{path_text}: no such file")
+    _require_torch()
+    import importlib.util
+    import sys
+
+    module_name = f"_memmodel_trace_{re.sub(r'[^0-9a-zA-Z_]', '_', path.stem)}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise TraceError(f"{path_text}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: one line naming it
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise TraceError(f"{path_text}: importing it raised {exc.__class__.__name__}: {first}") from None
+    finally:
+        if sys.path and sys.path[0] == folder:
+            sys.path.pop(0)
+    fn = getattr(module, func, None)
+    if fn is None:
+        found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module_name)
+        raise TraceError(f"{path_text} has no function {func!r} (its functions: {', '.join(found) or 'none'})")
+    if not callable(fn):
+        raise TraceError(f"{path_text}:{func} is not a function")
+    return fn, f"{path_text}:{func}"
+
+
+def _gradients(grad: Any, inputs: dict[str, tuple[tuple[int, ...], str]]) -> frozenset[str] | None:
+    """The inputs ``grad`` names (a name, or several), each a floating input; None: every one."""
+    if grad is None:
+        return None
+    names = [grad] if isinstance(grad, str) else list(grad)
+    floating = [k for k, (_, dtype) in inputs.items() if dtype.startswith(("float", "bfloat"))]
+    for name in names:
+        if name not in floating:
+            raise TraceError(
+                f"--grad {name}: not a floating input of the function (its floating inputs: {', '.join(floating) or 'none'})"
+            )
+    return frozenset(names)
+
+
+def _require_torch() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependency(
+            "memmodel trace needs torch (its CPU build is enough), which is not installed: pip install torch"
+        )
+
+
+#: what every trace's numbers rest on, beside the timing's own assumptions
+TRACE_ASSUMPTIONS = (
+    "Traced on fake tensors on the CPU: every ATen op the function dispatched, as CUDA would run it "
+    "(scaled_dot_product_attention, dropout and an fp16 softmax to fp32 taken as CUDA's calls).",
+    "Views, aliases and allocations launch no kernel; every other op is one kernel (masked_fill out of place "
+    "and the softmax backward two), reading each input and writing each output once.",
+    "GEMMs: 128 x 128 output tiles, each operand requested from L2 once per tile row or column and read "
+    "from HBM once; an input broadcast over an elementwise op's output is re-read from HBM unless it stays "
+    "in L2; a tensor the previous kernel wrote is read from L2 where it fits.",
+    "scaled_dot_product_attention: memmodel's fused model of the kernel PyTorch would choose (compare --impl "
+    "auto), its backward where autograd runs it.",
+)
+
+
+def _timing(timings: list[Any]) -> Any:
+    """The kernels' times added, bound by what bounds the kernels holding most of the time."""
+    from ..timing import AlgorithmTiming
+
+    total = float(sum(float(t.time_s) for t in timings))
+    by_label: dict[str, float] = {}
+    for t in timings:
+        by_label[str(t.bound)] = by_label.get(str(t.bound), 0.0) + float(t.time_s)
+    label = max(sorted(by_label), key=lambda k: by_label[k]) if by_label else "none"
+    return AlgorithmTiming(tuple(timings), total, label)
+
+
+def trace(
+    fn: Callable[..., Any],
+    shapes: Mapping[str, Any],
+    *,
+    dtype: str = "fp32",
+    backward: bool = False,
+    profile: Any = None,
+    l2: str = "on",
+    name: str | None = None,
+    grad: Any = None,
+) -> Trace:
+    """Trace ``fn`` called with a fake tensor per entry of ``shapes`` (argument name -> a shape, a
+    ``(shape, dtype)`` pair, ``"1,8,1024,64[:dtype]"``, or a tensor whose shape and dtype it takes),
+    floating inputs at ``dtype`` (fp32, fp16, bf16), and predict its kernels on ``profile`` (a
+    :class:`~memmodel.Profile`, a profile name or YAML path; default the CLI's). With ``backward``,
+    autograd's backward of the first output that needs a gradient is traced too, for the gradients
+    of the floating inputs named in ``grad`` (default: all of them; a mask given as a float tensor
+    needs none in training). ``l2``: the L2 mode (on, cold, off), as in ``compare``."""
+    from ..hardware import DEFAULT_GPU, Profile, load_profile
+    from ..traffic.l2 import L2_MODES
+
+    if dtype not in FLOAT_DTYPES:
+        raise TraceError(f"unknown dtype {dtype!r} for a trace: accepted are {', '.join(FLOAT_DTYPES)}")
+    if l2 not in L2_MODES:
+        raise TraceError(f"unknown L2 mode {l2!r}: accepted are {', '.join(L2_MODES)}")
+    label = name or getattr(fn, "__name__", "function")
+    if not callable(fn):
+        raise TraceError(f"{label} is not a function")
+    gpu = profile if isinstance(profile, Profile) else load_profile(profile or DEFAULT_GPU)
+    inputs = _inputs(shapes, dtype)
+    check_arguments(fn, list(inputs), label)
+    wanted = _gradients(grad, inputs)
+    _require_torch()
+    from .record import record
+
+    rec = record(fn, inputs, backward=backward, name=label, grad=wanted)
+    return _modelled(rec, label, inputs, gpu, dtype, backward, l2)
+
+
+def _modelled(rec: Any, label: str, inputs: dict[str, Any], gpu: Any, dtype: str, backward: bool, l2: str) -> Trace:
+    """A recording's kernels on ``gpu``: mapped, MALL rows added where it has one, timed."""
+    from ..model import compare
+    from ..plan import base_l2, xcd_l2
+    from ..timing import assumptions, kernel_time
+    from ..traffic.mall import with_mall
+    from ..traffic.standard import GEMM_TILE
+    from .kernels import map_recording
+
+    def fused(w: Any, impl: str, bwd: bool) -> Any:
+        return compare(w, gpu, impl=impl, backward=bwd, l2=l2)
+
+    mapped: Mapped = map_recording(rec, base_l2(gpu, l2), dtype, fused)
+    kernels = list(mapped.kernels)
+    view = xcd_l2(gpu, l2)
+    if view is not None:  # a GPU with a MALL: each traced kernel's rows against one XCD's slice
+        seen = iter(map_recording(rec, view, dtype, None).kernels)
+        for i, timed in enumerate(mapped.timings):
+            if timed is None:
+                one = AlgorithmTraffic("traced", "eager", (kernels[i],))
+                kernels[i] = with_mall(one, AlgorithmTraffic("traced", "eager", (next(seen),))).kernels[0]
+    timings = [
+        t if t is not None else kernel_time(k, gpu, dt, None, hd)
+        for k, t, dt, hd in zip(kernels, mapped.timings, mapped.dtypes, mapped.head_dims)
+    ]
+    traffic = AlgorithmTraffic("traced", "eager", tuple(kernels), params={"gemm_tile": GEMM_TILE})
+    return Trace(
+        function=label,
+        inputs=tuple(Input(n, s, d) for n, (s, d) in inputs.items()),
+        profile=gpu,
+        dtype=dtype,
+        backward=backward,
+        l2=l2,
+        traffic=traffic,
+        timing=_timing(timings),
+        ops=mapped.ops,
+        unmodelled=mapped.unmodelled,
+        sdpa=mapped.sdpa,
+        notes=mapped.notes,
+        assumptions=(*TRACE_ASSUMPTIONS, *assumptions(gpu)),
+    )
