@@ -59,6 +59,7 @@ from . import implementations, intmath
 from .frozen import frozen
 from .hardware import KernelFigures, Profile
 from .hardware.derive import TRANSFERRED
+from .hardware.profile import interpolate_log2
 from .hardware.schema import MMA_SYNC_NATIVE, SAME_FAMILY_SOURCE
 from .intmath import IntLike
 from .traffic.ledger import (
@@ -881,7 +882,7 @@ def kernel_time(
     # efficiency where measured), for a combine kernel its fixed and per-split costs
     # an implementation with no figures of its own takes another's by its stated rule (flashmla: FA3's)
     measured = profile.implementation(implementation)
-    if own and own in profile.implementation_figures:
+    if own and _covers(profile.implementation_figures.get(own), kernel):
         measured = profile.implementation_figures[own]
     elif impl is not None and impl.rates_from and measured.efficiency is None:
         measured = profile.implementation(impl.rates_from)
@@ -970,6 +971,10 @@ def kernel_time(
             terms[level] = terms[level] / measured.hbm_share
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
     cta_rate = figures.cta_bandwidth_bytes_per_s
+    by_block = measured.block_cta_bandwidth_bytes_per_s
+    if split and by_block and np.any(np.asarray(kernel.kv_block) > 0):
+        # measured: the rate of one CTA by the K/V block it loads a step (flex: the page)
+        cta_rate = interpolate_log2(by_block, np.asarray(intmath.to_float(kernel.kv_block), dtype=np.float64))
     if cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
@@ -1030,11 +1035,40 @@ def kernel_time(
         cta = waves * split_overhead
         terms["cta"] = float(cta) if np.ndim(cta) == 0 else cta
         time = time + cta
+    key_time = measured.mask_key_time_s
+    if key_time is not None and np.any(np.asarray(kernel.mask_keys) > 0):
+        # measured: each wave of CTAs first walks the keys to build the default block mask
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        waves = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots)
+        mask = waves * np.asarray(intmath.to_float(kernel.mask_keys), dtype=np.float64) * key_time
+        terms["mask"] = float(mask) if np.ndim(mask) == 0 else mask
+        time = time + mask
     if np.ndim(kernel.present):  # a grid's rows where the kernel does not run: no time
         time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
     return KernelTiming(kernel.name, terms, time, None, index, tuple(names))
+
+
+def _covers(figures: Any, kernel: Kernel) -> bool:
+    """Whether a library kernel's own figures (``Kernel.figures_own``) measure it: a split-KV
+    kernel where they hold any split-KV figure, a combine kernel its time, another fused kernel
+    its efficiency (else the figures of its design time it: flex's forward takes the Triton
+    kernel's while only flex's decoding kernel is measured)."""
+    if figures is None:
+        return False
+    if kernel.kind == SPLIT_KV:
+        return bool(
+            figures.split_efficiency
+            or figures.cta_bandwidth_bytes_per_s
+            or figures.block_cta_bandwidth_bytes_per_s
+            or figures.split_cta_overhead_s
+            or figures.mask_key_time_s is not None
+            or figures.hbm_share is not None
+        )
+    if kernel.kind == COMBINE:
+        return figures.combine_time_s is not None
+    return bool(figures.efficiency)
 
 
 def fa4_emulated(workload: Any, profile: Profile) -> Any:

@@ -98,6 +98,9 @@ def with_links(text: str) -> str:
         lines = [json.loads(line) for line in gzip.open(ROOT / serving.RECORD, "rt") if line.strip()]
         env = {k: v for line in lines if line.get("section") == "env" for k, v in line.items()}
         data = serving.apply(data, lines, env)
+    if (ROOT / serving.FLEX_RECORD).exists():  # FlexAttention's decoding kernel, from its own probe
+        lines = [json.loads(line) for line in gzip.open(ROOT / serving.FLEX_RECORD, "rt") if line.strip()]
+        data = serving.apply_flex(data, lines)
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():

@@ -3,6 +3,7 @@ probe, written into the bundled profile, and the two figures they added to the t
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -89,3 +90,43 @@ def test_fp8_share_slows_only_the_fp8_forward():
 
     assert compute(fp8, 0.5) == pytest.approx(2 * compute(fp8, 1.0))
     assert compute(bf16, 0.5) == compute(bf16, 1.0)
+
+
+def flex_lines():
+    with gzip.open(ROOT / serving.FLEX_RECORD, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_the_bundled_profile_holds_flexs_decode_figures_as_fitted():
+    fitted, predicted = serving.fit_flex(flex_lines(), H200)
+    flex = H200.implementation("flex")
+    assert flex.block_cta_bandwidth_bytes_per_s == ((16, fitted["rate_16"]), (64, fitted["rate_64"]))
+    assert flex.mask_key_time_s == pytest.approx(fitted["mask_key_time"])
+    assert len(predicted) == 14  # 7 batches + 4 key counts without a mask, 3 block sizes with one
+    # blocks of 64 and 128 (flex loads 64) and of 16 are fitted one figure each: exact
+    assert all(abs(p / r.measured_s - 1) < 0.01 for r, p in predicted if r.choice == "mask")
+
+
+def test_flexs_default_mask_costs_each_wave_its_keys():
+    w = Workload(n=1, n_kv=8192, batch=8, heads=32, kv_heads=8, d=128, dtype="bf16")
+    p = H200.with_implementation_figures(
+        "flex", block_cta_bandwidth_bytes_per_s=((16, 5e9), (64, 12e9)), mask_key_time_s=20e-9
+    )
+    t = next(k for k in compare(w, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
+    # 8 x 8 K/V heads x SPLIT_KV 4 (132 // 64 x 2) = 256 CTAs, one wave of 264: 8192 keys x 20 ns
+    assert t.terms["mask"] == pytest.approx(8192 * 20e-9)
+    # each CTA streams 2048 keys of K and V (2 x 2048 x 128 x 2 bytes) at 12 GB/s
+    assert t.terms["latency"] == pytest.approx(2 * 2048 * 128 * 2 / 12e9, rel=0.01)
+    paged = compare(w.with_(page_size=16), p, impl="flex").tiled.timing
+    k16 = next(k for k in paged.kernels if k.name == "flex_decode")
+    assert "mask" not in k16.terms  # a paged cache comes with its block mask
+    assert k16.terms["latency"] == pytest.approx(2 * 2048 * 128 * 2 / 5e9, rel=0.01)  # BLOCK_N 16
+
+
+def test_flexs_forward_keeps_its_designs_figures_while_only_its_decode_is_measured():
+    w = Workload(n=1024, n_kv=8192, batch=1, heads=32, kv_heads=8, d=128, dtype="bf16", causal=True, page_size=64)
+    with_flex = compare(w, H200, impl="flex").tiled.timing.time_s
+    figures = {k: v for k, v in H200.implementation_figures.items() if k != "flex"}
+    without = compare(w, dataclasses.replace(H200, implementation_figures=figures), impl="flex").tiled.timing.time_s
+    assert "flex" in H200.implementation_figures
+    assert with_flex == pytest.approx(without)

@@ -180,14 +180,19 @@ def _scaled(curve: Any, factor: float) -> tuple[tuple[int, float], ...]:
     return tuple((d, v * factor) for d, v in curve)
 
 
-def _golden(loss: Callable[[float], float], lo: float, hi: float, steps: int = 24) -> float:
-    """The argument in [lo, hi] (a logarithm) where ``loss`` is least, by golden-section search."""
+def _golden(loss: Callable[[float], float], lo: float, hi: float, steps: int = 24, scan: int = 33) -> float:
+    """The argument in [lo, hi] (a logarithm) where ``loss`` is least: the best of ``scan``
+    evenly spaced points (a figure past which the time stops moving leaves a plateau that a
+    bracketing search alone can wander onto), then golden-section search between its neighbours."""
+    xs = [lo + (hi - lo) * i / (scan - 1) for i in range(scan)]
+    values = [loss(x) for x in xs]
+    i = min(range(scan), key=lambda j: (values[j], j))
+    a, b = xs[max(i - 1, 0)], xs[min(i + 1, scan - 1)]
     g = (math.sqrt(5.0) - 1.0) / 2.0
-    a, b = lo, hi
     c, d = b - g * (b - a), a + g * (b - a)
     fc, fd = loss(c), loss(d)
     for _ in range(steps):
-        if fc < fd:
+        if fc <= fd:
             b, d, fd = d, c, fc
             c = b - g * (b - a)
             fc = loss(c)
@@ -370,6 +375,116 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], env: Mapping[str
         f"FlashInfer {env.get('flashinfer', '?')}",
         "date": "2026-12-02",
         "command": COMMAND,
+    }
+    data["sources"] = sources
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# FlexAttention's decoding kernel (``implementations.flex``), from its own probe
+
+#: the flex decode probe (``validation/probes/flex_probe.py``): one factor at a time
+FLEX_RECORD = "validation/h200/flex-probe/flex-probe.jsonl.gz"
+FLEX_COMMAND = "python3 validation/probes/flex_probe.py flex-probe.jsonl"
+FLEX_SOURCE = "measured-flex-decode"
+
+
+def flex_rows(lines: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """The probe's decoding kernels (the template kernel, ``triton_tem_``): without a block mask
+    as contiguous cases, with a full BlockMask of block B as the case of pages of B tokens (the
+    same K/V blocks, the layout contiguous)."""
+    out: list[Row] = []
+    for r in lines:
+        if r.get("section") != "flex-decode" or not r.get("kernels"):
+            continue
+        us = [float(k["us"]) for k in r["kernels"] if str(k.get("name", "")).startswith("triton_tem_")]
+        if not us:
+            continue
+        page = f",page_size={r['block_size']}" if r.get("block_size") else ""
+        case = (
+            f"impl=flex,heads={r['heads']},kv_heads={r['kv_heads']},d={r['d']},n=1,n_kv={r['n_kv']},"
+            f"batch={r['batch']},dtype={r['dtype']}{page}"
+        )
+        out.append(Row(case, "flex_decode", sum(us) * 1e-6, "mask" if r.get("block_size") else "no-mask"))
+    return out
+
+
+#: (figure, the rows it is fitted to, its search range): the per-CTA rate at blocks of 64 (and
+#: 128, which flex loads as 64) and of 16, then the default mask's cost a key
+FLEX_FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
+    ("rate_64", lambda r: r.choice == "mask" and "page_size=16" not in r.case, (1e8, 1e12)),
+    ("rate_16", lambda r: r.choice == "mask" and "page_size=16" in r.case, (1e8, 1e12)),
+    ("mask_key_time", lambda r: r.choice == "no-mask", (1e-12, 1e-6)),
+)
+
+
+def _flex_figures(f: Mapping[str, float]) -> dict[str, Any]:
+    return {
+        "block_cta_bandwidth_bytes_per_s": ((16, f.get("rate_16", 1e10)), (64, f.get("rate_64", 1e10))),
+        "mask_key_time_s": f.get("mask_key_time", 1e-12),
+    }
+
+
+def fit_flex(lines: Iterable[Mapping[str, Any]], profile: Any) -> tuple[dict[str, float], list[tuple[Row, float]]]:
+    """``implementations.flex``'s decode figures (keys of :data:`FLEX_FIGURES`) and every row
+    with its predicted time at them (the profile's flex figures removed first)."""
+    base = dataclasses.replace(
+        profile, implementation_figures={k: v for k, v in profile.implementation_figures.items() if k != "flex"}
+    )
+    found = flex_rows(lines)
+    plans = {r.case: _planned(r.case, "", base) for r in found}
+    fitted: dict[str, float] = {}
+
+    def at(values: Mapping[str, float]) -> Any:
+        return base.with_implementation_figures("flex", **_flex_figures(values))
+
+    def loss(name: str, keep: Callable[[Row], bool], value: float) -> float:
+        p = at({**fitted, name: value})
+        chosen = [r for r in found if keep(r)]
+        return sum(math.log(predicted(plans[r.case], r.kernel, p) / r.measured_s) ** 2 for r in chosen)
+
+    for name, keep, (lo, hi) in FLEX_FIGURES:
+        if any(keep(r) for r in found):
+            x = _golden(lambda x, n=name, k=keep: loss(n, k, math.exp(x)), math.log(lo), math.log(hi))
+            fitted[name] = float(f"{math.exp(x):.4g}")
+    p = at(fitted)
+    return fitted, [(r, predicted(plans[r.case], r.kernel, p)) for r in found]
+
+
+def apply_flex(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """``data`` with ``implementations.flex.block_cta_bandwidth`` and ``mask_key_time`` fitted
+    from the flex probe's ``lines``, and their source."""
+    from ..hardware.parse import parse_profile
+
+    found = flex_rows(lines)
+    if not found:
+        return data
+    fitted, _ = fit_flex(lines, parse_profile(data, "<profile being built>"))
+    env = next((r for r in lines if r.get("section") == "env"), {})
+    counts = {name: sum(1 for r in found if keep(r)) for name, keep, _ in FLEX_FIGURES}
+    figures = dict((data.get("implementations") or {}).get("flex") or {})
+    figures["block_cta_bandwidth"] = {
+        "value": {16: f"{fitted['rate_16'] / 1e9:.4g} GB/s", 64: f"{fitted['rate_64'] / 1e9:.4g} GB/s"},
+        "source": FLEX_SOURCE,
+        "note": "what one CTA of flex's decoding kernel streams by its K/V block (BLOCK_N: the page where paged), "
+        f"fitted to {counts['rate_64']} decodes with a full BlockMask of 64 and 128 (flex loads 64) and "
+        f"{counts['rate_16']} of 16 (contiguous K/V: paging's cost not in it): {__name__}",
+    }
+    figures["mask_key_time"] = {
+        "value": f"{fitted['mask_key_time'] * 1e9:.4g} ns",
+        "source": FLEX_SOURCE,
+        "note": "what a CTA of flex's decoding kernel spends a key building the default block mask (flex_attention "
+        f"called without one), each wave; fitted to {counts['mask_key_time']} decodes without a mask (batch 1-64, "
+        f"2k-32k keys): {__name__}",
+    }
+    data.setdefault("implementations", {})["flex"] = figures
+    sources = dict(data.get("sources") or {})
+    sources[FLEX_SOURCE] = {
+        "title": f"memmodel FlexAttention decode probe, {env.get('gpu', 'GPU')} ({FLEX_RECORD})",
+        "kind": "measured",
+        "machine": f"lent {env.get('gpu', 'GPU')} (nvidia-h200), torch {env.get('torch', '?')}",
+        "date": "2026-12-02",
+        "command": FLEX_COMMAND,
     }
     data["sources"] = sources
     return data

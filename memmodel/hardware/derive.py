@@ -75,6 +75,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.cta_bandwidth", "same"),
     ("implementations.*.hbm_share", "same"),
     ("implementations.*.fp8_share", "same"),
+    ("implementations.*.block_cta_bandwidth", "same"),
+    ("implementations.*.mask_key_time", "cycles"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),
     ("interconnect.p2p_idle_sms", "same"),

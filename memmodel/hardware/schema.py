@@ -90,6 +90,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "uneven_efficiency": "uneven_efficiency",
     "split_efficiency": "split_efficiency",
     "split_cta_overhead": "split_cta_overhead_s",
+    "block_cta_bandwidth": "block_cta_bandwidth_bytes_per_s",
 }
 #: the per-implementation fields that are one figure, and the field each fills
 IMPLEMENTATION_VALUES: dict[str, str] = {
@@ -98,6 +99,7 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "sustained_after": "sustained_after_s",
     "hbm_share": "hbm_share",
     "fp8_share": "fp8_share",
+    "mask_key_time": "mask_key_time_s",
 }
 
 #: Implementations whose figures a profile of another architecture takes from the measured
@@ -216,6 +218,8 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.sustained_after": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.hbm_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.block_cta_bandwidth": ("bandwidth", False) for name in _NAMES},
+    **{f"implementations.{name}.mask_key_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
@@ -255,7 +259,11 @@ CURVES: dict[str, str] = {
     "kernels.gemm.unaligned_write_bandwidth": "head dim",
     "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
-    **{f"implementations.{name}.{leaf}": "head dim" for leaf in IMPLEMENTATION_CURVES for name in _NAMES},
+    **{
+        f"implementations.{name}.{leaf}": "K/V block" if leaf == "block_cta_bandwidth" else "head dim"
+        for leaf in IMPLEMENTATION_CURVES
+        for name in _NAMES
+    },
     **{f"implementations.{name}.efficiency_{a}x{b}": "head dim" for name in _NAMES for a, b in TILE_EFFICIENCY_TILES},
     **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }

@@ -199,6 +199,12 @@ class Kernel:
     #: on the kernel's own reference runs), used where the profile has them in place of
     #: ``figures_from``'s (whose instructions it keeps); "" none of its own
     figures_own: str = ""
+    #: a library's split-KV kernel: the K/V block its CTAs load a step (flex's BLOCK_N), for a
+    #: per-CTA rate measured by block (``implementations.<name>.block_cta_bandwidth``); 0 none
+    kv_block: IntLike = 0
+    #: keys each CTA walks before its blocks to build the default block mask inside the kernel's
+    #: graph (flex_attention called without one); 0 none
+    mask_keys: IntLike = 0
 
     @cached_property
     def flops(self) -> IntLike:

@@ -578,6 +578,10 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         kind=SPLIT_KV,
         figures_from="sdpa-flash",
         figures_own="flex",
+        kv_block=bn,
+        # contiguous: the runner (a user) calls flex_attention without a block mask, which the
+        # compiled graph then builds, each CTA walking the request's keys
+        mask_keys=tokens if w.page_size is None else 0,
     )
     r = KernelBuilder("flex_reduce")
     r.read("acc_partial", "intermediate", acc, l2m.carried_over(acc, l2), "B·SPLIT_KV·H·N·d·4")
