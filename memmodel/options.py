@@ -126,8 +126,13 @@ def options_for(
         impl, why_default = implementations.default_for(workload, profile)
         notes.append(f"--impl auto: {why_default}")
     if impl == "sdpa-cudnn" and chunk_causal(workload):
-        if not auto or workload.is_grid:
+        if not auto:
             raise WorkloadError(CUDNN_CHUNK_CAUSAL)
+        if not chunk_causal(workload, every=True):
+            raise WorkloadError(
+                "--impl auto: PyTorch runs this grid's causal chunks (fewer queries than keys) through flash "
+                "attention and its other rows through cuDNN: evaluate them apart, or name one with --impl"
+            )
         impl = "sdpa-flash" if workload.d_v is None else "sdpa-efficient"
         notes.append(f"--impl auto: {CUDNN_CHUNK_CAUSAL_AUTO}: {impl}")
     if impl not in IMPLEMENTATIONS:
@@ -183,13 +188,14 @@ CUDNN_CHUNK_CAUSAL_AUTO = (
 )
 
 
-def chunk_causal(workload: Workload) -> bool:
-    """Whether ``workload`` (any element of a grid) is a causal chunk: causal, several queries,
-    fewer than its keys."""
+def chunk_causal(workload: Workload, every: bool = False) -> bool:
+    """Whether ``workload`` (any element of a grid; ``every``: all of them) is a causal chunk:
+    causal, several queries, fewer than its keys."""
     if not workload.causal:
         return False
     n, n_kv = np.asarray(workload.n), np.asarray(workload.n_kv_)
-    return bool(np.any((n > 1) & (n != n_kv)))
+    chunk = (n > 1) & (n != n_kv)
+    return bool(np.all(chunk) if every else np.any(chunk))
 
 
 def _fp8_refusal(impl: str, workload: Workload, profile: Profile | None, tiled: str, backward: bool) -> str | None:

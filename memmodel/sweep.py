@@ -891,7 +891,9 @@ def _evaluate_chunk(
     columns["d_v"][at:end] = np.repeat(mesh["d"], 2) if setting.d_v is None else setting.d_v
     columns["kv_dtype"][at:end] = codes["kv_dtype"]
     columns["page_size"][at:end] = -1 if setting.page_size is None else setting.page_size
-    for rows, impl in _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, setting.impl == "auto"):
+    auto = setting.impl == "auto"
+    parts = _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, auto)
+    for rows, impl in _chunk_parts(parts, mesh, setting, auto):
         sub = mesh if rows is None else {k: v[rows] for k, v in mesh.items()}
         if rows is None:
             std_at: Any = slice(at, end, 2)
@@ -924,6 +926,26 @@ def _window_parts(
                 yield idx[covered & (mesh["d"][idx] == d)], "auto"
         if not covered.all():
             yield idx[~covered], impl
+
+
+def _chunk_parts(
+    parts: Iterator[tuple[np.ndarray | None, str]], mesh: dict[str, np.ndarray], setting: Setting, auto: bool
+) -> Iterator[tuple[np.ndarray | None, str]]:
+    """``parts`` split, under ``--impl auto``, where cuDNN would get causal chunks (fewer queries
+    than keys, bottom-right): PyTorch runs those rows through flash attention (the memory-efficient
+    kernel where V's head dim is apart: ``options.chunk_causal``)."""
+    for rows, impl in parts:
+        if not (auto and setting.causal and impl == "sdpa-cudnn"):
+            yield rows, impl
+            continue
+        idx = np.arange(len(mesh["n"])) if rows is None else rows
+        chunk = (mesh["n"][idx] > 1) & (mesh["n"][idx] != mesh["n_kv"][idx])
+        if not chunk.any():
+            yield rows, impl
+            continue
+        yield idx[chunk], "sdpa-flash" if setting.d_v is None else "sdpa-efficient"
+        if not chunk.all():
+            yield idx[~chunk], impl
 
 
 def _row_window(window: int | None, n_kv: np.ndarray) -> int | None:

@@ -68,3 +68,27 @@ def test_a_record_case_the_model_now_refuses_is_listed_not_scored():
     assert [e["case"]["n_kv"] for e in refused] == [16384]
     assert "causal_lower_right" in refused[0]["refused"]
     assert sum(e.get("status") == "ok" for e in out["cases"]) == 11
+
+
+def test_a_grid_of_chunks_runs_flash_under_auto_and_a_mixed_one_is_refused():
+    import numpy as np
+
+    chunks = CHUNK.with_(n=np.array([512, 2048]))
+    assert options_for("auto", chunks, H200).implementation == "sdpa-flash"
+    mixed = CHUNK.with_(n=np.array([2048, 16384]))  # a chunk and a square prefill
+    with pytest.raises(WorkloadError, match="evaluate them apart"):
+        options_for("auto", mixed, H200)
+
+
+def test_a_sweep_runs_its_chunks_through_flash_and_its_square_row_through_cudnn():
+    import csv
+    import io
+
+    r = CliRunner().invoke(
+        cli,
+        ["-q", "sweep", "--n", "2048,8192", "--n-kv", "8192", "--causal", "--d", "128", "--dtype", "bf16",
+         "--gpu", "h200", "--format", "csv"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    rows = [row for row in csv.DictReader(io.StringIO(r.output)) if row["algorithm"] == "tiled"]
+    assert {int(row["n"]): row["implementation"] for row in rows} == {2048: "sdpa-flash", 8192: "sdpa-cudnn"}
