@@ -63,8 +63,10 @@ def test_flashinfer_decode_tile():
     # d = 64: vec 8, bdx 8; group 8: 64 threads → 128, bdz = 2; smem 2·2·1·8·2·64·2 + max(1·128·8, 2·8·2·4) = 9216
     t = paged.flashinfer_decode_tile(64, 8, 2)
     assert (t["bdx"], t["bdz"], t["smem"]) == (8, 2, 2 * 2 * 8 * 2 * 64 * 2 + 1024)
-    # 128 threads at 64 registers: 65536 / 8192 = 8 CTAs per SM (threads alone would allow 16)
-    assert paged.flashinfer_decode_ctas_per_sm(paged.flashinfer_decode_tile(128, 4, 2), 228 * 1024) == 8
+    # d 128, group 4: 128 threads at the 56 registers ncu read: 65536 / 7168 = 9 CTAs per SM (threads
+    # alone would allow 16); a pair not read (group 8) at 64 assumed: 65536 / 8192 = 8
+    assert paged.flashinfer_decode_ctas_per_sm(paged.flashinfer_decode_tile(128, 4, 2), 228 * 1024, 128, 4) == 9
+    assert paged.flashinfer_decode_ctas_per_sm(paged.flashinfer_decode_tile(128, 8, 2), 228 * 1024, 128, 8) == 8
 
 
 def test_flashinfer_decode_chunks():
@@ -112,11 +114,12 @@ def test_flashinfer_decode_ledger():
     # block table: 8 requests · 256 pages · 4 bytes = 8192 (256 sectors), requested by the 8 K/V heads
     assert tensor_bytes(k, "block_table") == 8192
     assert tensor_bytes(k, "block_table", "l2") == 8 * 8192
-    # 16 chunks: partial O in bf16, 8 · 32 · 16 · 128 · 2 = 1,048,576 bytes, logsumexp 8 · 32 · 16 · 4
+    # 9 CTAs an SM: 8 · ⌈256 / mid⌉ · 8 ≤ 9 · 132 = 1188 → ⌈256 / mid⌉ ≤ 18 → 15 pages, 18 chunks:
+    # partial O in bf16, 8 · 32 · 18 · 128 · 2 = 1,179,648 bytes, logsumexp 8 · 32 · 18 · 4 = 18,432
     writes = {t.tensor: t.bytes for t in k.transfers if t.level == "hbm" and t.direction == "write"}
-    assert writes == {"O_partial": 1_048_576, "lse_partial": 16_384}
-    assert c.tiled.traffic.params["chunks"] == 16 and c.tiled.traffic.params["kv_layout"] == "NHD"
-    assert k.ctas == 8 * 16 * 8
+    assert writes == {"O_partial": 1_179_648, "lse_partial": 18_432}
+    assert c.tiled.traffic.params["chunks"] == 18 and c.tiled.traffic.params["kv_layout"] == "NHD"
+    assert k.ctas == 8 * 18 * 8  # requests · chunks · K/V heads
 
 
 def test_no_split_no_merge():

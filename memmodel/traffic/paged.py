@@ -51,9 +51,13 @@ INDEX_BYTES = 4
 FLASHINFER_DECODE_GROUPS = (1, 2, 3, 4, 6, 8)
 #: head dims of FlashInfer's sm90 (FA3-style) prefill kernels (``is_fa3_prefill_head_dim_supported``)
 FLASHINFER_FA3_HEAD_DIMS = (64, 128, 256)
-#: registers per thread of FlashInfer's decode kernel: not known from the source (set by nvcc);
-#: 64 assumed, which makes 8 CTAs of 128 threads per SM (Nsight Compute's launch statistics give it)
-FLASHINFER_DECODE_REGISTERS = 64
+#: registers per thread of FlashInfer's CUDA-core decode kernel by (head dim, GQA group): each
+#: pair is its own template instance, whose registers nvcc chooses (not in the source). Read by
+#: Nsight Compute's launch statistics on the H200 (0.7.2.post1, bf16, the serving probe's shapes:
+#: ``validation/h200/serving-probe/occupancy.csv.gz``): 56 at d 128, group 4 (9 CTAs of 128
+#: threads an SM), 68 at d 64, group 1; the other pairs 64 assumed (8 CTAs an SM)
+FLASHINFER_DECODE_REGISTERS = {(128, 4): 56, (64, 1): 68}
+FLASHINFER_DECODE_REGISTERS_OTHER = 64
 #: FlashInfer's prefill plan takes 2 CTAs per SM as its grid (``PrefillPlanImpl``: num_blocks_per_sm = 2)
 FLASHINFER_PREFILL_CTAS_PER_SM = 2
 #: flex decoding's BLOCK_N on sm90 (``get_flex_decode_configs``: FlexDecodeConfig(64, 3, 2))
@@ -113,12 +117,13 @@ def flashinfer_decode_tile(d: int, group: int, e: int) -> dict[str, int]:
     }
 
 
-def flashinfer_decode_ctas_per_sm(tile: dict[str, int], smem_per_sm: float) -> int:
+def flashinfer_decode_ctas_per_sm(tile: dict[str, int], smem_per_sm: float, head_dim: int = 128, group: int = 4) -> int:
     """CTAs of the decode kernel per SM (``cudaOccupancyMaxActiveBlocksPerMultiprocessor``): the
     smallest of 2048 threads, 64 K registers at :data:`FLASHINFER_DECODE_REGISTERS` a thread,
     the shared memory and 32 CTAs."""
     threads = tile["threads"]
-    by_regs = 65536 // (FLASHINFER_DECODE_REGISTERS * threads)
+    regs = FLASHINFER_DECODE_REGISTERS.get((int(head_dim), int(group)), FLASHINFER_DECODE_REGISTERS_OTHER)
+    by_regs = 65536 // (regs * threads)
     return max(1, min(2048 // threads, by_regs, int(smem_per_sm) // max(tile["smem"], 1), 32))
 
 
@@ -264,7 +269,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
 
     def plan(d: int, g: int, b: int, hk: int, nkv: int) -> tuple[int, ...]:
         tile = flashinfer_decode_tile(d, g, e)
-        per_sm = flashinfer_decode_ctas_per_sm(tile, smem_per_sm)
+        per_sm = flashinfer_decode_ctas_per_sm(tile, smem_per_sm, d, g)
         chunks, chunk_pages = flashinfer_decode_chunks(b, hk, -(-nkv // ps), ps, per_sm * sm_count)
         return chunks, chunk_pages, per_sm, tile["tokens_per_iter"], tile["stages"], tile["threads"]
 
