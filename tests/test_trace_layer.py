@@ -192,6 +192,7 @@ def factory(width=32):
 
 
 CONSTANT = 3
+built = Block(16)
 """
 
 
@@ -221,6 +222,17 @@ def test_a_factory_with_config(run, tmp_path):
     assert r.exit_code == 0, r.stderr
     (mm,) = [o for o in json.loads(r.stdout)["ops"] if o["op"] == "aten.mm.default"]
     assert mm["shapes"] == ["[8, 48] float32", "[48, 48] float32", "-> [8, 48] float32"]
+
+
+def test_a_module_built_already_has_its_weights_replaced_by_fake_ones(run, tmp_path):
+    pytest.importorskip("torch")
+    src = _user(tmp_path, MODULES)
+    r = run("trace", f"{src}:built", "--shape", "x=4,16", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    reads = {t["tensor"]: t["bytes"] for t in json.loads(r.stdout)["algorithms"][0]["transfers"] if t["level"] == "hbm"}
+    assert reads["proj.weight"] == 16 * 16 * 4  # fp32: 16·16·4 = 1024 bytes
+    r = run("trace", f"{src}:built", "--shape", "x=4,16", "--config", "width=8")
+    assert r.exit_code == 2 and "is a module built already" in r.stderr
 
 
 def test_the_cli_prints_the_ledger_and_the_shares(run):

@@ -215,6 +215,8 @@ def _print_table(result: Any) -> None:
             format_bytes(s.hbm_bytes),
             f"{100 * s.hbm_share:.1f}%",
         )
+        if s.kernels
+        else (SHARE_LABELS[s.group], "0", "—", "—", "—", "—")
         for s in result.shares
     ]
     columns = [("", "left"), ("kernels", "right"), ("time", "right"), ("share", "right")]

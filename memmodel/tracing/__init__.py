@@ -289,13 +289,20 @@ def _module_class(obj: Any) -> bool:
     return issubclass(obj, torch.nn.Module)
 
 
+def _module_instance(obj: Any) -> bool:
+    """An ``nn.Module`` already built (torch imported only where ``obj`` is not a class or function)."""
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        return False
+    import torch
+
+    return isinstance(obj, torch.nn.Module)
+
+
 def is_module_target(fn: Any, names: list[str], config: Mapping[str, Any] | None) -> bool:
     """Whether ``fn`` builds the module to trace (an ``nn.Module`` class, or a factory) rather than
     being the function traced: a factory is a function given a configuration, or one of whose
     arguments no ``--shape`` names (a function of tensors takes the shapes' names)."""
-    if _module_class(fn):
-        return True
-    if config:
+    if _module_class(fn) or _module_instance(fn) or config:
         return True
     try:
         params = inspect.signature(fn).parameters.values()
@@ -403,8 +410,13 @@ def trace(
         rec = record(fn, inputs, backward=backward, name=label, grad=wanted)
         return _modelled(rec, label, inputs, gpu, dtype, backward, l2)
     options = dict(config or {})
-    check_config(fn, options, label)
-    module = build_module(lambda: fn(**options), label)
+    if _module_instance(fn):  # built already: its own weights are replaced by fake tensors
+        if options:
+            raise TraceError(f"--config: {label} is a module built already (give its class or a factory to configure)")
+        module = fn
+    else:
+        check_config(fn, options, label)
+        module = build_module(lambda: fn(**options), label)
     check_arguments(module.forward, list(inputs), f"{label}'s forward")
     rec = record(
         None, inputs, backward=backward, name=label, grad=wanted, module=module, param_dtype=TORCH_NAMES[dtype]
