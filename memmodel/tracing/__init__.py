@@ -299,9 +299,10 @@ def _module_instance(obj: Any) -> bool:
 
 
 def is_module_target(fn: Any, names: list[str], config: Mapping[str, Any] | None) -> bool:
-    """Whether ``fn`` builds the module to trace (an ``nn.Module`` class, or a factory) rather than
-    being the function traced: a factory is a function given a configuration, or one of whose
-    arguments no ``--shape`` names (a function of tensors takes the shapes' names)."""
+    """Whether ``fn`` gives the module to trace (an ``nn.Module`` class or instance, or a factory)
+    rather than being the function traced: a factory is a function given a configuration, or one
+    whose named arguments all have defaults and none of which a ``--shape`` names (a function of
+    tensors takes the shapes' names). A function of no arguments is taken as a factory."""
     if _module_class(fn) or _module_instance(fn) or config:
         return True
     try:
