@@ -415,7 +415,7 @@ def _failing(tmp_path, body):
     [
         (("nofile.py:f", "--shape", "q=1"), "nofile.py: no such file"),
         (("{ex}", "--shape", "q=1"), "expected FILE.py:FUNCTION"),
-        (("{ex}:nope",), "has no function 'nope' (its functions: attention)"),
+        (("{ex}:nope",), "has no function or class 'nope' (its functions and classes: attention)"),
         (("{ex}:attention", "--shape", "q"), "--shape 'q': expected NAME=DIMS"),
         (("{ex}:attention", "--shape", "q=1,two"), "'two' is not a whole number"),
         (("{ex}:attention", "--shape", "q=1,0,4"), "dims must be positive (got 0)"),
@@ -457,7 +457,7 @@ def test_bad_input_is_one_line_and_exit_2(run, args, message):
         ),
         ("import nonesuch_module\n\ndef f(x):\n    return x\n", "user.py: importing it raised ModuleNotFoundError"),
         ("def f(x):\n    return 3\n", "user.py:f returned no tensor"),
-        ("f = 3\n", "user.py:f is not a function"),
+        ("f = 3\n", "user.py:f is neither a function nor an nn.Module class (its type: int)"),
     ],
 )
 def test_a_function_that_fails_under_fake_tensors_gets_its_own_line(run, tmp_path, body, message):

@@ -17,8 +17,16 @@ SHAPE_HELP = (
 
 
 @click.command("trace", cls=Command)
-@click.argument("target", metavar="FILE.py:FUNC")
+@click.argument("target", metavar="FILE.py:NAME")
 @option("--shape", "shapes", multiple=True, metavar="NAME=DIMS[:DTYPE]", help=SHAPE_HELP)
+@option(
+    "--config",
+    "config",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A keyword argument of the module factory or class NAME builds its nn.Module with (max_positions=65536), "
+    "repeated; the value is read as a Python literal (a number, True, 'text'), else as text.",
+)
 @option(
     "--dtype",
     type=choice(["fp32", "fp16", "bf16"]),
@@ -58,6 +66,7 @@ def trace_cmd(
     *,
     target: str,
     shapes: tuple[str, ...],
+    config: tuple[str, ...],
     dtype: str,
     backward: bool,
     grad: str | None,
@@ -65,18 +74,28 @@ def trace_cmd(
     l2: str,
     fmt: str,
 ) -> None:
-    """Run FUNC of FILE.py on fake tensors (CPU torch, no GPU), record every ATen op it
+    """Run NAME of FILE.py on fake tensors (CPU torch, no GPU), record every ATen op it
     dispatches, and print the kernels they launch as memmodel models them: bytes per level,
-    FLOPs and predicted time, kernel by kernel, as compare prints them. Fused
-    scaled_dot_product_attention calls are modelled as the kernel PyTorch would choose; an op
-    memmodel cannot model is listed, never dropped.
+    FLOPs and predicted time, kernel by kernel, as compare prints them, and the shares of the
+    attention kernels, the GEMMs and the rest. Fused scaled_dot_product_attention calls are
+    modelled as the kernel PyTorch would choose; an op memmodel cannot model is listed, never
+    dropped.
+
+    NAME is a function of the tensors --shape gives, or builds an nn.Module: an nn.Module class,
+    or a factory whose arguments none of --shape names (configured by --config). The module is
+    built on the meta device, its parameters made fake tensors at --dtype (no weights are
+    allocated), and its forward is called with the --shape tensors, in eval mode without
+    autograd (with --backward: training mode, the parameters' gradients too).
 
     Example: memmodel trace examples/attention/sdpa.py:attention --shape q=1,8,4096,64
     --shape k=1,8,4096,64 --shape v=1,8,4096,64 --dtype bf16 --backward
+
+    Example: memmodel trace examples/layers/llama_decoder.py:llama3_8b --gpu h200 --dtype bf16
+    --shape hidden_states=1,4096,4096
     """
     from ..errors import TraceError
     from ..hardware import load_profile
-    from ..tracing import load_function, parse_shape, trace
+    from ..tracing import load_function, parse_config, parse_shape, trace
     from . import terminal
 
     given: dict[str, Any] = {}
@@ -85,6 +104,12 @@ def trace_cmd(
         if name in given:
             raise TraceError(f"--shape {name}=... given twice: give each argument once")
         given[name] = (dims, own) if own else dims
+    options: dict[str, Any] = {}
+    for text in config:
+        key, value = parse_config(text)
+        if key in options:
+            raise TraceError(f"--config {key}=... given twice: give each key once")
+        options[key] = value
     profile = load_profile(gpu or DEFAULT_GPU)
     fn, label = load_function(target)
     wanted = None
@@ -96,7 +121,9 @@ def trace_cmd(
         wanted = split_list(grad)
         if not wanted:
             raise TraceError("--grad: give the names of floating inputs, comma-separated (--grad q,k,v)")
-    result = trace(fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted)
+    result = trace(
+        fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted, config=options
+    )
     if fmt == "json":
         from ..report.trace import trace_to_dict
 
@@ -111,9 +138,17 @@ def trace_cmd(
         terminal.note(line)
 
 
+#: how the table names the groups of :attr:`memmodel.tracing.Trace.shares`
+SHARE_LABELS = {
+    "attention": "attention (fused sdpa)",
+    "gemm": "GEMMs",
+    "other": "other (norms, elementwise, copies)",
+}
+
+
 def _print_table(result: Any) -> None:
     from ..report.trace import trace_to_dict
-    from ..units import format_bytes, format_count
+    from ..units import format_bytes, format_count, format_time
     from . import terminal
     from .compare import _timed, ledger_table
 
@@ -169,6 +204,23 @@ def _print_table(result: Any) -> None:
     con.print()
     con.print("[bold]Totals[/]")
     con.print(terminal.table(None, [("", "left"), ("traced", "right")], rows))
+    con.print()
+    con.print("[bold]Shares[/]")
+    share_rows: list[Any] = [
+        (
+            SHARE_LABELS[s.group],
+            str(s.kernels),
+            format_time(s.time_s),
+            f"{100 * s.time_share:.1f}%",
+            format_bytes(s.hbm_bytes),
+            f"{100 * s.hbm_share:.1f}%",
+        )
+        if s.kernels
+        else (SHARE_LABELS[s.group], "0", "—", "—", "—", "—")
+        for s in result.shares
+    ]
+    columns = [("", "left"), ("kernels", "right"), ("time", "right"), ("share", "right")]
+    con.print(terminal.table(None, [*columns, ("HBM", "right"), ("share", "right")], share_rows))
     con.print()
     if result.unmodelled:
         listed = "; ".join(f"{u.op} ({', '.join(u.shapes)}): {u.reason}" for u in result.unmodelled)

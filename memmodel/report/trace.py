@@ -64,6 +64,17 @@ def trace_to_dict(t: Any) -> dict[str, Any]:
             {"op": o.op, "pass": o.pass_, "status": o.status, "kernels": list(o.kernels), "shapes": list(o.shapes)}
             for o in t.ops
         ],
+        "shares": [
+            {
+                "group": s.group,
+                "kernels": s.kernels,
+                "time_s": s.time_s,
+                "time_share": s.time_share,
+                "hbm_bytes": s.hbm_bytes,
+                "hbm_share": s.hbm_share,
+            }
+            for s in t.shares
+        ],
         "free_ops": t.free_ops,
         "unmodelled": [
             {"op": u.op, "pass": u.pass_, "shapes": list(u.shapes), "reason": u.reason} for u in t.unmodelled

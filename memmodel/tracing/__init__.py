@@ -34,7 +34,40 @@ TRACE_SCHEMA = "memmodel.trace/1"
 #: the largest dimension a shape may give (torch's sizes are int64)
 MAX_DIM = 2**63 - 1
 
-__all__ = ["TRACE_SCHEMA", "Input", "Trace", "load_function", "parse_shape", "trace"]
+__all__ = [
+    "SHARE_GROUPS",
+    "TRACE_SCHEMA",
+    "Input",
+    "Share",
+    "Trace",
+    "load_function",
+    "parse_config",
+    "parse_shape",
+    "trace",
+]
+
+#: the groups a trace's kernels are shared out among (:attr:`Trace.shares`)
+SHARE_GROUPS = ("attention", "gemm", "other")
+
+
+@frozen
+class Share:
+    """One group of a trace's kernels (:data:`SHARE_GROUPS`: the fused attention calls' kernels,
+    the GEMMs, the rest: norms, elementwise ops, copies, reductions) and its part of the total."""
+
+    group: str
+    kernels: int
+    time_s: float
+    hbm_bytes: int
+    time_share: float
+    hbm_share: float
+
+
+def kernel_group(kernel: Any) -> str:
+    """``attention`` (a fused scaled_dot_product_attention call's kernel), ``gemm`` or ``other``."""
+    if kernel.name.startswith("sdpa:"):
+        return "attention"
+    return "gemm" if kernel.op == "gemm" else "other"
 
 
 @frozen
@@ -74,6 +107,31 @@ class Trace:
         return Evaluated(self.traffic, self.timing)
 
     @property
+    def shares(self) -> tuple[Share, ...]:
+        """Time and HBM bytes of the attention kernels, the GEMMs and the rest, with their shares
+        of the totals (0 where a total is 0)."""
+        time: dict[str, float] = dict.fromkeys(SHARE_GROUPS, 0.0)
+        hbm: dict[str, int] = dict.fromkeys(SHARE_GROUPS, 0)
+        count: dict[str, int] = dict.fromkeys(SHARE_GROUPS, 0)
+        for k, t in zip(self.traffic.kernels, self.timing.kernels):
+            g = kernel_group(k)
+            time[g] += float(t.time_s)
+            hbm[g] += int(k.bytes(level="hbm"))
+            count[g] += 1
+        total_t, total_b = sum(time.values()), sum(hbm.values())
+        return tuple(
+            Share(
+                g,
+                count[g],
+                time[g],
+                hbm[g],
+                time[g] / total_t if total_t else 0.0,
+                hbm[g] / total_b if total_b else 0.0,
+            )
+            for g in SHARE_GROUPS
+        )
+
+    @property
     def free_ops(self) -> int:
         """Recorded ops that launch no kernel (views, aliases, allocations)."""
         return sum(1 for op in self.ops if op.status == "free")
@@ -110,6 +168,24 @@ def parse_shape(text: str) -> tuple[str, tuple[int, ...], str | None]:
         if dtype not in INPUT_DTYPES:
             raise TraceError(f"--shape {shown!r}: unknown dtype {dtype!r}: accepted are {', '.join(INPUT_DTYPES)}")
     return name, tuple(dims), dtype
+
+
+def parse_config(text: str) -> tuple[str, Any]:
+    """``--config max_positions=65536`` -> ``("max_positions", 65536)``: the value a Python
+    literal (number, bool, None, quoted text, tuple), else the text itself."""
+    import ast
+
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        shown = text if len(text) <= 60 else f"{text[:40]}… ({len(text)} characters)"
+        raise TraceError(
+            f"--config {shown!r}: expected KEY=VALUE, e.g. max_positions=65536 (an argument of the factory)"
+        )
+    try:
+        return key, ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return key, value.strip()
 
 
 def _inputs(shapes: Mapping[str, Any], dtype: str) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -190,11 +266,53 @@ def load_function(target: str) -> tuple[Callable[..., Any], str]:
             sys.path.pop(0)
     fn = getattr(module, func, None)
     if fn is None:
-        found = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and v.__module__ == module_name)
-        raise TraceError(f"{path_text} has no function {func!r} (its functions: {', '.join(found) or 'none'})")
-    if not callable(fn):
-        raise TraceError(f"{path_text}:{func} is not a function")
+        found = sorted(
+            n
+            for n, v in vars(module).items()
+            if (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == module_name
+        )
+        raise TraceError(
+            f"{path_text} has no function or class {func!r} (its functions and classes: {', '.join(found) or 'none'})"
+        )
+    if not callable(fn) or (inspect.isclass(fn) and not _module_class(fn)):
+        kind = "a class, not an nn.Module subclass" if inspect.isclass(fn) else f"its type: {type(fn).__name__}"
+        raise TraceError(f"{path_text}:{func} is neither a function nor an nn.Module class ({kind})")
     return fn, f"{path_text}:{func}"
+
+
+def _module_class(obj: Any) -> bool:
+    """An ``nn.Module`` subclass (torch imported only where ``obj`` is a class)."""
+    if not inspect.isclass(obj):
+        return False
+    import torch
+
+    return issubclass(obj, torch.nn.Module)
+
+
+def _module_instance(obj: Any) -> bool:
+    """An ``nn.Module`` already built (torch imported only where ``obj`` is not a class or function)."""
+    if inspect.isclass(obj) or inspect.isfunction(obj):
+        return False
+    import torch
+
+    return isinstance(obj, torch.nn.Module)
+
+
+def is_module_target(fn: Any, names: list[str], config: Mapping[str, Any] | None) -> bool:
+    """Whether ``fn`` gives the module to trace (an ``nn.Module`` class or instance, or a factory)
+    rather than being the function traced: a factory is a function given a configuration, or one
+    whose named arguments all have defaults and none of which a ``--shape`` names (a function of
+    tensors takes the shapes' names). A function of no arguments is taken as a factory."""
+    if _module_class(fn) or _module_instance(fn) or config:
+        return True
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    params = [p for p in params if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    if any(p.default is inspect.Parameter.empty for p in params):
+        return False
+    return not ({p.name for p in params} & set(names))
 
 
 def _gradients(grad: Any, inputs: dict[str, tuple[tuple[int, ...], str]]) -> frozenset[str] | None:
@@ -256,6 +374,7 @@ def trace(
     l2: str = "on",
     name: str | None = None,
     grad: Any = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Trace:
     """Trace ``fn`` called with a fake tensor per entry of ``shapes`` (argument name -> a shape, a
     ``(shape, dtype)`` pair, ``"1,8,1024,64[:dtype]"``, or a tensor whose shape and dtype it takes),
@@ -263,7 +382,14 @@ def trace(
     :class:`~memmodel.Profile`, a profile name or YAML path; default the CLI's). With ``backward``,
     autograd's backward of the first output that needs a gradient is traced too, for the gradients
     of the floating inputs named in ``grad`` (default: all of them; a mask given as a float tensor
-    needs none in training). ``l2``: the L2 mode (on, cold, off), as in ``compare``."""
+    needs none in training). ``l2``: the L2 mode (on, cold, off), as in ``compare``.
+
+    ``fn`` may instead build an ``nn.Module`` (:func:`is_module_target`): an ``nn.Module`` class, or
+    a factory function (its arguments all defaulted, none of them named in ``shapes``), called with
+    ``config`` as keyword arguments on the meta device. The module's parameters and buffers become
+    fake tensors at ``dtype`` (no weights allocated) and the module is called with the ``shapes``
+    as its forward's arguments, in eval mode without autograd (with ``backward``: in training mode,
+    the parameters' gradients computed too)."""
     from ..hardware import DEFAULT_GPU, Profile, load_profile
     from ..traffic.l2 import L2_MODES
 
@@ -276,13 +402,43 @@ def trace(
         raise TraceError(f"{label} is not a function")
     gpu = profile if isinstance(profile, Profile) else load_profile(profile or DEFAULT_GPU)
     inputs = _inputs(shapes, dtype)
-    check_arguments(fn, list(inputs), label)
     wanted = _gradients(grad, inputs)
     _require_torch()
-    from .record import record
+    from .record import build_module, record
 
-    rec = record(fn, inputs, backward=backward, name=label, grad=wanted)
+    if not is_module_target(fn, list(inputs), config):
+        check_arguments(fn, list(inputs), label)
+        rec = record(fn, inputs, backward=backward, name=label, grad=wanted)
+        return _modelled(rec, label, inputs, gpu, dtype, backward, l2)
+    options = dict(config or {})
+    if _module_instance(fn):  # built already: its own weights are replaced by fake tensors
+        if options:
+            raise TraceError(f"--config: {label} is a module built already (give its class or a factory to configure)")
+        module = fn
+    else:
+        check_config(fn, options, label)
+        module = build_module(lambda: fn(**options), label)
+    check_arguments(module.forward, list(inputs), f"{label}'s forward")
+    rec = record(
+        None, inputs, backward=backward, name=label, grad=wanted, module=module, param_dtype=TORCH_NAMES[dtype]
+    )
     return _modelled(rec, label, inputs, gpu, dtype, backward, l2)
+
+
+def check_config(fn: Callable[..., Any], config: Mapping[str, Any], label: str) -> None:
+    """Every ``--config`` key is an argument of the factory ``fn``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    named = [p.name for p in params]
+    for key in config:
+        if key not in named:
+            raise TraceError(
+                f"--config {key}=...: {label} has no argument {key!r} (its arguments: {', '.join(named) or 'none'})"
+            )
 
 
 def _modelled(rec: Any, label: str, inputs: dict[str, Any], gpu: Any, dtype: str, backward: bool, l2: str) -> Trace:

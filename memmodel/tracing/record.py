@@ -246,21 +246,75 @@ def _fake_input(shape: tuple[int, ...], dtype: str, grad: bool) -> torch.Tensor:
     return t.requires_grad_(grad)
 
 
+def build_module(build: Callable[[], Any], label: str) -> torch.nn.Module:
+    """Call ``build`` (a module class or a factory, bound to its configuration) on the meta device:
+    the module's parameters have shapes and dtypes but no memory; :func:`_fake_module` then gives
+    them fake tensors."""
+    try:
+        with _quiet(), torch.device("meta"):
+            module = build()
+    except Exception as exc:  # the user's code: one line naming it
+        raise TraceError(f"{label} raised {exc.__class__.__name__} building the module: {_one_line(exc)}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise TraceError(
+            f"{label} returned {type(module).__name__}, not an nn.Module (a factory returns the module to trace)"
+        )
+    return module
+
+
+def _fake_module(module: torch.nn.Module, dtype: str, grad: bool) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of ``module`` replaced by a fake tensor of its shape (inside a
+    ``FakeTensorMode``), floating ones at ``dtype`` as ``module.to(dtype)`` would make them;
+    parameters need a gradient where ``grad``. Name -> tensor (``q_proj.weight``)."""
+    out: dict[str, torch.Tensor] = {}
+    for prefix, mod in module.named_modules():
+        for key, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            t = torch.empty(tuple(p.shape), dtype=getattr(torch, dtype) if p.is_floating_point() else p.dtype)
+            mod._parameters[key] = torch.nn.Parameter(t, requires_grad=grad and t.is_floating_point())
+            out[f"{prefix}.{key}" if prefix else key] = mod._parameters[key]
+        for key, b in list(mod._buffers.items()):
+            if b is None:
+                continue
+            mod._buffers[key] = torch.empty(
+                tuple(b.shape), dtype=getattr(torch, dtype) if b.is_floating_point() else b.dtype
+            )
+            out[f"{prefix}.{key}" if prefix else key] = mod._buffers[key]
+    return out
+
+
 def record(
-    fn: Callable[..., Any],
+    fn: Callable[..., Any] | None,
     inputs: Mapping[str, tuple[tuple[int, ...], str]],
     *,
     backward: bool = False,
     name: str | None = None,
     grad: frozenset[str] | None = None,
+    module: torch.nn.Module | None = None,
+    param_dtype: str = "float32",
 ) -> Recording:
     """Call ``fn`` with a fake tensor for each of ``inputs`` (argument name -> (shape, torch dtype
     name)), by keyword, and record what it dispatches; with ``backward``, its backward too (the
     gradients of the floating inputs named in ``grad``, every one where it is None, from the
-    first output that needs one)."""
+    first output that needs one).
+
+    With ``module`` (built by :func:`build_module`) the call is the module's: its parameters and
+    buffers become fake tensors at ``param_dtype`` (named inputs of the trace: ``q_proj.weight``),
+    and it runs in eval mode without autograd, or, with ``backward``, in training mode with the
+    parameters' gradients computed too."""
     label = name or getattr(fn, "__name__", repr(fn))
     recorder = _Recorder()
     with FakeTensorMode():
+        params: dict[str, torch.Tensor] = {}
+        if module is not None:
+            try:
+                params = _fake_module(module, param_dtype, backward)
+            except (RuntimeError, ValueError) as exc:
+                raise TraceError(f"the parameters of {label} cannot be made fake: {_one_line(exc)}") from None
+            module.train(backward)
+            fn = module
+        assert fn is not None
         try:
             fakes = {
                 k: _fake_input(
@@ -270,9 +324,11 @@ def record(
             }
         except (RuntimeError, ValueError) as exc:
             raise TraceError(f"the inputs of {label} cannot be made: {_one_line(exc)}") from None
-        in_storages = {_storage(t): k for k, t in fakes.items()}
+        in_storages = {_storage(t): k for k, t in params.items()}
+        in_storages.update({_storage(t): k for k, t in fakes.items()})
+        grad_mode = torch.no_grad() if module is not None and not backward else contextlib.nullcontext()
         try:
-            with _quiet(), _Rewrites(recorder), recorder:
+            with _quiet(), grad_mode, _Rewrites(recorder), recorder:
                 result = fn(**fakes)
         except TraceError:
             raise
@@ -285,7 +341,7 @@ def record(
         grad_outputs: dict[int, str] = {}
         grad_inputs: dict[int, str] = {}
         if backward:
-            wanted = [(k, t) for k, t in fakes.items() if t.requires_grad]
+            wanted = [(k, t) for k, t in (*fakes.items(), *params.items()) if t.requires_grad]
             first = next((t for t in leaves if t.requires_grad and t.grad_fn is not None), None)
             if first is None or not wanted:
                 raise TraceError(
@@ -308,13 +364,21 @@ def record(
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """While the user's code runs: what it prints goes to stderr (stdout holds results only: JSON
-    and CSV stay whole), and the warnings torch gives about fake tensors are not shown."""
+    and CSV stay whole), and the warnings torch gives about fake tensors are not shown, nor the
+    log line its fake-tensor code writes about an op that failed (the failure is reported once)."""
+    import logging
     import sys
     import warnings
 
-    with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+    fake_log = logging.getLogger("torch._subclasses.fake_tensor")
+    was = fake_log.disabled
+    fake_log.disabled = True
+    try:
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        fake_log.disabled = was
 
 
 def _one_line(exc: BaseException) -> str:
