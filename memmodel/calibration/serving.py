@@ -67,7 +67,8 @@ class Row:
     case: str
     kernel: str
     measured_s: float
-    #: the paged kernel family the probe ran: decode, decode_tc, prefill_sm90, prefill (fa2); "" the model's
+    #: the paged kernel family the probe ran (decode, decode_tc, prefill_sm90, prefill: fa2; "" the
+    #: model's), or for flex's decode whether the probe gave a block mask (mask, no-mask)
     choice: str = ""
 
 
