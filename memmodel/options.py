@@ -304,7 +304,7 @@ def paged_implementation(
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged and rest.get("backward"):
             raise WorkloadError(f"--impl {impl} is modelled forward only: --backward is not")
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged:
-            notes.append(f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)")
+            notes.append(paged_figures_note(impl, profile))
         return impl
     if tiled == "fa1":
         raise WorkloadError(f"--page-size: flash-attn v1 (--tiled fa1) has no paged kernel: accepted are {accepted}")
@@ -334,8 +334,30 @@ def paged_implementation(
         raise WorkloadError(
             f"--splits with --page-size: --impl {impl}'s own plan splits the K/V (not modelled as asked)"
         )
-    notes.append(f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)")
+    notes.append(paged_figures_note(impl, profile))
     return impl
+
+
+#: the paged implementations' own figure sets (``Kernel.figures_own``) and what still stands in
+#: where a profile has them
+PAGED_OWN = {
+    "flashinfer": (("flashinfer", "flashinfer-fa2"), ""),
+    "flex": (("flex",), "; its forward kernel memmodel's Triton kernel's (triton: efficiency, CTA overhead)"),
+}
+
+
+def paged_figures_note(impl: str, profile: Profile | None) -> str:
+    """What times a paged implementation's kernels on ``profile``: its own figures where the
+    profile has them (and what still stands in), else the figures of their designs."""
+    names, rest = PAGED_OWN[impl]
+    own = [n for n in names if profile is not None and n in profile.implementation_figures]
+    if not own:
+        return f"--impl {impl}: no figures of its own: {PAGED_FIGURES[impl]} (not measured)"
+    listed = ", ".join(f"implementations.{n}" for n in own)
+    return (
+        f"--impl {impl}: its kernels' own figures ({listed}; where each comes from: memmodel hardware show "
+        f"{getattr(profile, 'name', '')}){rest}"
+    )
 
 
 def with_options(options: Options, **changes: Any) -> Options:

@@ -441,3 +441,14 @@ def test_own_figures_time_a_library_kernel_where_the_profile_has_them():
     own = h200.with_implementation_figures("flashinfer", combine_time_s=(3e-6, 0.0))
     assert merge(own).terms["latency"] == pytest.approx(3e-6)
     assert rate and per_split  # the fallback really used sdpa-flash's three figures
+
+
+def test_the_output_says_which_figures_time_a_paged_kernel():
+    from memmodel.calibration.serving import bare
+    from memmodel.options import paged_figures_note
+
+    assert "implementations.flashinfer, implementations.flashinfer-fa2" in paged_figures_note("flashinfer", H200)
+    assert "memmodel hardware show h200" in paged_figures_note("flashinfer", H200)
+    assert "no figures of its own" in paged_figures_note("flashinfer", bare(H200))
+    # flex: its decoding kernel's own, its forward the Triton kernel's
+    assert "Triton" in paged_figures_note("flex", H200) and "implementations.flex" in paged_figures_note("flex", H200)
