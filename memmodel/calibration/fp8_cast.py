@@ -61,13 +61,6 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any
             "memmodel.calibration.fp8_cast",
         }
     }
-    sources = dict(data.get("sources") or {})
-    sources[SOURCE] = {
-        "title": f"memmodel FP8 cast microbenchmark, {env.get('gpu', 'GPU')} ({RECORD})",
-        "kind": "measured",
-        "machine": f"lent {env.get('gpu', 'GPU')} (nvidia-h200), torch {env.get('torch', '?')}",
-        "date": "2026-12-02",
-        "command": COMMAND,
-    }
-    data["sources"] = sources
-    return data
+    from .serving import cite
+
+    return cite(data, SOURCE, "memmodel FP8 cast microbenchmark", RECORD, COMMAND, env)

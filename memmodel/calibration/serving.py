@@ -368,14 +368,28 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], env: Mapping[str
             figures[key] = {"value": _yaml_value(field, value), "source": SOURCE, "note": note + ": " + __name__}
         implementations[name] = figures
     env = env or {}
+    return cite(data, SOURCE, TITLE, RECORD, COMMAND, env, f", FlashInfer {env.get('flashinfer', '?')}")
+
+
+def cite(
+    data: dict[str, Any],
+    source: str,
+    title: str,
+    record: str,
+    command: str,
+    env: Mapping[str, Any],
+    software: str = "",
+) -> dict[str, Any]:
+    """``data`` with ``sources.<source>``: a measurement on the lent H200 of ``record`` (its
+    ``env`` line: the GPU and torch; ``software``: what else ran), made by ``command``."""
+    gpu = env.get("gpu", "GPU")
     sources = dict(data.get("sources") or {})
-    sources[SOURCE] = {
-        "title": f"{TITLE}, {env.get('gpu', 'GPU')} ({RECORD})",
+    sources[source] = {
+        "title": f"{title}, {gpu} ({record})",
         "kind": "measured",
-        "machine": f"lent {env.get('gpu', 'GPU')} (nvidia-h200), torch {env.get('torch', '?')}, "
-        f"FlashInfer {env.get('flashinfer', '?')}",
+        "machine": f"lent {gpu} (nvidia-h200), torch {env.get('torch', '?')}{software}",
         "date": "2026-12-02",
-        "command": COMMAND,
+        "command": command,
     }
     data["sources"] = sources
     return data
@@ -479,13 +493,4 @@ def apply_flex(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str
         f"2k-32k keys): {__name__}",
     }
     data.setdefault("implementations", {})["flex"] = figures
-    sources = dict(data.get("sources") or {})
-    sources[FLEX_SOURCE] = {
-        "title": f"memmodel FlexAttention decode probe, {env.get('gpu', 'GPU')} ({FLEX_RECORD})",
-        "kind": "measured",
-        "machine": f"lent {env.get('gpu', 'GPU')} (nvidia-h200), torch {env.get('torch', '?')}",
-        "date": "2026-12-02",
-        "command": FLEX_COMMAND,
-    }
-    data["sources"] = sources
-    return data
+    return cite(data, FLEX_SOURCE, "memmodel FlexAttention decode probe", FLEX_RECORD, FLEX_COMMAND, env)
