@@ -41,6 +41,8 @@ class Case:
     kv_dtype: str | None = None
     #: a paged KV cache's tokens per page (impl=flashinfer or flex; a pool of scattered pages)
     page_size: int | None = None
+    #: the paged cache's pool in pages (None: the workload's default, twice the batch's pages)
+    kv_pool: int | None = None
 
     def __post_init__(self) -> None:
         if self.impl not in CASE_IMPLEMENTATIONS:
@@ -127,6 +129,8 @@ class Case:
             extra += f"-docs{_docs(self.seq_lens)}"
         if self.page_size is not None:
             extra += f"-page{self.page_size}"
+        if self.kv_pool is not None:
+            extra += f"-pool{self.kv_pool}"
         if self.block_q:
             extra += f"-bq{self.block_q}bkv{self.block_kv}"
         if self.dropout:
@@ -158,6 +162,7 @@ class Case:
             d_v=self.d_v,
             kv_dtype=self.kv_dtype,
             page_size=self.page_size,
+            kv_pool=self.kv_pool,
         )
 
     @property
@@ -185,6 +190,8 @@ class Case:
             del out["d_v"]
         if out["page_size"] is None:  # a key only paged cases have
             del out["page_size"]
+        if out["kv_pool"] is None:  # a key only cases with a pool of their own have
+            del out["kv_pool"]
         return {"id": self.id, **out}
 
     def spec(self) -> str:
@@ -204,6 +211,7 @@ class Case:
             "block_kv",
             "window",
             "page_size",
+            "kv_pool",
         )
         parts = [f"{k}={getattr(self, k)}" for k in keys if getattr(self, k) is not None]
         parts += [f"seq_lens={_docs(self.seq_lens)}"] if self.seq_lens is not None else []
@@ -223,12 +231,12 @@ _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 _KEYS = (
     "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, page_size, "
-    "block_q, block_kv, dropout, backward"
+    "kv_pool, block_q, block_kv, dropout, backward"
 )
 #: implementations whose cases take d_v (V's head dim apart from Q's)
 DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flashmla")
 #: the case keys that take a whole number
-_INT_KEYS = ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size")
+_INT_KEYS = ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size", "kv_pool")
 #: the case implementations that read a paged KV cache (``page_size=``)
 PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
 

@@ -978,9 +978,17 @@ def kernel_time(
     if cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
-        hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
+        if np.any(np.asarray(kernel.cta_bytes) > 0):
+            # uneven splits (flex paged): the busiest CTA's bytes, once per wave of working CTAs
+            working = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) - np.asarray(
+                intmath.to_float(kernel.exited_ctas), dtype=np.float64
+            )
+            waves = np.ceil(working / np.maximum(ctas, 1.0))
+            lat = waves * np.asarray(intmath.to_float(kernel.cta_bytes), dtype=np.float64) / cta_rate
+        else:
+            hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
     elif np.any(in_flight > 0):
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))

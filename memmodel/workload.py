@@ -26,6 +26,9 @@ FP8_OUT_DTYPE = "bf16"
 STAT_BYTES = 4
 #: Accumulators kept in HBM (FA2's dQ, split-KV partial outputs) are fp32.
 ACC_BYTES = 4
+#: a paged cache's pool per page the batch holds, where no ``kv_pool`` is given (half of it free,
+#: as a serving engine's pool runs; ``memmodel validate``'s runner allocates this)
+POOL_FACTOR = 2
 
 
 @frozen
@@ -44,6 +47,9 @@ class Workload:
     pages of ``page_size`` tokens, scattered in a pool and found through a block table (serving
     engines' paged KV cache: decoding with n = 1, chunked prefill with n new tokens appended to
     n_kv − n cached ones, causal bottom-right); :mod:`memmodel.traffic.paged` counts it.
+    ``kv_pool`` (paged only): the pages the cache's pool holds, all requests' and the free ones
+    (None: :data:`POOL_FACTOR` × the pages the batch holds, as ``memmodel validate``'s runner
+    allocates); FlexAttention's decoding kernel splits the pool's length, not a request's.
     Integer fields may be numpy arrays that broadcast together.
     """
 
@@ -66,6 +72,7 @@ class Workload:
     #: implementation that writes O in fp8 (cuDNN's Hopper fp8 graph)
     out_dtype: str | None = None
     page_size: int | None = None
+    kv_pool: int | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -123,6 +130,8 @@ class Workload:
             object.__setattr__(self, "seq_lens", _checked_seq_lens(self.seq_lens, values))
         if self.page_size is not None:
             object.__setattr__(self, "page_size", _checked_page_size(self.page_size, self.seq_lens, self.window))
+        if self.kv_pool is not None:
+            object.__setattr__(self, "kv_pool", _checked_kv_pool(self.kv_pool, self.page_size, values))
         try:
             dropout = float(self.dropout)
         except (TypeError, ValueError):
@@ -171,6 +180,16 @@ class Workload:
     def kv_heads_(self) -> IntLike:
         assert self.kv_heads is not None
         return self.kv_heads
+
+    @property
+    def kv_pool_(self) -> IntLike:
+        """A paged cache's pool in pages: ``kv_pool``, else :data:`POOL_FACTOR` × batch ·
+        ⌈n_kv / page_size⌉ (0 for a contiguous cache)."""
+        if self.page_size is None:
+            return 0
+        if self.kv_pool is not None:
+            return self.kv_pool
+        return intmath.mul(POOL_FACTOR, self.batch, intmath.ceil_div(self.n_kv_, self.page_size))
 
     @property
     def d_v_(self) -> IntLike:
@@ -269,7 +288,7 @@ class Workload:
             }
             | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
             | ({"d_v": plain(self.d_v)} if self.d_v is not None else {})
-            | ({"page_size": self.page_size} if self.page_size is not None else {})
+            | ({"page_size": self.page_size, "kv_pool": plain(self.kv_pool_)} if self.page_size is not None else {})
             | self._fp8_dict()
         )
 
@@ -313,6 +332,21 @@ def _checked_page_size(raw: Any, seq_lens: Any, window: Any) -> int:
         raise WorkloadError("page_size with seq_lens is not modelled: a paged cache holds each request's K/V apart")
     if window is not None:
         raise WorkloadError("page_size with a sliding window is not modelled yet: give one or the other")
+    return int(raw)
+
+
+def _checked_kv_pool(raw: Any, page_size: int | None, values: dict[str, Any]) -> int:
+    """A paged cache's pool in pages: at least the pages the batch holds."""
+    if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)) or raw < 1:
+        raise WorkloadError(f"kv_pool must be a positive whole number of pages (got {raw!r})")
+    if page_size is None:
+        raise WorkloadError("kv_pool is the pool of a paged KV cache: give page_size as well")
+    held = intmath.mul(values["batch"], intmath.ceil_div(values["n_kv"], page_size))
+    most = int(np.max(np.asarray(held)))
+    if int(raw) < most:
+        raise WorkloadError(
+            f"kv_pool {int(raw)} pages cannot hold the batch's {most} (batch · ⌈n_kv / page_size⌉): give at least {most}"
+        )
     return int(raw)
 
 

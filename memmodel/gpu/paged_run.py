@@ -20,9 +20,11 @@ from typing import Any
 from ..cases import Case
 from ..errors import RuntimeFailure
 from ..traffic import paged as pm
+from ..workload import POOL_FACTOR as _POOL_FACTOR
 
-#: pages in the pool per page a case needs (the rest stay free, as in a serving engine's pool)
-POOL_FACTOR = 2
+#: pages in the pool per page a case needs where it gives no kv_pool (the rest stay free, as in a
+#: serving engine's pool): the workload's default
+POOL_FACTOR = _POOL_FACTOR
 #: FlashInfer's workspace (its examples' 128 MiB)
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
@@ -33,14 +35,18 @@ def _torch() -> Any:
     return torch
 
 
-def page_table(batch: int, n_kv: int, page_size: int, seed: int = 0, device: Any = "cpu") -> dict[str, Any]:
-    """A pool of ``POOL_FACTOR`` × the pages the batch needs and, per request, ⌈n_kv / P⌉ of them
+def page_table(
+    batch: int, n_kv: int, page_size: int, seed: int = 0, device: Any = "cpu", pool_pages: int | None = None
+) -> dict[str, Any]:
+    """A pool of ``pool_pages`` (None: ``POOL_FACTOR`` × the pages the batch needs) and, per request, ⌈n_kv / P⌉ of them
     drawn from a random permutation of the pool: ``indices`` (int32, the requests' pages one after
     another), ``indptr`` (int32, B + 1), ``last_page_len`` (int32, B: tokens on each last page),
     ``pool_pages`` and ``table`` (B × pages, int64, the same indices per request)."""
     torch = _torch()
     per = -(-n_kv // page_size)
-    pool = max(1, POOL_FACTOR * batch * per)
+    pool = max(1, POOL_FACTOR * batch * per) if pool_pages is None else int(pool_pages)
+    if pool < batch * per:
+        raise RuntimeFailure(f"a pool of {pool} pages cannot hold the batch's {batch * per}")
     g = torch.Generator().manual_seed(seed)
     perm = torch.randperm(pool, generator=g)[: batch * per]
     table = perm.reshape(batch, per).to(torch.int64)
@@ -168,7 +174,7 @@ class PagedRun:
         fi = _flashinfer()
         p = int(case.page_size or 1)
         dev = self.q.device
-        pt = page_table(case.batch, case.n_kv_, p, seed, dev)
+        pt = page_table(case.batch, case.n_kv_, p, seed, dev, case.kv_pool)
         self.pt = pt
         k_pool, v_pool = scatter_nhd(k, pt, p), scatter_nhd(v, pt, p)
         self.k, self.v = gather_nhd(k_pool, pt, case.n_kv_), gather_nhd(v_pool, pt, case.n_kv_)
@@ -228,7 +234,7 @@ class PagedRun:
         from torch.nn.attention.experimental._paged_attention import PagedAttention
 
         p = int(case.page_size)
-        pt = page_table(case.batch, case.n_kv_, p, seed, dev)
+        pt = page_table(case.batch, case.n_kv_, p, seed, dev, case.kv_pool)
         self.pt = pt
         paged = PagedAttention(pt["pool_pages"], p, case.batch, device=dev)
         # its allocator hands out pages from the end of ``empty_pages``: give it the table's order

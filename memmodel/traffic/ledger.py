@@ -205,6 +205,10 @@ class Kernel:
     #: keys each CTA walks before its blocks to build the default block mask inside the kernel's
     #: graph (flex_attention called without one); 0 none
     mask_keys: IntLike = 0
+    #: a split-KV kernel whose splits are uneven: the most K/V bytes one CTA loads (flex's
+    #: TILE_KV, a share of the K tensor's length, capped at the request's); 0: the kernel's bytes
+    #: spread evenly over its working CTAs (``ctas`` − ``exited_ctas``)
+    cta_bytes: IntLike = 0
 
     @cached_property
     def flops(self) -> IntLike:

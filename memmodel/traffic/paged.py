@@ -191,6 +191,16 @@ def flex_split_kv(batch: int, kv_heads: int, sm_count: int) -> int:
     return max(sm_count // max(batch * kv_heads, 1) * 2, 1)
 
 
+def flex_tile_kv(kv_len: IntLike, split: IntLike, block_n: IntLike) -> IntLike:
+    """flex decoding's TILE_KV: ⌈⌈KV_LEN / SPLIT_KV⌉ / BLOCK_N⌉ · BLOCK_N tokens a split covers."""
+    return intmath.mul(intmath.ceil_div(intmath.ceil_div(kv_len, split), block_n), block_n)
+
+
+def flex_working_splits(tokens: IntLike, tile: IntLike, split: IntLike) -> IntLike:
+    """The splits that find K/V blocks: ⌈tokens / TILE_KV⌉, at most SPLIT_KV (the others exit)."""
+    return intmath.minimum(intmath.ceil_div(tokens, tile), split)
+
+
 def flex_forward_tiles(dtype: str, d: int) -> tuple[int, int]:
     """flex_attention's forward (BLOCK_M, BLOCK_N) on sm90 (:data:`FLEX_FORWARD_SM90`)."""
     if d > 256:
@@ -533,7 +543,13 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     """FlexAttention's decoding template (``flex_decoding``): a grid of (⌈n·G / BLOCK_M⌉,
     B·H_kv, SPLIT_KV) CTAs, the group's query heads packed as the rows of a BLOCK_M tile
     (max(next power of two of n·G, 16)), each split a share of the kept K/V blocks, writing fp32
-    partials (acc, row max, row sum); inductor's reduction over the splits then writes O."""
+    partials (acc, row max, row sum); inductor's reduction over the splits then writes O.
+
+    A split's share is TILE_KV = ⌈⌈KV_LEN / SPLIT_KV⌉ / BLOCK_N⌉ · BLOCK_N tokens of the K
+    tensor's length KV_LEN (``flex_decoding.py``'s template), taken from the request's list of
+    kept blocks in order: contiguous, KV_LEN is the request's keys and every split works; paged,
+    K is the whole pool (1 × H_kv × pages·P × d), so only the first ⌈tokens / TILE_KV⌉ splits find
+    blocks and the rest exit at once (:func:`flex_working_splits`)."""
     e = w.element_bytes
     split, bm = _each(
         lambda b, hk, n, g: (flex_split_kv(b, hk, sm_count), max(_next_power_of_two(n * g), 16)),
@@ -544,9 +560,9 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     )
     bn = flex_block_n(w, FLEX_DECODE_BLOCK_N)
     tokens = flex_kv_tokens(w)
-    kv_blocks = intmath.ceil_div(tokens, bn)
-    # a split with no blocks still runs (its CTAs exit after the setup): SPLIT_KV CTAs each
-    splits = intmath.minimum(split, kv_blocks)
+    kv_len = w.n_kv_ if w.page_size is None else intmath.mul(w.kv_pool_, w.page_size)
+    tile = flex_tile_kv(kv_len, split, bn)
+    splits = flex_working_splits(tokens, tile, split)
     row = row_bytes(w.d, e)
     kv = intmath.mul(w.batch, w.kv_heads_, tokens, row)
     bh = intmath.mul(w.batch, w.heads)
@@ -577,6 +593,8 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, intmath.mul(2, sm_count)),
         ctas=ctas,
+        exited_ctas=intmath.mul(m_blocks, w.batch, w.kv_heads_, split - splits),
+        cta_bytes=intmath.mul(2, intmath.minimum(tile, tokens), row),
         bytes_in_flight_per_cta=intmath.mul(2, 3, bn, row),
         overlap="serial-compute",
         splits=split,
@@ -600,6 +618,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         "page_size": w.page_size,
         "split_kv": split,
         "splits_with_blocks": splits,
+        "tile_kv": tile,
         "block_m": bm,
         "block_n": bn,
         "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w))
