@@ -971,24 +971,24 @@ def kernel_time(
             terms[level] = terms[level] / measured.hbm_share
     in_flight = np.asarray(intmath.to_float(intmath.mul(kernel.concurrent_ctas, kernel.bytes_in_flight_per_cta)))
     cta_rate = figures.cta_bandwidth_bytes_per_s
-    by_block = measured.block_cta_bandwidth_bytes_per_s
-    if split and by_block and np.any(np.asarray(kernel.kv_block) > 0):
-        # measured: the rate of one CTA by the K/V block it loads a step (flex: the page)
-        cta_rate = interpolate_log2(by_block, np.asarray(intmath.to_float(kernel.kv_block), dtype=np.float64))
-    if cta_rate is not None:
+    by_block = measured.block_step_time_s
+    if split and by_block and np.any(np.asarray(kernel.kv_block) > 0) and np.any(np.asarray(kernel.cta_steps) > 0):
+        # measured: one CTA's time a K/V block step by the block it loads (flex: the page), whatever
+        # its bytes (its loads wait on each other); the busiest CTA's steps, once per wave of the
+        # CTAs that find blocks
+        step = interpolate_log2(by_block, np.asarray(intmath.to_float(kernel.kv_block), dtype=np.float64))
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        working = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) - np.asarray(
+            intmath.to_float(kernel.exited_ctas), dtype=np.float64
+        )
+        lat = np.ceil(working / slots) * np.asarray(intmath.to_float(kernel.cta_steps), dtype=np.float64) * step
+        terms["latency"] = float(lat) if np.ndim(lat) == 0 else lat
+    elif cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
-        if np.any(np.asarray(kernel.cta_bytes) > 0):
-            # uneven splits (flex paged): the busiest CTA's bytes, once per wave of working CTAs
-            working = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) - np.asarray(
-                intmath.to_float(kernel.exited_ctas), dtype=np.float64
-            )
-            waves = np.ceil(working / np.maximum(ctas, 1.0))
-            lat = waves * np.asarray(intmath.to_float(kernel.cta_bytes), dtype=np.float64) / cta_rate
-        else:
-            hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
+        hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
     elif np.any(in_flight > 0):
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
@@ -1069,7 +1069,7 @@ def _covers(figures: Any, kernel: Kernel) -> bool:
         return bool(
             figures.split_efficiency
             or figures.cta_bandwidth_bytes_per_s
-            or figures.block_cta_bandwidth_bytes_per_s
+            or figures.block_step_time_s
             or figures.split_cta_overhead_s
             or figures.mask_key_time_s is not None
             or figures.hbm_share is not None

@@ -100,7 +100,9 @@ def with_links(text: str) -> str:
         data = serving.apply(data, lines, env)
     if (ROOT / serving.FLEX_RECORD).exists():  # FlexAttention's decoding kernel, from its own probe
         lines = [json.loads(line) for line in gzip.open(ROOT / serving.FLEX_RECORD, "rt") if line.strip()]
-        data = serving.apply_flex(data, lines)
+        paged_record = ROOT / serving.FLEX_PAGED_RECORD
+        paged = json.load(gzip.open(paged_record, "rt")) if paged_record.exists() else None
+        data = serving.apply_flex(data, lines, paged)
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():

@@ -402,51 +402,75 @@ def cite(
 FLEX_RECORD = "validation/h200/flex-probe/flex-probe.jsonl.gz"
 FLEX_COMMAND = "python3 validation/probes/flex_probe.py flex-probe.jsonl"
 FLEX_SOURCE = "measured-flex-decode"
+FLEX_PAGED_SOURCE = "measured-flex-paged-decode"
 
 
-def flex_rows(lines: Iterable[Mapping[str, Any]]) -> list[Row]:
-    """The probe's decoding kernels (the template kernel, ``triton_tem_``): without a block mask
-    as contiguous cases, with a full BlockMask of block B as the case of pages of B tokens (the
-    same K/V blocks, the layout contiguous)."""
+#: the paged flex probe: ``memmodel validate`` of ``validation/cases/h200-flex-paged-probe.txt``
+FLEX_PAGED_RECORD = "validation/h200/flex-probe/flex-paged-probe.json.gz"
+FLEX_PAGED_COMMAND = (
+    "python3 -m memmodel validate --gpu h200 --cases validation/cases/h200-flex-paged-probe.txt "
+    "--output flex-paged-probe.json.gz"
+)
+
+
+def flex_rows(lines: Iterable[Mapping[str, Any]], paged: Mapping[str, Any] | None = None) -> list[Row]:
+    """The probes' decoding kernels (the template kernel, ``triton_tem_``): the flex probe's
+    without a block mask (contiguous, ``no-mask``) and the paged probe's record (``paged``). The
+    flex probe's decodes with a full BlockMask over contiguous K/V are not rows: their K tensor is
+    one request's keys (every split works), a layout no workload describes."""
     out: list[Row] = []
     for r in lines:
-        if r.get("section") != "flex-decode" or not r.get("kernels"):
+        if r.get("section") != "flex-decode" or not r.get("kernels") or r.get("block_size"):
             continue
         us = [float(k["us"]) for k in r["kernels"] if str(k.get("name", "")).startswith("triton_tem_")]
         if not us:
             continue
-        page = f",page_size={r['block_size']}" if r.get("block_size") else ""
         case = (
             f"impl=flex,heads={r['heads']},kv_heads={r['kv_heads']},d={r['d']},n=1,n_kv={r['n_kv']},"
-            f"batch={r['batch']},dtype={r['dtype']}{page}"
+            f"batch={r['batch']},dtype={r['dtype']}"
         )
-        out.append(Row(case, "flex_decode", sum(us) * 1e-6, "mask" if r.get("block_size") else "no-mask"))
+        out.append(Row(case, "flex_decode", sum(us) * 1e-6, "no-mask"))
+    from ..cases import Case
+
+    for c in (paged or {}).get("cases", []):
+        timing = c.get("timing") or {}
+        us = [float(k["time_s"]) for k in timing.get("profiled_kernels", []) if k["name"].startswith("triton_tem_")]
+        if c.get("status") != "ok" or not us:
+            continue
+        spec = Case.from_dict(c["case"]).spec()
+        out.append(Row(spec, "flex_decode", sum(us), "paged"))
     return out
 
 
-#: (figure, the rows it is fitted to, its search range): the per-CTA rate at blocks of 64 (and
-#: 128, which flex loads as 64) and of 16, then the default mask's cost a key
+def _page(r: Row) -> int:
+    return int(r.case.split("page_size=")[1].split(",")[0]) if "page_size=" in r.case else 0
+
+
+#: (figure, the rows it is fitted to, its search range): a CTA's time a step of 64 keys (pages of
+#: 64 and 128, which flex loads as 64) and of 16, then the default mask's cost a key
 FLEX_FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
-    ("rate_64", lambda r: r.choice == "mask" and "page_size=16" not in r.case, (1e8, 1e12)),
-    ("rate_16", lambda r: r.choice == "mask" and "page_size=16" in r.case, (1e8, 1e12)),
+    ("step_64", lambda r: r.choice == "paged" and _page(r) >= 64, (1e-8, 1e-4)),
+    ("step_16", lambda r: r.choice == "paged" and _page(r) == 16, (1e-8, 1e-4)),
     ("mask_key_time", lambda r: r.choice == "no-mask", (1e-12, 1e-6)),
 )
 
 
 def _flex_figures(f: Mapping[str, float]) -> dict[str, Any]:
     return {
-        "block_cta_bandwidth_bytes_per_s": ((16, f.get("rate_16", 1e10)), (64, f.get("rate_64", 1e10))),
+        "block_step_time_s": ((16, f.get("step_16", 1e-6)), (64, f.get("step_64", 1e-6))),
         "mask_key_time_s": f.get("mask_key_time", 1e-12),
     }
 
 
-def fit_flex(lines: Iterable[Mapping[str, Any]], profile: Any) -> tuple[dict[str, float], list[tuple[Row, float]]]:
+def fit_flex(
+    lines: Iterable[Mapping[str, Any]], profile: Any, paged: Mapping[str, Any] | None = None
+) -> tuple[dict[str, float], list[tuple[Row, float]]]:
     """``implementations.flex``'s decode figures (keys of :data:`FLEX_FIGURES`) and every row
     with its predicted time at them (the profile's flex figures removed first)."""
     base = dataclasses.replace(
         profile, implementation_figures={k: v for k, v in profile.implementation_figures.items() if k != "flex"}
     )
-    found = flex_rows(lines)
+    found = flex_rows(lines, paged)
     plans = {r.case: _planned(r.case, "", base) for r in found}
     fitted: dict[str, float] = {}
 
@@ -466,25 +490,30 @@ def fit_flex(lines: Iterable[Mapping[str, Any]], profile: Any) -> tuple[dict[str
     return fitted, [(r, predicted(plans[r.case], r.kernel, p)) for r in found]
 
 
-def apply_flex(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """``data`` with ``implementations.flex.block_cta_bandwidth`` and ``mask_key_time`` fitted
-    from the flex probe's ``lines``, and their source."""
+def apply_flex(
+    data: dict[str, Any], lines: list[Mapping[str, Any]], paged: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``data`` with ``implementations.flex.block_step_time`` and ``mask_key_time`` fitted from
+    the flex probe's ``lines`` and the paged probe's record ``paged``, and their sources."""
     from ..hardware.parse import parse_profile
 
-    found = flex_rows(lines)
+    found = flex_rows(lines, paged)
     if not found:
         return data
-    fitted, _ = fit_flex(lines, parse_profile(data, "<profile being built>"))
+    fitted, _ = fit_flex(lines, parse_profile(data, "<profile being built>"), paged)
     env = next((r for r in lines if r.get("section") == "env"), {})
     counts = {name: sum(1 for r in found if keep(r)) for name, keep, _ in FLEX_FIGURES}
     figures = dict((data.get("implementations") or {}).get("flex") or {})
-    figures["block_cta_bandwidth"] = {
-        "value": {16: f"{fitted['rate_16'] / 1e9:.4g} GB/s", 64: f"{fitted['rate_64'] / 1e9:.4g} GB/s"},
-        "source": FLEX_SOURCE,
-        "note": "what one CTA of flex's decoding kernel streams by its K/V block (BLOCK_N: the page where paged), "
-        f"fitted to {counts['rate_64']} decodes with a full BlockMask of 64 and 128 (flex loads 64) and "
-        f"{counts['rate_16']} of 16 (contiguous K/V: paging's cost not in it): {__name__}",
-    }
+    figures.pop("block_cta_bandwidth", None)
+    if "step_64" in fitted:
+        figures["block_step_time"] = {
+            "value": {16: f"{fitted['step_16'] * 1e9:.4g} ns", 64: f"{fitted['step_64'] * 1e9:.4g} ns"},
+            "source": FLEX_PAGED_SOURCE,
+            "note": "what one CTA of flex's decoding kernel takes a K/V block step (BLOCK_N: the page where paged, "
+            "at most 64), whatever the head dim (d 64 and d 128 measured alike); fitted to "
+            f"{counts['step_64']} paged decodes with pages of 64 and 128 and {counts['step_16']} of 16 (batch 1-16, "
+            f"pools of two and eight times the batch's pages): {__name__}",
+        }
     figures["mask_key_time"] = {
         "value": f"{fitted['mask_key_time'] * 1e9:.4g} ns",
         "source": FLEX_SOURCE,
@@ -493,4 +522,9 @@ def apply_flex(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str
         f"2k-32k keys): {__name__}",
     }
     data.setdefault("implementations", {})["flex"] = figures
-    return cite(data, FLEX_SOURCE, "memmodel FlexAttention decode probe", FLEX_RECORD, FLEX_COMMAND, env)
+    data = cite(data, FLEX_SOURCE, "memmodel FlexAttention decode probe", FLEX_RECORD, FLEX_COMMAND, env)
+    if "step_64" in fitted and paged is not None:
+        paged_env = {"gpu": paged.get("device", "GPU"), "torch": env.get("torch", "?")}
+        title = "memmodel FlexAttention paged decode probe"
+        data = cite(data, FLEX_PAGED_SOURCE, title, FLEX_PAGED_RECORD, FLEX_PAGED_COMMAND, paged_env)
+    return data

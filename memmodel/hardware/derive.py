@@ -75,7 +75,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.cta_bandwidth", "same"),
     ("implementations.*.hbm_share", "same"),
     ("implementations.*.fp8_share", "same"),
-    ("implementations.*.block_cta_bandwidth", "same"),
+    ("implementations.*.block_step_time", "cycles"),
     ("implementations.*.mask_key_time", "cycles"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),

@@ -228,9 +228,9 @@ class ImplementationFigures:
     #: the share of the profile's HBM streaming rate its kernels reach (a library's loads, issued
     #: its own way: FlashInfer's paged loads); None: the profile's rate
     hbm_share: float | None = None
-    #: bytes per second one CTA of its split-KV kernel streams, by the K/V block it loads a step
-    #: (flex's BLOCK_N: the page where paged), where that decides its rate
-    block_cta_bandwidth_bytes_per_s: Curve = ()
+    #: seconds one CTA of its split-KV kernel takes a K/V block step, by the block it loads a step
+    #: (flex's BLOCK_N: the page where paged), whatever the head dim, where that decides its time
+    block_step_time_s: Curve = ()
     #: seconds a CTA of its decoding kernel spends per key building the default block mask in the
     #: kernel (flex_attention called without a block mask)
     mask_key_time_s: float | None = None

@@ -90,7 +90,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "uneven_efficiency": "uneven_efficiency",
     "split_efficiency": "split_efficiency",
     "split_cta_overhead": "split_cta_overhead_s",
-    "block_cta_bandwidth": "block_cta_bandwidth_bytes_per_s",
+    "block_step_time": "block_step_time_s",
 }
 #: the per-implementation fields that are one figure, and the field each fills
 IMPLEMENTATION_VALUES: dict[str, str] = {
@@ -218,7 +218,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.sustained_after": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.hbm_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
-    **{f"implementations.{name}.block_cta_bandwidth": ("bandwidth", False) for name in _NAMES},
+    **{f"implementations.{name}.block_step_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.mask_key_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
@@ -260,7 +260,7 @@ CURVES: dict[str, str] = {
     "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
     **{
-        f"implementations.{name}.{leaf}": "K/V block" if leaf == "block_cta_bandwidth" else "head dim"
+        f"implementations.{name}.{leaf}": "K/V block" if leaf == "block_step_time" else "head dim"
         for leaf in IMPLEMENTATION_CURVES
         for name in _NAMES
     },

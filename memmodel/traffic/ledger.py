@@ -200,15 +200,14 @@ class Kernel:
     #: ``figures_from``'s (whose instructions it keeps); "" none of its own
     figures_own: str = ""
     #: a library's split-KV kernel: the K/V block its CTAs load a step (flex's BLOCK_N), for a
-    #: per-CTA rate measured by block (``implementations.<name>.block_cta_bandwidth``); 0 none
+    #: per-CTA step time measured by block (``implementations.<name>.block_step_time``); 0 none
     kv_block: IntLike = 0
     #: keys each CTA walks before its blocks to build the default block mask inside the kernel's
     #: graph (flex_attention called without one); 0 none
     mask_keys: IntLike = 0
-    #: a split-KV kernel whose splits are uneven: the most K/V bytes one CTA loads (flex's
-    #: TILE_KV, a share of the K tensor's length, capped at the request's); 0: the kernel's bytes
-    #: spread evenly over its working CTAs (``ctas`` − ``exited_ctas``)
-    cta_bytes: IntLike = 0
+    #: a split-KV kernel timed by its steps: the K/V block steps of its busiest CTA (flex's
+    #: TILE_KV, a share of the K tensor's length, capped at the request's keys, over BLOCK_N)
+    cta_steps: IntLike = 0
 
     @cached_property
     def flops(self) -> IntLike:

@@ -594,7 +594,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         concurrent_ctas=intmath.minimum(ctas, intmath.mul(2, sm_count)),
         ctas=ctas,
         exited_ctas=intmath.mul(m_blocks, w.batch, w.kv_heads_, split - splits),
-        cta_bytes=intmath.mul(2, intmath.minimum(tile, tokens), row),
+        cta_steps=intmath.ceil_div(intmath.minimum(tile, tokens), bn),
         bytes_in_flight_per_cta=intmath.mul(2, 3, bn, row),
         overlap="serial-compute",
         splits=split,
