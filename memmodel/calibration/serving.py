@@ -379,16 +379,17 @@ def cite(
     command: str,
     env: Mapping[str, Any],
     software: str = "",
+    date: str = "2026-12-02",
 ) -> dict[str, Any]:
     """``data`` with ``sources.<source>``: a measurement on the lent H200 of ``record`` (its
-    ``env`` line: the GPU and torch; ``software``: what else ran), made by ``command``."""
+    ``env`` line: the GPU and torch; ``software``: what else ran), made by ``command`` on ``date``."""
     gpu = env.get("gpu", "GPU")
     sources = dict(data.get("sources") or {})
     sources[source] = {
         "title": f"{title}, {gpu} ({record})",
         "kind": "measured",
         "machine": f"lent {gpu} (nvidia-h200), torch {env.get('torch', '?')}{software}",
-        "date": "2026-12-02",
+        "date": date,
         "command": command,
     }
     data["sources"] = sources
