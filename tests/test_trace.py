@@ -292,6 +292,76 @@ EXAMPLE_CASES = {
             "sum#2",
         ],
     ),
+    "bloom_alibi": (
+        {"q": (8, 256, 64), "k": (8, 256, 64), "v": (8, 256, 64), "alibi": (8, 1, 256), "mask": ((1, 256, 256), "bool")},
+        # baddbmm adds the bias into Q Kᵀ, masked_fill out of place (a copy, then the fill), the casts
+        # around the fp32 softmax, P V (dropout off outside training: no kernel)
+        ["baddbmm", "clone", "masked_fill_", "_to_copy", "_softmax", "_to_copy#2", "bmm"],
+        # P V's gradients, the casts around the softmax's backward, masked_fill's gradient (a copy,
+        # zeroed where masked), Q Kᵀ's gradients and baddbmm's alpha applied to each
+        [
+            "bmm#2",
+            "bmm#3",
+            "_to_copy#3",
+            "_softmax_backward_data.mul",
+            "_softmax_backward_data",
+            "_to_copy#4",
+            "clone#2",
+            "masked_fill_#2",
+            "bmm#4",
+            "mul",
+            "bmm#5",
+            "mul#2",
+        ],
+        ("q", "k", "v"),
+    ),
+    "t5_attention": (
+        {"q": (2, 4, 256, 64), "k": (2, 4, 256, 64), "v": (2, 4, 256, 64), "position_bias": (1, 4, 256, 256)},
+        # Q Kᵀ unscaled, the bias added, the fp32 softmax between its casts, P V (dropout off)
+        ["bmm", "add", "_to_copy", "_softmax", "_to_copy#2", "bmm#2"],
+        ["bmm#3", "bmm#4", "_to_copy#3", "_softmax_backward_data.mul", "_softmax_backward_data", "_to_copy#4", "bmm#5", "bmm#6"],
+        ("q", "k", "v"),
+    ),
+    "vit_attention": (
+        {"x": (2, 197, 768), "qkv_weight": (2304, 768), "qkv_bias": (2304,), "proj_weight": (768, 768), "proj_bias": (768,)},
+        # the QKV projection, Q scaled, matmul's copies of the strided Q and Kᵀ, softmax, the copy of
+        # V, P V, the heads merged, the output projection
+        ["addmm", "mul", "clone", "clone#2", "bmm", "_softmax", "clone#3", "bmm#2", "clone#4", "addmm#2"],
+        [
+            "mm",
+            "mm#2",
+            "sum",
+            "clone#5",
+            "bmm#3",
+            "bmm#4",
+            "_softmax_backward_data.mul",
+            "_softmax_backward_data",
+            "bmm#5",
+            "bmm#6",
+            "mul#2",
+            "stack",
+            "clone#6",
+            "mm#3",
+            "mm#4",
+            "sum#2",
+        ],
+    ),
+    "mqa_einsum": (
+        {"q": (2, 8, 256, 64), "k": (2, 256, 64), "v": (2, 256, 64), "mask": ((256, 256), "bool")},
+        # einsum's bmm against the one K/V head, the scale, masked_fill out of place, softmax, P V
+        ["bmm", "mul", "clone", "masked_fill_", "_softmax", "bmm#2"],
+        [
+            "bmm#3",
+            "bmm#4",
+            "_softmax_backward_data.mul",
+            "_softmax_backward_data",
+            "clone#2",
+            "masked_fill_#2",
+            "mul#2",
+            "bmm#5",
+            "bmm#6",
+        ],
+    ),
     "sdpa": (
         {"q": (1, 8, 1024, 128), "k": (1, 2, 1024, 128), "v": (1, 2, 1024, 128)},
         ["sdpa:fa2_fwd"],
