@@ -143,6 +143,9 @@ def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tup
         causal=point["causal"],
     )
     backward = point["pass"] != "forward"
+    traced = mapping.get("trace")
+    if traced and point["source"] in traced["sources"]:
+        return predict_traced(point, traced, profile, backward)
     impl = mapping.get("impl") or "auto"
     opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward)
     c = compare(w, profile, opts, standard=mapping.get("standard", "algorithm0"))
@@ -152,6 +155,29 @@ def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tup
         by_pass[kernel.pass_] += float(timing.time_s)
     t = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]
     return t, list(c.caveats)
+
+
+def predict_traced(point: dict[str, Any], traced: dict[str, Any], profile: Any, backward: bool) -> tuple[float, list[str]]:
+    """memmodel's time (s) of ``point``'s pass as ``memmodel trace`` of the function its source
+    timed (``traced["target"]``, FILE.py:NAME under the repository) counts it: its one input
+    ``qkv`` packed ``(batch, seqlen, 3, heads, headdim)``."""
+    from memmodel.tracing import load_function
+    from memmodel.tracing import trace as run_trace
+
+    if traced.get("input") != "qkv" or point["kv_heads"] != point["heads"]:
+        raise MemmodelError(f"{traced['target']} takes packed qkv of equal heads only")
+    fn, _ = load_function(str(ROOT / traced["target"]))
+    shape = (point["batch"], point["n"], 3, point["heads"], point["d"])
+
+    def call(qkv: Any) -> Any:
+        return fn(qkv, causal=point["causal"])
+
+    t = run_trace(call, {"qkv": shape}, dtype=point["dtype"], backward=backward, profile=profile)
+    by_pass = {"forward": 0.0, "backward": 0.0}
+    for kernel, timing in zip(t.traffic.kernels, t.timing.kernels):
+        by_pass[kernel.pass_] += float(timing.time_s)
+    total = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]
+    return total, list(t.notes)
 
 
 def score(
