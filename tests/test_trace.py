@@ -618,3 +618,40 @@ def test_grad_names_the_gradients_the_backward_computes(run):
     )
     r = run("trace", target, *shapes, "--grad", "query")
     assert r.exit_code == 2 and "--grad names the gradients of the backward: give --backward too" in r.stderr
+
+
+def test_the_flash_benchmarks_packed_baseline_traces_as_its_benchmark_runs():
+    pytest.importorskip("torch")
+    from memmodel import trace
+
+    fn = _example("flash_benchmark").benchmark_baseline
+    t = trace(fn, {"qkv": (2, 1024, 3, 4, 64)}, dtype="fp16", backward=True, profile="h100-sxm")
+    # Q and Kᵀ copied into bmm's layout, baddbmm (the scale its alpha: no scaling kernel), the
+    # mask built in fp32, cast and added, softmax, V copied for einsum's bmm, P V; backward: P V's
+    # gradients, softmax's, baddbmm's (each times alpha), and dQ, dK, dV stacked into dqkv
+    assert [k.name for k in t.traffic.kernels] == [
+        "clone",
+        "clone#2",
+        "baddbmm",
+        "full",
+        "triu",
+        "_to_copy",
+        "add",
+        "_softmax",
+        "clone#3",
+        "bmm",
+        "bmm#2",
+        "bmm#3",
+        "_softmax_backward_data.mul",
+        "_softmax_backward_data",
+        "bmm#4",
+        "mul",
+        "bmm#5",
+        "mul#2",
+        "stack",
+    ]
+    assert t.unmodelled == ()
+    # the scores: 2 x 4 heads x 1024 x 1024 fp16 = 16 MiB, written by baddbmm
+    baddbmm = next(k for k in t.traffic.kernels if k.name == "baddbmm")
+    writes = sum(x.bytes for x in baddbmm.transfers if x.level == "hbm" and x.direction == "write")
+    assert writes == 2 * 4 * 1024 * 1024 * 2
