@@ -324,6 +324,11 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
     peaks = {d: r for d in MATMUL_DTYPES if (r := v[f"matmul_{d}"])}
     out.update(kernel_figures(m, peaks))
     out.update(power_figures(m))
+    if rows := (m.get("host") or {}).get("rows"):
+        from . import host
+
+        event = (shortest - per) if per and (shortest := v["launch_min"]) and shortest > per else 0.0
+        out.update(host.figures(rows, event))
     return out
 
 

@@ -179,6 +179,22 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.4g} us" if seconds >= 1e-6 or seconds == 0 else f"{seconds * 1e9:.4g} ns"
 
 
+def figures(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[str, tuple[str, str]]:
+    """The figures as ``memmodel calibrate`` writes them: dotted profile path -> (value, note)."""
+    rows = list(lines)
+    found = fitted(rows, event_overhead_s)
+    env = next((r for r in rows if r.get("section") == "env"), {})
+    where = f"; host CPU {env.get('cpu', '?')}, Python {env.get('python', '?')}, torch {env.get('torch', '?')}"
+    out: dict[str, tuple[str, str]] = {}
+    for name, (value, n) in found["host"].items():
+        shown = f"{value:.4g}" if name == "launch_share" else _us(value)
+        out[f"host.{name}"] = (shown, NOTES[name].format(n=n) + where)
+    for impl, mine in found["implementations"].items():
+        for name, (value, _) in mine.items():
+            out[f"implementations.{impl}.{name}"] = (_us(value), IMPL_NOTES[name] + where)
+    return out
+
+
 def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], event_overhead_s: float) -> dict[str, Any]:
     """``data`` (a profile's YAML mapping) with the host figures the probe's ``lines`` give, each
     citing :data:`SOURCE`."""

@@ -25,6 +25,9 @@ What is measured, and how (every time is a CUDA-event time, median of repeats af
   of re-reads that miss against the footprint live across them.
 * Launch overhead: host time per launch of an empty Triton kernel (and of a tiny torch op),
   the shortest kernel time through CUDA events, and per kernel in a replayed CUDA graph.
+* The host's time a call (:mod:`memmodel.gpu.calibrate_host`): views, ATen ops, GEMMs, each
+  attention implementation's call and training step, autograd's nodes, CUDA graph replays, and
+  the same calls as a user's timer sees them (``--timing call``'s figures).
 
 The step table (:data:`STEPS`) names each step and the function that measures it. Nothing
 here imports torch or triton at module import; what does not need a GPU (the plan, the knee,
@@ -43,7 +46,7 @@ from .. import __version__
 from ..calibration.plan import BLOCK_BYTES, MATMUL_DTYPES, SCHEMA, DeviceInfo, knee_summary, make_plan
 from ..errors import RuntimeFailure
 from ..frozen import frozen
-from . import calibrate_backward, calibrate_impl, l2_reuse
+from . import calibrate_backward, calibrate_host, calibrate_impl, l2_reuse
 from .measure import Context, cuda_timer, describe, median, persistent_grid, rate
 
 #: Block shift per pass of the L2 kernels: a large prime sends each block to a program far
@@ -606,6 +609,11 @@ STEPS: tuple[Step, ...] = (
         "sustained",
         "clocks under the power limit (each implementation busy for a second)",
         calibrate_impl.measure_sustained,
+    ),
+    Step(
+        "host",
+        "the host's time a call: views, ops, GEMMs, each attention implementation, autograd, CUDA graphs",
+        calibrate_host.measure_host,
     ),
 )
 
