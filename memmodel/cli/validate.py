@@ -23,7 +23,8 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "case_specs",
     multiple=True,
     metavar="SPEC",
-    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).",
+    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16, or a trace case as "
+    "one quoted argument, 'trace FILE.py:NAME --shape ...' (repeatable).",
 )
 @option(
     "--cases",
@@ -171,7 +172,21 @@ def validate_cmd(
     from ..cases import default_cases, parse_case
     from . import terminal
 
-    cases: list[Any] = [parse_case(s) for s in case_specs]
+    from ..trace_cases import parse_trace_case, resolve_target
+
+    cases: list[Any] = []
+    for spec in case_specs:
+        if spec.split(None, 1)[:1] == ["trace"]:  # a trace case, as a line of --cases gives it
+            from ..errors import TraceError
+
+            try:
+                case = parse_trace_case(spec)
+                resolve_target(case)
+            except TraceError as exc:
+                raise TraceError(f"--case: {exc}") from None
+            cases.append(case)
+        else:
+            cases.append(parse_case(spec))
     if cases_file:
         from ..fileio import read_text
         from ..trace_cases import read_cases
