@@ -170,9 +170,8 @@ def validate_cmd(
             device=cp_device,
         )
     from ..cases import default_cases, parse_case
-    from . import terminal
-
     from ..trace_cases import parse_trace_case, resolve_target
+    from . import terminal
 
     cases: list[Any] = []
     for spec in case_specs:
