@@ -23,6 +23,7 @@ from .cases import Case
 from .hardware import Profile
 from .model import Comparison, compare
 from .options import Options, options_for
+from .timing_modes import MEASURED_MODES, mode_time_errors, predicted_modes
 from .traffic import l2 as l2m
 from .traffic.ledger import Kernel
 from .traffic.quant import CAST_KERNELS
@@ -554,6 +555,7 @@ def predicted_times(
         "hbm_bytes": int(ev.traffic.hbm_bytes),
         "flops": int(ev.traffic.flops),
     }
+    out.update(predicted_modes(ev))
     if case.backward:
         from .flops import convention_flops
 
@@ -606,6 +608,8 @@ def step_time_error(entry: dict[str, Any]) -> dict[str, Any] | None:
     """The training step's whole time (forward + backward), predicted against measured."""
     if entry.get("status") != "ok" or "timing" not in entry or not entry["case"].get("backward"):
         return None
+    if entry["case"].get("kind") == "trace":  # its steps are scored as kernel time (time_errors)
+        return None
     measured = entry["timing"].get("time_s", 0.0)
     if measured <= 0:
         return None
@@ -618,8 +622,8 @@ def kernel_time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
     it aligns with (:func:`align_kernels`), predicted against measured time. Measured kernels
     no model kernel describes come as rows with ``kernel`` None (their time counts nowhere
     else: a kernel the model misses)."""
-    if entry.get("status") != "ok" or "timing" not in entry:
-        return []
+    if entry.get("status") != "ok" or "timing" not in entry or entry["case"].get("kind") == "trace":
+        return []  # a trace case's kernels are aligned by class (memmodel.trace_scoring)
     profiled = entry["timing"].get("profiled_kernels")
     if not profiled:
         return []
@@ -695,9 +699,21 @@ def summarize_record(data: dict[str, Any]) -> dict[str, Any]:
         out["hbm_bytes"]["within_placements"] = sum(
             min(b["placement_errors"]) <= 0 <= max(b["placement_errors"]) for b in placed
         )
-    # the training step (keys added for records with backward cases)
+    # the times a user's timer sees, and the traced functions (keys only where measured)
     cases = data.get("cases", [])
-    if any(e.get("case", {}).get("backward") for e in cases):
+    for mode in MEASURED_MODES:
+        rows = [r for e in cases for r in mode_time_errors(e) if r["mode"] == mode]
+        if rows:
+            out[f"{mode}_time"] = _stats([r["error"] for r in rows])
+    if any(e.get("case", {}).get("kind") == "trace" for e in cases):
+        from .trace_scoring import kernel_list_summary, trace_kernel_rows
+
+        out["kernel_list"] = kernel_list_summary(cases)
+        out["traced_kernel_time"] = _stats(
+            [r["error"] for e in cases for r in trace_kernel_rows(e) if r.get("error") is not None]
+        )
+    # the training step (keys added for records with backward cases)
+    if any(e.get("case", {}).get("backward") and e["case"].get("kind") != "trace" for e in cases):
         backward_rows = [b for b in byte_rows if b.get("pass") == "backward"]
         steps = [x for x in (step_time_error(e) for e in cases) if x is not None]
         kernel_rows = [r for e in cases for r in kernel_time_errors(e) if r.get("kernel") is not None]

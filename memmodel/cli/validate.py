@@ -23,21 +23,24 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "case_specs",
     multiple=True,
     metavar="SPEC",
-    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16 (repeatable).",
+    help="A case instead of the defaults, e.g. impl=sdpa-flash,n=4096,d=64,batch=4,heads=16, or a trace case as "
+    "one quoted argument, 'trace FILE.py:NAME --shape ...' (repeatable).",
 )
 @option(
     "--cases",
     "cases_file",
     type=click.Path(dir_okay=False, exists=True),
     default=None,
-    help="A file of case specs, one per line (several per line separated by spaces; # starts a comment).",
+    help="A file of case specs, one per line (several per line separated by spaces; # starts a comment); a line "
+    "'trace FILE.py:NAME --shape NAME=DIMS ... [--dtype D] [--backward] [--grad A,B] [--config K=V]' runs your own "
+    "function or module as memmodel trace takes it (docs/trace.md).",
 )
 @option(
     "--impl",
     "impls",
     multiple=True,
-    type=choice(CASE_IMPLEMENTATIONS),
-    help="Keep only cases of these implementations (repeatable).",
+    type=choice((*CASE_IMPLEMENTATIONS, "trace")),
+    help="Keep only cases of these implementations (repeatable; trace: the trace cases).",
 )
 @option(
     "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
@@ -167,15 +170,29 @@ def validate_cmd(
             device=cp_device,
         )
     from ..cases import default_cases, parse_case
+    from ..trace_cases import parse_trace_case, resolve_target
     from . import terminal
 
-    cases = [parse_case(s) for s in case_specs]
+    cases: list[Any] = []
+    for spec in case_specs:
+        if spec.split(None, 1)[:1] == ["trace"]:  # a trace case, as a line of --cases gives it
+            from ..errors import TraceError
+
+            try:
+                case = parse_trace_case(spec)
+                resolve_target(case)
+            except TraceError as exc:
+                raise TraceError(f"--case: {exc}") from None
+            cases.append(case)
+        else:
+            cases.append(parse_case(spec))
     if cases_file:
         from ..fileio import read_text
+        from ..trace_cases import read_cases
 
         text = read_text(cases_file, what="file of case specs")
-        # one or more specs per line, separated by spaces; '#' starts a comment
-        cases += [parse_case(spec) for line in text.splitlines() for spec in line.split("#", 1)[0].split()]
+        # one or more specs per line, separated by spaces, or one trace case; '#' starts a comment
+        cases += read_cases(text, cases_file)
     if not cases:
         cases = default_cases()
     if impls:
@@ -189,8 +206,11 @@ def validate_cmd(
         return
     if predict_only:
         from ..scoring import prediction_line
+        from ..trace_scoring import trace_prediction_line
 
-        echo_predictions(gpu, cases, prediction_line)
+        echo_predictions(
+            gpu, cases, lambda c, p: trace_prediction_line(c, p) if c.impl == "trace" else prediction_line(c, p)
+        )
         return
     check_outputs(force=force, plot=plot_path, **{"--output": output})  # now, not after minutes of GPU work
     if rescore_path and more_records:
@@ -218,11 +238,22 @@ def validate_cmd(
     profile = load_profile(gpu)
     import sys
 
+    # trace cases: traced now, before any GPU work (a file, function or shape that cannot run fails here)
+    from ..trace_scoring import trace_prediction
+
+    predictions = {c.id: trace_prediction(c, profile) for c in cases if c.impl == "trace"}
     record = Record(Path(output) if output else None, device, profile, "memmodel " + " ".join(sys.argv[1:]))
     try:
         with terminal.progress(len(cases) * (2 if ncu else 1)) as update:
             data = run_validation(
-                cases, profile, record=record, ncu=ncu, reps=reps, placements=placements, on_progress=update
+                cases,
+                profile,
+                record=record,
+                ncu=ncu,
+                reps=reps,
+                placements=placements,
+                on_progress=update,
+                predictions=predictions,
             )
     except KeyboardInterrupt:
         record.save()
@@ -283,7 +314,7 @@ def _emit(data: dict[str, Any], fmt: str, plot_path: str | None, force: bool) ->
 
 def _headline(paths: tuple[str, ...], gpu: str | None, fmt: str) -> None:
     """Several records rescored, one row each: their error statistics side by side."""
-    from ..report.scoring import HEADLINE_COLUMNS, headline, headline_rows
+    from ..report.scoring import headline, headline_columns, headline_rows
     from . import terminal
 
     rows = [(record_name(path), _rescored(path, gpu)["summary"]) for path in paths]
@@ -292,7 +323,9 @@ def _headline(paths: tuple[str, ...], gpu: str | None, fmt: str) -> None:
     elif fmt == "table":
         terminal.console().print(
             terminal.table(
-                None, [(c, "left" if i == 0 else "right") for i, c in enumerate(HEADLINE_COLUMNS)], headline_rows(rows)
+                None,
+                [(c, "left" if i == 0 else "right") for i, c in enumerate(headline_columns(rows))],
+                headline_rows(rows),
             )
         )
     else:
@@ -344,7 +377,7 @@ def _rescored(path: str, gpu: str | None) -> dict[str, Any]:
     # deep inside rescoring and printing; say which file is at fault, not "internal error"
     damaged = (KeyError, IndexError, TypeError, ValueError, AttributeError)
     try:
-        return rescore(data, ncu_csv, profile)
+        return rescore(data, ncu_csv, profile, near=Path(path))
     except damaged as exc:
         raise MemmodelError(f"{path}: cannot rescore this record ({exc.__class__.__name__}: {exc})") from None
 
@@ -409,7 +442,9 @@ def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:
 
 
 def _print_table(data: dict[str, Any]) -> None:
-    from ..scoring import time_errors
+    from ..report.scoring import kernel_list_line
+    from ..scoring import mode_time_errors, time_errors
+    from ..trace_scoring import kernel_match
     from ..units import format_bytes, format_percent, format_time
     from . import terminal
 
@@ -436,6 +471,22 @@ def _print_table(data: dict[str, Any]) -> None:
                     "",
                 )
             )
+        for t in mode_time_errors(e):
+            rows.append(
+                (
+                    cid,
+                    f"{t['mode']} time",
+                    format_time(t["predicted_s"]),
+                    format_time(t["measured_s"]),
+                    format_percent(t["error"]),
+                    "",
+                    "",
+                )
+            )
+        match = kernel_match(e)
+        if match is not None:
+            counts = f"{match['matched']}/{match['model_launches']} matched"
+            rows.append((cid, "kernel list", counts, f"{match['measured_kernels']} measured", "", "", ""))
         for b in e.get("bytes", []):
             meas = b["measured_hbm_read_bytes"] + b["measured_hbm_write_bytes"]
             pred = b["predicted_hbm_read_bytes"] + b["predicted_hbm_write_bytes"]
@@ -482,6 +533,20 @@ def _print_table(data: dict[str, Any]) -> None:
         con.print(
             f"time: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']} kernels"
         )
+    for key, label in (
+        ("call_time", "call time"),
+        ("queued_time", "queued time per call"),
+        ("graph_time", "CUDA graph replay time"),
+        ("traced_kernel_time", "time per traced kernel"),
+    ):
+        st = s.get(key)
+        if st:
+            con.print(
+                f"{label}: median |error| {st['median_abs'] * 100:.1f}%, max {st['max_abs'] * 100:.1f}% over {st['n']}"
+            )
+    listed = kernel_list_line(s)
+    if listed:
+        con.print(listed)
     for sp in s.get("speedups", []):
         con.print(
             f"speedup of FlashAttention over standard, {sp['workload']}: predicted {sp['predicted']:.2f}×, measured {sp['measured']:.2f}×"

@@ -722,7 +722,7 @@ def median_kernels(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [{"name": name, "time_s": statistics.median(r[i]["time_s"] for r in same)} for i, name in enumerate(common)]
 
 
-def profile_kernels(run: CaseRun, reps: int = 3) -> list[dict[str, Any]]:
+def profile_kernels(run: Any, reps: int = 3) -> list[dict[str, Any]]:
     """Each kernel of one run of the case, with its median CUPTI duration over ``reps`` runs
     (each in its own profiler session). Kernel durations do not depend on how the host
     issued them, so no sleeping kernel is needed here."""
@@ -748,10 +748,10 @@ def profile_kernels(run: CaseRun, reps: int = 3) -> list[dict[str, Any]]:
 
 def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
     """Median CUDA-event time of each step and of the whole, after a correctness check, and
-    each kernel's CUPTI duration (``profiled_kernels``)."""
+    each kernel's CUPTI duration (``profiled_kernels``); then the times a user's timer sees
+    (:func:`call_times`: one synchronised call, calls queued back to back, a CUDA graph's replay)."""
     torch = require_cuda()
     run = CaseRun(case)
-    steps = run.steps
     out = run.run()
     extra: dict[str, Any] = {}
     if case.backward:
@@ -775,51 +775,198 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
             check(case, out, run.q, run.k, run.v, keep)
         elif isinstance(out, torch.Tensor) and not torch.isfinite(out).all():
             raise RuntimeFailure(f"{case.id}: output not rewritten (NaN left) after a second run")
-    for _ in range(warmup):
-        run.run()
-    torch.cuda.synchronize()
-    # the host's time to issue one repetition (PyTorch's dispatch of SDPA alone is tens of µs)
-    t0 = time.perf_counter()
-    for _ in range(warmup):
-        run.run()
-    host_s = (time.perf_counter() - t0) / max(warmup, 1)
-    torch.cuda.synchronize()
-    # Events are recorded around every step of every repetition with no host sync in
-    # between, all queued behind a sleeping kernel long enough for the host to issue every
-    # repetition first: the GPU then runs them back to back and the events measure the GPU's
-    # time, not the host's (a kernel shorter than its launch would otherwise wait for it).
-    events = [[torch.cuda.Event(enable_timing=True) for _ in range(len(steps) + 1)] for _ in range(reps)]
-    queued = queue_behind_sleep(torch, reps, host_s)
-    for rep in range(reps):
-        events[rep][0].record()
-        for i, (_, fn) in enumerate(steps):
-            fn()
-            events[rep][i + 1].record()
-    torch.cuda.synchronize()
-    per_step: dict[str, list[float]] = {name: [] for name, _ in steps}
-    totals: list[float] = []
-    for rep in range(reps):
-        for i, (name, _) in enumerate(steps):
-            per_step[name].append(events[rep][i].elapsed_time(events[rep][i + 1]) * 1e-3)
-        totals.append(events[rep][0].elapsed_time(events[rep][-1]) * 1e-3)
+    timed = step_times(run, reps=reps, warmup=warmup)
     try:
         profiled = profile_kernels(run)
     except Exception as exc:  # the profiler is a bonus: its failure keeps the timing
         profiled = []
         extra["profiler_error"] = f"{exc.__class__.__name__}: {exc}"[:300]
+    modes = call_times(run, reps=max(CALL_REPS, reps), warmup=warmup)
     del run, out
     torch.cuda.empty_cache()
     return {
         "case": case.to_dict(),
         "rel_error": err,
         **extra,
-        "time_s": statistics.median(totals),
-        "kernels": {name: statistics.median(t) for name, t in per_step.items()},
+        "time_s": timed["time_s"],
+        "kernels": timed["kernels"],
         "profiled_kernels": profiled,
         "reps": reps,
+        "host_s": timed["host_s"],
+        "queued": timed["queued"],
+        **modes,
+    }
+
+
+class Stamp:
+    """A point in time on the device's clock: a CUDA event (recorded in the stream), or on the
+    CPU (:data:`DEVICE` "cpu", the tests) the host's ``perf_counter``."""
+
+    def __init__(self, torch: Any) -> None:
+        self.event = torch.cuda.Event(enable_timing=True) if DEVICE == "cuda" else None
+        self.at = 0.0
+
+    def record(self) -> None:
+        if self.event is not None:
+            self.event.record()
+        else:
+            self.at = time.perf_counter()
+
+    def seconds_to(self, later: Stamp) -> float:
+        """Seconds from this stamp to ``later`` (both recorded, the device synchronised)."""
+        if self.event is not None:
+            return float(self.event.elapsed_time(later.event)) * 1e-3
+        return later.at - self.at
+
+
+def _sync(torch: Any) -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_times(run: Any, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
+    """The GPU's time of each step of ``run`` (``run.steps``: (name, callable) pairs; ``run.run()``
+    runs them all) and of the whole: CUDA events around every step of ``reps`` repetitions, all
+    queued behind a sleeping kernel (:func:`queue_behind_sleep`); medians. ``host_s``: the
+    host's time to issue one repetition."""
+    torch = _torch()
+    steps = run.steps
+    for _ in range(warmup):
+        run.run()
+    _sync(torch)
+    # the host's time to issue one repetition (PyTorch's dispatch of SDPA alone is tens of µs)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        run.run()
+    host_s = (time.perf_counter() - t0) / max(warmup, 1)
+    _sync(torch)
+    # Events are recorded around every step of every repetition with no host sync in
+    # between, all queued behind a sleeping kernel long enough for the host to issue every
+    # repetition first: the GPU then runs them back to back and the events measure the GPU's
+    # time, not the host's (a kernel shorter than its launch would otherwise wait for it).
+    events = [[Stamp(torch) for _ in range(len(steps) + 1)] for _ in range(reps)]
+    queued = queue_behind_sleep(torch, reps, host_s) if DEVICE == "cuda" else False
+    for rep in range(reps):
+        events[rep][0].record()
+        for i, (_, fn) in enumerate(steps):
+            fn()
+            events[rep][i + 1].record()
+    _sync(torch)
+    per_step: dict[str, list[float]] = {name: [] for name, _ in steps}
+    totals: list[float] = []
+    for rep in range(reps):
+        for i, (name, _) in enumerate(steps):
+            per_step[name].append(events[rep][i].seconds_to(events[rep][i + 1]))
+        totals.append(events[rep][0].seconds_to(events[rep][-1]))
+    return {
+        "time_s": statistics.median(totals),
+        "kernels": {name: statistics.median(t) for name, t in per_step.items()},
         "host_s": host_s,
         "queued": queued,
     }
+
+
+#: the fewest calls each of :func:`call_times`'s timings takes its median (or mean) over
+CALL_REPS = 30
+
+
+def call_times(run: Any, *, reps: int = CALL_REPS, warmup: int = 3) -> dict[str, Any]:
+    """What a user's timer sees of ``run.run()`` (inputs preallocated, after ``warmup`` calls, no
+    sleeping kernel ahead), each timing apart, each failure kept as one line (``MODE_error``) with
+    the others:
+
+    * ``call_time_s``: the median of ``reps`` calls, each synchronised and between two CUDA
+      events (``synchronize(); start.record(); run(); end.record(); synchronize()``);
+    * ``queued_time_s``: ``reps`` calls issued back to back with no synchronisation, CUDA events
+      around the whole loop, divided by ``reps``;
+    * ``graph_time_s``: the call captured once in a CUDA graph (after warm-up calls on a side
+      stream), then the median of ``reps`` replays, each synchronised and between two events.
+    """
+    out: dict[str, Any] = {}
+    for mode, timing in (("call", _one_call), ("queued", _queued_calls), ("graph", _graph_replays)):
+        try:
+            out.update(timing(run, reps, warmup))
+        except Exception as exc:  # one timing lost, the others kept
+            out[f"{mode}_error"] = _one_line(exc)
+            _recover()
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{exc.__class__.__name__}: {first}"[:300]
+
+
+def _recover() -> None:
+    """After a failed timing: drop what it left allocated (a failure here is the next case's)."""
+    torch = _torch()
+    try:
+        _sync(torch)
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
+    except Exception:  # a sticky CUDA error: the next case reports it
+        pass
+
+
+def _one_call(run: Any, reps: int, warmup: int) -> dict[str, Any]:
+    torch = _torch()
+    for _ in range(warmup):
+        run.run()
+    start, end = Stamp(torch), Stamp(torch)
+    samples = []
+    for _ in range(reps):
+        _sync(torch)
+        start.record()
+        run.run()
+        end.record()
+        _sync(torch)
+        samples.append(start.seconds_to(end))
+    return {"call_time_s": statistics.median(samples), "call_reps": reps}
+
+
+def _queued_calls(run: Any, reps: int, warmup: int) -> dict[str, Any]:
+    torch = _torch()
+    for _ in range(warmup):
+        run.run()
+    start, end = Stamp(torch), Stamp(torch)
+    _sync(torch)
+    start.record()
+    for _ in range(reps):
+        run.run()
+    end.record()
+    _sync(torch)
+    return {"queued_time_s": start.seconds_to(end) / reps, "queued_calls": reps}
+
+
+def _graph_replays(run: Any, reps: int, warmup: int) -> dict[str, Any]:
+    if DEVICE != "cuda":
+        raise RuntimeFailure("CUDA graphs need a CUDA device (this run is on the CPU)")
+    torch = _torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capturing stream, as CUDA graph capture asks
+        for _ in range(max(warmup, 3)):
+            run.run()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            run.run()
+        for _ in range(warmup):
+            graph.replay()
+        start, end = Stamp(torch), Stamp(torch)
+        samples = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.seconds_to(end))
+    finally:
+        del graph
+    return {"graph_time_s": statistics.median(samples), "graph_reps": reps}
 
 
 # ---------------------------------------------------------------------------------------

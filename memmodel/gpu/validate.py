@@ -23,6 +23,8 @@ from ..errors import RuntimeFailure, WorkloadError
 from ..fileio import for_file, sibling, write_atomic
 from ..hardware import Profile
 from ..scoring import predicted_times, score_case_detail, summarize_record
+from ..trace_cases import TraceCase, is_trace_entry, resolve_target, source_digest
+from ..trace_scoring import trace_prediction
 
 SCHEMA = "memmodel.validate/1"
 
@@ -81,7 +83,7 @@ def _nan_safe(value: Any) -> Any:  # pragma: no cover - only for unexpected type
 
 
 def run_validation(
-    cases: list[Case],
+    cases: list[Any],
     profile: Profile,
     *,
     record: Record,
@@ -89,9 +91,15 @@ def run_validation(
     reps: int,
     placements: int = 1,
     on_progress: Callable[[int, str], None] | None = None,
+    predictions: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """Time every case on the GPU (and with ``ncu`` measure the bytes of the ordinary ones),
+    each entry saved in ``record`` as it finishes. Trace cases are predicted by
+    :func:`memmodel.trace_scoring.trace_prediction`, or taken from ``predictions`` (case id ->
+    prediction) where the caller traced them already."""
     from .paged_run import grouped
     from .run import require_cuda, time_case
+    from .trace_run import time_trace_case
 
     torch = require_cuda()
     cases = grouped(cases)  # the paged cases by kernel variant: each compiles once (nvcc, Triton)
@@ -100,9 +108,16 @@ def run_validation(
     for case in cases:
         if on_progress:
             on_progress(done, f"time {case.impl}")
-        entry: dict[str, Any] = {"case": case.to_dict(), "predicted": predicted_times(case, profile)}
+        if isinstance(case, TraceCase):
+            predicted = (predictions or {}).get(case.id) or trace_prediction(case, profile)
+        else:
+            predicted = predicted_times(case, profile)
+        entry: dict[str, Any] = {"case": case.to_dict(), "predicted": predicted}
         try:
-            entry["timing"] = time_case(case, reps=reps)
+            if isinstance(case, TraceCase):
+                entry["timing"] = time_trace_case(case, reps=reps)
+            else:
+                entry["timing"] = time_case(case, reps=reps)
             entry["status"] = "ok"
         except torch.cuda.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
@@ -116,7 +131,8 @@ def run_validation(
     if ncu:
         if on_progress:
             on_progress(done, "Nsight Compute")
-        measure_bytes([c for c in cases if record.case(c.id)["status"] == "ok"], profile, record, placements)
+        profiled = [c for c in cases if isinstance(c, Case) and record.case(c.id)["status"] == "ok"]
+        measure_bytes(profiled, profile, record, placements)
     if on_progress:
         on_progress(total, "done")
     record.save()
@@ -242,19 +258,24 @@ def ensure_runnable() -> None:
         raise RuntimeFailure("CUDA_VISIBLE_DEVICES is empty: no GPU to validate on")
 
 
-def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict[str, Any]:
+def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile, *, near: Path | None = None) -> dict[str, Any]:
     """Score a record again (no GPU): new predictions from ``profile`` for the measured times
-    and, given the record's Nsight Compute trace, for the measured bytes."""
+    and, given the record's Nsight Compute trace, for the measured bytes. Trace cases are traced
+    again (:func:`rescore_trace_entry`; their files found from here, else from ``near``, the
+    record's path, or a folder above it)."""
     from .ncu import parse_csv, split_placements
 
     out = {**data, "profile": profile_entry(profile)}
     out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     cases = []
-    ok_cases = [Case.from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok"]
+    ok_cases = [Case.from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok" and not is_trace_entry(e)]
     placements = int((data.get("ncu") or {}).get("placements", 1))
     groups = split_placements(parse_csv(ncu_csv), [c.id for c in ok_cases], placements) if ncu_csv else {}
     for entry in data["cases"]:
         entry = dict(entry)
+        if is_trace_entry(entry):
+            cases.append(rescore_trace_entry(entry, profile, near))
+            continue
         case = Case.from_dict(entry["case"])
         try:
             entry["predicted"] = predicted_times(case, profile)
@@ -271,3 +292,29 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile) -> dict
     out["cases"] = cases
     out["summary"] = summarize_record(out)
     return out
+
+
+def rescore_trace_entry(entry: dict[str, Any], profile: Profile, near: Path | None = None) -> dict[str, Any]:
+    """A trace case's entry predicted again: its function traced with the model as it is now
+    (:func:`memmodel.trace_scoring.trace_prediction`). A case the model cannot trace now (its
+    file gone, a shape it refuses) is ``refused``, with the reason, as a refused ordinary case
+    is; ``source_changed`` where the traced file is no longer the one measured."""
+    from ..errors import TraceError
+
+    entry = dict(entry)
+    for key in ("refused", "source_changed"):
+        entry.pop(key, None)
+    try:
+        case = TraceCase.from_dict(entry["case"])
+        target = resolve_target(case, near)
+        entry["predicted"] = trace_prediction(case, profile, near)
+    except (TraceError, WorkloadError) as exc:
+        entry["predicted"] = {}
+        entry["refused"] = str(exc)
+        if entry.get("status") == "ok":
+            entry["status"] = "refused"
+        return entry
+    measured = (entry.get("timing") or {}).get("source_sha256")
+    if measured and measured != source_digest(target.rpartition(":")[0]):
+        entry["source_changed"] = True
+    return entry

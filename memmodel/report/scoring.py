@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..scoring import kernel_time_errors, step_time_error, time_errors
+from ..scoring import kernel_time_errors, mode_time_errors, step_time_error, time_errors
 from ..units import format_bytes, format_percent, format_time
 
 #: The shaded band around the plot's diagonal: predictions within this share of the measurement.
@@ -35,9 +35,23 @@ def _median_max(st: dict[str, Any] | None) -> str:
     return f"{st['median_abs'] * 100:.1f}% / {st['max_abs'] * 100:.1f}% ({st['n']})"
 
 
+#: columns :func:`headline` adds where a record measured them: summary key -> column
+MODE_COLUMNS = {
+    "call_time": "call time: median / max error",
+    "graph_time": "graph time: median / max error",
+}
+
+
+def headline_columns(records: list[tuple[str, dict[str, Any]]]) -> tuple[str, ...]:
+    """:data:`HEADLINE_COLUMNS`, and a column of :data:`MODE_COLUMNS` where a record has it."""
+    extra = tuple(label for key, label in MODE_COLUMNS.items() if any(s.get(key) for _, s in records))
+    return HEADLINE_COLUMNS + extra
+
+
 def headline_rows(records: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, ...]]:
-    """One row per (name, summary) of a rescored record: the cells of :data:`HEADLINE_COLUMNS`
+    """One row per (name, summary) of a rescored record: the cells of :func:`headline_columns`
     (errors as median / max of their absolute values, the count in brackets)."""
+    modes = [key for key, label in MODE_COLUMNS.items() if label in headline_columns(records)]
     return [
         (
             name,
@@ -45,6 +59,7 @@ def headline_rows(records: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, 
             _median_max(s["hbm_bytes"].get("model")),
             _median_max(s.get("time")),
             _median_max(s.get("step_time")),
+            *(_median_max(s.get(key)) for key in modes),
         )
         for name, s in records
     ]
@@ -52,9 +67,22 @@ def headline_rows(records: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, 
 
 def headline(records: list[tuple[str, dict[str, Any]]]) -> str:
     """A markdown table of several rescored records, a row each (``validate --rescore A B ...``)."""
-    lines = ["| " + " | ".join(HEADLINE_COLUMNS) + " |", "| --- |" + " --- |" * (len(HEADLINE_COLUMNS) - 1)]
+    columns = headline_columns(records)
+    lines = ["| " + " | ".join(columns) + " |", "| --- |" + " --- |" * (len(columns) - 1)]
     lines += ["| " + " | ".join(row) + " |" for row in headline_rows(records)]
     return "\n".join(lines) + "\n"
+
+
+def kernel_list_line(s: dict[str, Any]) -> str | None:
+    """The summary's kernel-list counts in a sentence, or None where no trace case has them."""
+    k = s.get("kernel_list")
+    if not k or not k.get("cases"):
+        return None
+    return (
+        f"Traced kernel lists ({k['cases']} cases): {k['matched']} of {k['model_launches']} modelled launches "
+        f"matched in launch order by class, {k['missing']} missing; {k['extra']} of {k['measured_kernels']} "
+        f"measured kernels not in the model's list ({k['extra_memory_ops']} of them memsets and copies)."
+    )
 
 
 def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) -> str:
@@ -93,9 +121,16 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
         ("kernel time, memmodel", s.get("time")),
         ("training step time (forward + backward), memmodel", s.get("step_time")),
         ("time per profiled kernel (CUPTI), memmodel", s.get("kernel_time")),
+        ("call time (one synchronised call, CUDA events), memmodel", s.get("call_time")),
+        ("queued time per call (no synchronisation), memmodel", s.get("queued_time")),
+        ("CUDA graph replay time, memmodel", s.get("graph_time")),
+        ("time per traced kernel (CUPTI), memmodel", s.get("traced_kernel_time")),
     ):
         if st:
             lines.append(f"| {label} | {st['median_abs'] * 100:.1f}% | {st['max_abs'] * 100:.1f}% | {st['n']} |")
+    listed = kernel_list_line(s)
+    if listed:
+        lines += ["", listed]
     if s["hbm_bytes"].get("placements"):
         n = s["hbm_bytes"]["placement_spread"]["n"]
         lines += [
@@ -147,6 +182,8 @@ def markdown(data: dict[str, Any], *, brief: bool = False, stats: bool = False) 
     if brief:
         return "\n".join(lines) + "\n"
     lines += _training_sections(data)
+    lines += _mode_sections(data)
+    lines += _trace_sections(data)
     lines += [
         "",
         "## Time per kernel (CUDA events, median of repetitions)",
@@ -175,7 +212,7 @@ def _cell(name: str) -> str:
 def _training_sections(data: dict[str, Any]) -> list[str]:
     """The training step's own tables: whole-step time, gradient checks, the time of every
     profiled kernel against the model's, and the measured kernels the model does not describe."""
-    cases = [e for e in data["cases"] if e["case"].get("backward")]
+    cases = [e for e in data["cases"] if e["case"].get("backward") and e["case"].get("kind") != "trace"]
     if not cases:
         return []
     lines = [
@@ -228,6 +265,86 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {cid} | {kname} | {format_bytes(k['dram_read_bytes'])} + {format_bytes(k['dram_write_bytes'])} |"
             )
+    return lines
+
+
+#: how the reports name the timing modes a record measures beside the kernel time
+MODE_LABELS = {
+    "call": "one call (synchronised)",
+    "queued": "queued, per call",
+    "graph": "CUDA graph replay",
+}
+
+
+def _mode_sections(data: dict[str, Any]) -> list[str]:
+    """The times a user's timer sees (call, queued, graph) against the host model's, per case,
+    and the timings that failed (a CUDA graph a library cannot be captured in)."""
+    rows = [(e, r) for e in data["cases"] for r in mode_time_errors(e)]
+    failed = [
+        (e["case"]["id"], mode, e["timing"][f"{mode}_error"])
+        for e in data["cases"]
+        if e.get("status") == "ok" and "timing" in e
+        for mode in MODE_LABELS
+        if e["timing"].get(f"{mode}_error")
+    ]
+    if not rows and not failed:
+        return []
+    lines = [
+        "",
+        "## Time per call (CUDA events around one call, calls queued, a CUDA graph's replay)",
+        "",
+        "| case | timing | predicted | measured | error |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for e, r in rows:
+        lines.append(
+            f"| {e['case']['id']} | {MODE_LABELS[r['mode']]} | {format_time(r['predicted_s'])} | "
+            f"{format_time(r['measured_s'])} | {format_percent(r['error'])} |"
+        )
+    for cid, mode, why in failed:
+        lines.append(f"| {cid} | {MODE_LABELS[mode]} | | not measured: {_cell(str(why))} | |")
+    return lines
+
+
+def _trace_sections(data: dict[str, Any]) -> list[str]:
+    """Each traced function's kernels: the model's, in launch order, against the profiler's
+    (aligned by class), and the measured kernels the model does not list."""
+    from ..trace_scoring import kernel_match, trace_kernel_rows
+
+    cases = [e for e in data["cases"] if e["case"].get("kind") == "trace"]
+    if not cases:
+        return []
+    lines = ["", "## Traced functions (memmodel trace against the profiler's kernels)"]
+    for e in cases:
+        lines += ["", f"### {e['case']['id']}", "", f"`{e['case'].get('spec', '')}`", ""]
+        if e.get("status") != "ok":
+            lines.append(f"{e.get('status')}: {e.get('reason') or e.get('refused') or ''}")
+            continue
+        if e.get("source_changed"):
+            lines += ["The traced file has changed since it was measured.", ""]
+        match = kernel_match(e)
+        if match is None:
+            lines.append("No profiled kernels to align.")
+            continue
+        lines += [
+            f"{match['matched']} of {match['model_launches']} modelled launches matched, {match['missing']} missing; "
+            f"{match['extra']} of {match['measured_kernels']} measured kernels not in the model's list.",
+            "",
+            "| model kernel | class | measured kernel | predicted | measured | error |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in trace_kernel_rows(e):
+            measured = format_time(r["measured_s"]) if r.get("measured_s") is not None else ""
+            shown = _cell(r["measured_kernel"]) if r.get("measured_kernel") else "(missing)"
+            if r.get("launches", 1) > 1:
+                shown += f" (x{r['matched_launches']} of {r['launches']} launches)"
+            if r["kernel"] is None:
+                lines.append(f"| (not modelled) | {r['class']} | {shown} | | {measured} | |")
+            else:
+                err = format_percent(r["error"]) if r.get("error") is not None else ""
+                lines.append(
+                    f"| {r['kernel']} | {r['class']} | {shown} | {format_time(r['predicted_s'])} | {measured} | {err} |"
+                )
     return lines
 
 
