@@ -17,6 +17,7 @@ from .interconnect import COLLECTIVES, TOPOLOGIES, Interconnect
 from .profile import (
     SOURCE_KINDS,
     Curve,
+    HostFigures,
     ImplementationFigures,
     KernelRates,
     MemoryLevel,
@@ -31,6 +32,8 @@ from .schema import (
     CURVES,
     FIELDS,
     FLOORS,
+    HOST_CEILINGS,
+    HOST_FIGURES,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
     MALL_FIELDS,
@@ -204,7 +207,14 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         interconnect=_interconnect(where, values, curves, texts),
         mall=mall,
         l2_xcds=xcds,
+        host=_host(values),
     )
+
+
+def _host(values: Mapping[str, float]) -> HostFigures | None:
+    """``host:`` as :class:`HostFigures`, None where the profile gives none of its figures."""
+    given = {attr: values[f"host.{leaf}"] for leaf, attr in HOST_FIGURES.items() if f"host.{leaf}" in values}
+    return HostFigures(**given) if given else None
 
 
 def _mall(where: str, values: Mapping[str, float], hbm: MemoryLevel, l2: MemoryLevel) -> MemoryLevel | None:
@@ -426,6 +436,11 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
     for fpath in (f for f in values if f.endswith(".sustained_after")):
         if values[fpath] <= 0:
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
+    for fpath, (ceiling, shown, what) in HOST_CEILINGS.items():
+        if values.get(fpath, 0.0) > ceiling:
+            raise field_error(
+                where, fpath, f"{provenance[fpath].text!r} is not a plausible {what} (under {shown})"
+            )
     held = values.get("interconnect.p2p_sms")
     if held is not None and held >= values["sm_count"]:
         text = provenance["interconnect.p2p_sms"].text

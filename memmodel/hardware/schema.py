@@ -100,6 +100,33 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "hbm_share": "hbm_share",
     "fp8_share": "fp8_share",
     "mask_key_time": "mask_key_time_s",
+    "call_host": "call_host_s",
+    "backward_call_host": "backward_call_host_s",
+}
+#: the host's figures (``host.<leaf>``), each one time, and the
+#: :class:`~memmodel.hardware.profile.HostFigures` field each fills: what issuing work costs the
+#: CPU and PyTorch (eager, from Python), and what a CUDA graph's replay costs
+#: (``memmodel.host``: the timing modes call, queued and graph)
+HOST_FIGURES: dict[str, str] = {
+    "op": "op_s",
+    "view": "view_s",
+    "gemm": "gemm_s",
+    "autograd_node": "autograd_node_s",
+    "graph_launch": "graph_launch_s",
+    "graph_kernel_gap": "graph_kernel_gap_s",
+}
+#: Largest host time a profile may give, by field: far above any CPU's dispatch (a few to some
+#: tens of microseconds an op, tens to hundreds a library call), so a slip of units (12 ms for
+#: 12 us) is refused at the door; (seconds, as said, what the figure is)
+HOST_CEILINGS: dict[str, tuple[float, str, str]] = {
+    **{f"host.{leaf}": (1e-3, "1 ms", "host time of one op") for leaf in ("op", "view", "gemm", "autograd_node")},
+    "host.graph_launch": (1e-3, "1 ms", "graph replay overhead"),
+    "host.graph_kernel_gap": (1e-3, "1 ms", "gap between two kernels"),
+    **{
+        f"implementations.{name}.{leaf}": (0.1, "100 ms", "host time of one library call")
+        for name in PROFILE_IMPLEMENTATIONS
+        for leaf in ("call_host", "backward_call_host")
+    },
 }
 
 #: Implementations whose figures a profile of another architecture takes from the measured
@@ -152,6 +179,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "tdp": ("power", False),
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
+    **{f"host.{leaf}": ("time", False) for leaf in HOST_FIGURES},
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
@@ -220,6 +248,8 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.block_step_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.mask_key_time": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.call_host": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_call_host": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
@@ -296,6 +326,7 @@ TEXT_FIELDS = {
     "interconnect.topology": False,
 }
 SECTIONS = {
+    "host",
     "memory",
     "memory.hbm",
     "memory.l2",
