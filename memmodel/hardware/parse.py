@@ -438,9 +438,7 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
     for fpath, (ceiling, shown, what) in HOST_CEILINGS.items():
         if values.get(fpath, 0.0) > ceiling:
-            raise field_error(
-                where, fpath, f"{provenance[fpath].text!r} is not a plausible {what} (under {shown})"
-            )
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} is not a plausible {what} (under {shown})")
     held = values.get("interconnect.p2p_sms")
     if held is not None and held >= values["sm_count"]:
         text = provenance["interconnect.p2p_sms"].text
