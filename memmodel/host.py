@@ -190,10 +190,13 @@ def missing_line(timing: str, profile: Profile, figure: str) -> str:
     what = FIGURE_TEXT.get(figure) or FIGURE_TEXT.get(figure.rpartition(".")[2], "")
     source = profile.transferred_from or profile.derived_from
     also = f", nor does {source}, which it is carried from" if source else ""
-    named = f"no host figures ({figure} first: {what})" if profile.host is None else f"no {figure} ({what})"
     if figure.startswith("implementations."):  # a call's figure: its stand-ins lack it too
         others = stand_ins(figure.split(".")[1])[1:]
-        named = f"no {figure} ({what}), nor {' nor '.join(others)}'s, which stand in" if others else named
+        named = f"no {figure} ({what})" + (f", nor {' nor '.join(others)}'s, which stand in" if others else "")
+        if profile.host is None:
+            named = f"no host figures (host.*) and {named}"
+    else:
+        named = f"no host figures ({figure} first: {what})" if profile.host is None else f"no {figure} ({what})"
     return (
         f"--timing {timing}: {profile.name} gives {named}{also}; give them in a profile of your own "
         "(docs/profiles.md: host) or use --timing kernel"

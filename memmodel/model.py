@@ -38,11 +38,15 @@ class Evaluated:
     #: the implementation whose library call issues its kernels (None: the paper's algorithm, or
     #: standard attention, whose kernels are ATen ops)
     implementation: str | None = field(default=None, compare=False)
+    #: its times known beforehand (a trace's, whose host ops are its recorded ops); None: :attr:`times` computes them
+    known_times: Times | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def times(self) -> Times:
         """Its time in each timing mode (:mod:`memmodel.host`): the kernels', a user's timer
         around one call, calls queued back to back, a CUDA graph's replay."""
+        if self.known_times is not None:
+            return self.known_times
         kernels = [k.time_s for k in self.timing.kernels]
         if self.profile is None:
             return not_modelled(kernels, "the host ops of this result are not modelled")

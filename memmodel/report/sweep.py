@@ -32,7 +32,7 @@ def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], Non
         write_csv_rows(result, stream, progress)
         return
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(SWEEP_COLUMNS)
+    writer.writerow(result.names)
     write, binary = _byte_writer(stream)
     batches = [(start, min(start + TEXT_BATCH, len(result))) for start in range(0, len(result), TEXT_BATCH)]
     workers = min(os.cpu_count() or 1, len(batches))
@@ -158,7 +158,7 @@ _ASCII_ENCODINGS = frozenset({"utf-8", "ascii", "latin-1", "iso8859-15", "cp1252
 def write_csv_rows(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
     """:func:`write_csv` through :mod:`csv`, one row at a time (the reference it must equal)."""
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(SWEEP_COLUMNS)
+    writer.writerow(result.names)
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
         writer.writerows(zip(*lists))
@@ -187,7 +187,7 @@ def _csv_cells(result: SweepResult) -> list[Callable[[int, int], np.ndarray]] | 
 
     cols = result.columns
     out: list[Callable[[int, int], np.ndarray]] = []
-    for name in SWEEP_COLUMNS:
+    for name in result.names:
         values = cols[name]
         if name in result.categories or name in _BOOLEAN:
             labels = result.categories.get(name, ("False", "True"))
@@ -256,6 +256,14 @@ def _floats(values: np.ndarray, *, paired: bool) -> Callable[[int, int], np.ndar
 
     def cells(start: int, stop: int) -> np.ndarray:
         v = values[start:stop]
+        blank = np.isnan(v)
+        if blank.any():  # a time the profile has no figure for: an empty cell
+            out = np.array(formatted(np.where(blank, 0.0, v)))
+            out[blank] = 0
+            return out
+        return formatted(v)
+
+    def formatted(v: np.ndarray) -> np.ndarray:
         if len(v) and v.min() == v.max():
             one = text.float_text(v[:1])
             return np.broadcast_to(one, (len(v), one.shape[1]))
@@ -271,7 +279,7 @@ def write_jsonl(result: SweepResult, stream: TextIO, progress: Callable[[int], N
     dumps = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
-        stream.write("".join(dumps(dict(zip(SWEEP_COLUMNS, values))) + "\n" for values in zip(*lists)))
+        stream.write("".join(dumps(dict(zip(result.names, values))) + "\n" for values in zip(*lists)))
         if progress is not None:
             progress(len(lists[0]))
 
@@ -283,7 +291,7 @@ def write_json(result: SweepResult, stream: TextIO, progress: Callable[[int], No
     first = True
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
-        text = ",\n".join(dumps(dict(zip(SWEEP_COLUMNS, values))) for values in zip(*lists))
+        text = ",\n".join(dumps(dict(zip(result.names, values))) for values in zip(*lists))
         if text:
             stream.write(("\n" if first else ",\n") + text)
             first = False
