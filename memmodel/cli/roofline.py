@@ -98,7 +98,6 @@ def _print_table(rooflines: list[Any]) -> None:
     from ..traffic.ledger import LEVELS
     from ..units import format_bandwidth, format_rate, format_time
     from . import terminal
-
     from .compare import timing_header
 
     con = terminal.console()

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..roofline import LEVEL_LABELS
-from ..sweep import AXES, SWEEP_COLUMNS, SweepResult
+from ..sweep import AXES, SweepResult
 from . import plots
 
 #: Rows written per batch (progress is reported per batch).
@@ -22,7 +22,7 @@ BATCH = 65_536
 
 
 def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """A header of :data:`~memmodel.sweep.SWEEP_COLUMNS`, then one line per row (blanks empty):
+    """A header of the result's columns (:attr:`~memmodel.sweep.SweepResult.names`), then one line per row (blanks empty):
     what :func:`write_csv_rows` writes, byte for byte, formatted :data:`TEXT_BATCH` rows at a
     time by numpy (:mod:`memmodel.report.text`) instead of value by value."""
     from . import text
@@ -180,7 +180,7 @@ _LOOKUP_LIMIT = 1 << 16
 
 
 def _csv_cells(result: SweepResult) -> list[Callable[[int, int], np.ndarray]] | None:
-    """Per column of :data:`SWEEP_COLUMNS`, a function (start, stop) -> its cells' text
+    """Per column of the result (:attr:`~memmodel.sweep.SweepResult.names`), a function (start, stop) -> its cells' text
     (:mod:`memmodel.report.text` matrices); None where a category's text is not ASCII."""
     from ..sweep import _BLANK_AS_NEGATIVE, _BOOLEAN
     from . import text
@@ -275,7 +275,7 @@ def _floats(values: np.ndarray, *, paired: bool) -> Callable[[int, int], np.ndar
 
 
 def write_jsonl(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """One JSON object per row, keyed by :data:`~memmodel.sweep.SWEEP_COLUMNS` (blanks are null)."""
+    """One JSON object per row, keyed by the result's columns (blanks are null)."""
     dumps = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
