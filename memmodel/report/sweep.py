@@ -22,7 +22,8 @@ BATCH = 65_536
 
 
 def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """A header of the result's columns (:attr:`~memmodel.sweep.SweepResult.names`), then one line per row (blanks empty):
+    """A header of the result's columns (:attr:`~memmodel.sweep.SweepResult.names`), then one line
+    per row (blanks empty):
     what :func:`write_csv_rows` writes, byte for byte, formatted :data:`TEXT_BATCH` rows at a
     time by numpy (:mod:`memmodel.report.text`) instead of value by value."""
     from . import text
@@ -180,7 +181,8 @@ _LOOKUP_LIMIT = 1 << 16
 
 
 def _csv_cells(result: SweepResult) -> list[Callable[[int, int], np.ndarray]] | None:
-    """Per column of the result (:attr:`~memmodel.sweep.SweepResult.names`), a function (start, stop) -> its cells' text
+    """Per column of the result (:attr:`~memmodel.sweep.SweepResult.names`), a function
+    (start, stop) -> its cells' text
     (:mod:`memmodel.report.text` matrices); None where a category's text is not ASCII."""
     from ..sweep import _BLANK_AS_NEGATIVE, _BOOLEAN
     from . import text
