@@ -344,3 +344,327 @@ def test_the_note_names_a_users_timer_only_past_the_ratio():
     )
     fast = times([HostOp(1 * US, (0,))], [100 * US], p)  # 102.5 us: within 1.1 × 100
     assert user_note(fast, str) is None
+
+
+# --- the profile's host figures -----------------------------------------------------------------
+
+
+def _h200_data() -> dict:
+    return yaml.safe_load((HARDWARE / "h200.yaml").read_text())
+
+
+def h200_with_host(folder: Path, name: str = "h200", **host: str) -> Path:
+    """The bundled h200 profile with measured host figures and sdpa-flash's call figures, written
+    to ``folder/NAME.yaml`` (a user's config folder shadows the bundled profile of that name)."""
+    data = _h200_data()
+    data["name"] = name
+    figures = {"op": "10 us", "view": "2 us", "gemm": "14 us", "autograd_node": "4 us"}
+    figures |= {"graph_launch": "6 us", "graph_kernel_gap": "500 ns", **host}
+    data["host"] = {k: {"value": v, "source": "measured", "note": "test"} for k, v in figures.items() if v}
+    flash = data["implementations"]["sdpa-flash"]
+    flash["call_host"] = {"value": "30 us", "source": "measured"}
+    flash["backward_call_host"] = {"value": "60 us", "source": "measured"}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def measured_host(tmp_path: Path) -> Path:
+    """h200 with host figures, found by name before the bundled one (the other GPUs carry them from it)."""
+    return h200_with_host(tmp_path / "config" / "memmodel" / "hardware")
+
+
+def test_a_profiles_host_figures_are_parsed_in_seconds(measured_host):
+    p = load_profile("h200")
+    assert p.host == HostFigures(
+        op_s=pytest.approx(10e-6),
+        view_s=pytest.approx(2e-6),
+        gemm_s=pytest.approx(14e-6),
+        autograd_node_s=pytest.approx(4e-6),
+        graph_launch_s=pytest.approx(6e-6),
+        graph_kernel_gap_s=pytest.approx(0.5e-6),
+    )
+    flash = p.implementation("sdpa-flash")
+    assert flash.call_host_s == pytest.approx(30e-6) and flash.backward_call_host_s == pytest.approx(60e-6)
+    assert p.provenance["host.op"].text == "10 us" and p.provenance["host.op"].kind == "measured"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("op", "-3 us", "host.op: '-3 us' must be a positive, finite quantity"),
+        ("view", "0 us", "host.view: '0 us' must be a positive, finite quantity"),
+        ("gemm", "14", "host.gemm: unit '(none)' in '14' is not a time"),
+        ("op", "12 ms", "host.op: '12 ms' is not a plausible host time of one op (under 1 ms)"),
+        (
+            "graph_kernel_gap",
+            "2 ms",
+            "host.graph_kernel_gap: '2 ms' is not a plausible gap between two kernels (under 1 ms)",
+        ),
+    ],
+)
+def test_bad_host_figures_are_refused_in_one_line(tmp_path, field, value, message):
+    path = h200_with_host(tmp_path, **{field: value})
+    with pytest.raises(Exception) as err:
+        load_file(path)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_absurd_call_figures_and_unknown_host_keys_are_refused(tmp_path):
+    data = _h200_data()
+    data["implementations"]["sdpa-cudnn"]["call_host"] = "0.5 s"
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(
+        Exception,
+        match=r"implementations.sdpa-cudnn.call_host: '0.5 s' is not a plausible host time of one library call \(under 100 ms\)",
+    ):
+        load_file(path)
+    data = _h200_data()
+    data["host"] = {"opp": "3 us"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(Exception, match=r"host.opp: unknown key \(did you mean 'op'\?\)"):
+        load_file(path)
+
+
+def test_host_figures_carry_as_is_and_the_graph_gap_by_the_cycles_rule(measured_host):
+    h200 = load_profile("h200")
+    a100 = load_profile("a100")  # transfer_from: h200, another architecture
+    h100 = load_profile("h100-sxm")  # derive_from: h200, the same architecture
+    mi300x = load_profile("mi300x")  # another vendor
+    for p in (a100, h100, mi300x):
+        assert p.host.op_s == h200.host.op_s and p.host.autograd_node_s == h200.host.autograd_node_s
+        note = p.provenance["host.op"].note
+        assert note.startswith(
+            "from h200's host, measured 2026-12-01, carried as is: the CPU and torch set it, not the GPU: 10 us"
+        )
+    # the GPU's own gap between a graph's kernels: the same cycles at this GPU's clock (1980 / 1410 MHz)
+    assert a100.host.graph_kernel_gap_s == pytest.approx(0.5e-6 * 1980 / 1410, rel=1e-3)
+    assert "the same cycles" in a100.provenance["host.graph_kernel_gap"].note
+    # a library call's host time goes to GPUs of its vendor only
+    assert a100.implementation("sdpa-flash").call_host_s == pytest.approx(30e-6)
+    assert "carried as is" in a100.provenance["implementations.sdpa-flash.call_host"].note
+    assert mi300x.implementation("sdpa-flash").call_host_s is None
+    assert "NVIDIA's figure, taken the same on AMD" in mi300x.provenance["host.op"].note
+
+
+def test_hardware_show_lists_host_figures_or_says_there_are_none(run, measured_host):
+    r = run("hardware", "show", "h200", "--format", "json")
+    host = json.loads(r.stdout)["host"]
+    assert host["op_s"] == pytest.approx(10e-6) and host["implementations"]["sdpa-flash"][
+        "call_host_s"
+    ] == pytest.approx(30e-6)
+    assert "host.graph_kernel_gap" in run("hardware", "show", "h200").stdout
+    bare = run("hardware", "show", "b200")  # bundled: b200 transfers from the bundled h200 (shadowed here)
+    assert bare.exit_code == 0
+    plain = run("hardware", "show", str(HARDWARE / "h200.yaml"))
+    assert (
+        "host: none" in plain.stdout
+        and json.loads(run("hardware", "show", str(HARDWARE / "h200.yaml"), "--format", "json").stdout)["host"] is None
+    )
+
+
+# --- a trace's host ops -------------------------------------------------------------------------
+
+
+def test_a_traces_ops_map_to_host_figures_and_autograd_nodes_pinned():
+    from memmodel.tracing import host_ops
+    from memmodel.tracing.kernels import OpMapping
+
+    p = with_host(sdpa_flash=(30 * US, 60 * US))
+    ops = [
+        OpMapping("aten.transpose.int", "forward", "free", (), ()),
+        OpMapping("aten.bmm.default", "forward", "kernel", ("bmm",), ()),
+        OpMapping("aten._softmax.default", "forward", "kernel", ("_softmax",), ()),
+        OpMapping("sdpa", "forward", "sdpa", ("sdpa:fa2_fwd",), (), "sdpa-flash"),
+        OpMapping("aten.foo.default", "forward", "unmodelled", (), ()),
+        OpMapping("aten.view.default", "backward", "free", (), (), None, 2),
+        OpMapping("aten.mm.default", "backward", "kernel", ("mm",), (), None, 1),
+        OpMapping("sdpa_backward", "backward", "sdpa", ("sdpa:fa2_bwd",), (), "sdpa-flash", 1),
+    ]
+    index = {"bmm": 0, "_softmax": 1, "sdpa:fa2_fwd": 2, "mm": 3, "sdpa:fa2_bwd": 4}
+    out, notes = host_ops(ops, index, 6, p)
+    seconds = [op.host_s for op in out]
+    assert seconds == approx(
+        [
+            2 * US,  # view
+            14 * US,  # bmm: a GEMM
+            10 * US,  # softmax: another op
+            30 * US,  # sdpa-flash's call
+            10 * US,  # unmodelled: an op, its kernels unknown
+            2 * US + 2 * 4 * US,  # a view after two nodes began
+            14 * US + 4 * US,  # mm after one more
+            60 * US,  # the fused backward: its own node is in backward_call_host
+            2 * 4 * US,  # 6 nodes seen, 4 charged before ops: the last 2 close the backward
+        ]
+    )
+    assert [op.kernels for op in out] == [(), (0,), (1,), (2,), (), (), (3,), (4,), ()]
+    assert notes == ()
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_traced_backward_counts_autograd_nodes_as_the_engine_runs_them():
+    pytest.importorskip("torch")
+    from memmodel import trace
+    from memmodel.tracing import load_function
+
+    p = with_host(sdpa_flash=(30 * US, 60 * US), sdpa_cudnn=(25 * US, 50 * US))
+    shapes = {"q": (1, 8, 1024, 64), "k": (1, 8, 1024, 64), "v": (1, 8, 1024, 64)}
+    fn, label = load_function("examples/attention/sdpa.py:attention")
+    t = trace(fn, shapes, dtype="bf16", backward=True, profile=p, name=label)
+    fused = [o for o in t.ops if o.status == "sdpa"]
+    assert [(o.pass_, o.implementation) for o in fused] == [("forward", "sdpa-cudnn"), ("backward", "sdpa-cudnn")]
+    assert fused[1].nodes >= 1 and t.backward_nodes >= fused[1].nodes  # its own node, and q, k, v's
+    # host: the call 25, its backward 50, every other node 4 us
+    assert t.times.host_s == approx(75 * US + (t.backward_nodes - 1) * 4 * US)
+    assert sum(o.nodes for o in t.ops if o.pass_ == "forward") == 0
+    fn, label = load_function("examples/attention/memmodel_eager.py:attention")
+    eager = trace(fn, shapes, dtype="bf16", backward=True, profile=p, name=label)
+    # each matmul's backward node runs two GEMMs, the softmax's one kernel: nodes outnumber neither
+    backward = [o for o in eager.ops if o.pass_ == "backward"]
+    assert sum(o.nodes for o in backward) <= eager.backward_nodes
+    assert eager.backward_nodes >= sum(1 for o in eager.ops if o.pass_ == "forward" and o.status == "kernel")
+    assert eager.times.call_s >= eager.times.kernel_s
+
+
+# --- the commands ----------------------------------------------------------------------------------
+
+COMPARE = ("compare", "--n", "1", "--n-kv", "4096", "--d", "128", "--heads", "8", "--dtype", "bf16", "--gpu", "h200")
+QKV = ("--shape", "q=1,8,1024,64", "--shape", "k=1,8,1024,64", "--shape", "v=1,8,1024,64", "--dtype", "bf16")
+COMMANDS = {
+    "compare": COMPARE[1:],
+    "roofline": COMPARE[1:],
+    "sweep": ("--n", "1", "--n-kv", "1024,4096", "--d", "128", "--heads", "8", "--dtype", "bf16", "--gpu", "h200"),
+    "trace": ("examples/attention/sdpa.py:attention", *QKV, "--gpu", "h200"),
+}
+
+
+def one_error_line(r) -> str:
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("timing", ["call", "queued", "graph"])
+def test_every_command_takes_a_timing(run, measured_host, command, timing):
+    if command == "trace":
+        pytest.importorskip("torch")
+    r = run(command, *COMMANDS[command], "--timing", timing)
+    assert r.exit_code == 0, r.output
+    assert f"timing {timing} (" in r.stdout.splitlines()[0]  # the mode in the header line
+    fmt = ("--format", "jsonl") if command == "sweep" else ("--format", "json")
+    r = run(command, *COMMANDS[command], "--timing", timing, *fmt)
+    assert r.exit_code == 0, r.output
+    if command == "sweep":
+        rows = [json.loads(line) for line in r.stdout.splitlines()]
+        assert {row["timing"] for row in rows} == {timing}
+        for row in rows:
+            assert row["predicted_time_s"] >= 0 and row["kernel_time_s"] > 0 and row["host_time_s"] > 0
+            assert row["predicted_time_low_s"] is None  # the ranges are kernel time's
+        return
+    data = json.loads(r.stdout)
+    assert data["timing"] == timing
+    if command == "roofline":
+        total = [p for p in data["gpus"][0]["points"] if p["kernel"] == "total"]
+        assert len(total) == 2 and all(p["predicted_time_s"] > 0 for p in total)
+        return
+    for alg in data["algorithms"]:
+        assert set(alg["predicted_times_s"]) == set(TIMINGS)
+        assert alg["predicted_time_s"] == alg["predicted_times_s"][timing]
+        assert alg["host_time_s"] > 0 and alg["predicted_time_range_s"] is None
+
+
+def test_compare_json_keys_under_the_default_timing(run, measured_host):
+    data = json.loads(run(*COMPARE, "--format", "json").stdout)
+    assert data["timing"] == "kernel" and data["options"]["timing"] == "kernel"
+    for alg in data["algorithms"]:
+        assert alg["predicted_time_s"] == alg["predicted_times_s"]["kernel"]
+        assert alg["predicted_times_s"]["call"] > alg["predicted_times_s"]["kernel"]
+    # the bundled profile: no host figures, the other modes null
+    bare = json.loads(run(*COMPARE[:-1], str(HARDWARE / "h200.yaml"), "--format", "json").stdout)
+    assert bare["algorithms"][1]["predicted_times_s"]["call"] is None and bare["algorithms"][1]["host_time_s"] is None
+
+
+def test_the_csvs_gain_timing_columns_only_under_another_mode(run, measured_host):
+    kernel = run(*COMPARE, "--format", "csv").stdout.splitlines()[0].split(",")
+    call = run(*COMPARE, "--format", "csv", "--timing", "call").stdout.splitlines()
+    assert call[0].split(",") == [*kernel, "timing", "kernel_time_s", "host_time_s"]
+    total = [line for line in call if ",total," in line and line.startswith("h200,tiled")]
+    assert len(total) == 1 and total[0].endswith(",call,1.0563397577569142e-05,2.9999999999999997e-05")
+    sweep = run(*("sweep", *COMMANDS["sweep"]), "--format", "csv").stdout.splitlines()[0]
+    assert "timing" not in sweep.split(",")
+    timed = run(*("sweep", *COMMANDS["sweep"]), "--format", "csv", "--timing", "call").stdout.splitlines()[0]
+    assert timed == sweep + ",timing,kernel_time_s,host_time_s"
+
+
+def test_a_tables_call_time_is_the_pipelines(run, measured_host):
+    r = run(*COMPARE, "--impl", "sdpa-flash", "--timing", "call")
+    assert r.exit_code == 0
+    lines = {line.split("  ")[0].strip(): line for line in r.stdout.splitlines()}
+    assert "30.000 us" in lines["host time (issuing it)"]
+    data = json.loads(run(*COMPARE, "--impl", "sdpa-flash", "--timing", "call", "--format", "json").stdout)
+    tiled = data["algorithms"][1]
+    # one call: 30 us of host, then its kernels, then the end event's 1.532 us (the h200's event_overhead)
+    assert tiled["predicted_time_s"] == pytest.approx(30e-6 + tiled["predicted_times_s"]["kernel"] + 1.532e-6)
+    assert f"{tiled['predicted_time_s'] * 1e6:.3f} us" in lines["predicted time, call"]
+
+
+def test_the_default_timing_notes_a_users_timer_once(run, measured_host):
+    r = run(*COMPARE)
+    notes = [line for line in r.stderr.splitlines() if "a user's timer" in line]
+    assert notes == [
+        "memmodel: a user's timer around one call sees 42.095 us (--timing call), its kernels 10.563 us: host dispatch"
+    ]
+    assert not any("a user's timer" in line for line in run(*COMPARE, "--timing", "call").stderr.splitlines())
+    # no host figures: nothing said, nothing guessed
+    bare = run(*COMPARE[:-1], str(HARDWARE / "h200.yaml"))
+    assert "a user's timer" not in bare.stderr
+
+
+def test_the_stand_in_is_said_under_call_timing(run, measured_host):
+    r = run(*COMPARE, "--impl", "sdpa-cudnn", "--timing", "queued")
+    assert (
+        "memmodel: host time of a call: h200 gives no implementations.sdpa-cudnn.call_host: sdpa-flash's call_host stands in"
+        in r.stderr
+    )
+    assert "stands in" not in run(*COMPARE, "--impl", "sdpa-cudnn").stderr
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_missing_host_figures_are_one_line_and_exit_2(run, command):
+    if command == "trace":
+        pytest.importorskip("torch")
+    line = one_error_line(run(command, *COMMANDS[command], "--timing", "call"))
+    assert line.startswith("memmodel: error: --timing call: h200 gives no host figures")
+    assert line.endswith("or use --timing kernel")
+    graph = one_error_line(run(command, *COMMANDS[command], "--timing", "graph"))
+    assert "host.graph_launch" in graph
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_an_unknown_timing_is_a_usage_error(run, command):
+    line = one_error_line(run(command, *COMMANDS[command], "--timing", "foo"))
+    assert "Invalid value for '--timing': 'foo' is not one of 'kernel', 'call', 'queued', 'graph'" in line
+
+
+def test_context_parallelism_takes_kernel_timing_only(run, measured_host):
+    cp = ("--n", "8192", "--d", "128", "--heads", "8", "--dtype", "bf16", "--gpu", "h200", "--context-parallel", "2")
+    for command in ("compare", "sweep"):
+        line = one_error_line(run(command, *cp, "--timing", "call"))
+        assert line == (
+            "memmodel: error: --timing call with --context-parallel is not modelled: a step's time is its GPUs' "
+            "kernels and messages (use --timing kernel)"
+        )
+    assert run("compare", *cp).exit_code == 0
+
+
+def test_every_mode_is_in_the_help(run):
+    for command in COMMANDS:
+        text = " ".join(run(command, "--help").stdout.split())
+        assert "--timing [kernel|call|queued|graph]" in text
+        assert "profilers and benchmark loops report" in text
