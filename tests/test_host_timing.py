@@ -20,7 +20,6 @@ from memmodel.hardware import HostFigures, load_file, load_profile
 from memmodel.host import (
     TIMINGS,
     HostOp,
-    Times,
     algorithm_ops,
     kernel_launches,
     stand_ins,
