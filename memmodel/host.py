@@ -186,20 +186,21 @@ def not_modelled(kernel_times: Sequence[Seconds], why: str) -> Times:
 
 def missing_line(timing: str, profile: Profile, figure: str) -> str:
     """The one line that says ``profile`` lacks ``figure`` (``host.gemm``, or an implementation's
-    ``implementations.NAME.call_host``), which ``--timing timing`` needs."""
-    what = FIGURE_TEXT.get(figure) or FIGURE_TEXT.get(figure.rpartition(".")[2], "")
+    ``implementations.NAME.call_host``), which ``--timing timing`` needs; where the profile has
+    no host figure at all, that it has none."""
     source = profile.transferred_from or profile.derived_from
     also = f", nor does {source}, which it is carried from" if source else ""
-    if figure.startswith("implementations."):  # a call's figure: its stand-ins lack it too
-        others = stand_ins(figure.split(".")[1])[1:]
-        named = f"no {figure} ({what})" + (f", nor {' nor '.join(others)}'s, which stand in" if others else "")
-        if profile.host is None:
-            named = f"no host figures (host.*) and {named}"
+    if profile.host is None:
+        named = "no host figures (host.*: what issuing work costs the CPU and torch)"
     else:
-        named = f"no host figures ({figure} first: {what})" if profile.host is None else f"no {figure} ({what})"
+        what = FIGURE_TEXT.get(figure) or FIGURE_TEXT.get(figure.rpartition(".")[2], "")
+        named = f"no {figure} ({what})"
+        if figure.startswith("implementations."):  # a call's figure: its stand-ins lack it too
+            others = stand_ins(figure.split(".")[1])[1:]
+            named += f", nor {' nor '.join(others)}'s, which stand in" if others else ""
     return (
         f"--timing {timing}: {profile.name} gives {named}{also}; give them in a profile of your own "
-        "(docs/profiles.md: host) or use --timing kernel"
+        "(docs/profiles.md, host figures) or use --timing kernel"
     )
 
 

@@ -126,9 +126,9 @@ def test_without_host_figures_the_modes_say_which_figure_is_missing():
     with pytest.raises(TimingError) as err:
         t.of("call")
     line = str(err.value)
-    assert "\n" not in line and line.startswith("--timing call: h200 gives no host figures (host.gemm first")
+    assert "\n" not in line and line.startswith("--timing call: h200 gives no host figures (host.*: what issuing")
     assert "use --timing kernel" in line
-    with pytest.raises(TimingError, match="--timing graph: h200 gives no host figures .host.graph_launch"):
+    with pytest.raises(TimingError, match=r"--timing graph: h200 gives no host figures \(host\.\*"):
         t.of("graph")
     # one figure missing among others: that figure named
     partial = with_host(host=dataclasses.replace(HOST, graph_kernel_gap_s=None))
@@ -642,7 +642,7 @@ def test_missing_host_figures_are_one_line_and_exit_2(run, command):
     assert line.startswith("memmodel: error: --timing call: h200 gives no host figures")
     assert line.endswith("or use --timing kernel")
     graph = one_error_line(run(command, *COMMANDS[command], "--timing", "graph"))
-    assert "host.graph_launch" in graph
+    assert graph.startswith("memmodel: error: --timing graph: h200 gives no host figures (host.*")
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))

@@ -313,11 +313,11 @@ def page_size_option(func: F) -> F:
 
 
 TIMING_HELP = (
-    "What a predicted time is. kernel: the GPU's own time, the kernels queued back to back, what profilers and "
-    "benchmark loops report (the default: it is the GPU's); call: what a user's timer sees around one call "
-    "(CUDA events, synchronising after each call): the host's dispatch of each op and the kernels pipelined, plus "
-    "the events' overhead; queued: a call's share of calls issued back to back without synchronising (the host's "
-    "time or the kernels', whichever is longer); graph: one replay of a CUDA graph of the call. call, queued and "
+    "What a predicted time is. kernel (the default: the GPU's own time, what profilers and benchmark loops "
+    "report): the kernels queued back to back; call: what a user's timer sees around one call (CUDA events, "
+    "synchronising after each call): each op's host dispatch pipelined with the kernels, plus the end event; "
+    "queued: a call's share of calls issued back to back without synchronising (the host's time or the kernels', "
+    "whichever is longer); graph: one replay of a CUDA graph of the call (no host dispatch). call, queued and "
     "graph need the profile's host figures (host.*, implementations.NAME.call_host: docs/profiles.md)."
 )
 
