@@ -129,6 +129,12 @@ SWEEP_COLUMNS: tuple[str, ...] = (
 TIMING_COLUMNS: tuple[str, ...] = ("timing", "kernel_time_s", "host_time_s")
 
 
+#: A column kept beside the output's under the default timing, where a GPU of the grid has host
+#: figures: each row's time under ``--timing call``, for the note that says when a user's timer
+#: would see markedly more than the kernels (:func:`timer_note`); never written out
+CALL_COLUMN = "_call_time_s"
+
+
 def sweep_columns(timing: str = "kernel") -> tuple[str, ...]:
     """The columns of a sweep under ``timing``: :data:`SWEEP_COLUMNS`, and :data:`TIMING_COLUMNS`
     under a mode other than kernel."""
@@ -725,7 +731,9 @@ def evaluate(
     if workers is None:
         workers = min(os.cpu_count() or 1, len(tasks)) if configurations >= PARALLEL_MIN else 1
     parallel = workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods()
-    columns = _allocate(rows_out, dtypes, shared=parallel, names=sweep_columns(grid.timing))
+    hidden = (CALL_COLUMN,) if grid.timing == "kernel" and any(p.host is not None for p in loaded.values()) else ()
+    names = (*sweep_columns(grid.timing), *hidden)
+    columns = _allocate(rows_out, dtypes, shared=parallel, names=names)
     bound_codes: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
     job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     done = False
@@ -734,7 +742,7 @@ def evaluate(
             _run_parallel(job, tasks, workers, progress)
             done = True
         except _UnknownBound:  # a label outside BOUND_LABELS: codes must be assigned in order
-            columns = _allocate(rows_out, dtypes, shared=False, names=sweep_columns(grid.timing))
+            columns = _allocate(rows_out, dtypes, shared=False, names=names)
             job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     if not done:
         for g, start in tasks:
@@ -901,6 +909,7 @@ _COLUMN_DTYPES: dict[str, Any] = {
     "predicted_time_high_s": np.float64,
     "kernel_time_s": np.float64,
     "host_time_s": np.float64,
+    CALL_COLUMN: np.float64,
 }
 
 
@@ -1090,9 +1099,34 @@ def _evaluate_part(
         put("timing", TIMINGS.index(timing), TIMINGS.index(timing))
         put("kernel_time_s", s.timing.time_s, t.timing.time_s)
         put("host_time_s", *(np.nan if ev.times.host_s is None else ev.times.host_s for ev in (s, t)))
+    if CALL_COLUMN in columns:
+        put(CALL_COLUMN, *(np.nan if ev.times.call_s is None else ev.times.call_s for ev in (s, t)))
     put("bound", _encode_bounds(s.timing, bound_codes), _encode_bounds(t.timing, bound_codes))
     for key, value in c.ratios().items():
         put(f"ratio_{key}", value, value)
+
+
+def timer_note(result: SweepResult, unit: Callable[[float], str]) -> str | None:
+    """Under the default timing, one line where a user's timer around one call of the tiled
+    kernel would see more than :data:`memmodel.host.NOTE_RATIO` times its kernel time in some rows
+    (``unit`` formats seconds); None where none would, or no GPU of the grid has host figures."""
+    from .host import NOTE_RATIO
+
+    if CALL_COLUMN not in result.columns or not len(result):
+        return None
+    call = np.asarray(result.columns[CALL_COLUMN][1::2], dtype=np.float64)
+    kernel = np.asarray(result.columns["predicted_time_s"][1::2], dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(kernel > 0, call / np.where(kernel > 0, kernel, 1.0), np.nan)
+    over = np.flatnonzero(ratio > NOTE_RATIO)  # NaN (no figures for that GPU) compares false
+    if not over.size:
+        return None
+    worst = int(over[np.argmax(ratio[over])])
+    return (
+        f"a user's timer around one call sees more than the kernel time in {over.size:,} of {len(kernel):,} tiled "
+        f"rows (up to {ratio[worst]:.1f}×: {unit(float(call[worst]))} for {unit(float(kernel[worst]))} of kernels; "
+        "--timing call): host dispatch"
+    )
 
 
 def _encode_bounds(timing: Any, bound_codes: dict[str, int]) -> Any:
@@ -1243,7 +1277,7 @@ def layers_summed(parts: list[tuple[SweepResult, int]]) -> SweepResult:
     if any(len(r) != len(first) for r, _ in parts):
         raise ValueError("sweeps of different rows cannot be summed")  # pragma: no cover - programming error
     columns = {k: v.copy() for k, v in first.columns.items()}
-    for name in (*LAYER_SUMS, *(c for c in ("kernel_time_s", "host_time_s") if c in columns)):
+    for name in (*LAYER_SUMS, *(c for c in ("kernel_time_s", "host_time_s", CALL_COLUMN) if c in columns)):
         total = sum(np.asarray(r.columns[name], dtype=np.float64) * count for r, count in parts)
         columns[name] = total.astype(first.columns[name].dtype) if first.columns[name].dtype.kind in "iu" else total
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -667,3 +667,16 @@ def test_every_mode_is_in_the_help(run):
         text = " ".join(run(command, "--help").stdout.split())
         assert "--timing [kernel|call|queued|graph]" in text
         assert "profilers and benchmark loops report" in text
+
+
+def test_a_default_sweep_notes_a_users_timer_once_and_writes_what_it_wrote(run, measured_host):
+    grid = ("sweep", "--n", "1,4096", "--n-kv", "1024:65536:x4", "--d", "128", "--heads", "8", "--dtype", "bf16")
+    timed = run(*grid, "--gpu", "h200", "--format", "csv")
+    bare = run(*grid, "--gpu", str(HARDWARE / "h200.yaml"), "--format", "csv")
+    assert timed.stdout == bare.stdout  # the call times kept for the note are never written out
+    notes = [line for line in timed.stderr.splitlines() if "a user's timer" in line]
+    assert len(notes) == 1 and notes[0].startswith(
+        "memmodel: a user's timer around one call sees more than the kernel time in 6 of 8 tiled rows (up to 4.5×"
+    )
+    assert "a user's timer" not in bare.stderr
+    assert "a user's timer" not in run(*grid, "--gpu", "h200", "--timing", "call", "--format", "csv").stderr

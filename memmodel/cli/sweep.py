@@ -466,6 +466,11 @@ def sweep_cmd(
         terminal.note(f"warning: {line}")
     for line in result.caveats:
         terminal.note(line)
+    from ..sweep import timer_note
+    from ..units import format_time
+
+    if (line := timer_note(result, format_time)) is not None:
+        terminal.note(line)
     if to_file:
         terminal.note(f"wrote {len(result):,} rows to {output}")
     if plot:
