@@ -13,7 +13,10 @@ but no data, so nothing is computed and no GPU is needed):
   autograd and the composite ops' decompositions: what a GPU would launch, op by op.
 
 With ``backward``, ``torch.autograd.grad`` runs on the first output that needs a gradient, fed an
-empty (fake) ``dO``, under the same modes: autograd's backward ops are recorded after the forward's.
+empty (fake) ``dO``, under the same modes: autograd's backward ops are recorded after the forward's,
+and so are the autograd nodes the engine runs (each seen as the node running when anything is
+dispatched, ATen or not; the count since the previous recorded op is the next op's ``nodes``), for
+the host time of the backward (``--timing call``: :mod:`memmodel.host`).
 """
 
 from __future__ import annotations
