@@ -82,6 +82,9 @@ class HostOp:
 
     host_s: Seconds
     kernels: tuple[int, ...] = ()
+    #: the host seconds into the op at which its kernels are issued (a fused call's share before
+    #: its launches: ``host.launch_share``); None: at its end
+    launch_s: Seconds | None = None
 
 
 @frozen
@@ -142,8 +145,9 @@ def times(
     its launch overhead, as :func:`memmodel.timing.kernel_time` gives them), issued by the host
     as ``ops``, on ``profile``: the pipeline of the module docstring. ``launches``: the launches
     of each kernel (default 1): its ``launch_overhead`` share, and the graph gaps it pays in a
-    replay. ``ops`` None: the profile lacks a host figure the ops need (``missing`` says which),
-    so call, queued and the host total are None. Numbers or arrays (a grid) alike."""
+    replay. An op's kernels are issued at its end, or ``launch_s`` into it where given. ``ops``
+    None: the profile lacks the host figure ``missing`` (``host.gemm``) the ops need, so call,
+    queued and the host total are None. Numbers or arrays (a grid) alike."""
     t = [np.asarray(x, dtype=np.float64) for x in kernel_times]
     kernel = sum(t, np.float64(0.0))
     gone: dict[str, str] = {}
@@ -154,12 +158,14 @@ def times(
         seen = sorted(i for op in ops for i in op.kernels)
         if seen != list(range(len(t))):
             raise ValueError(f"the host ops launch kernels {seen}, not each of the {len(t)} kernels once")
-        issued = np.float64(0.0)  # H: the host's cursor since the start event was recorded
-        gpu = np.float64(0.0)  # G: when the GPU is done with the kernels issued so far
+        issued: Any = np.float64(0.0)  # H: the host's cursor since the start event was recorded
+        gpu: Any = np.float64(0.0)  # G: when the GPU is done with the kernels issued so far
         for op in ops:
+            start = issued
             issued = issued + np.asarray(op.host_s, dtype=np.float64)
+            launch = issued if op.launch_s is None else start + np.asarray(op.launch_s, dtype=np.float64)
             for i in op.kernels:
-                gpu = np.maximum(gpu, issued) + t[i]
+                gpu = np.maximum(gpu, launch) + t[i]
         event = profile.event_overhead_s or 0.0
         shape = np.broadcast(gpu, issued, kernel).shape  # a grid's: every mode an array of its rows
         call = _plain(np.broadcast_to(np.maximum(gpu, issued) + event, shape))
@@ -227,13 +233,28 @@ class Figures:
             raise MissingFigure(f"host.{leaf}")
         return float(found)
 
-    def call(self, implementation: str | None, backward: bool = False) -> float:
-        """One call of ``implementation`` (its backward with ``backward``): its own
-        ``call_host``, else the first of its stand-ins (:func:`stand_ins`) that has one, with a note."""
+    def backward_pass(self) -> float:
+        """``host.backward_pass``, what a backward pass costs once beyond its nodes; 0 where the
+        profile does not give it (a refinement: the nodes' own figure is required)."""
+        found = self.profile.host.backward_pass_s if self.profile.host is not None else None
+        return float(found or 0.0)
+
+    def launch(self, call_s: Seconds) -> Seconds | None:
+        """When a fused forward call of ``call_s`` host seconds launches its kernels: the profile's
+        ``host.launch_share`` of it; None (at its end) where the profile does not give it."""
+        share = self.profile.host.launch_share if self.profile.host is not None else None
+        return None if share is None else share * call_s
+
+    def call(self, implementation: str | None, backward: bool = False, split: bool = False) -> float:
+        """One call of ``implementation`` (its backward with ``backward``; ``split``: a forward
+        that splits K/V, a decode, timed by ``split_call_host`` where given, else as any call): its
+        own figure, else the first of its stand-ins (:func:`stand_ins`) that has one, with a note."""
         leaf = "backward_call_host" if backward else "call_host"
         chain = stand_ins(implementation)
         for name in chain:
-            value = getattr(self.profile.implementation(name), f"{leaf}_s")
+            figures = self.profile.implementation(name)
+            value = figures.split_call_host_s if split and not backward else None
+            value = getattr(figures, f"{leaf}_s") if value is None else value
             if value is None:
                 continue
             if name != implementation:
@@ -290,6 +311,8 @@ def _issued(kernel: Any, seconds: float) -> Seconds:
 
 #: kernels the user's own code launches before a library call (not part of it): the FP8 K/V cast
 _USER_OPS = ("fp8_cast",)
+#: the kind of a split-KV kernel (:data:`memmodel.traffic.ledger.SPLIT_KV`): its call splits K/V
+SPLIT_KV = "split_kv"
 
 
 def _eager(kernels: Sequence[Any], indices: Sequence[int], figures: Figures) -> list[HostOp]:
@@ -308,12 +331,16 @@ def algorithm_ops(
     * standard attention (``traffic.name == "standard"``): each kernel is one ATen op (a matmul's
       ``host.gemm``, any other's ``host.op``; views are not in its ledger and not counted); with
       the backward pass, the autograd engine runs one node per forward kernel (each is one
-      differentiable op), its ``host.autograd_node`` each spent before the first backward kernel;
+      differentiable op), its ``host.autograd_node`` each (and ``host.backward_pass`` once, where
+      given) spent before the first backward kernel;
     * tiled attention: one library call a pass, its kernels launched by it, timed by the
-      implementation's ``call_host`` (forward) and ``backward_call_host`` (backward, its autograd
-      node included), or a stand-in's (:func:`stand_ins`, said in the notes); the FP8 K/V cast
-      before it is the user's own op (``host.op``); PyTorch's math fallback (``sdpa-math``)
-      dispatches its ATen ops one by one, timed so unless the profile has its own call figure.
+      implementation's ``call_host`` (forward; ``split_call_host`` where it splits K/V, a decode)
+      and ``backward_call_host`` (backward, its autograd node included), or a stand-in's
+      (:func:`stand_ins`, said in the notes); a forward call launches its kernels after
+      ``host.launch_share`` of its host time where the profile gives it (else at its end); the
+      FP8 K/V cast before it is the user's own op (``host.op``); PyTorch's math fallback
+      (``sdpa-math``) dispatches its ATen ops one by one, timed so unless the profile has its own
+      call figure.
     """
     figures = Figures(profile)
     kernels = list(traffic.kernels)
@@ -330,14 +357,20 @@ def algorithm_ops(
                 (np.asarray(_issued(kernels[i], 1.0)) for i in forward if kernels[i].op not in _USER_OPS),
                 np.float64(0.0),
             )
-            ops.append(HostOp(_plain(nodes * figures.host("autograd_node"))))
+            engine = nodes * figures.host("autograd_node") + figures.backward_pass()
+            ops.append(HostOp(_plain(engine)))
             ops += _eager(kernels, backward, figures)
         return tuple(ops), tuple(figures.notes)
     user = [i for i in forward if kernels[i].op in _USER_OPS]
     ops += _eager(kernels, user, figures)
     library = [i for i in forward if i not in user]
     if library:
-        ops.append(HostOp(figures.call(implementation), tuple(library)))
+        call: Seconds = figures.call(implementation)
+        split = [kernels[i].present for i in library if kernels[i].kind == SPLIT_KV]
+        if split:  # a decode that splits K/V (on a grid: the rows where it does)
+            splits = np.logical_or.reduce([np.asarray(p, dtype=bool) for p in split])
+            call = _plain(np.where(splits, figures.call(implementation, split=True), call))
+        ops.append(HostOp(call, tuple(library), figures.launch(call)))
     if backward:
         ops.append(HostOp(figures.call(implementation, backward=True), tuple(backward)))
     return tuple(ops), tuple(figures.notes)

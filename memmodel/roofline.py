@@ -263,7 +263,7 @@ class _Timed:
     """A time and what bounds it: an algorithm's total under a timing mode other than kernel."""
 
     time_s: float
-    bound: str
+    bound: Any
 
 
 class _Total:

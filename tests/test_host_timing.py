@@ -681,3 +681,96 @@ def test_a_default_sweep_notes_a_users_timer_once_and_writes_what_it_wrote(run, 
     )
     assert "a user's timer" not in bare.stderr
     assert "a user's timer" not in run(*grid, "--gpu", "h200", "--timing", "call", "--format", "csv").stderr
+
+
+# --- what the calibration measures beyond the spec's figures -----------------------------------
+
+
+def test_a_call_that_launches_part_way_through_its_host_time_pinned():
+    """A fused call of 30 us host that launches its kernels 12 us in (launch_share 0.4), then an
+    op of 10 us: the kernels overlap the rest of the call's host time."""
+    p = with_host()
+    ops = [HostOp(30 * US, (0,), 12 * US), HostOp(10 * US, (1,))]
+    t = times(ops, [20 * US, 2 * US], p)
+    # kernel 0 runs 12..32; H = 30, then 40: kernel 1 runs 40..42; call = 42 + 1.5 = 43.5 us
+    assert t.call_s == approx(43.5 * US)
+    assert times([HostOp(30 * US, (0,)), HostOp(10 * US, (1,))], [20 * US, 2 * US], p).call_s == approx(
+        (30 + 20 + 2) * US + 1.5 * US  # launched at its end: 30..50, then 50..52
+    )
+
+
+def test_a_decode_that_splits_takes_its_split_call_figure_and_the_launch_share():
+    host = dataclasses.replace(HOST, launch_share=0.5, backward_pass_s=8 * US)
+    p = with_host(host=host, sdpa_flash=(30 * US, 60 * US))
+    p = p.with_implementation_figures("sdpa-flash", split_call_host_s=45 * US)
+    decode = compare(DECODE, p, impl="sdpa-flash")
+    assert any(k.kind == "split_kv" for k in decode.tiled.traffic.kernels)
+    ops, _ = algorithm_ops(decode.tiled.traffic, p, "sdpa-flash")
+    assert (ops[0].host_s, ops[0].launch_s) == (45 * US, 22.5 * US)
+    prefill = Workload(n=4096, d=128, heads=8, dtype="bf16")
+    ops, _ = algorithm_ops(compare(prefill, p, impl="sdpa-flash").tiled.traffic, p, "sdpa-flash")
+    assert (ops[0].host_s, ops[0].launch_s) == (30 * US, 15 * US)
+    # standard attention's backward: 3 nodes × 4 us and the pass's 8 us, once
+    std = compare(DECODE, p, impl="sdpa-flash", backward=True).standard
+    ops, _ = algorithm_ops(std.traffic, p, None)
+    assert ops[3].host_s == approx(3 * 4 * US + 8 * US)
+    # a grid of decodes and prefills: each row its own figure
+    grid = compare(
+        Workload(n=np.array([1, 4096]), n_kv=np.array([4096, 4096]), d=128, heads=8, dtype="bf16"), p, impl="sdpa-flash"
+    )
+    ops, _ = algorithm_ops(grid.tiled.traffic, p, "sdpa-flash")
+    assert np.asarray(ops[0].host_s) == approx(np.array([45 * US, 30 * US]))
+
+
+def test_the_figures_the_calibration_writes_load(tmp_path):
+    """What ``memmodel calibrate``'s host step writes (values as it formats them, zeros where a
+    difference clips at 0) loads: launch_latency, launch_share, backward_pass, split_call_host."""
+    data = _h200_data()
+    data["sources"]["measured-host"] = {"title": "host probe", "kind": "measured", "date": "2026-12-03"}
+
+    def cite(value):
+        return {"value": value, "source": "measured-host", "note": "test"}
+
+    data["host"] = {
+        "view": cite("1.9 us"),
+        "op": cite("6.1 us"),
+        "gemm": cite("11.2 us"),
+        "launch_latency": cite("4.3 us"),
+        "launch_share": cite("0.52"),
+        "autograd_node": cite("0 us"),
+        "backward_pass": cite("21.7 us"),
+        "graph_launch": cite("7.8 us"),
+        "graph_kernel_gap": cite("0 us"),
+    }
+    data["implementations"]["sdpa-cudnn"]["split_call_host"] = cite("55.4 us")
+    path = tmp_path / "h200.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    p = load_file(path)
+    assert p.host.launch_share == 0.52 and p.host.graph_kernel_gap_s == 0.0 and p.host.autograd_node_s == 0.0
+    assert p.host.backward_pass_s == pytest.approx(21.7e-6) and p.host.launch_latency_s == pytest.approx(4.3e-6)
+    assert p.implementation("sdpa-cudnn").split_call_host_s == pytest.approx(55.4e-6)
+    data["host"]["launch_share"] = cite("1.5")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(Exception, match=r"host.launch_share: '1.5' is not a share of a call's host time \(0 to 1\)"):
+        load_file(path)
+    data["host"]["launch_share"] = cite("0.52")
+    data["host"]["op"] = cite("0 us")  # an op that costs the host nothing is no measurement
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(Exception, match="host.op: '0 us' must be a positive, finite quantity"):
+        load_file(path)
+
+
+def test_the_calibrations_host_figures_are_in_the_schema():
+    """Every host figure has a field, a derive rule and a ceiling, so that calibrate writes it and
+    every profile that transfers from the measured one carries it."""
+    from memmodel.hardware.derive import derive_rule, host_set
+    from memmodel.hardware.schema import FIELDS, HOST_CEILINGS, HOST_FIGURES
+
+    for leaf in HOST_FIGURES:
+        fpath = f"host.{leaf}"
+        assert fpath in FIELDS and fpath in HOST_CEILINGS
+        assert derive_rule(fpath) == ("cycles" if leaf == "graph_kernel_gap" else "same")
+        assert host_set(fpath) == (leaf != "graph_kernel_gap")
+    for leaf in ("call_host", "split_call_host", "backward_call_host"):
+        fpath = f"implementations.sdpa-cudnn.{leaf}"
+        assert fpath in FIELDS and fpath in HOST_CEILINGS and derive_rule(fpath) == "same" and host_set(fpath)

@@ -469,8 +469,8 @@ def sweep_cmd(
     from ..sweep import timer_note
     from ..units import format_time
 
-    if (line := timer_note(result, format_time)) is not None:
-        terminal.note(line)
+    if (timer := timer_note(result, format_time)) is not None:
+        terminal.note(timer)
     if to_file:
         terminal.note(f"wrote {len(result):,} rows to {output}")
     if plot:

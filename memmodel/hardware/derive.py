@@ -61,6 +61,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("host.graph_kernel_gap", "cycles"),
     ("host.*", "same"),
     ("implementations.*.call_host", "same"),
+    ("implementations.*.split_call_host", "same"),
     ("implementations.*.backward_call_host", "same"),
     ("implementations.*.sustained_share", "power-clock"),
     ("implementations.*.sustained_after", "same"),
@@ -102,8 +103,12 @@ HOST_SET = (
     "host.view",
     "host.gemm",
     "host.autograd_node",
+    "host.backward_pass",
+    "host.launch_latency",
+    "host.launch_share",
     "host.graph_launch",
     "implementations.*.call_host",
+    "implementations.*.split_call_host",
     "implementations.*.backward_call_host",
 )
 

@@ -34,6 +34,7 @@ from .schema import (
     FLOORS,
     HOST_CEILINGS,
     HOST_FIGURES,
+    HOST_ZERO,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
     MALL_FIELDS,
@@ -123,7 +124,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
             continue
         try:
-            values[fpath] = units.parse(raw, kind)
+            values[fpath] = 0.0 if fpath in HOST_ZERO and _zero_of(raw, kind) else units.parse(raw, kind)
         except units.UnitError as exc:
             raise field_error(where, fpath, str(exc)) from None
         provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
@@ -352,6 +353,22 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
     return tuple(sorted(points))
 
 
+def _zero_of(value: object, kind: units.Kind) -> bool:
+    """Whether ``value`` is zero of ``kind``: ``0``, or a zero written with one of its units
+    (``0 us`` for a time; a unit of another kind is refused by :func:`units.parse`)."""
+    if isinstance(value, str):
+        number, _, unit = value.strip().partition(" ")
+        try:
+            if float(number) != 0.0:
+                return False
+        except ValueError:
+            return False
+        if unit.strip():
+            units.parse(f"1 {unit.strip()}", kind)  # the unit must be the field's kind's
+        return True
+    return _reads_as_zero(value)
+
+
 def _reads_as_zero(value: object) -> bool:
     """0, or a zero written as text, bare or as a percentage."""
     if isinstance(value, str):
@@ -436,9 +453,9 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
     for fpath in (f for f in values if f.endswith(".sustained_after")):
         if values[fpath] <= 0:
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
-    for fpath, (ceiling, shown, what) in HOST_CEILINGS.items():
-        if values.get(fpath, 0.0) > ceiling:
-            raise field_error(where, fpath, f"{provenance[fpath].text!r} is not a plausible {what} (under {shown})")
+    for fpath, (most, what) in HOST_CEILINGS.items():
+        if values.get(fpath, 0.0) > most:
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} is not {what}")
     held = values.get("interconnect.p2p_sms")
     if held is not None and held >= values["sm_count"]:
         text = provenance["interconnect.p2p_sms"].text

@@ -245,6 +245,9 @@ class ImplementationFigures:
     #: workspace), and of its backward (the autograd node included): ``--timing call``, ``queued``
     call_host_s: float | None = None
     backward_call_host_s: float | None = None
+    #: host seconds of one forward call that splits K/V (a decode: the split plan, its buffers and
+    #: the combine's launch); None: ``call_host_s``
+    split_call_host_s: float | None = None
 
     def efficiency_at(self, head_dim: Any, tile: tuple[Any, Any] | None = None) -> Any:
         """The forward efficiency at ``head_dim`` (linear in log2 between measured head dims,
@@ -309,6 +312,13 @@ class HostFigures:
     gemm_s: float | None = None
     #: the autograd engine's seconds per backward node, beyond the ops the node dispatches
     autograd_node_s: float | None = None
+    #: what a backward pass costs the host once, beyond its nodes (the engine's start, the gradients' return)
+    backward_pass_s: float | None = None
+    #: how much later a kernel starts after its launch than an event recorded in its place (cancels
+    #: in a user's timing: kept for the record, not used by the timing modes)
+    launch_latency_s: float | None = None
+    #: the share of a fused call's host time spent before its kernels launch (None: all of it)
+    launch_share: float | None = None
     #: CUDA-event time of replaying a one-kernel graph, less that kernel's time
     graph_launch_s: float | None = None
     #: GPU seconds between two kernels inside a replayed graph (in place of ``launch_overhead``)

@@ -114,7 +114,7 @@ class Trace:
             for name in op.kernels:
                 impls[index[name]] = op.implementation
         return timed(
-            lambda: host_ops(self.ops, index, self.backward_nodes, self.profile),
+            lambda: host_ops(self.ops, index, self.backward_nodes, self.profile, self.traffic.kernels),
             self.traffic.kernels,
             [t.time_s for t in self.timing.kernels],
             self.profile,
@@ -165,7 +165,7 @@ GEMM_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", 
 
 
 def host_ops(
-    ops: Any, index: Mapping[str, int], backward_nodes: int, profile: Any
+    ops: Any, index: Mapping[str, int], backward_nodes: int, profile: Any, kernels: Any = ()
 ) -> tuple[tuple[Any, ...], tuple[str, ...]]:
     """The host ops of a trace's recorded ``ops`` (``index``: kernel name -> its place in the
     ledger) and the notes on what stands in for a figure; :class:`memmodel.host.MissingFigure`
@@ -174,31 +174,40 @@ def host_ops(
     * a view, an alias or an allocation (status ``free``): ``host.view``;
     * a matrix product (:data:`GEMM_OPS`): ``host.gemm``; any other op that launches kernels, or
       that the model does not count (``unmodelled``): ``host.op``;
-    * a fused ``scaled_dot_product_attention`` call: its implementation's ``call_host``, its
-      backward ``backward_call_host`` (or a stated stand-in's: :func:`memmodel.host.stand_ins`).
+    * a fused ``scaled_dot_product_attention`` call: its implementation's ``call_host``
+      (``split_call_host`` where its kernels, of ``kernels``, split K/V), its backward
+      ``backward_call_host`` (or a stated stand-in's: :func:`memmodel.host.stand_ins`).
 
     In the backward, the autograd engine's ``host.autograd_node`` for each node it ran (each seen
     running when something was dispatched, :attr:`.events.OpEvent.nodes`) is spent before the
     first op the node dispatched; a fused call's backward node is in its ``backward_call_host``
-    already, and nodes seen after the last recorded op close the backward."""
-    from ..host import Figures, HostOp
+    already, and nodes seen after the last recorded op close the backward; ``host.backward_pass``
+    (where given) is spent once, before its first op. A fused forward call launches its kernels
+    after ``host.launch_share`` of its host time, where the profile gives it."""
+    from ..host import SPLIT_KV, Figures, HostOp
 
     figures = Figures(profile)
     node = figures.host("autograd_node") if backward_nodes else 0.0
+    engine = figures.backward_pass()  # once, before the backward's first op
     out: list[HostOp] = []
     charged = 0
     for op in ops:
-        kernels = tuple(index[name] for name in op.kernels)
+        ids = tuple(index[name] for name in op.kernels)
         base = op.op.split(".")[1] if op.op.startswith("aten.") else op.op
         if op.status == "sdpa":
-            seconds = figures.call(None if op.implementation == "paper" else op.implementation, op.pass_ == "backward")
+            split = any(kernels[i].kind == SPLIT_KV for i in ids) if kernels else False
+            impl = None if op.implementation == "paper" else op.implementation
+            seconds = figures.call(impl, op.pass_ == "backward", split=split)
         elif op.status == "free":
             seconds = figures.host("view")
         else:
             seconds = figures.host("gemm" if base in GEMM_OPS else "op")
         nodes = max(op.nodes - 1, 0) if op.status == "sdpa" and op.pass_ == "backward" else op.nodes
         charged += op.nodes
-        out.append(HostOp(seconds + nodes * node, kernels))
+        if op.pass_ == "backward" and engine:
+            seconds, engine = seconds + engine, 0.0
+        launch = figures.launch(seconds) if op.status == "sdpa" and op.pass_ != "backward" else None
+        out.append(HostOp(seconds + nodes * node, ids, launch))
     if backward_nodes > charged:
         out.append(HostOp((backward_nodes - charged) * node))
     return tuple(out), tuple(figures.notes)
