@@ -117,6 +117,15 @@ class Times:
         return {mode: getattr(self, f"{mode}_s") for mode in TIMINGS}
 
 
+def complete(t: Times) -> Times:
+    """``t`` where it has a time in every mode, else a :class:`TimingError` naming the first
+    figure missing (call's, then queued's, then graph's)."""
+    for mode in TIMINGS[1:]:
+        if getattr(t, f"{mode}_s") is None:
+            raise TimingError(t.missing.get(mode) or f"--timing {mode}: not modelled here")
+    return t
+
+
 def check_timing(timing: str) -> str:
     """``timing`` if it is one of :data:`TIMINGS`, else a one-line :class:`TimingError`."""
     if timing not in TIMINGS:

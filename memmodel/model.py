@@ -12,7 +12,7 @@ from . import intmath
 from .caveats import tiled_caveat_classes
 from .frozen import frozen
 from .hardware import Profile
-from .host import TIMING_ASSUMPTIONS, Times, algorithm_times, not_modelled
+from .host import TIMING_ASSUMPTIONS, Times, algorithm_times, complete, not_modelled
 from .options import Options, options_for, with_options
 from .plan import l2_context, longest_plan, packed_plans, packed_traffic, plan_tiled, planned_traffic, with_mall
 from .timing import AlgorithmTiming, algorithm_time, assumptions
@@ -42,9 +42,10 @@ class Evaluated:
     known_times: Times | None = field(default=None, compare=False, repr=False)
 
     @cached_property
-    def times(self) -> Times:
+    def host_times(self) -> Times:
         """Its time in each timing mode (:mod:`memmodel.host`): the kernels', a user's timer
-        around one call, calls queued back to back, a CUDA graph's replay."""
+        around one call, calls queued back to back, a CUDA graph's replay; None in a mode whose
+        figures the profile lacks (``missing`` says which)."""
         if self.known_times is not None:
             return self.known_times
         kernels = [k.time_s for k in self.timing.kernels]
@@ -52,9 +53,16 @@ class Evaluated:
             return not_modelled(kernels, "the host ops of this result are not modelled")
         return algorithm_times(self.traffic, kernels, self.profile, self.implementation)
 
+    @property
+    def times(self) -> Times:
+        """:attr:`host_times` in every mode: a :class:`~memmodel.errors.TimingError` naming the
+        first figure missing where the profile cannot give one of them (a validate record's
+        ``times_error``)."""
+        return complete(self.host_times)
+
     def time_s(self, timing: str = "kernel") -> Any:
         """Its predicted time under ``timing`` (:data:`memmodel.host.TIMINGS`; kernel: ``timing.time_s``)."""
-        return self.timing.time_s if timing == "kernel" else self.times.of(timing)
+        return self.timing.time_s if timing == "kernel" else self.host_times.of(timing)
 
 
 @frozen

@@ -692,7 +692,7 @@ def evaluate(
                     one = compare(w, profile, opts, standard=setting.standard)
                     one.standard.time_s(setting.timing), one.tiled.time_s(setting.timing)
                     if setting.timing in ("call", "queued"):  # whose host figures stand in for another's
-                        for line in one.tiled.times.notes:
+                        for line in one.tiled.host_times.notes:
                             caveats[line] = None
                 for line in opts.notes:
                     caveats[line] = None
@@ -1098,9 +1098,9 @@ def _evaluate_part(
     if timing != "kernel":
         put("timing", TIMINGS.index(timing), TIMINGS.index(timing))
         put("kernel_time_s", s.timing.time_s, t.timing.time_s)
-        put("host_time_s", *(np.nan if ev.times.host_s is None else ev.times.host_s for ev in (s, t)))
+        put("host_time_s", *(np.nan if ev.host_times.host_s is None else ev.host_times.host_s for ev in (s, t)))
     if CALL_COLUMN in columns:
-        put(CALL_COLUMN, *(np.nan if ev.times.call_s is None else ev.times.call_s for ev in (s, t)))
+        put(CALL_COLUMN, *(np.nan if ev.host_times.call_s is None else ev.host_times.call_s for ev in (s, t)))
     put("bound", _encode_bounds(s.timing, bound_codes), _encode_bounds(t.timing, bound_codes))
     for key, value in c.ratios().items():
         put(f"ratio_{key}", value, value)

@@ -251,8 +251,11 @@ def test_an_implementation_without_call_figures_takes_a_stated_stand_in():
 
 def test_no_call_figure_anywhere_names_the_figure_and_its_stand_ins():
     p = with_host()  # host figures, but no implementation's call_host
-    t = compare(DECODE, p, impl="sdpa-cudnn").tiled.times
+    tiled = compare(DECODE, p, impl="sdpa-cudnn").tiled
+    t = tiled.host_times
     assert t.call_s is None and t.graph_s is not None  # a graph issues no host op
+    with pytest.raises(TimingError, match="--timing call: h200 gives no implementations.sdpa-cudnn.call_host"):
+        _ = tiled.times  # every mode, or the first figure missing: what a validate record scores
     with pytest.raises(TimingError) as err:
         t.of("queued")
     assert str(err.value).startswith(
@@ -298,8 +301,10 @@ def test_the_bundled_profiles_have_no_host_figures_yet():
         assert p.host is None, path.name
         assert all(f.call_host_s is None for f in p.implementation_figures.values()), path.name
     c = compare(DECODE, load_profile("h200"))
-    assert c.tiled.times.call_s is None and c.tiled.times.kernel_s == approx(c.tiled.timing.time_s)
-    assert user_note(c.tiled.times, str) is None
+    assert c.tiled.host_times.call_s is None and c.tiled.host_times.kernel_s == approx(c.tiled.timing.time_s)
+    assert user_note(c.tiled.host_times, str) is None
+    with pytest.raises(TimingError, match="--timing call: h200 gives no host figures"):
+        _ = c.tiled.times
 
 
 def test_a_comparisons_timing_option_sets_its_ratio_and_assumptions():

@@ -133,7 +133,7 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
     for line in notes:
         terminal.note(line)
     if len(results) == 1:
-        timer_note(results[0].tiled.times, results[0].options.timing)
+        timer_note(results[0].tiled.host_times, results[0].options.timing)
     if cache is not None and fmt == "table":
         from ..units import format_bytes
 

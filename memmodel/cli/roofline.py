@@ -88,7 +88,7 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
     if len(comparisons) == 1:
         from .compare import timer_note
 
-        timer_note(comparisons[0].tiled.times, comparisons[0].options.timing)
+        timer_note(comparisons[0].tiled.host_times, comparisons[0].options.timing)
 
 
 def _print_table(rooflines: list[Any]) -> None:

@@ -126,7 +126,7 @@ def trace_cmd(
     result = trace(
         fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted, config=options
     )
-    result.times.of(timing)  # a mode the profile has no figures for: one line, before any output
+    result.host_times.of(timing)  # a mode the profile has no figures for: one line, before any output
     if fmt == "json":
         from ..report.trace import trace_to_dict
 
@@ -140,11 +140,11 @@ def trace_cmd(
     for line in result.notes:
         terminal.note(line)
     if timing in ("call", "queued"):
-        for line in result.times.notes:
+        for line in result.host_times.notes:
             terminal.note(line)
     from .compare import timer_note
 
-    timer_note(result.times, timing)
+    timer_note(result.host_times, timing)
 
 
 #: how the table names the groups of :attr:`memmodel.tracing.Trace.shares`

@@ -87,7 +87,7 @@ def algorithm_dict(ev: Evaluated, timing: str = "kernel") -> dict[str, Any]:
     out: dict[str, Any] = {"name": t.name, "variant": t.variant, "params": {k: _plain(v) for k, v in t.params.items()}}
     out.update(_numbers(t, t))
     out["predicted_time_s"] = _plain(ev.time_s(timing))
-    times = ev.times
+    times = ev.host_times
     out["predicted_times_s"] = {mode: _plain(value) for mode, value in times.as_dict().items()}
     out["host_time_s"] = _plain(times.host_s)
     out["bound"] = _plain(ev.timing.bound)
@@ -162,7 +162,7 @@ def caveats(c: Comparison) -> list[str]:
     queued, the implementation whose host figures stand in for another's)."""
     if c.options.timing not in ("call", "queued"):  # the modes that issue host ops
         return list(c.caveats)
-    return list(dict.fromkeys([*c.caveats, *(n for a in c.algorithms for n in a.times.notes)]))
+    return list(dict.fromkeys([*c.caveats, *(n for a in c.algorithms for n in a.host_times.notes)]))
 
 
 def workload_summary(c: Comparison, *, l2: bool = True) -> str:

@@ -105,7 +105,7 @@ def trace_to_dict(t: Any, timing: str = "kernel") -> dict[str, Any]:
             }
             for c in t.sdpa
         ],
-        "notes": list(t.notes) + (list(t.times.notes) if timing in ("call", "queued") else []),
+        "notes": list(t.notes) + (list(t.host_times.notes) if timing in ("call", "queued") else []),
         "assumptions": list(t.assumptions) + ([TIMING_ASSUMPTIONS[timing]] if timing != "kernel" else []),
         "rate_sources": rate_sources(p),
     }

@@ -102,10 +102,18 @@ class Trace:
     #: the autograd nodes its backward ran (:attr:`.events.Recording.backward_nodes`)
     backward_nodes: int = 0
 
-    @cached_property
+    @property
     def times(self) -> Any:
+        """:attr:`host_times` in every mode: a :class:`~memmodel.errors.TimingError` naming the
+        first figure missing where the profile cannot give one of them."""
+        from ..host import complete
+
+        return complete(self.host_times)
+
+    @cached_property
+    def host_times(self) -> Any:
         """Its time in each timing mode (:class:`memmodel.host.Times`), the host issuing the
-        recorded ops one by one (:func:`host_ops`)."""
+        recorded ops one by one (:func:`host_ops`); None in a mode whose figures the profile lacks."""
         from ..host import timed
 
         index = {k.name: i for i, k in enumerate(self.traffic.kernels)}
@@ -126,7 +134,7 @@ class Trace:
         """The ledger and its timing as :class:`memmodel.model.Evaluated` (the report code's input)."""
         from ..model import Evaluated
 
-        return Evaluated(self.traffic, self.timing, self.profile, known_times=self.times)
+        return Evaluated(self.traffic, self.timing, self.profile, known_times=self.host_times)
 
     @property
     def shares(self) -> tuple[Share, ...]:
