@@ -32,3 +32,8 @@ class MissingDependency(MemmodelError):
 
 class TraceError(MemmodelError):
     """A function ``memmodel trace`` cannot load or run on fake tensors (bad input: exit 2)."""
+
+
+class TimingError(MemmodelError):
+    """A timing mode (``--timing``) that is unknown, that the profile has no figures for, or
+    that the command does not model (bad input: exit 2)."""

@@ -12,6 +12,7 @@ from . import intmath
 from .caveats import tiled_caveat_classes
 from .frozen import frozen
 from .hardware import Profile
+from .host import TIMING_ASSUMPTIONS, Times, algorithm_times, complete, not_modelled
 from .options import Options, options_for, with_options
 from .plan import l2_context, longest_plan, packed_plans, packed_traffic, plan_tiled, planned_traffic, with_mall
 from .timing import AlgorithmTiming, algorithm_time, assumptions
@@ -32,6 +33,36 @@ class Evaluated:
 
     traffic: AlgorithmTraffic
     timing: AlgorithmTiming
+    #: the profile its host ops are timed on (:attr:`times`); None: its kernel time only
+    profile: Profile | None = field(default=None, compare=False, repr=False)
+    #: the implementation whose library call issues its kernels (None: the paper's algorithm, or
+    #: standard attention, whose kernels are ATen ops)
+    implementation: str | None = field(default=None, compare=False)
+    #: its times known beforehand (a trace's, whose host ops are its recorded ops); None: :attr:`times` computes them
+    known_times: Times | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def host_times(self) -> Times:
+        """Its time in each timing mode (:mod:`memmodel.host`): the kernels', a user's timer
+        around one call, calls queued back to back, a CUDA graph's replay; None in a mode whose
+        figures the profile lacks (``missing`` says which)."""
+        if self.known_times is not None:
+            return self.known_times
+        kernels = [k.time_s for k in self.timing.kernels]
+        if self.profile is None:
+            return not_modelled(kernels, "the host ops of this result are not modelled")
+        return algorithm_times(self.traffic, kernels, self.profile, self.implementation)
+
+    @property
+    def times(self) -> Times:
+        """:attr:`host_times` in every mode: a :class:`~memmodel.errors.TimingError` naming the
+        first figure missing where the profile cannot give one of them (a validate record's
+        ``times_error``)."""
+        return complete(self.host_times)
+
+    def time_s(self, timing: str = "kernel") -> Any:
+        """Its predicted time under ``timing`` (:data:`memmodel.host.TIMINGS`; kernel: ``timing.time_s``)."""
+        return self.timing.time_s if timing == "kernel" else self.host_times.of(timing)
 
 
 @frozen
@@ -74,10 +105,11 @@ class Comparison:
                 out = np.asarray(intmath.to_float(a)) / np.asarray(intmath.to_float(b))
             return float(out) if out.ndim == 0 else out
 
+        timing = self.options.timing
         return {
             "hbm_bytes": ratio(s.traffic.hbm_bytes, t.traffic.hbm_bytes),
             "flops": ratio(s.traffic.flops, t.traffic.flops),
-            "predicted_time_s": ratio(s.timing.time_s, t.timing.time_s),
+            "predicted_time_s": ratio(s.time_s(timing), t.time_s(timing)),
         }
 
 
@@ -146,8 +178,8 @@ def compare(
     return Comparison(
         workload=workload,
         profile=profile,
-        standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d)),
-        tiled=Evaluated(til, til_time),
+        standard=Evaluated(std, algorithm_time(std, profile, workload.dtype, head_dim=workload.d), profile),
+        tiled=Evaluated(til, til_time, profile, plan.implementation),
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard) + packed_assumptions(workload)),
         caveats=tuple(c.text for c in lines),
         caveat_classes=tuple(c.cls for c in lines),
@@ -187,6 +219,8 @@ def model_assumptions(opts: Options, standard: str = "algorithm0") -> list[str]:
         "fully masked blocks, the standard path writes the full S and P."
     )
     out.append("FlashAttention regenerates the dropout mask from the RNG state: no mask bytes.")
+    if opts.timing != "kernel":
+        out.append(TIMING_ASSUMPTIONS[opts.timing])
     if standard == "eager":
         out.append(
             "Standard attention as eager PyTorch runs it: the scale, mask, softmax and dropout are kernels of "

@@ -14,6 +14,7 @@ import numpy as np
 from . import implementations
 from .errors import WorkloadError
 from .frozen import frozen
+from .host import check_timing
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS, TILED_VARIANTS
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
@@ -40,6 +41,9 @@ class Options:
     clocks: str = "benchmark"
     #: the tiled algorithm's implementation (:data:`IMPLEMENTATIONS`); None: ``paper``
     implementation: str | None = None
+    #: what a predicted time is (:data:`memmodel.host.TIMINGS`): the GPU's kernels (``kernel``), a
+    #: user's timer around one call (``call``), calls queued back to back (``queued``), a CUDA graph
+    timing: str = "kernel"
     #: notes on how the options were chosen (e.g. "auto: PyTorch runs sdpa-flash here")
     notes: tuple[str, ...] = field(default=(), compare=False)
     #: ``ctas_per_sm`` is the implementation's own (measured), not the user's: no check
@@ -61,6 +65,7 @@ class Options:
                 raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
         if self.clocks not in CLOCK_MODES:
             raise WorkloadError(f"unknown clocks mode {self.clocks!r}: accepted are {', '.join(CLOCK_MODES)}")
+        check_timing(self.timing)
         if self.kv_order not in KV_ORDERS:
             raise WorkloadError(f"unknown K/V order {self.kv_order!r}: accepted are {', '.join(KV_ORDERS)}")
         if self.implementation is not None and self.implementation not in IMPLEMENTATIONS:

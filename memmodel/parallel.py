@@ -289,6 +289,16 @@ def context_parallel(
     from .model import compare
 
     check(workload, p, scheme)
+    timing = options.get("timing", "kernel")
+    if timing != "kernel":
+        from .errors import TimingError
+        from .host import check_timing
+
+        check_timing(timing)
+        raise TimingError(
+            f"--timing {timing} with --context-parallel is not modelled: a step's time is its GPUs' kernels and "
+            "messages (use --timing kernel)"
+        )
     if workload.kv_dtype is not None:
         raise WorkloadError(
             f"--kv-dtype {workload.kv_dtype} with --context-parallel is not modelled: context parallelism splits a "

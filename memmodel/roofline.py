@@ -248,11 +248,22 @@ def kernel_points(comparison: Comparison, roofs: tuple[Ceiling, ...] | None = No
     profile, dtype = comparison.profile, comparison.workload.dtype
     roofs = roofs if roofs is not None else ceilings(profile)
     out = []
+    mode = comparison.options.timing
     for ev in comparison.algorithms:
         for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
             out.append(_point(profile.name, ev, kernel, timing, kernel.name, profile, dtype, roofs))
-        out.append(_point(profile.name, ev, _Total(ev), ev.timing, "total", profile, dtype, roofs))
+        # the total at the comparison's timing (--timing): a user's call, say, beside its kernels
+        total = ev.timing if mode == "kernel" else _Timed(ev.time_s(mode), ev.timing.bound)
+        out.append(_point(profile.name, ev, _Total(ev), total, "total", profile, dtype, roofs))
     return tuple(out)
+
+
+@frozen
+class _Timed:
+    """A time and what bounds it: an algorithm's total under a timing mode other than kernel."""
+
+    time_s: float
+    bound: Any
 
 
 class _Total:

@@ -50,9 +50,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .errors import MemmodelError, WorkloadError
+from .errors import MemmodelError, TimingError, WorkloadError
 from .frozen import frozen
 from .hardware import DEFAULT_GPU, Profile
+from .host import TIMINGS, check_timing
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS
 from .traffic.l2 import L2_MODES
 from .traffic.ledger import DIRECTIONS, LEVELS
@@ -122,6 +123,22 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "kv_dtype",
     "page_size",
 )
+#: Columns appended under a timing other than kernel (``Grid.timing``): the mode of
+#: ``predicted_time_s``, the kernels' time and the host's seconds issuing them (blank where the
+#: profile has no host figures: ``graph`` needs none)
+TIMING_COLUMNS: tuple[str, ...] = ("timing", "kernel_time_s", "host_time_s")
+
+
+#: A column kept beside the output's under the default timing, where a GPU of the grid has host
+#: figures: each row's time under ``--timing call``, for the note that says when a user's timer
+#: would see markedly more than the kernels (:func:`timer_note`); never written out
+CALL_COLUMN = "_call_time_s"
+
+
+def sweep_columns(timing: str = "kernel") -> tuple[str, ...]:
+    """The columns of a sweep under ``timing``: :data:`SWEEP_COLUMNS`, and :data:`TIMING_COLUMNS`
+    under a mode other than kernel."""
+    return SWEEP_COLUMNS if timing == "kernel" else (*SWEEP_COLUMNS, *TIMING_COLUMNS)
 
 
 def parse_values(text: str | int | Sequence[int], name: str = "value") -> tuple[int, ...]:
@@ -301,6 +318,8 @@ class Setting(NamedTuple):
     clocks: str = "benchmark"
     #: one packed row of documents for the whole grid (not looped)
     seq_lens: tuple[int, ...] | None = None
+    #: what ``predicted_time_s`` is, one value for the whole grid (not looped): :data:`memmodel.host.TIMINGS`
+    timing: str = "kernel"
 
 
 #: Grid fields looped over, in the order of :class:`Setting` (the last varies fastest).
@@ -366,6 +385,8 @@ class Grid:
     seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
     clocks: str = "benchmark"
+    #: what ``predicted_time_s`` is (one value for every row: :data:`memmodel.host.TIMINGS`)
+    timing: str = "kernel"
 
     def __post_init__(self) -> None:
         for name in ("n", "d", "batch", "heads", "kv_heads", "n_kv"):
@@ -388,6 +409,7 @@ class Grid:
             object.__setattr__(self, name, parse_choices(getattr(self, name), accepted, name))
         if self.clocks not in CLOCK_MODES:
             raise WorkloadError(f"clocks: {self.clocks!r} is not one of {', '.join(CLOCK_MODES)}")
+        check_timing(self.timing)
         object.__setattr__(self, "kv_dtypes", _kv_dtypes(self.kv_dtypes))
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
@@ -422,7 +444,7 @@ class Grid:
     def groups(self) -> list[Setting]:
         """Every combination of the looped options, in output order."""
         return [
-            Setting(*values, clocks=self.clocks, seq_lens=self.seq_lens)
+            Setting(*values, clocks=self.clocks, seq_lens=self.seq_lens, timing=self.timing)
             for values in itertools.product(*(getattr(self, name) for name in LOOPS))
         ]
 
@@ -479,7 +501,18 @@ def _kv_dtypes(values: Any) -> tuple[str | None, ...]:
 #: Codes of the ``kv_dtype`` column: blank where K/V are in the dtype, then the FP8 cache types.
 KV_DTYPE_CODES = ("", *FP8_KV_DTYPES)
 #: Text columns, stored as small integer codes into :attr:`SweepResult.categories`.
-CATEGORICAL = ("gpu", "dtype", "algorithm", "variant", "bound", "l2", "implementation", "standard", "kv_dtype")
+CATEGORICAL = (
+    "gpu",
+    "dtype",
+    "algorithm",
+    "variant",
+    "bound",
+    "l2",
+    "implementation",
+    "standard",
+    "kv_dtype",
+    "timing",
+)
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
 _BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window", "page_size"})
 #: Columns stored as 0/1 and read as booleans.
@@ -512,6 +545,11 @@ class SweepResult:
     def __len__(self) -> int:
         return len(self.columns["algorithm"])
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Its columns, in order (:func:`sweep_columns` of the grid's timing)."""
+        return sweep_columns(self.grid.timing)
+
     def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """One column with text decoded (object array of str), booleans as bool, blanks as-is."""
         values = self.columns[name][start:stop]
@@ -524,19 +562,22 @@ class SweepResult:
     def column_lists(self, start: int = 0, stop: int | None = None) -> list[list[Any]]:
         """Columns ``start:stop`` as lists of plain values (exact ints, floats, str, bool; None for blanks)."""
         out = []
-        for name in SWEEP_COLUMNS:
-            values = self.column(name, start, stop).tolist()
+        for name in self.names:
+            column = self.column(name, start, stop)
+            values = column.tolist()
             if name in _BLANK_AS_NEGATIVE:
                 values = [None if v < 0 else v for v in values]
+            elif column.dtype.kind == "f" and np.isnan(column).any():  # a blank time (no figure for it)
+                values = [None if v != v else v for v in values]
             elif name in ("implementation", "kv_dtype"):
                 values = [v or None for v in values]
             out.append(values)
         return out
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[dict[str, Any]]:
-        """Rows as dicts keyed by :data:`SWEEP_COLUMNS`."""
+        """Rows as dicts keyed by :attr:`names`."""
         for values in zip(*self.column_lists(start, stop)):
-            yield dict(zip(SWEEP_COLUMNS, values))
+            yield dict(zip(self.names, values))
 
 
 Progress = Callable[[int], None]
@@ -645,6 +686,14 @@ def evaluate(
                     w = w.with_(window=setting.window if setting.window < longest else None)
                 opts = options_for(setting.impl, w, profile, **_option_fields(setting))
                 impl_of_d[int(d)] = opts.implementation or "paper"
+                if setting.timing != "kernel":  # a mode the profile has no figures for: refused at once
+                    from .model import compare
+
+                    one = compare(w, profile, opts, standard=setting.standard)
+                    one.standard.time_s(setting.timing), one.tiled.time_s(setting.timing)
+                    if setting.timing in ("call", "queued"):  # whose host figures stand in for another's
+                        for line in one.tiled.host_times.notes:
+                            caveats[line] = None
                 for line in opts.notes:
                     caveats[line] = None
                 if w.dtype == "fp8" or w.kv_dtype is not None:
@@ -652,6 +701,8 @@ def evaluate(
 
                     for line in fp8_lines(w, opts.model_implementation, profile):
                         caveats[line] = None
+        except TimingError:  # the profile lacks a figure the timing needs: the sweep cannot be given so
+            raise
         except MemmodelError as exc:  # options the model refuses together (splits with fa1, ...)
             refusals.append(exc)
             note(f"skipped {_label(setting, grid)}: {exc}")
@@ -680,7 +731,9 @@ def evaluate(
     if workers is None:
         workers = min(os.cpu_count() or 1, len(tasks)) if configurations >= PARALLEL_MIN else 1
     parallel = workers > 1 and len(tasks) > 1 and "fork" in multiprocessing.get_all_start_methods()
-    columns = _allocate(rows_out, dtypes, shared=parallel)
+    hidden = (CALL_COLUMN,) if grid.timing == "kernel" and any(p.host is not None for p in loaded.values()) else ()
+    names = (*sweep_columns(grid.timing), *hidden)
+    columns = _allocate(rows_out, dtypes, shared=parallel, names=names)
     bound_codes: dict[str, int] = {label: i for i, label in enumerate(BOUND_LABELS)}
     job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     done = False
@@ -689,7 +742,7 @@ def evaluate(
             _run_parallel(job, tasks, workers, progress)
             done = True
         except _UnknownBound:  # a label outside BOUND_LABELS: codes must be assigned in order
-            columns = _allocate(rows_out, dtypes, shared=False)
+            columns = _allocate(rows_out, dtypes, shared=False, names=names)
             job = _Job(mesh, runnable, offsets, loaded, grid, columns)
     if not done:
         for g, start in tasks:
@@ -708,6 +761,7 @@ def evaluate(
         "implementation": IMPLEMENTATION_CODES,
         "standard": STANDARD_VARIANTS,
         "kv_dtype": KV_DTYPE_CODES,
+        "timing": TIMINGS,
     }
     return SweepResult(grid, columns, categories, notes, list(caveats), warnings)
 
@@ -723,6 +777,7 @@ def _option_fields(setting: Setting) -> dict[str, Any]:
         "splits": setting.splits,
         "ctas_per_sm": setting.ctas_per_sm,
         "clocks": setting.clocks,
+        "timing": setting.timing,
     }
 
 
@@ -769,10 +824,12 @@ class _Job:
         return len(chunk["n"])
 
 
-def _allocate(rows: int, dtypes: dict[str, Any], *, shared: bool) -> dict[str, np.ndarray]:
-    """Output columns; ``shared``: in anonymous shared memory, written by forked workers in place."""
+def _allocate(
+    rows: int, dtypes: dict[str, Any], *, shared: bool, names: tuple[str, ...] = SWEEP_COLUMNS
+) -> dict[str, np.ndarray]:
+    """Output columns ``names``; ``shared``: in anonymous shared memory, written by forked workers in place."""
     out = {}
-    for name in SWEEP_COLUMNS:
+    for name in names:
         dtype = np.dtype(dtypes.get(name, np.int64))
         if shared and rows:
             buffer = mmap.mmap(-1, rows * dtype.itemsize)
@@ -850,6 +907,9 @@ _COLUMN_DTYPES: dict[str, Any] = {
     "dropout": np.float64,
     "predicted_time_low_s": np.float64,
     "predicted_time_high_s": np.float64,
+    "kernel_time_s": np.float64,
+    "host_time_s": np.float64,
+    CALL_COLUMN: np.float64,
 }
 
 
@@ -1026,13 +1086,47 @@ def _evaluate_part(
         with np.errstate(divide="ignore", invalid="ignore"):
             intensity = np.where(hbm > 0, np.asarray(ev.traffic.flops, dtype=np.float64) / hbm, 0.0)
         columns["arithmetic_intensity"][std_at if name == "standard" else til_at] = intensity
-    put("predicted_time_s", s.timing.time_s, t.timing.time_s)
-    ranges = [time_range(profile.rate_class, np.asarray(ev.timing.time_s, dtype=np.float64)) for ev in (s, t)]
+    timing = setting.timing
+    put("predicted_time_s", s.time_s(timing), t.time_s(timing))
+    # the ranges are the validation records' errors of kernel time: blank under the other modes
+    ranges = [
+        time_range(profile.rate_class, np.asarray(ev.timing.time_s, dtype=np.float64)) if timing == "kernel" else None
+        for ev in (s, t)
+    ]
     for i, key in enumerate(("predicted_time_low_s", "predicted_time_high_s")):
         put(key, *(np.nan if r is None else r[i] for r in ranges))
+    if timing != "kernel":
+        put("timing", TIMINGS.index(timing), TIMINGS.index(timing))
+        put("kernel_time_s", s.timing.time_s, t.timing.time_s)
+        put("host_time_s", *(np.nan if ev.host_times.host_s is None else ev.host_times.host_s for ev in (s, t)))
+    if CALL_COLUMN in columns:
+        put(CALL_COLUMN, *(np.nan if ev.host_times.call_s is None else ev.host_times.call_s for ev in (s, t)))
     put("bound", _encode_bounds(s.timing, bound_codes), _encode_bounds(t.timing, bound_codes))
     for key, value in c.ratios().items():
         put(f"ratio_{key}", value, value)
+
+
+def timer_note(result: SweepResult, unit: Callable[[float], str]) -> str | None:
+    """Under the default timing, one line where a user's timer around one call of the tiled
+    kernel would see more than :data:`memmodel.host.NOTE_RATIO` times its kernel time in some rows
+    (``unit`` formats seconds); None where none would, or no GPU of the grid has host figures."""
+    from .host import NOTE_RATIO
+
+    if CALL_COLUMN not in result.columns or not len(result):
+        return None
+    call = np.asarray(result.columns[CALL_COLUMN][1::2], dtype=np.float64)
+    kernel = np.asarray(result.columns["predicted_time_s"][1::2], dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(kernel > 0, call / np.where(kernel > 0, kernel, 1.0), np.nan)
+    over = np.flatnonzero(ratio > NOTE_RATIO)  # NaN (no figures for that GPU) compares false
+    if not over.size:
+        return None
+    worst = int(over[np.argmax(ratio[over])])
+    return (
+        f"a user's timer around one call sees more than the kernel time in {over.size:,} of {len(kernel):,} tiled "
+        f"rows (up to {ratio[worst]:.1f}×: {unit(float(call[worst]))} for {unit(float(kernel[worst]))} of kernels; "
+        "--timing call): host dispatch"
+    )
 
 
 def _encode_bounds(timing: Any, bound_codes: dict[str, int]) -> Any:
@@ -1183,7 +1277,7 @@ def layers_summed(parts: list[tuple[SweepResult, int]]) -> SweepResult:
     if any(len(r) != len(first) for r, _ in parts):
         raise ValueError("sweeps of different rows cannot be summed")  # pragma: no cover - programming error
     columns = {k: v.copy() for k, v in first.columns.items()}
-    for name in LAYER_SUMS:
+    for name in (*LAYER_SUMS, *(c for c in ("kernel_time_s", "host_time_s", CALL_COLUMN) if c in columns)):
         total = sum(np.asarray(r.columns[name], dtype=np.float64) * count for r, count in parts)
         columns[name] = total.astype(first.columns[name].dtype) if first.columns[name].dtype.kind in "iu" else total
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -63,14 +63,16 @@ def whole_model(shape: ModelShape, workload: Workload, compare_one: Callable[[Wo
 
 
 def totals(groups: list[LayerGroup]) -> dict[str, Any]:
-    """Layers, HBM bytes, FLOPs and predicted time of the model's attention, standard and tiled:
-    each group's one layer times its count, summed."""
+    """Layers, HBM bytes, FLOPs and predicted time (under the comparisons' timing) of the model's
+    attention, standard and tiled: each group's one layer times its count, summed."""
     out: dict[str, Any] = {"layers": sum(g.count for g in groups)}
     for name in ("standard", "tiled"):
         evaluated = [(g.count, getattr(g.comparison, name)) for g in groups]
         out[name] = {
             "hbm_bytes": sum(c * int(e.traffic.hbm_bytes) for c, e in evaluated),
             "flops": sum(c * int(e.traffic.flops) for c, e in evaluated),
-            "predicted_time_s": sum(c * float(e.timing.time_s) for c, e in evaluated),
+            "predicted_time_s": sum(
+                c * float(e.time_s(g.comparison.options.timing)) for (c, e), g in zip(evaluated, groups)
+            ),
         }
     return out

@@ -459,7 +459,12 @@ def test_the_cli_prints_the_ledger_as_compare_does(run):
     # the given mask is state, as compare counts masks
     assert re.search(r"^masked_fill_ +mask +state +read ", r.stdout, re.M)
     data = json.loads(run("trace", target, *qkv, "--dtype", "bf16", "--format", "json").stdout)
-    assert data["schema"] == "memmodel.trace/1" and data["options"] == {"dtype": "bf16", "backward": False, "l2": "on"}
+    assert data["schema"] == "memmodel.trace/1" and data["options"] == {
+        "dtype": "bf16",
+        "backward": False,
+        "l2": "on",
+        "timing": "kernel",
+    }
     (alg,) = data["algorithms"]
     assert [k["op"] for k in alg["kernels"]] == [
         "aten.bmm.default",

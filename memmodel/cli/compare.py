@@ -108,6 +108,9 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             compare(workload, profile, options_for(impl, workload, profile, **opts), standard=standard_variant)
         )
     notes = check_comparisons(results)
+    for r in results:
+        r.tiled.time_s(r.options.timing)  # a mode the profile has no figures for: one line, before any output
+        r.standard.time_s(r.options.timing)
     from . import terminal
 
     cache = _kv_cache(model, workload)
@@ -119,15 +122,18 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             data["kv_cache"] = cache
         terminal.print_json(data)
     elif fmt == "csv":
-        from ..report.compare import COMPARE_CSV_COLUMNS, compare_csv_rows
+        from ..report.compare import compare_csv_columns, compare_csv_rows
 
-        terminal.print_csv(COMPARE_CSV_COLUMNS, [row for r in results for row in compare_csv_rows(r)])
+        columns = compare_csv_columns(results[0].options.timing)
+        terminal.print_csv(columns, [row for r in results for row in compare_csv_rows(r)])
     elif len(results) == 1:
         _print_table(results[0])
     else:
         _print_side_by_side(results)
     for line in notes:
         terminal.note(line)
+    if len(results) == 1:
+        timer_note(results[0].tiled.host_times, results[0].options.timing)
     if cache is not None and fmt == "table":
         from ..units import format_bytes
 
@@ -170,6 +176,28 @@ def _kv_cache(model: str | None, workload: Any) -> dict[str, Any] | None:
     }
 
 
+def timer_note(times: Any, timing: str) -> None:
+    """Under the default timing, one line on stderr where a user's timer around one call would
+    see more than :data:`memmodel.host.NOTE_RATIO` times the kernel time (only where the profile
+    has host figures: nothing is guessed)."""
+    if timing != "kernel":
+        return
+    from ..host import user_note
+    from ..units import format_time
+    from . import terminal
+
+    line = user_note(times, format_time)
+    if line is not None:
+        terminal.note(line)
+
+
+def timing_header(timing: str) -> str:
+    """`` · timing call (...)`` for a table's header line; empty for the default."""
+    from ..host import TIMING_TEXT
+
+    return "" if timing == "kernel" else f" · timing {timing} ({TIMING_TEXT[timing]})"
+
+
 def check_comparisons(results: list[Any]) -> list[str]:
     """Refuse options no GPU runs (:func:`memmodel.checks.check_comparison`); return the
     notes to print on stderr: each caveat and warning once, whichever GPU gave it."""
@@ -194,9 +222,10 @@ def _print_table(result: Any) -> None:
 
     data = compare_to_dict(result)
     con = terminal.console()
+    timing = data["timing"]
     con.print(
         f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · "
-        f"{terminal.escape(workload_summary(result))}",
+        f"{terminal.escape(workload_summary(result) + timing_header(timing))}",
         soft_wrap=True,
     )
     con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
@@ -240,8 +269,9 @@ def _print_table(result: Any) -> None:
             f"{til['arithmetic_intensity']:.1f} FLOP/B",
             "",
         ),
+        *_timing_rows(std, til, timing),
         (
-            terminal.markup("[bold]predicted time[/]"),
+            terminal.markup("[bold]predicted time[/]" if timing == "kernel" else f"[bold]predicted time, {timing}[/]"),
             terminal.markup(f"[bold]{_timed(std)}[/]"),
             terminal.markup(f"[bold]{_timed(til)}[/]"),
             terminal.markup(f"[bold]{_times(ratios['predicted_time_s'])}[/]"),
@@ -349,6 +379,22 @@ def ledger_table(alg: dict[str, Any]) -> Any:
     )
 
 
+def _timing_rows(std: dict[str, Any], til: dict[str, Any], timing: str) -> list[tuple[str, ...]]:
+    """Under a timing other than kernel: the kernels' time and the host's, before the chosen mode's."""
+    if timing == "kernel":
+        return []
+    from ..units import format_time
+
+    def cell(entry: dict[str, Any], key: str) -> str:
+        value = entry["predicted_times_s"]["kernel"] if key == "kernel" else entry["host_time_s"]
+        return "—" if value is None else format_time(value)
+
+    return [
+        ("kernel time", cell(std, "kernel"), cell(til, "kernel"), ""),
+        ("host time (issuing it)", cell(std, "host"), cell(til, "host"), ""),
+    ]
+
+
 def _timed(entry: dict[str, Any]) -> str:
     """An algorithm's (or pass's) predicted time with the range it is likely measured in."""
     from ..units import format_time_range
@@ -388,8 +434,10 @@ def _print_side_by_side(results: list[Any]) -> None:
     data = [compare_to_dict(r) for r in results]
     con = terminal.console()
     names = [d["hardware"]["name"] for d in data]
+    timing = results[0].options.timing
     con.print(
-        f"[bold]{terminal.escape(' vs '.join(names))}[/] · {terminal.escape(workload_summary(results[0]))}",
+        f"[bold]{terminal.escape(' vs '.join(names))}[/] · "
+        f"{terminal.escape(workload_summary(results[0]) + timing_header(timing))}",
         soft_wrap=True,
     )
 
@@ -405,11 +453,14 @@ def _print_side_by_side(results: list[Any]) -> None:
             ("  SRAM traffic", *cells(i, format_bytes, "sram_bytes")),
             ("  FLOPs", *cells(i, format_count, "flops")),
             ("  intensity (FLOP/B)", *cells(i, lambda v: f"{v:.1f}", "arithmetic_intensity")),
-            (terminal.markup("  [bold]predicted time[/]"), *[_timed(d["algorithms"][i]) for d in data]),
+            (
+                terminal.markup("  [bold]predicted time[/]" + ("" if timing == "kernel" else f"[bold], {timing}[/]")),
+                *[_timed(d["algorithms"][i]) for d in data],
+            ),
             ("  bound by", *cells(i, str, "bound")),
         ]
 
-    first = results[0].tiled.timing.time_s
+    first = results[0].tiled.time_s(timing)
     rows: list[Any] = [
         (terminal.markup("[bold]standard (Algorithm 0)[/]"), *[""] * len(data)),
         *section(0),
@@ -423,7 +474,7 @@ def _print_side_by_side(results: list[Any]) -> None:
         ("  HBM bytes", *[_times(d["ratios"]["hbm_bytes"]) for d in data]),
         ("  time", *[_times(d["ratios"]["predicted_time_s"]) for d in data]),
         None,
-        (f"tiled: speed-up over {names[0]}", *[_times(first / r.tiled.timing.time_s) for r in results]),
+        (f"tiled: speed-up over {names[0]}", *[_times(first / r.tiled.time_s(timing)) for r in results]),
     ]
     con.print()
     con.print(terminal.table(None, [("", "left"), *((head, "right") for head in column_heads(data))], rows))
@@ -528,7 +579,7 @@ def _whole_model(
         shape, workload, lambda w: compare(w, profile, options_for(impl, w, profile, **opts), standard=standard)
     )
     notes = check_comparisons([g.comparison for g in groups])
-    total = totals(groups)
+    total = totals(groups)  # a mode the profile has no figures for: one line, before any output
     if fmt == "json":
         from ..report.compare import compare_to_dict
 
@@ -557,8 +608,8 @@ def _whole_model(
                         name,
                         int(getattr(g.comparison, name).traffic.hbm_bytes),
                         int(getattr(g.comparison, name).traffic.flops),
-                        float(getattr(g.comparison, name).timing.time_s),
-                        g.count * float(getattr(g.comparison, name).timing.time_s),
+                        float(getattr(g.comparison, name).time_s(g.comparison.options.timing)),
+                        g.count * float(getattr(g.comparison, name).time_s(g.comparison.options.timing)),
                     ),
                 )
             )
@@ -579,10 +630,12 @@ def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[
     from . import terminal
 
     first = groups[0].comparison
+    timing = first.options.timing
     con = terminal.console()
     con.print(
         f"[bold]{terminal.escape(profile.full_name)}[/] ({terminal.escape(profile.name)}) · "
-        f"{terminal.escape(workload_summary(first))} · {terminal.escape(shape.name)}, {total['layers']} layers",
+        f"{terminal.escape(workload_summary(first))} · {terminal.escape(shape.name)}, {total['layers']} layers"
+        + terminal.escape(timing_header(timing)),
         soft_wrap=True,
     )
     from ..report.compare import compare_to_dict
@@ -593,7 +646,7 @@ def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[
     con.print(f"[bold]Attention of the whole model, one {passes} pass[/] (standard, tiled: one layer)", soft_wrap=True)
 
     def ranged(seconds: float) -> str:
-        span = time_range(profile.rate_class, seconds)
+        span = time_range(profile.rate_class, seconds) if timing == "kernel" else None
         return format_time_range(seconds, *(span if span is not None else (None, None)))
 
     rows = []
@@ -608,10 +661,10 @@ def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[
                 attention,
                 g.comparison.options.implementation or "paper",
                 str(g.count),
-                format_time(float(s.timing.time_s)),
-                format_time(float(t.timing.time_s)),
+                format_time(float(s.time_s(timing))),
+                format_time(float(t.time_s(timing))),
                 format_bytes(g.count * int(t.traffic.hbm_bytes)),
-                ranged(g.count * float(t.timing.time_s)),
+                ranged(g.count * float(t.time_s(timing))),
             )
         )
     rows.append(

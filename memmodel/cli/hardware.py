@@ -215,6 +215,7 @@ def show_cmd(*, name: str, fmt: str) -> None:
                 "compute_flops_per_s": dict(p.compute_flops_per_s),
                 "exp_ops_per_s": p.exp_ops_per_s,
                 "interconnect": p.interconnect.describe() if p.interconnect is not None else None,
+                "host": _host_dict(p),
                 "provenance": {
                     k: {"value": v.text, "source": v.source, "note": v.note} for k, v in p.provenance.items()
                 },
@@ -234,6 +235,8 @@ def show_cmd(*, name: str, fmt: str) -> None:
     for key, value in derived.items():
         rows.append((key, value, "derived", "per-SM figure × sm_count"))
     con.print(terminal.table(None, [("field", "left"), ("value", "right"), ("source", "left"), ("note", "left")], rows))
+    if p.host is None:
+        con.print(f"[dim]{e(NO_HOST_FIGURES)}[/]", soft_wrap=True)
     con.print()
     con.print(
         terminal.table(
@@ -243,6 +246,29 @@ def show_cmd(*, name: str, fmt: str) -> None:
         )
     )
     _ = (format_rate, format_time)
+
+
+#: what ``hardware show`` says of a profile without ``host:`` figures
+NO_HOST_FIGURES = (
+    "host: none (what issuing work costs the CPU and torch): --timing call, queued and graph need them "
+    "(host.op, host.view, host.gemm, host.autograd_node, host.graph_launch, host.graph_kernel_gap)"
+)
+
+
+def _host_dict(p: Any) -> dict[str, Any] | None:
+    """``host:`` in seconds by field (each key's unit in its name), None where the profile has none;
+    each implementation's call figures beside them."""
+    if p.host is None and not any(f.call_host_s or f.backward_call_host_s for f in p.implementation_figures.values()):
+        return None
+    from dataclasses import asdict
+
+    out: dict[str, Any] = asdict(p.host) if p.host is not None else {}
+    out["implementations"] = {
+        name: {"call_host_s": f.call_host_s, "backward_call_host_s": f.backward_call_host_s}
+        for name, f in p.implementation_figures.items()
+        if f.call_host_s is not None or f.backward_call_host_s is not None
+    }
+    return out
 
 
 @hardware_group.command("validate")

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from ..hardware.schema import DEFAULT_GPU
+from ..host import TIMINGS
 from ..implementations import CHOICES, CLOCK_MODES
 from ..workload import DTYPE_BYTES, FP8_KV_DTYPES
 
@@ -311,6 +312,23 @@ def page_size_option(func: F) -> F:
     return option("--page-size", "page_size", type=POSITIVE, default=None, metavar="P", help=PAGE_SIZE_HELP)(func)
 
 
+TIMING_HELP = (
+    "What a predicted time is. kernel (the default: the GPU's own time, what profilers and benchmark loops "
+    "report): the kernels queued back to back; call: what a user's timer sees around one call (CUDA events, "
+    "synchronising after each call): each op's host dispatch pipelined with the kernels, plus the end event; "
+    "queued: a call's share of calls issued back to back without synchronising (the host's time or the kernels', "
+    "whichever is longer); graph: one replay of a CUDA graph of the call (no host dispatch). call, queued and "
+    "graph need the profile's host figures (host.*, implementations.NAME.call_host: docs/profiles.md)."
+)
+
+
+def timing_option(func: F) -> F:
+    """``--timing``: what a predicted time is (:data:`memmodel.host.TIMINGS`), the same in every command."""
+    return option(
+        "--timing", "timing", type=choice(list(TIMINGS)), default="kernel", show_default=True, help=TIMING_HELP
+    )(func)
+
+
 def model_options(func: F) -> F:
     """How to model: tiled variant, blocks, L2, passes. Shared by compare and the roofline."""
     options = [
@@ -378,6 +396,7 @@ def model_options(func: F) -> F:
             "fa1: FlashAttention-1 as flash-attn v1's kernels ran (implies --tiled fa1); "
             "paper: the FlashAttention paper's algorithm (Algorithm 1's blocks, the dtype's peak).",
         ),
+        timing_option,
     ]
     for decorate in reversed(options):
         func = decorate(func)
@@ -549,7 +568,10 @@ def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Pop the model options: ``--impl`` (default ``auto``: the kernel PyTorch would run) and
     the :class:`~memmodel.options.Options` fields. Give both to
     :func:`memmodel.options.options_for` with the workload and each GPU's profile."""
-    opts = {k: kw.pop(k) for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm", "clocks")}
+    opts = {
+        k: kw.pop(k)
+        for k in ("tiled", "block_q", "block_kv", "l2", "backward", "splits", "ctas_per_sm", "clocks", "timing")
+    }
     return kw.pop("impl", None) or "auto", opts
 
 

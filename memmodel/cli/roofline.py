@@ -63,6 +63,8 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
         comparisons.append(compare(workload, profile, options_for(impl, workload, profile, **opts)))
     refuse_same_names([c.profile for c in comparisons], "roofline")
     notes = check_comparisons(comparisons)
+    for c in comparisons:  # a mode the profile has no figures for: one line, before any output
+        c.standard.time_s(c.options.timing), c.tiled.time_s(c.options.timing)
     rooflines = [roofline(c.profile, c, link=link) for c in comparisons]
     from . import terminal
 
@@ -83,6 +85,10 @@ def roofline_cmd(*, gpu: tuple[str, ...], plot: str | None, force: bool, fmt: st
         terminal.note(f"wrote {plot}")
     for line in notes:
         terminal.note(line)
+    if len(comparisons) == 1:
+        from .compare import timer_note
+
+        timer_note(comparisons[0].tiled.host_times, comparisons[0].options.timing)
 
 
 def _print_table(rooflines: list[Any]) -> None:
@@ -92,11 +98,14 @@ def _print_table(rooflines: list[Any]) -> None:
     from ..traffic.ledger import LEVELS
     from ..units import format_bandwidth, format_rate, format_time
     from . import terminal
+    from .compare import timing_header
 
     con = terminal.console()
     gpus = " vs ".join(f"{r.profile.full_name} ({r.profile.name})" for r in rooflines)
+    timing = rooflines[0].comparison.options.timing
     con.print(
-        f"[bold]Roofline[/] · {terminal.escape(gpus)} · {terminal.escape(workload_summary(rooflines[0].comparison))}",
+        f"[bold]Roofline[/] · {terminal.escape(gpus)} · "
+        f"{terminal.escape(workload_summary(rooflines[0].comparison) + timing_header(timing))}",
         soft_wrap=True,
     )
 
@@ -169,10 +178,12 @@ def _print_table(rooflines: list[Any]) -> None:
     rows = []
     for r in rooflines:
         for p in r.points:
-            if p.is_total and p.algorithm == "tiled" and sum(1 for q in r.points if q.algorithm == "tiled") == 2:
+            one = sum(1 for q in r.points if q.algorithm == "tiled") == 2
+            if p.is_total and p.algorithm == "tiled" and one and timing == "kernel":
                 continue  # the tiled algorithm is one kernel: its total repeats it
             intensities = [f"{p.intensity[lv]:.1f}" if p.intensity[lv] is not None else "—" for lv in LEVELS]
-            kernel = terminal.markup(f"[dim]{terminal.escape(p.kernel)}[/]") if p.is_total else p.kernel
+            label = p.kernel if timing == "kernel" else f"{p.kernel}, {timing}"
+            kernel = terminal.markup(f"[dim]{terminal.escape(label)}[/]") if p.is_total else p.kernel
             rows.append(
                 ((r.profile.name,) if len(rooflines) > 1 else ())
                 + (

@@ -26,6 +26,7 @@ from .options import (
     option,
     plot_option,
     refuse_same_names,
+    timing_option,
 )
 
 #: Above this many rows the table view is refused (nobody reads it): use csv or jsonl.
@@ -203,6 +204,7 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     show_default=True,
     help="How long the GPU has been busy, for every row (see 'memmodel compare --help').",
 )
+@timing_option
 @_list(
     "--backward",
     _switches(),
@@ -270,6 +272,7 @@ def sweep_cmd(
     block_kv: tuple[int, ...] | None,
     l2: tuple[str, ...] | None,
     clocks: str,
+    timing: str,
     backward: tuple[bool, ...] | None,
     splits: tuple[int, ...] | None,
     ctas_per_sm: tuple[int, ...] | None,
@@ -345,6 +348,13 @@ def sweep_cmd(
         )
     if cp_scheme and not context_parallel:
         raise WorkloadError("--cp-scheme needs --context-parallel P")
+    if context_parallel and timing != "kernel":
+        from ..errors import TimingError
+
+        raise TimingError(
+            f"--timing {timing} with --context-parallel is not modelled: a step's time is its GPUs' kernels and "
+            "messages (use --timing kernel)"
+        )
     if context_parallel:
         from .parallel import run_sweep
 
@@ -406,7 +416,7 @@ def sweep_cmd(
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]
     if layers == "all":
         kinds = _layer_kinds(model, window, lens, causal, context_parallel)
-    grid = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in (values | kinds[0][0]).items() if v})
+    grid = Grid(n=n, d=d, clocks=clocks, timing=timing, **{k: v for k, v in (values | kinds[0][0]).items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
         raise WorkloadError(
             f"a table of {grid.size:,} workloads is too long to read: use --format csv or jsonl (with --output FILE)"
@@ -422,7 +432,9 @@ def sweep_cmd(
 
             parts = [(result, kinds[0][1])]
             for changes, count in kinds[1:]:
-                other = Grid(n=n, d=d, clocks=clocks, **{k: v for k, v in (values | changes).items() if v})
+                other = Grid(
+                    n=n, d=d, clocks=clocks, timing=timing, **{k: v for k, v in (values | changes).items() if v}
+                )
                 parts.append((evaluate(other, profiles, progress=advance), count))
             result = layers_summed(parts)
             described = " + ".join(
@@ -454,6 +466,11 @@ def sweep_cmd(
         terminal.note(f"warning: {line}")
     for line in result.caveats:
         terminal.note(line)
+    from ..sweep import timer_note
+    from ..units import format_time
+
+    if (timer := timer_note(result, format_time)) is not None:
+        terminal.note(timer)
     if to_file:
         terminal.note(f"wrote {len(result):,} rows to {output}")
     if plot:
@@ -490,7 +507,10 @@ def _print_table(result: Any, stream: Any) -> None:
     constants, headers, rows = table_view(result)
     con = terminal.console(file=stream)
     docs = [f"docs {'+'.join(map(str, result.grid.seq_lens))}"] if result.grid.seq_lens is not None else []
-    con.print("[bold]Sweep[/] · " + terminal.escape(" · ".join(describe(constants) + docs)), soft_wrap=True)
+    from .compare import timing_header
+
+    heading = " · ".join(describe(constants) + docs) + timing_header(result.grid.timing)
+    con.print("[bold]Sweep[/] · " + terminal.escape(heading), soft_wrap=True)
     n_keys = len(headers) - 7
     formatted = []
     for row in rows:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..hardware.schema import DEFAULT_GPU
-from .options import Command, choice, complete_profile, format_option, option
+from .options import Command, choice, complete_profile, format_option, option, timing_option
 
 SHAPE_HELP = (
     "An argument of the function and its shape, NAME=DIMS (q=1,8,1024,64), repeated for each tensor argument; "
@@ -58,6 +58,7 @@ SHAPE_HELP = (
     show_default=True,
     help="L2 reuse, as in compare: on; cold (each kernel starts with an empty L2); off (every request from HBM).",
 )
+@timing_option
 @format_option(
     json="JSON on stdout (a memmodel.trace/1 object: the ledger as compare's algorithms, every op, the unmodelled)",
     csv="CSV on stdout: one row per kernel, a total, then one per unmodelled op",
@@ -72,6 +73,7 @@ def trace_cmd(
     grad: str | None,
     gpu: str | None,
     l2: str,
+    timing: str,
     fmt: str,
 ) -> None:
     """Run NAME of FILE.py on fake tensors (CPU torch, no GPU), record every ATen op it
@@ -124,18 +126,25 @@ def trace_cmd(
     result = trace(
         fn, given, dtype=dtype, backward=backward, profile=profile, l2=l2, name=label, grad=wanted, config=options
     )
+    result.host_times.of(timing)  # a mode the profile has no figures for: one line, before any output
     if fmt == "json":
         from ..report.trace import trace_to_dict
 
-        terminal.print_json(trace_to_dict(result))
+        terminal.print_json(trace_to_dict(result, timing))
     elif fmt == "csv":
-        from ..report.trace import TRACE_CSV_COLUMNS, trace_csv_rows
+        from ..report.trace import trace_csv_columns, trace_csv_rows
 
-        terminal.print_csv(TRACE_CSV_COLUMNS, trace_csv_rows(result))
+        terminal.print_csv(trace_csv_columns(timing), trace_csv_rows(result, timing))
     else:
-        _print_table(result)
+        _print_table(result, timing)
     for line in result.notes:
         terminal.note(line)
+    if timing in ("call", "queued"):
+        for line in result.host_times.notes:
+            terminal.note(line)
+    from .compare import timer_note
+
+    timer_note(result.host_times, timing)
 
 
 #: how the table names the groups of :attr:`memmodel.tracing.Trace.shares`
@@ -146,20 +155,21 @@ SHARE_LABELS = {
 }
 
 
-def _print_table(result: Any) -> None:
+def _print_table(result: Any, timing: str = "kernel") -> None:
     from ..report.trace import trace_to_dict
     from ..units import format_bytes, format_count, format_time
     from . import terminal
-    from .compare import _timed, ledger_table
+    from .compare import _timed, ledger_table, timing_header
 
-    data = trace_to_dict(result)
+    data = trace_to_dict(result, timing)
     alg = data["algorithms"][0]
     con = terminal.console()
     args = ", ".join(f"{i['name']} [{', '.join(map(str, i['shape']))}] {i['dtype']}" for i in data["inputs"])
     flags = ["forward + backward" if result.backward else "forward", f"L2 {result.l2}"]
     con.print(
         f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] ({terminal.escape(data['hardware']['name'])}) · "
-        f"{terminal.escape(result.function)}({terminal.escape(args)}) · {' · '.join(flags)}",
+        f"{terminal.escape(result.function)}({terminal.escape(args)}) · {' · '.join(flags)}"
+        + terminal.escape(timing_header(timing)),
         soft_wrap=True,
     )
     con.print(f"[dim]rates: {terminal.escape(data['rate_sources'])}[/]", soft_wrap=True)
@@ -193,7 +203,18 @@ def _print_table(result: Any) -> None:
         None,
         ("FLOPs", format_count(alg["flops"])),
         ("exp", format_count(alg["exp_ops"], "op")),
-        (terminal.markup("[bold]predicted time[/]"), terminal.markup(f"[bold]{_timed(alg)}[/]")),
+        *(
+            (
+                ("kernel time", format_time(alg["predicted_times_s"]["kernel"])),
+                ("host time (issuing it)", format_time(alg["host_time_s"]) if alg["host_time_s"] is not None else "—"),
+            )
+            if timing != "kernel"
+            else ()
+        ),
+        (
+            terminal.markup("[bold]predicted time[/]" if timing == "kernel" else f"[bold]predicted time, {timing}[/]"),
+            terminal.markup(f"[bold]{_timed(alg)}[/]"),
+        ),
         ("bound by", str(alg["bound"])),
     ]
     if result.backward:

@@ -19,6 +19,7 @@ from .parse import parse_profile
 from .profile import (
     SOURCE_KINDS,
     Curve,
+    HostFigures,
     ImplementationFigures,
     KernelFigures,
     KernelRates,
@@ -58,6 +59,7 @@ __all__ = [
     "TILE_EFFICIENCY_TILES",
     "TOPOLOGIES",
     "Curve",
+    "HostFigures",
     "ImplementationFigures",
     "Interconnect",
     "KernelFigures",

@@ -58,6 +58,11 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.hbm.latency", "same"),
     ("launch_overhead", "same"),
     ("event_overhead", "same"),
+    ("host.graph_kernel_gap", "cycles"),
+    ("host.*", "same"),
+    ("implementations.*.call_host", "same"),
+    ("implementations.*.split_call_host", "same"),
+    ("implementations.*.backward_call_host", "same"),
     ("implementations.*.sustained_share", "power-clock"),
     ("implementations.*.sustained_after", "same"),
     ("implementations.*.efficiency", "same"),
@@ -90,6 +95,34 @@ RULE_TEXT = {
     "same": "carried over as is",
     "power-clock": "the sustained clock scaled by the cube root of the power per SM, at most the boost clock",
 }
+#: The figures the host sets, not the GPU (the CPU and the PyTorch build issue the work): carried
+#: to any GPU as they are (rule ``same``), their notes saying so (:func:`host_note`). The gap
+#: between a replayed graph's kernels (``host.graph_kernel_gap``) is the GPU's: not among them
+HOST_SET = (
+    "host.op",
+    "host.view",
+    "host.gemm",
+    "host.autograd_node",
+    "host.backward_pass",
+    "host.launch_latency",
+    "host.launch_share",
+    "host.graph_launch",
+    "implementations.*.call_host",
+    "implementations.*.split_call_host",
+    "implementations.*.backward_call_host",
+)
+
+
+def host_set(fpath: str) -> bool:
+    """Whether ``fpath`` is a figure of the host (:data:`HOST_SET`), not of the GPU."""
+    return any(glob_match(fpath, pattern) for pattern in HOST_SET)
+
+
+def host_note(base: Profile, fpath: str, shown: str) -> str:
+    """The note of a host figure carried from ``base``: whose host, measured when, and why as is."""
+    return f"from {base.name}'s host, {_measured_on(base, fpath)}, carried as is: the CPU and torch set it, not the GPU: {shown}"
+
+
 #: the rule ``power-clock`` stands in for where either profile lacks a TDP: ``same``
 POWER_CLOCK_FALLBACK = "same"
 #: What a derived profile must give itself: the inputs of the rules
@@ -163,6 +196,8 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         prov = base.provenance.get(fpath)
         what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
         note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
+        if host_set(fpath):
+            note = host_note(base, fpath, prov.text if prov else str(value))
         _put(out, fpath, {"value": _scaled(value, factor, FIELDS[fpath][0]), "source": "derived", "note": note}, where)
         derived_any = True
     if derived_any:
@@ -470,8 +505,10 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         rule = "same" if fpath in TRANSFER_SAME else derive_rule(fpath)
         if rule == "power-clock":  # one architecture's rule: across architectures carried as is
             rule = POWER_CLOCK_FALLBACK
-        if fpath in TRANSFER_SAME or (glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm"):
-            pass  # every GPU: fixed times, and the library kernels' share of the HBM bandwidth
+        if fpath in TRANSFER_SAME or fpath.startswith("host."):
+            pass  # every GPU: fixed times, and what the host (CPU, torch) sets; a library call's only to its vendor
+        elif glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm":
+            pass  # every GPU: the library kernels' share of the HBM bandwidth
         elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
             continue
         elif fpath.startswith("interconnect.") and not has_links:
@@ -482,6 +519,9 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         prov = base.provenance.get(fpath)
         new = _scaled(value, factor, FIELDS[fpath][0])
         caveat = "" if same_vendor else f" ({base.vendor}'s figure, taken the same on {vendor}: not measured)"
+        if host_set(fpath):
+            put(fpath, new, host_note(base, fpath, prov.text if prov else str(value)) + caveat)
+            continue
         put(
             fpath,
             new,

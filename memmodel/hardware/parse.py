@@ -17,6 +17,7 @@ from .interconnect import COLLECTIVES, TOPOLOGIES, Interconnect
 from .profile import (
     SOURCE_KINDS,
     Curve,
+    HostFigures,
     ImplementationFigures,
     KernelRates,
     MemoryLevel,
@@ -31,6 +32,9 @@ from .schema import (
     CURVES,
     FIELDS,
     FLOORS,
+    HOST_CEILINGS,
+    HOST_FIGURES,
+    HOST_ZERO,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
     MALL_FIELDS,
@@ -120,7 +124,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
             continue
         try:
-            values[fpath] = units.parse(raw, kind)
+            values[fpath] = 0.0 if fpath in HOST_ZERO and _zero_of(raw, kind) else units.parse(raw, kind)
         except units.UnitError as exc:
             raise field_error(where, fpath, str(exc)) from None
         provenance[fpath] = Provenance(source=source, note=note, text=str(raw), kind=source_kind)
@@ -204,7 +208,14 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         interconnect=_interconnect(where, values, curves, texts),
         mall=mall,
         l2_xcds=xcds,
+        host=_host(values),
     )
+
+
+def _host(values: Mapping[str, float]) -> HostFigures | None:
+    """``host:`` as :class:`HostFigures`, None where the profile gives none of its figures."""
+    given = {attr: values[f"host.{leaf}"] for leaf, attr in HOST_FIGURES.items() if f"host.{leaf}" in values}
+    return HostFigures(**given) if given else None
 
 
 def _mall(where: str, values: Mapping[str, float], hbm: MemoryLevel, l2: MemoryLevel) -> MemoryLevel | None:
@@ -342,6 +353,22 @@ def _parse_curve(raw: object, kind: units.Kind, key_name: str, where: str, fpath
     return tuple(sorted(points))
 
 
+def _zero_of(value: object, kind: units.Kind) -> bool:
+    """Whether ``value`` is zero of ``kind``: ``0``, or a zero written with one of its units
+    (``0 us`` for a time; a unit of another kind is refused by :func:`units.parse`)."""
+    if isinstance(value, str):
+        number, _, unit = value.strip().partition(" ")
+        try:
+            if float(number) != 0.0:
+                return False
+        except ValueError:
+            return False
+        if unit.strip():
+            units.parse(f"1 {unit.strip()}", kind)  # the unit must be the field's kind's
+        return True
+    return _reads_as_zero(value)
+
+
 def _reads_as_zero(value: object) -> bool:
     """0, or a zero written as text, bare or as a percentage."""
     if isinstance(value, str):
@@ -426,6 +453,9 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
     for fpath in (f for f in values if f.endswith(".sustained_after")):
         if values[fpath] <= 0:
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
+    for fpath, (most, what) in HOST_CEILINGS.items():
+        if values.get(fpath, 0.0) > most:
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} is not {what}")
     held = values.get("interconnect.p2p_sms")
     if held is not None and held >= values["sm_count"]:
         text = provenance["interconnect.p2p_sms"].text

@@ -241,6 +241,13 @@ class ImplementationFigures:
     #: of its rate before, and the seconds of it run back to back after which they fall
     sustained_share: float | None = None
     sustained_after_s: float | None = None
+    #: host seconds of one forward call of it from Python (all its launches, memsets and
+    #: workspace), and of its backward (the autograd node included): ``--timing call``, ``queued``
+    call_host_s: float | None = None
+    backward_call_host_s: float | None = None
+    #: host seconds of one forward call that splits K/V (a decode: the split plan, its buffers and
+    #: the combine's launch); None: ``call_host_s``
+    split_call_host_s: float | None = None
 
     def efficiency_at(self, head_dim: Any, tile: tuple[Any, Any] | None = None) -> Any:
         """The forward efficiency at ``head_dim`` (linear in log2 between measured head dims,
@@ -289,6 +296,33 @@ class ImplementationFigures:
         if self.sustained_share is None or self.sustained_after_s is None:
             return None
         return self.sustained_share, self.sustained_after_s
+
+
+@frozen
+class HostFigures:
+    """What issuing work costs the host (``host:`` of a profile): the CPU and the PyTorch build set
+    these, not the GPU, except the gap between a replayed graph's kernels. Seconds; None where the
+    profile gives none. Read by :mod:`memmodel.host` (the timing modes call, queued and graph)."""
+
+    #: one ATen op that launches a kernel (elementwise, reduction, softmax, copy, fill), eager, from Python
+    op_s: float | None = None
+    #: one ATen op that launches nothing (a view, a transpose, a reshape without copy, an allocation)
+    view_s: float | None = None
+    #: one matmul (mm, bmm, linear: cuBLAS) from Python
+    gemm_s: float | None = None
+    #: the autograd engine's seconds per backward node, beyond the ops the node dispatches
+    autograd_node_s: float | None = None
+    #: what a backward pass costs the host once, beyond its nodes (the engine's start, the gradients' return)
+    backward_pass_s: float | None = None
+    #: how much later a kernel starts after its launch than an event recorded in its place (cancels
+    #: in a user's timing: kept for the record, not used by the timing modes)
+    launch_latency_s: float | None = None
+    #: the share of a fused call's host time spent before its kernels launch (None: all of it)
+    launch_share: float | None = None
+    #: CUDA-event time of replaying a one-kernel graph, less that kernel's time
+    graph_launch_s: float | None = None
+    #: GPU seconds between two kernels inside a replayed graph (in place of ``launch_overhead``)
+    graph_kernel_gap_s: float | None = None
 
 
 #: What kind of figure a source gives (``sources.<id>.kind``): a vendor's datasheet or
@@ -407,6 +441,8 @@ class Profile:
     #: private L2 slices (``memory.l2.xcds``: AMD's XCDs): the CUs are split evenly over them and
     #: each slice of ``l2.capacity / l2_xcds`` serves its own CUs only; 1: one L2 for every SM
     l2_xcds: int = 1
+    #: what issuing work costs the host (``host:``), None where the profile gives no host figure
+    host: HostFigures | None = None
 
     def implementation(self, name: str | None) -> ImplementationFigures:
         """The figures the profile gives of implementation ``name``; an empty one where it

@@ -100,6 +100,45 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "hbm_share": "hbm_share",
     "fp8_share": "fp8_share",
     "mask_key_time": "mask_key_time_s",
+    "call_host": "call_host_s",
+    "split_call_host": "split_call_host_s",
+    "backward_call_host": "backward_call_host_s",
+}
+#: the host's figures (``host.<leaf>``: times, but ``launch_share``, a share) and the
+#: :class:`~memmodel.hardware.profile.HostFigures` field each fills: what issuing work costs the
+#: CPU and PyTorch (eager, from Python), and what a CUDA graph's replay costs
+#: (``memmodel.host``: the timing modes call, queued and graph)
+HOST_FIGURES: dict[str, str] = {
+    "op": "op_s",
+    "view": "view_s",
+    "gemm": "gemm_s",
+    "autograd_node": "autograd_node_s",
+    "backward_pass": "backward_pass_s",
+    "launch_latency": "launch_latency_s",
+    "launch_share": "launch_share",
+    "graph_launch": "graph_launch_s",
+    "graph_kernel_gap": "graph_kernel_gap_s",
+}
+#: host figures a measurement may find to be 0 (differences of two timings, clipped at 0)
+HOST_ZERO = frozenset(
+    {"host.autograd_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.graph_kernel_gap"}
+)
+#: Largest host figure a profile may give, by field, and what a larger one is not: far above any
+#: CPU's dispatch (a few to some tens of microseconds an op, tens to hundreds a library call), so a
+#: slip of units (12 ms for 12 us) is refused at the door
+HOST_CEILINGS: dict[str, tuple[float, str]] = {
+    **{f"host.{leaf}": (1e-3, "a plausible host time of one op (under 1 ms)") for leaf in ("op", "view", "gemm")},
+    "host.autograd_node": (1e-3, "a plausible host time of one backward node (under 1 ms)"),
+    "host.backward_pass": (1e-2, "a plausible host time of a backward pass's start and end (under 10 ms)"),
+    "host.launch_latency": (1e-3, "a plausible launch latency (under 1 ms)"),
+    "host.launch_share": (1.0, "a share of a call's host time (0 to 1)"),
+    "host.graph_launch": (1e-3, "a plausible graph replay overhead (under 1 ms)"),
+    "host.graph_kernel_gap": (1e-3, "a plausible gap between two kernels (under 1 ms)"),
+    **{
+        f"implementations.{name}.{leaf}": (0.1, "a plausible host time of one library call (under 100 ms)")
+        for name in PROFILE_IMPLEMENTATIONS
+        for leaf in ("call_host", "split_call_host", "backward_call_host")
+    },
 }
 
 #: Implementations whose figures a profile of another architecture takes from the measured
@@ -152,6 +191,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "tdp": ("power", False),
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
+    **{f"host.{leaf}": ("ratio" if leaf == "launch_share" else "time", False) for leaf in HOST_FIGURES},
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
@@ -220,6 +260,9 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.block_step_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.mask_key_time": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.call_host": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.split_call_host": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_call_host": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
@@ -296,6 +339,7 @@ TEXT_FIELDS = {
     "interconnect.topology": False,
 }
 SECTIONS = {
+    "host",
     "memory",
     "memory.hbm",
     "memory.l2",

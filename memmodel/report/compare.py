@@ -79,11 +79,17 @@ def _kernel_dict(kernel: Kernel, timing: KernelTiming) -> dict[str, Any]:
     return out
 
 
-def algorithm_dict(ev: Evaluated) -> dict[str, Any]:
+def algorithm_dict(ev: Evaluated, timing: str = "kernel") -> dict[str, Any]:
+    """An algorithm's keys; ``predicted_time_s`` is its time under ``timing``
+    (:data:`memmodel.host.TIMINGS`), ``predicted_times_s`` its time in every mode (null where the
+    profile lacks a figure the mode needs) and ``host_time_s`` the host's seconds issuing it."""
     t = ev.traffic
     out: dict[str, Any] = {"name": t.name, "variant": t.variant, "params": {k: _plain(v) for k, v in t.params.items()}}
     out.update(_numbers(t, t))
-    out["predicted_time_s"] = _plain(ev.timing.time_s)
+    out["predicted_time_s"] = _plain(ev.time_s(timing))
+    times = ev.host_times
+    out["predicted_times_s"] = {mode: _plain(value) for mode, value in times.as_dict().items()}
+    out["host_time_s"] = _plain(times.host_s)
     out["bound"] = _plain(ev.timing.bound)
     # the share of its rate the forward kernel keeps where the clocks fell under the power
     # limit (--clocks), 1.0 where they did not
@@ -115,9 +121,11 @@ def passes_dict(ev: Evaluated) -> dict[str, Any]:
 
 def compare_to_dict(c: Comparison) -> dict[str, Any]:
     p = c.profile
+    timing = c.options.timing
     return {
         "schema": COMPARE_SCHEMA,
         "memmodel_version": __version__,
+        "timing": timing,
         "hardware": {
             "name": p.name,
             "full_name": p.full_name,
@@ -136,8 +144,9 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
             "ctas_per_sm": c.options.ctas_per_sm,
             "implementation": c.options.implementation,
             "kv_order": c.options.kv_order,
+            "timing": timing,
         },
-        "algorithms": [_with_passes(algorithm_dict(a), a, c) for a in c.algorithms],
+        "algorithms": [_with_passes(algorithm_dict(a, timing), a, c) for a in c.algorithms],
         "ratios": {k: _plain(v) for k, v in c.ratios().items()},
         "bounds": {k: _plain(v) for k, v in c.bounds.items()},
         "assumptions": list(c.assumptions),
@@ -149,8 +158,11 @@ def compare_to_dict(c: Comparison) -> dict[str, Any]:
 
 def caveats(c: Comparison) -> list[str]:
     """What stands in for a missing figure or choice (:attr:`Comparison.caveats`: the
-    implementation chosen for the user, figures the profile lacks)."""
-    return list(c.caveats)
+    implementation chosen for the user, figures the profile lacks; under the timings call and
+    queued, the implementation whose host figures stand in for another's)."""
+    if c.options.timing not in ("call", "queued"):  # the modes that issue host ops
+        return list(c.caveats)
+    return list(dict.fromkeys([*c.caveats, *(n for a in c.algorithms for n in a.host_times.notes)]))
 
 
 def workload_summary(c: Comparison, *, l2: bool = True) -> str:
@@ -208,7 +220,9 @@ def _with_passes(out: dict[str, Any], ev: Evaluated, c: Comparison) -> dict[str,
     for pass_, entry in out["passes"].items():
         entry["flops_convention"] = _plain(conv[pass_])
         entry["predicted_time_range_s"] = time_range_of(c.profile, entry["predicted_time_s"])
-    out["predicted_time_range_s"] = time_range_of(c.profile, out["predicted_time_s"])
+    # the ranges are the validation records' errors of kernel time: none yet for the other modes
+    kernel = c.options.timing == "kernel"
+    out["predicted_time_range_s"] = time_range_of(c.profile, out["predicted_time_s"]) if kernel else None
     return out
 
 
@@ -276,7 +290,19 @@ COMPARE_CSV_COLUMNS = (
 )
 
 
+#: Columns ``memmodel compare --format csv`` appends under a timing other than kernel: the mode of
+#: the row's ``predicted_time_s`` (a kernel's row: kernel; a total: the mode asked), the kernels'
+#: time and the host's seconds issuing them (a total's)
+TIMING_CSV_COLUMNS = ("timing", "kernel_time_s", "host_time_s")
+
+
+def compare_csv_columns(timing: str = "kernel") -> tuple[str, ...]:
+    """The columns of ``compare --format csv`` under ``timing``."""
+    return COMPARE_CSV_COLUMNS if timing == "kernel" else (*COMPARE_CSV_COLUMNS, *TIMING_CSV_COLUMNS)
+
+
 def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
+    timing = c.options.timing
     rows = []
     w = c.workload.to_dict()
     context = {
@@ -314,4 +340,16 @@ def compare_csv_rows(c: Comparison) -> list[dict[str, Any]]:
                     "rates": c.profile.rate_class,
                 }
             )
+            if timing != "kernel":
+                total = item["name"] == "total"
+                times = alg["predicted_times_s"]
+                rows[-1].update(
+                    {
+                        "timing": timing if total else "kernel",
+                        "kernel_time_s": times["kernel"] if total else item["predicted_time_s"],
+                        "host_time_s": alg["host_time_s"] if total else "",
+                    }
+                )
+                if total:
+                    rows[-1].update({"predicted_time_low_s": "", "predicted_time_high_s": ""})
     return rows

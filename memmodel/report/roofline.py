@@ -43,6 +43,7 @@ def roofline_to_dict(rooflines: Sequence[Roofline]) -> dict[str, Any]:
     return {
         "schema": ROOFLINE_SCHEMA,
         "memmodel_version": __version__,
+        "timing": first.options.timing if first else "kernel",
         "workload": first.workload.to_dict() if first else None,
         "tiled": first.tiled.traffic.variant if first else None,
         "options": dict(vars(first.options)) if first else None,

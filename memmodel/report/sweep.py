@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..roofline import LEVEL_LABELS
-from ..sweep import AXES, SWEEP_COLUMNS, SweepResult
+from ..sweep import AXES, SweepResult
 from . import plots
 
 #: Rows written per batch (progress is reported per batch).
@@ -22,7 +22,8 @@ BATCH = 65_536
 
 
 def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """A header of :data:`~memmodel.sweep.SWEEP_COLUMNS`, then one line per row (blanks empty):
+    """A header of the result's columns (:attr:`~memmodel.sweep.SweepResult.names`), then one line
+    per row (blanks empty):
     what :func:`write_csv_rows` writes, byte for byte, formatted :data:`TEXT_BATCH` rows at a
     time by numpy (:mod:`memmodel.report.text`) instead of value by value."""
     from . import text
@@ -32,7 +33,7 @@ def write_csv(result: SweepResult, stream: TextIO, progress: Callable[[int], Non
         write_csv_rows(result, stream, progress)
         return
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(SWEEP_COLUMNS)
+    writer.writerow(result.names)
     write, binary = _byte_writer(stream)
     batches = [(start, min(start + TEXT_BATCH, len(result))) for start in range(0, len(result), TEXT_BATCH)]
     workers = min(os.cpu_count() or 1, len(batches))
@@ -158,7 +159,7 @@ _ASCII_ENCODINGS = frozenset({"utf-8", "ascii", "latin-1", "iso8859-15", "cp1252
 def write_csv_rows(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
     """:func:`write_csv` through :mod:`csv`, one row at a time (the reference it must equal)."""
     writer = csv.writer(stream, lineterminator="\n")
-    writer.writerow(SWEEP_COLUMNS)
+    writer.writerow(result.names)
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
         writer.writerows(zip(*lists))
@@ -180,14 +181,15 @@ _LOOKUP_LIMIT = 1 << 16
 
 
 def _csv_cells(result: SweepResult) -> list[Callable[[int, int], np.ndarray]] | None:
-    """Per column of :data:`SWEEP_COLUMNS`, a function (start, stop) -> its cells' text
+    """Per column of the result (:attr:`~memmodel.sweep.SweepResult.names`), a function
+    (start, stop) -> its cells' text
     (:mod:`memmodel.report.text` matrices); None where a category's text is not ASCII."""
     from ..sweep import _BLANK_AS_NEGATIVE, _BOOLEAN
     from . import text
 
     cols = result.columns
     out: list[Callable[[int, int], np.ndarray]] = []
-    for name in SWEEP_COLUMNS:
+    for name in result.names:
         values = cols[name]
         if name in result.categories or name in _BOOLEAN:
             labels = result.categories.get(name, ("False", "True"))
@@ -256,6 +258,14 @@ def _floats(values: np.ndarray, *, paired: bool) -> Callable[[int, int], np.ndar
 
     def cells(start: int, stop: int) -> np.ndarray:
         v = values[start:stop]
+        blank = np.isnan(v)
+        if blank.any():  # a time the profile has no figure for: an empty cell
+            out = np.array(formatted(np.where(blank, 0.0, v)))
+            out[blank] = 0
+            return out
+        return formatted(v)
+
+    def formatted(v: np.ndarray) -> np.ndarray:
         if len(v) and v.min() == v.max():
             one = text.float_text(v[:1])
             return np.broadcast_to(one, (len(v), one.shape[1]))
@@ -267,11 +277,11 @@ def _floats(values: np.ndarray, *, paired: bool) -> Callable[[int, int], np.ndar
 
 
 def write_jsonl(result: SweepResult, stream: TextIO, progress: Callable[[int], None] | None = None) -> None:
-    """One JSON object per row, keyed by :data:`~memmodel.sweep.SWEEP_COLUMNS` (blanks are null)."""
+    """One JSON object per row, keyed by the result's columns (blanks are null)."""
     dumps = json.JSONEncoder(allow_nan=False, separators=(", ", ": ")).encode
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
-        stream.write("".join(dumps(dict(zip(SWEEP_COLUMNS, values))) + "\n" for values in zip(*lists)))
+        stream.write("".join(dumps(dict(zip(result.names, values))) + "\n" for values in zip(*lists)))
         if progress is not None:
             progress(len(lists[0]))
 
@@ -283,7 +293,7 @@ def write_json(result: SweepResult, stream: TextIO, progress: Callable[[int], No
     first = True
     for start in range(0, len(result), BATCH):
         lists = result.column_lists(start, start + BATCH)
-        text = ",\n".join(dumps(dict(zip(SWEEP_COLUMNS, values))) for values in zip(*lists))
+        text = ",\n".join(dumps(dict(zip(result.names, values))) for values in zip(*lists))
         if text:
             stream.write(("\n" if first else ",\n") + text)
             first = False

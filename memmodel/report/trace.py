@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..host import TIMING_ASSUMPTIONS
 from ..timing import rate_sources
 from ..traffic.ledger import ROLES
 from .compare import algorithm_dict, passes_dict, rates_dict, time_range_of
@@ -21,10 +22,11 @@ def kernel_ops(t: Any) -> dict[str, Any]:
     return {name: op for op in t.ops for name in op.kernels}
 
 
-def traced_algorithm(t: Any) -> dict[str, Any]:
-    """The traced ledger as one of compare's algorithms, its kernels naming their ops."""
+def traced_algorithm(t: Any, timing: str = "kernel") -> dict[str, Any]:
+    """The traced ledger as one of compare's algorithms, its kernels naming their ops; its
+    ``predicted_time_s`` under ``timing`` (:data:`memmodel.host.TIMINGS`)."""
     ev = t.evaluated
-    alg = algorithm_dict(ev)
+    alg = algorithm_dict(ev, timing)
     ops = kernel_ops(t)
     for k in alg["kernels"]:
         source = ops.get(k["name"])
@@ -33,18 +35,22 @@ def traced_algorithm(t: Any) -> dict[str, Any]:
     alg["passes"] = passes_dict(ev)
     for entry in alg["passes"].values():
         entry["predicted_time_range_s"] = time_range_of(t.profile, entry["predicted_time_s"])
-    alg["predicted_time_range_s"] = time_range_of(t.profile, alg["predicted_time_s"])
+    kernel = timing == "kernel"  # the ranges are the records' errors of kernel time
+    alg["predicted_time_range_s"] = time_range_of(t.profile, alg["predicted_time_s"]) if kernel else None
     return alg
 
 
-def trace_to_dict(t: Any) -> dict[str, Any]:
+def trace_to_dict(t: Any, timing: str = "kernel") -> dict[str, Any]:
+    """The trace's JSON object; ``predicted_time_s`` under ``timing``, ``predicted_times_s`` in
+    every mode (null where the profile lacks a figure), ``host_time_s`` the host's seconds."""
     from ..tracing import TRACE_SCHEMA
 
     p = t.profile
-    alg = traced_algorithm(t)
+    alg = traced_algorithm(t, timing)
     return {
         "schema": TRACE_SCHEMA,
         "memmodel_version": __version__,
+        "timing": timing,
         "hardware": {
             "name": p.name,
             "full_name": p.full_name,
@@ -54,16 +60,27 @@ def trace_to_dict(t: Any) -> dict[str, Any]:
         },
         "function": t.function,
         "inputs": [{"name": i.name, "shape": list(i.shape), "dtype": i.dtype} for i in t.inputs],
-        "options": {"dtype": t.dtype, "backward": t.backward, "l2": t.l2},
+        "options": {"dtype": t.dtype, "backward": t.backward, "l2": t.l2, "timing": timing},
         "hbm_bytes": alg["hbm_bytes"],
         "flops": alg["flops"],
         "predicted_time_s": alg["predicted_time_s"],
+        "predicted_times_s": alg["predicted_times_s"],
+        "host_time_s": alg["host_time_s"],
         "bound": alg["bound"],
         "algorithms": [alg],
         "ops": [
-            {"op": o.op, "pass": o.pass_, "status": o.status, "kernels": list(o.kernels), "shapes": list(o.shapes)}
+            {
+                "op": o.op,
+                "pass": o.pass_,
+                "status": o.status,
+                "kernels": list(o.kernels),
+                "shapes": list(o.shapes),
+                **({"implementation": o.implementation} if o.implementation else {}),
+                **({"autograd_nodes": o.nodes} if o.pass_ == "backward" else {}),
+            }
             for o in t.ops
         ],
+        "backward_nodes": t.backward_nodes,
         "shares": [
             {
                 "group": s.group,
@@ -88,8 +105,8 @@ def trace_to_dict(t: Any) -> dict[str, Any]:
             }
             for c in t.sdpa
         ],
-        "notes": list(t.notes),
-        "assumptions": list(t.assumptions),
+        "notes": list(t.notes) + (list(t.host_times.notes) if timing in ("call", "queued") else []),
+        "assumptions": list(t.assumptions) + ([TIMING_ASSUMPTIONS[timing]] if timing != "kernel" else []),
         "rate_sources": rate_sources(p),
     }
 
@@ -129,8 +146,16 @@ TRACE_CSV_COLUMNS = (
 )
 
 
-def trace_csv_rows(t: Any) -> list[dict[str, Any]]:
-    alg = traced_algorithm(t)
+def trace_csv_columns(timing: str = "kernel") -> tuple[str, ...]:
+    """The columns of ``trace --format csv`` under ``timing`` (others than kernel: compare's
+    :data:`~.compare.TIMING_CSV_COLUMNS` appended)."""
+    from .compare import TIMING_CSV_COLUMNS
+
+    return TRACE_CSV_COLUMNS if timing == "kernel" else (*TRACE_CSV_COLUMNS, *TIMING_CSV_COLUMNS)
+
+
+def trace_csv_rows(t: Any, timing: str = "kernel") -> list[dict[str, Any]]:
+    alg = traced_algorithm(t, timing)
     context = {"gpu": t.profile.name, "function": t.function, "dtype": t.dtype, "backward": t.backward, "l2": t.l2}
     numbers = (
         "hbm_read_bytes",
@@ -162,6 +187,15 @@ def trace_csv_rows(t: Any) -> list[dict[str, Any]]:
                 "launches": item.get("launches", ""),
             }
         )
+        if timing != "kernel":
+            total = status == "total"
+            rows[-1].update(
+                {
+                    "timing": timing if total else "kernel",
+                    "kernel_time_s": alg["predicted_times_s"]["kernel"] if total else item["predicted_time_s"],
+                    "host_time_s": alg["host_time_s"] if total else "",
+                }
+            )
     for u in t.unmodelled:
         rows.append(
             {

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Mapping
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +99,42 @@ class Trace:
     #: what the fused calls' models said about their choices (stderr beside a table)
     notes: tuple[str, ...]
     assumptions: tuple[str, ...]
+    #: the autograd nodes its backward ran (:attr:`.events.Recording.backward_nodes`)
+    backward_nodes: int = 0
+
+    @property
+    def times(self) -> Any:
+        """:attr:`host_times` in every mode: a :class:`~memmodel.errors.TimingError` naming the
+        first figure missing where the profile cannot give one of them."""
+        from ..host import complete
+
+        return complete(self.host_times)
+
+    @cached_property
+    def host_times(self) -> Any:
+        """Its time in each timing mode (:class:`memmodel.host.Times`), the host issuing the
+        recorded ops one by one (:func:`host_ops`); None in a mode whose figures the profile lacks."""
+        from ..host import timed
+
+        index = {k.name: i for i, k in enumerate(self.traffic.kernels)}
+        impls: list[str | None] = [None] * len(index)
+        for op in self.ops:
+            for name in op.kernels:
+                impls[index[name]] = op.implementation
+        return timed(
+            lambda: host_ops(self.ops, index, self.backward_nodes, self.profile, self.traffic.kernels),
+            self.traffic.kernels,
+            [t.time_s for t in self.timing.kernels],
+            self.profile,
+            impls,
+        )
 
     @property
     def evaluated(self) -> Any:
         """The ledger and its timing as :class:`memmodel.model.Evaluated` (the report code's input)."""
         from ..model import Evaluated
 
-        return Evaluated(self.traffic, self.timing)
+        return Evaluated(self.traffic, self.timing, self.profile, known_times=self.host_times)
 
     @property
     def shares(self) -> tuple[Share, ...]:
@@ -135,6 +165,60 @@ class Trace:
     def free_ops(self) -> int:
         """Recorded ops that launch no kernel (views, aliases, allocations)."""
         return sum(1 for op in self.ops if op.status == "free")
+
+
+#: ATen's matrix products (``host.gemm`` each: cuBLAS' dispatch); ``linear`` and ``matmul`` reach
+#: the recorder as these
+GEMM_OPS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_scaled_mm"})
+
+
+def host_ops(
+    ops: Any, index: Mapping[str, int], backward_nodes: int, profile: Any, kernels: Any = ()
+) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The host ops of a trace's recorded ``ops`` (``index``: kernel name -> its place in the
+    ledger) and the notes on what stands in for a figure; :class:`memmodel.host.MissingFigure`
+    where the profile lacks one. Each recorded op is one host op:
+
+    * a view, an alias or an allocation (status ``free``): ``host.view``;
+    * a matrix product (:data:`GEMM_OPS`): ``host.gemm``; any other op that launches kernels, or
+      that the model does not count (``unmodelled``): ``host.op``;
+    * a fused ``scaled_dot_product_attention`` call: its implementation's ``call_host``
+      (``split_call_host`` where its kernels, of ``kernels``, split K/V), its backward
+      ``backward_call_host`` (or a stated stand-in's: :func:`memmodel.host.stand_ins`).
+
+    In the backward, the autograd engine's ``host.autograd_node`` for each node it ran (each seen
+    running when something was dispatched, :attr:`.events.OpEvent.nodes`) is spent before the
+    first op the node dispatched; a fused call's backward node is in its ``backward_call_host``
+    already, and nodes seen after the last recorded op close the backward; ``host.backward_pass``
+    (where given) is spent once, before its first op. A fused forward call launches its kernels
+    after ``host.launch_share`` of its host time, where the profile gives it."""
+    from ..host import SPLIT_KV, Figures, HostOp
+
+    figures = Figures(profile)
+    node = figures.host("autograd_node") if backward_nodes else 0.0
+    engine = figures.backward_pass()  # once, before the backward's first op
+    out: list[HostOp] = []
+    charged = 0
+    for op in ops:
+        ids = tuple(index[name] for name in op.kernels)
+        base = op.op.split(".")[1] if op.op.startswith("aten.") else op.op
+        if op.status == "sdpa":
+            split = any(kernels[i].kind == SPLIT_KV for i in ids) if kernels else False
+            impl = None if op.implementation == "paper" else op.implementation
+            seconds = figures.call(impl, op.pass_ == "backward", split=split)
+        elif op.status == "free":
+            seconds = figures.host("view")
+        else:
+            seconds = figures.host("gemm" if base in GEMM_OPS else "op")
+        nodes = max(op.nodes - 1, 0) if op.status == "sdpa" and op.pass_ == "backward" else op.nodes
+        charged += op.nodes
+        if op.pass_ == "backward" and engine:
+            seconds, engine = seconds + engine, 0.0
+        launch = figures.launch(seconds) if op.status == "sdpa" and op.pass_ != "backward" else None
+        out.append(HostOp(seconds + nodes * node, ids, launch))
+    if backward_nodes > charged:
+        out.append(HostOp((backward_nodes - charged) * node))
+    return tuple(out), tuple(figures.notes)
 
 
 #: ``name=1,8,1024,64`` or ``name=1024,1024:bool``
@@ -481,4 +565,5 @@ def _modelled(rec: Any, label: str, inputs: dict[str, Any], gpu: Any, dtype: str
         sdpa=mapped.sdpa,
         notes=mapped.notes,
         assumptions=(*TRACE_ASSUMPTIONS, *assumptions(gpu)),
+        backward_nodes=rec.backward_nodes,
     )

@@ -80,6 +80,9 @@ class OpEvent:
     kwargs: dict[str, Any]
     outputs: tuple[TensorRef, ...]
     view: bool = False
+    #: in the backward: the autograd nodes the engine began running since the previous recorded op,
+    #: up to this one (its own node among them where it is the first op of its node)
+    nodes: int = 0
 
     @property
     def qualified(self) -> str:
@@ -117,3 +120,6 @@ class Recording:
     grad_outputs: dict[int, str]
     #: storages of the gradients the backward returned (one per input differentiated)
     grad_inputs: dict[int, str]
+    #: the autograd nodes the backward ran, each seen as the node running when something was
+    #: dispatched (an ATen op or not: a node that dispatches nothing at all is not seen)
+    backward_nodes: int = 0

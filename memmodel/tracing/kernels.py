@@ -71,6 +71,10 @@ class OpMapping:
     status: str
     kernels: tuple[str, ...]
     shapes: tuple[str, ...]
+    #: a fused call's (``sdpa``) implementation, as its model ran it ("paper": the paper's algorithm)
+    implementation: str | None = None
+    #: in the backward: the autograd nodes begun before it since the op before (:attr:`.events.OpEvent.nodes`)
+    nodes: int = 0
 
 
 @frozen
@@ -309,7 +313,11 @@ class _Mapper:
             else:
                 status = self._unmodelled(e, "no rule for this op")
             names = tuple(k.name for k in self.kernels[before:])
-            self.ops.append(OpMapping(e.qualified, e.pass_, status, names, shapes))
+            impl = None
+            if status == "sdpa" and i in self.sdpa_events:
+                c = self.comparisons.get(self.sdpa_events[i][0])
+                impl = (c.options.implementation or "paper") if c is not None else None
+            self.ops.append(OpMapping(e.qualified, e.pass_, status, names, shapes, impl, e.nodes))
         return Mapped(
             tuple(self.kernels),
             tuple(self.timings),

@@ -13,7 +13,10 @@ but no data, so nothing is computed and no GPU is needed):
   autograd and the composite ops' decompositions: what a GPU would launch, op by op.
 
 With ``backward``, ``torch.autograd.grad`` runs on the first output that needs a gradient, fed an
-empty (fake) ``dO``, under the same modes: autograd's backward ops are recorded after the forward's.
+empty (fake) ``dO``, under the same modes: autograd's backward ops are recorded after the forward's,
+and so are the autograd nodes the engine runs (each seen as the node running when anything is
+dispatched, ATen or not; the count since the previous recorded op is the next op's ``nodes``), for
+the host time of the backward (``--timing call``: :mod:`memmodel.host`).
 """
 
 from __future__ import annotations
@@ -82,6 +85,21 @@ class _Recorder(TorchDispatchMode):
         self.paused = 0
         self.pass_ = "forward"
         self.calls = 0
+        #: the autograd nodes seen running in the backward (kept alive: each is told apart by identity)
+        self.nodes: list[Any] = []
+        self.node_ids: set[int] = set()
+        #: nodes begun since the last recorded op (charged to the next one)
+        self.pending_nodes = 0
+
+    def see_node(self) -> None:
+        """Count the autograd node running now (in the backward), once per node."""
+        if self.pass_ != "backward":
+            return
+        node = torch._C._current_autograd_node()
+        if node is not None and id(node) not in self.node_ids:
+            self.nodes.append(node)
+            self.node_ids.add(id(node))
+            self.pending_nodes += 1
 
     @contextlib.contextmanager
     def pause(self) -> Iterator[None]:
@@ -112,6 +130,7 @@ class _Recorder(TorchDispatchMode):
         return tuple(self.ref(t) for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
 
     def add(self, op: str, overload: str, args: Any, kwargs: dict[str, Any], out: Any, view: bool = False) -> None:
+        self.see_node()
         self.events.append(
             OpEvent(
                 op,
@@ -121,11 +140,14 @@ class _Recorder(TorchDispatchMode):
                 {k: self.value(v) for k, v in kwargs.items()},
                 self.outputs(out),
                 view,
+                self.pending_nodes,
             )
         )
+        self.pending_nodes = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        self.see_node()  # any dispatch, recorded or not, shows which node autograd runs
         out = func(*args, **kwargs)
         if self.paused or func.namespace != "aten":
             return out
@@ -358,7 +380,9 @@ def record(
             grad_outputs = {_storage(d_out): "dO"}
             grad_inputs = {_storage(g): f"d{k}" for (k, _), g in zip(wanted, grads) if g is not None}
             recorder.alive += [d_out, *(g for g in grads if g is not None)]
-        return Recording(tuple(recorder.events), in_storages, outputs, grad_outputs, grad_inputs)
+        return Recording(
+            tuple(recorder.events), in_storages, outputs, grad_outputs, grad_inputs, len(recorder.node_ids)
+        )
 
 
 @contextlib.contextmanager
