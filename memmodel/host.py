@@ -6,10 +6,11 @@ report (``kernel``, the default). A user's timer sees more, or less:
 
 * ``call``: CUDA events around one call, synchronising after it. The host issues the call's ATen
   ops one after another (op i takes h_i host seconds, its kernels issued when it is done:
-  H_i = h_1 + … + h_i); the start event runs on the GPU when the host records it, after the
-  launch latency L, and so does every kernel after its op is issued. Shifted by L, kernel k of
-  op i starts at max(G_{k-1}, H_i) and ends at G_k = start + t_k; the end event is recorded when
-  the call returns: call = max(G_last, H_total) + ``event_overhead``. L cancels.
+  H_i = h_1 + … + h_i); the start event runs on the GPU when the host records it, and a kernel
+  ``host.launch_latency`` (L) later after its op issues it than an event would (measured on the
+  H200: about 8 us, the same for every ATen op and GEMM): kernel k of op i starts at
+  max(G_{k-1}, H_i + L) and ends at G_k = start + t_k; the end event is recorded when the call
+  returns: call = max(G_last, H_total) + ``event_overhead``.
 * ``queued``: calls issued back to back without synchronising (a Python loop, then one sync):
   whichever is slower sets the pace, max(host total, kernel total) a call.
 * ``graph``: one replay of a CUDA graph of the call, CUDA-event timed: ``host.graph_launch``,
@@ -167,6 +168,8 @@ def times(
         seen = sorted(i for op in ops for i in op.kernels)
         if seen != list(range(len(t))):
             raise ValueError(f"the host ops launch kernels {seen}, not each of the {len(t)} kernels once")
+        # L: how much later a kernel starts after its launch than an event recorded in its place
+        latency = (profile.host.launch_latency_s if profile.host is not None else None) or 0.0
         issued: Any = np.float64(0.0)  # H: the host's cursor since the start event was recorded
         gpu: Any = np.float64(0.0)  # G: when the GPU is done with the kernels issued so far
         for op in ops:
@@ -174,7 +177,7 @@ def times(
             issued = issued + np.asarray(op.host_s, dtype=np.float64)
             launch = issued if op.launch_s is None else start + np.asarray(op.launch_s, dtype=np.float64)
             for i in op.kernels:
-                gpu = np.maximum(gpu, launch) + t[i]
+                gpu = np.maximum(gpu, launch + latency) + t[i]
         event = profile.event_overhead_s or 0.0
         shape = np.broadcast(gpu, issued, kernel).shape  # a grid's: every mode an array of its rows
         call = _plain(np.broadcast_to(np.maximum(gpu, issued) + event, shape))
@@ -248,11 +251,17 @@ class Figures:
         found = self.profile.host.backward_pass_s if self.profile.host is not None else None
         return float(found or 0.0)
 
-    def launch(self, call_s: Seconds) -> Seconds | None:
+    def launch(self, call_s: Seconds, split: Any = False) -> Seconds | None:
         """When a fused forward call of ``call_s`` host seconds launches its kernels: the profile's
-        ``host.launch_share`` of it; None (at its end) where the profile does not give it."""
-        share = self.profile.host.launch_share if self.profile.host is not None else None
-        return None if share is None else share * call_s
+        ``host.launch_share`` of it (``host.split_launch_share`` where ``split``: a decode that
+        splits K/V; on a grid, the rows where it does); None (at its end) where the profile gives
+        neither."""
+        host = self.profile.host
+        share = host.launch_share if host is not None else None
+        if share is None:
+            return None
+        split_share = host.split_launch_share if host is not None and host.split_launch_share is not None else share
+        return _plain(np.where(split, split_share, share) * call_s) if np.any(split) else share * call_s
 
     def call(self, implementation: str | None, backward: bool = False, split: bool = False) -> float:
         """One call of ``implementation`` (its backward with ``backward``; ``split``: a forward
@@ -376,10 +385,11 @@ def algorithm_ops(
     if library:
         call: Seconds = figures.call(implementation)
         split = [kernels[i].present for i in library if kernels[i].kind == SPLIT_KV]
+        splits: Any = False
         if split:  # a decode that splits K/V (on a grid: the rows where it does)
             splits = np.logical_or.reduce([np.asarray(p, dtype=bool) for p in split])
             call = _plain(np.where(splits, figures.call(implementation, split=True), call))
-        ops.append(HostOp(call, tuple(library), figures.launch(call)))
+        ops.append(HostOp(call, tuple(library), figures.launch(call, splits)))
     if backward:
         ops.append(HostOp(figures.call(implementation, backward=True), tuple(backward)))
     return tuple(ops), tuple(figures.notes)

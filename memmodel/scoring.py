@@ -568,12 +568,15 @@ def predicted_times(
 
 def prediction_line(case: Case, profile: Profile) -> str:
     """One case's predictions as committed before measuring: each timed step's time (µs,
-    L2 on, the model's own occupancy) and each kernel's HBM reads (bytes, L2 cold, as Nsight
-    Compute measures)."""
-    times = predicted_times(case, profile)["steps"]
+    L2 on, the model's own occupancy), the host model's call, queued and graph times where the
+    profile has host figures, and each kernel's HBM reads (bytes, L2 cold, as Nsight Compute
+    measures)."""
+    predicted = predicted_times(case, profile)
     reads = {k.name: int(k.bytes(level="hbm", direction="read")) for k in predicted_kernels(case, profile, "cold")}
-    steps = " ".join(f"{name}={t * 1e6:.1f}us" for name, t in times.items())
-    return f"{case.id} {steps} | hbm_read " + " ".join(f"{name}={b}" for name, b in reads.items())
+    steps = " ".join(f"{name}={t * 1e6:.1f}us" for name, t in predicted["steps"].items())
+    modes = predicted.get("times_s")
+    timed = " | " + " ".join(f"{m}={modes[m] * 1e6:.1f}us" for m in ("call", "queued", "graph")) if modes else ""
+    return f"{case.id} {steps}{timed} | hbm_read " + " ".join(f"{name}={b}" for name, b in reads.items())
 
 
 def time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -109,6 +109,13 @@ def with_links(text: str) -> str:
         data = fp8_cast.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / fp8_cast.RECORD, "rt") if line.strip()]
         )
+    from memmodel.calibration import host
+
+    if (ROOT / host.RECORD).exists():  # what issuing a call costs the host (--timing call, queued, graph)
+        from memmodel.hardware.parse import parse_profile
+
+        event = parse_profile(data, "<profile being built>").event_overhead_s or 0.0
+        data = host.apply(data, [json.loads(line) for line in gzip.open(ROOT / host.RECORD, "rt") if line.strip()], event)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

@@ -8,7 +8,7 @@ How each figure is read off the probe (every one a median, so no single row deci
   sleeping kernel (``host_s``: the host never waits for the GPU, unless the launch queue fills, which
   inflates it for launches with large parameters such as cuBLAS') and calls back to back with no
   sleep (``queued_s``: the host's pace wherever it is slower than the GPU's, which holds where the
-  queued pace is past the kernels' own by 5 %);
+  queued pace is past the kernels' own by :data:`HOST_BOUND`);
 * ``host.view``: ops that launch nothing (transpose, view, reshape, unsqueeze, empty);
 * ``host.op``: ATen ops that launch one kernel (add, scalar mul, cast, copy, softmax, sum, dropout);
 * ``host.gemm``: one cuBLAS GEMM (bmm, mm, linear);
@@ -17,7 +17,8 @@ How each figure is read off the probe (every one a median, so no single row deci
   profile's ``event_overhead`` (single-kernel ops);
 * ``host.launch_share``: the share of a fused call's host time (SDPA, Triton, FlexAttention) spent
   before its kernels launch: its user-timed call, less the latency, kernels and event overhead,
-  over its host time (clipped to [0, 1]; decodes start early, prefills at the end);
+  over its host time (clipped to [0, 1]), at a short prefill (it launches at its end);
+  ``host.split_launch_share`` the same at a decode that splits K/V (about halfway);
 * ``implementations.<name>.call_host``: one forward call, as a user calls it (cuDNN through
   ``--impl auto``, which takes it on the H200; the others with the backend chosen once, outside the
   loop), at a short prefill; ``split_call_host`` the same at a decode (a split-KV kernel and its
@@ -105,14 +106,16 @@ def fitted(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[
     sdpa = {(r["impl"], r["shape"], bool(r["backward"])): r for r in rows if r.get("section") == "sdpa" and "host_s" in r}
     if "launch_latency" in out["host"]:
         lat = out["host"]["launch_latency"][0]
-        shares = []
-        for (impl, _, backward), r in sdpa.items():
-            if backward or impl == "sdpa-math":
+        shares: dict[str, list[float]] = {"launch_share": [], "split_launch_share": []}
+        for (impl, shape, backward), r in sdpa.items():
+            if backward or impl == "sdpa-math" or (impl == "triton" and shape == "decode"):
                 continue
             share = (float(r["call_s"]) - lat - float(r["kernel_s"]) - event_overhead_s) / host_time(r)
-            shares.append(min(max(share, 0.0), 1.0))
-        if shares:
-            out["host"]["launch_share"] = (_sig(statistics.median(shares)), len(shares))
+            key = "split_launch_share" if shape == "decode" else "launch_share"
+            shares[key].append(min(max(share, 0.0), 1.0))
+        for key, found in shares.items():
+            if found:
+                out["host"][key] = (_sig(statistics.median(found)), len(found))
     impls: dict[str, dict[str, tuple[float, int]]] = out["implementations"]
     for impl, row_impl, shape in CALLS:
         r = sdpa.get((row_impl, shape, False))
@@ -156,7 +159,9 @@ NOTES = {
     "timer around one op, less the op's host time, its kernel and event_overhead): median of {n} single-kernel ops",
     "launch_share": "the share of a fused call's host time spent before its kernels launch (its user-timed call, less "
     "launch_latency, its kernels and event_overhead, over its host time, clipped to [0, 1]): median of {n} SDPA, "
-    "Triton and FlexAttention calls (decodes launch about halfway, prefills at the end)",
+    "Triton and FlexAttention calls at a short prefill",
+    "split_launch_share": "the same for a call that splits K/V: median of {n} SDPA and FlexAttention decodes (they "
+    "launch about halfway through their host time: more of it comes after their launches)",
     "autograd_node": "the autograd engine's host time a backward node, beyond the op it dispatches: a backward of "
     "a chain of 4 elementwise ops against 1",
     "backward_pass": "the host time a backward pass (torch.autograd.grad) costs at one node, beyond the node: "
@@ -187,7 +192,7 @@ def figures(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict
     where = f"; host CPU {env.get('cpu', '?')}, Python {env.get('python', '?')}, torch {env.get('torch', '?')}"
     out: dict[str, tuple[str, str]] = {}
     for name, (value, n) in found["host"].items():
-        shown = f"{value:.4g}" if name == "launch_share" else _us(value)
+        shown = f"{value:.4g}" if name.endswith("launch_share") else _us(value)
         out[f"host.{name}"] = (shown, NOTES[name].format(n=n) + where)
     for impl, mine in found["implementations"].items():
         for name, (value, _) in mine.items():
@@ -205,7 +210,7 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], event_overhead_s
     where = f"; host CPU {env.get('cpu', '?')}, Python {env.get('python', '?')}: memmodel.calibration.host"
     host = dict(data.get("host") or {})
     for name, (value, n) in found["host"].items():
-        shown = f"{value:.4g}" if name == "launch_share" else _us(value)
+        shown = f"{value:.4g}" if name.endswith("launch_share") else _us(value)
         host[name] = {"value": shown, "source": SOURCE, "note": NOTES[name].format(n=n) + where}
     data["host"] = host
     impls = data.setdefault("implementations", {})

@@ -106,6 +106,7 @@ HOST_SET = (
     "host.backward_pass",
     "host.launch_latency",
     "host.launch_share",
+    "host.split_launch_share",
     "host.graph_launch",
     "implementations.*.call_host",
     "implementations.*.split_call_host",

@@ -314,11 +314,14 @@ class HostFigures:
     autograd_node_s: float | None = None
     #: what a backward pass costs the host once, beyond its nodes (the engine's start, the gradients' return)
     backward_pass_s: float | None = None
-    #: how much later a kernel starts after its launch than an event recorded in its place (cancels
-    #: in a user's timing: kept for the record, not used by the timing modes)
+    #: how much later a kernel starts after its launch than an event recorded in its place: what a
+    #: user's timer sees beyond the host's dispatch and the kernel where the GPU waits on the host
     launch_latency_s: float | None = None
     #: the share of a fused call's host time spent before its kernels launch (None: all of it)
     launch_share: float | None = None
+    #: the same for a call that splits K/V (a decode: its split plan and buffers come before its
+    #: launches, more of its host time after them); None: ``launch_share``
+    split_launch_share: float | None = None
     #: CUDA-event time of replaying a one-kernel graph, less that kernel's time
     graph_launch_s: float | None = None
     #: GPU seconds between two kernels inside a replayed graph (in place of ``launch_overhead``)

@@ -104,7 +104,7 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "split_call_host": "split_call_host_s",
     "backward_call_host": "backward_call_host_s",
 }
-#: the host's figures (``host.<leaf>``: times, but ``launch_share``, a share) and the
+#: the host's figures (``host.<leaf>``: times, but the two launch shares) and the
 #: :class:`~memmodel.hardware.profile.HostFigures` field each fills: what issuing work costs the
 #: CPU and PyTorch (eager, from Python), and what a CUDA graph's replay costs
 #: (``memmodel.host``: the timing modes call, queued and graph)
@@ -116,12 +116,13 @@ HOST_FIGURES: dict[str, str] = {
     "backward_pass": "backward_pass_s",
     "launch_latency": "launch_latency_s",
     "launch_share": "launch_share",
+    "split_launch_share": "split_launch_share",
     "graph_launch": "graph_launch_s",
     "graph_kernel_gap": "graph_kernel_gap_s",
 }
 #: host figures a measurement may find to be 0 (differences of two timings, clipped at 0)
 HOST_ZERO = frozenset(
-    {"host.autograd_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.graph_kernel_gap"}
+    {"host.autograd_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.split_launch_share", "host.graph_kernel_gap"}
 )
 #: Largest host figure a profile may give, by field, and what a larger one is not: far above any
 #: CPU's dispatch (a few to some tens of microseconds an op, tens to hundreds a library call), so a
@@ -132,6 +133,7 @@ HOST_CEILINGS: dict[str, tuple[float, str]] = {
     "host.backward_pass": (1e-2, "a plausible host time of a backward pass's start and end (under 10 ms)"),
     "host.launch_latency": (1e-3, "a plausible launch latency (under 1 ms)"),
     "host.launch_share": (1.0, "a share of a call's host time (0 to 1)"),
+    "host.split_launch_share": (1.0, "a share of a call's host time (0 to 1)"),
     "host.graph_launch": (1e-3, "a plausible graph replay overhead (under 1 ms)"),
     "host.graph_kernel_gap": (1e-3, "a plausible gap between two kernels (under 1 ms)"),
     **{
@@ -191,7 +193,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "tdp": ("power", False),
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
-    **{f"host.{leaf}": ("ratio" if leaf == "launch_share" else "time", False) for leaf in HOST_FIGURES},
+    **{f"host.{leaf}": ("ratio" if leaf.endswith("launch_share") else "time", False) for leaf in HOST_FIGURES},
     "memory.hbm.capacity": ("bytes", True),
     "memory.hbm.bandwidth": ("bandwidth", True),
     "memory.hbm.write_bandwidth": ("bandwidth", False),
