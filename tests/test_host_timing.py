@@ -5,6 +5,7 @@ compare's algorithms and of a trace; --timing on every command."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
@@ -27,10 +28,12 @@ from memmodel.host import (
     user_note,
 )
 
-from .conftest import HARDWARE
+from .conftest import HARDWARE, REPO
 
 US = 1e-6
-#: synthetic host figures (seconds): no bundled profile has measured ones yet
+#: synthetic host figures (seconds), put in place of the bundled profile's measured ones so that
+#: the arithmetic pinned below is the tests' own (no launch_latency, no launch_share unless a
+#: test sets them)
 HOST = HostFigures(
     op_s=10 * US,
     view_s=2 * US,
@@ -41,13 +44,37 @@ HOST = HostFigures(
 )
 
 
+#: an implementation's host figures (``implementations.<name>.<leaf>``)
+CALL_LEAVES = ("call_host", "split_call_host", "backward_call_host")
+
+
+def is_host_figure(fpath: str) -> bool:
+    """Whether ``fpath`` (a profile's field path) is a host figure: ``host.*`` or a call's."""
+    return fpath.startswith("host.") or (
+        fpath.startswith("implementations.") and fpath.rpartition(".")[2] in CALL_LEAVES
+    )
+
+
+def bare(profile):
+    """``profile`` without any host figure: no ``host``, no implementation's call figures (nor
+    their provenance), as every profile was before the host probe was measured."""
+    p = dataclasses.replace(
+        profile,
+        host=None,
+        provenance={k: v for k, v in profile.provenance.items() if not is_host_figure(k)},
+        figures={k: v for k, v in profile.figures.items() if not is_host_figure(k)},
+    )
+    return p.with_implementation_figures(None, **{f"{leaf}_s": None for leaf in CALL_LEAVES})
+
+
 def with_host(
     profile=None, host: HostFigures | None = HOST, *, launch: float = 1.38 * US, event: float = 1.5 * US, **calls
 ):
-    """``profile`` (default h200) with ``host`` figures, a launch and an event overhead, and
-    ``calls``: implementation -> (call_host, backward_call_host) seconds."""
+    """``profile`` (default h200) stripped of its host figures (:func:`bare`), then given ``host``
+    figures, a launch and an event overhead, and ``calls``: implementation -> (call_host,
+    backward_call_host) seconds."""
     p = dataclasses.replace(
-        profile or load_profile("h200"), host=host, launch_overhead_s=launch, event_overhead_s=event
+        bare(profile or load_profile("h200")), host=host, launch_overhead_s=launch, event_overhead_s=event
     )
     for name, (fwd, bwd) in calls.items():
         p = p.with_implementation_figures(name.replace("_", "-"), call_host_s=fwd, backward_call_host_s=bwd)
@@ -100,6 +127,37 @@ def test_a_view_and_an_op_of_two_kernels_pinned():
     assert t.call_s == approx(28.5 * US)
     assert t.host_s == approx(26 * US)
     assert t.graph_s == approx(14.48 * US)
+
+
+def test_a_launch_latency_and_a_split_launch_share_pinned():
+    """host.launch_latency L = 8 us: a kernel starts L after its op issues it (start = max(G_prev,
+    H_i + L)); a decode that splits K/V launches after host.split_launch_share (0.5) of its
+    split_call_host (40 us), not after launch_share (0.9)."""
+    host = dataclasses.replace(HOST, launch_latency_s=8 * US, launch_share=0.9, split_launch_share=0.5)
+    p = with_host(host=host, sdpa_flash=(30 * US, None)).with_implementation_figures(
+        "sdpa-flash", split_call_host_s=40 * US
+    )
+    # two ops of 10 us, kernels of 2 and 3 us: H = 10, 20
+    t = times([HostOp(10 * US, (0,)), HostOp(10 * US, (1,))], [2 * US, 3 * US], p)
+    # kernel 0 runs max(0, 10 + 8) = 18..20, kernel 1 max(20, 20 + 8) = 28..31
+    # call = max(31, 20) + 1.5 = 32.5 us (without L: 10..12, 20..23: 24.5 us)
+    assert t.call_s == approx(32.5 * US)
+    assert t.queued_s == approx(20 * US)  # max(host 20, kernels 5): L delays, it takes no host time
+    assert t.graph_s == approx((6 + 5 + 2 * (0.5 - 1.38)) * US)  # 9.24 us: a replay issues no op
+    # a decode: sdpa-flash splits K/V (its split kernel, then the combine), one call of 40 us
+    c = compare(DECODE, p, impl="sdpa-flash")
+    assert [k.kind for k in c.tiled.traffic.kernels] == ["split_kv", "combine"]
+    ops, _ = algorithm_ops(c.tiled.traffic, p, "sdpa-flash")
+    assert len(ops) == 1 and ops[0].kernels == (0, 1)
+    assert (ops[0].host_s, ops[0].launch_s) == approx((40 * US, 20 * US))
+    t = times(ops, [15 * US, 3 * US], p)
+    # launched at 0.5 × 40 = 20 us: kernel 0 runs max(0, 20 + 8) = 28..43, kernel 1 43..46;
+    # call = max(46, H = 40) + 1.5 = 47.5 us (at launch_share 0.9: 36 + 8 = 44..59..62, 63.5 us)
+    assert t.call_s == approx(47.5 * US)
+    assert t.host_s == approx(40 * US) and t.queued_s == approx(40 * US)
+    # the comparison's own kernel times k0, k1: 20 + 8 + k0 + k1 + 1.5 (the GPU is the later)
+    k = [kt.time_s for kt in c.tiled.timing.kernels]
+    assert c.tiled.times.call_s == approx(28 * US + k[0] + k[1] + 1.5 * US)
 
 
 def test_every_kernel_is_launched_by_one_op():
@@ -245,7 +303,8 @@ def test_an_implementation_without_call_figures_takes_a_stated_stand_in():
     assert paper.notes == (
         "host time of a call: the paper's algorithm is no library's call: sdpa-flash's call_host stands in",
     )
-    own = compare(DECODE, with_host(p, sdpa_cudnn=(25 * US, None)), impl="sdpa-cudnn").tiled.times
+    own = compare(DECODE, p.with_implementation_figures("sdpa-cudnn", call_host_s=25 * US), impl="sdpa-cudnn")
+    own = own.tiled.times
     assert own.host_s == approx(25 * US) and own.notes == ()
 
 
@@ -294,13 +353,92 @@ def test_launches_are_what_the_time_model_pays_launch_overhead_for():
     assert kernel_launches(compare(DECODE, p, impl="sdpa-cudnn").tiled.traffic.kernels[0], "sdpa-cudnn") == 2.0
 
 
-def test_the_bundled_profiles_have_no_host_figures_yet():
-    """No profile is given host figures until they are measured: the modes say so, never guess."""
-    for path in sorted(HARDWARE.glob("*.yaml")):
-        p = load_file(path)
-        assert p.host is None, path.name
-        assert all(f.call_host_s is None for f in p.implementation_figures.values()), path.name
-    c = compare(DECODE, load_profile("h200"))
+def _host_probe_record() -> list[dict]:
+    """The committed record of the host microbenchmark on the lent H200, one dict a line."""
+    from memmodel.calibration.host import RECORD
+
+    with gzip.open(REPO / RECORD, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_the_bundled_h200_holds_the_host_figures_fitted_to_its_probe():
+    """Every host figure of the bundled h200, and only those, is what memmodel.calibration.host
+    fits to the committed record (at the profile's own event_overhead), as written: 4 digits;
+    each cites the probe's source."""
+    from memmodel.calibration.host import SOURCE, fitted
+
+    h200 = load_profile("h200")
+    found = fitted(_host_probe_record(), h200.event_overhead_s)
+    assert found["host"] and found["implementations"]
+    host = dataclasses.asdict(h200.host)
+    fitted_host = {
+        f"{name}_s" if not name.endswith("launch_share") else name: v for name, (v, _) in found["host"].items()
+    }
+    assert set(fitted_host) <= set(host)
+    assert {k: v for k, v in host.items() if v is not None} == pytest.approx(fitted_host, rel=5e-4)
+    calls = {
+        name: {f"{leaf}_s": getattr(f, f"{leaf}_s") for leaf in CALL_LEAVES if getattr(f, f"{leaf}_s") is not None}
+        for name, f in h200.implementation_figures.items()
+    }
+    fitted_calls = {
+        name: {f"{leaf}_s": v for leaf, (v, _) in mine.items()} for name, mine in found["implementations"].items()
+    }
+    # which figures, exactly, then their values
+    assert {(name, k) for name, c in calls.items() for k in c} == {
+        (name, k) for name, c in fitted_calls.items() for k in c
+    }
+    for name, mine in fitted_calls.items():
+        assert calls[name] == pytest.approx(mine, rel=5e-4), name
+    # every figure cites the probe: a measured source, with its command and date
+    cited = sorted(k for k in h200.provenance if is_host_figure(k))
+    assert len(cited) == len(fitted_host) + sum(len(c) for c in fitted_calls.values())
+    assert {h200.provenance[k].source for k in cited} == {SOURCE} == {"measured-host"}
+    assert {h200.provenance[k].kind for k in cited} == {"measured"}
+    source = h200.sources[SOURCE]
+    assert source.date == "2026-12-03" and source.command == "python3 validation/probes/host_probe.py host-probe.jsonl"
+    # so every mode has a time on the bundled profile: nothing stands in for sdpa-flash's call
+    t = compare(DECODE, h200, impl="sdpa-flash").tiled.times
+    assert all(t.of(mode) > 0 for mode in TIMINGS) and t.notes == ()
+
+
+def test_other_gpus_carry_the_h200s_host_figures_and_its_call_figures_only_to_nvidia():
+    """h100-sxm (derive_from: h200) carries every host.* figure as it is, by the rule ``same``
+    (the CPU and torch set them), the gap between a graph's kernels by the same cycles, and the
+    call figures; mi300x (transfer_from: h200, AMD) carries host.* with a caveat, no call figure."""
+    from memmodel.hardware.derive import derive_rule
+
+    h200, h100, mi300x = (load_profile(name) for name in ("h200", "h100-sxm", "mi300x"))
+    assert h100.derived_from == "h200" and mi300x.transferred_from == "h200"
+    for field in dataclasses.fields(HostFigures):
+        fpath = "host." + field.name.removesuffix("_s")
+        mine, theirs = getattr(h100.host, field.name), getattr(h200.host, field.name)
+        assert mine is not None and theirs is not None, fpath
+        prov = h100.provenance[fpath]
+        assert prov.source == "derived" and prov.kind == "derived", fpath
+        if fpath == "host.graph_kernel_gap":  # the GPU's: the same cycles at h100-sxm's clock
+            assert derive_rule(fpath) == "cycles" and prov.note.startswith("the same cycles")
+            assert mine == pytest.approx(theirs * h200.clock_hz / h100.clock_hz)
+            continue
+        assert derive_rule(fpath) == "same" and mine == theirs, fpath
+        assert prov.note.startswith("from h200's host, measured 2026-12-03, carried as is: the CPU and torch set it"), (
+            fpath
+        )
+        assert prov.note.endswith(": " + h200.provenance[fpath].text), fpath
+    for name, f in h200.implementation_figures.items():
+        for leaf in CALL_LEAVES:
+            assert getattr(h100.implementation(name), f"{leaf}_s") == getattr(f, f"{leaf}_s"), (name, leaf)
+    assert "carried as is" in h100.provenance["implementations.sdpa-flash.call_host"].note
+    # another vendor: the host's figures with a caveat, no library call's
+    assert mi300x.host.op_s == h200.host.op_s
+    assert mi300x.provenance["host.op"].note.endswith("(NVIDIA's figure, taken the same on AMD: not measured)")
+    assert not [k for k in mi300x.provenance if is_host_figure(k) and k.startswith("implementations.")]
+    for f in mi300x.implementation_figures.values():
+        assert (f.call_host_s, f.split_call_host_s, f.backward_call_host_s) == (None, None, None), f.name
+
+
+def test_a_profile_without_host_figures_gives_the_kernel_time_and_says_so():
+    """Where a profile has no host figure, the modes say so, never guess."""
+    c = compare(DECODE, bare(load_profile("h200")))
     assert c.tiled.host_times.call_s is None and c.tiled.host_times.kernel_s == approx(c.tiled.timing.time_s)
     assert user_note(c.tiled.host_times, str) is None
     with pytest.raises(TimingError, match="--timing call: h200 gives no host figures"):
@@ -354,12 +492,29 @@ def test_the_note_names_a_users_timer_only_past_the_ratio():
 
 
 def _h200_data() -> dict:
-    return yaml.safe_load((HARDWARE / "h200.yaml").read_text())
+    """The bundled h200 profile's YAML without its host figures: no ``host:`` section, no
+    implementation's call figures, no ``measured-host`` source (what the probe added)."""
+    data = yaml.safe_load((HARDWARE / "h200.yaml").read_text())
+    del data["host"], data["sources"]["measured-host"]
+    for figures in data["implementations"].values():
+        for leaf in CALL_LEAVES:
+            figures.pop(leaf, None)
+    return data
+
+
+def bare_h200(folder: Path) -> Path:
+    """The bundled h200 profile without host figures (:func:`_h200_data`), written to
+    ``folder/h200.yaml`` (in a user's config folder it shadows the bundled profile)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "h200.yaml"
+    path.write_text(yaml.safe_dump(_h200_data(), sort_keys=False))
+    return path
 
 
 def h200_with_host(folder: Path, name: str = "h200", **host: str) -> Path:
-    """The bundled h200 profile with measured host figures and sdpa-flash's call figures, written
-    to ``folder/NAME.yaml`` (a user's config folder shadows the bundled profile of that name)."""
+    """The h200 profile with the synthetic host figures (:data:`HOST`) and sdpa-flash's call
+    figures in place of the measured ones, written to ``folder/NAME.yaml`` (a user's config
+    folder shadows the bundled profile of that name)."""
     data = _h200_data()
     data["name"] = name
     figures = {"op": "10 us", "view": "2 us", "gemm": "14 us", "autograd_node": "4 us"}
@@ -376,8 +531,21 @@ def h200_with_host(folder: Path, name: str = "h200", **host: str) -> Path:
 
 @pytest.fixture
 def measured_host(tmp_path: Path) -> Path:
-    """h200 with host figures, found by name before the bundled one (the other GPUs carry them from it)."""
+    """h200 with the synthetic host figures, found by name before the bundled one (the other GPUs
+    carry them from it)."""
     return h200_with_host(tmp_path / "config" / "memmodel" / "hardware")
+
+
+@pytest.fixture
+def no_host(tmp_path: Path) -> Path:
+    """h200 without host figures, found by name before the bundled one."""
+    return bare_h200(tmp_path / "config" / "memmodel" / "hardware")
+
+
+@pytest.fixture
+def bare_file(tmp_path: Path) -> Path:
+    """h200 without host figures, as a file given by its path (beside ``measured_host``)."""
+    return bare_h200(tmp_path / "bare")
 
 
 def test_a_profiles_host_figures_are_parsed_in_seconds(measured_host):
@@ -454,7 +622,7 @@ def test_host_figures_carry_as_is_and_the_graph_gap_by_the_cycles_rule(measured_
     assert "NVIDIA's figure, taken the same on AMD" in mi300x.provenance["host.op"].note
 
 
-def test_hardware_show_lists_host_figures_or_says_there_are_none(run, measured_host):
+def test_hardware_show_lists_host_figures_or_says_there_are_none(run, measured_host, bare_file):
     r = run("hardware", "show", "h200", "--format", "json")
     host = json.loads(r.stdout)["host"]
     assert host["op_s"] == pytest.approx(10e-6) and host["implementations"]["sdpa-flash"][
@@ -463,10 +631,10 @@ def test_hardware_show_lists_host_figures_or_says_there_are_none(run, measured_h
     assert "host.graph_kernel_gap" in run("hardware", "show", "h200").stdout
     bare = run("hardware", "show", "b200")  # bundled: b200 transfers from the bundled h200 (shadowed here)
     assert bare.exit_code == 0
-    plain = run("hardware", "show", str(HARDWARE / "h200.yaml"))
+    plain = run("hardware", "show", str(bare_file))
     assert (
         "host: none" in plain.stdout
-        and json.loads(run("hardware", "show", str(HARDWARE / "h200.yaml"), "--format", "json").stdout)["host"] is None
+        and json.loads(run("hardware", "show", str(bare_file), "--format", "json").stdout)["host"] is None
     )
 
 
@@ -583,14 +751,14 @@ def test_every_command_takes_a_timing(run, measured_host, command, timing):
         assert alg["host_time_s"] > 0 and alg["predicted_time_range_s"] is None
 
 
-def test_compare_json_keys_under_the_default_timing(run, measured_host):
+def test_compare_json_keys_under_the_default_timing(run, measured_host, bare_file):
     data = json.loads(run(*COMPARE, "--format", "json").stdout)
     assert data["timing"] == "kernel" and data["options"]["timing"] == "kernel"
     for alg in data["algorithms"]:
         assert alg["predicted_time_s"] == alg["predicted_times_s"]["kernel"]
         assert alg["predicted_times_s"]["call"] > alg["predicted_times_s"]["kernel"]
-    # the bundled profile: no host figures, the other modes null
-    bare = json.loads(run(*COMPARE[:-1], str(HARDWARE / "h200.yaml"), "--format", "json").stdout)
+    # a profile without host figures: the other modes null
+    bare = json.loads(run(*COMPARE[:-1], str(bare_file), "--format", "json").stdout)
     assert bare["algorithms"][1]["predicted_times_s"]["call"] is None and bare["algorithms"][1]["host_time_s"] is None
 
 
@@ -618,7 +786,7 @@ def test_a_tables_call_time_is_the_pipelines(run, measured_host):
     assert f"{tiled['predicted_time_s'] * 1e6:.3f} us" in lines["predicted time, call"]
 
 
-def test_the_default_timing_notes_a_users_timer_once(run, measured_host):
+def test_the_default_timing_notes_a_users_timer_once(run, measured_host, bare_file):
     r = run(*COMPARE)
     notes = [line for line in r.stderr.splitlines() if "a user's timer" in line]
     assert notes == [
@@ -626,7 +794,7 @@ def test_the_default_timing_notes_a_users_timer_once(run, measured_host):
     ]
     assert not any("a user's timer" in line for line in run(*COMPARE, "--timing", "call").stderr.splitlines())
     # no host figures: nothing said, nothing guessed
-    bare = run(*COMPARE[:-1], str(HARDWARE / "h200.yaml"))
+    bare = run(*COMPARE[:-1], str(bare_file))
     assert "a user's timer" not in bare.stderr
 
 
@@ -640,7 +808,7 @@ def test_the_stand_in_is_said_under_call_timing(run, measured_host):
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_missing_host_figures_are_one_line_and_exit_2(run, command):
+def test_missing_host_figures_are_one_line_and_exit_2(run, no_host, command):
     if command == "trace":
         pytest.importorskip("torch")
     line = one_error_line(run(command, *COMMANDS[command], "--timing", "call"))
@@ -648,6 +816,19 @@ def test_missing_host_figures_are_one_line_and_exit_2(run, command):
     assert line.endswith("or use --timing kernel")
     graph = one_error_line(run(command, *COMMANDS[command], "--timing", "graph"))
     assert graph.startswith("memmodel: error: --timing graph: h200 gives no host figures (host.*")
+
+
+def test_a_gpu_without_a_needed_call_figure_is_one_line_and_exit_2(run):
+    """mi300x carries the h200's host.* figures but no library call's (another vendor's): a call
+    under --timing call needs one, a graph's replay does not."""
+    amd = ("compare", "--n", "1", "--n-kv", "4096", "--d", "128", "--heads", "8", "--dtype", "bf16", "--gpu", "mi300x")
+    line = one_error_line(run(*amd, "--impl", "sdpa-flash", "--timing", "call"))
+    assert line.startswith(
+        "memmodel: error: --timing call: mi300x gives no implementations.sdpa-flash.call_host (host seconds of one "
+        "call of the implementation)"
+    )
+    assert line.endswith("or use --timing kernel")
+    assert run(*amd, "--impl", "sdpa-flash", "--timing", "graph").exit_code == 0
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
@@ -674,12 +855,12 @@ def test_every_mode_is_in_the_help(run):
         assert "profilers and benchmark loops report" in text
 
 
-def test_a_default_sweep_notes_a_users_timer_once_and_writes_what_it_wrote(run, measured_host):
+def test_a_default_sweep_notes_a_users_timer_once_and_writes_what_it_wrote(run, measured_host, bare_file):
     grid = ("sweep", "--n", "1,4096", "--n-kv", "1024:65536:x4", "--d", "128", "--heads", "8", "--dtype", "bf16")
     timed = run(*grid, "--gpu", "h200", "--format", "csv")
-    bare = run(*grid, "--gpu", str(HARDWARE / "h200.yaml"), "--format", "csv")
+    bare = run(*grid, "--gpu", str(bare_file), "--format", "csv")
     # the call times kept for the note are never written out (the bare profile's rows name its path)
-    assert timed.stdout == bare.stdout.replace(str(HARDWARE / "h200.yaml"), "h200")
+    assert timed.stdout == bare.stdout.replace(str(bare_file), "h200")
     notes = [line for line in timed.stderr.splitlines() if "a user's timer" in line]
     assert len(notes) == 1 and notes[0].startswith(
         "memmodel: a user's timer around one call sees more than the kernel time in 6 of 8 tiled rows (up to 4.5×"
