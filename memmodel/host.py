@@ -208,6 +208,8 @@ def missing_line(timing: str, profile: Profile, figure: str) -> str:
     no host figure at all, that it has none."""
     source = profile.transferred_from or profile.derived_from
     also = f", nor does {source}, which it is carried from" if source else ""
+    if source and figure.startswith("implementations."):  # a library's call: carried within a vendor only
+        also = f" (a library call's host time is carried from {source} only to GPUs of its vendor)"
     if profile.host is None:
         named = "no host figures (host.*: what issuing work costs the CPU and torch)"
     else:
