@@ -1036,8 +1036,12 @@ FP8_AUTO_NOTE = (
 def _default_one(d: int, dtype: str, profile: Profile | None) -> tuple[str, str]:
     if dtype == "fp8":
         return "paper", FP8_AUTO_NOTE
-    if getattr(profile, "vendor", None) == "AMD" and _unsupported("ck", d, dtype, profile) is None:
-        return "ck", ROCM_DEFAULT_NOTE
+    if getattr(profile, "vendor", None) == "AMD":
+        why = _unsupported("ck", d, dtype, profile)
+        if why is None:
+            return "ck", ROCM_DEFAULT_NOTE
+        # NVIDIA's kernels are not built for CDNA, and PyTorch's ROCm default (AOTriton) is not modelled
+        return "paper", f"{why}; PyTorch's ROCm kernels (AOTriton) are not modelled: showing the paper's algorithm"
     cap = _capability(profile)
     order = (
         ("sdpa-cudnn", "sdpa-flash", "sdpa-efficient")
