@@ -166,6 +166,9 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp32", "fp16", "bf16"),
         capability=(5.0, 12.1),
         value_head_dims=None,
+        # one CTA a Q block walks every key: no split-KV, no combine (measured on the H200: a
+        # decode of 4096 keys runs one fmha_cutlassF kernel, validation/h200/final/h200-calls-check)
+        splits_kv=False,
     ),
     "triton": Implementation(
         "triton",

@@ -91,7 +91,11 @@ def measured_cases(stem: str) -> tuple[list[tuple[Any, dict[str, Any], list[Any]
     if data.get("schema") != SCHEMA:
         return None
     profile = recorded_profile(data, str(path))
-    ok = [(Case.from_dict(e["case"]), e) for e in data["cases"] if e.get("status") == "ok"]
+    ok = [
+        (Case.from_dict(e["case"]), e)
+        for e in data["cases"]
+        if e.get("status") == "ok" and e["case"].get("kind") != "trace"  # a traced function: no workload
+    ]
     placements = int((data.get("ncu") or {}).get("placements", 1))
     groups = split_placements(parse_csv(_read(trace)), [c.id for c, _ in ok], placements)
     return [(case, entry, groups[case.id]) for case, entry in ok if case.id in groups], profile
@@ -239,8 +243,8 @@ def step_errors(profile_of: Any, folder: str = CHECKS) -> tuple[list[float], lis
         profile = profile_of(data, str(path))
         before = len(errors)
         for entry in data["cases"]:
-            if entry.get("status") != "ok" or "timing" not in entry:
-                continue
+            if entry.get("status") != "ok" or "timing" not in entry or entry["case"].get("kind") == "trace":
+                continue  # a traced function is no workload of the time model's classes
             case = Case.from_dict(entry["case"])
             if refused(case, profile):
                 continue
