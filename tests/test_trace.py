@@ -293,7 +293,13 @@ EXAMPLE_CASES = {
         ],
     ),
     "bloom_alibi": (
-        {"q": (8, 256, 64), "k": (8, 256, 64), "v": (8, 256, 64), "alibi": (8, 1, 256), "mask": ((1, 256, 256), "bool")},
+        {
+            "q": (8, 256, 64),
+            "k": (8, 256, 64),
+            "v": (8, 256, 64),
+            "alibi": (8, 1, 256),
+            "mask": ((1, 256, 256), "bool"),
+        },
         # baddbmm adds the bias into Q Kᵀ, masked_fill out of place (a copy, then the fill), the casts
         # around the fp32 softmax, P V (dropout off outside training: no kernel)
         ["baddbmm", "clone", "masked_fill_", "_to_copy", "_softmax", "_to_copy#2", "bmm"],
@@ -319,11 +325,26 @@ EXAMPLE_CASES = {
         {"q": (2, 4, 256, 64), "k": (2, 4, 256, 64), "v": (2, 4, 256, 64), "position_bias": (1, 4, 256, 256)},
         # Q Kᵀ unscaled, the bias added, the fp32 softmax between its casts, P V (dropout off)
         ["bmm", "add", "_to_copy", "_softmax", "_to_copy#2", "bmm#2"],
-        ["bmm#3", "bmm#4", "_to_copy#3", "_softmax_backward_data.mul", "_softmax_backward_data", "_to_copy#4", "bmm#5", "bmm#6"],
+        [
+            "bmm#3",
+            "bmm#4",
+            "_to_copy#3",
+            "_softmax_backward_data.mul",
+            "_softmax_backward_data",
+            "_to_copy#4",
+            "bmm#5",
+            "bmm#6",
+        ],
         ("q", "k", "v"),
     ),
     "vit_attention": (
-        {"x": (2, 197, 768), "qkv_weight": (2304, 768), "qkv_bias": (2304,), "proj_weight": (768, 768), "proj_bias": (768,)},
+        {
+            "x": (2, 197, 768),
+            "qkv_weight": (2304, 768),
+            "qkv_bias": (2304,),
+            "proj_weight": (768, 768),
+            "proj_bias": (768,),
+        },
         # the QKV projection, Q scaled, matmul's copies of the strided Q and Kᵀ, softmax, the copy of
         # V, P V, the heads merged, the output projection
         ["addmm", "mul", "clone", "clone#2", "bmm", "_softmax", "clone#3", "bmm#2", "clone#4", "addmm#2"],
@@ -660,3 +681,45 @@ def test_the_flash_benchmarks_packed_baseline_traces_as_its_benchmark_runs():
     baddbmm = next(k for k in t.traffic.kernels if k.name == "baddbmm")
     writes = sum(x.bytes for x in baddbmm.transfers if x.level == "hbm" and x.direction == "write")
     assert writes == 2 * 4 * 1024 * 1024 * 2
+
+
+def test_a_large_product_takes_cublas_large_tiles_and_dense_arithmetic_the_vectorised_rate():
+    pytest.importorskip("torch")
+    import torch
+
+    from memmodel import trace
+
+    def layer(x, w, y):
+        return torch.mm(x, w) + y  # a projection, then a residual add of the same shape
+
+    t = trace(layer, {"x": (4096, 4096), "w": (4096, 4096), "y": (4096, 4096)}, dtype="bf16", profile="h200")
+    mm, add = t.traffic.kernels
+    reads = {x.tensor: x.bytes for x in mm.transfers if x.level == "l2" and x.direction == "read"}
+    a = 4096 * 4096 * 2  # 32 MiB each operand
+    # 256 x 128 output tiles: A requested once per tile column (4096 / 128 = 32), B once per tile
+    # row (4096 / 256 = 16)
+    assert reads == {"x": 32 * a, "w": 16 * a}
+    # every tensor of the add has the output's shape: ATen's vectorised kernel, the scale rate
+    assert add.op == "scale"
+
+    def attention_shaped(q, k):
+        return q @ k.transpose(-1, -2)  # inner dimension 64: 128 x 128 tiles, as before
+
+    t = trace(attention_shaped, {"q": (1, 4, 1024, 64), "k": (1, 4, 1024, 64)}, dtype="bf16", profile="h200")
+    bmm = next(k for k in t.traffic.kernels if k.op == "gemm")
+    q_bytes = 4 * 1024 * 64 * 2
+    q_reads = [x.bytes for x in bmm.transfers if x.level == "l2" and x.direction == "read" and x.tensor == "q"]
+    assert q_reads == [8 * q_bytes]  # ⌈1024 / 128⌉ = 8 tile columns
+
+
+def test_a_broadcast_operand_keeps_the_generic_elementwise_rate():
+    pytest.importorskip("torch")
+
+    from memmodel import trace
+
+    def norm(x, r):
+        return x * r  # r (4096, 1) broadcast over the columns
+
+    t = trace(norm, {"x": (4096, 4096), "r": (4096, 1)}, dtype="fp32", profile="h200")
+    (mul,) = t.traffic.kernels
+    assert mul.op == "elementwise"

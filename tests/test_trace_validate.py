@@ -434,7 +434,13 @@ def test_mode_errors_and_their_summary():
 
 
 def test_summaries_of_records_without_the_new_keys_have_none_of_them():
-    for path in sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json.gz"))[:6]:
+    measured_so = ("h200-calls-check", "h200-trace-check")  # the records that hold the new keys
+    older = [
+        p
+        for p in sorted((REPO / "validation" / "h200" / "final").glob("h200-*.json.gz"))
+        if not p.name.startswith(measured_so)
+    ]
+    for path in older[:6]:
         s = summarize_record(read_json(path))
         assert not {"call_time", "queued_time", "graph_time", "kernel_list", "traced_kernel_time"} & set(s), path
 

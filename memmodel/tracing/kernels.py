@@ -128,8 +128,18 @@ def rule(*names: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def _tiles(extent: int) -> int:
-    return -(-extent // GEMM_TILE)
+def _tiles(extent: int, tile: int = GEMM_TILE) -> int:
+    return -(-extent // tile)
+
+
+#: the output tile cuBLAS runs a large product with (rows × columns): the H200's dense
+#: projections ran nvjet_sm90_tst_256x128 and 320x128 kernels (validation/h200/final/
+#: h200-trace-check), Ampere's cuBLAS its 256x128 kernels; attention-shaped products (an inner
+#: or output dimension of a head dim) keep GEMM_TILE's 128 × 128, which the standard kernels'
+#: validation measured
+LARGE_GEMM_TILE = (256, 128)
+#: a product takes LARGE_GEMM_TILE where its rows, columns and inner dimension all pass this
+LARGE_GEMM_FROM = 256
 
 
 def _dims(ref: TensorRef) -> str:
@@ -189,9 +199,11 @@ class _Launch:
         self.k = KernelBuilder(self.name, pass_)
         self.written: set[int] = set()
 
-    def read(self, ref: TensorRef, *, tiles: int | None = None, over: TensorRef | None = None) -> None:
-        """Read ``ref``: as a GEMM operand requested ``tiles`` times, or as an elementwise input
-        broadcast ``over`` the output."""
+    def read(
+        self, ref: TensorRef, *, tiles: int | None = None, over: TensorRef | None = None, tile: int = GEMM_TILE
+    ) -> None:
+        """Read ``ref``: as a GEMM operand requested once per output tile of ``tile`` along the
+        other operand's ``tiles`` extent, or as an elementwise input broadcast ``over`` the output."""
         m, e = self.m, ref.itemsize
         tensor, role = m.name(ref.storage), m.role(ref)
         unique = ref.nbytes
@@ -211,8 +223,8 @@ class _Launch:
             return
         hbm = l2m.carried_over(unique, m.l2) if ref.storage in m.last_written else unique
         if tiles is not None:
-            requested = ref.numel * e * _tiles(tiles)
-            self.k.read(tensor, role, requested, hbm, f"⌈{tiles}/{GEMM_TILE}⌉ · {_dims(ref)}")
+            requested = ref.numel * e * _tiles(tiles, tile)
+            self.k.read(tensor, role, requested, hbm, f"⌈{tiles}/{tile}⌉ · {_dims(ref)}")
             return
         self.k.read(tensor, role, unique, hbm, _dims(ref))
 
@@ -499,8 +511,12 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
     cols = b.shape[-1]
     batch = out.numel // max(rows * cols, 1)
     k = m.launch(e.op, e)
-    k.read(a, tiles=cols)
-    k.read(b, tiles=rows)
+    # a large dense product (a projection, an MLP): cuBLAS' large output tiles, A requested once
+    # per tile column, B once per tile row; attention-shaped products keep 128 × 128
+    large = min(rows, cols, inner) > LARGE_GEMM_FROM
+    tile_rows, tile_cols = LARGE_GEMM_TILE if large else (GEMM_TILE, GEMM_TILE)
+    k.read(a, tiles=cols, tile=tile_cols)
+    k.read(b, tiles=rows, tile=tile_rows)
     if isinstance(bias, TensorRef) and beta != 0:
         k.read(bias, over=out)
     k.write(out)
@@ -553,11 +569,18 @@ TRANSCENDENTAL = ("exp", "exp2", "expm1", "log", "log2", "log1p", "sin", "cos")
 
 @rule(*ARITHMETIC, *(f"{n}_" for n in ARITHMETIC if n != "where"))
 def _arithmetic(m: _Mapper, e: OpEvent) -> None:
+    """A tensor times a number, or any arithmetic whose tensors all have the output's shape and
+    layout, runs ATen's vectorised elementwise kernel (``vectorized_elementwise_kernel``: the
+    profile's ``kernels.scale`` rate, measured on a multiply by a number); an operand broadcast or
+    strided against the output takes its generic path (``elementwise_kernel``: the
+    ``kernels.elementwise`` rate, measured on ``masked_fill_`` with a broadcast mask)."""
     tensors = [t for t in e.tensors() if t.ndim > 0]
+    out = e.outputs[0]
     scale = e.op.rstrip("_") in ("mul", "div") and len(tensors) == 1
+    dense = all(t.shape == out.shape and t.strides == out.strides for t in tensors) and e.op != "where"
     if e.op == "where" and e.args and isinstance(e.args[0], TensorRef) and e.args[0].dtype == "bool":
         m.masked.add(e.outputs[0].storage)
-    _elementwise(m, e, "scale" if scale else "elementwise")
+    _elementwise(m, e, "scale" if scale or dense else "elementwise")
 
 
 @rule(*TRANSCENDENTAL, *(f"{n}_" for n in TRANSCENDENTAL))
