@@ -960,3 +960,28 @@ def test_the_calibrations_host_figures_are_in_the_schema():
     for leaf in ("call_host", "split_call_host", "backward_call_host"):
         fpath = f"implementations.sdpa-cudnn.{leaf}"
         assert fpath in FIELDS and fpath in HOST_CEILINGS and derive_rule(fpath) == "same" and host_set(fpath)
+
+
+def test_a_runs_own_host_rows_replace_the_profiles_host_figures():
+    """validate measures its machine's host first: a record's host rows time its calls."""
+    import gzip
+
+    from memmodel.calibration.host import fitted, with_host_figures
+
+    path = Path(__file__).resolve().parent.parent / "validation" / "h200" / "host-probe" / "host-probe.jsonl.gz"
+    rows = [json.loads(line) for line in gzip.open(path, "rt") if line.strip()]
+    # a host twice as slow: every host time of every row doubled
+    slow = [
+        {k: (2 * v if k in ("host_s", "queued_s", "forward_host_s", "step_host_s") else v) for k, v in r.items()}
+        for r in rows
+    ]
+    p = bare(load_profile("h200"))
+    q = with_host_figures(p, slow)
+    want = fitted(slow, p.event_overhead_s)
+    assert (
+        q.host.op_s == pytest.approx(want["host"]["op"][0]) and q.host.op_s > 1.5 * with_host_figures(p, rows).host.op_s
+    )
+    assert q.implementation("sdpa-flash").call_host_s == pytest.approx(
+        want["implementations"]["sdpa-flash"]["call_host"][0]
+    )
+    assert with_host_figures(p, []) is p  # no rows: the profile as it was

@@ -85,7 +85,9 @@ def fitted(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[
         if values:
             out["host"][label] = (_sig(statistics.median(values)), len(values))
 
-    median_of([float(by["host", o]["host_s"]) for o in VIEWS if ("host", o) in by and "host_s" in by["host", o]], "view")
+    median_of(
+        [float(by["host", o]["host_s"]) for o in VIEWS if ("host", o) in by and "host_s" in by["host", o]], "view"
+    )
     for label, names in (("op", OPS), ("gemm", GEMMS)):
         values = []
         for o in names:
@@ -103,7 +105,9 @@ def fitted(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[
         latency.append(float(c["call_s"]) - host - float(c["kernel_s"]) - event_overhead_s)
     median_of(latency, "launch_latency")
 
-    sdpa = {(r["impl"], r["shape"], bool(r["backward"])): r for r in rows if r.get("section") == "sdpa" and "host_s" in r}
+    sdpa = {
+        (r["impl"], r["shape"], bool(r["backward"])): r for r in rows if r.get("section") == "sdpa" and "host_s" in r
+    }
     if "launch_latency" in out["host"]:
         lat = out["host"]["launch_latency"][0]
         shares: dict[str, list[float]] = {"launch_share": [], "split_launch_share": []}
@@ -137,7 +141,9 @@ def fitted(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[
         out["host"]["autograd_node"] = (_sig(per_node - out["host"]["op"][0]), 2)
         out["host"]["backward_pass"] = (_sig(bwd[1] - per_node), 2)
 
-    graphs = sorted((int(r["n"]), float(r["replay_call_s"]), r.get("kernel_us")) for r in rows if r.get("section") == "graph")
+    graphs = sorted(
+        (int(r["n"]), float(r["replay_call_s"]), r.get("kernel_us")) for r in rows if r.get("section") == "graph"
+    )
     if len(graphs) >= 2 and graphs[0][2]:
         ns = [g[0] for g in graphs]
         ts = [g[1] for g in graphs]
@@ -222,3 +228,24 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], event_overhead_s
     from .serving import cite
 
     return cite(data, SOURCE, "memmodel host microbenchmark", RECORD, COMMAND, env, date=DATE)
+
+
+def with_host_figures(profile: Any, rows: Iterable[Mapping[str, Any]]) -> Any:
+    """``profile`` with the host figures ``rows`` (the host step's, :mod:`memmodel.gpu.calibrate_host`)
+    give in place of its own, each implementation's call figures too; what the rows do not
+    measure stays the profile's. A validate run measures its own host first: a host's dispatch
+    varied two- to threefold between the lent machines, so call times are scored with the host
+    figures of the machine that ran them."""
+    import dataclasses
+
+    from ..hardware.profile import HostFigures
+
+    found = fitted(list(rows), float(profile.event_overhead_s or 0.0))
+    if not found["host"] and not found["implementations"]:
+        return profile
+    fields = {f"{name}_s" if not name.endswith("launch_share") else name: v for name, (v, _) in found["host"].items()}
+    base = profile.host or HostFigures()
+    out = dataclasses.replace(profile, host=dataclasses.replace(base, **fields))
+    for impl, figures in found["implementations"].items():
+        out = out.with_implementation_figures(impl, **{f"{name}_s": v for name, (v, _) in figures.items()})
+    return out

@@ -69,6 +69,13 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     help="JSON record, rewritten after every case (always valid; gzip-compressed if FILE ends in .gz, its Nsight "
     "Compute trace too); an existing FILE is replaced only with --force.",
 )
+@option(
+    "--host-probe/--no-host-probe",
+    default=True,
+    show_default=True,
+    help="Measure this machine's host dispatch first (about half a minute) and predict the call, queued and graph "
+    "times with it: a host's speed varies from machine to machine (the kernel times are the profile's either way).",
+)
 @option("--list", "list_only", is_flag=True, help="Print the cases that would run and exit (no GPU needed).")
 @option(
     "--rescore",
@@ -129,6 +136,7 @@ def validate_cmd(
     placements: int,
     reps: int,
     output: str | None,
+    host_probe: bool,
     list_only: bool,
     predict_only: bool,
     rescore_path: str | None,
@@ -254,6 +262,7 @@ def validate_cmd(
                 placements=placements,
                 on_progress=update,
                 predictions=predictions,
+                host_probe=host_probe,
             )
     except KeyboardInterrupt:
         record.save()

@@ -189,8 +189,9 @@ def sdpa_fns(backend: str, shape: tuple, backward: bool):
     return (step if backward else fwd), ctx
 
 
-def measure_host(ctx: Any = None, on_row: Any = None) -> dict[str, Any]:
-    """Every row (see the module's docstring); ``on_row(row)`` is called as each is measured."""
+def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every row (see the module's docstring); ``on_row(row)`` is called as each is measured;
+    ``skip``: implementations not to time (``flex``: its compilation takes tens of seconds)."""
     import torch
     import torch.nn.functional as F
 
@@ -276,7 +277,7 @@ def measure_host(ctx: Any = None, on_row: Any = None) -> dict[str, Any]:
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         emit(row)
     # memmodel's Triton kernel and FlexAttention (compiled)
-    for impl in ("triton", "flex"):
+    for impl in (i for i in ("triton", "flex") if i not in skip):
         for shape in SDPA_SHAPES:
             if impl == "triton" and shape[0] == "decode":
                 continue

@@ -92,11 +92,14 @@ def run_validation(
     placements: int = 1,
     on_progress: Callable[[int, str], None] | None = None,
     predictions: dict[str, dict[str, Any]] | None = None,
+    host_probe: bool = False,
 ) -> dict[str, Any]:
     """Time every case on the GPU (and with ``ncu`` measure the bytes of the ordinary ones),
     each entry saved in ``record`` as it finishes. Trace cases are predicted by
     :func:`memmodel.trace_scoring.trace_prediction`, or taken from ``predictions`` (case id ->
-    prediction) where the caller traced them already."""
+    prediction) where the caller traced them already. ``host_probe``: measure this machine's
+    host dispatch first (:mod:`.calibrate_host`, kept in the record's ``host_probe``) and predict
+    the call, queued and graph times with it (the kernel times are the profile's either way)."""
     from .paged_run import grouped
     from .run import require_cuda, time_case
     from .trace_run import time_trace_case
@@ -105,11 +108,28 @@ def run_validation(
     cases = grouped(cases)  # the paged cases by kernel variant: each compiles once (nvcc, Triton)
     total = len(cases) * (2 if ncu else 1)
     done = 0
+    bundled = profile
+    if host_probe:
+        # this machine's host first: call, queued and graph times are predicted with its figures
+        from ..calibration.host import with_host_figures
+        from .calibrate_host import measure_host
+
+        if on_progress:
+            on_progress(done, "host dispatch")
+        try:
+            rows = measure_host(skip=("flex",))["rows"]
+        except Exception as exc:  # the host probe is a help: its failure keeps the bundled figures
+            record.data["host_probe"] = {"error": f"{exc.__class__.__name__}: {exc}"[:300]}
+        else:
+            record.data["host_probe"] = {"rows": rows}
+            profile = with_host_figures(profile, rows)
+        record.save()
     for case in cases:
         if on_progress:
             on_progress(done, f"time {case.impl}")
         if isinstance(case, TraceCase):
-            predicted = (predictions or {}).get(case.id) or trace_prediction(case, profile)
+            given = (predictions or {}).get(case.id) if profile is bundled else None
+            predicted = given or trace_prediction(case, profile)
         else:
             predicted = predicted_times(case, profile)
         entry: dict[str, Any] = {"case": case.to_dict(), "predicted": predicted}
@@ -267,6 +287,11 @@ def rescore(data: dict[str, Any], ncu_csv: str | None, profile: Profile, *, near
 
     out = {**data, "profile": profile_entry(profile)}
     out["rescored"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rows = (data.get("host_probe") or {}).get("rows")
+    if rows:  # the run measured its machine's host: its call times are scored with those figures
+        from ..calibration.host import with_host_figures
+
+        profile = with_host_figures(profile, rows)
     cases = []
     ok_cases = [Case.from_dict(e["case"]) for e in data["cases"] if e.get("status") == "ok" and not is_trace_entry(e)]
     placements = int((data.get("ncu") or {}).get("placements", 1))
