@@ -111,6 +111,18 @@ def kernels_of(fn) -> list[dict]:
 # the ops
 
 
+def timed(fn, calls: int = 100) -> dict:
+    """A call's host time, a user's timer around it, its queued and kernel paces and its kernels:
+    the keys of an ``sdpa`` row."""
+    return {
+        "host_s": host_seconds(fn, calls=calls),
+        "call_s": call_seconds(fn),
+        "queued_s": queued_seconds(fn),
+        "kernel_s": queued_seconds(fn, behind_sleep=True),
+        "kernels": kernels_of(fn),
+    }
+
+
 def _t(*shape, dtype=None, grad=False):
     import torch
 
@@ -253,11 +265,7 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
                 try:
                     fn, ctx = sdpa_fns(backend, shape, backward)
                     with ctx:
-                        row["host_s"] = host_seconds(fn, calls=50 if backward else 100)
-                        row["call_s"] = call_seconds(fn)
-                        row["queued_s"] = queued_seconds(fn)
-                        row["kernel_s"] = queued_seconds(fn, behind_sleep=True)
-                        row["kernels"] = kernels_of(fn)
+                        row.update(timed(fn, calls=50 if backward else 100))
                 except Exception as exc:
                     row["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 emit(row)
@@ -268,11 +276,7 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
             _, b, h, hk, n, nk, d = shape
             q, k, v = _t(b, h, n, d), _t(b, hk, nk, d), _t(b, hk, nk, d)
             fn = lambda q=q, k=k, v=v, g=h != hk: F.scaled_dot_product_attention(q, k, v, enable_gqa=g)  # noqa: E731
-            row["host_s"] = host_seconds(fn)
-            row["call_s"] = call_seconds(fn)
-            row["queued_s"] = queued_seconds(fn)
-            row["kernel_s"] = queued_seconds(fn, behind_sleep=True)
-            row["kernels"] = kernels_of(fn)
+            row.update(timed(fn))
         except Exception as exc:
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         emit(row)
@@ -294,11 +298,7 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
 
                     flex = torch.compile(flex_attention, dynamic=False)
                     fn = lambda q=q, k=k, v=v, g=h != hk, flex=flex: flex(q, k, v, enable_gqa=g)  # noqa: E731
-                row["host_s"] = host_seconds(fn)
-                row["call_s"] = call_seconds(fn)
-                row["queued_s"] = queued_seconds(fn)
-                row["kernel_s"] = queued_seconds(fn, behind_sleep=True)
-                row["kernels"] = kernels_of(fn)
+                row.update(timed(fn))
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             emit(row)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from memmodel.cases import parse_case  # noqa: E402
 from memmodel.gpu import run as R  # noqa: E402
+from memmodel.gpu.calibrate_host import call_seconds as call  # noqa: E402
 
 CASES = (
     "impl=sdpa-cudnn,batch=4,heads=12,n=197,d=64,dtype=bf16",
@@ -41,21 +42,6 @@ def queued(fn, calls=200):
     host = (time.perf_counter() - t0) / calls
     b.synchronize()
     return a.elapsed_time(b) * 1e-3 / calls, host
-
-
-def call(fn, reps=50):
-    for _ in range(3):
-        fn()
-    out = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e-3)
-    return statistics.median(out)
 
 
 def row(fh, **kw):
