@@ -134,9 +134,22 @@ def fitted(lines: Iterable[Mapping[str, Any]], event_overhead_s: float) -> dict[
         if fwd is not None and step is not None:
             impls.setdefault(impl, {})["backward_call_host"] = (_sig(host_time(step) - host_time(fwd)), 1)
 
-    chains = {r["n"]: r for r in rows if r.get("section") == "autograd" and r.get("kind") == "mul"}
-    if 1 in chains and 4 in chains and "op" in out["host"]:
-        bwd = {n: float(chains[n]["step_host_s"]) - float(chains[n]["forward_host_s"]) for n in (1, 4)}
+    chains = {(r.get("kind"), r["n"]): r for r in rows if r.get("section") == "autograd"}
+    if all(("mul", n) in chains for n in (1, 4, 16)) and "step_queued_s" in chains["mul", 16] and "op" in out["host"]:
+        # host-bound paces of calls queued back to back (behind a sleeping kernel a backward's
+        # launches can fill the queue): a node of a chain of 4 to 16 multiplications, and of views
+        def backward(kind: str, n: int) -> float:
+            r = chains[kind, n]
+            return float(r["step_queued_s"]) - float(r["forward_queued_s"])
+
+        per_node = (backward("mul", 16) - backward("mul", 4)) / 12
+        out["host"]["autograd_node"] = (_sig(max(per_node - out["host"]["op"][0], 0.0)), 2)
+        out["host"]["backward_pass"] = (_sig(max(backward("mul", 1) - per_node, 0.0)), 2)
+        if all(("view", n) in chains for n in (1, 16)) and "view" in out["host"]:
+            per_view = (backward("view", 16) - backward("view", 1)) / 15
+            out["host"]["autograd_view_node"] = (_sig(max(per_view - out["host"]["view"][0], 0.0)), 2)
+    elif ("mul", 1) in chains and ("mul", 4) in chains and "op" in out["host"]:
+        bwd = {n: float(chains["mul", n]["step_host_s"]) - float(chains["mul", n]["forward_host_s"]) for n in (1, 4)}
         per_node = (bwd[4] - bwd[1]) / 3
         out["host"]["autograd_node"] = (_sig(per_node - out["host"]["op"][0]), 2)
         out["host"]["backward_pass"] = (_sig(bwd[1] - per_node), 2)
@@ -170,6 +183,8 @@ NOTES = {
     "launch about halfway through their host time: more of it comes after their launches)",
     "autograd_node": "the autograd engine's host time a backward node, beyond the op it dispatches: a backward of "
     "a chain of 4 elementwise ops against 1",
+    "autograd_view_node": "the autograd engine's host time a backward node that dispatches only a view, beyond the "
+    "view: a backward of a chain of 16 transposes against 1, host-bound queued paces",
     "backward_pass": "the host time a backward pass (torch.autograd.grad) costs at one node, beyond the node: "
     "the engine's start and the gradients' return",
     "graph_launch": "a user's timer around one replay of a CUDA graph, less its kernels: the intercept of a "

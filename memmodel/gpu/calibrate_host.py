@@ -303,17 +303,19 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             emit(row)
 
-    # 3. autograd: backward of a chain of n elementwise ops, and of n matmuls
+    # 3. autograd: backward of a chain of n elementwise ops, of n views and of n matmuls, the
+    # host's time behind a sleeping kernel and, host-bound, the pace of calls queued back to back
+    # (a backward's many launches can fill the launch queue behind the sleep)
     for n in (1, 4, 16):
-        for kind in ("mul", "matmul"):
+        for kind in ("mul", "view", "matmul"):
             x = _t(1, 8, 128, 64, grad=True)
             wt = _t(64, 64)
 
             def chain(x=x, n=n, kind=kind, wt=wt):
                 y = x
                 for _ in range(n):
-                    y = y * 1.01 if kind == "mul" else y @ wt
-                return y
+                    y = y * 1.01 if kind == "mul" else (y.transpose(1, 2) if kind == "view" else y @ wt)
+                return y * 1.0 if kind == "view" else y
 
             y = chain()
             g = torch.ones_like(y)
@@ -332,6 +334,8 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
                     "forward_host_s": host_seconds(fwd, calls=50),
                     "step_host_s": host_seconds(step, calls=30),
                     "step_call_s": call_seconds(step),
+                    "forward_queued_s": queued_seconds(fwd, calls=100),
+                    "step_queued_s": queued_seconds(step, calls=100),
                     "kernels": kernels_of(step),
                 },
             )

@@ -103,6 +103,7 @@ HOST_SET = (
     "host.view",
     "host.gemm",
     "host.autograd_node",
+    "host.autograd_view_node",
     "host.backward_pass",
     "host.launch_latency",
     "host.launch_share",

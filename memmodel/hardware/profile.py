@@ -312,6 +312,9 @@ class HostFigures:
     gemm_s: float | None = None
     #: the autograd engine's seconds per backward node, beyond the ops the node dispatches
     autograd_node_s: float | None = None
+    #: the same for a node that dispatches only views (a transpose's, a reshape's backward); None:
+    #: ``autograd_node_s``
+    autograd_view_node_s: float | None = None
     #: what a backward pass costs the host once, beyond its nodes (the engine's start, the gradients' return)
     backward_pass_s: float | None = None
     #: how much later a kernel starts after its launch than an event recorded in its place: what a

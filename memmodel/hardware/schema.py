@@ -113,6 +113,7 @@ HOST_FIGURES: dict[str, str] = {
     "view": "view_s",
     "gemm": "gemm_s",
     "autograd_node": "autograd_node_s",
+    "autograd_view_node": "autograd_view_node_s",
     "backward_pass": "backward_pass_s",
     "launch_latency": "launch_latency_s",
     "launch_share": "launch_share",
@@ -122,7 +123,7 @@ HOST_FIGURES: dict[str, str] = {
 }
 #: host figures a measurement may find to be 0 (differences of two timings, clipped at 0)
 HOST_ZERO = frozenset(
-    {"host.autograd_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.split_launch_share", "host.graph_kernel_gap"}
+    {"host.autograd_node", "host.autograd_view_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.split_launch_share", "host.graph_kernel_gap"}
 )
 #: Largest host figure a profile may give, by field, and what a larger one is not: far above any
 #: CPU's dispatch (a few to some tens of microseconds an op, tens to hundreds a library call), so a
@@ -130,6 +131,7 @@ HOST_ZERO = frozenset(
 HOST_CEILINGS: dict[str, tuple[float, str]] = {
     **{f"host.{leaf}": (1e-3, "a plausible host time of one op (under 1 ms)") for leaf in ("op", "view", "gemm")},
     "host.autograd_node": (1e-3, "a plausible host time of one backward node (under 1 ms)"),
+    "host.autograd_view_node": (1e-3, "a plausible host time of one backward node (under 1 ms)"),
     "host.backward_pass": (1e-2, "a plausible host time of a backward pass's start and end (under 10 ms)"),
     "host.launch_latency": (1e-3, "a plausible launch latency (under 1 ms)"),
     "host.launch_share": (1.0, "a share of a call's host time (0 to 1)"),

@@ -196,6 +196,9 @@ def host_ops(
 
     figures = Figures(profile)
     node = figures.host("autograd_node") if backward_nodes else 0.0
+    # a node whose first op is a view dispatches views only, as far as the recording tells
+    view_node = getattr(profile.host, "autograd_view_node_s", None) if profile.host is not None else None
+    view_node = node if view_node is None else float(view_node)
     engine = figures.backward_pass()  # once, before the backward's first op
     out: list[HostOp] = []
     charged = 0
@@ -215,7 +218,7 @@ def host_ops(
         if op.pass_ == "backward" and engine:
             seconds, engine = seconds + engine, 0.0
         launch = figures.launch(seconds) if op.status == "sdpa" and op.pass_ != "backward" else None
-        out.append(HostOp(seconds + nodes * node, ids, launch))
+        out.append(HostOp(seconds + nodes * (view_node if op.status == "free" else node), ids, launch))
     if backward_nodes > charged:
         out.append(HostOp((backward_nodes - charged) * node))
     return tuple(out), tuple(figures.notes)
