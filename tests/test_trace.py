@@ -723,3 +723,21 @@ def test_a_broadcast_operand_keeps_the_generic_elementwise_rate():
     t = trace(norm, {"x": (4096, 4096), "r": (4096, 1)}, dtype="fp32", profile="h200")
     (mul,) = t.traffic.kernels
     assert mul.op == "elementwise"
+
+
+def test_gathers_and_zero_dim_operands_take_the_generic_elementwise_path():
+    pytest.importorskip("torch")
+    import torch
+
+    from memmodel import trace
+
+    def heads(x):
+        merged = x.permute(0, 2, 1, 3).contiguous()  # a copy of a permuted view: a gather
+        copied = x.clone()  # a contiguous copy
+        divisor = torch.full([], 8.0, dtype=x.dtype, device=x.device)  # a 0-dim tensor, not a number
+        return merged, copied, x / divisor, x * 0.125
+
+    t = trace(heads, {"x": (2, 64, 4, 32)}, dtype="bf16", profile="h200")
+    ops = {k.name: k.op for k in t.traffic.kernels}
+    assert ops["clone"] == "elementwise" and ops["clone#2"] == "copy"
+    assert ops["div"] == "elementwise" and ops["mul"] == "scale"
