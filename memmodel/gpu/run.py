@@ -801,20 +801,28 @@ def time_case(case: Case, *, reps: int = 20, warmup: int = 3) -> dict[str, Any]:
             check(case, out, run.q, run.k, run.v, keep)
         elif isinstance(out, torch.Tensor) and not torch.isfinite(out).all():
             raise RuntimeFailure(f"{case.id}: output not rewritten (NaN left) after a second run")
-    timed = step_times(run, reps=reps, warmup=warmup)
+    with held_backend(case):  # a user chooses the backend once, not per call
+        measured = measure_run(run, reps=reps, warmup=warmup)
+    del run, out
+    torch.cuda.empty_cache()
+    return {"case": case.to_dict(), "rel_error": err, **extra, **measured}
+
+
+def measure_run(run: Any, *, reps: int, warmup: int) -> dict[str, Any]:
+    """What validate records of a run (a case's :class:`CaseRun` or a trace case's): the
+    profiler's kernels (``profiled_kernels``; a profiler failure kept as ``profiler_error``), the
+    GPU's time of each step and of the whole, queued behind sleeping kernels sized to the kernels
+    counted (:func:`step_times`), and the call, queued and graph times (:func:`call_times`)."""
+    out: dict[str, Any] = {}
     try:
         profiled = profile_kernels(run)
     except Exception as exc:  # the profiler is a bonus: its failure keeps the timing
         profiled = []
-        extra["profiler_error"] = f"{exc.__class__.__name__}: {exc}"[:300]
-    with held_backend(case):  # a user chooses the backend once, not per call
-        modes = call_times(run, reps=max(CALL_REPS, reps), warmup=warmup)
-    del run, out
-    torch.cuda.empty_cache()
+        out["profiler_error"] = f"{exc.__class__.__name__}: {exc}"[:300]
+    timed = step_times(run, reps=reps, warmup=warmup, launches=max(len(profiled), 1))
+    modes = call_times(run, reps=max(CALL_REPS, reps), warmup=warmup)
     return {
-        "case": case.to_dict(),
-        "rel_error": err,
-        **extra,
+        **out,
         "time_s": timed["time_s"],
         "kernels": timed["kernels"],
         "profiled_kernels": profiled,

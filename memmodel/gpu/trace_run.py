@@ -197,24 +197,8 @@ def time_trace_case(case: TraceCase, *, reps: int = 20, warmup: int = 3, near: P
     result: dict[str, Any] = {"case": case.to_dict(), "output_finite": run.finite(), "first_call_s": first_s}
     if run.source_sha256:
         result["source_sha256"] = run.source_sha256
-    try:
-        profiled = _run.profile_kernels(run)
-    except Exception as exc:  # the profiler is a bonus: its failure keeps the timing
-        profiled = []
-        result["profiler_error"] = f"{exc.__class__.__name__}: {exc}"[:300]
-    # as many repetitions behind each sleeping kernel as its launch queue holds
-    timed = _run.step_times(run, reps=reps, warmup=warmup, launches=max(len(profiled), 1))
-    modes = _run.call_times(run, reps=max(_run.CALL_REPS, reps), warmup=warmup)
+    measured = _run.measure_run(run, reps=reps, warmup=warmup)
     del run
     if _run.DEVICE == "cuda":
         torch.cuda.empty_cache()
-    return {
-        **result,
-        "time_s": timed["time_s"],
-        "kernels": timed["kernels"],
-        "profiled_kernels": profiled,
-        "reps": reps,
-        "host_s": timed["host_s"],
-        "queued": timed["queued"],
-        **modes,
-    }
+    return {**result, **measured}
