@@ -55,18 +55,19 @@ class Case:
         except (TypeError, ValueError):
             raise WorkloadError(f"case dropout={self.dropout!r} is not a number") from None
         if self.window is not None:
-            if self.impl != "sdpa-flash":
+            if self.impl not in MASK_CASE_IMPLEMENTATIONS:
                 raise WorkloadError(
-                    f"case window={self.window}: only impl=sdpa-flash runs a sliding window (not {self.impl})"
+                    f"case window={self.window}: only impl=sdpa-flash or impl=flex runs a sliding window (not {self.impl})"
                 )
             if self.n != self.n_kv_:
                 raise WorkloadError(f"case window={self.window}: needs n = n_kv (the windowed cases align both ways)")
             object.__setattr__(self, "causal", True)
         if self.seq_lens is not None:
             object.__setattr__(self, "seq_lens", tuple(int(x) for x in self.seq_lens))
-            if self.impl != "sdpa-flash":
+            if self.impl not in MASK_CASE_IMPLEMENTATIONS:
                 raise WorkloadError(
-                    f"case seq_lens={_docs(self.seq_lens)}: only impl=sdpa-flash runs a packed row (not {self.impl})"
+                    f"case seq_lens={_docs(self.seq_lens)}: only impl=sdpa-flash or impl=flex runs a packed row "
+                    f"(not {self.impl})"
                 )
             if self.n != sum(self.seq_lens):
                 raise WorkloadError(
@@ -239,6 +240,9 @@ DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-mat
 _INT_KEYS = ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size", "kv_pool")
 #: the case implementations that read a paged KV cache (``page_size=``)
 PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
+#: the implementations whose cases take a sliding window or a packed row (FlashAttention-2's local and
+#: varlen kernels; FlexAttention under a block mask)
+MASK_CASE_IMPLEMENTATIONS = ("sdpa-flash", "flex")
 
 
 def _docs(seq_lens: tuple[int, ...]) -> str:

@@ -124,7 +124,7 @@ def tiled_traffic(
     """The tiled algorithm's ledger (:func:`memmodel.plan.plan_tiled`, then its traffic);
     ``l2`` replaces the profile's L2 (e.g. an infinite one); ``backward_ctas_per_sm``
     overrides the backward kernel's occupancy."""
-    if workload.seq_lens is not None:
+    if workload.seq_lens is not None and options.model_implementation != "flex":
         return packed_traffic(packed_plans(workload, profile, options, l2, backward_ctas_per_sm=backward_ctas_per_sm))
     return planned_traffic(plan_tiled(workload, profile, options, l2, backward_ctas_per_sm=backward_ctas_per_sm))
 
@@ -150,7 +150,7 @@ def compare(
     """
     opts = options or options_for(kwargs.pop("impl", "auto"), workload, profile, **kwargs)
     profile.peak_flops(workload.dtype)  # fail early, clearly
-    if workload.seq_lens is not None:  # a packed row: its documents' kernels, one launch each
+    if workload.seq_lens is not None and opts.model_implementation != "flex":  # a packed row: its documents' kernels
         plans = packed_plans(workload, profile, opts, backward_ctas_per_sm=backward_ctas_per_sm)
         plan = longest_plan(plans)
         til = packed_traffic(plans)

@@ -16,6 +16,7 @@ from .errors import WorkloadError
 from .frozen import frozen
 from .host import check_timing
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS, TILED_VARIANTS
+from .traffic.paged import FLEX_DECODE_MAX_Q
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
 
@@ -236,6 +237,8 @@ WINDOW_KERNELS = VariantKernels(
     {
         "sdpa-flash": "FlashAttention-2's local kernels: flash_attn_func(window_size=(W − 1, 0)), which PyTorch "
         "reaches through torch.ops.aten._flash_attention_forward(window_size_left=W − 1)",
+        "flex": "FlexAttention under a sliding-window BlockMask (create_block_mask of a causal mask_mod with "
+        "q − kv < W): the blocks inside the band, the mask_mod on those its edges cut",
         "paper": "the FlashAttention paper's algorithm over the blocks inside the window",
     },
     "AMD's local attention kernels (CK/aiter) are not modelled; --impl paper shows the paper's algorithm over the "
@@ -250,6 +253,8 @@ PACKED_KERNELS = VariantKernels(
     {
         "sdpa-flash": "FlashAttention-2's varlen kernels: flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k, ...), "
         "which PyTorch reaches through torch.ops.aten._flash_attention_forward(cum_seq_q, cum_seq_k, max_q, max_k)",
+        "flex": "FlexAttention under a document BlockMask (create_block_mask of a mask_mod that keeps each "
+        "document's own keys, causal within it with --causal) over the whole packed row, one launch",
         "paper": "the FlashAttention paper's algorithm on each document, one launch",
     },
     "AMD's varlen kernels (CK/aiter) are not modelled; accepted are --impl paper",
@@ -307,7 +312,13 @@ def paged_implementation(
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged_only:
             raise WorkloadError(f"--impl {impl} models FlashInfer's paged-KV wrappers: give --page-size P")
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged and rest.get("backward"):
-            raise WorkloadError(f"--impl {impl} is modelled forward only: --backward is not")
+            if impl != "flex":
+                raise WorkloadError(f"--impl {impl} is modelled forward only: --backward is not")
+            if np.any(np.asarray(workload.n) < FLEX_DECODE_MAX_Q):
+                raise WorkloadError(
+                    f"--impl flex --backward: below {FLEX_DECODE_MAX_Q} queries flex runs its decoding kernel, "
+                    f"modelled forward only: give --n {FLEX_DECODE_MAX_Q} or more"
+                )
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged:
             notes.append(paged_figures_note(impl, profile))
         return impl

@@ -388,6 +388,14 @@ def paged_traffic(plan: TiledPlan) -> AlgorithmTraffic:
             kernels, params = paged.flashinfer_fa2_kernels(w, l2, sms, decode=choice == "decode_tc")
     elif choice == "decode":
         kernels, params = paged.flex_decode_kernels(w, l2, sms)
+    elif w.page_size is None:  # contiguous K/V under its block mask (none, causal, a window, documents)
+        from .traffic import flex
+
+        smem = profile.sram.capacity_per_sm_bytes
+        kernels, params = flex.forward_kernels(w, l2, sms, smem)
+        if plan.options.backward:
+            more, found = flex.backward_kernels(w, l2, sms, smem)
+            kernels, params = kernels + more, params | found
     else:
         kernels, params = paged.flex_forward_kernels(w, l2, sms, plan.tile.ctas_per_sm)
     out = plan.facts.to_params() | {k: v for k, v in params.items() if v is not None}

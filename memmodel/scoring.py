@@ -116,6 +116,9 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "flex_decode": r"triton_tem_",
         "flex_attention": r"triton_tem_",
         "flex_reduce": r"triton_(?!tem_)",
+        # the backward: Δ's reduction (triton_per_ or triton_red_), then the template
+        "flex_bwd_delta": r"triton_(per|red)_",
+        "flex_attention_backward": r"triton_tem_",
     },
 }
 # FlashInfer's Hopper MLA decode: one persistent kernel (``BatchMLAPageAttentionHopperKernel``,

@@ -1191,9 +1191,10 @@ def algorithm_time(
         emulated = fa4_emulated(workload, profile)
 
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:
-        if k.figures_from:  # a library kernel of another's design: its figures, no FA2 grid's tail
+        if k.figures_from:  # a library kernel of another's design: its figures and its own tail, not FA2's
+            own_tail = None if np.all(np.asarray(k.tail) == 1.0) else k.tail
             return kernel_time(
-                k, profile, dtype, k.figures_from, head_dim, None, None, uneven, clock, own=k.figures_own
+                k, profile, dtype, k.figures_from, head_dim, own_tail, None, uneven, clock, own=k.figures_own
             )
         return kernel_time(
             k,

@@ -275,6 +275,48 @@ class PagedRun:
         self.step = step
 
 
+def flex_mask_mod(case: Case, device: Any = "cpu") -> Any:
+    """The ``mask_mod`` a user writes for the case: None without a mask; causal (bottom-right
+    aligned: the last query sees the last key); with a window, the W keys up to the query's own;
+    over a packed row, the query's own document (causal within it with ``case.causal``)."""
+    if not (case.causal or case.window is not None or case.seq_lens is not None):
+        return None
+    torch = _torch()
+    offset = case.n_kv_ - case.n
+    window = case.window
+    doc = None
+    if case.seq_lens is not None:  # each token's document
+        lengths = torch.tensor(case.seq_lens, dtype=torch.int64)
+        doc = torch.repeat_interleave(torch.arange(len(case.seq_lens), dtype=torch.int32), lengths).to(device)
+
+    def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+        keep = q_idx + offset >= kv_idx if case.causal else kv_idx >= 0
+        if window is not None:
+            keep = keep & (q_idx + offset - kv_idx < window)
+        if doc is not None:
+            keep = keep & (doc[q_idx] == doc[kv_idx])
+        return keep
+
+    return mask_mod
+
+
+def flex_forward(case: Case, q: Any, k: Any, v: Any) -> Any:
+    """flex_attention compiled over contiguous K/V under the case's block mask (built once, outside
+    the timed call, as a user does: ``create_block_mask`` at its default 128 × 128 blocks);
+    differentiable (its backward is flex's backward template)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    compiled = _compiled_flex(flex_attention, q.device.type == "cuda")
+    mod = flex_mask_mod(case, q.device)
+    mask = None if mod is None else create_block_mask(mod, None, None, case.n, case.n_kv_, device=q.device)
+    gqa = case.heads != case.kv_heads_
+
+    def run() -> Any:
+        return compiled(q, k, v, block_mask=mask, enable_gqa=gqa)
+
+    return run
+
+
 _COMPILED: dict[str, Any] = {}
 
 

@@ -377,6 +377,10 @@ def steps_for(case: Case, q: Any, k: Any, v: Any) -> list[tuple[str, Callable[[]
         return triton_steps(case, q, k, v)
     if case.impl == "fa3":
         return fa3_steps(case, q, k, v)
+    if case.impl == "flex":  # contiguous K/V (a paged cache runs through PagedRun)
+        from .paged_run import flex_forward
+
+        return [("attention", flex_forward(case, q, k, v))]
     return sdpa_steps(case, q, k, v)
 
 
@@ -386,6 +390,10 @@ def fused_forward(case: Case, q: Any, k: Any, v: Any) -> Callable[[], Any]:
         from .fa3 import forward
 
         return forward(q, k, v, causal=case.causal)
+    if case.impl == "flex":
+        from .paged_run import flex_forward
+
+        return flex_forward(case, q, k, v)
     return sdpa_forward(case, q, k, v)
 
 
@@ -422,7 +430,7 @@ class CaseRun:
             self.steps = [("attention", self.mla.run)]
             return
         self.q, self.k, self.v = make_inputs(case, seed, offset)
-        if case.impl in PAGED_IMPLEMENTATIONS:
+        if case.impl == "flashinfer" or case.page_size is not None:
             from .paged_run import PagedRun
 
             paged = PagedRun(case, self.q, self.k, self.v, seed)
@@ -556,7 +564,7 @@ def _check_rows(case: Case) -> list[int]:
 
 def check(case: Case, out: Any, q: Any, k: Any, v: Any, keep: Any = None) -> float:
     """Relative L2 error of rows of the output against float32; raises if over tolerance."""
-    if case.impl in PAGED_IMPLEMENTATIONS:  # every row of two requests, causal bottom-right
+    if case.impl in PAGED_IMPLEMENTATIONS and case.page_size is not None:  # two requests' rows, bottom-right
         from .paged_run import check as paged_check
 
         return paged_check(case, out, q, k, v, TOLERANCE[case.dtype])

@@ -208,6 +208,9 @@ class Kernel:
     #: a split-KV kernel timed by its steps: the K/V block steps of its busiest CTA (flex's
     #: TILE_KV, a share of the K tensor's length, capped at the request's keys, over BLOCK_N)
     cta_steps: IntLike = 0
+    #: a library kernel timed by its own figures whose CTAs differ in length (flex's block masks):
+    #: the busiest slot's work over the mean slot's as its CTAs are scheduled (1: even waves)
+    tail: Any = 1.0
 
     @cached_property
     def flops(self) -> IntLike:

@@ -1,0 +1,341 @@
+"""FlexAttention's prefill kernels over contiguous K/V (``--impl flex``): its forward and its
+backward template under a block mask (no mask, causal, a sliding window, a packed row's
+documents), counted block by block (:mod:`.flexmask`).
+
+What they run (torch 2.9.1, 2.10.0, 2.11.0 wheels: ``torch/_inductor/kernel/flex/flex_attention.py``,
+``templates/flex_attention.py.jinja``, ``flex_backwards.py.jinja``, ``template_heuristics/triton.py``):
+
+* **Forward** (``triton_tem_fused_flex_attention``, from 128 query tokens; fewer run
+  ``flex_decoding``, :mod:`.paged`): a grid of (⌈N / BLOCK_M⌉, B, H_q): one CTA per Q tile and
+  *query* head (no GQA packing: its K/V head is ``h // G``). A CTA loads its Q tile once, then walks
+  its sparse row's partial blocks (``mask_mod`` applied element by element), then its full ones,
+  SPARSE_KV / BLOCK_N steps a block; each step loads a K and a V tile and runs two products. It
+  writes O and the fp32 logsumexp (under grad mode, PyTorch's default). Without a block mask the
+  row is one block of every key whose mask is the constant ``noop_mask``: plain steps. Where N or
+  N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every step checks its bounds element by
+  element, as a partial block does.
+* **Backward**: a reduction kernel first (Δ = rowsum(O ∘ dO) in fp32), then one template over
+  (⌈N_kv / BLOCK_N1⌉ + G·⌈N / BLOCK_M2⌉, B, H_kv) CTAs: the first ⌈N_kv / BLOCK_N1⌉ each hold one
+  K/V tile and, for every query head of its group, walk the Q tiles of the transposed mask
+  (``q_num_blocks``, ``q_indices``; four products a step: S = K·Qᵀ, dV += Pᵀ·dO, dPᵀ = V·dOᵀ,
+  dK += dSᵀ·Q) and write dK, dV once per K/V head; the others each hold one query head's Q tile
+  and walk its K/V blocks (three products: S, dP, dQ += dS·K) and write dQ. No atomics, no fills.
+
+Tiles on sm90 (``h100_default_flex_config``, ``_get_default_config_bwd``, torch 2.10/2.11):
+forward (BLOCK_M, BLOCK_N, stages, warps) fp16/bf16 (128, 128, 3, 4) at d = 64, (128, 64, 3, 8) at
+128, (64, 32, 3, 4) at 256; backward (BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2) (64, 128, 128, 64),
+8 warps, from d = 64 to 128. A head dim the table lacks runs its power-of-two rounding
+(``QK_HEAD_DIM_ROUNDED``) with the fallback tiles.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from .. import intmath
+from ..intmath import IntLike
+from ..workload import STAT_BYTES, Workload
+from . import l2 as l2m
+from .flexmask import SPARSE_BLOCK, block_counts
+from .ledger import FORWARD_GRID, Kernel, KernelBuilder
+
+#: the forward's (BLOCK_M, BLOCK_N, num_stages, num_warps) on sm90 by (dtype, head dim)
+FORWARD_SM90 = {
+    ("fp16", 64): (128, 128, 3, 4),
+    ("bf16", 64): (128, 128, 3, 4),
+    ("fp16", 128): (128, 64, 3, 8),
+    ("bf16", 128): (128, 64, 3, 8),
+    ("fp16", 256): (64, 32, 3, 4),
+    ("bf16", 256): (64, 32, 3, 4),
+    ("fp32", 64): (128, 32, 3, 4),
+    ("fp32", 128): (32, 64, 3, 4),
+    ("fp32", 256): (32, 32, 3, 4),
+}
+#: any other head dim up to 256 (torch 2.10, 2.11)
+FORWARD_FALLBACK = (64, 64, 3, 4)
+#: the backward's (BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_stages, num_warps) on sm90
+BACKWARD_SM90_16BIT = {64: (64, 128, 128, 64, 3, 8), 128: (64, 128, 128, 64, 3, 8), 256: (64, 64, 64, 64, 2, 4)}
+BACKWARD_SM90_SMALL = (64, 64, 64, 64, 3, 4)  # d < 64
+BACKWARD_SM90_FP32 = (16, 16, 16, 16, 1, 4)
+#: the bytes of shared memory one SM holds for a CTA at most (sm90: 227 KiB)
+MAX_SMEM_PER_CTA = 227 * 1024
+#: the registers one SM holds; Triton's kernels of 8 warps take about all of them (one CTA an SM)
+REGISTERS_PER_SM = 65536
+REGISTERS_PER_THREAD = 255
+
+#: the forward's and backward's products a step, in units of one BLOCK×BLOCK product pair: the
+#: CTAs' relative work per step in the backward (its K/V programs four products, its Q programs three)
+KV_PROGRAM_PRODUCTS = 4
+Q_PROGRAM_PRODUCTS = 3
+
+
+def rounded_head_dim(d: int) -> int:
+    """The head dim the tiles are built for: the next power of two (at least 16)."""
+    return max(16, 1 << (int(d) - 1).bit_length())
+
+
+def forward_config(dtype: str, d: int) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, num_stages, num_warps) of flex's forward on sm90."""
+    if d > 256:
+        return (32, 16, 3, 4) if dtype == "fp32" else (64, 32, 3, 4)
+    return FORWARD_SM90.get((dtype, int(d)), FORWARD_FALLBACK)
+
+
+def backward_config(dtype: str, d: int) -> tuple[int, int, int, int, int, int]:
+    """(BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_stages, num_warps) of flex's backward on sm90."""
+    if dtype == "fp32":
+        return BACKWARD_SM90_FP32
+    if d < 64:
+        return BACKWARD_SM90_SMALL
+    return BACKWARD_SM90_16BIT[64 if d <= 64 else 128 if d <= 128 else 256]
+
+
+def ctas_per_sm(threads: int, smem: int, smem_per_sm: float) -> int:
+    """CTAs of ``threads`` threads and ``smem`` bytes of shared memory one SM holds (Triton's
+    kernels use up to 255 registers a thread: 8 warps fill the register file)."""
+    by_regs = max(REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD), 1) if threads >= 256 else 2
+    by_smem = max(int(min(float(smem_per_sm), 2 * MAX_SMEM_PER_CTA) // max(smem, 1)), 1)
+    return max(min(by_regs, by_smem), 1)
+
+
+def forward_smem(bm: int, bn: int, stages: int, dqk: int, dv: int, e: int) -> int:
+    """The forward's shared memory: its Q tile and ``stages`` buffers of K and V tiles."""
+    return bm * dqk * e + stages * bn * (dqk + dv) * e
+
+
+def schedule_tail(lengths: np.ndarray, slots: int) -> float:
+    """The busiest slot's work over the mean slot's when CTAs of these lengths, in launch order,
+    each go to the first slot that frees (greedy list scheduling): 1 for equal waves."""
+    total = float(lengths.sum())
+    if total <= 0 or slots <= 0:
+        return 1.0
+    if lengths.size <= slots:
+        return float(lengths.max()) / (total / slots) if lengths.size == slots else float(lengths.max()) * slots / total
+    heap = [0.0] * slots
+    for x in lengths.tolist():
+        heapq.heapreplace(heap, heap[0] + x)
+    return max(heap) / (total / slots)
+
+
+def _mask_key(w: Workload) -> tuple[bool, int | None, tuple[int, ...] | None]:
+    return bool(w.causal), None if w.window is None else int(w.window), w.seq_lens
+
+
+def _per_row(fn: Any, *values: Any) -> tuple[Any, ...]:
+    """``fn(*ints) -> (ints..., one float)``, element by element over arrays that broadcast (each
+    distinct combination once): the counts as ints or int64 arrays, the last value as floats."""
+    if not any(np.ndim(v) for v in values):
+        *counts, last = fn(*(int(v) for v in values))
+        return (*(int(c) for c in counts), float(last))
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=np.int64) for v in values))
+    flat = np.stack([a.ravel() for a in arrays], axis=1)
+    rows, inverse = np.unique(flat, axis=0, return_inverse=True)
+    results = [fn(*(int(x) for x in row)) for row in rows]
+    shape, at = arrays[0].shape, inverse.ravel()
+    counts = [np.asarray([r[i] for r in results], dtype=np.int64)[at].reshape(shape) for i in range(len(results[0]) - 1)]
+    last = np.asarray([r[-1] for r in results], dtype=np.float64)[at].reshape(shape)
+    return (*counts, last)
+
+
+def divisible(n: int, n_kv: int) -> bool:
+    """flex's ``IS_DIVISIBLE``: both lengths multiples of 128 (whatever the tiles)."""
+    return n % SPARSE_BLOCK == 0 and n_kv % SPARSE_BLOCK == 0
+
+
+def has_mask(w: Workload) -> bool:
+    """Whether the runner (a user) gives a block mask: causal, a window or documents."""
+    return bool(w.causal) or w.window is not None or w.seq_lens is not None
+
+
+def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
+    """flex's forward over contiguous K/V (module docstring), per head from its block mask."""
+    e = w.element_bytes
+    causal, window, seq_lens = _mask_key(w)
+    masked = has_mask(w)
+
+    def plan(n: int, n_kv: int, d: int, dv: int, g: int, b: int, h: int, win: int) -> tuple[float, ...]:
+        bm, bn, stages, warps = forward_config(w.dtype, rounded_head_dim(d))
+        bc = block_counts(n, n_kv, causal, win or None, seq_lens, SPARSE_BLOCK, SPARSE_BLOCK)
+        per = SPARSE_BLOCK // bn
+        tiles = -(-n // bm)
+        row_of = np.arange(tiles) * bm // SPARSE_BLOCK  # the sparse row each Q tile walks
+        rows = np.minimum(bm, n - np.arange(tiles) * bm)
+        steps = (bc.full_q[row_of] + bc.partial_q[row_of]) * per
+        if not masked:  # no block mask: one row of every key, the constant mask, plain steps
+            steps = np.full(tiles, -(-n_kv // bn))
+        partial = np.zeros(tiles, dtype=np.int64) if not masked else bc.partial_q[row_of] * per
+        if not divisible(n, n_kv):
+            partial = steps  # every step checks its bounds element by element
+        keys = np.minimum(steps * bn, n_kv) if not masked else bc.keys_q[row_of]
+        occ = ctas_per_sm(warps * 32, forward_smem(bm, bn, stages, rounded_head_dim(d), rounded_head_dim(dv), e), smem_per_sm)
+        lengths = np.tile(steps, b * h)  # launch order: the Q tiles of a head, head after head
+        tail = schedule_tail(lengths.astype(np.float64), sm_count * occ)
+        return (
+            bm, bn, tiles, occ, int(steps.sum()), int(partial.sum()), int(keys.sum()), int((rows * keys).sum()), tail,
+        )  # fmt: skip
+
+    bm, bn, tiles, occ, steps, partial, keys, pairs, tail = _per_row(
+        plan, w.n, w.n_kv_, w.d, w.d_v_, w.group, w.batch, w.heads, w.window or 0
+    )
+    bh = intmath.mul(w.batch, w.heads)
+    row_k = intmath.mul(w.d, e)
+    row_v = intmath.mul(w.d_v_, e)
+    kv_unique_k = intmath.mul(w.batch, w.kv_heads_, w.n_kv_, row_k)
+    kv_unique_v = intmath.mul(w.batch, w.kv_heads_, w.n_kv_, row_v)
+    req_k = intmath.mul(bh, keys, row_k)
+    req_v = intmath.mul(bh, keys, row_v)
+    ctas = intmath.mul(bh, tiles)
+    concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
+    readers = intmath.mul(tiles, w.group)  # CTAs sharing one (batch, K/V head)'s K/V
+    per_head = intmath.mul(w.n_kv_, intmath.add(row_k, row_v))
+    kv_hbm = l2m.reread_hbm(
+        intmath.add(kv_unique_k, kv_unique_v),
+        intmath.add(req_k, req_v),
+        readers,
+        per_head,
+        l2.with_ctas(concurrent),
+        intmath.mul(w.batch, w.kv_heads_),
+    )
+    share_k = intmath.scaled(kv_hbm, row_k, intmath.add(row_k, row_v))
+    q = intmath.mul(bh, w.n, w.d, e)
+    o = intmath.mul(bh, w.n, w.d_v_, e)
+    k = KernelBuilder("flex_attention")
+    k.read("Q", "input", q, q, "B·H·N·d·e")
+    k.read("K", "input", req_k, share_k, "B·H·Σ_tiles keys of the visited blocks·d·e")
+    k.read("V", "input", req_v, intmath.add(kv_hbm, intmath.mul(-1, share_k)), "B·H·Σ_tiles keys of the visited blocks·d_v·e")
+    k.write("O", "output", o, "B·H·N·d_v·e")
+    k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4 (fp32, under grad mode)")
+    scores = intmath.mul(bh, pairs)
+    kernel = k.build(
+        matmul_flops=intmath.mul(2, scores, intmath.add(w.d, w.d_v_)),
+        softmax_flops=intmath.mul(4, scores),
+        exp_ops=scores,
+        concurrent_ctas=concurrent,
+        ctas=ctas,
+        blocks=intmath.mul(bh, steps),
+        diagonal_blocks=intmath.mul(bh, partial),
+        bytes_in_flight_per_cta=intmath.mul(2, bn, row_k),
+        overlap="serial-compute",
+        kind=FORWARD_GRID,
+        figures_from="flex",
+        figures_own="flex",
+        tail=tail,
+    )
+    params = {"kernel": "flex_attention", "block_m": bm, "block_n": bn, "ctas_per_sm": occ, "sparse_block": SPARSE_BLOCK}
+    return [kernel], params
+
+
+def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
+    """flex's backward (module docstring): Δ's reduction, then the template of K/V and Q programs."""
+    e = w.element_bytes
+    causal, window, seq_lens = _mask_key(w)
+    masked = has_mask(w)
+
+    def plan(n: int, n_kv: int, d: int, g: int, b: int, hk: int, win: int) -> tuple[float, ...]:
+        m1, n1, m2, n2, _, warps = backward_config(w.dtype, rounded_head_dim(d))
+        bc = block_counts(n, n_kv, causal, win or None, seq_lens, SPARSE_BLOCK, SPARSE_BLOCK)
+        kv_tiles, q_tiles = -(-n_kv // n1), -(-n // m2)
+        col_of = np.arange(kv_tiles) * n1 // SPARSE_BLOCK
+        row_of = np.arange(q_tiles) * m2 // SPARSE_BLOCK
+        if masked:
+            kv_steps = (bc.full_kv[col_of] + bc.partial_kv[col_of]) * (SPARSE_BLOCK // m1)
+            kv_partial = bc.partial_kv[col_of] * (SPARSE_BLOCK // m1)
+            q_steps = (bc.full_q[row_of] + bc.partial_q[row_of]) * (SPARSE_BLOCK // n2)
+            q_partial = bc.partial_q[row_of] * (SPARSE_BLOCK // n2)
+            # query rows each K/V tile's visited Q blocks hold
+            q_rows = np.minimum((bc.full_kv[col_of] + bc.partial_kv[col_of]) * SPARSE_BLOCK, n)
+            keys = bc.keys_q[row_of]
+        else:
+            kv_steps = np.full(kv_tiles, -(-n // m1))
+            q_steps = np.full(q_tiles, -(-n_kv // n2))
+            kv_partial = np.zeros(kv_tiles, dtype=np.int64)
+            q_partial = np.zeros(q_tiles, dtype=np.int64)
+            q_rows = np.full(kv_tiles, n)
+            keys = np.minimum(q_steps * n2, n_kv)
+        if not divisible(n, n_kv):
+            kv_partial, q_partial = kv_steps, q_steps
+        # launch order: per (batch, K/V head), its K/V programs (the group's heads each), then its Q programs
+        one = np.concatenate([kv_steps * g * KV_PROGRAM_PRODUCTS, np.tile(q_steps, g) * Q_PROGRAM_PRODUCTS])
+        occ = ctas_per_sm(warps * 32, 1, smem_per_sm) if warps >= 8 else 1
+        tail = schedule_tail(np.tile(one, b * hk).astype(np.float64), sm_count * occ)
+        steps = int(kv_steps.sum()) * g + int(q_steps.sum()) * g
+        partial = int(kv_partial.sum()) * g + int(q_partial.sum()) * g
+        q_rows_rows = np.minimum(np.arange(q_tiles) * m2 + m2, n) - np.arange(q_tiles) * m2
+        pairs = int((q_rows_rows * keys).sum())  # visited (query, key) pairs of one query head
+        return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, tail)
+
+    kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, tail = _per_row(
+        plan, w.n, w.n_kv_, w.d, w.group, w.batch, w.kv_heads_, w.window or 0
+    )
+    bh = intmath.mul(w.batch, w.heads)
+    bhk = intmath.mul(w.batch, w.kv_heads_)
+    q = intmath.mul(bh, w.n, w.d, e)
+    o = intmath.mul(bh, w.n, w.d_v_, e)
+    stat = intmath.mul(bh, w.n, STAT_BYTES)
+    kernels = []
+    pre = KernelBuilder("flex_bwd_delta", "backward")
+    pre.read("O", "output", o, o, "B·H·N·d_v·e")
+    pre.read("dO", "input", o, o, "B·H·N·d_v·e")
+    pre.write("D", "state", stat, "B·H·N·4")
+    kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d_v_), op="reduction"))
+
+    row_qo = intmath.mul(intmath.add(w.d, w.d_v_), e)  # a query's Q and dO rows
+    row_kv = intmath.mul(intmath.add(w.d, w.d_v_), e)  # a key's K and V rows
+    kv_unique = intmath.mul(bhk, w.n_kv_, row_kv)
+    qo_unique = intmath.mul(bh, w.n, row_qo)
+    # K/V programs: their K, V once; per step a Q and a dO tile and its lse, Δ (every group head)
+    qo_req = intmath.mul(bh, q_rows, intmath.add(row_qo, 2 * STAT_BYTES))
+    # Q programs: Q, dO, lse, Δ once; per step a K and a V tile
+    kv_req = intmath.mul(bh, keys, row_kv)
+    ctas = intmath.mul(bhk, intmath.add(kv_tiles, intmath.mul(w.group, q_tiles)))
+    concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
+    l2c = l2.with_ctas(concurrent)
+    qo_hbm = l2m.reread_hbm(
+        intmath.add(qo_unique, intmath.mul(2, stat)),
+        intmath.add(qo_req, qo_unique, intmath.mul(2, stat)),
+        intmath.add(kv_tiles, q_tiles),
+        intmath.mul(w.n, intmath.add(row_qo, 2 * STAT_BYTES)),
+        l2c,
+        bh,
+    )
+    kv_hbm = l2m.reread_hbm(
+        kv_unique,
+        intmath.add(kv_req, kv_unique),
+        intmath.mul(w.group, intmath.add(kv_tiles, q_tiles)),
+        intmath.mul(w.n_kv_, row_kv),
+        l2c,
+        bhk,
+    )
+    k = KernelBuilder("flex_attention_backward", "backward")
+    k.read("Q, dO, lse, D", "input", intmath.add(qo_req, qo_unique, intmath.mul(2, stat)), qo_hbm,
+           "K/V programs: Σ visited Q rows·(d + d_v)·e + 8 per query head; Q programs: B·H·N·(d + d_v)·e + 8")  # fmt: skip
+    k.read("K, V", "input", intmath.add(kv_req, kv_unique), kv_hbm,
+           "K/V programs: B·H_kv·N_kv·(d + d_v)·e; Q programs: B·H·Σ visited keys·(d + d_v)·e")  # fmt: skip
+    k.write("dQ", "output", q, "B·H·N·d·e")
+    k.write("dK", "output", intmath.mul(bhk, w.n_kv_, w.d, e), "B·H_kv·N_kv·d·e")
+    k.write("dV", "output", intmath.mul(bhk, w.n_kv_, w.d_v_, e), "B·H_kv·N_kv·d_v·e")
+    scores = intmath.mul(bh, pairs)
+    # K/V programs: S (d), dV (d_v), dPᵀ (d_v), dK (d); Q programs: S (d), dP (d_v), dQ (d)
+    flops = intmath.add(
+        intmath.mul(4, scores, intmath.add(w.d, w.d_v_)), intmath.mul(2, scores, intmath.add(w.d, w.d, w.d_v_))
+    )
+    kernels.append(
+        k.build(
+            matmul_flops=flops,
+            softmax_flops=intmath.mul(8, scores),
+            exp_ops=intmath.mul(2, scores),
+            concurrent_ctas=concurrent,
+            ctas=ctas,
+            blocks=intmath.mul(bhk, steps),
+            diagonal_blocks=intmath.mul(bhk, partial),
+            overlap="serial-compute",
+            figures_from="flex",
+            figures_own="flex",
+            tail=tail,
+        )
+    )
+    params = {"backward_kernel": "flex_attention_backward", "backward_ctas_per_sm": occ}
+    return kernels, params
