@@ -103,6 +103,10 @@ def with_links(text: str) -> str:
         paged_record = ROOT / serving.FLEX_PAGED_RECORD
         paged = json.load(gzip.open(paged_record, "rt")) if paged_record.exists() else None
         data = serving.apply_flex(data, lines, paged)
+    from memmodel.calibration import flex_prefill
+
+    if (ROOT / flex_prefill.RECORD).exists():  # FlexAttention's prefill templates, from their reference shapes
+        data = flex_prefill.apply(data, read_json(ROOT / flex_prefill.RECORD))
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():
