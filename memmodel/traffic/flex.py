@@ -12,8 +12,9 @@ What they run (torch 2.9.1, 2.10.0, 2.11.0 wheels: ``torch/_inductor/kernel/flex
   SPARSE_KV / BLOCK_N steps a block; each step loads a K and a V tile and runs two products. It
   writes O and the fp32 logsumexp (under grad mode, PyTorch's default). Without a block mask the
   row is one block of every key whose mask is the constant ``noop_mask``: plain steps. Where N or
-  N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every step checks its bounds element by
-  element, as a partial block does.
+  N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every step also checks its indices against
+  the lengths; counted as a plain step (a first count as a partial block's step came out 71 % slow
+  on a packed row of 12,000 tokens: ``h200-variants-final``, docs/variants.md).
 * **Backward**: a reduction kernel first (Δ = rowsum(O ∘ dO) in fp32), then one template over
   (⌈N_kv / BLOCK_N1⌉ + G·⌈N / BLOCK_M2⌉, B, H_kv) CTAs: the first ⌈N_kv / BLOCK_N1⌉ each hold one
   K/V tile and, for every query head of its group, walk the Q tiles of the transposed mask
@@ -140,11 +141,6 @@ def _per_row(fn: Any, *values: Any) -> tuple[Any, ...]:
     return (*counts, last)
 
 
-def divisible(n: int, n_kv: int) -> bool:
-    """flex's ``IS_DIVISIBLE``: both lengths multiples of 128 (whatever the tiles)."""
-    return n % SPARSE_BLOCK == 0 and n_kv % SPARSE_BLOCK == 0
-
-
 def has_mask(w: Workload) -> bool:
     """Whether the runner (a user) gives a block mask: causal, a window or documents."""
     return bool(w.causal) or w.window is not None or w.seq_lens is not None
@@ -162,13 +158,11 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
         per = SPARSE_BLOCK // bn
         tiles = -(-n // bm)
         row_of = np.arange(tiles) * bm // SPARSE_BLOCK  # the sparse row each Q tile walks
-        rows = np.minimum(bm, n - np.arange(tiles) * bm)
+        rows = np.full(tiles, bm)  # a tile computes all its rows (those past N masked after the products)
         steps = (bc.full_q[row_of] + bc.partial_q[row_of]) * per
         if not masked:  # no block mask: one row of every key, the constant mask, plain steps
             steps = np.full(tiles, -(-n_kv // bn))
         partial = np.zeros(tiles, dtype=np.int64) if not masked else bc.partial_q[row_of] * per
-        if not divisible(n, n_kv):
-            partial = steps  # every step checks its bounds element by element
         keys = np.minimum(steps * bn, n_kv) if not masked else bc.keys_q[row_of]
         occ = ctas_per_sm(warps * 32, forward_smem(bm, bn, stages, rounded_head_dim(d), rounded_head_dim(dv), e), smem_per_sm)
         lengths = np.tile(steps, b * h)  # launch order: the Q tiles of a head, head after head
@@ -228,6 +222,13 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
     return [kernel], params
 
 
+def _where(cond: Any, a: IntLike, b: IntLike) -> IntLike:
+    """``a`` where ``cond`` else ``b``: ints for a scalar condition, int64 arrays on grids."""
+    if np.ndim(cond) == 0:
+        return a if bool(cond) else b
+    return np.where(cond, np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+
+
 def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
     """flex's backward (module docstring): Δ's reduction, then the template of K/V and Q programs."""
     e = w.element_bytes
@@ -255,16 +256,13 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
             q_partial = np.zeros(q_tiles, dtype=np.int64)
             q_rows = np.full(kv_tiles, n)
             keys = np.minimum(q_steps * n2, n_kv)
-        if not divisible(n, n_kv):
-            kv_partial, q_partial = kv_steps, q_steps
         # launch order: per (batch, K/V head), its K/V programs (the group's heads each), then its Q programs
         one = np.concatenate([kv_steps * g * KV_PROGRAM_PRODUCTS, np.tile(q_steps, g) * Q_PROGRAM_PRODUCTS])
         occ = ctas_per_sm(warps * 32, 1, smem_per_sm) if warps >= 8 else 1
         tail = schedule_tail(np.tile(one, b * hk).astype(np.float64), sm_count * occ)
         steps = int(kv_steps.sum()) * g + int(q_steps.sum()) * g
         partial = int(kv_partial.sum()) * g + int(q_partial.sum()) * g
-        q_rows_rows = np.minimum(np.arange(q_tiles) * m2 + m2, n) - np.arange(q_tiles) * m2
-        pairs = int((q_rows_rows * keys).sum())  # visited (query, key) pairs of one query head
+        pairs = int((m2 * keys).sum())  # (query, key) pairs the Q programs' whole tiles compute, one query head
         return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, tail)
 
     kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, tail = _per_row(
@@ -293,22 +291,28 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     ctas = intmath.mul(bhk, intmath.add(kv_tiles, intmath.mul(w.group, q_tiles)))
     concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
     l2c = l2.with_ctas(concurrent)
-    qo_hbm = l2m.reread_hbm(
-        intmath.add(qo_unique, intmath.mul(2, stat)),
-        intmath.add(qo_req, qo_unique, intmath.mul(2, stat)),
-        intmath.add(kv_tiles, q_tiles),
-        intmath.mul(w.n, intmath.add(row_qo, 2 * STAT_BYTES)),
-        l2c,
-        bh,
-    )
-    kv_hbm = l2m.reread_hbm(
-        kv_unique,
-        intmath.add(kv_req, kv_unique),
-        intmath.mul(w.group, intmath.add(kv_tiles, q_tiles)),
-        intmath.mul(w.n_kv_, row_kv),
+    # two passes over the operands: a K/V head's K/V programs launch first and hold the SMs until
+    # they finish; its Q programs run after them and read Q, dO and K, V again. Each pass reads its
+    # operands once where the group's share fits the L2, by the house's re-read rule; where a K/V
+    # head's programs all fit one wave, both passes run at once and share what they read
+    stats_q = intmath.mul(2, stat)
+    run = intmath.add(kv_tiles, intmath.mul(w.group, q_tiles))  # one (batch, K/V head)'s programs
+    one_wave = np.asarray(run) <= np.asarray(concurrent)
+    qo_kv_pass = l2m.reread_hbm(
+        intmath.add(qo_unique, stats_q),
+        qo_req,
+        kv_tiles,
+        intmath.mul(w.group, w.n, intmath.add(row_qo, 2 * STAT_BYTES)),
         l2c,
         bhk,
     )
+    qo_kv_pass = _where(one_wave, 0, qo_kv_pass)  # read by the Q programs of the same wave
+    qo_hbm = intmath.add(qo_kv_pass, qo_unique, stats_q)  # the Q programs: their own tiles, once
+    kv_q_pass = l2m.reread_hbm(
+        kv_unique, kv_req, intmath.mul(w.group, q_tiles), intmath.mul(w.n_kv_, row_kv), l2c, bhk
+    )
+    kv_q_pass = _where(one_wave, 0, kv_q_pass)
+    kv_hbm = intmath.add(kv_unique, kv_q_pass)  # the K/V programs: their own tiles, once
     k = KernelBuilder("flex_attention_backward", "backward")
     k.read("Q, dO, lse, D", "input", intmath.add(qo_req, qo_unique, intmath.mul(2, stat)), qo_hbm,
            "K/V programs: Σ visited Q rows·(d + d_v)·e + 8 per query head; Q programs: B·H·N·(d + d_v)·e + 8")  # fmt: skip

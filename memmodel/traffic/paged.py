@@ -365,6 +365,7 @@ def _prefill_kernel(
     figures_own: str,
     kv_tokens: IntLike,
     bc_visible_blocks: Any,
+    whole_tiles: bool = False,
 ) -> tuple[Kernel, IntLike, IntLike]:
     """One paged prefill kernel: Q tiles of ``tile_q_rows`` rows (GQA packed: the group's heads'
     rows of one token together, one CTA row per K/V head; else one per query head) against the
@@ -407,7 +408,9 @@ def _prefill_kernel(
     scores_kept = intmath.mul(cta_rows, visible, tokens_per_tile, g if packed else 1)
     # FLOPs by the house's convention over the (query, key) pairs the tiles compute: the tiles
     # each compute their rows against the keys they see
-    scores = intmath.minimum(scores_kept, intmath.mul(bh, w.n, kv_tokens))
+    # (``whole_tiles``: flex's template computes every row of its BLOCK_M tile, those past the
+    # queries masked after the products, so a tile of fewer queries costs a whole tile's work)
+    scores = scores_kept if whole_tiles else intmath.minimum(scores_kept, intmath.mul(bh, w.n, kv_tokens))
     ctas = intmath.mul(cta_rows, tiles, chunks)
     kernel = k.build(
         matmul_flops=intmath.mul(4, scores, w.d),
@@ -650,6 +653,7 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         figures_own="flex",
         kv_tokens=tokens,
         bc_visible_blocks=intmath.mul(tiles, intmath.ceil_div(tokens, bn)),
+        whole_tiles=True,
     )
     params = {
         "kernel": "flex_attention",
