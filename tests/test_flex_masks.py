@@ -1,0 +1,196 @@
+"""FlexAttention's prefill under block masks (``--impl flex`` with a window, documents, causal,
+none): the block geometry, the kernels' counts, the runner's mask and the CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memmodel import Workload, compare, load_profile
+from memmodel.calibration import flex_prefill
+from memmodel.cases import Case
+from memmodel.cli import cli
+from memmodel.errors import WorkloadError
+from memmodel.traffic import flex
+from memmodel.traffic.flexmask import block_counts
+
+H200 = load_profile("h200")
+
+
+def brute(n, n_kv, causal, window, seq_lens, qb=128, kb=128):
+    """Full/partial block counts from the element mask itself."""
+    q = np.arange(n)[:, None]
+    k = np.arange(n_kv)[None, :]
+    allowed = np.ones((n, n_kv), dtype=bool)
+    if causal:
+        allowed &= k <= q + (n_kv - n)
+    if window:
+        allowed &= q + (n_kv - n) - k < window
+    if seq_lens:
+        doc = np.repeat(np.arange(len(seq_lens)), seq_lens)
+        allowed &= doc[:, None] == doc[None, :]
+    full = partial = 0
+    full_kv = np.zeros(-(-n_kv // kb), dtype=int)
+    for i in range(0, n, qb):
+        for j in range(0, n_kv, kb):
+            blk = allowed[i : i + qb, j : j + kb]
+            if blk.all():
+                full += 1
+                full_kv[j // kb] += 1
+            elif blk.any():
+                partial += 1
+    return full, partial, full_kv
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 700),
+    extra=st.integers(0, 300),
+    causal=st.booleans(),
+    window=st.sampled_from([None, 1, 7, 128, 200, 513]),
+    cuts=st.lists(st.integers(1, 699), max_size=4, unique=True),
+    blocks=st.sampled_from([(128, 128), (64, 128), (128, 64)]),
+)
+def test_block_counts_match_the_element_mask(n, extra, causal, window, cuts, blocks):
+    window = window if causal else None
+    seq_lens = None
+    n_kv = n + extra
+    if cuts and extra == 0:
+        bounds = [0, *sorted(c for c in cuts if c < n), n]
+        seq_lens = tuple(b - a for a, b in zip(bounds, bounds[1:]) if b > a)
+    c = block_counts(n, n_kv, causal, window, seq_lens, *blocks)
+    full, partial, full_kv = brute(n, n_kv, causal, window, seq_lens, *blocks)
+    assert (c.full, c.partial) == (full, partial)
+    assert c.full_kv.tolist() == full_kv.tolist()
+    assert int(c.full_kv.sum() + c.partial_kv.sum()) == c.visited  # the transposed lists hold the same blocks
+
+
+def test_pinned_masks():
+    # causal, 8 blocks: row i has i full blocks and the diagonal: 0+1+…+7 = 28 full, 8 partial
+    c = block_counts(1024, 1024, True)
+    assert (c.full, c.partial, c.keys) == (28, 8, 128 * 36)
+    # a window of 256 keys: row 0 the diagonal; row 1 block 0 full (q − k in 1…255), the diagonal;
+    # rows 2…7 block i−2 partial (q − k in 129…383), i−1 full, the diagonal: 7 full, 1 + 1 + 6·2 = 14 partial
+    c = block_counts(1024, 1024, True, 256)
+    assert (c.full, c.partial) == (7, 14)
+    # documents of 256, 512, 256 tokens: causal within each: 1 + (1 + 2 + 3) + 1 = 8 full, 8 diagonals
+    c = block_counts(1024, 1024, True, None, (256, 512, 256))
+    assert (c.full, c.partial) == (8, 8)
+    # no mask: every block full
+    assert (block_counts(300, 500, False).full, block_counts(300, 500, False).partial) == (3 * 4, 0)
+
+
+def test_block_counts_match_torch_create_block_mask():
+    pytest.importorskip("torch")
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from memmodel.gpu.paged_run import flex_mask_mod
+
+    for case in (
+        Case(impl="flex", n=1024, d=64, dtype="bf16", window=300),
+        Case(impl="flex", n=1024, d=64, dtype="bf16", causal=True, seq_lens=(100, 412, 256, 256)),
+        Case(impl="flex", n=512, n_kv=1024, d=64, dtype="bf16", causal=True),
+    ):
+        m = create_block_mask(flex_mask_mod(case), None, None, case.n, case.n_kv_, device="cpu")
+        c = block_counts(case.n, case.n_kv_, case.causal, case.window, case.seq_lens)
+        assert m.full_kv_num_blocks[0, 0].tolist() == c.full_q.tolist()
+        assert m.kv_num_blocks[0, 0].tolist() == c.partial_q.tolist()
+
+
+def test_forward_kernel_counts():
+    # 1 × 2 heads × 1024 tokens, d 64, causal: BLOCK_M 128, BLOCK_N 128 (one step a sparse block);
+    # a head's tiles walk 36 blocks, 8 of them partial; (query, key) pairs the tiles compute:
+    # 128 rows × 128 keys × 36 = 589,824 a head; products 2·pairs·(d + d_v) = 2 · 1,179,648 · 128
+    w = Workload(n=1024, heads=2, d=64, dtype="bf16", causal=True)
+    c = compare(w, H200, impl="flex")
+    (k,) = [k for k in c.tiled.traffic.kernels if k.name == "flex_attention"]
+    assert (k.ctas, k.blocks, k.diagonal_blocks) == (16, 72, 16)
+    assert k.matmul_flops == 2 * 2 * 589_824 * 128
+    assert k.figures_from == "flex"
+    # Q once, O and the fp32 logsumexp written: 2·1024·64·2 each, lse 2·1024·4
+    assert k.bytes(level="hbm", direction="write") == 2 * 1024 * 64 * 2 + 2 * 1024 * 4
+
+
+def test_backward_kernels_and_their_steps():
+    # the same head with a training step: Δ's reduction, then one template of K/V programs (BLOCK_N1
+    # 128: 8 a head, each 2 steps of 64 rows per Q block it keeps) and Q programs (BLOCK_M2 128: 8,
+    # each 2 steps of 64 keys per K/V block): 2·72 + 2·72 steps a head, of which 2·8 + 2·8 partial
+    w = Workload(n=1024, heads=2, d=64, dtype="bf16", causal=True)
+    c = compare(w, H200, impl="flex", backward=True)
+    names = [k.name for k in c.tiled.traffic.kernels]
+    assert names == ["flex_attention", "flex_bwd_delta", "flex_attention_backward"]
+    bwd = c.tiled.traffic.kernels[-1]
+    assert (bwd.ctas, bwd.blocks, bwd.diagonal_blocks) == (2 * 16, 2 * 144, 2 * 32)
+    assert bwd.pass_ == "backward"
+    # dQ, dK, dV written once each: 3 · 2·1024·64·2
+    assert bwd.bytes(level="hbm", direction="write") == 3 * 2 * 1024 * 64 * 2
+
+
+def test_window_and_documents_cost_less_than_causal():
+    base = dict(n=8192, heads=32, kv_heads=8, d=128, dtype="bf16", causal=True)
+    causal = compare(Workload(**base), H200, impl="flex", backward=True)
+    windowed = compare(Workload(**base, window=1024), H200, impl="flex", backward=True)
+    docs = compare(Workload(**base, seq_lens=(4096, 2048, 2048)), H200, impl="flex", backward=True)
+    t = lambda c: c.tiled.time_s()  # noqa: E731
+    assert t(windowed) < t(docs) < t(causal)
+    assert windowed.tiled.traffic.flops < causal.tiled.traffic.flops
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 50), min_size=1, max_size=300), slots=st.integers(1, 40))
+def test_schedule_tail_is_at_least_one(lengths, slots):
+    tail = flex.schedule_tail(np.asarray(lengths, dtype=np.float64), slots)
+    assert tail >= 1.0 - 1e-12
+    assert flex.schedule_tail(np.full(4 * slots, 3.0), slots) == pytest.approx(1.0)
+
+
+def test_tiles_by_head_dim():
+    assert flex.forward_config("bf16", 64)[:2] == (128, 128)
+    assert flex.forward_config("bf16", 128)[:2] == (128, 64)
+    assert flex.forward_config("bf16", 96) == flex.FORWARD_FALLBACK
+    assert flex.backward_config("bf16", 128)[:4] == (64, 128, 128, 64)
+    assert flex.rounded_head_dim(96) == 128
+
+
+def test_fit_reproduces_the_profiles_figures():
+    record = json.load(gzip.open(flex_prefill.RECORD, "rt"))
+    fitted, found = flex_prefill.fit(record, H200)
+    assert len(found) == 18  # 9 training steps: forward and backward templates
+    figures = H200.implementation("flex")
+    assert dict(figures.efficiency)[64] == pytest.approx(fitted["efficiency_64"])
+    assert dict(figures.backward_efficiency)[128] == pytest.approx(fitted["backward_efficiency_128"])
+    # every reference kernel within 15 % at the fitted figures (the fit's own shapes)
+    assert max(abs(p / r.measured_s - 1) for r, p in found) < 0.15
+
+
+def test_cli_flex_window_and_documents():
+    runner = CliRunner()
+    out = runner.invoke(cli, ["-q", "compare", "--n", "8192", "--heads", "32", "--kv-heads", "8", "--d", "128",
+                              "--dtype", "bf16", "--gpu", "h200", "--impl", "flex", "--window", "1024", "--backward",
+                              "--format", "json"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    tiled = next(a for a in data["algorithms"] if a["name"] == "tiled")
+    assert [k["name"] for k in tiled["kernels"]] == ["flex_attention", "flex_bwd_delta", "flex_attention_backward"]
+    out = runner.invoke(cli, ["-q", "compare", "--seq-lens", "4096,2048,2048", "--heads", "32", "--d", "128",
+                              "--dtype", "bf16", "--gpu", "h200", "--impl", "flex", "--causal"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    bad = runner.invoke(cli, ["compare", "--n", "64", "--d", "128", "--gpu", "h200", "--impl", "flex", "--backward"])
+    assert bad.exit_code == 2
+    assert "decoding kernel" in bad.output and "Traceback" not in bad.output
+    bad = runner.invoke(cli, ["compare", "--n", "4096", "--d", "128", "--gpu", "h200", "--impl", "sdpa-cudnn",
+                              "--window", "512"])  # fmt: skip
+    assert bad.exit_code == 2 and "flex" in bad.output
+
+
+def test_cases_take_flex_masks():
+    c = Case(impl="flex", n=1024, d=64, dtype="bf16", window=256, backward=True)
+    assert c.causal and "win256" in c.id
+    with pytest.raises(WorkloadError, match="sdpa-flash or impl=flex"):
+        Case(impl="sdpa-cudnn", n=1024, d=64, dtype="bf16", window=256)
