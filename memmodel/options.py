@@ -293,8 +293,8 @@ PAGED_FIGURES = {
     "flashinfer": "its decode kernel takes sdpa-flash's split-KV figures (per-CTA streaming rate, per-wave "
     "overhead) and combine costs, its sm90 prefill fa3's measured efficiency and CTA overhead, its FA2-style "
     "prefill sdpa-flash's",
-    "flex": "its decoding kernel takes sdpa-flash's split-KV figures, its forward kernel memmodel's Triton "
-    "kernel's (triton: efficiency, CTA overhead), its reduction the profile's elementwise rate",
+    "flex": "its decoding kernel takes sdpa-flash's split-KV figures, its forward and backward templates the raw "
+    "product peak (no efficiency), its reductions the profile's library rates",
 }
 
 
@@ -358,7 +358,7 @@ def paged_implementation(
 #: where a profile has them
 PAGED_OWN = {
     "flashinfer": (("flashinfer", "flashinfer-fa2"), ""),
-    "flex": (("flex",), "; its forward kernel memmodel's Triton kernel's (triton: efficiency, CTA overhead)"),
+    "flex": (("flex",), ""),
 }
 
 
