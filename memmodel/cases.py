@@ -237,7 +237,20 @@ _KEYS = (
 #: implementations whose cases take d_v (V's head dim apart from Q's)
 DV_CASE_IMPLEMENTATIONS = ("standard", "sdpa-cudnn", "sdpa-efficient", "sdpa-math", "flashmla")
 #: the case keys that take a whole number
-_INT_KEYS = ("n", "d", "d_v", "batch", "heads", "kv_heads", "n_kv", "block_q", "block_kv", "window", "page_size", "kv_pool")
+_INT_KEYS = (
+    "n",
+    "d",
+    "d_v",
+    "batch",
+    "heads",
+    "kv_heads",
+    "n_kv",
+    "block_q",
+    "block_kv",
+    "window",
+    "page_size",
+    "kv_pool",
+)
 #: the case implementations that read a paged KV cache (``page_size=``)
 PAGED_CASE_IMPLEMENTATIONS = ("flashinfer", "flex")
 #: the implementations whose cases take a sliding window or a packed row (FlashAttention-2's local and

@@ -16,9 +16,9 @@ from .errors import WorkloadError
 from .frozen import frozen
 from .host import check_timing
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS, TILED_VARIANTS
-from .traffic.paged import FLEX_DECODE_MAX_Q
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
+from .traffic.paged import FLEX_DECODE_MAX_Q
 
 if TYPE_CHECKING:  # pragma: no cover
     from .hardware import Profile

@@ -119,7 +119,9 @@ def with_links(text: str) -> str:
         from memmodel.hardware.parse import parse_profile
 
         event = parse_profile(data, "<profile being built>").event_overhead_s or 0.0
-        data = host.apply(data, [json.loads(line) for line in gzip.open(ROOT / host.RECORD, "rt") if line.strip()], event)
+        data = host.apply(
+            data, [json.loads(line) for line in gzip.open(ROOT / host.RECORD, "rt") if line.strip()], event
+        )
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

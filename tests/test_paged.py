@@ -450,5 +450,7 @@ def test_the_output_says_which_figures_time_a_paged_kernel():
     assert "implementations.flashinfer, implementations.flashinfer-fa2" in paged_figures_note("flashinfer", H200)
     assert "memmodel hardware show h200" in paged_figures_note("flashinfer", H200)
     assert "no figures of its own" in paged_figures_note("flashinfer", bare(H200))
-    # flex: its decoding kernel's own, its forward the Triton kernel's
-    assert "Triton" in paged_figures_note("flex", H200) and "implementations.flex" in paged_figures_note("flex", H200)
+    # flex: its own figures, decode and prefill
+    assert "Triton" not in paged_figures_note("flex", H200) and "implementations.flex" in paged_figures_note(
+        "flex", H200
+    )

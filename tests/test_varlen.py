@@ -163,8 +163,8 @@ def test_cli_takes_seq_lens_names_them_and_picks_sdpa_flash(tmp_path):
     [
         (["--seq-lens", "8192,4096", "--n", "8192"], "--n 8192 is not the sum of --seq-lens (12288)"),
         (["--seq-lens", "8192,4096", "--batch", "2"], "--batch must be 1"),
-        (["--seq-lens", "8192,4096", "--impl", "sdpa-cudnn"], "accepted are --impl sdpa-flash, paper"),
-        (["--seq-lens", "8192,4096", "--impl", "fa3"], "accepted are --impl sdpa-flash, paper"),
+        (["--seq-lens", "8192,4096", "--impl", "sdpa-cudnn"], "accepted are --impl sdpa-flash, flex, paper"),
+        (["--seq-lens", "8192,4096", "--impl", "fa3"], "accepted are --impl sdpa-flash, flex, paper"),
         (["--seq-lens", "8192,4096", "--n-kv", "20000"], "out of scope"),
         (["--seq-lens", "8192,x"], "'x' is not a positive whole number"),
         (["--seq-lens", "8192,¹"], "is not a positive whole number"),
@@ -208,7 +208,7 @@ def test_packed_cases_round_trip_and_refuse_other_kernels():
     assert Case.from_dict(json.loads(json.dumps(c.to_dict()))) == c
     assert c.workload().seq_lens == c.seq_lens
     assert "seq_lens" not in parse_case("impl=sdpa-flash,n=4096,d=64").to_dict()  # earlier records' keys
-    with pytest.raises(WorkloadError, match="only impl=sdpa-flash runs a packed row"):
+    with pytest.raises(WorkloadError, match="only impl=sdpa-flash or impl=flex runs a packed row"):
         parse_case("impl=sdpa-cudnn,d=64,seq_lens=1024+1024")
     with pytest.raises(WorkloadError, match="is not their sum"):
         parse_case("impl=sdpa-flash,n=4096,d=64,seq_lens=1024+1024")

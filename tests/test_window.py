@@ -230,7 +230,7 @@ def test_window_cases_round_trip_and_refuse_other_kernels():
     assert case.id == "sdpa-flash/b1h32kv8n8192d128/bf16-causal-win4096-bwd"
     assert parse_case(case.spec()) == case
     assert case.workload().window == 4096
-    with pytest.raises(WorkloadError, match="only impl=sdpa-flash runs a sliding window"):
+    with pytest.raises(WorkloadError, match="only impl=sdpa-flash or impl=flex runs a sliding window"):
         parse_case("impl=sdpa-cudnn,n=4096,d=64,window=512")
     with pytest.raises(WorkloadError, match="n = n_kv"):
         parse_case("impl=sdpa-flash,n=1,n_kv=4096,d=64,window=512")

@@ -75,6 +75,8 @@ def rows(record: Mapping[str, Any]) -> list[Row]:
 
 @dataclasses.dataclass
 class _Planned:
+    """What one row's time needs that the figures do not change: its ledger and how it is timed."""
+
     traffic: Any
     dtype: str
     head_dim: Any
@@ -104,12 +106,19 @@ def predicted(planned: _Planned, kernel: str, profile: Any) -> float:
 #: (figure, the rows it is fitted to, its search range)
 FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
     *(
-        (f"efficiency_{d}", lambda r, d=d: r.kernel == FORWARD and r.d == d and not r.causal and not r.short, (0.1, 1.5))
+        (
+            f"efficiency_{d}",
+            lambda r, d=d: r.kernel == FORWARD and r.d == d and not r.causal and not r.short,
+            (0.1, 1.5),
+        )
         for d in HEAD_DIMS
     ),
     *(
-        (f"backward_efficiency_{d}", lambda r, d=d: r.kernel == BACKWARD and r.d == d and not r.causal and not r.short,
-         (0.05, 1.5))
+        (
+            f"backward_efficiency_{d}",
+            lambda r, d=d: r.kernel == BACKWARD and r.d == d and not r.causal and not r.short,
+            (0.05, 1.5),
+        )
         for d in HEAD_DIMS
     ),  # fmt: skip
     ("cta_overhead", lambda r: r.kernel == FORWARD and r.short, (1e-8, 3e-5)),
@@ -193,7 +202,12 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
         "the share of the product peak flex's backward template reaches (no block mask)",
         "backward_efficiency_64",
     )
-    put("cta_overhead", {1: f"{fitted['cta_overhead'] * 1e6:.4g} us"}, "what a forward CTA costs beyond its steps, per CTA slot", "cta_overhead")
+    put(
+        "cta_overhead",
+        {1: f"{fitted['cta_overhead'] * 1e6:.4g} us"},
+        "what a forward CTA costs beyond its steps, per CTA slot",
+        "cta_overhead",
+    )
     put(
         "backward_cta_overhead",
         {1: f"{fitted['backward_cta_overhead'] * 1e6:.4g} us"},

@@ -123,7 +123,15 @@ HOST_FIGURES: dict[str, str] = {
 }
 #: host figures a measurement may find to be 0 (differences of two timings, clipped at 0)
 HOST_ZERO = frozenset(
-    {"host.autograd_node", "host.autograd_view_node", "host.backward_pass", "host.launch_latency", "host.launch_share", "host.split_launch_share", "host.graph_kernel_gap"}
+    {
+        "host.autograd_node",
+        "host.autograd_view_node",
+        "host.backward_pass",
+        "host.launch_latency",
+        "host.launch_share",
+        "host.split_launch_share",
+        "host.graph_kernel_gap",
+    }
 )
 #: Largest host figure a profile may give, by field, and what a larger one is not: far above any
 #: CPU's dispatch (a few to some tens of microseconds an op, tens to hundreds a library call), so a

@@ -13,8 +13,8 @@ What they run (torch 2.9.1, 2.10.0, 2.11.0 wheels: ``torch/_inductor/kernel/flex
   writes O and the fp32 logsumexp (under grad mode, PyTorch's default). Without a block mask the
   row is one block of every key whose mask is the constant ``noop_mask``: plain steps. Where N or
   N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every step also checks its indices against
-  the lengths; counted as a plain step (a first count as a partial block's step came out 71 % slow
-  on a packed row of 12,000 tokens: ``h200-variants-final``, docs/variants.md).
+  the lengths; counted as a plain step (a first count as a partial block's step came out about two
+  thirds slow on a packed row of 12,000 tokens: ``h200-variants-final``, docs/variants.md).
 * **Backward**: a reduction kernel first (Δ = rowsum(O ∘ dO) in fp32), then one template over
   (⌈N_kv / BLOCK_N1⌉ + G·⌈N / BLOCK_M2⌉, B, H_kv) CTAs: the first ⌈N_kv / BLOCK_N1⌉ each hold one
   K/V tile and, for every query head of its group, walk the Q tiles of the transposed mask
@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from .. import intmath
-from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
 from .flexmask import SPARSE_BLOCK, block_counts
@@ -136,7 +135,9 @@ def _per_row(fn: Any, *values: Any) -> tuple[Any, ...]:
     rows, inverse = np.unique(flat, axis=0, return_inverse=True)
     results = [fn(*(int(x) for x in row)) for row in rows]
     shape, at = arrays[0].shape, inverse.ravel()
-    counts = [np.asarray([r[i] for r in results], dtype=np.int64)[at].reshape(shape) for i in range(len(results[0]) - 1)]
+    counts = [
+        np.asarray([r[i] for r in results], dtype=np.int64)[at].reshape(shape) for i in range(len(results[0]) - 1)
+    ]
     last = np.asarray([r[-1] for r in results], dtype=np.float64)[at].reshape(shape)
     return (*counts, last)
 
@@ -164,7 +165,9 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
             steps = np.full(tiles, -(-n_kv // bn))
         partial = np.zeros(tiles, dtype=np.int64) if not masked else bc.partial_q[row_of] * per
         keys = np.minimum(steps * bn, n_kv) if not masked else bc.keys_q[row_of]
-        occ = ctas_per_sm(warps * 32, forward_smem(bm, bn, stages, rounded_head_dim(d), rounded_head_dim(dv), e), smem_per_sm)
+        occ = ctas_per_sm(
+            warps * 32, forward_smem(bm, bn, stages, rounded_head_dim(d), rounded_head_dim(dv), e), smem_per_sm
+        )
         lengths = np.tile(steps, b * h)  # launch order: the Q tiles of a head, head after head
         tail = schedule_tail(lengths.astype(np.float64), sm_count * occ)
         return (
@@ -199,7 +202,13 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
     k = KernelBuilder("flex_attention")
     k.read("Q", "input", q, q, "B·H·N·d·e")
     k.read("K", "input", req_k, share_k, "B·H·Σ_tiles keys of the visited blocks·d·e")
-    k.read("V", "input", req_v, intmath.add(kv_hbm, intmath.mul(-1, share_k)), "B·H·Σ_tiles keys of the visited blocks·d_v·e")
+    k.read(
+        "V",
+        "input",
+        req_v,
+        intmath.add(kv_hbm, intmath.mul(-1, share_k)),
+        "B·H·Σ_tiles keys of the visited blocks·d_v·e",
+    )
     k.write("O", "output", o, "B·H·N·d_v·e")
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4 (fp32, under grad mode)")
     scores = intmath.mul(bh, pairs)
@@ -218,15 +227,14 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
         figures_own="flex",
         tail=tail,
     )
-    params = {"kernel": "flex_attention", "block_m": bm, "block_n": bn, "ctas_per_sm": occ, "sparse_block": SPARSE_BLOCK}
+    params = {
+        "kernel": "flex_attention",
+        "block_m": bm,
+        "block_n": bn,
+        "ctas_per_sm": occ,
+        "sparse_block": SPARSE_BLOCK,
+    }
     return [kernel], params
-
-
-def _where(cond: Any, a: IntLike, b: IntLike) -> IntLike:
-    """``a`` where ``cond`` else ``b``: ints for a scalar condition, int64 arrays on grids."""
-    if np.ndim(cond) == 0:
-        return a if bool(cond) else b
-    return np.where(cond, np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
 
 
 def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
@@ -290,29 +298,13 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     kv_req = intmath.mul(bh, keys, row_kv)
     ctas = intmath.mul(bhk, intmath.add(kv_tiles, intmath.mul(w.group, q_tiles)))
     concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
-    l2c = l2.with_ctas(concurrent)
-    # two passes over the operands: a K/V head's K/V programs launch first and hold the SMs until
-    # they finish; its Q programs run after them and read Q, dO and K, V again. Each pass reads its
-    # operands once where the group's share fits the L2, by the house's re-read rule; where a K/V
-    # head's programs all fit one wave, both passes run at once and share what they read
+    # Q, dO and K, V from HBM once each (the group's operands fit the L2 while its programs read
+    # them): a lower bound. Measured (issue 29's sets) the template reads them 1.0 to 2.2 times:
+    # its K/V programs and its Q programs read them apart in time, and what decides whether the
+    # L2 still holds them for the second is not modelled (docs/variants.md)
     stats_q = intmath.mul(2, stat)
-    run = intmath.add(kv_tiles, intmath.mul(w.group, q_tiles))  # one (batch, K/V head)'s programs
-    one_wave = np.asarray(run) <= np.asarray(concurrent)
-    qo_kv_pass = l2m.reread_hbm(
-        intmath.add(qo_unique, stats_q),
-        qo_req,
-        kv_tiles,
-        intmath.mul(w.group, w.n, intmath.add(row_qo, 2 * STAT_BYTES)),
-        l2c,
-        bhk,
-    )
-    qo_kv_pass = _where(one_wave, 0, qo_kv_pass)  # read by the Q programs of the same wave
-    qo_hbm = intmath.add(qo_kv_pass, qo_unique, stats_q)  # the Q programs: their own tiles, once
-    kv_q_pass = l2m.reread_hbm(
-        kv_unique, kv_req, intmath.mul(w.group, q_tiles), intmath.mul(w.n_kv_, row_kv), l2c, bhk
-    )
-    kv_q_pass = _where(one_wave, 0, kv_q_pass)
-    kv_hbm = intmath.add(kv_unique, kv_q_pass)  # the K/V programs: their own tiles, once
+    qo_hbm = intmath.add(qo_unique, stats_q)
+    kv_hbm = kv_unique
     k = KernelBuilder("flex_attention_backward", "backward")
     k.read("Q, dO, lse, D", "input", intmath.add(qo_req, qo_unique, intmath.mul(2, stat)), qo_hbm,
            "K/V programs: Σ visited Q rows·(d + d_v)·e + 8 per query head; Q programs: B·H·N·(d + d_v)·e + 8")  # fmt: skip
