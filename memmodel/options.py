@@ -319,6 +319,13 @@ def paged_implementation(
                     f"--impl flex --backward: below {FLEX_DECODE_MAX_Q} queries flex runs its decoding kernel, "
                     f"modelled forward only: give --n {FLEX_DECODE_MAX_Q} or more"
                 )
+        masked = workload.window is not None or workload.seq_lens is not None
+        if impl == "flex" and masked and np.any(np.asarray(workload.n) < FLEX_DECODE_MAX_Q):
+            raise WorkloadError(
+                f"--impl flex with {'--window' if workload.window is not None else '--seq-lens'}: below "
+                f"{FLEX_DECODE_MAX_Q} queries flex runs its decoding kernel, modelled without a window or documents: "
+                f"give --n {FLEX_DECODE_MAX_Q} or more, or --impl sdpa-flash"
+            )
         if impl in IMPLEMENTATIONS and IMPLEMENTATIONS[impl].paged:
             notes.append(paged_figures_note(impl, profile))
         return impl

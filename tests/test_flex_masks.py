@@ -184,6 +184,10 @@ def test_cli_flex_window_and_documents():
     bad = runner.invoke(cli, ["compare", "--n", "64", "--d", "128", "--gpu", "h200", "--impl", "flex", "--backward"])
     assert bad.exit_code == 2
     assert "decoding kernel" in bad.output and "Traceback" not in bad.output
+    for extra in (["--n", "64", "--window", "32", "--causal"], ["--seq-lens", "32,32", "--causal"]):
+        bad = runner.invoke(cli, ["compare", "--d", "128", "--gpu", "h200", "--impl", "flex", *extra])
+        assert bad.exit_code == 2 and "decoding kernel" in bad.output, bad.output
+        assert len(bad.output.strip().splitlines()) == 1
     bad = runner.invoke(cli, ["compare", "--n", "4096", "--d", "128", "--gpu", "h200", "--impl", "sdpa-cudnn",
                               "--window", "512"])  # fmt: skip
     assert bad.exit_code == 2 and "flex" in bad.output

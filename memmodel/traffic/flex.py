@@ -154,7 +154,7 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
     masked = has_mask(w)
 
     def plan(n: int, n_kv: int, d: int, dv: int, g: int, b: int, h: int, win: int) -> tuple[float, ...]:
-        bm, bn, stages, warps = forward_config(w.dtype, rounded_head_dim(d))
+        bm, bn, stages, warps = forward_config(w.dtype, d)
         bc = block_counts(n, n_kv, causal, win or None, seq_lens, SPARSE_BLOCK, SPARSE_BLOCK)
         per = SPARSE_BLOCK // bn
         tiles = -(-n // bm)
@@ -244,7 +244,7 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     masked = has_mask(w)
 
     def plan(n: int, n_kv: int, d: int, g: int, b: int, hk: int, win: int) -> tuple[float, ...]:
-        m1, n1, m2, n2, _, warps = backward_config(w.dtype, rounded_head_dim(d))
+        m1, n1, m2, n2, _, warps = backward_config(w.dtype, d)
         bc = block_counts(n, n_kv, causal, win or None, seq_lens, SPARSE_BLOCK, SPARSE_BLOCK)
         kv_tiles, q_tiles = -(-n_kv // n1), -(-n // m2)
         col_of = np.arange(kv_tiles) * n1 // SPARSE_BLOCK
