@@ -1,6 +1,7 @@
 """Context parallelism: attention over a sequence split across P GPUs, per GPU and per step.
 
-Two schemes, as ``memmodel.gpu.context_parallel`` runs them (and as the validation measures):
+Three schemes; ring and Ulysses as ``memmodel.gpu.context_parallel`` runs them (and as the validation
+measures), the hybrid of both modelled only (no runner yet: issue #31):
 
 **Ring** (``ring``): GPU r holds N/P queries and N/P keys/values. In step i it computes its
 queries against the K/V block it holds (one attention kernel, which also gives the block's
@@ -21,6 +22,13 @@ block and reach its owner after step P−1.
 tokens × all heads to all N tokens × H/P heads; each GPU runs full-sequence attention on its
 heads; a second all-to-all brings O back to N/P tokens × all heads (backward: dO there, dQ,
 dK, dV back). Nothing overlaps: each collective waits for the data it moves.
+
+**Hybrid** (``hybrid``, ``--ulysses-degree U``: unified sequence parallelism, Ulysses inside a group
+of U GPUs, a ring across the P/U groups): an all-to-all inside each group re-partitions Q, K, V
+from N/P tokens × all heads to the group's N·U/P tokens × H/U heads; the groups then run the ring
+on those heads (P/U steps, K/V blocks of N·U/P tokens; causal: zigzag over the 2·P/U chunks of the
+groups), and a second all-to-all inside the group brings O back (backward: dO in, the ring's
+backward, dQ, dK, dV out). U = 1 is the ring, U = P is Ulysses.
 
 **Overlap rule** (ring): a step takes ``max(compute + merge, link start + link)``: the attention
 and merge kernels run on the compute stream while the link carries the step's messages. In the
@@ -50,7 +58,7 @@ from .hardware.interconnect import Interconnect
 from .traffic.ledger import AlgorithmTraffic, Kernel, KernelBuilder
 from .workload import STAT_BYTES, Workload
 
-SCHEMES = ("ring", "ulysses")
+SCHEMES = ("ring", "ulysses", "hybrid")
 
 #: Step kinds of the ring (rank r, step i, holding the block of rank j = r − i mod P):
 #: ``full`` (not causal), ``diagonal`` (causal, own block), ``kv_half`` (causal, j < r: all
@@ -240,14 +248,38 @@ class ParallelResult:
     single: Any  # the single-GPU Comparison
     per_gpu: Any  # a Comparison of GPU 0's kernels (its times the wall times)
     notes: tuple[str, ...] = field(default=())
+    #: the hybrid scheme's GPUs per Ulysses group (None for ring and Ulysses)
+    ulysses_degree: int | None = None
 
 
-def check(workload: Workload, p: int, scheme: str) -> None:
+def check(workload: Workload, p: int, scheme: str, ulysses_degree: int | None = None) -> None:
     """Refuse what the scheme cannot split, in one line."""
     if scheme not in SCHEMES:
         raise WorkloadError(f"unknown --cp-scheme {scheme!r}: accepted are {', '.join(SCHEMES)}")
     if p < 1:
         raise WorkloadError(f"--context-parallel must be at least 1 (got {p})")
+    if ulysses_degree is not None and scheme != "hybrid":
+        raise WorkloadError("--ulysses-degree goes with --cp-scheme hybrid (Ulysses inside groups, a ring across them)")
+    if scheme == "hybrid":
+        u = ulysses_degree
+        if u is None:
+            raise WorkloadError("--cp-scheme hybrid needs --ulysses-degree U (the GPUs of one Ulysses group)")
+        if u < 1 or p % u:
+            raise WorkloadError(f"--ulysses-degree {u} must divide --context-parallel {p} (groups of U GPUs)")
+        for what, h in (("--heads", workload.heads), ("--kv-heads", workload.kv_heads_)):
+            if not workload.is_grid and int(h) % u:
+                raise WorkloadError(
+                    f"--cp-scheme hybrid splits heads over its {u} GPUs of a group: {what} ({h}) must be a "
+                    f"multiple of {u}"
+                )
+        if not workload.is_grid:
+            step = 2 * p if workload.causal and p // u > 1 else p
+            if int(workload.n) % step:
+                raise WorkloadError(
+                    f"--cp-scheme hybrid over {p} GPUs{' (zigzag across its groups)' if step > p else ''}: "
+                    f"--n ({int(workload.n)}) must be a multiple of {step}"
+                )
+        scheme = "ring"  # and the ring's own conditions on the whole sequence
     if workload.is_grid:
         raise WorkloadError("--context-parallel takes one workload, not a grid")
     if workload.n_kv_ != workload.n:
@@ -281,14 +313,16 @@ def context_parallel(
     *,
     impl: str = "auto",
     standard: str = "algorithm0",
+    ulysses_degree: int | None = None,
     **options: Any,
 ) -> ParallelResult:
-    """``workload`` (the whole sequence) on ``p`` GPUs of ``profile`` with ``scheme``;
+    """``workload`` (the whole sequence) on ``p`` GPUs of ``profile`` with ``scheme``
+    (``hybrid``: Ulysses over groups of ``ulysses_degree`` GPUs, a ring across the groups);
     ``options`` are :class:`memmodel.options.Options` fields (``backward`` adds the
     backward ring)."""
     from .model import compare
 
-    check(workload, p, scheme)
+    check(workload, p, scheme, ulysses_degree)
     timing = options.get("timing", "kernel")
     if timing != "kernel":
         from .errors import TimingError
@@ -323,6 +357,9 @@ def context_parallel(
     single = run(workload)
     if scheme == "ring":
         algs = [_ring(workload, profile, p, run, which, backward) for which in ("standard", "tiled")]
+    elif scheme == "hybrid":
+        assert ulysses_degree is not None
+        algs = [_hybrid(workload, profile, p, ulysses_degree, run, which, backward) for which in ("standard", "tiled")]
     else:
         algs = [_ulysses(workload, profile, p, run, which, backward) for which in ("standard", "tiled")]
     results = []
@@ -334,7 +371,9 @@ def context_parallel(
             ParallelAlgorithm(which, traffic, tuple(timings), tuple(steps), wall, link, float(ev.timing.time_s))
         )
     per_gpu = _as_comparison(single, results)
-    return ParallelResult(workload, profile, p, scheme, results[0], results[1], single, per_gpu, _notes(profile, p))
+    return ParallelResult(
+        workload, profile, p, scheme, results[0], results[1], single, per_gpu, _notes(profile, p), ulysses_degree
+    )
 
 
 def _notes(profile: Profile, p: int) -> tuple[str, ...]:
@@ -619,6 +658,62 @@ def _ulysses(
     return out_kernels, out_times, steps, link_total
 
 
+def _hybrid(
+    workload: Workload, profile: Profile, p: int, u: int, run: Any, which: str, backward: bool
+) -> tuple[list[Kernel], list[Any], list[Step], int]:
+    """Ulysses inside groups of ``u`` GPUs, the ring across the ``p // u`` groups (module docstring):
+    per pass, the group's all-to-all in, the ring's steps on H/U heads, the all-to-all out."""
+    from .timing import kernel_time
+
+    w = workload
+    r = p // u
+    ic = profile.interconnect
+    heads = w.with_(heads=int(w.heads) // u, kv_heads=int(w.kv_heads_) // u)
+    ring_k, ring_t, ring_steps, link_total = _ring(heads, profile, r, run, which, backward)
+    out_kernels: list[Kernel] = []
+    out_times: list[Any] = []
+    steps: list[Step] = []
+    for pass_ in ("forward", "backward") if backward else ("forward",):
+        # the group's share of the sequence, N·U/P tokens, split over its U GPUs as Ulysses splits N
+        before, after, buf1, buf2 = ulysses_kernels(w.with_(n=int(w.n) // r), u, pass_)
+        phases: list[tuple[str, list[Kernel] | None, int]] = [("all_to_all_in", before, buf1), ("ring", None, 0)]
+        phases.append(("all_to_all_out", after, buf2))
+        for phase, kernels, buf in phases:
+            if kernels is None:
+                for k, t in zip(ring_k, ring_t):
+                    if k.pass_ == pass_ or (pass_ == "forward" and k.pass_ != "backward"):
+                        out_kernels.append(k)
+                        out_times.append(t)
+                for st in ring_steps:
+                    if st.pass_ == pass_:
+                        steps.append(dataclasses.replace(st, index=len(steps)))
+                continue
+            if u == 1:
+                continue  # groups of one GPU: no all-to-all (the ring)
+            ts = [kernel_time(k, profile, w.dtype) for k in kernels]
+            copy_s = float(sum(float(t.time_s) for t in ts))
+            sent = buf * (u - 1) // u
+            link_s = all_to_all_time(ic, u, buf) if ic is not None else 0.0
+            link_total += sent
+            out_kernels += kernels
+            out_times += ts
+            steps.append(
+                Step(
+                    pass_,
+                    len(steps),
+                    phase,
+                    0.0,
+                    copy_s,
+                    sent,
+                    link_s,
+                    copy_s + link_s,
+                    "sum",
+                    tuple(k.name for k in kernels),
+                )
+            )
+    return out_kernels, out_times, steps, link_total
+
+
 def _as_comparison(single: Any, results: list[ParallelAlgorithm]) -> Any:
     """A Comparison of GPU 0's kernels whose algorithm times are the wall times: what the
     compare report prints and ``compare_to_dict`` turns into JSON."""
@@ -666,7 +761,8 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
     data["context_parallel"] = {
         "gpus": result.p,
         "scheme": result.scheme,
-        "zigzag": result.scheme == "ring" and result.workload.causal,
+        "ulysses_degree": result.ulysses_degree,
+        "zigzag": result.scheme in ("ring", "hybrid") and bool(result.workload.causal),
         "per_gpu": "byte and FLOP keys are GPU 0's over the whole run; predicted_time_s is the wall time",
         "interconnect": ic.describe() if ic is not None else None,
         "notes": list(result.notes),
@@ -682,7 +778,7 @@ def to_dict(result: ParallelResult) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 # Validation cases: plain data, planned on the CPU
 
-CP_CASE_KEYS = ("scheme", "p", "batch", "heads", "kv_heads", "n", "d", "dtype", "causal", "backward")
+CP_CASE_KEYS = ("scheme", "p", "batch", "heads", "kv_heads", "n", "d", "dtype", "causal", "backward", "ulysses_degree")
 
 
 @frozen
@@ -699,11 +795,13 @@ class CPCase:
     dtype: str = "bf16"
     causal: bool = False
     backward: bool = False
+    #: the hybrid scheme's GPUs per Ulysses group
+    ulysses_degree: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in ("fp16", "bf16"):
             raise WorkloadError(f"context-parallel case dtype {self.dtype!r}: fp16 or bf16 (FlashAttention's)")
-        check(self.workload(), self.p, self.scheme)
+        check(self.workload(), self.p, self.scheme, self.ulysses_degree)
 
     def workload(self) -> Workload:
         return Workload(
@@ -720,7 +818,8 @@ class CPCase:
     def id(self) -> str:
         kv = f"kv{self.kv_heads}" if self.kv_heads and self.kv_heads != self.heads else ""
         extra = ("-causal" if self.causal else "") + ("-bwd" if self.backward else "")
-        return f"{self.scheme}{self.p}/b{self.batch}h{self.heads}{kv}n{self.n}d{self.d}/{self.dtype}{extra}"
+        scheme = f"{self.scheme}{self.p}" + (f"u{self.ulysses_degree}" if self.ulysses_degree else "")
+        return f"{scheme}/b{self.batch}h{self.heads}{kv}n{self.n}d{self.d}/{self.dtype}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -763,7 +862,14 @@ def predict_case(case: CPCase, profile: Profile, impl: str = "sdpa-flash") -> di
     of back-to-back calls builds up to the power limit: its clocks are modelled as before they
     fall (``clocks="boost"``)."""
     r = context_parallel(
-        case.workload(), profile, case.p, case.scheme, impl=impl, backward=case.backward, clocks="boost"
+        case.workload(),
+        profile,
+        case.p,
+        case.scheme,
+        impl=impl,
+        backward=case.backward,
+        clocks="boost",
+        ulysses_degree=case.ulysses_degree,
     )
     t = r.tiled
     return {

@@ -64,7 +64,7 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
     from ..options import options_for
     from .parallel import pop_context_parallel, run_compare
 
-    cp, scheme = pop_context_parallel(kw)
+    cp, scheme, ulysses_degree = pop_context_parallel(kw)
     model = kw.get("model")
     if layers == "all":
         from ..errors import WorkloadError
@@ -100,7 +100,7 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             from ..errors import WorkloadError
 
             raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
-        return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt)
+        return run_compare(workload, gpu, impl, opts, cp, scheme, standard_variant, fmt, ulysses_degree)
     results = []
     for spec in gpu or (DEFAULT_GPU,):
         profile = load_profile(spec)

@@ -15,12 +15,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def context_parallel_options(func: F) -> F:
     func = option(
+        "--ulysses-degree",
+        "ulysses_degree",
+        type=int,
+        default=None,
+        metavar="U",
+        help="With --cp-scheme hybrid: the GPUs of one Ulysses group (U divides P; the ring runs across the P/U groups).",
+    )(func)
+    func = option(
         "--cp-scheme",
         "cp_scheme",
-        type=choice(["ring", "ulysses"]),
+        type=choice(["ring", "ulysses", "hybrid"]),
         default=None,
         help="With --context-parallel: ring (K/V blocks passed around a ring, merged by logsumexp; "
-        "causal: load-balanced zigzag; the default) or ulysses (all-to-all over heads).",
+        "causal: load-balanced zigzag; the default), ulysses (all-to-all over heads) or hybrid (Ulysses inside "
+        "groups of --ulysses-degree GPUs, a ring across the groups).",
     )(func)
     return option(
         "--context-parallel",
@@ -33,22 +42,34 @@ def context_parallel_options(func: F) -> F:
     )(func)
 
 
-def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str]:
-    """(P, scheme) from a command's keyword arguments; --cp-scheme without P is a usage error."""
+def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str, int | None]:
+    """(P, scheme, Ulysses degree) from a command's keyword arguments; --cp-scheme or
+    --ulysses-degree without P is a usage error."""
     from ..errors import WorkloadError
 
     p, scheme = kw.pop("context_parallel", None), kw.pop("cp_scheme", None)
+    u = kw.pop("ulysses_degree", None)
     if p is None:
-        if scheme is not None:
-            raise WorkloadError("--cp-scheme needs --context-parallel P")
-        return None, "ring"
+        if scheme is not None or u is not None:
+            raise WorkloadError(
+                f"{'--cp-scheme' if scheme is not None else '--ulysses-degree'} needs --context-parallel P"
+            )
+        return None, "ring", None
     if p < 1:
         raise WorkloadError(f"--context-parallel must be at least 1 (got {p})")
-    return p, scheme or "ring"
+    return p, scheme or "ring", u
 
 
 def run_compare(
-    workload: Any, gpus: tuple[str, ...], impl: str, opts: dict[str, Any], p: int, scheme: str, standard: str, fmt: str
+    workload: Any,
+    gpus: tuple[str, ...],
+    impl: str,
+    opts: dict[str, Any],
+    p: int,
+    scheme: str,
+    standard: str,
+    fmt: str,
+    ulysses_degree: int | None = None,
 ) -> None:
     from ..errors import WorkloadError
     from ..hardware import DEFAULT_GPU, load_profile
@@ -58,7 +79,9 @@ def run_compare(
     if len(gpus) > 1:
         raise WorkloadError("--context-parallel takes one --gpu")
     profile = load_profile(gpus[0] if gpus else DEFAULT_GPU)
-    result = context_parallel(workload, profile, p, scheme, impl=impl, standard=standard, **opts)
+    result = context_parallel(
+        workload, profile, p, scheme, impl=impl, standard=standard, ulysses_degree=ulysses_degree, **opts
+    )
     data = to_dict(result)
     if fmt == "json":
         terminal.print_json(data)
@@ -100,7 +123,8 @@ def _print(result: Any, data: dict[str, Any]) -> None:
     con = terminal.console()
     cp = data["context_parallel"]
     ic = cp["interconnect"]
-    scheme = cp["scheme"] + (" (zigzag, load-balanced)" if cp["zigzag"] else "")
+    scheme = cp["scheme"] + (f" (Ulysses groups of {cp['ulysses_degree']})" if cp.get("ulysses_degree") else "")
+    scheme += " (zigzag, load-balanced)" if cp["zigzag"] else ""
     con.print(
         f"[bold]{terminal.escape(data['hardware']['full_name'])}[/] × {cp['gpus']} · {scheme} · "
         f"{terminal.escape(workload_summary(result.single))}",

@@ -364,6 +364,72 @@ def ulysses_backward(
     return back(0, hq), back(hq, hk), back(hq + hk, hk)
 
 
+class RingAttention:
+    """The ring over ``group`` as an attention backend (``forward``, ``backward``), for the hybrid
+    scheme: Ulysses inside a group hands each GPU the group's tokens of its heads, and this runs
+    the ring across the groups on them."""
+
+    def __init__(self, torch: Any, dist: Any, attn: Any, group: Any, counter: LinkCounter | None) -> None:
+        self.torch, self.dist, self.attn, self.group, self.counter = torch, dist, attn, group, counter
+
+    def forward(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> tuple[Any, Any]:
+        q, k, v = (x.contiguous() for x in (q, k, v))  # Ulysses' views of its buffer; sends take whole tensors
+        return ring_forward(
+            self.torch, self.dist, self.attn, q, k, v, causal=causal, group=self.group, scale=scale,
+            counter=self.counter,
+        )  # fmt: skip
+
+    def backward(
+        self, do: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, causal: bool, scale: float
+    ) -> tuple[Any, Any, Any]:
+        do, q, k, v, out = (x.contiguous() for x in (do, q, k, v, out))
+        return ring_backward(
+            self.torch, self.dist, self.attn, do, q, k, v, out, lse, causal=causal, group=self.group, scale=scale,
+            counter=self.counter,
+        )  # fmt: skip
+
+
+def hybrid_groups(dist: Any, world: int, u: int) -> tuple[Any, Any]:
+    """(this rank's Ulysses group, its ring group): ranks g·U … g·U + U − 1 form group g; the ring
+    joins the ranks of one place m in every group. Every rank creates every group, in one order."""
+    rank = dist.get_rank()
+    mine_u = mine_r = None
+    for g in range(world // u):
+        grp = dist.new_group(list(range(g * u, (g + 1) * u)))
+        if rank // u == g:
+            mine_u = grp
+    for m in range(u):
+        grp = dist.new_group(list(range(m, world, u)))
+        if rank % u == m:
+            mine_r = grp
+    return mine_u, mine_r
+
+
+def hybrid_shard_index(n: int, p: int, u: int, rank: int, causal: bool) -> list[tuple[int, int]]:
+    """The tokens rank ``rank`` (place m of group g) holds in the hybrid scheme: the m-th of U
+    equal pieces of its group's tokens (the ring's shard of group g among P/U: zigzag chunks g and
+    2·P/U − 1 − g when causal), so that Ulysses' all-to-all, which lays the group's pieces side by
+    side, hands each GPU its group's tokens in the ring's order."""
+    r, g, m = p // u, rank // u, rank % u
+    ranges = shard_index(n, r, g, causal and r > 1)
+    tokens = [t for a, b in ranges for t in range(a, b)]
+    size = len(tokens) // u
+    mine = tokens[m * size : (m + 1) * size]
+    out: list[tuple[int, int]] = []
+    for t in mine:
+        if out and out[-1][1] == t:
+            out[-1] = (out[-1][0], t + 1)
+        else:
+            out.append((t, t + 1))
+    return out
+
+
+def hybrid_shard(torch: Any, x: Any, p: int, u: int, rank: int, causal: bool) -> Any:
+    """This rank's tokens of ``x`` ([B, N, H, d]) in the hybrid scheme, contiguous."""
+    parts = [x[:, a:b] for a, b in hybrid_shard_index(x.shape[1], p, u, rank, causal)]
+    return torch.cat(parts, dim=1).contiguous() if len(parts) > 1 else parts[0].contiguous()
+
+
 # ---------------------------------------------------------------------------------------
 # Sharding the sequence
 

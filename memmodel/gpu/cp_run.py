@@ -23,7 +23,10 @@ from typing import Any
 from ..errors import RuntimeFailure
 from .context_parallel import (
     LinkCounter,
+    RingAttention,
     backend,
+    hybrid_groups,
+    hybrid_shard,
     ring_backward,
     ring_forward,
     safe_environment,
@@ -188,10 +191,24 @@ def run_case(torch: Any, dist: Any, rank: int, world: int, case: Any, device: st
     attn = backend(torch, "flash" if device == "cuda" else "math")
     q, k, v, do = _inputs(torch, case, device)
     zig = case.scheme == "ring" and case.causal and world > 1
-    local = [shard(torch, x, world, rank, zig) for x in (q, k, v, do)]
+    if case.scheme == "hybrid":  # Ulysses inside groups of U ranks, the ring across the groups
+
+        def cut(x: Any) -> Any:
+            return hybrid_shard(torch, x, world, case.ulysses_degree, rank, case.causal)
+    else:
+
+        def cut(x: Any) -> Any:
+            return shard(torch, x, world, rank, zig)
+
+    local = [cut(x) for x in (q, k, v, do)]
     ql, kl, vl, dol = local
     counter = LinkCounter()
-    kw = {"causal": case.causal, "counter": counter}
+    kw: dict[str, Any] = {"causal": case.causal, "counter": counter}
+    if case.scheme == "hybrid":
+        u_group, r_group = hybrid_groups(dist, world, case.ulysses_degree)
+        attn_timed = RingAttention(torch, dist, attn, r_group, None)
+        attn = RingAttention(torch, dist, attn, r_group, counter)
+        kw["group"] = u_group
     # the distributed pass, once, checked
     if case.scheme == "ring":
         out, lse = ring_forward(torch, dist, attn, ql, kl, vl, **kw)
@@ -206,19 +223,20 @@ def run_case(torch: Any, dist: Any, rank: int, world: int, case: Any, device: st
             grads = ulysses_backward(torch, dist, attn, dol, saved, **kw)
     sent = counter.sent_bytes
     # single-GPU attention on the whole sequence: the reference, and the time to beat
-    ref_out, ref_lse = attn.forward(q, k, v, case.causal, 1.0 / case.d**0.5)
-    errors = {"out": _rel(torch, out, shard(torch, ref_out, world, rank, zig))}
+    single = backend(torch, "flash" if device == "cuda" else "math")
+    ref_out, ref_lse = single.forward(q, k, v, case.causal, 1.0 / case.d**0.5)
+    errors = {"out": _rel(torch, out, cut(ref_out))}
     if grads is not None:
-        ref = attn.backward(do, q, k, v, ref_out, ref_lse, case.causal, 1.0 / case.d**0.5)
+        ref = single.backward(do, q, k, v, ref_out, ref_lse, case.causal, 1.0 / case.d**0.5)
         for name, got, want in zip(("dq", "dk", "dv"), grads, ref):
-            errors[name] = _rel(torch, got, shard(torch, want, world, rank, zig))
+            errors[name] = _rel(torch, got, cut(want))
     err = torch.tensor([max(errors.values())], dtype=torch.float64, device=device)
     dist.all_reduce(err, op=dist.ReduceOp.MAX)
     time_it = _timer(torch, dist, device)
     scale = 1.0 / case.d**0.5
-    single_f = time_it(lambda: attn.forward(q, k, v, case.causal, scale), reps)
+    single_f = time_it(lambda: single.forward(q, k, v, case.causal, scale), reps)
     single_b = (
-        time_it(lambda: attn.backward(do, q, k, v, ref_out, ref_lse, case.causal, scale), reps)
+        time_it(lambda: single.backward(do, q, k, v, ref_out, ref_lse, case.causal, scale), reps)
         if case.backward
         else 0.0
     )
@@ -230,9 +248,15 @@ def run_case(torch: Any, dist: Any, rank: int, world: int, case: Any, device: st
             else 0.0
         )
     else:
-        fwd = time_it(lambda: ulysses_forward(torch, dist, attn, ql, kl, vl, causal=case.causal), reps)
+        timed_attn = attn_timed if case.scheme == "hybrid" else attn
+        group = kw.get("group")
+        fwd = time_it(
+            lambda: ulysses_forward(torch, dist, timed_attn, ql, kl, vl, causal=case.causal, group=group), reps
+        )
         bwd = (
-            time_it(lambda: ulysses_backward(torch, dist, attn, dol, saved, causal=case.causal), reps)
+            time_it(
+                lambda: ulysses_backward(torch, dist, timed_attn, dol, saved, causal=case.causal, group=group), reps
+            )
             if case.backward
             else 0.0
         )
