@@ -1174,7 +1174,21 @@ def swept_axis(grid: Grid) -> str:
 
 #: Axes of a context-parallel grid, in the order rows nest (the last varies fastest); they are
 #: also the first keys of every row.
-CP_AXES = ("n", "d", "batch", "heads", "kv_heads", "dtype", "gpu", "causal", "impl", "backward", "p", "scheme")
+CP_AXES = (
+    "n",
+    "d",
+    "batch",
+    "heads",
+    "kv_heads",
+    "dtype",
+    "gpu",
+    "causal",
+    "impl",
+    "backward",
+    "p",
+    "scheme",
+    "ulysses_degree",
+)
 #: What each row gives beyond its axes (per algorithm, standard then tiled).
 CP_VALUES = ("algorithm", "predicted_time_s", "single_gpu_time_s", "speedup", "link_bytes", "hbm_bytes", "bound")
 #: Columns of ``memmodel sweep --context-parallel --format csv``, in order.
@@ -1182,6 +1196,7 @@ CP_COLUMNS = (
     "gpu",
     "p",
     "scheme",
+    "ulysses_degree",
     "n",
     "d",
     "batch",
@@ -1215,13 +1230,23 @@ class ContextParallelGrid:
     impl: tuple[str, ...] = ("auto",)
     backward: tuple[bool, ...] = (False,)
     scheme: tuple[str, ...] = ("ring",)
+    #: the hybrid scheme's GPUs per Ulysses group (the other schemes take None)
+    ulysses_degree: tuple[int | None, ...] = (None,)
     options: Mapping[str, Any] = field(default_factory=dict)
     standard: str = "algorithm0"
 
     def combinations(self) -> Iterator[dict[str, Any]]:
-        """Every configuration as axis -> value, in row order."""
+        """Every configuration as axis -> value, in row order (a Ulysses degree only with the
+        hybrid scheme: the others once, with None)."""
+        seen: set[tuple[Any, ...]] = set()
         for values in itertools.product(*(getattr(self, name) for name in CP_AXES)):
-            yield dict(zip(CP_AXES, values))
+            a = dict(zip(CP_AXES, values))
+            if a["scheme"] != "hybrid":
+                a["ulysses_degree"] = None
+            key = tuple(a.values())
+            if key not in seen:
+                seen.add(key)
+                yield a
 
 
 @dataclass
@@ -1335,6 +1360,7 @@ def evaluate_context_parallel(
                 impl=a["impl"],
                 standard=grid.standard,
                 backward=a["backward"],
+                ulysses_degree=a["ulysses_degree"],
                 **grid.options,
             )
         except WorkloadError as exc:  # this combination cannot be split so: said once, the others go on

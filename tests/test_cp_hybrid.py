@@ -107,3 +107,27 @@ def test_hybrid_matches_one_gpu_on_the_cpu(tmp_path):
         assert "error" not in case, case
         assert case["check"]["ok"] and case["check"]["max_rel_error"] < 1e-2, case
         assert case["measured"]["link_bytes"] == case["predicted"]["link_bytes"], case["id"]
+
+
+def test_sweep_takes_the_ulysses_degree_as_an_axis():
+    runner = CliRunner()
+    out = runner.invoke(
+        cli,
+        ["-q", "sweep", "--n", "65536", "--d", "128", "--heads", "32", "--kv-heads", "8", "--dtype", "bf16",
+         "--gpu", "h200", "--causal", "--context-parallel", "8", "--cp-scheme", "ring,hybrid",
+         "--ulysses-degree", "2,4", "--format", "csv"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    rows = [line.split(",") for line in out.output.strip().splitlines()]
+    header, body = rows[0], rows[1:]
+    at = header.index("ulysses_degree")
+    # the ring once (no degree), the hybrid at 2 and at 4: three configurations, two algorithms each
+    assert sorted({(r[header.index("scheme")], r[at]) for r in body}) == [
+        ("hybrid", "2"),
+        ("hybrid", "4"),
+        ("ring", ""),
+    ]
+    assert len(body) == 6
+    bad = runner.invoke(cli, ["sweep", "--n", "65536", "--d", "128", "--gpu", "h200", "--context-parallel", "8",
+                              "--ulysses-degree", "2"])  # fmt: skip
+    assert bad.exit_code == 2 and "goes with --cp-scheme hybrid" in bad.output

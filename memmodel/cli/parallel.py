@@ -270,9 +270,14 @@ def run_sweep(*, axes: dict[str, Any], fixed: dict[str, Any], fmt: str, output: 
                 soft_wrap=True,
             )
             cols = ("p", "scheme", "n", "d", "algorithm")
+            hybrid = any(r.get("ulysses_degree") for r in rows)
+
+            def scheme_of(r: dict[str, Any], c: str) -> str:  # the hybrid's Ulysses degree beside it
+                return f"{r[c]} U={r['ulysses_degree']}" if c == "scheme" and r.get("ulysses_degree") else str(r[c])
+
             table = [
                 (
-                    *(str(r[c]) for c in cols),
+                    *(scheme_of(r, c) if hybrid else str(r[c]) for c in cols),
                     format_time(r["predicted_time_s"], digits=1),
                     format_time(r["single_gpu_time_s"], digits=1),
                     f"{r['speedup']:.2f}×",

@@ -228,7 +228,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     "of layer (full, a sliding window) counted as the model has them (see 'memmodel compare --help').",
 )
 @_grid("--context-parallel", "GPUs the sequence is split over (context parallelism); see 'memmodel compare --help'.")
-@_list("--cp-scheme", _choices(("ring", "ulysses")), "Context-parallel schemes (ring, ulysses). Default: ring.")
+@_list(
+    "--cp-scheme",
+    _choices(("ring", "ulysses", "hybrid")),
+    "Context-parallel schemes (ring, ulysses, hybrid). Default: ring.",
+)
+@_grid("--ulysses-degree", "With --cp-scheme hybrid: GPUs per Ulysses group (each a divisor of P).")
 @format_option(
     ("table", "csv", "json", "jsonl"),
     default=None,
@@ -279,6 +284,7 @@ def sweep_cmd(
     standard: tuple[str, ...] | None,
     context_parallel: tuple[int, ...] | None,
     cp_scheme: tuple[str, ...] | None,
+    ulysses_degree: tuple[int, ...] | None,
     layers: str,
     fmt: str | None,
     output: str | None,
@@ -346,8 +352,10 @@ def sweep_cmd(
         raise WorkloadError(
             "--d-v with --context-parallel is not modelled: context parallelism here takes one head dim"
         )
-    if cp_scheme and not context_parallel:
-        raise WorkloadError("--cp-scheme needs --context-parallel P")
+    if (cp_scheme or ulysses_degree) and not context_parallel:
+        raise WorkloadError(f"{'--cp-scheme' if cp_scheme else '--ulysses-degree'} needs --context-parallel P")
+    if ulysses_degree and "hybrid" not in (cp_scheme or ()):
+        raise WorkloadError("--ulysses-degree goes with --cp-scheme hybrid (Ulysses inside groups, a ring across them)")
     if context_parallel and timing != "kernel":
         from ..errors import TimingError
 
@@ -372,6 +380,7 @@ def sweep_cmd(
                 "backward": backward,
                 "p": context_parallel,
                 "scheme": cp_scheme,
+                "ulysses_degree": ulysses_degree,
             },
             fixed={
                 "n_kv": n_kv,
