@@ -610,10 +610,7 @@ def ulysses_kernels(w: Workload, p: int, pass_: str) -> tuple[list[Kernel], list
 def _ulysses(
     workload: Workload, profile: Profile, p: int, run: Any, which: str, backward: bool
 ) -> tuple[list[Kernel], list[Any], list[Step], int]:
-    from .timing import kernel_time
-
     w = workload
-    ic = profile.interconnect
     local = w.with_(heads=int(w.heads) // p, kv_heads=int(w.kv_heads_) // p)
     out_kernels: list[Kernel] = []
     out_times: list[Any] = []
@@ -634,28 +631,27 @@ def _ulysses(
                     Step(pass_, len(steps), phase, att_s, 0.0, 0, 0.0, att_s, "sum", tuple(k.name for k in att_k))
                 )
                 continue
-            ts = [kernel_time(k, profile, w.dtype) for k in kernels]
-            copy_s = float(sum(float(t.time_s) for t in ts))
-            sent = buf * (p - 1) // p
-            link_s = all_to_all_time(ic, p, buf) if ic is not None and p > 1 else 0.0
-            link_total += sent
+            step, ts = _all_to_all_step(profile, w.dtype, pass_, len(steps), phase, kernels, buf, p)
+            link_total += step.link_bytes
             out_kernels += kernels
             out_times += ts
-            steps.append(
-                Step(
-                    pass_,
-                    len(steps),
-                    phase,
-                    0.0,
-                    copy_s,
-                    sent,
-                    link_s,
-                    copy_s + link_s,
-                    "sum",
-                    tuple(k.name for k in kernels),
-                )
-            )
+            steps.append(step)
     return out_kernels, out_times, steps, link_total
+
+
+def _all_to_all_step(
+    profile: Profile, dtype: str, pass_: str, index: int, phase: str, kernels: list[Kernel], buf: int, p: int
+) -> tuple[Step, list[Any]]:
+    """One all-to-all over ``p`` GPUs of a ``buf``-byte buffer with its pack copies ``kernels``:
+    the step (copies, then the exchange, nothing overlapped) and the copies' timings."""
+    from .timing import kernel_time
+
+    ic = profile.interconnect
+    ts = [kernel_time(k, profile, dtype) for k in kernels]
+    copy_s = float(sum(float(t.time_s) for t in ts))
+    link_s = all_to_all_time(ic, p, buf) if ic is not None and p > 1 else 0.0
+    names = tuple(k.name for k in kernels)
+    return Step(pass_, index, phase, 0.0, copy_s, buf * (p - 1) // p, link_s, copy_s + link_s, "sum", names), ts
 
 
 def _hybrid(
@@ -663,11 +659,8 @@ def _hybrid(
 ) -> tuple[list[Kernel], list[Any], list[Step], int]:
     """Ulysses inside groups of ``u`` GPUs, the ring across the ``p // u`` groups (module docstring):
     per pass, the group's all-to-all in, the ring's steps on H/U heads, the all-to-all out."""
-    from .timing import kernel_time
-
     w = workload
     r = p // u
-    ic = profile.interconnect
     heads = w.with_(heads=int(w.heads) // u, kv_heads=int(w.kv_heads_) // u)
     ring_k, ring_t, ring_steps, link_total = _ring(heads, profile, r, run, which, backward)
     out_kernels: list[Kernel] = []
@@ -690,27 +683,11 @@ def _hybrid(
                 continue
             if u == 1:
                 continue  # groups of one GPU: no all-to-all (the ring)
-            ts = [kernel_time(k, profile, w.dtype) for k in kernels]
-            copy_s = float(sum(float(t.time_s) for t in ts))
-            sent = buf * (u - 1) // u
-            link_s = all_to_all_time(ic, u, buf) if ic is not None else 0.0
-            link_total += sent
+            step, ts = _all_to_all_step(profile, w.dtype, pass_, len(steps), phase, kernels, buf, u)
+            link_total += step.link_bytes
             out_kernels += kernels
             out_times += ts
-            steps.append(
-                Step(
-                    pass_,
-                    len(steps),
-                    phase,
-                    0.0,
-                    copy_s,
-                    sent,
-                    link_s,
-                    copy_s + link_s,
-                    "sum",
-                    tuple(k.name for k in kernels),
-                )
-            )
+            steps.append(step)
     return out_kernels, out_times, steps, link_total
 
 
