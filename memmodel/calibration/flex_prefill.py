@@ -73,34 +73,18 @@ def rows(record: Mapping[str, Any]) -> list[Row]:
     return out
 
 
-@dataclasses.dataclass
-class _Planned:
-    """What one row's time needs that the figures do not change: its ledger and how it is timed."""
-
-    traffic: Any
-    dtype: str
-    head_dim: Any
-    workload: Any
-
-
-def _planned(spec: str, profile: Any) -> _Planned:
+def _planned(spec: str, profile: Any) -> Any:
+    """A case's ledger and how it is timed (:class:`memmodel.calibration.serving._Planned`),
+    with its training step's backward."""
     from ..cases import parse_case
     from ..options import options_for
     from ..plan import plan_tiled, planned_traffic
+    from .serving import _Planned
 
     case = parse_case(spec)
     w = case.workload()
     plan = plan_tiled(w, profile, options_for("flex", w, profile, backward=case.backward))
-    return _Planned(planned_traffic(plan), w.dtype, plan.exec_d, plan.workload)
-
-
-def predicted(planned: _Planned, kernel: str, profile: Any) -> float:
-    """The model's time of ``kernel`` on ``profile``, less its launch term."""
-    from ..timing import algorithm_time
-
-    t = algorithm_time(planned.traffic, profile, planned.dtype, "flex", planned.head_dim, planned.workload)
-    k = next(k for k in t.kernels if k.name == kernel)
-    return float(k.time_s) - float(k.terms.get("launch", 0.0))
+    return _Planned(planned_traffic(plan), w.dtype, plan.implementation, plan.exec_d, plan.workload)
 
 
 #: (figure, the rows it is fitted to, its search range)
@@ -150,7 +134,7 @@ def bare(profile: Any) -> Any:
 
 def fit(record: Mapping[str, Any], profile: Any) -> tuple[dict[str, float], list[tuple[Row, float]]]:
     """The fitted figures (keys of :data:`FIGURES`) and every row with its predicted time at them."""
-    from .serving import _golden
+    from .serving import _golden, predicted
 
     base = bare(profile)
     found = rows(record)
