@@ -11,9 +11,11 @@ module fits, by the model itself:
   templates reach, from the shapes without a mask (8 × 16 heads × 2048 tokens, 1 × 16 × 16k);
 * ``cta_overhead`` and ``backward_cta_overhead`` (one figure each, every head dim): what a CTA costs
   beyond its steps, per CTA slot, from the short rows (32 × 16 heads × 512 tokens);
-* ``masked_block_cost`` and ``backward_masked_block_cost`` (one figure each): the extra cost of a
-  step over a partial block (the ``mask_mod`` applied element by element), in plain steps, from the
-  causal shapes.
+* ``masked_block_cost`` and ``backward_masked_block_cost`` by head dim: the extra cost of a step
+  over a partial block (the ``mask_mod`` applied element by element), in plain steps, from the causal
+  shapes at that head dim (one figure for both head dims, as first fitted, priced d = 64's partial
+  blocks at about twice their cost: gpt-oss's 128-key windows, every step partial, came out half
+  again slow in ``h200-variants-final``; docs/variants.md).
 
 Each fit minimises the squared logarithm of predicted over measured kernel time (the model's time
 less its launch term), one figure at a time by golden-section search on its logarithm
@@ -107,8 +109,14 @@ FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
     ),  # fmt: skip
     ("cta_overhead", lambda r: r.kernel == FORWARD and r.short, (1e-8, 3e-5)),
     ("backward_cta_overhead", lambda r: r.kernel == BACKWARD and r.short, (1e-8, 6e-5)),
-    ("masked_block_cost", lambda r: r.kernel == FORWARD and r.causal, (1e-3, 4.0)),
-    ("backward_masked_block_cost", lambda r: r.kernel == BACKWARD and r.causal, (1e-3, 4.0)),
+    *(
+        (f"masked_block_cost_{d}", lambda r, d=d: r.kernel == FORWARD and r.d == d and r.causal, (1e-3, 4.0))
+        for d in HEAD_DIMS
+    ),
+    *(
+        (f"backward_masked_block_cost_{d}", lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.causal, (1e-3, 4.0))
+        for d in HEAD_DIMS
+    ),
 )
 
 
@@ -121,8 +129,8 @@ def figures_of(f: Mapping[str, float]) -> dict[str, Any]:
         "backward_efficiency": curve("backward_efficiency"),
         "cta_overhead_s": one(f.get("cta_overhead", 1e-8)),
         "backward_cta_overhead_s": one(f.get("backward_cta_overhead", 1e-8)),
-        "masked_block_cost": one(f.get("masked_block_cost", 1e-3)),
-        "backward_masked_block_cost": one(f.get("backward_masked_block_cost", 1e-3)),
+        "masked_block_cost": tuple((d, f.get(f"masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
+        "backward_masked_block_cost": tuple((d, f.get(f"backward_masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
     }
 
 
@@ -172,7 +180,12 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
     where = f"fitted to flex's reference shapes (validation/cases/h200-flex-ref.txt): {__name__}"
 
     def put(field: str, value: Any, what: str, name: str) -> None:
-        figures[field] = {"value": value, "source": SOURCE, "note": f"{what}; {counts[name]} kernels, {where}"}
+        if name.endswith("_64"):  # a figure by head dim: its kernels at each
+            stem = name[: -len("_64")]
+            n = ", ".join(f"d {d}: {counts[f'{stem}_{d}']}" for d in HEAD_DIMS if f"{stem}_{d}" in counts)
+        else:
+            n = str(counts[name])
+        figures[field] = {"value": value, "source": SOURCE, "note": f"{what}; kernels ({n}), {where}"}
 
     put(
         "efficiency",
@@ -200,15 +213,15 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
     )
     put(
         "masked_block_cost",
-        {1: fitted["masked_block_cost"]},
-        "the extra cost of a forward step over a partial block (its mask_mod element by element), in plain steps",
-        "masked_block_cost",
+        {d: fitted[f"masked_block_cost_{d}"] for d in HEAD_DIMS if f"masked_block_cost_{d}" in fitted},
+        "the extra cost of a forward step over a partial block (its mask_mod element by element), in plain steps, by head dim",
+        "masked_block_cost_64",
     )
     put(
         "backward_masked_block_cost",
-        {1: fitted["backward_masked_block_cost"]},
-        "the extra cost of a backward step over a partial block, in plain steps",
-        "backward_masked_block_cost",
+        {d: fitted[f"backward_masked_block_cost_{d}"] for d in HEAD_DIMS if f"backward_masked_block_cost_{d}" in fitted},
+        "the extra cost of a backward step over a partial block, in plain steps, by head dim",
+        "backward_masked_block_cost_64",
     )
     data.setdefault("implementations", {})["flex"] = figures
     env = {"gpu": record.get("device", "GPU"), "torch": (record.get("environment") or {}).get("torch", "?")}
