@@ -24,7 +24,8 @@ H200 = load_profile("h200")
 
 
 def brute(n, n_kv, causal, window, seq_lens, qb=128, kb=128):
-    """Full/partial block counts from the element mask itself."""
+    """Full/partial block counts from the element mask itself, padded to whole blocks with False
+    as create_block_mask pads it (a block cut by the sequence's end is never full)."""
     q = np.arange(n)[:, None]
     k = np.arange(n_kv)[None, :]
     allowed = np.ones((n, n_kv), dtype=bool)
@@ -35,6 +36,7 @@ def brute(n, n_kv, causal, window, seq_lens, qb=128, kb=128):
     if seq_lens:
         doc = np.repeat(np.arange(len(seq_lens)), seq_lens)
         allowed &= doc[:, None] == doc[None, :]
+    allowed = np.pad(allowed, ((0, -n % qb), (0, -n_kv % kb)), constant_values=False)
     full = partial = 0
     full_kv = np.zeros(-(-n_kv // kb), dtype=int)
     for i in range(0, n, qb):
@@ -82,8 +84,9 @@ def test_pinned_masks():
     # documents of 256, 512, 256 tokens: causal within each: 1 + (1 + 2 + 3) + 1 = 8 full, 8 diagonals
     c = block_counts(1024, 1024, True, None, (256, 512, 256))
     assert (c.full, c.partial) == (8, 8)
-    # no mask: every block full
-    assert (block_counts(300, 500, False).full, block_counts(300, 500, False).partial) == (3 * 4, 0)
+    # a mask allowing every pair: whole blocks full; those cut by the sequence's end (300 = 2·128 + 44
+    # queries, 500 = 3·128 + 116 keys) partial, as create_block_mask pads them with False: 2·3 full, 12 − 6
+    assert (block_counts(300, 500, False).full, block_counts(300, 500, False).partial) == (6, 6)
 
 
 def test_block_counts_match_torch_create_block_mask():
@@ -96,6 +99,9 @@ def test_block_counts_match_torch_create_block_mask():
         Case(impl="flex", n=1024, d=64, dtype="bf16", window=300),
         Case(impl="flex", n=1024, d=64, dtype="bf16", causal=True, seq_lens=(100, 412, 256, 256)),
         Case(impl="flex", n=512, n_kv=1024, d=64, dtype="bf16", causal=True),
+        Case(impl="flex", n=1000, d=64, dtype="bf16", causal=True),  # the last Q and K/V blocks cut
+        Case(impl="flex", n=700, d=64, dtype="bf16", window=200),
+        Case(impl="flex", n=1000, d=64, dtype="bf16", causal=True, seq_lens=(100, 412, 200, 288)),
     ):
         m = create_block_mask(flex_mask_mod(case), None, None, case.n, case.n_kv_, device="cpu")
         c = block_counts(case.n, case.n_kv_, case.causal, case.window, case.seq_lens)

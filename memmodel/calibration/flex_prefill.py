@@ -219,7 +219,11 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
     )
     put(
         "backward_masked_block_cost",
-        {d: fitted[f"backward_masked_block_cost_{d}"] for d in HEAD_DIMS if f"backward_masked_block_cost_{d}" in fitted},
+        {
+            d: fitted[f"backward_masked_block_cost_{d}"]
+            for d in HEAD_DIMS
+            if f"backward_masked_block_cost_{d}" in fitted
+        },
         "the extra cost of a backward step over a partial block, in plain steps, by head dim",
         "backward_masked_block_cost_64",
     )

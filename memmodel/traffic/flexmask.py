@@ -16,7 +16,10 @@ aligns the last query with the last key, bottom-right, as the paged prefill's):
 * a packed row of documents (``seq_lens``): the same document, and causal (and windowed) within it.
 
 Exact at block granularity: a block pair is classified from its edges (queries ``q0 … q1 − 1``,
-keys ``k0 … k1 − 1``, the last block cut at the sequence's end), not sampled.
+keys ``k0 … k1 − 1``, the last block cut at the sequence's end), not sampled. A block cut by the
+sequence's end is never full: ``create_block_mask`` pads the element mask to whole blocks with
+False, so such a block holds disallowed pairs and is kept as partial (a decode's one query in a
+128-row block: every block it visits partial).
 """
 
 from __future__ import annotations
@@ -123,6 +126,8 @@ def block_counts(
         same &= doc_of[qs][:, None] == doc_of[ks][None, :]
         _, rule = _classify(qs[:, None], qe[:, None], ks[None, :], ke[None, :], 0, causal, window)
         every = same & rule & some
+    # create_block_mask pads the element mask with False: a cut block is never full
+    every = every & ((qe - qs) == q_block)[:, None] & ((ke - ks) == kv_block)[None, :]
     partial = some & ~every
     keys = np.where(some, (ke - ks)[None, :], 0).sum(axis=1)
     return BlockCounts(

@@ -366,12 +366,15 @@ def _prefill_kernel(
     kv_tokens: IntLike,
     bc_visible_blocks: Any,
     whole_tiles: bool = False,
+    partial_blocks: IntLike | None = None,
 ) -> tuple[Kernel, IntLike, IntLike]:
     """One paged prefill kernel: Q tiles of ``tile_q_rows`` rows (GQA packed: the group's heads'
     rows of one token together, one CTA row per K/V head; else one per query head) against the
     request's K/V (causal: what each tile sees), in ``chunks`` K/V chunks; K/V re-read by the Q
     tiles of one (request, K/V head) through L2 by the house's re-read rule. Returns the kernel,
-    its partial O bytes and partial logsumexp bytes (0 where it does not split)."""
+    its partial O bytes and partial logsumexp bytes (0 where it does not split).
+    ``partial_blocks``: the steps over partial blocks per CTA row (Σ over its tiles), where the
+    kernel's block mask says (else one a tile on the causal diagonal)."""
     e = w.element_bytes
     g = w.group
     rows = intmath.mul(w.n, g) if packed else w.n  # query rows of one CTA row
@@ -419,7 +422,9 @@ def _prefill_kernel(
         concurrent_ctas=intmath.minimum(ctas, concurrent),
         ctas=ctas,
         blocks=intmath.mul(cta_rows, bc_visible_blocks),
-        diagonal_blocks=intmath.mul(cta_rows, tiles) if w.causal else 0,
+        diagonal_blocks=intmath.mul(cta_rows, partial_blocks)
+        if partial_blocks is not None
+        else (intmath.mul(cta_rows, tiles) if w.causal else 0),
         bytes_in_flight_per_cta=intmath.mul(2, tile_kv, row),
         overlap="serial-compute",
         splits=chunks,
@@ -631,6 +636,31 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     return [decode, reduce], params
 
 
+def flex_forward_steps(w: Workload, block_m: IntLike, block_n: IntLike) -> tuple[IntLike, IntLike]:
+    """(steps, steps over partial blocks), Σ over one (request, query head)'s Q tiles, of flex's
+    forward template as the runner calls it: paged, under the BlockMask ``create_block_mask``
+    makes of the logical mask (bottom-right causal, else every key) at (128, page) blocks, each
+    block page / BLOCK_N steps: a block cut by the sequence's end is partial, so a decode's
+    (one query in a 128-row block) are all partial and apply the converted ``mask_mod`` (its
+    page lookup) element by element (:mod:`.flexmask`); contiguous without a mask, plain steps."""
+    from .flexmask import block_counts
+
+    causal = bool(w.causal)
+    paged = w.page_size is not None
+
+    def one(n: int, n_kv: int, p: int, bm: int, bn: int) -> tuple[int, int]:
+        if not paged and not causal:
+            return -(-n // bm) * -(-n_kv // bn), 0
+        kv_block = p if paged else FLEX_SPARSE_BLOCK
+        bc = block_counts(n, n_kv, causal, None, None, FLEX_SPARSE_BLOCK, kv_block)
+        per = max(kv_block // bn, 1)
+        row_of = np.arange(-(-n // bm)) * bm // FLEX_SPARSE_BLOCK  # the sparse row each Q tile walks
+        visited = int((bc.full_q + bc.partial_q)[row_of].sum())
+        return visited * per, int(bc.partial_q[row_of].sum()) * per
+
+    return _each(one, w.n, w.n_kv_, w.page_size or 0, block_m, block_n)
+
+
 def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: IntLike) -> tuple[list[Kernel], dict]:
     """FlexAttention's forward template (``triton_tem_fused_flex_attention``): a CTA per
     (BLOCK_M query rows, query head), each walking the K/V blocks its BlockMask row keeps
@@ -638,7 +668,7 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
     bm, bn_conf = _each(lambda d: flex_forward_tiles(w.dtype, d), w.d)
     bn = flex_block_n(w, bn_conf)
     tokens = flex_kv_tokens(w)
-    tiles = intmath.ceil_div(w.n, bm)
+    steps, partial = flex_forward_steps(w, bm, bn)
     concurrent = intmath.mul(ctas_per_sm, sm_count)
     kernel, _, _ = _prefill_kernel(
         "flex_attention",
@@ -652,8 +682,9 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         figures_from="triton",
         figures_own="flex",
         kv_tokens=tokens,
-        bc_visible_blocks=intmath.mul(tiles, intmath.ceil_div(tokens, bn)),
+        bc_visible_blocks=steps,
         whole_tiles=True,
+        partial_blocks=partial,
     )
     params = {
         "kernel": "flex_attention",
