@@ -907,12 +907,18 @@ def kernel_time(
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + masked * np.asarray(intmath.to_float(kernel.diagonal_blocks)) / blocks)
+    checked = figures.checked_step_cost is not None and np.any(np.asarray(kernel.checked_blocks) > 0)
+    if checked:
+        # a bounds-checked step (lengths not multiples of the tiles) costs 1 + checked plain steps
+        blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
+        cost = figures.checked_step_cost * np.asarray(intmath.to_float(kernel.checked_blocks))
+        scale = scale * (1.0 + cost / blocks)
     windowed = local is not None and np.any(np.asarray(kernel.local_blocks) > 0)
     if windowed:
         # a sliding-window forward's every block costs 1 + local plain blocks (its mask, applied to each)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + local * np.asarray(intmath.to_float(kernel.local_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None or slowed or windowed:
+    if eff is not None or tail is not None or masked is not None or slowed or windowed or checked:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     if fused:

@@ -105,8 +105,9 @@ def with_links(text: str) -> str:
         data = serving.apply_flex(data, lines, paged)
     from memmodel.calibration import flex_prefill
 
-    if (ROOT / flex_prefill.RECORD).exists():  # FlexAttention's prefill templates, from their reference shapes
-        data = flex_prefill.apply(data, read_json(ROOT / flex_prefill.RECORD))
+    flex_reference = flex_prefill.load(ROOT)
+    if flex_reference is not None:  # FlexAttention's prefill templates, from their reference shapes
+        data = flex_prefill.apply(data, flex_reference)
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():

@@ -30,11 +30,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-#: the reference record and the command that made it
+#: the reference records and the commands that made them: the first shapes, then lengths that are
+#: not multiples of 128 and the backward's GQA groups (``validation/cases/h200-flex-ref-2.txt``)
 RECORD = "validation/h200/flex-probe/flex-prefill-ref.json.gz"
+RECORD_2 = "validation/h200/flex-probe/flex-ref-2.json.gz"
 COMMAND = (
     "python3 -m memmodel validate --gpu h200 --no-host-probe --cases validation/cases/h200-flex-ref.txt "
-    "--output flex-prefill-ref.json.gz"
+    "--output flex-prefill-ref.json.gz; the same with --cases validation/cases/h200-flex-ref-2.txt --ncu "
+    "--output flex-ref-2.json.gz"
 )
 SOURCE = "measured-flex-prefill"
 TITLE = "memmodel FlexAttention prefill reference shapes (its forward and backward templates)"
@@ -54,11 +57,16 @@ class Row:
     d: int
     causal: bool
     short: bool
+    #: lengths not multiples of 128 (flex's IS_DIVISIBLE false: every step bounds-checked)
+    checked: bool = False
+    #: the share of its head's blocks that are partial (causal: the diagonal's)
+    partial_share: float = 0.0
 
 
 def rows(record: Mapping[str, Any]) -> list[Row]:
     """The record's template kernels (``triton_tem_``: the forward first, then the backward)."""
     from ..cases import Case
+    from ..traffic.flexmask import block_counts
 
     out: list[Row] = []
     for c in record.get("cases", []):
@@ -69,10 +77,41 @@ def rows(record: Mapping[str, Any]) -> list[Row]:
         case = Case.from_dict(c["case"])
         spec = case.spec()
         short = case.n <= 512
-        out.append(Row(spec, FORWARD, float(tem[0]["time_s"]), case.d, case.causal, short))
+        checked = case.n % 128 != 0 or case.n_kv_ % 128 != 0
+        bc = block_counts(case.n, case.n_kv_, bool(case.causal), case.window, case.seq_lens)
+        share = bc.partial / max(bc.visited, 1) if case.causal else 0.0
+        args = (case.d, case.causal, short, checked, share)
+        out.append(Row(spec, FORWARD, float(tem[0]["time_s"]), *args))
         if case.backward and len(tem) > 1:
-            out.append(Row(spec, BACKWARD, float(tem[-1]["time_s"]), case.d, case.causal, short))
+            out.append(Row(spec, BACKWARD, float(tem[-1]["time_s"]), *args))
     return out
+
+
+def merged(first: Mapping[str, Any], second: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One record of the reference cases: the first record's, and of the second's (``h200-flex-ref-2.txt``)
+    those its header gives the time figures, the lengths that are not multiples of 128 (its other
+    rows probe the backward's HBM bytes, not fitted here)."""
+    out = dict(first)
+    extra = []
+    for c in (second or {}).get("cases", []):
+        n, n_kv = int(c["case"]["n"]), int(c["case"].get("n_kv") or c["case"]["n"])
+        if n % 128 or n_kv % 128:
+            extra.append(c)
+    out["cases"] = [*first.get("cases", []), *extra]
+    return out
+
+
+def load(root: Any) -> dict[str, Any] | None:
+    """The reference records under ``root`` (a repository path), merged; None without the first."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    first, second = Path(root) / RECORD, Path(root) / RECORD_2
+    if not first.exists():
+        return None
+    read = lambda p: json.load(gzip.open(p, "rt"))  # noqa: E731
+    return merged(read(first), read(second) if second.exists() else None)
 
 
 def _planned(spec: str, profile: Any) -> Any:
@@ -89,12 +128,16 @@ def _planned(spec: str, profile: Any) -> Any:
     return _Planned(planned_traffic(plan), w.dtype, plan.implementation, plan.exec_d, plan.workload)
 
 
+def _masked_row(r: Row) -> bool:
+    return r.causal and not r.checked
+
+
 #: (figure, the rows it is fitted to, its search range)
 FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
     *(
         (
             f"efficiency_{d}",
-            lambda r, d=d: r.kernel == FORWARD and r.d == d and not r.causal and not r.short,
+            lambda r, d=d: r.kernel == FORWARD and r.d == d and not r.causal and not r.short and not r.checked,
             (0.1, 1.5),
         )
         for d in HEAD_DIMS
@@ -102,19 +145,43 @@ FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
     *(
         (
             f"backward_efficiency_{d}",
-            lambda r, d=d: r.kernel == BACKWARD and r.d == d and not r.causal and not r.short,
+            lambda r, d=d: r.kernel == BACKWARD and r.d == d and not r.causal and not r.short and not r.checked,
             (0.05, 1.5),
         )
         for d in HEAD_DIMS
     ),  # fmt: skip
-    ("cta_overhead", lambda r: r.kernel == FORWARD and r.short, (1e-8, 3e-5)),
-    ("backward_cta_overhead", lambda r: r.kernel == BACKWARD and r.short, (1e-8, 6e-5)),
     *(
-        (f"masked_block_cost_{d}", lambda r, d=d: r.kernel == FORWARD and r.d == d and r.causal, (1e-3, 4.0))
+        (
+            f"checked_step_cost_{d}",
+            lambda r, d=d: r.kernel == FORWARD and r.d == d and r.checked and not r.causal,
+            (1e-3, 4.0),
+        )
         for d in HEAD_DIMS
     ),
     *(
-        (f"backward_masked_block_cost_{d}", lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.causal, (1e-3, 4.0))
+        (
+            f"backward_checked_step_cost_{d}",
+            lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.checked and not r.causal,
+            (1e-3, 4.0),
+        )
+        for d in HEAD_DIMS
+    ),
+    ("cta_overhead", lambda r: r.kernel == FORWARD and r.short, (1e-8, 3e-5)),
+    ("backward_cta_overhead", lambda r: r.kernel == BACKWARD and r.short, (1e-8, 6e-5)),
+    *(
+        (
+            f"masked_block_cost_{d}",
+            lambda r, d=d: r.kernel == FORWARD and r.d == d and r.causal and not r.checked,
+            (1e-3, 4.0),
+        )
+        for d in HEAD_DIMS
+    ),
+    *(
+        (
+            f"backward_masked_block_cost_{d}",
+            lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.causal and not r.checked,
+            (1e-3, 4.0),
+        )
         for d in HEAD_DIMS
     ),
 )
@@ -131,6 +198,8 @@ def figures_of(f: Mapping[str, float]) -> dict[str, Any]:
         "backward_cta_overhead_s": one(f.get("backward_cta_overhead", 1e-8)),
         "masked_block_cost": tuple((d, f.get(f"masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
         "backward_masked_block_cost": tuple((d, f.get(f"backward_masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
+        "checked_step_cost": tuple((d, f.get(f"checked_step_cost_{d}", 1e-3)) for d in HEAD_DIMS),
+        "backward_checked_step_cost": tuple((d, f.get(f"backward_checked_step_cost_{d}", 1e-3)) for d in HEAD_DIMS),
     }
 
 
@@ -177,7 +246,7 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
     fitted, _ = fit(record, parse_profile(data, "<profile being built>"))
     counts = {name: sum(1 for r in found if keep(r)) for name, keep, _ in FIGURES}
     figures = dict((data.get("implementations") or {}).get("flex") or {})
-    where = f"fitted to flex's reference shapes (validation/cases/h200-flex-ref.txt): {__name__}"
+    where = f"fitted to flex's reference shapes (validation/cases/h200-flex-ref.txt, -ref-2.txt): {__name__}"
 
     def put(field: str, value: Any, what: str, name: str) -> None:
         if name.endswith("_64"):  # a figure by head dim: its kernels at each
@@ -226,6 +295,23 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
         },
         "the extra cost of a backward step over a partial block, in plain steps, by head dim",
         "backward_masked_block_cost_64",
+    )
+    put(
+        "checked_step_cost",
+        {d: fitted[f"checked_step_cost_{d}"] for d in HEAD_DIMS if f"checked_step_cost_{d}" in fitted},
+        "the extra cost of every forward step where a length is not a multiple of 128 (IS_DIVISIBLE false: loads "
+        "and steps bounds-checked), in plain steps, by head dim",
+        "checked_step_cost_64",
+    )
+    put(
+        "backward_checked_step_cost",
+        {
+            d: fitted[f"backward_checked_step_cost_{d}"]
+            for d in HEAD_DIMS
+            if f"backward_checked_step_cost_{d}" in fitted
+        },
+        "the same for every backward step, by head dim",
+        "backward_checked_step_cost_64",
     )
     data.setdefault("implementations", {})["flex"] = figures
     env = {"gpu": record.get("device", "GPU"), "torch": (record.get("environment") or {}).get("torch", "?")}

@@ -164,6 +164,9 @@ class KernelFigures:
     uneven_efficiency: Any = None
     #: extra cost of a block on the causal diagonal, in plain blocks
     masked_block_cost: Any = None
+    #: extra cost of every step of a kernel whose lengths are not multiples of its tiles (each
+    #: load and step bounds-checked: flex's ``IS_DIVISIBLE`` false), in plain steps
+    checked_step_cost: Any = None
     #: extra cost of every block a sliding-window forward visits, in plain blocks
     local_block_cost: Any = None
     #: what a CTA that exits at once costs (a packed row's grid past a document's end)
@@ -208,6 +211,10 @@ class ImplementationFigures:
     #: element), in units of a plain block's compute
     masked_block_cost: Curve = ()
     backward_masked_block_cost: Curve = ()
+    #: forward, backward: extra cost of every step where the lengths are not multiples of the
+    #: kernel's tiles (its loads and steps bounds-checked: flex's ``IS_DIVISIBLE`` false), in plain steps
+    checked_step_cost: Curve = ()
+    backward_checked_step_cost: Curve = ()
     #: forward with a sliding window: extra cost of every block it visits (its kernel applies
     #: the window's mask to each, ``Implementation.masks_every_local_block``), in plain blocks
     local_block_cost: Curve = ()
@@ -277,6 +284,7 @@ class ImplementationFigures:
             efficiency=eff,
             uneven_efficiency=at(self.uneven_efficiency, head_dim) if uneven and not backward else None,
             masked_block_cost=at(self.backward_masked_block_cost if backward else self.masked_block_cost, head_dim),
+            checked_step_cost=at(self.backward_checked_step_cost if backward else self.checked_step_cost, head_dim),
             local_block_cost=None if backward else at(self.local_block_cost, head_dim),
             exited_cta_cost_s=None if split else at(self.exited_cta_cost_s, head_dim),
             dropout_scores_per_s=at(

@@ -12,9 +12,11 @@ What they run (torch 2.9.1, 2.10.0, 2.11.0 wheels: ``torch/_inductor/kernel/flex
   SPARSE_KV / BLOCK_N steps a block; each step loads a K and a V tile and runs two products. It
   writes O and the fp32 logsumexp (under grad mode, PyTorch's default). Without a block mask the
   row is one block of every key whose mask is the constant ``noop_mask``: plain steps. Where N or
-  N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every step also checks its indices against
-  the lengths; counted as a plain step (a first count as a partial block's step came out about two
-  thirds slow on a packed row of 12,000 tokens: ``h200-variants-final``, docs/variants.md).
+  N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every load and step checks its indices
+  against the lengths: every step of such a kernel is priced at ``checked_step_cost`` more (fitted
+  to reference shapes of 2000 tokens; a first count as a partial block's step came out about two
+  thirds slow on a packed row of 12,000 tokens, ``h200-variants-final``, and a plain step a fifth to
+  two fifths fast at d = 64, ``h200-flex-cut-check``: docs/variants.md).
 * **Backward**: a reduction kernel first (Δ = rowsum(O ∘ dO) in fp32), then one template over
   (⌈N_kv / BLOCK_N1⌉ + G·⌈N / BLOCK_M2⌉, B, H_kv) CTAs: the first ⌈N_kv / BLOCK_N1⌉ each hold one
   K/V tile and, for every query head of its group, walk the Q tiles of the transposed mask
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .. import intmath
+from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
 from .flexmask import SPARSE_BLOCK, block_counts
@@ -142,6 +145,22 @@ def _per_row(fn: Any, *values: Any) -> tuple[Any, ...]:
     return (*counts, last)
 
 
+def divisible(n: IntLike, n_kv: IntLike) -> Any:
+    """flex's ``IS_DIVISIBLE``: both lengths multiples of 128 (else every load and step is bounds-checked)."""
+    out = (np.asarray(n) % SPARSE_BLOCK == 0) & (np.asarray(n_kv) % SPARSE_BLOCK == 0)
+    return bool(out) if out.ndim == 0 else out
+
+
+def checked_steps(steps: IntLike, n: IntLike, n_kv: IntLike) -> IntLike:
+    """The full-block steps that are bounds-checked: all of them where the lengths are not divisible
+    (a partial block's step applies its mask element by element, the bounds with it: priced as
+    partial only; priced as both, 2000-token causal references at d = 128 came out half again slow)."""
+    ok = divisible(n, n_kv)
+    if isinstance(ok, bool):
+        return 0 if ok else steps
+    return np.where(ok, 0, np.asarray(steps, dtype=np.int64))
+
+
 def has_mask(w: Workload) -> bool:
     """Whether the runner (a user) gives a block mask: causal, a window or documents."""
     return bool(w.causal) or w.window is not None or w.seq_lens is not None
@@ -220,6 +239,7 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
         ctas=ctas,
         blocks=intmath.mul(bh, steps),
         diagonal_blocks=intmath.mul(bh, partial),
+        checked_blocks=checked_steps(intmath.mul(bh, steps - partial), w.n, w.n_kv_),
         bytes_in_flight_per_cta=intmath.mul(2, bn, row_k),
         overlap="serial-compute",
         kind=FORWARD_GRID,
@@ -327,6 +347,7 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
             ctas=ctas,
             blocks=intmath.mul(bhk, steps),
             diagonal_blocks=intmath.mul(bhk, partial),
+            checked_blocks=checked_steps(intmath.mul(bhk, steps - partial), w.n, w.n_kv_),
             overlap="serial-compute",
             figures_from="flex",
             figures_own="flex",

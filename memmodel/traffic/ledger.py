@@ -158,6 +158,9 @@ class Kernel:
     diagonal_blocks: IntLike = 0
     #: blocks a sliding-window forward masks element by element besides the diagonal's
     local_blocks: IntLike = 0
+    #: steps bounds-checked because the lengths are not multiples of the kernel's tiles (flex's
+    #: ``IS_DIVISIBLE`` false: every step of the kernel)
+    checked_blocks: IntLike = 0
     #: of ``ctas``, those that exit at once (a packed row's grid past a shorter document's end)
     exited_ctas: IntLike = 0
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
@@ -236,6 +239,7 @@ _COUNTS = (
     "blocks",
     "diagonal_blocks",
     "local_blocks",
+    "checked_blocks",
     "rows",
     "exchange_bytes",
     "barriers",
@@ -380,6 +384,7 @@ _ADDED = (
     "blocks",
     "diagonal_blocks",
     "local_blocks",
+    "checked_blocks",
     "rows",
     "dropout_scores",
     "exchange_bytes",

@@ -38,6 +38,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
+from .flex import checked_steps
 from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 #: bytes of one DRAM sector: the granularity of every load
@@ -367,6 +368,7 @@ def _prefill_kernel(
     bc_visible_blocks: Any,
     whole_tiles: bool = False,
     partial_blocks: IntLike | None = None,
+    checked_blocks: IntLike = 0,
 ) -> tuple[Kernel, IntLike, IntLike]:
     """One paged prefill kernel: Q tiles of ``tile_q_rows`` rows (GQA packed: the group's heads'
     rows of one token together, one CTA row per K/V head; else one per query head) against the
@@ -374,7 +376,8 @@ def _prefill_kernel(
     tiles of one (request, K/V head) through L2 by the house's re-read rule. Returns the kernel,
     its partial O bytes and partial logsumexp bytes (0 where it does not split).
     ``partial_blocks``: the steps over partial blocks per CTA row (Σ over its tiles), where the
-    kernel's block mask says (else one a tile on the causal diagonal)."""
+    kernel's block mask says (else one a tile on the causal diagonal); ``checked_blocks``: its
+    bounds-checked steps per CTA row (flex's, where a length is not a multiple of 128)."""
     e = w.element_bytes
     g = w.group
     rows = intmath.mul(w.n, g) if packed else w.n  # query rows of one CTA row
@@ -425,6 +428,7 @@ def _prefill_kernel(
         diagonal_blocks=intmath.mul(cta_rows, partial_blocks)
         if partial_blocks is not None
         else (intmath.mul(cta_rows, tiles) if w.causal else 0),
+        checked_blocks=intmath.mul(cta_rows, checked_blocks),
         bytes_in_flight_per_cta=intmath.mul(2, tile_kv, row),
         overlap="serial-compute",
         splits=chunks,
@@ -685,6 +689,12 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         bc_visible_blocks=steps,
         whole_tiles=True,
         partial_blocks=partial,
+        # IS_DIVISIBLE over the query length and K's: the pool's (pages·P) where paged
+        checked_blocks=checked_steps(
+            intmath.add(steps, intmath.mul(-1, partial)),
+            w.n,
+            w.n_kv_ if w.page_size is None else intmath.mul(w.kv_pool_, w.page_size),
+        ),
     )
     params = {
         "kernel": "flex_attention",
