@@ -242,3 +242,27 @@ def test_paged_decode_blocks_are_all_partial():
     w = Workload(n=1, n_kv=8192, batch=16, heads=24, kv_heads=8, d=128, dtype="bf16", page_size=64)
     (k,) = [k for k in compare(w, H200, impl="flex").tiled.traffic.kernels if k.name == "flex_attention"]
     assert (k.blocks, k.diagonal_blocks, k.checked_blocks) == (16 * 24 * 128,) * 2 + (0,)
+
+
+def test_kv_program_rereads_grow_with_the_group_under_a_drifting_mask():
+    # causal, 8192 queries, K/V tiles of 128 (64 of them), Q steps of 64 rows (Q, dO at d 128 and lse, Δ:
+    # 520 bytes a row): a Q tile is read by (64 + 1) / 2 K/V programs on average; 132 CTAs each
+    # bring 64 · 520 bytes a step over a 60 MiB L2
+    from memmodel.traffic import l2 as l2m
+
+    l2 = l2m.L2("on", 30 * 2**20, 132, 60 * 2**20)
+    rows = 8192 * 65 // 2
+    extra = [flex.kv_program_rereads(rows, 8192, g, 64, 128, True, 132, 64 * 520, l2) for g in (1, 2, 4, 8)]
+    assert extra == sorted(extra) and extra[0] > 0
+    # head 0's neighbours read a tile 2 steps apart: k = 132 · 2 · 33,280 / 62,914,560 ≈ 0.14 at
+    # u = 1 / 32.5; one head: x ≈ u / (1 − k(1 − u)) ≈ 0.036, x · readers − 1 ≈ 0.16
+    assert extra[0] == pytest.approx(0.156, abs=0.01)
+    # the group's later heads drift: 8 heads re-read each byte about three times more
+    assert extra[3] == pytest.approx(2.89, abs=0.05)
+    # in step (a window, or no mask): the same gap every head, no growth with the group
+    still = [flex.kv_program_rereads(rows, 8192, g, 64, 128, False, 132, 64 * 520, l2) for g in (1, 8)]
+    assert still[0] == pytest.approx(still[1])
+    # L2 off: every request from HBM
+    assert flex.kv_program_rereads(rows, 8192, 4, 64, 128, True, 132, 64 * 520, l2m.L2("off", 0.0, 1)) == (
+        pytest.approx(65 / 2 - 1)
+    )

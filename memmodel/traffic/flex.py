@@ -257,6 +257,34 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
     return [kernel], params
 
 
+def kv_program_rereads(
+    rows_requested: int, n: int, g: int, m1: int, n1: int, drifting: bool, concurrent: int, step_bytes: int, l2: l2m.L2
+) -> float:
+    """HBM reads of Q, dO, lse and Δ by the backward's K/V programs beyond the first, per unique
+    byte (0: every re-read hits).
+
+    A K/V program walks, head after head of its group, the Q tiles its column keeps (BLOCK_M1 rows a
+    step); a Q tile is read by ``readers`` = rows requested / rows of the K/V programs, two steps
+    apart in the first head (neighbouring K/V tiles, BLOCK_N1 / BLOCK_M1 steps). Under a causal mask
+    (or a packed row's, causal within its documents) the programs' walks shrink along the diagonal
+    by those steps a head, so in head h neighbours read a tile (h + 1) times that far apart; under a
+    window or none they stay in step. Between two reads the ``concurrent`` CTAs each bring one step
+    of data: an exposure k_h = concurrent · gap · step_bytes / L2, and the share of requests that
+    miss is random replacement's fixed point (:func:`.l2.random_replacement_miss_ratio`) at
+    u = 1 / readers, over the whole L2 (no fitted figure). Misses beyond the first read: the mean over
+    the group's heads of x_h · readers − 1."""
+    if l2.mode == "off" or rows_requested <= 0 or n <= 0:
+        return 0.0 if l2.mode != "off" else max(rows_requested / max(n, 1) - 1.0, 0.0)
+    readers = max(rows_requested / n, 1.0)
+    if readers <= 1.0:
+        return 0.0
+    apart = n1 / m1
+    gaps = np.asarray([apart * (h + 1) if drifting else apart for h in range(g)], dtype=np.float64)
+    k = concurrent * gaps * step_bytes / max(l2.whole, 1.0)
+    x = np.asarray(l2m.random_replacement_miss_ratio(np.full(g, 1.0 / readers), k), dtype=np.float64)
+    return float(np.maximum(x * readers - 1.0, 0.0).mean())
+
+
 def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
     """flex's backward (module docstring): Δ's reduction, then the template of K/V and Q programs."""
     e = w.element_bytes
@@ -291,11 +319,17 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
         steps = int(kv_steps.sum()) * g + int(q_steps.sum()) * g
         partial = int(kv_partial.sum()) * g + int(q_partial.sum()) * g
         pairs = int((m2 * keys).sum())  # (query, key) pairs the Q programs' whole tiles compute, one query head
-        return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, tail)
+        extra = kv_program_rereads(
+            int(q_rows.sum()), n, g, m1, n1, bool(causal and not win), min(int(kv_tiles) * b * hk, sm_count * occ),
+            m1 * ((d + d) * e + 2 * STAT_BYTES), l2,
+        )  # fmt: skip
+        ppm = int(round(extra * 1e6))  # _per_row keeps the counts as integers: parts per million
+        return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, ppm, tail)
 
-    kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, tail = _per_row(
+    kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, extra_ppm, tail = _per_row(
         plan, w.n, w.n_kv_, w.d, w.group, w.batch, w.kv_heads_, w.window or 0
     )
+    extra = np.asarray(extra_ppm, dtype=np.float64) / 1e6
     bh = intmath.mul(w.batch, w.heads)
     bhk = intmath.mul(w.batch, w.kv_heads_)
     q = intmath.mul(bh, w.n, w.d, e)
@@ -318,12 +352,17 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     kv_req = intmath.mul(bh, keys, row_kv)
     ctas = intmath.mul(bhk, intmath.add(kv_tiles, intmath.mul(w.group, q_tiles)))
     concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
-    # Q, dO and K, V from HBM once each (the group's operands fit the L2 while its programs read
-    # them): a lower bound. Measured (issue 29's sets) the template reads them 1.0 to 2.2 times:
-    # its K/V programs and its Q programs read them apart in time, and what decides whether the
-    # L2 still holds them for the second is not modelled (docs/variants.md)
+    # Q, dO (with lse, Δ) from HBM once, plus what the K/V programs' re-reads miss where their
+    # walks drift apart (kv_program_rereads, per unique byte); K, V once: a lower bound where the Q
+    # programs re-read Q, dO after the K/V programs (not modelled; docs/variants.md)
     stats_q = intmath.mul(2, stat)
-    qo_hbm = intmath.add(qo_unique, stats_q)
+    qo_once = intmath.add(qo_unique, stats_q)
+    qo_hbm = intmath.minimum(
+        intmath.add(qo_req, qo_once),
+        np.round(np.asarray(intmath.to_float(qo_once)) * (1.0 + extra)).astype(np.int64)
+        if intmath.is_array(qo_once) or extra.ndim
+        else int(round(float(intmath.to_float(qo_once)) * (1.0 + float(extra)))),
+    )
     kv_hbm = kv_unique
     k = KernelBuilder("flex_attention_backward", "backward")
     k.read("Q, dO, lse, D", "input", intmath.add(qo_req, qo_unique, intmath.mul(2, stat)), qo_hbm,
