@@ -266,3 +266,25 @@ def test_kv_program_rereads_grow_with_the_group_under_a_drifting_mask():
     assert flex.kv_program_rereads(rows, 8192, 4, 64, 128, True, 132, 64 * 520, l2m.L2("off", 0.0, 1)) == (
         pytest.approx(65 / 2 - 1)
     )
+
+
+def test_strided_wave_reads_count_a_group_straddling_a_wave():
+    # flex's grid (1 tile, 16 requests, 24 query heads), groups of 3, 264 CTAs at once: CTA = b + 16·h;
+    # the wave boundary at 264 cuts head 16 (CTAs 256..271), so K/V group 5 (heads 15, 16, 17) runs in two
+    # waves for every request: 16 · 8 pairs, 16 of them twice: 144
+    assert flex.strided_wave_reads(16, 24, 3, 1, 264) == 16 * 8 + 16
+    # everything in one wave: each pair once
+    assert flex.strided_wave_reads(8, 24, 3, 1, 264) == 8 * 8
+    # a group whose readers span three waves (1 request, 4 heads a group, 2 tiles, 3 CTAs at once):
+    # CTAs 0..7, waves 0,0,0,1,1,1,2,2: 3 waves for the one pair
+    assert flex.strided_wave_reads(1, 4, 4, 2, 3) == 3
+
+
+def test_paged_group_of_three_rereads_kv_across_the_wave_boundary():
+    # the committed set's paged decode (16 requests, 24 heads on 8, 8192 keys, d 128, pages of 64):
+    # K/V once (16 · 8 · 8192 · 256 · 2 = 536,870,912) plus the 16 straddling pairs' K/V again
+    # (16 · 8192 · 256 · 2 = 67,108,864) at a cross-wave miss share of 1 (a wave streams far more than the L2)
+    w = Workload(n=1, n_kv=8192, batch=16, heads=24, kv_heads=8, d=128, dtype="bf16", page_size=64)
+    (k,) = [k for k in compare(w, H200, impl="flex").tiled.traffic.kernels if k.name == "flex_attention"]
+    kv = sum(t.bytes for t in k.transfers if t.tensor in ("K", "V") and t.level == "hbm")
+    assert kv == pytest.approx(536_870_912 + 67_108_864, rel=1e-6)

@@ -161,6 +161,57 @@ def checked_steps(steps: IntLike, n: IntLike, n_kv: IntLike) -> IntLike:
     return np.where(ok, 0, np.asarray(steps, dtype=np.int64))
 
 
+def strided_wave_reads(batch: int, heads: int, group: int, tiles: int, concurrent: int) -> int:
+    """Σ over (request, K/V head) of the waves its readers run in, for a grid whose CTA index is
+    ``tile + tiles · (request + batch · query head)`` (flex's template: (⌈N/BLOCK_M⌉, B, H_q), the
+    first index fastest) and ``concurrent`` CTAs at a time of equal length: the group's query heads
+    are ``batch · tiles`` CTAs apart, so a group can straddle a wave boundary for some requests."""
+    if batch <= 0 or heads <= 0 or tiles <= 0:
+        return 0
+    hk = max(heads // max(group, 1), 1)
+    b = np.arange(batch)[:, None, None, None]
+    k = np.arange(hk)[None, :, None, None]
+    j = np.arange(group)[None, None, :, None]
+    t = np.arange(tiles)[None, None, None, :]
+    wave = (t + tiles * (b + batch * (k * group + j))) // max(concurrent, 1)
+    wave = wave.reshape(batch, hk, group * tiles)
+    lo, hi = wave.min(axis=2), wave.max(axis=2)
+    return int((hi - lo + 1).sum())  # equal-length CTAs: a group's waves are consecutive
+
+
+def strided_kv_hbm(
+    w: Workload, l2: l2m.L2, unique: IntLike, requested: IntLike, tiles: IntLike, per_head: IntLike
+) -> IntLike:
+    """HBM reads of K and V under flex's template grid: once, plus once more for every further
+    wave a (request, K/V head)'s readers run in (:func:`strided_wave_reads`), each at the L2's
+    cross-wave miss share for what a wave streams in between (one (request, K/V head)'s K and V
+    for every group in flight, :func:`.reuse.live_footprint`); between ``unique`` and ``requested``."""
+    if l2.mode == "off":
+        return requested
+    from .reuse import live_footprint, step_curve
+
+    (waves, _) = _per_row(
+        lambda b, h, g, t, c: (strided_wave_reads(b, h, g, t, c), 0.0),
+        w.batch,
+        w.heads,
+        w.group,
+        tiles,
+        l2.concurrent_ctas,
+    )
+    pairs = intmath.mul(w.batch, w.kv_heads_)
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    live = live_footprint(per_head, intmath.mul(tiles, w.group), l2.concurrent_ctas)
+    miss = np.asarray(curve.miss_share(live), dtype=np.float64)
+    u = np.asarray(intmath.to_float(unique), dtype=np.float64)
+    more = np.maximum(
+        np.asarray(intmath.to_float(waves), dtype=np.float64) / np.maximum(intmath.to_float(pairs), 1.0) - 1.0, 0.0
+    )
+    out = np.minimum(np.asarray(intmath.to_float(requested), dtype=np.float64), u * (1.0 + more * miss)).round()
+    if np.ndim(out) == 0 and not intmath.is_array(unique, requested, tiles, per_head):
+        return int(out)
+    return out.astype(np.int64)
+
+
 def has_mask(w: Workload) -> bool:
     """Whether the runner (a user) gives a block mask: causal, a window or documents."""
     return bool(w.causal) or w.window is not None or w.seq_lens is not None
@@ -205,15 +256,10 @@ def forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) 
     req_v = intmath.mul(bh, keys, row_v)
     ctas = intmath.mul(bh, tiles)
     concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
-    readers = intmath.mul(tiles, w.group)  # CTAs sharing one (batch, K/V head)'s K/V
     per_head = intmath.mul(w.n_kv_, intmath.add(row_k, row_v))
-    kv_hbm = l2m.reread_hbm(
-        intmath.add(kv_unique_k, kv_unique_v),
-        intmath.add(req_k, req_v),
-        readers,
-        per_head,
-        l2.with_ctas(concurrent),
-        intmath.mul(w.batch, w.kv_heads_),
+    # the grid runs (Q tile, batch, query head): a group's query heads a row of requests apart
+    kv_hbm = strided_kv_hbm(
+        w, l2.with_ctas(concurrent), intmath.add(kv_unique_k, kv_unique_v), intmath.add(req_k, req_v), tiles, per_head
     )
     share_k = intmath.scaled(kv_hbm, row_k, intmath.add(row_k, row_v))
     q = intmath.mul(bh, w.n, w.d, e)

@@ -38,7 +38,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
-from .flex import checked_steps
+from .flex import checked_steps, strided_kv_hbm
 from .ledger import COMBINE, SPLIT_KV, Kernel, KernelBuilder
 
 #: bytes of one DRAM sector: the granularity of every load
@@ -391,14 +391,19 @@ def _prefill_kernel(
     kv_unique = intmath.mul(w.batch, w.kv_heads_, kv_tokens, row)
     readers = tiles if packed else intmath.mul(tiles, g)  # CTAs sharing one (request, K/V head)'s K/V
     per_head = intmath.mul(kv_tokens, row, 2)
-    kv_hbm = l2m.reread_hbm(
-        intmath.mul(kv_unique, 2),
-        intmath.mul(kv_requested, 2),
-        intmath.mul(readers, chunks),
-        per_head,
-        l2.with_ctas(concurrent),
-        intmath.mul(w.batch, w.kv_heads_),
-    )
+    if packed or np.any(np.asarray(chunks) != 1):
+        kv_hbm = l2m.reread_hbm(
+            intmath.mul(kv_unique, 2),
+            intmath.mul(kv_requested, 2),
+            intmath.mul(readers, chunks),
+            per_head,
+            l2.with_ctas(concurrent),
+            intmath.mul(w.batch, w.kv_heads_),
+        )
+    else:  # flex's grid: a request's query heads of one group are a row of requests apart
+        kv_hbm = strided_kv_hbm(
+            w, l2.with_ctas(concurrent), intmath.mul(kv_unique, 2), intmath.mul(kv_requested, 2), tiles, per_head
+        )
     half = intmath.floor_div(kv_hbm, 2)
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
