@@ -278,6 +278,11 @@ def test_strided_wave_reads_count_a_group_straddling_a_wave():
     # a group whose readers span three waves (1 request, 4 heads a group, 2 tiles, 3 CTAs at once):
     # CTAs 0..7, waves 0,0,0,1,1,1,2,2: 3 waves for the one pair
     assert flex.strided_wave_reads(1, 4, 4, 2, 3) == 3
+    # heads more than a wave apart: 2 requests, a group of 2 heads, 1 tile, 1 CTA at a time:
+    # CTA = b + 2·h: request 0 runs at waves 0 and 2, request 1 at 1 and 3: 2 each, not the 3 between
+    assert flex.strided_wave_reads(2, 2, 2, 1, 1) == 4
+    # large grids stay cheap (no tile axis): 512 requests · 128 heads · 8192 tiles
+    assert flex.strided_wave_reads(512, 128, 8, 8192, 264) > 512 * 16
 
 
 def test_paged_group_of_three_rereads_kv_across_the_wave_boundary():

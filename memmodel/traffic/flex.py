@@ -13,7 +13,8 @@ What they run (torch 2.9.1, 2.10.0, 2.11.0 wheels: ``torch/_inductor/kernel/flex
   writes O and the fp32 logsumexp (under grad mode, PyTorch's default). Without a block mask the
   row is one block of every key whose mask is the constant ``noop_mask``: plain steps. Where N or
   N_kv is not a multiple of 128 (``IS_DIVISIBLE`` false) every load and step checks its indices
-  against the lengths: every step of such a kernel is priced at ``checked_step_cost`` more (fitted
+  against the lengths: every full block's step of such a kernel is priced at ``checked_step_cost``
+  more (a partial block's mask checks them with it; fitted
   to reference shapes of 2000 tokens; a first count as a partial block's step came out about two
   thirds slow on a packed row of 12,000 tokens, ``h200-variants-final``, and a plain step a fifth to
   two fifths fast at d = 64, ``h200-flex-cut-check``: docs/variants.md).
@@ -168,15 +169,16 @@ def strided_wave_reads(batch: int, heads: int, group: int, tiles: int, concurren
     are ``batch · tiles`` CTAs apart, so a group can straddle a wave boundary for some requests."""
     if batch <= 0 or heads <= 0 or tiles <= 0:
         return 0
-    hk = max(heads // max(group, 1), 1)
-    b = np.arange(batch)[:, None, None, None]
-    k = np.arange(hk)[None, :, None, None]
-    j = np.arange(group)[None, None, :, None]
-    t = np.arange(tiles)[None, None, None, :]
-    wave = (t + tiles * (b + batch * (k * group + j))) // max(concurrent, 1)
-    wave = wave.reshape(batch, hk, group * tiles)
-    lo, hi = wave.min(axis=2), wave.max(axis=2)
-    return int((hi - lo + 1).sum())  # equal-length CTAs: a group's waves are consecutive
+    g = max(group, 1)
+    hk, c = max(heads // g, 1), max(concurrent, 1)
+    b = np.arange(batch, dtype=np.int64)[:, None, None]
+    k = np.arange(hk, dtype=np.int64)[None, :, None]
+    j = np.arange(g, dtype=np.int64)[None, None, :]
+    start = tiles * (b + batch * (k * g + j))  # a query head's first CTA for the request
+    first, last = start // c, (start + tiles - 1) // c  # its tiles are consecutive: waves first … last
+    # the heads' ranges follow one another; a wave shared by two neighbouring heads counts once
+    shared = (first[:, :, 1:] == last[:, :, :-1]).sum()
+    return int((last - first + 1).sum() - shared)
 
 
 def strided_kv_hbm(
