@@ -369,6 +369,7 @@ def _prefill_kernel(
     whole_tiles: bool = False,
     partial_blocks: IntLike | None = None,
     checked_blocks: IntLike = 0,
+    strided_grid: bool = False,
 ) -> tuple[Kernel, IntLike, IntLike]:
     """One paged prefill kernel: Q tiles of ``tile_q_rows`` rows (GQA packed: the group's heads'
     rows of one token together, one CTA row per K/V head; else one per query head) against the
@@ -377,7 +378,9 @@ def _prefill_kernel(
     its partial O bytes and partial logsumexp bytes (0 where it does not split).
     ``partial_blocks``: the steps over partial blocks per CTA row (Σ over its tiles), where the
     kernel's block mask says (else one a tile on the causal diagonal); ``checked_blocks``: its
-    bounds-checked steps per CTA row (flex's, where a length is not a multiple of 128)."""
+    bounds-checked steps per CTA row (flex's, where a length is not a multiple of 128);
+    ``strided_grid``: the grid runs (Q tile, request, query head), flex's, so a group's query heads
+    are a row of requests apart (:func:`.flex.strided_kv_hbm`)."""
     e = w.element_bytes
     g = w.group
     rows = intmath.mul(w.n, g) if packed else w.n  # query rows of one CTA row
@@ -391,7 +394,7 @@ def _prefill_kernel(
     kv_unique = intmath.mul(w.batch, w.kv_heads_, kv_tokens, row)
     readers = tiles if packed else intmath.mul(tiles, g)  # CTAs sharing one (request, K/V head)'s K/V
     per_head = intmath.mul(kv_tokens, row, 2)
-    if packed or np.any(np.asarray(chunks) != 1):
+    if not strided_grid:
         kv_hbm = l2m.reread_hbm(
             intmath.mul(kv_unique, 2),
             intmath.mul(kv_requested, 2),
@@ -694,6 +697,7 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         bc_visible_blocks=steps,
         whole_tiles=True,
         partial_blocks=partial,
+        strided_grid=True,
         # IS_DIVISIBLE over the query length and K's: the pool's (pages·P) where paged
         checked_blocks=checked_steps(
             intmath.add(steps, intmath.mul(-1, partial)),
