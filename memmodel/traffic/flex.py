@@ -339,7 +339,7 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     causal, window, seq_lens = _mask_key(w)
     masked = has_mask(w)
 
-    def plan(n: int, n_kv: int, d: int, g: int, b: int, hk: int, win: int) -> tuple[float, ...]:
+    def plan(n: int, n_kv: int, d: int, dv: int, g: int, b: int, hk: int, win: int) -> tuple[float, ...]:
         m1, n1, m2, n2, _, warps = backward_config(w.dtype, d)
         bc = block_counts(n, n_kv, causal, win or None, seq_lens, SPARSE_BLOCK, SPARSE_BLOCK)
         kv_tiles, q_tiles = -(-n_kv // n1), -(-n // m2)
@@ -369,13 +369,13 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
         pairs = int((m2 * keys).sum())  # (query, key) pairs the Q programs' whole tiles compute, one query head
         extra = kv_program_rereads(
             int(q_rows.sum()), n, g, m1, n1, bool(causal and not win), min(int(kv_tiles) * b * hk, sm_count * occ),
-            m1 * ((d + d) * e + 2 * STAT_BYTES), l2,
+            m1 * ((d + dv) * e + 2 * STAT_BYTES), l2,
         )  # fmt: skip
         ppm = int(round(extra * 1e6))  # _per_row keeps the counts as integers: parts per million
         return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, ppm, tail)
 
     kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, extra_ppm, tail = _per_row(
-        plan, w.n, w.n_kv_, w.d, w.group, w.batch, w.kv_heads_, w.window or 0
+        plan, w.n, w.n_kv_, w.d, w.d_v_, w.group, w.batch, w.kv_heads_, w.window or 0
     )
     extra = np.asarray(extra_ppm, dtype=np.float64) / 1e6
     bh = intmath.mul(w.batch, w.heads)
