@@ -128,78 +128,52 @@ def _planned(spec: str, profile: Any) -> Any:
     return _Planned(planned_traffic(plan), w.dtype, plan.implementation, plan.exec_d, plan.workload)
 
 
+def _plain(r: Row) -> bool:
+    return not r.causal and not r.short and not r.checked
+
+
+def _checked_row(r: Row) -> bool:
+    return r.checked and not r.causal
+
+
 def _masked_row(r: Row) -> bool:
     return r.causal and not r.checked
 
 
-#: (figure, the rows it is fitted to, its search range)
+def _per_dim(
+    name: str, kernel: str, keep: Callable[[Row], bool], bounds: tuple[float, float]
+) -> tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...]:
+    """One figure per fitted head dim (``name_64``, ``name_128``): ``kernel``'s rows at that head dim that ``keep`` takes."""
+    return tuple((f"{name}_{d}", lambda r, d=d: r.kernel == kernel and r.d == d and keep(r), bounds) for d in HEAD_DIMS)
+
+
+#: (figure, the rows it is fitted to, its search range), fitted in this order
 FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
-    *(
-        (
-            f"efficiency_{d}",
-            lambda r, d=d: r.kernel == FORWARD and r.d == d and not r.causal and not r.short and not r.checked,
-            (0.1, 1.5),
-        )
-        for d in HEAD_DIMS
-    ),
-    *(
-        (
-            f"backward_efficiency_{d}",
-            lambda r, d=d: r.kernel == BACKWARD and r.d == d and not r.causal and not r.short and not r.checked,
-            (0.05, 1.5),
-        )
-        for d in HEAD_DIMS
-    ),  # fmt: skip
-    *(
-        (
-            f"checked_step_cost_{d}",
-            lambda r, d=d: r.kernel == FORWARD and r.d == d and r.checked and not r.causal,
-            (1e-3, 4.0),
-        )
-        for d in HEAD_DIMS
-    ),
-    *(
-        (
-            f"backward_checked_step_cost_{d}",
-            lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.checked and not r.causal,
-            (1e-3, 4.0),
-        )
-        for d in HEAD_DIMS
-    ),
+    *_per_dim("efficiency", FORWARD, _plain, (0.1, 1.5)),
+    *_per_dim("backward_efficiency", BACKWARD, _plain, (0.05, 1.5)),
+    *_per_dim("checked_step_cost", FORWARD, _checked_row, (1e-3, 4.0)),
+    *_per_dim("backward_checked_step_cost", BACKWARD, _checked_row, (1e-3, 4.0)),
     ("cta_overhead", lambda r: r.kernel == FORWARD and r.short, (1e-8, 3e-5)),
     ("backward_cta_overhead", lambda r: r.kernel == BACKWARD and r.short, (1e-8, 6e-5)),
-    *(
-        (
-            f"masked_block_cost_{d}",
-            lambda r, d=d: r.kernel == FORWARD and r.d == d and r.causal and not r.checked,
-            (1e-3, 4.0),
-        )
-        for d in HEAD_DIMS
-    ),
-    *(
-        (
-            f"backward_masked_block_cost_{d}",
-            lambda r, d=d: r.kernel == BACKWARD and r.d == d and r.causal and not r.checked,
-            (1e-3, 4.0),
-        )
-        for d in HEAD_DIMS
-    ),
+    *_per_dim("masked_block_cost", FORWARD, _masked_row, (1e-3, 4.0)),
+    *_per_dim("backward_masked_block_cost", BACKWARD, _masked_row, (1e-3, 4.0)),
 )
+
+
+#: the extra costs fitted by head dim (in plain steps; unfitted, next to nothing)
+COSTS = ("masked_block_cost", "backward_masked_block_cost", "checked_step_cost", "backward_checked_step_cost")
 
 
 def figures_of(f: Mapping[str, float]) -> dict[str, Any]:
     """:class:`~memmodel.hardware.profile.ImplementationFigures` fields of the fitted figures ``f``."""
-    curve = lambda name: tuple((d, f.get(f"{name}_{d}", 1.0)) for d in HEAD_DIMS)  # noqa: E731
+    curve = lambda name, unset=1.0: tuple((d, f.get(f"{name}_{d}", unset)) for d in HEAD_DIMS)  # noqa: E731
     one = lambda v: ((1, v),)  # noqa: E731  (one figure for every head dim)
     return {
         "efficiency": curve("efficiency"),
         "backward_efficiency": curve("backward_efficiency"),
         "cta_overhead_s": one(f.get("cta_overhead", 1e-8)),
         "backward_cta_overhead_s": one(f.get("backward_cta_overhead", 1e-8)),
-        "masked_block_cost": tuple((d, f.get(f"masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
-        "backward_masked_block_cost": tuple((d, f.get(f"backward_masked_block_cost_{d}", 1e-3)) for d in HEAD_DIMS),
-        "checked_step_cost": tuple((d, f.get(f"checked_step_cost_{d}", 1e-3)) for d in HEAD_DIMS),
-        "backward_checked_step_cost": tuple((d, f.get(f"backward_checked_step_cost_{d}", 1e-3)) for d in HEAD_DIMS),
+        **{name: curve(name, 1e-3) for name in COSTS},
     }
 
 
