@@ -299,6 +299,7 @@ def caveats(
             f"GPU): stand-in rule, its products run at {profile.name}'s dense {dtype} GEMM rate (compute.{key}, "
             f"{kind}) and its softmax at the FP32 rate, one after the other; no CTA overhead, diagonal-block cost "
             "or causal pairing of its Q blocks either (docs/implementations.md)."
+            + _design_ratio_note(profile, impl.name)
         )
     elif not measured:
         out.append(
@@ -324,6 +325,21 @@ def caveats(
                 "other head dims take the nearest figure."
             )
     return out
+
+
+def _design_ratio_note(profile: Profile, name: str) -> str:
+    """' Its backward ...' where ``profile``'s backward efficiency of ``name`` came by the
+    design-ratio rule (another vendor's kernel of FlashAttention-2's algorithm), else ''."""
+    fpath = f"implementations.{name}.backward_efficiency"
+    prov = profile.provenance.get(fpath)
+    if prov is None or "design-ratio rule" not in (prov.note or ""):
+        return ""
+    ratio = profile.implementation(name).backward_efficiency
+    shown = ", ".join(f"{r:.2f} at d = {d:g}" for d, r in ratio)
+    return (
+        f" Its backward runs at the share of its forward's rate that FlashAttention-2's backward keeps on the "
+        f"measured GPU ({shown}; the design-ratio rule, docs/profiles.md)."
+    )
 
 
 def _sustained_reference() -> str:

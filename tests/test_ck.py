@@ -94,6 +94,32 @@ def test_backward_runs_aiters_kernels_under_their_names_with_their_tiles(amd):
     assert main.ctas == 22 * 32 * 4  # ⌈4096 / 192⌉ = 22 K/V blocks × 32 query heads × batch 4
 
 
+def test_backward_keeps_fa2s_measured_backward_to_forward_ratio(amd):
+    """The design-ratio rule: ck's forward runs at the GEMM rate (no figure), its backward at the
+    share of its forward that FlashAttention-2's backward keeps on the measured H200."""
+    mi300x, mi355x = amd
+    h200 = load_profile("h200").implementation("sdpa-flash")
+    fwd, bwd = dict(h200.efficiency), dict(h200.backward_efficiency)
+    for p in (mi300x, mi355x):
+        ck = p.implementation("ck")
+        assert ck.efficiency == ()  # the forward keeps the GEMM rate
+        # h200's sdpa-flash at d = 128: 0.781 / 1.066 = 0.7326
+        assert dict(ck.backward_efficiency)[128] == pytest.approx(bwd[128] / fwd[128], rel=1e-3)
+        assert dict(ck.backward_efficiency)[128] == pytest.approx(0.7326, abs=1e-3)
+        assert p.kind_of("implementations.ck.backward_efficiency") == "derived"
+        assert "design-ratio rule" in p.provenance["implementations.ck.backward_efficiency"].note
+    assert load_profile("h200").implementation("ck").backward_efficiency == ()  # NVIDIA: none
+    w = Workload(batch=4, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16")
+    c = compare(w, mi300x, options_for("ck", w, mi300x, backward=True))
+    main = c.tiled.timing.kernels[3]
+    assert c.tiled.traffic.kernels[3].name == "ck_bwd_dqdkdv"
+    flops = c.tiled.traffic.kernels[3].matmul_flops
+    assert flops == 2_834_678_415_360  # its five products, 10.3125 × B·H·N²·d = 10.3125 × 4·32·4096²·128
+    # at the published 708 TFLOP/s BF16 GEMM rate × 0.7326: 2.8347e12 / 518.7e12 = 5.465 ms
+    assert main.terms["matmul"] == pytest.approx(flops / (708e12 * 0.7326), rel=1e-3)
+    assert main.terms["matmul"] == pytest.approx(5.465e-3, rel=1e-3)
+
+
 def test_auto_picks_ck_on_amd_gpus_and_says_pytorchs_default_is_aotriton(amd):
     mi300x, mi355x = amd
     w = Workload(batch=1, heads=16, n=4096, d=128, dtype="bf16")
@@ -117,6 +143,8 @@ def test_caveat_names_the_stand_in_rule(amd):
     mi300x, _ = amd
     (line,) = [c for c in caveats(mi300x, "ck", "bf16", 128) if "efficiency" in c]
     assert "stand-in rule" in line and "compute.bf16, published" in line
+    # the backward's share by the design-ratio rule, named with its figure at d = 128
+    assert "design-ratio rule" in line and "0.73 at d = 128" in line
 
 
 def test_cli_compare_with_ck(run):

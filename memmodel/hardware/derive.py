@@ -18,6 +18,7 @@ from .profile import Profile, arch_family
 from .schema import (
     FIELDS,
     MMA_SYNC_DTYPES,
+    DESIGN_RATIO,
     MMA_SYNC_NATIVE,
     SAME_DESIGN,
     SAME_FAMILY,
@@ -412,6 +413,32 @@ def _same_design(
                 )
 
 
+def _design_ratio(data: Mapping[str, Any], base: Profile, put: Any) -> None:
+    """The design-ratio rule (:data:`~.schema.DESIGN_RATIO`): an implementation of another vendor
+    with no efficiency of its own, forward or backward, takes as its backward efficiency the
+    ratio of ``base``'s measured backward to forward efficiency of the source implementation (the
+    same algorithm), at the head dims both were measured at; its forward keeps the GEMM rate."""
+    for impl, src in DESIGN_RATIO.items():
+        target = f"implementations.{impl}.backward_efficiency"
+        if _leaf(data, target) is not None or _leaf(data, f"implementations.{impl}.efficiency") is not None:
+            continue  # the profile's own figure
+        fwd_path, bwd_path = f"implementations.{src}.efficiency", f"implementations.{src}.backward_efficiency"
+        if base.kind_of(fwd_path) != "measured" or base.kind_of(bwd_path) != "measured":
+            continue
+        fwd, bwd = dict(base.figures.get(fwd_path) or ()), dict(base.figures.get(bwd_path) or ())
+        ratio = tuple((d, bwd[d] / fwd[d]) for d in sorted(set(fwd) & set(bwd)) if fwd[d] > 0)
+        if not ratio:
+            continue
+        shown = ", ".join(f"d = {d:g}: {r:.3f}" for d, r in ratio)
+        put(
+            target,
+            _scaled(ratio, 1.0, FIELDS[target][0]),
+            f"from {base.name}, {_measured_on(base, bwd_path)}, design-ratio rule: {impl}'s backward is the algorithm "
+            f"of {src} (FlashAttention-2, docs/implementations.md), whose backward reaches this share of its "
+            f"forward's efficiency on {base.name} ({shown}); {impl}'s forward, measured on no GPU, runs at the GEMM rate",
+        )
+
+
 def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
     """``data`` (a profile's YAML naming ``transfer_from``) with its achieved figures transferred
     from ``base``, a measured GPU of another architecture: each datasheet peak of
@@ -535,6 +562,8 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         )
     if same_vendor:
         _same_design(data, out, base, when, scale, put)
+    else:
+        _design_ratio(data, base, put)
     sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
     sources[TRANSFERRED] = {
         "title": f"transferred from profile {base.name} ({base.full_name}, {when}) by memmodel's rules for another "

@@ -166,6 +166,15 @@ SAME_DESIGN: dict[str, tuple[tuple[float, float], tuple[tuple[str, tuple[str, ..
     "fa4": ((10.0, 11.0), (("fa3", None), ("sdpa-cudnn", ("sustained_share", "sustained_after")))),
 }
 
+#: Implementations of another vendor that run FlashAttention-2's algorithm and were measured on
+#: no GPU (``transfer_from``'s design-ratio rule): their forward runs at the profile's GEMM rate
+#: (no efficiency figure), and their backward at the ratio of backward to forward efficiency the
+#: measured GPU's kernels of that algorithm reach, by head dim. What makes a backward slower per
+#: product FLOP than its forward (P recomputed, dS formed element by element, dQ accumulated
+#: across programs, five products over four) is the algorithm's, not the vendor's. CK/aiter's
+#: backward is FlashAttention-2's kernels (docs/implementations.md): sdpa-flash's ratio
+DESIGN_RATIO: dict[str, str] = {"ck": "sdpa-flash"}
+
 #: Implementations never measured here whose figures every profile takes from another
 #: implementation's on the same GPU (the same-family rule, :func:`~.derive.same_family`): the
 #: source, the compute capabilities it runs on and the figures it gives. flash-attn v1 (``fa1``) is FlashAttention-2's forerunner on
