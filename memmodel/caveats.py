@@ -9,6 +9,7 @@ and kernels where the caveat fires and the signed errors the model makes there.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -67,6 +68,51 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + [Caveat("profile", line) for line in figures]
         + [Caveat("", line) for line in fp8_caveats(plan)]
     )
+
+
+#: rows of keys over which PyTorch's softmax kernel depends on its version: up to 1024 every
+#: version runs the warp-per-row kernel, past 9216 the shared-memory (or global) block-per-row one
+SOFTMAX_VERSIONED_ROWS = (1024, 9216)
+
+
+def _measuring_torch(profile: Any, depth: int = 0) -> str | None:
+    """The PyTorch version ``profile``'s softmax rates were measured with ("2.11"), following a
+    derived or transferred profile to its base; None where no source names one."""
+    prov = profile.provenance.get("kernels.softmax.bandwidth")
+    src = profile.sources.get(prov.source) if prov is not None and prov.source else None
+    machine = getattr(src, "machine", None) or ""
+    found = re.search(r"torch (\d+\.\d+)", machine)
+    if found:
+        return found.group(1)
+    base = profile.derived_from or profile.transferred_from
+    if base and depth < 2:
+        from .hardware import load_profile
+
+        try:
+            return _measuring_torch(load_profile(base), depth + 1)
+        except Exception:  # a base that no longer loads: no version to name
+            return None
+    return None
+
+
+def softmax_version_caveats(traffic: AlgorithmTraffic, profile: Any) -> list[Caveat]:
+    """Standard attention's softmax over rows of 1025 to 9216 keys: timed at the rate the
+    profile's PyTorch reached, whose kernel there differs by version (docs/model.md)."""
+    lo, hi = SOFTMAX_VERSIONED_ROWS
+    rows = [np.asarray(intmath.to_float(k.row_length)) for k in traffic.kernels if k.op == "softmax"]
+    if not profile.kernel_rates.softmax_bytes_per_s or not any(np.any((r > lo) & (r <= hi)) for r in rows):
+        return []
+    version = _measuring_torch(profile)
+    which = f"PyTorch {version}" if version else "the PyTorch its profile was measured with"
+    return [
+        Caveat(
+            "",
+            f"Standard attention's softmax over rows of {lo + 1}–{hi} keys is timed at the rate {which} reached: "
+            "since PyTorch 2.7 (pull request 144679) rows of 2049–9216 run a register-cached kernel with "
+            "element loads, before it block-per-row kernels with 16-byte loads ran every row past 1024, at "
+            "other rates (docs/model.md, calibrated rates).",
+        )
+    ]
 
 
 def fp8_caveats(plan: TiledPlan) -> list[str]:

@@ -130,3 +130,18 @@ def test_the_model_names_no_record(path):
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and "validation/" in n.value
     ]
     assert paths == []
+
+
+@pytest.mark.parametrize(("n", "fires"), [(1024, False), (1025, True), (4096, True), (9216, True), (9217, False)])
+def test_the_softmax_version_caveat_fires_over_the_rows_whose_kernel_changed_in_pytorch_2_7(n, fires):
+    """PyTorch 2.7 (pull request 144679) changed the softmax kernel over rows of 1025–9216 keys:
+    standard attention there says whose rate it is timed at, named from the profile's source
+    (the bundled H200's calibration ran torch 2.11.0; a derived profile names its base's)."""
+    from memmodel import Workload, compare, load_profile
+
+    for gpu in ("h200", "h100-sxm"):
+        c = compare(Workload(batch=1, heads=4, n=n, d=64, dtype="fp16"), load_profile(gpu))
+        lines = [t for t in c.caveats if "softmax over rows of 1025–9216" in t]
+        assert len(lines) == int(fires)
+        if fires:
+            assert "PyTorch 2.11 reached" in lines[0] and "pull request 144679" in lines[0]
