@@ -157,7 +157,9 @@ def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tup
     return t, list(c.caveats)
 
 
-def predict_traced(point: dict[str, Any], traced: dict[str, Any], profile: Any, backward: bool) -> tuple[float, list[str]]:
+def predict_traced(
+    point: dict[str, Any], traced: dict[str, Any], profile: Any, backward: bool
+) -> tuple[float, list[str]]:
     """memmodel's time (s) of ``point``'s pass as ``memmodel trace`` of the function its source
     timed (``traced["target"]``, FILE.py:NAME under the repository) counts it: its one input
     ``qkv`` packed ``(batch, seqlen, 3, heads, headdim)``."""

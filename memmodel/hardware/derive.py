@@ -16,9 +16,9 @@ from typing import Any
 from .. import units
 from .profile import Profile, arch_family
 from .schema import (
+    DESIGN_RATIO,
     FIELDS,
     MMA_SYNC_DTYPES,
-    DESIGN_RATIO,
     MMA_SYNC_NATIVE,
     SAME_DESIGN,
     SAME_FAMILY,

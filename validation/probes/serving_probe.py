@@ -107,8 +107,17 @@ def decode_cases(fh, fi, ws):
         grid.append((128, 32, 8, 16, 16384, page, "bf16", True))
     grid.append((128, 32, 8, 16, 16384, 16, "fp8", True))
     for d, hq, hkv, batch, n_kv, page, kvd, tc in grid:
-        shape = dict(impl="flashinfer-decode", d=d, heads=hq, kv_heads=hkv, batch=batch, n_kv=n_kv,
-                     page_size=page, kv_dtype=kvd, tensor_cores=tc)
+        shape = dict(
+            impl="flashinfer-decode",
+            d=d,
+            heads=hq,
+            kv_heads=hkv,
+            batch=batch,
+            n_kv=n_kv,
+            page_size=page,
+            kv_dtype=kvd,
+            tensor_cores=tc,
+        )
 
         def build(d=d, hq=hq, hkv=hkv, batch=batch, n_kv=n_kv, page=page, kvd=kvd, tc=tc):
             pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
@@ -128,8 +137,18 @@ def prefill_cases(fh, fi, ws):
     for backend in ("auto", "fa2", "fa3"):
         for batch, new, cached, page in ((1, 2048, 6144, 16), (4, 512, 8192, 16), (2, 1024, 3072, 64)):
             hq, hkv, d = 32, 8, 128
-            shape = dict(impl="flashinfer-prefill", backend=backend, d=d, heads=hq, kv_heads=hkv, batch=batch,
-                         n=new, n_kv=new + cached, page_size=page, causal=True)
+            shape = dict(
+                impl="flashinfer-prefill",
+                backend=backend,
+                d=d,
+                heads=hq,
+                kv_heads=hkv,
+                batch=batch,
+                n=new,
+                n_kv=new + cached,
+                page_size=page,
+                causal=True,
+            )
 
             def build(batch=batch, new=new, cached=cached, page=page, backend=backend, hq=hq, hkv=hkv, d=d):
                 n_kv = new + cached
@@ -150,8 +169,16 @@ def mla_cases(fh, fi, ws):
     for backend in ("auto", "fa3", "fa2"):
         for heads, batch, n_kv in ((16, 64, 4096), (128, 8, 8192), (128, 1, 2048), (16, 128, 16384)):
             page = 64
-            shape = dict(impl="flashinfer-mla", backend=backend, heads=heads, batch=batch, n_kv=n_kv,
-                         page_size=page, d=576, d_v=512)
+            shape = dict(
+                impl="flashinfer-mla",
+                backend=backend,
+                heads=heads,
+                batch=batch,
+                n_kv=n_kv,
+                page_size=page,
+                d=576,
+                d_v=512,
+            )
 
             def build(heads=heads, batch=batch, n_kv=n_kv, page=page, backend=backend):
                 pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
@@ -172,8 +199,16 @@ def fp8_prefill_cases(fh, fi):
     for n, causal in ((4096, True), (8192, False)):
         hq, hkv, d = 32, 8, 128
         for backend in ("fa3", "auto"):
-            shape = dict(impl="flashinfer-single-prefill-fp8", backend=backend, d=d, heads=hq, kv_heads=hkv, n=n,
-                         causal=causal, dtype="fp8")
+            shape = dict(
+                impl="flashinfer-single-prefill-fp8",
+                backend=backend,
+                d=d,
+                heads=hq,
+                kv_heads=hkv,
+                n=n,
+                causal=causal,
+                dtype="fp8",
+            )
 
             def build(n=n, causal=causal, backend=backend, hq=hq, hkv=hkv, d=d):
                 f8 = torch.float8_e4m3fn
@@ -186,8 +221,16 @@ def fp8_prefill_cases(fh, fi):
                 )
 
             run_case(fh, "fp8-prefill", shape, build)
-        shape = dict(impl="flashinfer-single-prefill", backend="fa3", d=d, heads=hq, kv_heads=hkv, n=n,
-                     causal=causal, dtype="bf16")
+        shape = dict(
+            impl="flashinfer-single-prefill",
+            backend="fa3",
+            d=d,
+            heads=hq,
+            kv_heads=hkv,
+            n=n,
+            causal=causal,
+            dtype="bf16",
+        )
 
         def build_bf16(n=n, causal=causal, hq=hq, hkv=hkv, d=d):
             q = torch.randn(n, hq, d, device=DEV, dtype=BF16)
@@ -203,8 +246,9 @@ def sdpa_cases(fh):
 
     for heads, n, batch in ((128, 2048, 1), (16, 4096, 2)):
         for bwd in (False, True):
-            shape = dict(impl="sdpa-auto", heads=heads, n=n, batch=batch, d=192, d_v=128, causal=True,
-                         backward=bwd, dtype="bf16")
+            shape = dict(
+                impl="sdpa-auto", heads=heads, n=n, batch=batch, d=192, d_v=128, causal=True, backward=bwd, dtype="bf16"
+            )
 
             def build(heads=heads, n=n, batch=batch, bwd=bwd):
                 q = torch.randn(batch, heads, n, 192, device=DEV, dtype=BF16, requires_grad=bwd)
@@ -222,8 +266,9 @@ def sdpa_cases(fh):
 
             run_case(fh, "sdpa-mla-prefill", shape, build)
     for batch, heads, n_kv in ((64, 16, 4096), (8, 128, 2048)):
-        shape = dict(impl="sdpa-auto", heads=heads, kv_heads=1, n=1, n_kv=n_kv, batch=batch, d=576, d_v=512,
-                     dtype="bf16")
+        shape = dict(
+            impl="sdpa-auto", heads=heads, kv_heads=1, n=1, n_kv=n_kv, batch=batch, d=576, d_v=512, dtype="bf16"
+        )
 
         def build_dec(batch=batch, heads=heads, n_kv=n_kv):
             q = torch.randn(batch, heads, 1, 576, device=DEV, dtype=BF16)
@@ -250,8 +295,9 @@ def flex_cases(fh):
         run_case(fh, "flex", shape, build)
     for window in (None, 1024):
         n = 8192
-        shape = dict(impl="flex-prefill", batch=1, heads=32, kv_heads=8, n=n, d=128, causal=True, window=window,
-                     dtype="bf16")
+        shape = dict(
+            impl="flex-prefill", batch=1, heads=32, kv_heads=8, n=n, d=128, causal=True, window=window, dtype="bf16"
+        )
 
         def build_p(n=n, window=window):
             def causal(b, h, q_idx, kv_idx):
@@ -273,8 +319,15 @@ def main() -> None:
     out = sys.argv[1]
     only = set(sys.argv[3].split(",")) if len(sys.argv) > 3 and sys.argv[2] == "--only" else None
     with open(out, "a") as fh:
-        emit(fh, {"section": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-                  "cudnn": torch.backends.cudnn.version()})
+        emit(
+            fh,
+            {
+                "section": "env",
+                "torch": torch.__version__,
+                "gpu": torch.cuda.get_device_name(),
+                "cudnn": torch.backends.cudnn.version(),
+            },
+        )
 
         def want(name: str) -> bool:
             return only is None or name in only
@@ -290,14 +343,24 @@ def main() -> None:
             return
         emit(fh, {"section": "env", "flashinfer": getattr(fi, "__version__", "?")})
         ws = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device=DEV)
-        for name, fn in (("decode", lambda: decode_cases(fh, fi, ws)), ("mla", lambda: mla_cases(fh, fi, ws)),
-                         ("prefill", lambda: prefill_cases(fh, fi, ws)), ("fp8", lambda: fp8_prefill_cases(fh, fi))):
+        for name, fn in (
+            ("decode", lambda: decode_cases(fh, fi, ws)),
+            ("mla", lambda: mla_cases(fh, fi, ws)),
+            ("prefill", lambda: prefill_cases(fh, fi, ws)),
+            ("fp8", lambda: fp8_prefill_cases(fh, fi)),
+        ):
             if want(name):
                 try:
                     fn()
                 except Exception as exc:  # noqa: BLE001
-                    emit(fh, {"section": name, "error": f"{type(exc).__name__}: {exc}",
-                              "traceback": traceback.format_exc()[-3000:]})
+                    emit(
+                        fh,
+                        {
+                            "section": name,
+                            "error": f"{type(exc).__name__}: {exc}",
+                            "traceback": traceback.format_exc()[-3000:],
+                        },
+                    )
 
 
 if __name__ == "__main__":
