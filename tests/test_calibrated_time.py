@@ -332,7 +332,7 @@ def test_compare_impl_models_the_implementation(run):
     gpu = ["--gpu", str(CALIBRATED)]
     r = run(*args, *gpu, "--impl", "sdpa-flash", "--format", "json")
     assert r.exit_code == 0, r.output
-    data = json.loads(r.output)
+    data = json.loads(r.stdout)
     # FlashAttention-2's tiles at d = 128 (128×64), walking K/V from the diagonal down
     o = data["options"]
     assert (o["implementation"], o["block_q"], o["block_kv"]) == ("sdpa-flash", 128, 64)
@@ -341,11 +341,11 @@ def test_compare_impl_models_the_implementation(run):
     # compute-bound: 4·4·16·4096²·128 FLOP at the mma.sync peak (441.0 TFLOP/s) over efficiency 1.022, plus
     # softmax and exp terms: the measured kernel took 1.547 ms (validation/h200/final/h200-default.json.gz)
     assert 1.45e-3 < tiled["predicted_time_s"] < 1.65e-3
-    generic = json.loads(run(*args, *gpu, "--impl", "paper", "--format", "json").output)["algorithms"][1]
+    generic = json.loads(run(*args, *gpu, "--impl", "paper", "--format", "json").stdout)["algorithms"][1]
     assert generic["predicted_time_s"] < tiled["predicted_time_s"]
-    triton = json.loads(run(*args, *gpu, "--impl", "triton", "--format", "json").output)["options"]
+    triton = json.loads(run(*args, *gpu, "--impl", "triton", "--format", "json").stdout)["options"]
     assert (triton["block_q"], triton["block_kv"], triton["kv_order"]) == (128, 128, "forward")
-    given = json.loads(run(*args, *gpu, "--impl", "triton", "--block-kv", "32", "--format", "json").output)
+    given = json.loads(run(*args, *gpu, "--impl", "triton", "--block-kv", "32", "--format", "json").stdout)
     assert given["options"]["block_kv"] == 32
     bad = run(*args, "--impl", "flash3")
     assert bad.exit_code == 2 and "flash3" in bad.output and "sdpa-flash" in bad.output

@@ -24,8 +24,8 @@ def test_a100_ceilings_come_from_the_profile():
     assert roofs["l2"].value == 7.22e12  # 5120 B/clk × 1410 MHz (the H200 measured no L2 peak's share)
     # SRAM is aggregated: 180.5 GB/s per SM × 108 SMs = 19.494 TB/s
     assert roofs["sram"].value == pytest.approx(19.494e12)
-    # FP16 and BF16 share one roof when their peaks are equal: 312 TFLOP/s × 811.2 / 989.5 = 255.8 each
-    assert roofs["fp16/bf16"].value == 255.8e12 and roofs["fp16/bf16"].dtypes == ("fp16", "bf16")
+    # FP16 and BF16 share one roof when their peaks are equal: the published BF16 MAMF, 271.2 TFLOP/s each
+    assert roofs["fp16/bf16"].value == 271.2e12 and roofs["fp16/bf16"].dtypes == ("fp16", "bf16")
     assert "fp16" not in roofs and "bf16" not in roofs
     assert "fp8" not in roofs  # the A100 has no FP8 tensor cores
     assert roofs["exp"].unit == "exp/s" and roofs["exp"].value == 2.44e12  # the share is at most 1
@@ -33,11 +33,11 @@ def test_a100_ceilings_come_from_the_profile():
 
 def test_a100_ridge_points_by_hand():
     r = {(x.memory, x.compute): x.intensity for x in ridge_points(ceilings(load_profile("a100")))}
-    assert r["hbm", "fp16/bf16"] == pytest.approx(133.02, abs=0.005)  # 255.8 TFLOP/s / 1.923 TB/s = 133.02 FLOP/B
+    assert r["hbm", "fp16/bf16"] == pytest.approx(141.03, abs=0.005)  # 271.2 TFLOP/s / 1.923 TB/s = 141.03 FLOP/B
     assert r["hbm", "fp32"] == pytest.approx(7.707, abs=0.001)  # 14.82 (19.5 × 50.91 / 67) / 1.923 = 7.707
     assert r["hbm", "tf32"] == pytest.approx(68.95, abs=0.005)  # 132.6 (156 × 420.3 / 494.5) / 1.923 = 68.95
-    assert r["l2", "fp16/bf16"] == pytest.approx(35.43, abs=0.005)  # 255.8 / 7.22 = 35.43
-    assert r["sram", "fp16/bf16"] == pytest.approx(13.12, abs=0.005)  # 255.8 / 19.494 = 13.12
+    assert r["l2", "fp16/bf16"] == pytest.approx(37.56, abs=0.005)  # 271.2 / 7.22 = 37.56
+    assert r["sram", "fp16/bf16"] == pytest.approx(13.91, abs=0.005)  # 271.2 / 19.494 = 13.91
     assert r["sram", "fp32"] == pytest.approx(0.7602, abs=0.0001)  # 14.82 / 19.494 = 0.7602
     assert r["hbm", "exp"] == pytest.approx(1.2688, abs=0.0001)  # 2.44 T exp/s / 1.923 TB/s = 1.2688 exp/B
     assert len(r) == 3 * 4  # 3 memory roofs × (fp32, tf32, fp16/bf16, exp)
@@ -98,12 +98,12 @@ def test_levels_without_bytes_have_no_intensity():
 
 def test_roofs_that_bound_fp16_and_exp_bound_kernels():
     p = load_profile("a100")
-    # standard qk at d = 256 in bf16: 2·N²·d FLOPs over ≈ N²·2 B of S = 256 FLOP/B > 133: matmul-bound
+    # standard qk at d = 256 in bf16: 2·N²·d FLOPs over ≈ N²·2 B of S = 256 FLOP/B > 141: matmul-bound
     r = roofline(p, compare(Workload(n=8192, d=256, batch=4, heads=16, dtype="bf16"), p))
     qk = [x for x in r.points if x.kernel == "qk"][0]
-    # at the roof (312 × 811.2 / 989.5 = 255.8 TFLOP/s) but for the launch overhead (1.38 us of about 4.3 ms)
+    # at the roof (the published 271.2 TFLOP/s) but for the launch overhead (1.38 us of about 4.1 ms)
     assert (qk.bound, qk.roof) == ("matmul", "fp16/bf16")
-    assert qk.performance_flops_per_s == pytest.approx(255.8e12, rel=1e-3)
+    assert qk.performance_flops_per_s == pytest.approx(271.2e12, rel=1e-3)
     # every timing term has the roof it runs against
     roofs = ceilings(p)
     assert roof_of("matmul", p, "fp16", roofs) == "fp16/bf16"
@@ -133,14 +133,14 @@ def test_roofline_table_shows_ceilings_ridges_chart_and_kernels(run, monkeypatch
     r = run("roofline", "--gpu", "a100")
     assert r.exit_code == 0, r.stderr
     out = r.stdout
-    for text in ("Ceilings", "Ridge points", "Kernels", "133.0", "1.9 TB/s", "255.8 TFLOP/s", "279.3", "matmul (FP32)"):
+    for text in ("Ceilings", "Ridge points", "Kernels", "141.0", "1.9 TB/s", "271.2 TFLOP/s", "279.3", "matmul (FP32)"):
         assert text in out
     assert "N 4096 · d 768 · fp32" in out  # the documented default workload
     for columns in ("80", "200"):  # the chart is at most 80 columns wide, whatever the terminal
         monkeypatch.setenv("COLUMNS", columns)
         out = run("roofline", "--gpu", "a100").stdout
         chart = out[out.index("performance (FLOP/s)") : out.index("Kernels")]
-        assert "S" in chart and "T" in chart and "+" in chart and "FP16/BF16 256T" in chart
+        assert "S" in chart and "T" in chart and "+" in chart and "FP16/BF16 271T" in chart
         assert max(len(line) for line in chart.splitlines()) <= 80
 
 
@@ -155,7 +155,7 @@ def test_roofline_json_contract(run):
     assert gpu["hardware"]["name"] == "a100"
     assert {c["name"] for c in gpu["ceilings"]} == {"hbm", "l2", "sram", "fp32", "tf32", "fp16/bf16", "exp"}
     ridge = {(x["memory"], x["compute"]): x for x in gpu["ridge_points"]}
-    assert ridge["hbm", "fp16/bf16"]["intensity"] == pytest.approx(133.02, abs=0.005)  # 255.8 / 1.923
+    assert ridge["hbm", "fp16/bf16"]["intensity"] == pytest.approx(141.03, abs=0.005)  # 271.2 / 1.923
     assert ridge["hbm", "exp"]["unit"] == "exp/B"
     compared = json.loads(run("compare", "--n", "2048", "--d", "64", "--dtype", "fp16", "--format", "json").stdout)
     kernels = [k for alg in compared["algorithms"] for k in alg["kernels"]]
@@ -181,7 +181,7 @@ def test_roofline_csv_has_every_record(run):
     kinds = [x["record"] for x in rows]
     assert kinds.count("ceiling") == 7 and kinds.count("ridge") == 12 and kinds.count("point") == 6
     ridge = next(x for x in rows if x["record"] == "ridge" and x["name"] == "hbm/fp16/bf16")
-    assert float(ridge["value"]) == pytest.approx(133.02, abs=0.005)  # 255.8 TFLOP/s / 1.923 TB/s
+    assert float(ridge["value"]) == pytest.approx(141.03, abs=0.005)  # 271.2 TFLOP/s / 1.923 TB/s
     qk = next(x for x in rows if x["record"] == "point" and x["kernel"] == "qk")
     assert float(qk["hbm_intensity"]) == pytest.approx(279.27, abs=0.01)
     assert float(qk["l2_intensity"]) == pytest.approx(int(qk["flops"]) / int(qk["l2_bytes"]))
@@ -196,7 +196,7 @@ def test_roofline_of_two_gpus(run, tmp_path):
     gpus = json.loads(r.stdout)["gpus"]
     assert [g["hardware"]["name"] for g in gpus] == ["a100", "a100-fast"]
     ridge = {x["compute"]: x["intensity"] for x in gpus[1]["ridge_points"] if x["memory"] == "hbm"}
-    assert ridge["fp16/bf16"] == pytest.approx(90.389, abs=0.001)  # 255.8 / (3.0 × 4.528 / 4.8 = 2.83)
+    assert ridge["fp16/bf16"] == pytest.approx(95.830, abs=0.001)  # 271.2 / (3.0 × 4.528 / 4.8 = 2.83)
     r = run("roofline", "--gpu", "a100", "--gpu", str(faster))
     assert r.exit_code == 0
     assert "a100-fast" in r.stdout and "a100: S standard, T tiled" in r.stdout

@@ -229,7 +229,7 @@ def test_sweep_skips_what_cannot_run_and_says_so(run, tmp_path):
     assert [row["kv_heads"] for row in csv.DictReader(io.StringIO(r.stdout))] == ["8", "8"]
     fp8 = tmp_path / "a100-fp8.yaml"
     text = (HARDWARE / "a100.yaml").read_text().replace("name: a100", "name: a100-fp8")
-    fp8.write_text(text.replace("  bf16:", "  fp8: {value: 624 TFLOP/s, source: datasheet}\n  bf16:"))
+    fp8.write_text(text.replace("  bf16:", "  fp8: {value: 624 TFLOP/s, source: datasheet}\n  bf16:", 1))
     r = run("sweep", "--n", "512", "--d", "64", "--gpu", f"a100,{fp8}", "--dtype", "fp16,fp8", "--format", "csv")
     assert r.exit_code == 0, r.stderr
     assert "note: skipped a100 × fp8: a100 has no fp8 compute peak" in r.stderr

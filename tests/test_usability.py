@@ -536,9 +536,9 @@ def test_help_texts_match_the_choices(run):
 
 def test_hardware_list_peaks_to_three_significant_digits(run):
     rows = {line.split()[0]: line for line in run("hardware", "list").stdout.splitlines()[1:]}
-    # the rates predictions use: b200's 2.25 PFLOP/s × 811.2 / 989.5 = 1.845 (3 digits: 1.84);
-    # a100's 312 TFLOP/s and 2.039 TB/s × the H200's shares (0.820, 0.943) = 256 TFLOP/s, 1.92 TB/s
-    assert "1.84 PFLOP/s" in rows["b200"] and "256 TFLOP/s" in rows["a100"] and "1.92 TB/s" in rows["a100"]
+    # the rates predictions use: b200's and a100's published BF16 MAMF (1745 and 271.2 TFLOP/s, 3 digits:
+    # 1.75 PFLOP/s and 271 TFLOP/s); a100's 2.039 TB/s × the H200's share 0.943 = 1.92 TB/s
+    assert "1.75 PFLOP/s" in rows["b200"] and "271 TFLOP/s" in rows["a100"] and "1.92 TB/s" in rows["a100"]
     assert rows["a100"].split()[-1] == "transferred" and rows["h200"].split()[-1] == "measured"
     assert "derived" in rows["h100-sxm"]
     data = {r["name"]: r for r in json.loads(run("hardware", "list", "--format", "json").stdout)}
