@@ -710,6 +710,45 @@ def equal_jobs_tail(ctas: IntLike, sm_count: int, ctas_per_sm: IntLike = 1, one_
     return float(out) if out.ndim == 0 else out
 
 
+def backward_tail_factor(
+    workload: Any,
+    kernel: Kernel,
+    block_q: IntLike,
+    block_kv: IntLike,
+    sm_count: int,
+    ctas_per_sm: IntLike | None = None,
+    one_cta_share: float | None = None,
+) -> Any:
+    """Makespan of a FlashAttention-2-style backward grid that does not fill one wave over the
+    balanced time, ≥ 1 (1 for a grid of a wave or more): one CTA per K/V block (``block_kv``
+    keys) of each head, walking the Q blocks (``block_q`` rows) that see it. The backward's
+    measured efficiency comes from reference shapes of many waves, whose wave quantization it
+    holds; a grid of fewer CTAs than the chip holds at once leaves SMs idle, which it does not.
+    Without masking every CTA walks all the Q blocks: :func:`equal_jobs_tail` (the chip's CTA
+    slots over the CTAs). Under a causal mask (or a window) the first K/V block of a head is seen
+    by every Q block (with a window, by the window's): the kernel lasts as long as that CTA, alone
+    on its SM (at ``one_cta_share`` where the kernel keeps two)."""
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    jobs = f(kernel.ctas)
+    occ = np.maximum(np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64), 1.0)
+    s = float(sm_count)
+    underfilled = jobs < s * occ
+    masked = bool(np.any(np.asarray(workload.causal))) or workload.window is not None
+    if not masked:
+        out = np.where(underfilled, equal_jobs_tail(jobs, sm_count, occ, one_cta_share), 1.0)
+        return float(out) if np.ndim(out) == 0 else out
+    total = np.maximum(f(kernel.blocks), 1.0)  # (K/V block, Q block) pairs walked, all heads
+    t_r = np.ceil(f(workload.n) / f(block_q))
+    longest = t_r
+    if workload.window is not None:
+        longest = np.minimum(t_r, np.ceil((f(workload.window) + f(block_kv)) / f(block_q)) + 1)
+    share = float(one_cta_share) if one_cta_share else 1.0
+    lone = np.where(occ >= 2, 1.0 / share, 1.0)
+    makespan = np.where(jobs <= s, longest * lone, np.maximum(total / s, longest))
+    out = np.where(underfilled, np.maximum(1.0, makespan / (total / s)), 1.0)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def _causal_lengths(
     n: int, n_kv: int, b_r: int, b_c: int, heads: int, splits: int = 1, window: int | None = None
 ) -> np.ndarray:
@@ -1212,6 +1251,32 @@ def algorithm_time(
     if workload is not None and spec is not None and spec.exp_emulation:
         emulated = fa4_emulated(workload, profile)
 
+    backward_facts = getattr(facts, "backward", None) if facts is not None else None
+
+    def backward_tail(k: Kernel) -> Any:
+        """The tail of a FlashAttention-2-style fused backward kernel (CTA per K/V block), or None."""
+        if (
+            workload is None
+            or algorithm.variant != "fa2"
+            or backward_facts is None
+            or backward_facts.block_q is None
+            or k.pass_ != "backward"
+            or k.overlap != "serial-compute"
+            or k.kind != ""
+            or implementation == "flex"
+            or getattr(workload, "seq_lens", None) is not None
+        ):
+            return None
+        return backward_tail_factor(
+            workload,
+            k,
+            param(backward_facts.block_q),
+            param(backward_facts.block_kv),
+            profile.sm_count,
+            param(backward_facts.ctas_per_sm),
+            share,
+        )
+
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:
         if k.figures_from:  # a library kernel of another's design: its figures and its own tail, not FA2's
             own_tail = None if np.all(np.asarray(k.tail) == 1.0) else k.tail
@@ -1226,7 +1291,11 @@ def algorithm_time(
             head_dim,
             fa1_tails[id(k)]
             if id(k) in fa1_tails
-            else (tail if k.kind in (FORWARD_GRID, HEAD_GRID) else (split_tail if k.kind == SPLIT_KV else None)),
+            else (
+                tail
+                if k.kind in (FORWARD_GRID, HEAD_GRID)
+                else (split_tail if k.kind == SPLIT_KV else backward_tail(k))
+            ),
             tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,

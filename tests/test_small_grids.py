@@ -305,3 +305,54 @@ def test_distinct_rows_rebuild_their_columns(pairs):
     assert [rows[i] for i in inverse] == [tuple(p) for p in pairs]
     got = per_element(lambda x, y: 10 * x + y, a, b)
     assert np.array_equal(np.broadcast_to(got, a.shape), 10 * a + b)
+
+
+def test_a_backward_grid_smaller_than_the_chip_runs_on_its_own_ctas_sms():
+    """The fused backward kernel (a CTA per K/V block) of one head fills few SMs: it runs at the
+    share of the chip its CTAs hold, not at the whole chip's rate."""
+    from memmodel.timing import equal_jobs_tail
+
+    h200 = load_profile("h200")
+    for impl in ("sdpa-flash", "sdpa-cudnn"):
+        small = Workload(n=4096, d=128, dtype="bf16")
+        big = small.with_(batch=4, heads=32)
+        rates = []
+        for w in (small, big):
+            c = compare(w, h200, options_for(impl, w, h200, backward=True))
+            (k, t) = next(
+                (k, t)
+                for k, t in zip(c.tiled.traffic.kernels, c.tiled.timing.kernels)
+                if k.matmul_flops and k.pass_ == "backward"
+            )
+            rates.append(k.matmul_flops / t.time_s)
+            if w is small:
+                # 4096 / 128 = 32 CTAs on 132 SMs, one each: ⌈32/132⌉ / (32/132) = 4.125
+                assert k.ctas == 32 and equal_jobs_tail(32, 132) == pytest.approx(132 / 32)
+        # the 32 CTAs hold 32 of 132 SMs: their rate is at most about that share of the full grid's
+        assert rates[0] < rates[1] * 32 / 132 * 1.1
+
+
+@given(
+    st.integers(1, 8),
+    st.integers(1, 32),
+    st.sampled_from([256, 1000, 2048, 8192]),
+    st.booleans(),
+)
+@settings(max_examples=40, deadline=None)
+def test_the_backward_tail_is_at_least_one_and_equal_jobs_without_a_mask(batch, heads, n, causal):
+    from memmodel.timing import backward_tail_factor, equal_jobs_tail
+
+    h200 = load_profile("h200")
+    w = Workload(batch=batch, heads=heads, n=n, d=64, dtype="fp16", causal=causal)
+    c = compare(w, h200, options_for("sdpa-flash", w, h200, backward=True))
+    k = next(k for k in c.tiled.traffic.kernels if k.name == "fa2_bwd")
+    bw = c.tiled.traffic.facts.backward
+    tail = backward_tail_factor(w, k, bw.block_q, bw.block_kv, 132, bw.ctas_per_sm, 0.832)
+    assert tail >= 1.0
+    if k.ctas >= 132 * bw.ctas_per_sm:  # a wave or more: the measured efficiency holds its quantization
+        assert tail == 1.0
+    elif not causal:
+        assert tail == pytest.approx(equal_jobs_tail(k.ctas, 132, bw.ctas_per_sm, 0.832))
+    elif k.ctas <= 132:  # a grid of one wave: its longest CTA, the first K/V block's, seen by every Q block
+        t_r = -(-n // int(bw.block_q))
+        assert tail == pytest.approx(max(1.0, t_r * 132 / float(k.blocks)), rel=1e-9)
