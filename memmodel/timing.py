@@ -710,6 +710,38 @@ def equal_jobs_tail(ctas: IntLike, sm_count: int, ctas_per_sm: IntLike = 1, one_
     return float(out) if out.ndim == 0 else out
 
 
+#: the most CTAs a masked backward grid is list-scheduled for (:func:`backward_tail_factor`);
+#: a larger grid is many waves of short jobs, whose tail is taken as none
+MAX_SCHEDULED_CTAS = 65536
+
+
+def _backward_lengths(n: int, n_kv: int, b_r: int, b_c: int, window: int | None) -> np.ndarray:
+    """Q blocks (``b_r`` rows) each K/V block (``b_c`` keys) of one head is seen by under a
+    bottom-right aligned causal mask (and a sliding ``window``), in launch order."""
+    t_c = -(-n_kv // b_c)
+    off = n_kv - n
+    j = np.arange(t_c)
+    first_row = np.maximum(0, j * b_c - off)
+    last_row = np.full(t_c, n - 1)
+    if window is not None:
+        last_row = np.minimum(last_row, (j + 1) * b_c - 2 - off + window)
+    first, last = first_row // b_r, last_row // b_r
+    return np.where(last_row >= first_row, last - first + 1, 0).astype(np.float64)
+
+
+def _list_schedule(lengths: np.ndarray, repeats: int, slots: int) -> float:
+    """Makespan of ``repeats`` copies of ``lengths`` (in order, copy after copy) handed to
+    ``slots`` equal workers as they free up."""
+    import heapq
+
+    free = [0.0] * slots
+    for _ in range(repeats):
+        for job in lengths:
+            t = heapq.heappop(free)
+            heapq.heappush(free, t + float(job))
+    return max(free)
+
+
 def backward_tail_factor(
     workload: Any,
     kernel: Kernel,
@@ -719,33 +751,33 @@ def backward_tail_factor(
     ctas_per_sm: IntLike | None = None,
     one_cta_share: float | None = None,
 ) -> Any:
-    """Makespan of a FlashAttention-2-style backward grid that does not fill one wave over the
-    balanced time, ≥ 1 (1 for a grid of a wave or more): one CTA per K/V block (``block_kv``
-    keys) of each head, walking the Q blocks (``block_q`` rows) that see it. The backward's
-    measured efficiency comes from reference shapes of many waves, whose wave quantization it
-    holds; a grid of fewer CTAs than the chip holds at once leaves SMs idle, which it does not.
-    Without masking every CTA walks all the Q blocks: :func:`equal_jobs_tail` (the chip's CTA
-    slots over the CTAs). Under a causal mask (or a window) the first K/V block of a head is seen
-    by every Q block (with a window, by the window's): the kernel lasts as long as that CTA, alone
-    on its SM (at ``one_cta_share`` where the kernel keeps two)."""
+    """Makespan of a FlashAttention-2-style backward grid over the balanced time, ≥ 1: one CTA
+    per K/V block (``block_kv`` keys) of each head, walking the Q blocks (``block_q`` rows) that
+    see it, launched K/V block fastest. Measured on the H200 (validation/h200/backward-grid),
+    FlashAttention-2's and cuDNN's backward kernels take whole waves: without a mask the time
+    steps with ⌈CTAs / slots⌉ (:func:`equal_jobs_tail`, at any grid size). Under a causal mask
+    (or a window) the CTAs differ, a head's first K/V block seen by every Q block and its last by
+    one: the CTAs are list-scheduled in launch order on the chip's CTA slots (at most
+    :data:`MAX_SCHEDULED_CTAS`; larger grids are taken to have no tail)."""
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     jobs = f(kernel.ctas)
     occ = np.maximum(np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64), 1.0)
-    s = float(sm_count)
-    underfilled = jobs < s * occ
     masked = bool(np.any(np.asarray(workload.causal))) or workload.window is not None
     if not masked:
-        out = np.where(underfilled, equal_jobs_tail(jobs, sm_count, occ, one_cta_share), 1.0)
-        return float(out) if np.ndim(out) == 0 else out
-    total = np.maximum(f(kernel.blocks), 1.0)  # (K/V block, Q block) pairs walked, all heads
-    t_r = np.ceil(f(workload.n) / f(block_q))
-    longest = t_r
-    if workload.window is not None:
-        longest = np.minimum(t_r, np.ceil((f(workload.window) + f(block_kv)) / f(block_q)) + 1)
-    share = float(one_cta_share) if one_cta_share else 1.0
-    lone = np.where(occ >= 2, 1.0 / share, 1.0)
-    makespan = np.where(jobs <= s, longest * lone, np.maximum(total / s, longest))
-    out = np.where(underfilled, np.maximum(1.0, makespan / (total / s)), 1.0)
+        return equal_jobs_tail(jobs, sm_count, occ, one_cta_share)
+
+    def one(n: float, n_kv: float, b_r: float, b_c: float, ctas: float, o: float, window: Any) -> float:
+        lengths = _backward_lengths(int(n), int(n_kv), int(b_r), int(b_c), None if window is None else int(window))
+        heads = int(round(ctas / max(len(lengths), 1)))
+        total = float(lengths.sum()) * heads
+        if ctas > MAX_SCHEDULED_CTAS or total <= 0 or heads < 1:
+            return 1.0
+        slots = int(sm_count * o)
+        return max(1.0, _list_schedule(lengths, heads, slots) / (total / slots))
+
+    window = workload.window
+    args = np.broadcast_arrays(f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), jobs, occ)
+    out = np.vectorize(lambda *a: one(*a, window), otypes=[np.float64])(*args)
     return float(out) if np.ndim(out) == 0 else out
 
 

@@ -340,7 +340,7 @@ def test_a_backward_grid_smaller_than_the_chip_runs_on_its_own_ctas_sms():
 )
 @settings(max_examples=40, deadline=None)
 def test_the_backward_tail_is_at_least_one_and_equal_jobs_without_a_mask(batch, heads, n, causal):
-    from memmodel.timing import backward_tail_factor, equal_jobs_tail
+    from memmodel.timing import _backward_lengths, _list_schedule, backward_tail_factor, equal_jobs_tail
 
     h200 = load_profile("h200")
     w = Workload(batch=batch, heads=heads, n=n, d=64, dtype="fp16", causal=causal)
@@ -349,10 +349,26 @@ def test_the_backward_tail_is_at_least_one_and_equal_jobs_without_a_mask(batch, 
     bw = c.tiled.traffic.facts.backward
     tail = backward_tail_factor(w, k, bw.block_q, bw.block_kv, 132, bw.ctas_per_sm, 0.832)
     assert tail >= 1.0
-    if k.ctas >= 132 * bw.ctas_per_sm:  # a wave or more: the measured efficiency holds its quantization
-        assert tail == 1.0
-    elif not causal:
+    if not causal:  # whole waves (validation/h200/backward-grid): ⌈CTAs / slots⌉ over CTAs / slots
         assert tail == pytest.approx(equal_jobs_tail(k.ctas, 132, bw.ctas_per_sm, 0.832))
-    elif k.ctas <= 132:  # a grid of one wave: its longest CTA, the first K/V block's, seen by every Q block
-        t_r = -(-n // int(bw.block_q))
-        assert tail == pytest.approx(max(1.0, t_r * 132 / float(k.blocks)), rel=1e-9)
+    else:  # a head's K/V blocks, longest first, list-scheduled head after head on the CTA slots
+        lengths = _backward_lengths(n, n, int(bw.block_q), int(bw.block_kv), None)
+        assert lengths[0] == -(-n // int(bw.block_q)) and lengths[-1] >= 1
+        slots = 132 * int(bw.ctas_per_sm)
+        total = lengths.sum() * batch * heads
+        assert tail == pytest.approx(max(1.0, _list_schedule(lengths, batch * heads, slots) / (total / slots)))
+        if k.ctas <= slots:  # one wave: the longest CTA, seen by every Q block, sets the time
+            assert tail == pytest.approx(max(1.0, lengths[0] * slots / total))
+
+
+def test_the_backward_tail_pinned():
+    from memmodel.timing import _backward_lengths, _list_schedule
+
+    # 1024 keys in K/V blocks of 128, Q blocks of 64, causal: K/V block j is seen by the Q blocks
+    # from 2j on, 16 − 2j of them: 16, 14, …, 2
+    assert list(_backward_lengths(1024, 1024, 64, 128, None)) == [16, 14, 12, 10, 8, 6, 4, 2]
+    # a window of 256 keys: block j is seen by rows j·128 to j·128 + 128 − 2 + 256, 7 Q blocks, clipped at the end
+    assert list(_backward_lengths(1024, 1024, 64, 128, 256)) == [6, 6, 6, 6, 6, 6, 4, 2]
+    # two heads of [3, 2, 1] on 2 slots: 3 on A (0–3), 2 on B (0–2), 1 on B (2–3), 3 on A (3–6),
+    # 2 on B (3–5), 1 on B (5–6): makespan 6 against a balanced 12 / 2 = 6
+    assert _list_schedule([3, 2, 1], 2, 2) == 6.0
