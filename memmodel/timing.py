@@ -742,6 +742,40 @@ def _list_schedule(lengths: np.ndarray, repeats: int, slots: int) -> float:
     return max(free)
 
 
+def _packed_backward_tail(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count: int, occ: Any) -> Any:
+    """:func:`backward_tail_factor` of a packed row (``Workload.seq_lens``): the varlen backward's
+    grid is the longest document's K/V blocks × documents × heads, K/V block fastest; a document's
+    CTAs walk its own Q blocks (causal or not), those past its end exit at once (no work)."""
+    docs = tuple(int(x) for x in workload.seq_lens)
+    window = workload.window
+
+    def one(b_r: float, b_c: float, o: float) -> float:
+        b_r, b_c = int(b_r), int(b_c)
+        t_c = max(-(-d // b_c) for d in docs)
+        per_head = []
+        for d in docs:
+            if workload.causal or window is not None:
+                own = _backward_lengths(d, d, b_r, b_c, window)
+            else:
+                own = np.full(-(-d // b_c), float(-(-d // b_r)))
+            per_head.append(np.concatenate([own, np.zeros(t_c - len(own))]))
+        lengths = np.concatenate(per_head)
+        heads = int(workload.heads) * int(workload.batch)
+        total = float(lengths.sum()) * heads
+        if len(lengths) * heads > MAX_SCHEDULED_CTAS or total <= 0:
+            return 1.0
+        slots = int(sm_count * o)
+        return max(1.0, _list_schedule(lengths, heads, slots) / (total / slots))
+
+    args = np.broadcast_arrays(
+        np.asarray(intmath.to_float(block_q), dtype=np.float64),
+        np.asarray(intmath.to_float(block_kv), dtype=np.float64),
+        np.asarray(occ, dtype=np.float64),
+    )
+    out = np.vectorize(one, otypes=[np.float64])(*args)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def backward_tail_factor(
     workload: Any,
     kernel: Kernel,
@@ -762,6 +796,8 @@ def backward_tail_factor(
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     jobs = f(kernel.ctas)
     occ = np.maximum(np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64), 1.0)
+    if getattr(workload, "seq_lens", None) is not None:
+        return _packed_backward_tail(workload, block_q, block_kv, sm_count, occ)
     masked = bool(np.any(np.asarray(workload.causal))) or workload.window is not None
     if not masked:
         return equal_jobs_tail(jobs, sm_count, occ, one_cta_share)
@@ -1296,7 +1332,6 @@ def algorithm_time(
             or k.overlap != "serial-compute"
             or k.kind != ""
             or implementation == "flex"
-            or getattr(workload, "seq_lens", None) is not None
         ):
             return None
         return backward_tail_factor(

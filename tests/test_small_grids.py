@@ -372,3 +372,18 @@ def test_the_backward_tail_pinned():
     # two heads of [3, 2, 1] on 2 slots: 3 on A (0–3), 2 on B (0–2), 1 on B (2–3), 3 on A (3–6),
     # 2 on B (3–5), 1 on B (5–6): makespan 6 against a balanced 12 / 2 = 6
     assert _list_schedule([3, 2, 1], 2, 2) == 6.0
+
+
+def test_a_packed_rows_backward_tail_walks_each_documents_own_blocks():
+    from memmodel.timing import _packed_backward_tail
+
+    # documents of 1024 and 256 tokens, causal, Q blocks of 64, K/V blocks of 128: the grid is 8 K/V
+    # blocks × 2 documents; the first walks 16, 14, …, 2 Q blocks (72), the second 4, 2 and exits 6 CTAs
+    # at once: 78 block steps on 132 slots, one wave, so its longest CTA (16) sets the time:
+    # 16 / (78 / 132) = 27.08
+    w = Workload(n=1280, d=64, dtype="fp16", causal=True, seq_lens=(1024, 256))
+    assert _packed_backward_tail(w, 64, 128, 132, 1) == pytest.approx(16 * 132 / 78)
+    # 64 heads of it: 1024 CTAs (384 exit at once), list-scheduled in launch order: the last heads'
+    # longest CTAs end at 48 block steps against a balanced 78 × 64 / 132 = 37.82: 1.269
+    many = w.with_(heads=64)
+    assert _packed_backward_tail(many, 64, 128, 132, 1) == pytest.approx(48 / (78 * 64 / 132))
