@@ -6,7 +6,9 @@ the grid goes from a few CTAs to several waves on the chip: how the main kernel'
 its CTAs says how a grid that does not fill the chip, or fills it a wave and a bit, is timed.
 Reference shapes only (none is a validation case).
 
-    python validation/probes/backward_grid_probe.py OUT.jsonl
+    python validation/probes/backward_grid_probe.py OUT.jsonl [NxD,... [HEADS,...]]
+
+(default shapes 1024x64,2048x128 and heads 1 to 128; e.g. ``8192x128 1,2,4,8,16,24,32`` for long rows)
 
 One JSON line per (backend, N, d, causal, heads): every kernel of the backward pass as the
 profiler (CUPTI) timed it, medians of 10 backward passes.
@@ -55,15 +57,15 @@ def kernels(backend, heads: int, n: int, d: int, causal: bool) -> list[dict]:
     )
 
 
-def main(out: str) -> None:
+def main(out: str, shapes: tuple = SHAPES, heads_list: tuple = HEADS) -> None:
     with open(out, "w") as f:
         props = torch.cuda.get_device_properties(0)
         env = {"section": "env", "torch": torch.__version__, "gpu": props.name, "sm_count": props.multi_processor_count}
         f.write(json.dumps(env) + "\n")
         for name, backend in BACKENDS.items():
-            for n, d in SHAPES:
+            for n, d in shapes:
                 for causal in (False, True):
-                    for heads in HEADS:
+                    for heads in heads_list:
                         try:
                             ks = kernels(backend, heads, n, d, causal)
                         except RuntimeError as exc:  # recorded; the sweep goes on
@@ -78,4 +80,6 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    shapes = tuple(tuple(int(x) for x in s.split("x")) for s in sys.argv[2].split(",")) if len(sys.argv) > 2 else SHAPES
+    heads_list = tuple(int(h) for h in sys.argv[3].split(",")) if len(sys.argv) > 3 else HEADS
+    main(sys.argv[1], shapes, heads_list)
