@@ -12,10 +12,10 @@ and the kernel the profiler saw.
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import torch
+from probe_timing import kernel_names, timed
 
 SIZES = (1 << 24, 1 << 26, 1 << 28)  # elements: 16M (L2-sized inputs) to 268M (a large cache)
 CONVERSIONS = (
@@ -24,33 +24,6 @@ CONVERSIONS = (
     ("float8_e4m3fn", "float16"),
     ("bfloat16", "bfloat16"),  # the reference: a plain 16-bit copy
 )
-
-
-def timed(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
-def kernel_names(fn) -> list[dict]:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [
-        {"name": e.key[:200], "us": e.device_time_total / max(e.count, 1)}
-        for e in prof.key_averages()
-        if e.device_time_total > 0
-    ]
 
 
 def main(out: str) -> None:

@@ -26,42 +26,15 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import sys
 
 import torch
+from probe_timing import kernel_names, timed
 
 BYTES = 512 * 2**20  # fp16 input bytes
 PLAIN = (1024, 1536, 2048, 3072, 4096, 6144, 8192, 9216, 10240, 12288, 16384)
 MASKED = (2048, 4096, 8192, 16384)
 ODD = (1025, 2049, 4097, 8193, 12289, 16385)
-
-
-def timed(fn, reps: int = 20) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
-def kernel_names(fn) -> list[dict]:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [
-        {"name": e.key[:200], "us": e.device_time_total / max(e.count, 1)}
-        for e in prof.key_averages()
-        if e.device_time_total > 0
-    ]
 
 
 def short(name: str) -> str:
