@@ -9,6 +9,7 @@ and kernels where the caveat fires and the signed errors the model makes there.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -75,24 +76,33 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
 SOFTMAX_VERSIONED_ROWS = (1024, 9216)
 
 
-def _measuring_torch(profile: Any, depth: int = 0) -> str | None:
-    """The PyTorch version ``profile``'s softmax rates were measured with ("2.11"), following a
-    derived or transferred profile to its base; None where no source names one."""
+def _own_torch(profile: Any) -> str | None:
+    """The PyTorch version ("2.11") the source of ``profile``'s own softmax rates names, or None."""
     prov = profile.provenance.get("kernels.softmax.bandwidth")
     src = profile.sources.get(prov.source) if prov is not None and prov.source else None
-    machine = getattr(src, "machine", None) or ""
-    found = re.search(r"torch (\d+\.\d+)", machine)
-    if found:
-        return found.group(1)
-    base = profile.derived_from or profile.transferred_from
-    if base and depth < 2:
-        from .hardware import load_profile
+    found = re.search(r"torch (\d+\.\d+)", getattr(src, "machine", None) or "")
+    return found.group(1) if found else None
 
-        try:
-            return _measuring_torch(load_profile(base), depth + 1)
-        except Exception:  # a base that no longer loads: no version to name
-            return None
-    return None
+
+def _measuring_torch(profile: Any) -> str | None:
+    """The PyTorch version ``profile``'s softmax rates were measured with, following a derived or
+    transferred profile to its base; None where no source names one."""
+    base = profile.derived_from or profile.transferred_from
+    return _own_torch(profile) or (_base_torch(base, 1) if base else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _base_torch(name: str, depth: int) -> str | None:
+    """:func:`_measuring_torch` of the profile named ``name``, loaded once per process (a base is
+    named, never a path); None past two bases or where it does not load."""
+    from .hardware import load_profile
+
+    try:
+        base = load_profile(name)
+    except Exception:  # a base that no longer loads: no version to name
+        return None
+    further = base.derived_from or base.transferred_from
+    return _own_torch(base) or (_base_torch(further, depth + 1) if further and depth < 2 else None)
 
 
 def softmax_version_caveats(traffic: AlgorithmTraffic, profile: Any) -> list[Caveat]:

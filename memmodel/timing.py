@@ -729,6 +729,15 @@ def _backward_lengths(n: int, n_kv: int, b_r: int, b_c: int, window: int | None)
     return np.where(last_row >= first_row, last - first + 1, 0).astype(np.float64)
 
 
+def _scheduled_tail(lengths: np.ndarray, repeats: int, slots: int) -> float:
+    """The list-scheduled makespan of ``repeats`` copies of ``lengths`` on ``slots`` CTA slots
+    over the balanced time, ≥ 1; 1 past :data:`MAX_SCHEDULED_CTAS` CTAs or without work."""
+    total = float(np.sum(lengths)) * repeats
+    if len(lengths) * repeats > MAX_SCHEDULED_CTAS or total <= 0 or repeats < 1:
+        return 1.0
+    return max(1.0, _list_schedule(lengths, repeats, slots) / (total / slots))
+
+
 def _list_schedule(lengths: np.ndarray, repeats: int, slots: int) -> float:
     """Makespan of ``repeats`` copies of ``lengths`` (in order, copy after copy) handed to
     ``slots`` equal workers as they free up."""
@@ -759,13 +768,7 @@ def _packed_backward_tail(workload: Any, block_q: IntLike, block_kv: IntLike, sm
             else:
                 own = np.full(-(-d // b_c), float(-(-d // b_r)))
             per_head.append(np.concatenate([own, np.zeros(t_c - len(own))]))
-        lengths = np.concatenate(per_head)
-        heads = int(workload.heads) * int(workload.batch)
-        total = float(lengths.sum()) * heads
-        if len(lengths) * heads > MAX_SCHEDULED_CTAS or total <= 0:
-            return 1.0
-        slots = int(sm_count * o)
-        return max(1.0, _list_schedule(lengths, heads, slots) / (total / slots))
+        return _scheduled_tail(np.concatenate(per_head), int(workload.heads) * int(workload.batch), int(sm_count * o))
 
     args = np.broadcast_arrays(
         np.asarray(intmath.to_float(block_q), dtype=np.float64),
@@ -804,12 +807,7 @@ def backward_tail_factor(
 
     def one(n: float, n_kv: float, b_r: float, b_c: float, ctas: float, o: float, window: Any) -> float:
         lengths = _backward_lengths(int(n), int(n_kv), int(b_r), int(b_c), None if window is None else int(window))
-        heads = int(round(ctas / max(len(lengths), 1)))
-        total = float(lengths.sum()) * heads
-        if ctas > MAX_SCHEDULED_CTAS or total <= 0 or heads < 1:
-            return 1.0
-        slots = int(sm_count * o)
-        return max(1.0, _list_schedule(lengths, heads, slots) / (total / slots))
+        return _scheduled_tail(lengths, int(round(ctas / max(len(lengths), 1))), int(sm_count * o))
 
     window = workload.window
     args = np.broadcast_arrays(f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), jobs, occ)
