@@ -282,14 +282,18 @@ def test_rates_and_caveats_say_how_much_to_trust_a_time(run):
     assert rate_sources(load_profile("mi300x")).startswith("transferred from profile h200")
     assert "expect large errors" in rate_sources(load_profile("mi300x"))
     lines = caveats(load_profile("mi300x"), "sdpa-flash", "fp16", 128)
-    # the launch overhead transfers (the same time); no exp rate is published for CDNA 3
-    assert any("no exp rate" in line for line in lines) and not any("no launch overhead" in line for line in lines)
+    # the launch overhead transfers (the same time); the exp rate is AMD's compiler's quarter rate
+    assert not any("no exp rate" in line for line in lines) and not any("no launch overhead" in line for line in lines)
+    assert load_profile("mi300x").exp_ops_per_s == pytest.approx(16 * 304 * 2.1e9, rel=1e-3)  # 10.21 Top/s
+    assert load_profile("mi355x").exp_ops_per_s == pytest.approx(16 * 256 * 2.4e9, rel=1e-3)  # 9.83 Top/s
     assert any("no measured efficiency for sdpa-flash" in line for line in lines)
     mine = yaml.safe_load((HARDWARE / "mi300x.yaml").read_text())
     del mine["transfer_from"]
+    del mine["datasheet"]["compute"]["exp"]
     alone = parse_profile(mine, "mi300x-alone")  # datasheet figures only
     assert "expect large errors" in rate_sources(alone) and alone.rate_class == "datasheet"
     assert any("no launch overhead" in line for line in caveats(alone, "sdpa-flash", "fp16", 128))
+    assert any("no exp rate" in line for line in caveats(alone, "sdpa-flash", "fp16", 128))
     datasheet = load_file(REPO / "validation" / "h200" / "h200-datasheet.yaml")
     assert any("no mma.sync rate" in line for line in caveats(datasheet, "sdpa-flash", "fp16", 128))
     assert not any("mma.sync" in line for line in caveats(load_profile("a100"), "sdpa-flash", "fp16", 128))

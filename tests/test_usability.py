@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import click
+import yaml
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -435,8 +436,13 @@ def test_one_atomic_writer():
 # 5. Honest output and help
 
 
-def test_roofline_and_sweep_print_the_caveats(run):
-    r = run("roofline", "--gpu", "mi300x,a100", "--format", "json")
+def test_roofline_and_sweep_print_the_caveats(run, tmp_path):
+    # a user's CDNA 3 profile that gives no exp rate (the bundled one gives AMD's compiler's)
+    mine = yaml.safe_load((HARDWARE / "mi300x.yaml").read_text())
+    del mine["datasheet"]["compute"]["exp"]
+    no_exp = tmp_path / "mi300x.yaml"
+    no_exp.write_text(yaml.safe_dump(mine))
+    r = run("roofline", "--gpu", f"{no_exp},a100", "--format", "json")
     assert r.exit_code == 0 and "mi300x gives no exp rate" in r.stderr
     gpus = json.loads(r.stdout)["gpus"]
     assert "mi300x gives no exp rate: exponentials are counted at the FP32 peak." in gpus[0]["caveats"]
@@ -454,7 +460,7 @@ def test_roofline_and_sweep_print_the_caveats(run):
     r = run("sweep", "--n", "4096", "--d", "128", "--dtype", "fp16", "--impl", "sdpa-flash", "--gpu", datasheet)
     assert r.stderr.count(uncalibrated) == 1
     r = run(
-        "sweep", "--n", "512:4096:x2", "--d", "64,128", "--gpu", "mi300x", "--dtype", "fp16,bf16", "--format", "csv"
+        "sweep", "--n", "512:4096:x2", "--d", "64,128", "--gpu", str(no_exp), "--dtype", "fp16,bf16", "--format", "csv"
     )
     notes = r.stderr.splitlines()
     assert notes.count("memmodel: mi300x gives no exp rate: exponentials are counted at the FP32 peak.") == 1  # once
