@@ -70,6 +70,8 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "fa2_bwd_dq": r"flash_bwd_convert_dq",
         "dk_group_sum": _GROUP_SUM,
         "dv_group_sum": _GROUP_SUM,
+        "layout_copy_o": r"direct_copy",
+        "layout_copy_do": r"direct_copy",
     },
     "sdpa-cudnn": {
         # the generated kernels say fprop / bprop; with dropout PyTorch first launches
@@ -151,6 +153,30 @@ for _impl in ("sdpa-flash", "sdpa-cudnn", "sdpa-efficient"):
 OPTIONAL_KERNELS = frozenset({"mea_bwd_zero", "cudnn_bwd_pre", "cudnn_bwd_dq"})
 #: the fused backward kernel of each implementation (its occupancy is measured apart)
 BACKWARD_MAIN = {"sdpa-flash": "fa2_bwd", "sdpa-efficient": "mea_bwd", "sdpa-cudnn": "cudnn_bwd", "fa3": "fa3_bwd"}
+
+#: The runners' layout copies: validate and calibrate make Q, K, V as ``torch.randn(B, H, N, d)``
+#: (batch × heads × N × d in memory), so the flash forward's O follows Q's layout and PyTorch's
+#: flash backward makes O and dO batch × N × heads × d with ``.contiguous()`` (two copies of
+#: permuted heads before its first kernel, seen in every such record with more than one head).
+#: A network whose Q comes from a projection's view and transpose runs neither: the model's
+#: kernel list leaves them out, and only the runners' predictions and fits count them.
+LAYOUT_COPY_KERNELS = {"sdpa-flash": ("layout_copy_o", "layout_copy_do")}
+
+
+def runner_layout_copies(case: Case, profile: Profile) -> dict[str, float]:
+    """The seconds each of the runner's layout copies takes (:data:`LAYOUT_COPY_KERNELS`):
+    read and written once, at the profile's generic elementwise rate (ATen's strided copy, as
+    ``memmodel trace`` prices a copy of permuted heads), plus a launch. None for one head (the
+    two layouts are one) or an implementation that copies none."""
+    from .workload import DTYPE_BYTES
+
+    names = LAYOUT_COPY_KERNELS.get(case.impl)
+    rate = profile.kernel_rates.elementwise_bytes_per_s
+    if not case.backward or not names or case.heads <= 1 or not rate:
+        return {}
+    moved = 2 * case.batch * case.heads * case.n * case.d_v_ * DTYPE_BYTES[case.dtype]
+    seconds = moved / rate + float(profile.launch_overhead_s or 0.0)
+    return dict.fromkeys(names, seconds)
 
 
 def standard_variant(case: Case) -> str:
@@ -524,6 +550,12 @@ def predicted_times(
                 sum(int(k.bytes(level="hbm")) for k, _ in chosen),
                 sum(int(k.flops) for k, _ in chosen),
             )
+        copies = runner_layout_copies(case, profile)
+        if copies:  # the runner's tensors' layout: two copies the backward step times, launched first
+            first = next(i for i, (k, _) in enumerate(pairs) if k.pass_ == "backward")
+            names = list(kernels)
+            kernels = {n: kernels[n] for n in names[:first]} | copies | {n: kernels[n] for n in names[first:]}
+            steps["backward"] += sum(copies.values())
     elif case.impl == "standard":
         steps = kernels
         work = {k.name: (int(k.bytes(level="hbm")), int(k.flops)) for k in ev.traffic.kernels}
@@ -546,7 +578,7 @@ def predicted_times(
     event = float(profile.event_overhead_s or 0.0)
     steps = {name: t + event for name, t in steps.items()}
     out = {
-        "time_s": float(ev.timing.time_s) + event * len(steps),
+        "time_s": float(ev.timing.time_s) + sum(runner_layout_copies(case, profile).values()) + event * len(steps),
         "steps": steps,
         "kernels": kernels,
         "step_work": {name: {"hbm_bytes": b, "flops": f} for name, (b, f) in work.items()},
@@ -559,10 +591,13 @@ def predicted_times(
         "flops": int(ev.traffic.flops),
     }
     out.update(predicted_modes(ev))
+    copies = runner_layout_copies(case, profile)
+    if copies and isinstance(out.get("times_s"), dict):  # every timing mode runs them
+        out["times_s"] = {mode: t + sum(copies.values()) for mode, t in out["times_s"].items()}
     if case.backward:
         from .flops import convention_flops
 
-        out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels}
+        out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels} | dict.fromkeys(copies, "backward")
         out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
         conv = convention_flops(case.workload(), backward=True)
         out["flops_convention"] = {"forward": conv["forward"], "backward": conv["backward"], "total": conv["total"]}

@@ -339,8 +339,9 @@ def test_implementation_figures_hold_the_bundled_h200s_measured_figures():
     assert flash.kernel(96, uneven=True).uneven_efficiency == 0.917
     backward = flash.kernel(128, backward=True)
     # the backward fitted with its grid in whole waves (timing.backward_tail_factor): the diagonal cost at its floor
-    assert (backward.efficiency, backward.masked_block_cost) == (0.805, 0.001)
-    assert backward.cta_overhead_s == pytest.approx(16.97e-6)
+    assert (backward.efficiency, backward.masked_block_cost) == (0.806, 0.001)
+    # fitted with calibrate's two layout copies among the other kernels (scoring.runner_layout_copies)
+    assert backward.cta_overhead_s == pytest.approx(7.933e-6)
     assert backward.dropout_scores_per_s == pytest.approx(7.073e12)
     assert flash.kernel(128, backward=True, uneven=True).uneven_efficiency is None  # a forward figure
     split = flash.kernel(128, split=True)

@@ -18,7 +18,7 @@ from ..implementations import padded_head_dim
 from ..implementations import tiles as tiles_for
 from ..model import compare
 from ..options import options_for, with_options
-from ..scoring import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels
+from ..scoring import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels, runner_layout_copies
 from ..timing import kernel_time
 from ..workload import Workload
 from .figures import _bw, _ops, backward_kernel_figures
@@ -579,6 +579,8 @@ def backward_reference_parts(profile: Profile) -> Predict:
                 out["diagonal_share"] = float(k.diagonal_blocks) / max(float(k.blocks), 1.0)
             else:
                 out["other_s"] += float(t.time_s)
+        # calibrate's tensors are batch × heads × N × d: its timed backward holds the layout copies too
+        out["other_s"] += sum(runner_layout_copies(case, profile).values())
         return out
 
     return parts
