@@ -11,8 +11,8 @@ import stat
 from pathlib import Path
 
 import click
-import yaml
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
