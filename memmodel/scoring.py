@@ -591,6 +591,8 @@ def predicted_times(
         "flops": int(ev.traffic.flops),
     }
     out.update(predicted_modes(ev))
+    # an elementwise op over a tensor past 32-bit offsets is several launches, each profiled apart
+    out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
     copies = runner_layout_copies(case, profile)
     if copies and isinstance(out.get("times_s"), dict):  # every timing mode runs them
         out["times_s"] = {mode: t + sum(copies.values()) for mode, t in out["times_s"].items()}
@@ -598,7 +600,6 @@ def predicted_times(
         from .flops import convention_flops
 
         out["kernel_passes"] = {k.name: k.pass_ for k in ev.traffic.kernels} | dict.fromkeys(copies, "backward")
-        out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
         conv = convention_flops(case.workload(), backward=True)
         out["flops_convention"] = {"forward": conv["forward"], "backward": conv["backward"], "total": conv["total"]}
     return out

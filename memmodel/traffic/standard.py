@@ -142,7 +142,9 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             "B·H · N·N_kv·1",
         )
         k.write("S", "intermediate", s, "B·H·N·N_kv·e")
-        kernels.append(k.build(softmax_flops=scores, op="elementwise"))
+        # ATen's 32-bit indexing split: the mask broadcast over every head (4 launches over 2 × 32 × 8192² fp16)
+        launches = elementwise_launches(scores, e, bh)
+        kernels.append(k.build(softmax_flops=scores, op="elementwise", launches=launches))
 
     k = KernelBuilder("softmax")
     just_written(k, "S")
