@@ -93,6 +93,9 @@ def fa2_forward_kernel(
             row_bytes=intmath.mul(w.d_kv, ekv),
             step_bytes=intmath.mul(b.block_kv, w.d_kv, ekv),
         )
+        # past batch 1 a GQA group's query heads are a batch of Q blocks apart in launch order
+        row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
+        kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
         return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
     kv_hbm = tile_reread_hbm(
         kv_unique,
@@ -550,7 +553,7 @@ def window_reread_hbm(
     the CTAs in flight, no new Q tile) and hits at that footprint's share; where a head's CTAs straddle two
     waves (``blocks`` / concurrent times a head, on average) the later wave re-reads the window
     it shares with the earlier one, at the share of what a wave brings in (the heads in flight,
-    each its rows and window). The L2's measured reuse curve where the profile has one, else the
+    each its rows and window; a GQA group's query heads in flight hold their K/V head once). The L2's measured reuse curve where the profile has one, else the
     step at its effective capacity; between ``unique`` and ``requested``. No fitted figure
     (docs/model.md, "Sliding windows")."""
     if l2.mode == "off":
@@ -566,9 +569,16 @@ def window_reread_hbm(
     conc, per_head = np.maximum(_floats(ctx.concurrent), 1.0), np.maximum(_floats(blocks), 1.0)
     in_flight = np.minimum(conc, per_head) * _floats(rows)  # rows of one head in flight
     window = np.minimum(_floats(w.window), _floats(length))
-    wave_ws = np.maximum(1.0, conc / per_head) * np.minimum(_floats(length), in_flight + window) * _floats(row_bytes)
+    # the tensors a wave holds: one per head in flight; at batch 1 the ``heads_sharing`` query heads of a
+    # GQA group are launched one after another and share one (FlashAttention-2's grid is Q block, batch,
+    # head: past batch 1 the heads in flight are other batches' and hold their own)
+    held = np.where(_floats(w.batch) == 1.0, g, 1.0)
+    wave_ws = np.maximum(1.0, conc / per_head / held) * np.minimum(_floats(length), in_flight + window) * _floats(row_bytes)
     heads = _floats(intmath.mul(w.batch, w.heads))
-    boundary = np.minimum(heads * (per_head / conc) * window * _floats(row_bytes), np.maximum(r - g * u, 0.0))
+    # a straddling head re-reads its window of this tensor: its own bytes a row (``row_bytes`` is what
+    # a row holds of every tensor the tiles carry, for the working set), u over its heads' rows
+    own_row = u * g / np.maximum(heads * _floats(length), 1.0)
+    boundary = np.minimum(heads * (per_head / conc) * window * own_row, np.maximum(r - g * u, 0.0))
     within = np.maximum(r - g * u - boundary, 0.0)
     extra = (
         (g - 1.0) * u * share(_floats(head_ws) + streamed)
