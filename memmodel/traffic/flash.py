@@ -573,7 +573,9 @@ def window_reread_hbm(
     # GQA group are launched one after another and share one (FlashAttention-2's grid is Q block, batch,
     # head: past batch 1 the heads in flight are other batches' and hold their own)
     held = np.where(_floats(w.batch) == 1.0, g, 1.0)
-    wave_ws = np.maximum(1.0, conc / per_head / held) * np.minimum(_floats(length), in_flight + window) * _floats(row_bytes)
+    wave_ws = (
+        np.maximum(1.0, conc / per_head / held) * np.minimum(_floats(length), in_flight + window) * _floats(row_bytes)
+    )
     heads = _floats(intmath.mul(w.batch, w.heads))
     # a straddling head re-reads its window of this tensor: its own bytes a row (``row_bytes`` is what
     # a row holds of every tensor the tiles carry, for the working set), u over its heads' rows
