@@ -340,3 +340,39 @@ def test_sweep_layers_all_rows_are_compare_s_totals():
     ):
         r = _run("sweep", "--n", "4096", "--dtype", "bf16", "--gpu", "h200", "--layers", "all", *extra)
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output
+
+
+def test_a_straddling_head_re_reads_its_window_at_the_tensors_own_bytes():
+    """Gemma-2-style local layer (1 x 16 query heads over 8 K/V heads, N 8192, d 256, window 4096,
+    bf16) on the H200: each Q-side tensor of the backward is re-read by at most the share its own
+    rows give, not at the bytes a row holds of every Q-side tensor (the logsumexp, 4 bytes a row of
+    the 2056 the tiles carry, came out 28 x its 0.5 MB before)."""
+    from memmodel.cases import parse_case
+    from memmodel.scoring import predicted_kernels
+
+    case = parse_case("impl=sdpa-flash,batch=1,heads=16,kv_heads=8,n=8192,d=256,dtype=bf16,window=4096,backward=1")
+    main = next(k for k in predicted_kernels(case, load_profile("h200")) if k.name == "fa2_bwd")
+    hbm = {t.tensor: t.bytes for t in main.transfers if t.level == "hbm" and t.direction == "read"}
+    lse = 16 * 8192 * 4  # 0.52 MB, read once at least
+    q = 16 * 8192 * 256 * 2  # 67.1 MB
+    assert lse <= hbm["lse"] <= 2 * lse and q <= hbm["Q"] <= 2 * q
+    # the same re-read share for every Q-side tensor: the lse's is Q's
+    assert hbm["lse"] / lse == pytest.approx(hbm["Q"] / q, rel=0.01)
+    # the forward at batch 1: the query heads in flight (two of one group) hold one K/V head, so K is
+    # read little past once (33.6 MB unique)
+    fwd = next(k for k in predicted_kernels(case, load_profile("h200")) if k.name == "fa2_fwd")
+    k_hbm = next(t.bytes for t in fwd.transfers if t.level == "hbm" and t.tensor == "K")
+    assert 8 * 8192 * 256 * 2 <= k_hbm <= 1.25 * 8 * 8192 * 256 * 2
+
+
+def test_the_causal_mask_counts_atens_split_launches():
+    # 2 x 32 x 8192^2 fp16 scores (8 GiB) with a mask broadcast over the heads: offsets past 2^31 - 1
+    # bytes split the iterator by heads, 64 -> 32 -> 16 heads of 134 MB (the last byte 2^31 - 1): 4 launches
+    from memmodel.cases import parse_case
+    from memmodel.scoring import predicted_kernels
+
+    case = parse_case("impl=standard,batch=2,heads=32,n=8192,d=64,dtype=fp16,causal=1")
+    mask = next(k for k in predicted_kernels(case, load_profile("h200")) if k.name == "mask")
+    assert mask.launches == 4
+    small = parse_case("impl=standard,batch=2,heads=32,n=4096,d=64,dtype=fp16,causal=1")
+    assert next(k for k in predicted_kernels(small, load_profile("h200")) if k.name == "mask").launches == 1

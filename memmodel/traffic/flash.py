@@ -552,9 +552,10 @@ def window_reread_hbm(
     wave walk in step, so a neighbour asks for the tile one step later (between: one step of
     the CTAs in flight, no new Q tile) and hits at that footprint's share; where a head's CTAs straddle two
     waves (``blocks`` / concurrent times a head, on average) the later wave re-reads the window
-    it shares with the earlier one, at the share of what a wave brings in (the heads in flight,
-    each its rows and window; a GQA group's query heads in flight hold their K/V head once). The L2's measured reuse curve where the profile has one, else the
-    step at its effective capacity; between ``unique`` and ``requested``. No fitted figure
+    it shares with the earlier one (the window's rows of this tensor), at the share of what a wave
+    brings in (the heads in flight, each its rows and window; at batch 1 a GQA group's query heads
+    in flight hold their K/V head once). The L2's measured reuse curve where the profile has one,
+    else the step at its effective capacity; between ``unique`` and ``requested``. No fitted figure
     (docs/model.md, "Sliding windows")."""
     if l2.mode == "off":
         return requested
