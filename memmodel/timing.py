@@ -62,6 +62,7 @@ from .hardware.derive import TRANSFERRED
 from .hardware.profile import interpolate_log2
 from .hardware.schema import MMA_SYNC_NATIVE, SAME_FAMILY_SOURCE
 from .intmath import IntLike
+from .traffic.flex import schedule_tail
 from .traffic.ledger import (
     ALL_LEVELS,
     COMBINE,
@@ -592,20 +593,14 @@ def _packed_tail(
     occ: int,
     share: float,
 ) -> float:
-    import heapq
-
     lengths = packed_lengths(seq_lens, b_r, b_c, heads, causal, window)
     lengths = lengths[lengths > 0]
-    total = float(lengths.sum())
-    if total <= 0:
+    if float(lengths.sum()) <= 0:
         return 1.0
     if lengths.size <= sm_count * max(occ, 1) and lengths.size <= MAX_PLACED_CTAS:
         return _one_wave_factor(lengths, sm_count, occ, share)
     # list scheduling in grid order: each next CTA goes to the SM that frees up first
-    free = [0.0] * sm_count
-    for length in lengths.tolist():
-        heapq.heappush(free, heapq.heappop(free) + length)
-    return max(1.0, max(free) / (total / sm_count))
+    return max(1.0, schedule_tail(lengths.astype(np.float64), sm_count))
 
 
 def packed_tail_factor(
@@ -732,23 +727,9 @@ def _backward_lengths(n: int, n_kv: int, b_r: int, b_c: int, window: int | None)
 def _scheduled_tail(lengths: np.ndarray, repeats: int, slots: int) -> float:
     """The list-scheduled makespan of ``repeats`` copies of ``lengths`` on ``slots`` CTA slots
     over the balanced time, ≥ 1; 1 past :data:`MAX_SCHEDULED_CTAS` CTAs or without work."""
-    total = float(np.sum(lengths)) * repeats
-    if len(lengths) * repeats > MAX_SCHEDULED_CTAS or total <= 0 or repeats < 1:
+    if len(lengths) * repeats > MAX_SCHEDULED_CTAS or repeats < 1:
         return 1.0
-    return max(1.0, _list_schedule(lengths, repeats, slots) / (total / slots))
-
-
-def _list_schedule(lengths: np.ndarray, repeats: int, slots: int) -> float:
-    """Makespan of ``repeats`` copies of ``lengths`` (in order, copy after copy) handed to
-    ``slots`` equal workers as they free up."""
-    import heapq
-
-    free = [0.0] * slots
-    for _ in range(repeats):
-        for job in lengths:
-            t = heapq.heappop(free)
-            heapq.heappush(free, t + float(job))
-    return max(free)
+    return max(1.0, schedule_tail(np.tile(np.asarray(lengths, dtype=np.float64), repeats), slots))
 
 
 def _packed_backward_tail(workload: Any, block_q: IntLike, block_kv: IntLike, sm_count: int, occ: Any) -> Any:

@@ -340,7 +340,7 @@ def test_a_backward_grid_smaller_than_the_chip_runs_on_its_own_ctas_sms():
 )
 @settings(max_examples=40, deadline=None)
 def test_the_backward_tail_is_at_least_one_and_equal_jobs_without_a_mask(batch, heads, n, causal):
-    from memmodel.timing import _backward_lengths, _list_schedule, backward_tail_factor, equal_jobs_tail
+    from memmodel.timing import _backward_lengths, backward_tail_factor, equal_jobs_tail, schedule_tail
 
     h200 = load_profile("h200")
     w = Workload(batch=batch, heads=heads, n=n, d=64, dtype="fp16", causal=causal)
@@ -356,13 +356,13 @@ def test_the_backward_tail_is_at_least_one_and_equal_jobs_without_a_mask(batch, 
         assert lengths[0] == -(-n // int(bw.block_q)) and lengths[-1] >= 1
         slots = 132 * int(bw.ctas_per_sm)
         total = lengths.sum() * batch * heads
-        assert tail == pytest.approx(max(1.0, _list_schedule(lengths, batch * heads, slots) / (total / slots)))
+        assert tail == pytest.approx(max(1.0, schedule_tail(np.tile(lengths, batch * heads), slots)))
         if k.ctas <= slots:  # one wave: the longest CTA, seen by every Q block, sets the time
             assert tail == pytest.approx(max(1.0, lengths[0] * slots / total))
 
 
 def test_the_backward_tail_pinned():
-    from memmodel.timing import _backward_lengths, _list_schedule
+    from memmodel.timing import _backward_lengths, schedule_tail
 
     # 1024 keys in K/V blocks of 128, Q blocks of 64, causal: K/V block j is seen by the Q blocks
     # from 2j on, 16 − 2j of them: 16, 14, …, 2
@@ -371,7 +371,9 @@ def test_the_backward_tail_pinned():
     assert list(_backward_lengths(1024, 1024, 64, 128, 256)) == [6, 6, 6, 6, 6, 6, 4, 2]
     # two heads of [3, 2, 1] on 2 slots: 3 on A (0–3), 2 on B (0–2), 1 on B (2–3), 3 on A (3–6),
     # 2 on B (3–5), 1 on B (5–6): makespan 6 against a balanced 12 / 2 = 6
-    assert _list_schedule([3, 2, 1], 2, 2) == 6.0
+    assert schedule_tail(np.array([3.0, 2.0, 1.0, 3.0, 2.0, 1.0]), 2) == 1.0
+    # [4, 1, 1] on 2 slots: 4 on A, 1 and 1 on B: makespan 4 against a balanced 3
+    assert schedule_tail(np.array([4.0, 1.0, 1.0]), 2) == pytest.approx(4 / 3)
 
 
 def test_a_packed_rows_backward_tail_walks_each_documents_own_blocks():
