@@ -8,7 +8,8 @@
 # kernel the compile cached: registers, stack, spill stores and loads); ncu.log.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-CASES=${1:-validation/cases/h200-flex-bwd-probe.txt}
+CASES=/tmp/flexbwd-cases.txt  # the case lines alone (the runner reads no comments)
+grep -v '^\s*#' "${1:-validation/cases/h200-flex-bwd-probe.txt}" | grep . > "$CASES"
 export PYTHONUNBUFFERED=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/flexbwd-inductor TRITON_CACHE_DIR=/tmp/flexbwd-triton
 rm -rf "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
