@@ -18,6 +18,7 @@ rm -rf "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR"
 ncu --devices 0 --query-metrics > "$OUT/ncu-query.txt" 2>&1
 metrics="dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,launch__occupancy_limit_registers,launch__waves_per_multiprocessor"
 for base in l1tex__t_bytes_pipe_lsu_mem_local_op_ld l1tex__t_bytes_pipe_lsu_mem_local_op_st \
+            l1tex__t_bytes_pipe_lsu_mem_local_op_ld_lookup_miss l1tex__t_bytes_pipe_lsu_mem_local_op_st_lookup_miss \
             lts__t_sectors_op_read lts__t_sectors_op_write lts__t_sectors_op_read_lookup_hit \
             lts__t_sectors_op_read_lookup_miss lts__t_sectors_op_write_lookup_miss \
             lts__t_sectors_srcunit_tex_aperture_device_op_read_lookup_miss \
@@ -29,7 +30,8 @@ MEMMODEL_CASES_FILE=$CASES timeout ${NCU_LIMIT:-420} ncu --kernel-name "regex:me
   --csv --print-units base --clock-control none --cache-control all --metrics "$metrics" \
   python3 -m memmodel.gpu.run ncu "$OUT/ncu.jsonl" > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
 echo "ncu rc=$?"
-find "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR" ~/.triton -name '*.cubin' 2>/dev/null | while read -r f; do
-  cuobjdump -res-usage "$f" 2>&1 | grep -A1 "Function triton_tem" ; done > "$OUT/res-usage.txt"
+# in compile order (the cases' order): modification time, then the kernel's registers and stack
+find "$TORCHINDUCTOR_CACHE_DIR" "$TRITON_CACHE_DIR" ~/.triton -name '*.cubin' -printf '%T@ %p\n' 2>/dev/null | sort -n | \
+  while read -r t f; do echo "$t $f"; cuobjdump -res-usage "$f" 2>&1 | grep -A1 "Function triton_tem"; done > "$OUT/res-usage.txt"
 echo "cubins: $(grep -c Function "$OUT/res-usage.txt")"
 tail -n 3 "$OUT/ncu.log"; head -c 600 "$OUT/res-usage.txt"
