@@ -66,6 +66,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         notes
         + l2_knee_caveats(plan, facts)
         + schedule_caveats(plan, traffic.variant, facts)
+        + flex_spill_caveats(plan)
         + [Caveat("profile", line) for line in figures]
         + [Caveat("", line) for line in fp8_caveats(plan)]
     )
@@ -282,6 +283,38 @@ def schedule_caveats(plan: TiledPlan, variant: str, facts: TiledFacts) -> list[C
                 )
             )
     return out
+
+
+#: head dims (as run) at which flex's masked backward template spills registers on the H200
+#: (torch 2.11, Triton 3.6: 255 registers a thread and a stack of 88 to 1600 bytes at 128; none at
+#: 64; validation/h200/flex-bwd-probe/)
+FLEX_SPILL_DIMS = (65, 128)
+
+
+def flex_spill_caveats(plan: TiledPlan) -> list[Caveat]:
+    """FlexAttention's masked backward at head dims 65 to 128: its template spills registers to
+    local memory, and what of that traffic (and of the L2 it takes from Q, dO, K and V) reaches HBM
+    is not counted (the flex backward probe of docs/variants.md, "Left as measured")."""
+    w, opts = plan.given, plan.options
+    if opts.model_implementation != "flex" or not opts.backward:
+        return []
+    from .traffic.flex import has_mask
+
+    lo, hi = FLEX_SPILL_DIMS
+    d = np.asarray(intmath.to_float(plan.exec_d))
+    hit = (d >= lo) & (d <= hi) & bool(has_mask(w))
+    if not np.any(hit):
+        return []
+    return [
+        Caveat(
+            "flex_spills",
+            f"{rows_prefix(hit)}flex's masked backward at this head dim spills registers (measured on the H200: "
+            "255 registers a thread and a stack of 88 to 1600 bytes, most where N is not a multiple of 128); the "
+            "spilled traffic that reaches HBM, and the re-reads it causes, are not counted; "
+            + _on_the_h200("flex_spills", "on the H200 such kernels' HBM bytes came out")
+            + ".",
+        )
+    ]
 
 
 def rows_prefix(flags: Any) -> str:

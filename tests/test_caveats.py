@@ -145,3 +145,21 @@ def test_the_softmax_version_caveat_fires_over_the_rows_whose_kernel_changed_in_
         assert len(lines) == int(fires)
         if fires:
             assert "PyTorch 2.11 reached" in lines[0] and "pull request 144679" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("d", "window", "backward", "fires"),
+    [(128, 4096, True, True), (96, 4096, True, True), (64, 4096, True, False), (128, None, True, False),
+     (128, 4096, False, False), (256, 4096, True, False)],
+)  # fmt: skip
+def test_flex_backward_says_its_template_spills_at_head_dims_65_to_128(d, window, backward, fires):
+    """The flex probe's compiles (torch 2.11): the masked backward at d = 128 keeps 255 registers
+    a thread and a stack, at 64 none; without a mask (no mask_mod) it does not spill either; d 96
+    runs its rounding, 128. The caveat quotes the records' figures."""
+    w = Workload(n=16384, d=d, heads=32, kv_heads=8, dtype="bf16", causal=window is not None, window=window)
+    c = compare(w, H200, impl="flex", backward=backward)
+    lines = [t for t, cls in zip(c.caveats, c.caveat_classes) if cls == "flex_spills"]
+    assert len(lines) == int(fires)
+    if fires:
+        entry = validated.validated()["flex_spills"]
+        assert f"{entry['count']} kernels" in lines[0] and "spills registers" in lines[0]
