@@ -4,7 +4,7 @@
 #   bash validation/probes/flex_bwd_probe.sh [CASES]
 # Writes under $OUT: env.txt; ncu.csv (one ncu pass over the cases with the usual byte metrics plus
 # local-memory (register spill) traffic at L1, L2 sector reads and writes with their lookups, and the
-# kernels' registers a thread, where this ncu has them); res-usage.txt (cuobjdump -res-usage of every
+# kernels' registers a thread, where this ncu has them; KERNELS: the kernels' name regex, flex's by default); res-usage.txt (cuobjdump -res-usage of every
 # kernel the compile cached: registers, stack, spill stores and loads); ncu.log.
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -22,11 +22,13 @@ for base in l1tex__t_bytes_pipe_lsu_mem_local_op_ld l1tex__t_bytes_pipe_lsu_mem_
             lts__t_sectors_op_read lts__t_sectors_op_write lts__t_sectors_op_read_lookup_hit \
             lts__t_sectors_op_read_lookup_miss lts__t_sectors_op_write_lookup_miss \
             lts__t_sectors_srcunit_tex_aperture_device_op_read_lookup_miss \
-            lts__t_sectors_srcunit_tex_aperture_local_op_read_lookup_miss; do
+            lts__t_sectors_srcunit_tex_aperture_local_op_read_lookup_miss \
+            smsp__inst_executed sm__cycles_active smsp__warp_issue_stalled_barrier smsp__warp_issue_stalled_long_scoreboard \
+            smsp__warp_issue_stalled_short_scoreboard smsp__warp_issue_stalled_wait smsp__warps_launched; do
   grep -q "^$base " "$OUT/ncu-query.txt" && metrics="$metrics,$base.sum"
 done
 echo "$metrics" > "$OUT/metrics.txt"
-MEMMODEL_CASES_FILE=$CASES timeout ${NCU_LIMIT:-420} ncu --kernel-name "regex:memmodel_begin|memmodel_end|triton_tem|triton_per" \
+MEMMODEL_CASES_FILE=$CASES timeout ${NCU_LIMIT:-420} ncu --kernel-name "regex:memmodel_begin|memmodel_end|${KERNELS:-triton_tem|triton_per}" \
   --csv --print-units base --clock-control none --cache-control all --metrics "$metrics" \
   python3 -m memmodel.gpu.run ncu "$OUT/ncu.jsonl" > "$OUT/ncu.csv" 2> "$OUT/ncu.log"
 echo "ncu rc=$?"
