@@ -155,9 +155,11 @@ def plan_tiled(
     l2: l2m.L2 | None = None,
     *,
     backward_ctas_per_sm: int | None = None,
+    varlen: bool = False,
 ) -> TiledPlan:
     """The plan of ``options``' tiled algorithm on ``workload``; ``l2`` replaces the profile's
-    L2 (e.g. none at all); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy."""
+    L2 (e.g. none at all); ``backward_ctas_per_sm`` overrides the backward kernel's occupancy;
+    ``varlen``: ``workload`` is one document of a varlen launch (:func:`packed_plans`)."""
     impl = options.model_implementation
     spec = implementations.get(impl)
     # the split count follows the workload as the caller gives it (decoding: n = 1), then the
@@ -197,6 +199,7 @@ def plan_tiled(
         if impl is not None and options.block_q is not None and options.block_kv is not None
         else None,
         exec_dv=exec_dv,
+        fa2_masking=("varlen" if varlen else "shape") if impl == "sdpa-flash" else None,
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
@@ -416,7 +419,8 @@ def packed_plans(
     (``flash_api.cpp`` ``mha_varlen_fwd``: split-KV only for decoding or a paged cache)."""
     opts = dataclasses.replace(options, splits=1) if options.tiled == "fa2" else options
     return [
-        plan_tiled(doc, profile, opts, l2, backward_ctas_per_sm=backward_ctas_per_sm) for doc in workload.documents()
+        plan_tiled(doc, profile, opts, l2, backward_ctas_per_sm=backward_ctas_per_sm, varlen=True)
+        for doc in workload.documents()
     ]
 
 

@@ -76,8 +76,10 @@ def test_pinned_grid_blocks_and_flops():
     # causal, B_r = 128, B_c = 64, L a multiple of 128: Q block i visits 2(i + 1) blocks, T(T + 1) in all:
     # (64·65 + 32·33 + 16·17) · 32 heads = (4160 + 1056 + 272) · 32 = 175616
     assert fwd.blocks == 175616
-    # two K/V blocks cut by each Q block's diagonal: 2 · (64 + 32 + 16) · 32 = 7168
-    assert fwd.diagonal_blocks == 7168
+    # run through FlashAttention-2's masking loop: a varlen launch is never Is_even_MN, so each CTA
+    # masks ⌈128/64⌉ + 1 = 3 blocks (Q block 0 visits only 2): per document of T Q blocks 2 + 3(T − 1),
+    # (191 + 95 + 47) · 32 heads = 10656 (the two blocks each diagonal cuts would be 7168)
+    assert fwd.diagonal_blocks == 10656
     # FLOPs by convention, summed over documents: 4·L²·d/2 per head = 2 · 128 · 32 · (8192² + 4096² + 2048²)
     assert convention_flops(w)["forward"] == 2 * 128 * 32 * (8192**2 + 4096**2 + 2048**2) == 721_554_505_728
     # Q and O are the row's tokens once: 14336 · 32 · 128 · 2 bytes each
@@ -236,3 +238,36 @@ def test_packed_lengths_tails_differ_with_mixed_lengths():
     even = Workload(n=8192, d=128, heads=8, dtype="bf16", causal=True, seq_lens=(1024,) * 8)
     assert packed_tail_factor(mixed, 128, 64, 132, 2, 0.8) >= packed_tail_factor(even, 128, 64, 132, 2, 0.8)
     assert np.isfinite(packed_tail_factor(mixed, np.array([128, 64]), 64, 132, 2, 0.8)).all()
+
+
+@pytest.mark.parametrize(
+    ("packed", "causal", "masked"),
+    [
+        # 128 documents of 512 at d 64 (128 × 128 tiles), causal: Q blocks visit 1, 2, 3, 4 blocks and
+        # mask min(visited, ⌈128/128⌉ + 1 = 2): (1 + 2 + 2 + 2) · 128 = 896; the same tokens as a batch
+        # of 128 (Is_even_MN): one block a Q block, 4 · 128 = 512
+        (True, True, 896),
+        (False, True, 512),
+        # without causal masking a varlen CTA still masks its last block (the keys past its document):
+        # 4 · 128 = 512; the even batch none
+        (True, False, 512),
+        (False, False, 0),
+    ],
+)
+def test_fa2_forward_masks_as_its_code_does(packed, causal, masked):
+    """flash_fwd_kernel.h: n_masking_steps = 1 without causal masking, ⌈B_r/B_c⌉ where Is_even_MN and
+    causal, one more where not (cu_seqlens or lengths that are not multiples of the blocks)."""
+    shape = dict(n=512 * 128, seq_lens=(512,) * 128) if packed else dict(n=512, batch=128)
+    w = Workload(d=64, heads=1, dtype="bf16", causal=causal, **shape)
+    assert compare(w, H200, impl="sdpa-flash").tiled.traffic.kernels[0].diagonal_blocks == masked
+
+
+def test_fa2_forward_masking_of_lengths_not_multiples_of_its_blocks():
+    # N = 1000 at d 128 (B_r = 128, B_c = 64), causal: Q block i's last row 128(i + 1) − 1 (999 for the
+    # last) sees ⌊row / 64⌋ + 1 = 2, 4, …, 14, 16 blocks; each masks min(visited, ⌈128/64⌉ + 1 = 3):
+    # 2 + 3 · 7 = 23 a head, · 64 · 2 heads = 2944 (a batch that fills the GPU: no split-KV)
+    w = Workload(n=1000, d=128, heads=2, batch=64, dtype="bf16", causal=True)
+    assert compare(w, H200, impl="sdpa-flash").tiled.traffic.kernels[0].diagonal_blocks == 2944
+    # cuDNN's kernel is not FlashAttention-2's code: the blocks the mask cuts, one a Q block of its
+    # 128 × 128 tiles, 8 a head, · 128 = 1024
+    assert compare(w, H200, impl="sdpa-cudnn").tiled.traffic.kernels[0].diagonal_blocks == 1024

@@ -4,7 +4,7 @@ it visits, how many CTAs run at once, and what every tiled kernel of one workloa
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 import numpy as np
@@ -406,12 +406,15 @@ def tile_context(
     smem_reads: IntLike = 4,
     tile: tuple[IntLike, IntLike] | None = None,
     exec_dv: IntLike | None = None,
+    fa2_masking: str | None = None,
 ) -> TileContext:
     """What the tiled kernels of ``w`` share. ``exec_d`` is the head dim a real kernel runs
     at (default ``w.d``); ``whole_tiles``: it computes whole B_r × B_c tiles, the ragged
     last ones too (real kernels; the paper's algorithm counts exact work); ``tile`` is the
     kernel's compile-time tile when the sequence is shorter than it (decoding: a 128-row tile
-    for four query rows)."""
+    for four query rows). ``fa2_masking``: the forward kernel masks as FlashAttention-2's code
+    does (:func:`fa2_masked_blocks`): ``"shape"`` where the lengths decide ``Is_even_MN``,
+    ``"varlen"`` for a document of a varlen launch (never even); None: the blocks the mask cuts."""
     if w.causal:
         visited = visited_blocks(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, True, w.window)
     else:  # all of them, T_r · T_c, from the blocks' counts
@@ -443,9 +446,43 @@ def tile_context(
         exec_d=w.d if exec_d is None else exec_d,
         exec_dv=0 if w.d_v is None else (w.d_v if exec_dv is None else exec_dv),
         exec_scores=executed,
-        diagonal=_masked_blocks(w, blocks, whole_tiles),
+        diagonal=_masked_blocks(w, blocks, whole_tiles)
+        if fa2_masking is None or w.window is not None
+        else fa2_masked_blocks(w, blocks, fa2_masking == "varlen"),
         smem_reads=smem_reads,
     )
+
+
+def fa2_masked_blocks(w: Workload, blocks: BlockSizes, varlen: bool) -> IntLike:
+    """(Q block, K/V block) pairs per head FlashAttention-2's forward runs through its masking
+    loop (``flash_fwd_kernel.h``, ``compute_attn_1rowblock``): each CTA's first
+    ``n_masking_steps`` K/V blocks (it walks them from the last), ``⌈B_r / B_c⌉`` with causal
+    masking where ``Is_even_MN`` (both lengths multiples of their blocks, no ``cu_seqlens``), one
+    more where not (a causal row's end may straddle a further block), and 1 without causal masking
+    (the last block's keys past N_kv), however many of them the mask cuts; at most the blocks the
+    CTA visits. Where the launch is even, :func:`_masked_blocks` (the mask's own, the same there)."""
+    n, n_kv, b_r, b_c = w.n, w.n_kv_, blocks.block_q, blocks.block_kv
+    even = (not varlen) & (np.asarray(n) % np.asarray(b_r) == 0) & (np.asarray(n_kv) % np.asarray(b_c) == 0)
+    if np.all(even):
+        return _masked_blocks(w, blocks, True)
+    causal = bool(w.causal)
+    uneven = np.vectorize(lambda a, b, c, e: _fa2_masked(int(a), int(b), int(c), int(e), causal), otypes=[np.int64])(
+        n, n_kv, b_r, b_c
+    )
+    out = np.where(even, np.asarray(_masked_blocks(w, blocks, True)), uneven)
+    return int(out) if out.ndim == 0 else out.astype(np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _fa2_masked(n: int, n_kv: int, b_r: int, b_c: int, causal: bool) -> int:
+    """:func:`fa2_masked_blocks` of one uneven launch: Σ over Q blocks of min(visited, steps)."""
+    t_r, t_c = -(-n // b_r), -(-n_kv // b_c)
+    if not causal:
+        return t_r * min(t_c, 1)
+    steps = -(-b_r // b_c) + 1
+    last_row = np.minimum((np.arange(t_r, dtype=np.int64) + 1) * b_r, n) - 1
+    visited = np.clip((last_row + n_kv - n) // b_c + 1, 0, t_c)  # bottom-right: row r sees keys ≤ r + N_kv − N
+    return int(np.minimum(visited, steps).sum())
 
 
 def _masked_blocks(w: Workload, blocks: BlockSizes, whole_tiles: bool) -> IntLike:

@@ -23,8 +23,10 @@ for base in l1tex__t_bytes_pipe_lsu_mem_local_op_ld l1tex__t_bytes_pipe_lsu_mem_
             lts__t_sectors_op_read_lookup_miss lts__t_sectors_op_write_lookup_miss \
             lts__t_sectors_srcunit_tex_aperture_device_op_read_lookup_miss \
             lts__t_sectors_srcunit_tex_aperture_local_op_read_lookup_miss \
-            smsp__inst_executed sm__cycles_active smsp__warp_issue_stalled_barrier smsp__warp_issue_stalled_long_scoreboard \
-            smsp__warp_issue_stalled_short_scoreboard smsp__warp_issue_stalled_wait smsp__warps_launched; do
+            smsp__inst_executed sm__cycles_active smsp__warps_launched smsp__warps_issue_stalled_no_instruction \
+            smsp__warps_issue_stalled_barrier smsp__warps_issue_stalled_long_scoreboard smsp__warps_issue_stalled_short_scoreboard \
+            smsp__warps_issue_stalled_math_pipe_throttle smsp__warps_issue_stalled_wait smsp__warps_issue_stalled_mio_throttle \
+            smsp__warps_issue_stalled_lg_throttle smsp__warps_issue_stalled_branch_resolving smsp__warps_issue_stalled_dispatch_stall; do
   grep -q "^$base " "$OUT/ncu-query.txt" && metrics="$metrics,$base.sum"
 done
 echo "$metrics" > "$OUT/metrics.txt"
