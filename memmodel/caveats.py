@@ -317,6 +317,43 @@ def flex_spill_caveats(plan: TiledPlan) -> list[Caveat]:
     ]
 
 
+#: the lengths (documents, or the sequence) over which FlashAttention-2's uneven causal forward was
+#: measured slower than its even kernel on the H200: more than one Q block, at most 4096 tokens
+FA2_UNEVEN_LENGTHS = (129, 4096)
+
+
+def fa2_uneven_caveats(workload: Any, plan: TiledPlan) -> list[Caveat]:
+    """FlashAttention-2's causal forward where its launch is not ``Is_even_MN`` (a packed row's
+    ``cu_seqlens``, or lengths that are not multiples of its tiles): that kernel stalls on fetching
+    its instructions over short and middling rows, timed by the slowdown the varlen probe measured
+    (docs/variants.md, "Packed variable-length batches"); the records' errors where it fires."""
+    opts = plan.options
+    if opts.model_implementation != "sdpa-flash" or not bool(np.all(workload.causal)) or workload.window is not None:
+        return []
+    lo, hi = FA2_UNEVEN_LENGTHS
+    bq, bkv = (int(np.max(np.asarray(x))) for x in (plan.tile.blocks.block_q, plan.tile.blocks.block_kv))
+    if workload.seq_lens is not None:
+        lengths = np.asarray(workload.seq_lens)
+    else:
+        n, n_kv = np.asarray(workload.n), np.asarray(workload.n_kv_)
+        even = (n % bq == 0) & (n_kv % bkv == 0)
+        lengths = np.where(even, 0, n)
+    if not np.any((lengths >= lo) & (lengths <= hi)):
+        return []
+    return [
+        Caveat(
+            "fa2_uneven",
+            "FlashAttention-2's causal forward runs its uneven kernel here (Is_even_MN false: "
+            + ("a packed row's cu_seqlens" if workload.seq_lens is not None else "lengths not multiples of its tiles")
+            + "), which on the H200 stalls on instruction fetch over rows of a few blocks: its time takes the slowdown "
+            "measured against the even kernel on equal documents, by the row's Q blocks (the profile's "
+            "uneven_causal_slowdown; lengths not multiples of the tiles take the packed rows'); "
+            + _on_the_h200("fa2_uneven", "on the H200 such kernels' times came out")
+            + ".",
+        )
+    ]
+
+
 def rows_prefix(flags: Any) -> str:
     """'k of n rows: ' where a caveat holds on some rows of a grid; '' for one workload."""
     arr = np.asarray(flags, dtype=bool)

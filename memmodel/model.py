@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import intmath
-from .caveats import softmax_version_caveats, tiled_caveat_classes
+from .caveats import fa2_uneven_caveats, softmax_version_caveats, tiled_caveat_classes
 from .frozen import frozen
 from .hardware import Profile
 from .host import TIMING_ASSUMPTIONS, Times, algorithm_times, complete, not_modelled
@@ -174,7 +174,11 @@ def compare(
     til_time = algorithm_time(
         til, profile, workload.dtype, plan.implementation, plan.exec_d, timed_workload, clocks=opts.clocks
     )
-    lines = tiled_caveat_classes(plan, til, til_time) + softmax_version_caveats(std, profile)
+    lines = (
+        tiled_caveat_classes(plan, til, til_time)
+        + fa2_uneven_caveats(workload, plan)
+        + softmax_version_caveats(std, profile)
+    )
     return Comparison(
         workload=workload,
         profile=profile,

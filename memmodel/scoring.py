@@ -72,6 +72,8 @@ KERNEL_PATTERNS: dict[str, dict[str, str]] = {
         "dv_group_sum": _GROUP_SUM,
         "layout_copy_o": r"direct_copy",
         "layout_copy_do": r"direct_copy",
+        **{f"grad_fill_{t}": r"FillFunctor" for t in "kvq"},
+        **{f"grad_copy_{t}": r"direct_copy" for t in "kvq"},
     },
     "sdpa-cudnn": {
         # the generated kernels say fprop / bprop; with dropout PyTorch first launches
@@ -177,6 +179,37 @@ def runner_layout_copies(case: Case, profile: Profile) -> dict[str, float]:
     moved = 2 * case.batch * case.heads * case.n * case.d_v_ * DTYPE_BYTES[case.dtype]
     seconds = moved / rate + float(profile.launch_overhead_s or 0.0)
     return dict.fromkeys(names, seconds)
+
+
+#: The varlen runner's gradients: it hands the op packed (total, heads, d) views of one request
+#: (``q.transpose(1, 2)[0]``, :func:`memmodel.gpu.run.varlen_flash_forward`), so autograd's
+#: backward of that view makes each of dK, dV, dQ in the runner's layout: zeros of the tensor's
+#: size, then the gradient copied into them strided (a fill and a copy each, after the op's own
+#: kernels, K first: seen in every packed training step's profile). A network whose packed tensors
+#: come from its projections runs none: the model's kernel list leaves them out.
+RUNNER_GRAD_KERNELS = ("grad_fill_k", "grad_copy_k", "grad_fill_v", "grad_copy_v", "grad_fill_q", "grad_copy_q")
+
+
+def runner_grad_kernels(case: Case, profile: Profile) -> dict[str, float]:
+    """The seconds each of the varlen runner's gradient kernels takes (:data:`RUNNER_GRAD_KERNELS`):
+    a fill writes the tensor once at the HBM's write rate, a copy reads and writes it at the
+    profile's generic elementwise rate (strided, as the layout copies), each plus a launch. Empty
+    but for a packed row's training step on FlashAttention-2."""
+    from .workload import DTYPE_BYTES
+
+    rate = profile.kernel_rates.elementwise_bytes_per_s
+    if not case.backward or case.seq_lens is None or case.impl != "sdpa-flash" or not rate:
+        return {}
+    e = DTYPE_BYTES[case.dtype]
+    size = {"q": case.n * case.heads * case.d * e, "k": case.n * case.kv_heads_ * case.d * e}
+    size["v"] = case.n * case.kv_heads_ * case.d_v_ * e
+    write = profile.hbm.write_bandwidth_bytes_per_s or profile.hbm.bandwidth_bytes_per_s
+    launch = float(profile.launch_overhead_s or 0.0)
+    out = {}
+    for t in "kvq":
+        out[f"grad_fill_{t}"] = size[t] / write + launch
+        out[f"grad_copy_{t}"] = 2 * size[t] / rate + launch
+    return out
 
 
 def standard_variant(case: Case) -> str:
@@ -556,6 +589,10 @@ def predicted_times(
             names = list(kernels)
             kernels = {n: kernels[n] for n in names[:first]} | copies | {n: kernels[n] for n in names[first:]}
             steps["backward"] += sum(copies.values())
+        grads = runner_grad_kernels(case, profile)
+        if grads:  # the varlen runner's view gradients: after every kernel of the backward
+            kernels |= grads
+            steps["backward"] += sum(grads.values())
     elif case.impl == "standard":
         steps = kernels
         work = {k.name: (int(k.bytes(level="hbm")), int(k.flops)) for k in ev.traffic.kernels}
@@ -578,7 +615,10 @@ def predicted_times(
     event = float(profile.event_overhead_s or 0.0)
     steps = {name: t + event for name, t in steps.items()}
     out = {
-        "time_s": float(ev.timing.time_s) + sum(runner_layout_copies(case, profile).values()) + event * len(steps),
+        "time_s": float(ev.timing.time_s)
+        + sum(runner_layout_copies(case, profile).values())
+        + sum(runner_grad_kernels(case, profile).values())
+        + event * len(steps),
         "steps": steps,
         "kernels": kernels,
         "step_work": {name: {"hbm_bytes": b, "flops": f} for name, (b, f) in work.items()},
@@ -593,7 +633,7 @@ def predicted_times(
     out.update(predicted_modes(ev))
     # an elementwise op over a tensor past 32-bit offsets is several launches, each profiled apart
     out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
-    copies = runner_layout_copies(case, profile)
+    copies = runner_layout_copies(case, profile) | runner_grad_kernels(case, profile)
     if copies and isinstance(out.get("times_s"), dict):  # every timing mode runs them
         out["times_s"] = {mode: t + sum(copies.values()) for mode, t in out["times_s"].items()}
     if case.backward:

@@ -1243,6 +1243,47 @@ def _bound_by(k: KernelTiming, label: str) -> object:
     return k.bound_index == names.index(label) if label in names else False
 
 
+#: the implementations that run FlashAttention-2's forward code, whose uneven causal kernel
+#: (``Is_even_MN`` false) has its own measured slowdown (``implementations.<impl>.uneven_causal_slowdown_d<D>``)
+FA2_FORWARD_CODE = ("sdpa-flash",)
+
+
+def uneven_causal_slowdown(
+    workload: Any, profile: Profile, implementation: str | None, head_dim: Any, block_q: Any, block_kv: Any
+) -> Any:
+    """How much longer FlashAttention-2's causal forward takes where its launch is not
+    ``Is_even_MN`` (a packed row's ``cu_seqlens``; lengths not multiples of its tiles) than the
+    even kernel would, as the profile measured it by a row's Q blocks
+    (:meth:`ImplementationFigures.uneven_causal_factor`): a packed row's documents each at
+    their own, weighted by the blocks each visits. None where no row's launch is uneven, or not
+    causal, windowed, or the profile has no figure; 1 on rows that take none (even, or a head dim
+    never measured)."""
+    if implementation not in FA2_FORWARD_CODE or workload.window is not None or not bool(np.all(workload.causal)):
+        return None
+    figures = profile.implementation_figures.get(implementation)
+    if figures is None or not figures.uneven_causal_slowdown or head_dim is None:
+        return None
+    bq, bkv = np.asarray(block_q), np.asarray(block_kv)
+    if workload.seq_lens is not None:
+        lengths = np.asarray(workload.seq_lens, dtype=np.int64)
+        rows = -(-lengths // int(np.max(bq)))
+        slow = figures.uneven_causal_factor(np.asarray(head_dim)[..., None], rows)
+        if slow is None:
+            return None
+        work = rows * (rows + 1) / 2.0  # a causal document's visited blocks, in Q-block pairs
+        out = np.sum(np.where(np.isnan(slow), 1.0, slow) * work, axis=-1) / max(float(np.sum(work)), 1.0)
+        return float(out) if np.ndim(out) == 0 else out
+    n, n_kv = np.asarray(workload.n), np.asarray(workload.n_kv_)
+    even = (n % bq == 0) & (n_kv % bkv == 0)
+    if np.all(even):
+        return None
+    slow = figures.uneven_causal_factor(head_dim, -(-n // bq))
+    if slow is None:
+        return None
+    out = np.where(even | np.isnan(slow), 1.0, slow)
+    return float(out) if out.ndim == 0 else out
+
+
 def algorithm_time(
     algorithm: AlgorithmTraffic,
     profile: Profile,
@@ -1272,6 +1313,12 @@ def algorithm_time(
         )
         if any(k.kind == SPLIT_KV and not k.figures_from for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
+        slow = uneven_causal_slowdown(
+            workload, profile, implementation, head_dim, facts.blocks.block_q, facts.blocks.block_kv
+        )
+        if slow is not None:  # measured: the uneven kernel's instruction-fetch stalls (docs/variants.md)
+            tail = np.asarray(tail if tail is not None else 1.0) * slow
+            tail = float(tail) if np.ndim(tail) == 0 else tail
     fa1_tails: dict[int, Any] = {}  # by kernel (id)
     if workload is not None and algorithm.variant == "fa1" and implementation == "fa1":
         # flash-attn v1: each kernel's CTAs (B·H·splits forward; B·H or B·H·T_c backward) as

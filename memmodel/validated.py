@@ -37,6 +37,7 @@ CHECKED = {
     "causal_tail": "forward kernel time where a causal grid fills 2 to 4 waves of CTA slots",
     "causal_backward": "backward HBM bytes where several causal heads are longer than the CTA slots",
     "mea_backward": "backward HBM bytes of the memory-efficient kernel on heads longer than its CTA slots",
+    "fa2_uneven": "forward kernel time of FlashAttention-2's causal uneven kernel (packed rows, ragged lengths)",
     "flex_spills": "backward HBM bytes of FlexAttention's masked template at head dims 65 to 128 (its registers spill)",
 }
 

@@ -86,6 +86,10 @@ def with_links(text: str) -> str:
     records = [read_json(ROOT / r) for r in wave_drift.RECORDS if (ROOT / r).exists()]
     if records:
         data = wave_drift.apply(data, records)
+    from memmodel.calibration import fa2_uneven
+
+    if (ROOT / fa2_uneven.RECORD).exists():  # FlashAttention-2's uneven causal forward, from its own probe
+        data = fa2_uneven.apply(data, read_json(ROOT / fa2_uneven.RECORD))
     from memmodel.calibration import kernel_costs
 
     for figure, paths in kernel_costs.RECORDS.items():

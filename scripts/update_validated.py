@@ -48,7 +48,7 @@ def p_ok(stem: str) -> bool:
 
 #: classes whose error is of the backward pass's bytes, and of the forward kernel's time
 BACKWARD = ("causal_backward", "mea_backward", "flex_spills")
-TIMED = ("causal_tail",)
+TIMED = ("causal_tail", "fa2_uneven")
 #: classes whose errors the file also gives by kind of grid
 GROUPED = ("causal_curve_fa2", "causal_curve_cudnn")
 

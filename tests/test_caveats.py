@@ -163,3 +163,26 @@ def test_flex_backward_says_its_template_spills_at_head_dims_65_to_128(d, window
     if fires:
         entry = validated.validated()["flex_spills"]
         assert f"{entry['count']} kernels" in lines[0] and "spills registers" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("shape", "impl", "fires"),
+    [
+        (dict(n=2048, seq_lens=(512,) * 4, causal=True), "sdpa-flash", True),  # a packed row: cu_seqlens
+        (dict(n=1000, batch=16, causal=True), "sdpa-flash", True),  # not a multiple of the tiles
+        (dict(n=1024, batch=16, causal=True), "sdpa-flash", False),  # the even kernel
+        (dict(n=16384, seq_lens=(8192, 8192), causal=True), "sdpa-flash", False),  # rows past 4096 tokens
+        (dict(n=2048, seq_lens=(512,) * 4, causal=False), "sdpa-flash", False),  # no causal masking
+        (dict(n=1000, batch=16, causal=True), "sdpa-cudnn", False),  # not FlashAttention-2's code
+    ],
+)
+def test_the_uneven_fa2_forward_says_so(shape, impl, fires):
+    """FlashAttention-2's causal forward whose launch is not Is_even_MN: the caveat names the
+    kernel and quotes the records' errors where it fires."""
+    w = Workload(d=64, heads=16, dtype="bf16", **shape)
+    c = compare(w, H200, impl=impl)
+    lines = [t for t, cls in zip(c.caveats, c.caveat_classes) if cls == "fa2_uneven"]
+    assert len(lines) == int(fires)
+    if fires:
+        entry = validated.validated()["fa2_uneven"]
+        assert "Is_even_MN false" in lines[0] and f"{entry['count']} kernels" in lines[0]

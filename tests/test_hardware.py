@@ -382,6 +382,9 @@ def test_implementation_figures_are_the_profiles_figures_by_field(path: Path):
         for (a, b), curve in fig.tile_efficiency.items():
             assert curve == p.figures[f"implementations.{name}.efficiency_{a}x{b}"]
             seen.add(f"implementations.{name}.efficiency_{a}x{b}")
+        for d, curve in fig.uneven_causal_slowdown.items():
+            assert curve == p.figures[f"implementations.{name}.uneven_causal_slowdown_d{d}"]
+            seen.add(f"implementations.{name}.uneven_causal_slowdown_d{d}")
         if fig.combine_time_s is not None:
             fixed, per_split = fig.combine_time_s
             assert fixed == p.figures.get(f"implementations.{name}.combine_time", 0.0)

@@ -97,6 +97,11 @@ LATER_THAN_TRAINING_2 = {
     "h200-varlen-check.txt",
     "h200-varlen-check-2.txt",
     "h200-varlen-ref.txt",
+    "h200-flex-bwd-probe.txt",
+    "h200-flex-bwd-probe-2.txt",
+    "h200-varlen-probe.txt",
+    "h200-varlen-probe-2.txt",
+    "h200-varlen-probe-3.txt",
 }
 
 

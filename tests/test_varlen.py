@@ -271,3 +271,113 @@ def test_fa2_forward_masking_of_lengths_not_multiples_of_its_blocks():
     # cuDNN's kernel is not FlashAttention-2's code: the blocks the mask cuts, one a Q block of its
     # 128 × 128 tiles, 8 a head, · 128 = 1024
     assert compare(w, H200, impl="sdpa-cudnn").tiled.traffic.kernels[0].diagonal_blocks == 1024
+
+
+def _probe_record(rows):
+    """A varlen probe record: (d, heads, kv heads, length, docs, packed, causal, seconds) per case."""
+    cases = []
+    for d, h, kv, length, count, packed, causal, t in rows:
+        case = {"impl": "sdpa-flash", "d": d, "heads": h, "kv_heads": kv, "causal": causal, "dtype": "bf16"}
+        case |= (
+            {"n": length * count, "batch": 1, "seq_lens": [length] * count} if packed else {"n": length, "batch": count}
+        )
+        cases.append({"case": case, "timing": {"kernels": {"attention": t}}})
+    return {"cases": cases, "device": "NVIDIA H200", "started": "2026-12-04T00:25:00+00:00"}
+
+
+def test_the_uneven_causal_slowdown_is_each_packed_row_over_its_batched_twin():
+    from memmodel.calibration import fa2_uneven
+
+    record = _probe_record(
+        [
+            (64, 32, 8, 512, 32, True, True, 3.3e-4),  # over 2.2e-4: 1.5
+            (64, 32, 8, 512, 32, False, True, 2.2e-4),
+            (64, 64, 8, 512, 32, True, True, 6.4e-4),  # over 4.0e-4: 1.6; the median of 1.5 and 1.6: 1.55
+            (64, 64, 8, 512, 32, False, True, 4.0e-4),
+            (64, 32, 8, 300, 50, True, True, 1.0e-4),  # no twin: left out
+            (64, 32, 8, 512, 32, True, False, 2.7e-4),  # not causal: left out
+            (64, 32, 8, 512, 32, False, False, 2.6e-4),
+            (128, 32, 8, 1024, 16, True, True, 6.0e-4),  # ⌈1024/128⌉ = 8 Q blocks: 6.0 / 5.0 = 1.2
+            (128, 32, 8, 1024, 16, False, True, 5.0e-4),
+        ]
+    )
+    assert fa2_uneven.fitted(record) == {64: {4: 1.55}, 128: {8: 1.2}}
+    data = fa2_uneven.apply({"implementations": {"sdpa-flash": {}}}, record)
+    figure = data["implementations"]["sdpa-flash"]["uneven_causal_slowdown_d64"]
+    assert figure["value"] == {4: 1.55} and figure["source"] == fa2_uneven.SOURCE
+    assert data["sources"][fa2_uneven.SOURCE]["date"] == "2026-12-04"
+
+
+def test_the_uneven_causal_factor_interpolates_by_q_blocks_and_head_dim():
+    import dataclasses
+
+    from memmodel.hardware.profile import ImplementationFigures
+
+    f = dataclasses.replace(
+        ImplementationFigures("sdpa-flash"),
+        uneven_causal_slowdown={64: ((1, 1.0), (4, 1.5)), 128: ((1, 1.0), (4, 1.3))},
+    )
+    # linear in log2(Q blocks): 2 blocks is halfway from 1 to 4 → 1.25 at d 64, 1.15 at d 128
+    assert f.uneven_causal_factor(64, 2) == pytest.approx(1.25)
+    assert f.uneven_causal_factor(128, 2) == pytest.approx(1.15)
+    # clamped at the curve's ends; below the smallest head dim its curve
+    assert f.uneven_causal_factor(32, 64) == pytest.approx(1.5)
+    # d 96 sits log2(96/64) = 0.585 of the way from 64 to 128: 1.5 − 0.585 · 0.2 = 1.383 at 4 blocks
+    assert f.uneven_causal_factor(96, 4) == pytest.approx(1.5 - 0.2 * np.log2(1.5))
+    assert f.uneven_causal_factor(256, 4) is None  # never measured there
+    assert ImplementationFigures("sdpa-flash").uneven_causal_factor(64, 4) is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        # d 64, documents of 512 (4 Q blocks): the H200 profile's figure at 4 blocks
+        (dict(n=2048, seq_lens=(512,) * 4, d=64), ("d64", 4)),
+        # documents of 128 and 512 (1 and 4 Q blocks), weighted by the blocks each visits (1 and 10)
+        (dict(n=640, seq_lens=(128, 512), d=64), "mixed"),
+        # a batch of 1000 tokens at d 128 (not a multiple of 128): its 8 Q blocks
+        (dict(n=1000, batch=8, d=128), ("d128", 8)),
+        (dict(n=1024, batch=8, d=128), None),  # even: the batched kernel
+        (dict(n=2048, seq_lens=(512,) * 4, d=256), None),  # not measured at 256
+    ],
+)
+def test_the_uneven_causal_slowdown_a_workload_takes(shape, expected):
+    from memmodel.timing import uneven_causal_slowdown
+
+    w = Workload(heads=8, dtype="bf16", causal=True, **shape)
+    curves = H200.implementation_figures["sdpa-flash"].uneven_causal_slowdown
+    got = uneven_causal_slowdown(w, H200, "sdpa-flash", w.d, 128, 64 if w.d == 128 else 128)
+    if expected is None:
+        assert got is None
+    elif expected == "mixed":
+        c = dict(curves[64])
+        assert got == pytest.approx((c[1] * 1 + c[4] * 10) / 11)
+    else:
+        assert got == pytest.approx(dict(curves[int(expected[0][1:])])[expected[1]])
+    # not causal, windowed, or another implementation: none
+    assert uneven_causal_slowdown(w.with_(causal=False), H200, "sdpa-flash", w.d, 128, 64) is None
+    assert uneven_causal_slowdown(w, H200, "sdpa-cudnn", w.d, 128, 64) is None
+
+
+def test_the_varlen_runner_s_view_gradients_are_counted_in_its_predictions():
+    """validate's varlen runner hands the op views of one request (q.transpose(1, 2)[0]): autograd
+    makes dK, dV, dQ in its layout with a fill and a strided copy each, after the op's kernels."""
+    from memmodel.scoring import RUNNER_GRAD_KERNELS, predicted_times, runner_grad_kernels
+
+    docs = "+".join(["512"] * 32)
+    case = parse_case(
+        f"impl=sdpa-flash,heads=32,kv_heads=8,d=64,n=16384,dtype=bf16,causal=1,backward=1,seq_lens={docs}"
+    )
+    got = runner_grad_kernels(case, H200)
+    assert tuple(got) == RUNNER_GRAD_KERNELS
+    launch = H200.launch_overhead_s
+    # dQ: 16384 tokens · 32 heads · 64 · 2 bytes = 67,108,864; dK, dV: 8 heads, 16,777,216 each
+    assert got["grad_fill_q"] == pytest.approx(67_108_864 / 4.528e12 + launch)  # written once at the HBM rate
+    assert got["grad_copy_k"] == pytest.approx(2 * 16_777_216 / 1.889e12 + launch)  # read + written, strided
+    p = predicted_times(case, H200)
+    assert list(p["kernels"])[-6:] == list(RUNNER_GRAD_KERNELS)  # after every kernel of the backward
+    assert all(p["kernel_passes"][n] == "backward" for n in RUNNER_GRAD_KERNELS)
+    # none for a batch or a forward
+    batch = parse_case("impl=sdpa-flash,heads=32,d=64,n=512,batch=8,dtype=bf16,backward=1")
+    forward = parse_case(f"impl=sdpa-flash,heads=32,kv_heads=8,d=64,n=16384,dtype=bf16,causal=1,seq_lens={docs}")
+    assert runner_grad_kernels(batch, H200) == {} and runner_grad_kernels(forward, H200) == {}

@@ -71,6 +71,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.uneven_efficiency", "same"),
     ("implementations.*.combine_bandwidth", "hbm"),
     ("implementations.*.efficiency_*", "same"),
+    ("implementations.*.uneven_causal_slowdown_d*", "same"),
     ("implementations.*.backward_efficiency", "same"),
     ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),

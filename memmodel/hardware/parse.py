@@ -49,6 +49,7 @@ from .schema import (
     SHARES_OF_ONE,
     TEXT_FIELDS,
     TILE_EFFICIENCY_TILES,
+    UNEVEN_CAUSAL_DIMS,
     ZERO_ALLOWED,
     ZERO_COSTS,
     allowed_children,
@@ -306,6 +307,13 @@ def _implementation_figures(
         }
         if tiles:
             given["tile_efficiency"] = tiles
+        uneven = {
+            d: curves[f"{prefix}uneven_causal_slowdown_d{d}"]
+            for d in UNEVEN_CAUSAL_DIMS
+            if f"{prefix}uneven_causal_slowdown_d{d}" in curves
+        }
+        if uneven:
+            given["uneven_causal_slowdown"] = uneven
         if prefix + "combine_time" in values or prefix + "combine_time_per_split" in values:
             given["combine_time_s"] = (
                 values.get(prefix + "combine_time", 0.0),

@@ -195,6 +195,10 @@ class ImplementationFigures:
     tile_efficiency: Mapping[tuple[int, int], Curve] = field(default_factory=dict)
     #: its fused backward kernel's efficiency
     backward_efficiency: Curve = ()
+    #: its causal forward's time where the launch is not even (FlashAttention-2's ``Is_even_MN``
+    #: false: a packed row, lengths not multiples of its tiles) over the even kernel's, by the Q
+    #: blocks of a row: {head dim measured: curve}
+    uneven_causal_slowdown: Mapping[int, Curve] = field(default_factory=dict)
     #: its split-KV kernel's efficiency (64-row CTAs of 4 warps: not the forward kernel's tiles)
     split_efficiency: Curve = ()
     #: by the built head dim: what a head dim no kernel is built for keeps of the built one's
@@ -268,6 +272,26 @@ class ImplementationFigures:
         for (a, b), curve in by_tile.items():
             out = np.where((bq == a) & (bkv == b), interpolate_log2(curve, head_dim), out)
         return float(out) if np.ndim(out) == 0 else out
+
+    def uneven_causal_factor(self, head_dim: Any, q_blocks: Any) -> Any:
+        """The uneven causal forward's slowdown (:attr:`uneven_causal_slowdown`) for rows of
+        ``q_blocks`` Q blocks at ``head_dim`` (numbers or arrays that broadcast): each curve linear
+        in log2(Q blocks), clamped at its ends; between measured head dims linear in log2(head
+        dim), below the smallest its curve; NaN above the largest (not measured). None without
+        curves or where no element has a figure."""
+        if not self.uneven_causal_slowdown:
+            return None
+        d = np.asarray(head_dim, dtype=np.float64)
+        dims = sorted(self.uneven_causal_slowdown)
+        at = [np.asarray(interpolate_log2(self.uneven_causal_slowdown[x], q_blocks), dtype=np.float64) for x in dims]
+        out = np.full(np.broadcast_shapes(d.shape, *(a.shape for a in at)), np.nan)
+        out = np.where(d <= dims[0], at[0], out)
+        for lo, hi, a, b in zip(dims, dims[1:], at, at[1:]):
+            share = (np.log2(np.clip(d, lo, hi)) - np.log2(lo)) / (np.log2(hi) - np.log2(lo))
+            out = np.where((d > lo) & (d <= hi), a * (1.0 - share) + b * share, out)
+        if np.all(np.isnan(out)):
+            return None
+        return float(out) if out.ndim == 0 else out
 
     def kernel(
         self, head_dim: Any, *, backward: bool = False, split: bool = False, tile: Any = None, uneven: bool = False

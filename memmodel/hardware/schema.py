@@ -67,6 +67,9 @@ COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 #: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
 #: tiles (``implementations.<name>.efficiency_<B_r>x<B_c>``)
 TILE_EFFICIENCY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
+#: Head dims FlashAttention-2's uneven causal slowdown may be measured at
+#: (``implementations.<name>.uneven_causal_slowdown_d<D>``: curves by a row's Q blocks)
+UNEVEN_CAUSAL_DIMS = (64, 128)
 #: Architectures whose warp-level ``mma.sync`` is their tensor cores' full rate (on Hopper and
 #: Blackwell it is a slower, older path than ``wgmma``/``tcgen05``; AMD's MFMA is native)
 MMA_SYNC_NATIVE = ("volta", "turing", "ampere", "ada", "cdna3", "cdna4")
@@ -266,6 +269,11 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
         for name in _NAMES
         for a, b in TILE_EFFICIENCY_TILES
     },
+    **{
+        f"implementations.{name}.uneven_causal_slowdown_d{d}": ("ratio", False)
+        for name in _NAMES
+        for d in UNEVEN_CAUSAL_DIMS
+    },
     **{f"implementations.{name}.cta_bandwidth": ("bandwidth", False) for name in _NAMES},
     **{f"implementations.{name}.cta_overhead": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.combine_time": ("time", False) for name in _NAMES},
@@ -333,6 +341,11 @@ CURVES: dict[str, str] = {
         for name in _NAMES
     },
     **{f"implementations.{name}.efficiency_{a}x{b}": "head dim" for name in _NAMES for a, b in TILE_EFFICIENCY_TILES},
+    **{
+        f"implementations.{name}.uneven_causal_slowdown_d{d}": "Q blocks a row"
+        for name in _NAMES
+        for d in UNEVEN_CAUSAL_DIMS
+    },
     **{f"interconnect.{c}_efficiency": "message bytes" for c in COLLECTIVES},
 }
 #: curves whose values may be 0
