@@ -328,7 +328,13 @@ def fa2_uneven_caveats(workload: Any, plan: TiledPlan) -> list[Caveat]:
     its instructions over short and middling rows, timed by the slowdown the varlen probe measured
     (docs/variants.md, "Packed variable-length batches"); the records' errors where it fires."""
     opts = plan.options
-    if opts.model_implementation != "sdpa-flash" or not bool(np.all(workload.causal)) or workload.window is not None:
+    from .timing import FA2_FORWARD_CODE
+
+    if (
+        opts.model_implementation not in FA2_FORWARD_CODE
+        or not bool(np.all(workload.causal))
+        or workload.window is not None
+    ):
         return []
     lo, hi = FA2_UNEVEN_LENGTHS
     bq, bkv = (int(np.max(np.asarray(x))) for x in (plan.tile.blocks.block_q, plan.tile.blocks.block_kv))

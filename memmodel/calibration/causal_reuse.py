@@ -236,17 +236,10 @@ def apply(
             f"{len(points)} lengths; (DRAM read - Q - K - V) / (K, V requested - K - V), Nsight Compute, "
             f"cold L2{at}",
         }
-    sources = dict(data.get("sources") or {})
-    sources[fit.source] = {
-        "title": f"memmodel causal re-read references ({kernel}, {heads}), {record.get('device', 'GPU')} "
-        f"({', '.join(fit.records())})",
-        "kind": "measured",
-        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
-        "date": str(record.get("started", ""))[:10],
-        "command": fit.command,
-    }
-    data["sources"] = sources
-    return data
+    from .sources import with_record_source
+
+    title = f"memmodel causal re-read references ({kernel}, {heads})"
+    return with_record_source(data, fit.source, title, ", ".join(fit.records()), record, fit.command)
 
 
 #: the references of GQA grids with batch > 1 (``memory.l2.causal_gqa_others``)
@@ -327,15 +320,11 @@ def apply_gqa_others(data: dict[str, Any], records: Any, impl: str = "sdpa-flash
         f"{rows} causal FlashAttention-2 GQA grids with batch 2 and 4, Nsight Compute, cold L2, the "
         "median of 5 placements of the inputs",
     }
-    sources = dict(data.get("sources") or {})
-    sources[GQA_OTHERS_SOURCE] = {
-        "title": "memmodel causal GQA references with batch > 1 (FlashAttention-2), "
-        f"{record.get('device', 'GPU')} ({', '.join(GQA_OTHERS_RECORDS)})",
-        "kind": "measured",
-        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
-        "date": str(record.get("started", ""))[:10],
-        "command": "python3 -m memmodel validate --ncu --placements 5 --gpu h200 --cases "
-        "validation/cases/h200-causal-gqa-ref-2.txt (and h200-reuse-ref-3.txt)",
-    }
-    data["sources"] = sources
-    return data
+    from .sources import with_record_source
+
+    title = "memmodel causal GQA references with batch > 1 (FlashAttention-2)"
+    command = (
+        "python3 -m memmodel validate --ncu --placements 5 --gpu h200 --cases "
+        "validation/cases/h200-causal-gqa-ref-2.txt (and h200-reuse-ref-3.txt)"
+    )
+    return with_record_source(data, GQA_OTHERS_SOURCE, title, ", ".join(GQA_OTHERS_RECORDS), record, command)

@@ -92,14 +92,7 @@ def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
             "memmodel.calibration.fa2_uneven",
         }
     data.setdefault("implementations", {})[IMPL] = figures
-    sources = dict(data.get("sources") or {})
-    sources[SOURCE] = {
-        "title": f"memmodel varlen probe (FlashAttention-2's forward, packed against batched), "
-        f"{record.get('device', 'GPU')} ({RECORD})",
-        "kind": "measured",
-        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
-        "date": str(record.get("started", ""))[:10],
-        "command": COMMAND,
-    }
-    data["sources"] = sources
-    return data
+    from .sources import with_record_source
+
+    title = "memmodel varlen probe (FlashAttention-2's forward, packed against batched)"
+    return with_record_source(data, SOURCE, title, RECORD, record, COMMAND)

@@ -120,13 +120,8 @@ def apply(
         "note": NOTES[figure].format(rows=rows),
     }
     data.setdefault("implementations", {})[impl] = figures
-    sources = dict(data.get("sources") or {})
-    sources[SOURCES[figure]] = {
-        "title": f"{TITLES[figure]}, {record.get('device', 'GPU')} ({', '.join(RECORDS[figure])})",
-        "kind": "measured",
-        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
-        "date": str(record.get("started", ""))[:10],
-        "command": COMMANDS[figure],
-    }
-    data["sources"] = sources
-    return data
+    from .sources import with_record_source
+
+    return with_record_source(
+        data, SOURCES[figure], TITLES[figure], ", ".join(RECORDS[figure]), record, COMMANDS[figure]
+    )

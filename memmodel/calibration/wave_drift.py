@@ -119,14 +119,7 @@ def apply(data: dict[str, Any], records: Any, impl: str = "sdpa-flash") -> dict[
         f"to the K/V reads of {rows} non-causal FlashAttention-2 heads of 1.6 to 5.3 x the L2, Nsight "
         f"Compute, cold L2{at}",
     }
-    sources = dict(data.get("sources") or {})
-    sources[SOURCE] = {
-        "title": f"memmodel non-causal long-head references (FlashAttention-2), {record.get('device', 'GPU')} "
-        f"({', '.join(RECORDS)})",
-        "kind": "measured",
-        "machine": f"lent {record.get('device', 'GPU')} (nvidia-h200), memmodel {record.get('memmodel_version', '?')}",
-        "date": str(record.get("started", ""))[:10],
-        "command": COMMAND,
-    }
-    data["sources"] = sources
-    return data
+    from .sources import with_record_source
+
+    title = "memmodel non-causal long-head references (FlashAttention-2)"
+    return with_record_source(data, SOURCE, title, ", ".join(RECORDS), record, COMMAND)
