@@ -21,7 +21,12 @@ in its own direction (validation/NOTES.md). Each section times one path, one fac
 Two sizes a pattern: 2^27 bytes of output (far past the 60 MB L2, the figure) and 2^23 (an
 L2-sized tensor, as small traced kernels are).
 
-    python validation/probes/aten_paths_probe.py OUT.jsonl
+    python validation/probes/aten_paths_probe.py OUT.jsonl [SECTION ...]
+
+Sections (the first run took the first seven): casts, gathers, shaped, cats, reductions, binaries,
+softmaxes; then few_rows (the softmax over fewer rows than fill the GPU, by rows and length),
+strided_cats (``cat`` of the rotary halves of permuted heads), small_sums (bias-gradient and norm
+sizes).
 
 One JSON line a measurement: the bytes read (each input once) and written, the median of 20
 CUDA-event timings, the kernels the profiler saw in one call.
@@ -210,12 +215,58 @@ def softmaxes(f) -> None:
                 del x
 
 
-def main(out: str) -> None:
+def few_rows(f) -> None:
+    """The softmax over fewer rows than fill the GPU (decoding): its time by rows and length."""
+    for dtype in (BF16, FP32):
+        for length in (256, 1024, 2048, 4096, 8192):
+            for rows in (1, 32, 132, 264, 1056, 2112, 4224, 8448):
+                x = torch.randn(rows, length, device="cuda", dtype=dtype)
+                emit(f, "few_rows", "softmax last dim", lambda x=x: torch.softmax(x, -1), [x], x.numel() * x.element_size(),
+                     dtype=NAMES[dtype], row=length, rows=rows)  # fmt: skip
+                del x
+
+
+def strided_cats(f) -> None:
+    """``cat`` of a strided view: the rotary halves of heads permuted from a projection's output."""
+    for d in (64, 128):
+        for tokens in (1, 512, 4096):
+            x = torch.randn(1, tokens, 32, d, device="cuda", dtype=BF16).transpose(1, 2)  # (1, H, N, d), strided
+            x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+            out = 2 * x1.numel() * 2
+            emit(f, "strided_cat", "cat(-x2, x1) of permuted heads", lambda a=x1, b=x2: torch.cat((-b, a), dim=-1),
+                 [x1, x2], out, d=d, tokens=tokens)  # fmt: skip
+            n2 = (-x2).contiguous()
+            emit(f, "strided_cat", "cat(contiguous, strided half)", lambda a=x1, b=n2: torch.cat((b, a), dim=-1),
+                 [x1, n2], out, d=d, tokens=tokens, run=d // 2)  # fmt: skip
+            del x, x1, x2, n2
+
+
+def small_sums(f) -> None:
+    """Sums the size of a bias gradient and a norm's statistics: few outputs from many rows."""
+    for rows, cols in ((512, 768), (2048, 768), (8192, 768), (2048, 2304), (8192, 2304), (4096, 4096), (16384, 4096)):
+        x = torch.randn(rows, cols, device="cuda", dtype=BF16)
+        emit(f, "small_sum", "sum rows (dim 0)", lambda x=x: x.sum(0), [x], cols * 2, rows=rows, cols=cols)
+        emit(f, "small_sum", "sum last dim", lambda x=x: x.sum(-1), [x], rows * 2, rows=rows, cols=cols)
+        x32 = x.float()
+        emit(f, "small_sum", "mean last dim fp32", lambda x=x32: x.pow(2).mean(-1, keepdim=True), [x32], rows * 4,
+             rows=rows, cols=cols)  # fmt: skip
+        del x, x32
+
+
+PARTS = {
+    f.__name__: f
+    for f in (casts, gathers, shaped, cats, reductions, binaries, softmaxes, few_rows, strided_cats, small_sums)
+}
+#: the first run's sections (validation/h200/aten-paths/aten-paths.jsonl.gz)
+FIRST = ("casts", "gathers", "shaped", "cats", "reductions", "binaries", "softmaxes")
+
+
+def main(out: str, parts: tuple[str, ...] = FIRST) -> None:
     with open(out, "w") as f:
         env = {"section": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
         env["cuda"] = torch.version.cuda
         f.write(json.dumps(env) + "\n")
-        for part in (casts, gathers, shaped, cats, reductions, binaries, softmaxes):
+        for part in (PARTS[p] for p in parts):
             try:
                 part(f)
             except Exception as exc:  # keep what was measured; say which part failed
@@ -225,4 +276,4 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], tuple(sys.argv[2:]) or FIRST)
