@@ -59,7 +59,7 @@ from . import implementations, intmath
 from .frozen import frozen
 from .hardware import KernelFigures, Profile
 from .hardware.derive import TRANSFERRED
-from .hardware.profile import interpolate_log2
+from .hardware.profile import WARP_SOFTMAX_ROWS, interpolate_log2
 from .hardware.schema import MMA_SYNC_NATIVE, SAME_FAMILY_SOURCE
 from .intmath import IntLike
 from .traffic.flex import schedule_tail
@@ -217,8 +217,8 @@ def assumptions(profile: Profile) -> list[str]:
         out.append(
             "The softmax kernel moves its bytes at the framework softmax's measured rate for its row length"
             + (
-                ", and takes at least the measured time of one wave of rows (few rows: decoding)."
-                if rates.softmax_row_time_s
+                ", and takes at least its measured time over a few rows (decoding)."
+                if rates.softmax_row_time_s or rates.softmax_row_floor_s
                 else "."
             )
         )
@@ -403,6 +403,18 @@ def _where_unaligned(kernel: Kernel, aligned: Any, unaligned: Callable[[], Any])
     return float(out) if out.ndim == 0 else out
 
 
+def _softmax_floor(out: Any, rates: Any, rows: Any, element_bytes: int) -> Any:
+    """``out`` (the softmax's seconds at its rate) no shorter than its measured floor: a kernel
+    of few rows takes what one row takes (``kernels.softmax.row_floor``, by row length); without
+    that curve, rows past the warp kernel's take a wave of long rows (``row_time``)."""
+    floor = rates.softmax_floor(rows, element_bytes)
+    if floor is not None:
+        out = np.maximum(out, floor)
+    elif rates.softmax_row_time_s:
+        out = np.where(np.asarray(rows) > WARP_SOFTMAX_ROWS, np.maximum(out, rates.softmax_row_time_s), out)
+    return float(out) if np.ndim(out) == 0 else out
+
+
 def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seconds | None:
     """The ``hbm`` term from a calibrated library rate, or None where the profile has none."""
     rates = profile.kernel_rates
@@ -431,6 +443,30 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
             f(kernel.bytes(level="hbm", direction="read")) / read_bw
             + f(kernel.bytes(level="hbm", direction="write")) / write_bw
         )
+    if kernel.op in ("gather", "expand", "cat"):
+        # ATen's generic elementwise kernel (and cat of a strided view): bound by the elements it
+        # writes, its figures twice the bytes written a second (a same-dtype copy's read + written)
+        element = kernel.element_bytes or 2
+        if kernel.op == "expand":
+            rate = rates.expand_rate(element)
+        elif kernel.op == "cat" and rates.cat_bytes_per_s:
+            rate = rates.cat_bytes_per_s
+        else:
+            rate = rates.gather_rate(np.maximum(intmath.to_float(kernel.run), 1.0), element)
+        if rate is not None:
+            out = 2.0 * np.asarray(f(kernel.bytes(level="l2", direction="write")), dtype=np.float64) / rate
+            return float(out) if out.ndim == 0 else out
+        rate = rates.elementwise_bytes_per_s  # not measured: the generic path's one figure
+        if rate is None:
+            return None
+        out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
+        return float(out) if out.ndim == 0 else out
+    if kernel.op == "softmax" and kernel.element_bytes == 4 and rates.softmax_fp32_bytes_per_s:
+        # fp32 rows: their own curve (the warp-per-row kernel is bound by its instructions an
+        # element, so fp32 moves nearly twice fp16's bytes a second)
+        rows = intmath.to_float(kernel.row_length)
+        out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / np.asarray(rates.softmax_fp32_rate(rows))
+        return _softmax_floor(out, rates, rows, 4)
     if kernel.op == "softmax" and rates.softmax_bytes_per_s:
         rows = intmath.to_float(kernel.row_length)
         if kernel.masked_input and rates.softmax_masked_bytes_per_s:
@@ -443,10 +479,7 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
                     _where_unaligned(kernel, rate, lambda: rates.softmax_unaligned_rate(rows)), dtype=np.float64
                 )
         out = np.asarray(f(kernel.bytes(level="l2")), dtype=np.float64) / rate
-        if rates.softmax_row_time_s:
-            # a block per row: a kernel of few rows takes what one block takes for its row
-            out = np.maximum(out, rates.softmax_row_time_s)
-        return float(out) if out.ndim == 0 else out
+        return _softmax_floor(out, rates, rows, 2)
     # the other library kernels are limited by their own issue, not by where data sit: every
     # byte they move (L2 or HBM) at their measured rate
     rate = None
@@ -459,6 +492,8 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         rate = rates.scale_bytes_per_s
     elif kernel.op == "copy" and rates.copy_bytes_per_s:
         rate = rates.copy_bytes_per_s
+    elif kernel.op == "cast":  # a widening conversion, element by element; not measured: a copy's rate
+        rate = rates.cast_bytes_per_s or rates.copy_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "masked_fill" and rates.elementwise_bytes_per_s:
         rate = rates.elementwise_bytes_per_s  # measured on masked_fill_ itself
     elif kernel.op in ("scale", "copy", "masked_fill"):  # no specific rate: the pass's elementwise one

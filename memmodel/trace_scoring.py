@@ -79,6 +79,10 @@ _OP_CLASSES = {
     "elementwise": "elementwise",
     "dropout": "elementwise",
     "fp8_cast": "elementwise",
+    "cast": "elementwise",
+    "gather": "elementwise",
+    "expand": "elementwise",
+    "cat": "elementwise",
 }
 
 

@@ -118,6 +118,15 @@ def with_links(text: str) -> str:
         data = fp8_cast.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / fp8_cast.RECORD, "rt") if line.strip()]
         )
+    from memmodel.calibration import aten_paths
+
+    if (ROOT / aten_paths.RECORD).exists():  # ATen's casts, gathers and fp32 softmax (memmodel trace)
+        second = ROOT / aten_paths.RECORD_2
+        data = aten_paths.apply(
+            data,
+            [json.loads(line) for line in gzip.open(ROOT / aten_paths.RECORD, "rt") if line.strip()],
+            [json.loads(line) for line in gzip.open(second, "rt") if line.strip()] if second.exists() else None,
+        )
     from memmodel.calibration import host
 
     if (ROOT / host.RECORD).exists():  # what issuing a call costs the host (--timing call, queued, graph)

@@ -722,7 +722,12 @@ def test_a_broadcast_operand_keeps_the_generic_elementwise_rate():
 
     t = trace(norm, {"x": (4096, 4096), "r": (4096, 1)}, dtype="fp32", profile="h200")
     (mul,) = t.traffic.kernels
-    assert mul.op == "elementwise"
+    # ATen's generic kernel; r is one value a row, so x's run (all of it) sets the rate
+    assert mul.op == "gather" and mul.run == 4096 * 4096 and mul.element_bytes == 4
+    # twice the 67.1 MB written at the 4-byte gather curve's longest run (2.561 TB/s): 52.41 us,
+    # plus the launch (1.38 us); the trace-check record measured this kernel at 49.98 us
+    (timed,) = t.timing.kernels
+    assert timed.time_s == pytest.approx(2 * 4096 * 4096 * 4 / 2.561e12 + 1.38e-6, rel=1e-3)
 
 
 def test_gathers_and_zero_dim_operands_take_the_generic_elementwise_path():
@@ -738,6 +743,8 @@ def test_gathers_and_zero_dim_operands_take_the_generic_elementwise_path():
         return merged, copied, x / divisor, x * 0.125
 
     t = trace(heads, {"x": (2, 64, 4, 32)}, dtype="bf16", profile="h200")
-    ops = {k.name: k.op for k in t.traffic.kernels}
-    assert ops["clone"] == "elementwise" and ops["clone#2"] == "copy"
-    assert ops["div"] == "elementwise" and ops["mul"] == "scale"
+    ops = {k.name: k for k in t.traffic.kernels}
+    # the permuted copy reads runs of 32 elements (d); the 0-dim divisor limits nothing: x's run
+    assert (ops["clone"].op, ops["clone"].run) == ("gather", 32) and ops["clone#2"].op == "copy"
+    assert (ops["div"].op, ops["div"].run) == ("gather", 2 * 64 * 4 * 32) and ops["mul"].op == "scale"
+    assert ops["clone"].element_bytes == 2

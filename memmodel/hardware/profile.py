@@ -24,6 +24,11 @@ from .interconnect import Interconnect
 Curve = tuple[tuple[int, float], ...]
 
 
+#: the longest row PyTorch's warp-per-row softmax takes (``softmax_warp_forward``, PyTorch 2.7 on:
+#: validation/h200/softmax-paths); longer rows run a block a row
+WARP_SOFTMAX_ROWS = 2048
+
+
 def interpolate_log2(curve: Curve, x: Any) -> Any:
     """``curve`` (sorted (x, y) points) at ``x`` (a number or an array), linear in log2(x)
     between points, the end point's value outside them; None for an empty curve."""
@@ -128,6 +133,45 @@ class KernelRates:
     fp8_cast_bytes_per_s: float | None = None
     #: ATen's sum over a middle dimension (FlashAttention-2's GQA dK, dV sums)
     reduction_bytes_per_s: float | None = None
+    #: a contiguous conversion to a wider dtype (``x.to(torch.float32)`` of bf16: element by
+    #: element, about half a copy's rate); None: the copy's rate
+    cast_bytes_per_s: float | None = None
+    #: ATen's generic elementwise kernel (an operand permuted, strided or broadcast), bytes read
+    #: + written, by the run of elements its input holds contiguous in the output's order: 2-byte
+    #: elements and 4-byte elements
+    gather_bytes_per_s: Curve = ()
+    gather_4byte_bytes_per_s: Curve = ()
+    #: the same kernel copying an expanded view (a broadcast source, read once), twice the bytes
+    #: written a second: 2-byte and 4-byte elements
+    expand_bytes_per_s: float | None = None
+    expand_4byte_bytes_per_s: float | None = None
+    #: ``cat`` whose input is a strided view (``CatArrayBatchedCopy`` indexing it), twice the bytes
+    #: written a second
+    cat_bytes_per_s: float | None = None
+    #: the softmax's time over one row a SM or fewer, by row length: 16-bit and fp32 rows
+    softmax_row_floor_s: Curve = ()
+    softmax_row_floor_fp32_s: Curve = ()
+    #: the softmax over fp32 rows, by row length (bf16 and fp16 take ``softmax_bytes_per_s``)
+    softmax_fp32_bytes_per_s: Curve = ()
+
+    def expand_rate(self, element_bytes: Any) -> Any:
+        """The expanded copy's rate for ``element_bytes`` (as :meth:`gather_rate`); None where
+        not measured."""
+        two, four = self.expand_bytes_per_s, self.expand_4byte_bytes_per_s
+        if two is None or four is None:
+            return two if four is None else four
+        out = np.where(np.asarray(element_bytes) >= 4, four, two)
+        return float(out) if out.ndim == 0 else out
+
+    def gather_rate(self, run: Any, element_bytes: Any) -> Any:
+        """The generic kernel's rate at ``run`` elements of ``element_bytes`` (4 bytes and more:
+        the 4-byte curve; less: the 2-byte curve); None where not measured."""
+        two = interpolate_log2(self.gather_bytes_per_s, run)
+        four = interpolate_log2(self.gather_4byte_bytes_per_s, run)
+        if two is None or four is None:
+            return two if four is None else four
+        out = np.where(np.asarray(element_bytes) >= 4, four, two)
+        return float(out) if out.ndim == 0 else out
 
     def gemm_unaligned_read_rate(self, head_dim: Any) -> Any:
         """The unaligned ``PV``-shaped rate at ``head_dim`` (linear in log2 between measured
@@ -146,6 +190,25 @@ class KernelRates:
 
     def softmax_backward_rate(self, row_length: Any) -> Any:
         return interpolate_log2(self.softmax_backward_bytes_per_s, row_length)
+
+    def softmax_floor(self, row_length: Any, element_bytes: Any = 2) -> Any:
+        """The softmax's shortest time at ``row_length`` (:attr:`softmax_row_floor_s`; the fp32
+        curve for 4-byte rows): interpolated within the warp-per-row kernel's rows (up to
+        ``warp_rows``) or within the block-per-row kernel's, never across; past the curve's last row
+        length, :attr:`softmax_row_time_s` (a wave of rows of 32768). None where not measured."""
+        curve = self.softmax_row_floor_fp32_s if np.all(np.asarray(element_bytes) >= 4) else self.softmax_row_floor_s
+        if not curve:
+            return None
+        warp = tuple(p for p in curve if p[0] <= WARP_SOFTMAX_ROWS) or curve
+        block = tuple(p for p in curve if p[0] > WARP_SOFTMAX_ROWS) or curve
+        rows = np.asarray(row_length, dtype=np.float64)
+        out = np.where(rows <= WARP_SOFTMAX_ROWS, interpolate_log2(warp, rows), interpolate_log2(block, rows))
+        if self.softmax_row_time_s:
+            out = np.where(rows > curve[-1][0], self.softmax_row_time_s, out)
+        return float(out) if out.ndim == 0 else out
+
+    def softmax_fp32_rate(self, row_length: Any) -> Any:
+        return interpolate_log2(self.softmax_fp32_bytes_per_s, row_length)
 
     def softmax_rate(self, row_length: Any) -> Any:
         """Softmax bandwidth at ``row_length``: the curve, linear in log2(row length) between

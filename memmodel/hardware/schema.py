@@ -262,6 +262,15 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "kernels.scale.bandwidth": ("bandwidth", False),
     "kernels.copy.bandwidth": ("bandwidth", False),
     "kernels.fp8_cast.bandwidth": ("bandwidth", False),
+    "kernels.cast.bandwidth": ("bandwidth", False),
+    "kernels.gather.bandwidth": ("bandwidth", False),
+    "kernels.gather.bandwidth_4byte": ("bandwidth", False),
+    "kernels.gather.expand_bandwidth": ("bandwidth", False),
+    "kernels.gather.expand_bandwidth_4byte": ("bandwidth", False),
+    "kernels.gather.cat_bandwidth": ("bandwidth", False),
+    "kernels.softmax.row_floor": ("time", False),
+    "kernels.softmax.row_floor_fp32": ("time", False),
+    "kernels.softmax.fp32_bandwidth": ("bandwidth", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in _NAMES},
     **{
@@ -335,6 +344,11 @@ CURVES: dict[str, str] = {
     "kernels.gemm.unaligned_write_bandwidth": "head dim",
     "kernels.softmax.masked_bandwidth": "row length",
     "kernels.softmax_backward.bandwidth": "row length",
+    "kernels.softmax.fp32_bandwidth": "row length",
+    "kernels.softmax.row_floor": "row length",
+    "kernels.softmax.row_floor_fp32": "row length",
+    "kernels.gather.bandwidth": "run (elements)",
+    "kernels.gather.bandwidth_4byte": "run (elements)",
     **{
         f"implementations.{name}.{leaf}": "K/V block" if leaf == "block_step_time" else "head dim"
         for leaf in IMPLEMENTATION_CURVES
@@ -396,6 +410,8 @@ SECTIONS = {
     "kernels.scale",
     "kernels.copy",
     "kernels.fp8_cast",
+    "kernels.cast",
+    "kernels.gather",
     "kernels.reduction",
     "implementations",
     *(f"implementations.{name}" for name in _NAMES),

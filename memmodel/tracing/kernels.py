@@ -531,7 +531,7 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
 
 
 def _elementwise(
-    m: _Mapper, e: OpEvent, op: str, flops: int = 1, exp: bool = False, read: bool = True, kind: str = ""
+    m: _Mapper, e: OpEvent, op: str, flops: int = 1, exp: bool = False, read: bool = True, kind: str = "", **fields: Any
 ) -> None:
     out = e.outputs[0]
     inputs: list[TensorRef] = []
@@ -553,7 +553,25 @@ def _elementwise(
         exp_ops=out.numel if exp else 0,
         launches=launches(out, inputs),
         kind=kind,
+        **fields,
     )
+
+
+def _run(ref: TensorRef, out: TensorRef) -> int:
+    """Elements ``ref`` holds contiguous in ``out``'s order (fastest dim first, size-1 dims
+    dropped): the run ATen's generic kernel reads it in. An operand broadcast along the fastest dim
+    (a column, a number) is one value a run: ``out``'s elements (it does not limit)."""
+    aligned = _aligned(ref, out.shape)
+    order = sorted((d for d in range(out.ndim) if out.shape[d] > 1), key=lambda d: (abs(out.strides[d]), -d))
+    if not order or aligned[order[0]] == 0:
+        return max(out.numel, 1)
+    run, expected = 1, 1
+    for d in order:
+        if aligned[d] != expected:
+            break
+        run *= out.shape[d]
+        expected *= out.shape[d]
+    return run
 
 
 #: ops of one multiply-or-add per element (and their in-place forms)
@@ -583,7 +601,14 @@ def _arithmetic(m: _Mapper, e: OpEvent) -> None:
     dense = all(t.shape == out.shape and t.strides == out.strides for t in tensors) and e.op != "where" and not zero_dim
     if e.op == "where" and e.args and isinstance(e.args[0], TensorRef) and e.args[0].dtype == "bool":
         m.masked.add(e.outputs[0].storage)
-    _elementwise(m, e, "scale" if scale or dense else "elementwise")
+    if scale or dense:
+        _elementwise(m, e, "scale")
+        return
+    # the generic path: timed by the elements it writes at the run its inputs are read in
+    # (kernels.gather, measured by run on the H200: validation/h200/aten-paths)
+    _elementwise(
+        m, e, "gather", run=min((_run(t, out) for t in tensors), default=out.numel), element_bytes=out.itemsize
+    )
 
 
 @rule(*TRANSCENDENTAL, *(f"{n}_" for n in TRANSCENDENTAL))
@@ -606,7 +631,7 @@ def _masked_fill(m: _Mapper, e: OpEvent) -> None:
     k = m.launch("clone", e)
     k.read(source, over=out)
     k.write(out)
-    k.done("copy", softmax_flops=0)
+    _copied(k, source, out)
     inplace = dataclasses.replace(e, op="masked_fill_", args=(out, *e.args[1:]))
     _masked_fill_(m, inplace)
 
@@ -620,13 +645,27 @@ def _copy(m: _Mapper, e: OpEvent) -> None:
     k.write(out)
     if source.storage in m.masked:
         m.masked.add(out.storage)
+    _copied(k, source, out)
+
+
+def _copied(k: _Launch, source: TensorRef, out: TensorRef) -> None:
+    """Finish a copy of ``source`` into ``out``. A copy of a permuted, transposed or expanded view
+    gathers: ATen's generic elementwise path, timed by the run its source is read in
+    (kernels.gather: 0.64 TB/s for a transposed last pair of bf16, 1.56 for runs of 128 elements
+    and more, against 4.2 for a contiguous copy) or, for an expanded view, at the expanded copy's
+    rate; a contiguous conversion to a wider dtype runs element by element (kernels.cast, about
+    half a copy's rate): validation/h200/aten-paths."""
     plain = source.dtype == out.dtype and _contiguous(source) and _contiguous(out)
-    # a copy of a permuted, transposed or expanded view gathers: ATen's generic elementwise path
-    # (measured on the H200: permuted heads 1.2-1.5 TB/s, a transposed last pair 0.6, against
-    # 4.0 for a contiguous copy; validation/h200/host-probe/host-diag.jsonl.gz), timed at the
-    # generic path's rate (kernels.elementwise), not the contiguous copy's
     gather = source.strides != out.strides and source.shape == out.shape and not _contiguous(source)
-    k.done("elementwise" if gather else "copy", softmax_flops=0, launches=1 if plain else launches(out, [source]))
+    n = launches(out, [source])
+    if gather:
+        expanded = any(st == 0 and size > 1 for size, st in zip(source.shape, source.strides))
+        op = "expand" if expanded else "gather"
+        k.done(op, softmax_flops=0, launches=n, run=_run(source, out), element_bytes=out.itemsize)
+    elif source.itemsize < out.itemsize:
+        k.done("cast", softmax_flops=0, launches=1 if _contiguous(source) and _contiguous(out) else n)
+    else:
+        k.done("copy", softmax_flops=0, launches=1 if plain else n)
 
 
 def _contiguous(t: TensorRef) -> bool:
@@ -644,6 +683,11 @@ def _contiguous(t: TensorRef) -> bool:
 )  # fmt: skip
 def _fill(m: _Mapper, e: OpEvent) -> None:
     _elementwise(m, e, "elementwise", flops=0, read=False)
+    # a tensor filled far below any score (the FlashAttention benchmark's −10000 mask, made with
+    # ``full`` then ``triu``): what it is added to is a masked softmax input
+    value = next((a for a in e.args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
+    if value is not None and value < -1e3:
+        m.masked.add(e.outputs[0].storage)
 
 
 @rule("triu", "tril", "triu_", "tril_")
@@ -667,6 +711,7 @@ def _softmax(m: _Mapper, e: OpEvent) -> None:
         row_length=row,
         masked_input=x.storage in m.masked,
         unaligned=bool(row * x.itemsize % ROW_ALIGNMENT),
+        element_bytes=4 if x.itemsize == 4 and out.itemsize == 4 else 0,
     )
 
 
@@ -744,7 +789,27 @@ def _concatenate(m: _Mapper, e: OpEvent) -> None:
     for t in parts:
         k.read(t)
     k.write(out)
+    # contiguous inputs: a copy's rate (3.1-4.1 TB/s measured, by the width of the slices); an
+    # input that is a strided view (the rotary halves of permuted heads) is indexed element by
+    # element (kernels.gather.cat_bandwidth)
+    strided = [t for t in parts if t.ndim and not _contiguous(t)]
+    if strided:
+        run = min(_inner_run(t) for t in strided)
+        k.done("cat", softmax_flops=0, run=run, element_bytes=out.itemsize)
+        return
     k.done("copy", softmax_flops=0)
+
+
+def _inner_run(t: TensorRef) -> int:
+    """Elements ``t`` holds contiguous in its own order (last dim first)."""
+    run = 1
+    for n, st in zip(reversed(t.shape), reversed(t.strides)):
+        if n == 1:
+            continue
+        if st != run:
+            break
+        run *= n
+    return run
 
 
 def map_recording(rec: Recording, l2: l2m.L2, dtype: str, sdpa: Callable[[Workload, str, bool], Any] | None) -> Mapped:

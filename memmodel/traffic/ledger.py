@@ -179,6 +179,11 @@ class Kernel:
     kind: str = ""
     #: a softmax over scores a causal mask has set to −∞ (half of each row on average)
     masked_input: bool = False
+    #: ATen's generic elementwise kernel (``op`` "gather" or "expand"): the run of elements its
+    #: inputs hold contiguous in the output's order (the shortest), and bytes an element of its
+    #: output; the softmax (``op`` "softmax"): 4 for fp32 rows, 0 for the dtype's
+    run: IntLike = 0
+    element_bytes: IntLike = 0
     #: fused kernels whose warps split a product's inner dimension (flash-attn v1's split-K): the
     #: shared-memory bytes the warps write and read back to sum their partial results, summed over
     #: the CTAs (the sum of the kernel's exchange transfers, :meth:`KernelBuilder.exchange`), and

@@ -41,6 +41,8 @@ back too (the function returns it).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import intmath
@@ -48,6 +50,7 @@ from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
 from .ledger import Kernel, KernelBuilder
+from .standard import elementwise_launches
 
 #: rows and tokens of FlashInfer's Hopper MLA CTA tile, and its K/V pipeline stages
 TILE, STAGES = 64, 2
@@ -200,18 +203,34 @@ def math_fallback_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
     o32 = intmath.mul(bh, w.n, w.d_v_, f)
     kernels: list[Kernel] = []
 
-    def elementwise(name: str, tensor: str, read: IntLike, written: IntLike, formula: str, op: str) -> None:
+    def elementwise(
+        name: str, tensor: str, read: IntLike, written: IntLike, formula: str, op: str, **fields: Any
+    ) -> None:
         k = KernelBuilder(name)
         k.read(tensor, "input", read, l2m.carried_over(read, l2) if name.startswith("scale") else read, formula)
         k.write(tensor, "intermediate", written, formula)
-        kernels.append(k.build(softmax_flops=intmath.ceil_div(written, f), op=op))
+        kernels.append(
+            k.build(
+                softmax_flops=intmath.ceil_div(written, f),
+                op=op,
+                launches=elementwise_launches(intmath.ceil_div(written, f), f),
+                **fields,
+            )
+        )
 
     if cast:
-        elementwise("cast_q", "Q", w.q_bytes(), q32, "B·H·N·d·(e→4)", "copy")
-        elementwise("cast_k", "K", w.kv_bytes(), k32, "B·H_kv·N_kv·d·(e→4)", "copy")
-        elementwise("cast_v", "V", w.v_bytes(), v32, f"B·H_kv·N_kv·{w.dv_sym}·(e→4)", "copy")
+        # widening conversions run element by element (kernels.cast); V, a view of the first d_v
+        # elements of K's row, through ATen's generic kernel at runs of d_v (kernels.gather)
+        elementwise("cast_q", "Q", w.q_bytes(), q32, "B·H·N·d·(e→4)", "cast")
+        elementwise("cast_k", "K", w.kv_bytes(), k32, "B·H_kv·N_kv·d·(e→4)", "cast")
+        view = np.asarray(w.d_v_) < np.asarray(w.d)
+        fields = {"run": w.d_v_, "element_bytes": f} if np.all(view) else {}
+        elementwise(
+            "cast_v", "V", w.v_bytes(), v32, f"B·H_kv·N_kv·{w.dv_sym}·(e→4)", "gather" if fields else "cast", **fields
+        )
     elementwise("scale_q", "Q", q32, q32, "B·H·N·d·4", "scale")
     if np.any(grouped):
+        # repeat_interleave: a copy of an expanded view (kernels.gather.expand_bandwidth_4byte)
         for name, tensor, small, big, formula in (
             ("expand_k", "K", k32, k_all, "B·H·N_kv·d·4 (K copied to every query head)"),
             ("expand_v", "V", v32, v_all, f"B·H·N_kv·{w.dv_sym}·4 (V copied to every query head)"),
@@ -219,7 +238,9 @@ def math_fallback_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
             k = KernelBuilder(name)
             k.read(tensor, "input", small, l2m.carried_over(small, l2) if cast else small, "B·H_kv·N_kv·…·4")
             k.write(tensor, "intermediate", big, formula)
-            kernels.append(k.build(op="copy"))
+            kernels.append(
+                k.build(op="expand", element_bytes=f, launches=elementwise_launches(intmath.ceil_div(big, f), f))
+            )
     k_in = np.where(grouped, np.asarray(k_all), np.asarray(k32))
     k_in = int(k_in) if np.ndim(k_in) == 0 else k_in.astype(np.int64)
     v_in = np.where(grouped, np.asarray(v_all), np.asarray(v32))
@@ -241,6 +262,7 @@ def math_fallback_kernels(w: Workload, l2: l2m.L2) -> list[Kernel]:
             op="softmax",
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
+            element_bytes=f,
         )
     )
     pv = KernelBuilder("pv")

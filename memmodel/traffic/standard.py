@@ -158,6 +158,7 @@ def standard(w: Workload, l2: l2m.L2, *, backward: bool = False) -> AlgorithmTra
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
             masked_input=w.causal,
+            element_bytes=4 if w.element_bytes == 4 else 0,  # fp32 rows: their own rate
         )
     )
 
@@ -383,6 +384,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
             rows=intmath.mul(bh, w.n),
             row_length=w.n_kv_,
             masked_input=w.causal,
+            element_bytes=4 if w.element_bytes == 4 else 0,  # fp32 rows: their own rate
         )
     )
     p_used = "P"
