@@ -144,3 +144,46 @@ def test_trace_classifies_copies_casts_and_cats():
     assert ops["clone"].op == "expand"
     # the -10000 fill marks what it is added to: the softmax takes the masked curve
     assert ops["_softmax"].masked_input
+
+
+# ---------------------------------------------------------------------------------------
+# memmodel calibrate measures them too
+
+
+def test_calibrate_has_the_step_and_its_figures_reach_the_profile():
+    from memmodel.calibration.figures import measured_figures
+    from memmodel.gpu.calibrate import STEPS
+
+    assert "aten_paths" in [s.key for s in STEPS]
+    rows = lines(aten_paths.RECORD) + lines(aten_paths.RECORD_2)
+    found = measured_figures({"measurements": {"aten_paths": {"lines": rows}}})
+    assert set(aten_paths.FIRST_FIELDS + aten_paths.SECOND_FIELDS) <= set(found)
+    assert found["kernels.cast.bandwidth"][0] == "2.034 TB/s"
+    # one run without the second run's sections: the first six fields only
+    assert set(aten_paths.figures(lines(aten_paths.RECORD))) == set(aten_paths.FIRST_FIELDS)
+
+
+def test_the_step_runs_on_the_cpu_and_its_rows_fit(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from memmodel.calibration import plan as planmod
+    from memmodel.gpu import calibrate_aten
+    from memmodel.gpu.measure import Context
+
+    small = 1 << 16  # the probe's 2^27 bytes, cut for the CPU
+    monkeypatch.setattr(aten_paths, "LARGE", small)
+    monkeypatch.setattr(calibrate_aten, "LARGE", small)
+    monkeypatch.setattr(calibrate_aten, "FLOOR_LENGTHS", (256, 4096))
+    import dataclasses
+
+    info = planmod.DeviceInfo("cpu", 4, 1 << 20, 1 << 30, None, (0, 0))
+    plan = dataclasses.replace(planmod.make_plan(info, quick=True))
+    assert plan.quick
+    ctx = Context(torch=torch, kernels=None, info=None, plan=plan, timer=None, device="cpu")
+    rows = calibrate_aten.measure_aten_paths(ctx)["lines"]
+    sections = {r["section"] for r in rows}
+    assert sections == {"cast", "gather", "shaped", "strided_cat", "softmax", "few_rows"}
+    # every row timed by the kernels the profiler saw, bytes as the fit reads them
+    assert all(r["kernels"] and r["read_bytes"] > 0 and r["write_bytes"] > 0 for r in rows)
+    assert sorted(r["run"] for r in rows if r["section"] == "gather" and r["dtype"] == "bf16") == [1, 4, 32, 512]
+    found = aten_paths.figures(rows)
+    assert set(found) == set(aten_paths.FIRST_FIELDS + aten_paths.SECOND_FIELDS)

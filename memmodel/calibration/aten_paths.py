@@ -135,78 +135,96 @@ def _tb(rate: float) -> str:
     return f"{rate / 1e12:.4g} TB/s"
 
 
+#: the fields the first run's sections give, and those the second run's (few_rows, strided_cats)
+FIRST_FIELDS = (
+    "kernels.cast.bandwidth",
+    "kernels.gather.bandwidth",
+    "kernels.gather.bandwidth_4byte",
+    "kernels.gather.expand_bandwidth",
+    "kernels.gather.expand_bandwidth_4byte",
+    "kernels.softmax.fp32_bandwidth",
+)
+SECOND_FIELDS = ("kernels.gather.cat_bandwidth", "kernels.softmax.row_floor", "kernels.softmax.row_floor_fp32")
+
+
+def figures(lines: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """Profile field -> (value, note) for every figure ``lines`` (the probe's or ``memmodel
+    calibrate``'s rows) measure: the first run's six where all its sections are there, the cat and
+    floor figures where theirs are."""
+    lines = list(lines)
+    out: dict[str, tuple[Any, str]] = {}
+    note = "bytes read + written over the kernel's CUPTI time, 2^27 bytes of output: memmodel.calibration.aten_paths"
+    twice = "twice the bytes written over the kernel's CUPTI time: memmodel.calibration.aten_paths"
+    cast = cast_rate(lines)
+    two, four = gather_curve(lines, "bf16"), gather_curve(lines, "fp32")
+    soft = softmax_curve(lines)
+    expand2, expand4 = expand_rate(lines, "bf16"), expand_rate(lines, "fp32")
+    if cast is not None and two and four and soft and expand2 is not None and expand4 is not None:
+        out["kernels.cast.bandwidth"] = (
+            _tb(cast),
+            f"x.to(torch.float32) of contiguous bf16 and fp16 tensors (the median), {note}",
+        )
+        out["kernels.gather.bandwidth"] = (
+            {k: _tb(v) for k, v in sorted(two.items())},
+            f"x.permute(1, 0, 2).contiguous() of bf16 (A, B, run) tensors, by run (elements), {note}",
+        )
+        out["kernels.gather.bandwidth_4byte"] = (
+            {k: _tb(v) for k, v in sorted(four.items())},
+            f"the same of fp32 tensors, by run (elements), {note}",
+        )
+        out["kernels.gather.expand_bandwidth"] = (
+            _tb(expand2),
+            f"k[:, :, None].expand(B, H_kv, g, N, d).reshape(...) of bf16 K (the median over g and d), {twice}",
+        )
+        out["kernels.gather.expand_bandwidth_4byte"] = (_tb(expand4), f"the same of fp32 K, {twice}")
+        out["kernels.softmax.fp32_bandwidth"] = (
+            {k: _tb(v) for k, v in sorted(soft.items())},
+            f"torch.softmax over the last dim of fp32 rows, by row length, 2^27 bytes of input, {note}",
+        )
+    cat = cat_rate(lines)
+    floors = {dtype: row_floor(lines, dtype) for dtype in ("bf16", "fp32")}
+    if cat is not None and all(floors.values()):
+        out["kernels.gather.cat_bandwidth"] = (
+            _tb(cat),
+            "torch.cat((-x2, x1), dim=-1) with x1 the strided half of bf16 heads permuted from a projection "
+            f"(d 64 and 128, 32 heads, the most tokens measured; the median), {twice}",
+        )
+        for key, dtype in (("row_floor", "bf16"), ("row_floor_fp32", "fp32")):
+            out[f"kernels.softmax.{key}"] = (
+                {k: f"{v * 1e6:.4g} us" for k, v in sorted(floors[dtype].items())},
+                f"torch.softmax over {FLOOR_ROWS} {dtype} rows or fewer (the longest of its times), by row "
+                "length, the kernel's CUPTI time: memmodel.calibration.aten_paths",
+            )
+    return out
+
+
+def _put(data: dict[str, Any], found: Mapping[str, tuple[Any, str]], fields: tuple[str, ...], source: str) -> bool:
+    for fpath in fields:
+        if fpath not in found:
+            return False
+    for fpath in fields:
+        value, note = found[fpath]
+        *sections, leaf = fpath.split(".")
+        node = data
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = {"value": value, "source": source, "note": note}
+    return True
+
+
 def apply(
     data: dict[str, Any], lines: list[Mapping[str, Any]], second: list[Mapping[str, Any]] | None = None
 ) -> dict[str, Any]:
     """``data`` (a profile's YAML mapping) with the first run's figures and, given its ``second``
     run's lines, the cat and softmax-floor figures; their sources."""
-    cast = cast_rate(lines)
-    two, four = gather_curve(lines, "bf16"), gather_curve(lines, "fp32")
-    soft = softmax_curve(lines)
-    expand2, expand4 = expand_rate(lines, "bf16"), expand_rate(lines, "fp32")
-    if cast is None or not two or not four or not soft or expand2 is None or expand4 is None:
-        return data
-    kernels = data.setdefault("kernels", {})
-    note = "bytes read + written over the kernel's CUPTI time, 2^27 bytes of output: memmodel.calibration.aten_paths"
-    kernels["cast"] = {
-        "bandwidth": {
-            "value": _tb(cast),
-            "source": SOURCE,
-            "note": f"x.to(torch.float32) of contiguous bf16 and fp16 tensors (the median), {note}",
-        }
-    }
-    kernels["gather"] = {
-        "bandwidth": {
-            "value": {k: _tb(v) for k, v in sorted(two.items())},
-            "source": SOURCE,
-            "note": f"x.permute(1, 0, 2).contiguous() of bf16 (A, B, run) tensors, by run (elements), {note}",
-        },
-        "bandwidth_4byte": {
-            "value": {k: _tb(v) for k, v in sorted(four.items())},
-            "source": SOURCE,
-            "note": f"the same of fp32 tensors, by run (elements), {note}",
-        },
-        "expand_bandwidth": {
-            "value": _tb(expand2),
-            "source": SOURCE,
-            "note": "k[:, :, None].expand(B, H_kv, g, N, d).reshape(...) of bf16 K (g 4 and 8, d 64 and 128; the "
-            "median), twice the bytes written over the kernel's CUPTI time: memmodel.calibration.aten_paths",
-        },
-        "expand_bandwidth_4byte": {
-            "value": _tb(expand4),
-            "source": SOURCE,
-            "note": "the same of fp32 K, twice the bytes written over the kernel's CUPTI time: "
-            "memmodel.calibration.aten_paths",
-        },
-    }
-    softmax = kernels.setdefault("softmax", {})
-    softmax["fp32_bandwidth"] = {
-        "value": {k: _tb(v) for k, v in sorted(soft.items())},
-        "source": SOURCE,
-        "note": f"torch.softmax over the last dim of fp32 rows, by row length, 2^27 bytes of input, {note}",
-    }
-    env = next((r for r in lines if r.get("section") == "env"), {})
     from .serving import cite
 
-    data = cite(data, SOURCE, "memmodel ATen elementwise-path microbenchmark", RECORD, COMMAND, env, date="2026-12-04")
-    cat = cat_rate(second or [])
-    floors = {dtype: row_floor(second or [], dtype) for dtype in ("bf16", "fp32")}
-    if cat is None or not all(floors.values()):
+    if not _put(data, figures(lines), FIRST_FIELDS, SOURCE):
         return data
-    second_note = "kernel CUPTI time: memmodel.calibration.aten_paths (second run)"
-    kernels["gather"]["cat_bandwidth"] = {
-        "value": _tb(cat),
-        "source": SOURCE_2,
-        "note": "torch.cat((-x2, x1), dim=-1) with x1 the strided half of bf16 heads permuted from a projection "
-        f"(d 64 and 128, 4096 tokens, 32 heads; the median), twice the bytes written over the {second_note}",
-    }
-    for key, dtype in (("row_floor", "bf16"), ("row_floor_fp32", "fp32")):
-        softmax[key] = {
-            "value": {k: f"{v * 1e6:.4g} us" for k, v in sorted(floors[dtype].items())},
-            "source": SOURCE_2,
-            "note": f"torch.softmax over {FLOOR_ROWS} {dtype} rows or fewer (1, 32, {FLOOR_ROWS}: the longest), by row "
-            f"length, {second_note}",
-        }
-    env2 = next((r for r in second or [] if r.get("section") == "env"), env)
-    return cite(data, SOURCE_2, "memmodel ATen elementwise-path microbenchmark, second run", RECORD_2, COMMAND_2, env2,
-                date="2026-12-04")  # fmt: skip
+    env = next((r for r in lines if r.get("section") == "env"), {})
+    data = cite(data, SOURCE, "memmodel ATen elementwise-path microbenchmark", RECORD, COMMAND, env, date="2026-12-04")
+    if second and _put(data, figures(second), SECOND_FIELDS, SOURCE_2):
+        env2 = next((r for r in second if r.get("section") == "env"), env)
+        title = "memmodel ATen elementwise-path microbenchmark, second run"
+        data = cite(data, SOURCE_2, title, RECORD_2, COMMAND_2, env2, date="2026-12-04")
+    return data

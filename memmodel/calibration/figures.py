@@ -323,6 +323,10 @@ def measured_figures(result: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
         out["compute.exp"] = (_si(rate, "op/s"), "Triton tl.exp2 (MUFU.EX2) in registers, all SMs")
     peaks = {d: r for d in MATMUL_DTYPES if (r := v[f"matmul_{d}"])}
     out.update(kernel_figures(m, peaks))
+    if lines := (m.get("aten_paths") or {}).get("lines"):
+        from . import aten_paths
+
+        out.update(aten_paths.figures(lines))
     out.update(power_figures(m))
     if rows := (m.get("host") or {}).get("rows"):
         from . import host

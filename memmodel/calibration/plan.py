@@ -66,6 +66,8 @@ class Plan:
     sustained_idle_s: float = 3.0
     sustained_busy_s: float = 0.8
     sustained_series: int = 3
+    #: ``--quick``: the steps that choose their points themselves measure fewer
+    quick: bool = False
 
 
 BLOCK_BYTES = 4096 * 4  # one block of the streaming kernels: 4096 float32
@@ -94,6 +96,7 @@ def make_plan(info: DeviceInfo, *, quick: bool = False) -> Plan:
     stream = (1 if quick else 4) * gib
     stream = min(stream, int(info.hbm_bytes * 0.2) // BLOCK_BYTES * BLOCK_BYTES)  # small GPUs: 2 buffers ≤ 40 %
     return Plan(
+        quick=quick,
         warmup=2 if quick else 3,
         stream_bytes=stream,
         stream_reps=5 if quick else 20,

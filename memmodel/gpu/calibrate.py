@@ -46,7 +46,7 @@ from .. import __version__
 from ..calibration.plan import BLOCK_BYTES, MATMUL_DTYPES, SCHEMA, DeviceInfo, knee_summary, make_plan
 from ..errors import RuntimeFailure
 from ..frozen import frozen
-from . import calibrate_backward, calibrate_host, calibrate_impl, l2_reuse
+from . import calibrate_aten, calibrate_backward, calibrate_host, calibrate_impl, l2_reuse
 from .measure import Context, cuda_timer, describe, median, persistent_grid, rate
 
 #: Block shift per pass of the L2 kernels: a large prime sends each block to a program far
@@ -599,6 +599,9 @@ STEPS: tuple[Step, ...] = (
     Step("launch", "launch overhead", measure_launch),
     Step("mma_sync", "mma.sync tensor-core peak", calibrate_impl.measure_mma_sync),
     Step("kernels", "library kernels: softmax, masked_fill, cuBLAS", calibrate_impl.measure_kernels),
+    Step(
+        "aten_paths", "ATen's elementwise paths: casts, gathers, cat, fp32 softmax", calibrate_aten.measure_aten_paths
+    ),
     Step("sdpa", "attention implementations, reference shapes", calibrate_impl.measure_sdpa),
     Step(
         "backward",
