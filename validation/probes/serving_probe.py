@@ -6,6 +6,9 @@ PYTHONPATH (see /work/shared/tools/pack-flashinfer):
 
     python validation/probes/serving_probe.py OUT.jsonl [--only SECTION,...]
 
+Sections: sdpa, flex, decode, mla, prefill, fp8; mla_chunks (a later run, not in the first record:
+FlashInfer's MLA decode at small batches over lengths no check case holds).
+
 One JSON line per case: its section and shape, the kernels the profiler saw (name, grid, CUDA time
 in us) and the median of 20 CUDA-event timings of the whole call; a case that fails writes its error.
 """
@@ -195,6 +198,52 @@ def mla_cases(fh, fi, ws):
             run_case(fh, "mla", shape, build)
 
 
+#: the chunk probe's shapes (issue #29): FlashInfer's MLA decode at small batches, where its plan
+#: splits each request's keys into many chunks; lengths and head counts no check case holds
+MLA_CHUNK_HEADS = (16, 64, 128)
+MLA_CHUNK_BATCHES = (1, 2)
+MLA_CHUNK_LENGTHS = (1536, 3072, 6144, 12288, 24576, 49152)
+
+
+def mla_chunk_cases(fh, fi, ws):
+    """FlashInfer's Hopper MLA decode (backend fa3, what auto picks on sm90) where its plan splits
+    a request's keys into many chunks: the merge after the grid barrier walks them. Each case also
+    records five profiled calls' kernel times (``kernel_us``), not one."""
+    gen = torch.Generator().manual_seed(3)
+    for heads in MLA_CHUNK_HEADS:
+        for batch in MLA_CHUNK_BATCHES:
+            for n_kv in MLA_CHUNK_LENGTHS:
+                page = 64
+                shape = dict(impl="flashinfer-mla", backend="fa3", heads=heads, batch=batch, n_kv=n_kv,
+                             page_size=page, d=576, d_v=512)  # fmt: skip
+
+                def build(heads=heads, batch=batch, n_kv=n_kv, page=page):
+                    pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
+                    ckv = torch.randn(pool, page, 512, device=DEV, dtype=BF16)
+                    kpe = torch.randn(pool, page, 64, device=DEV, dtype=BF16)
+                    qn = torch.randn(batch, heads, 512, device=DEV, dtype=BF16)
+                    qp = torch.randn(batch, heads, 64, device=DEV, dtype=BF16)
+                    qo = torch.arange(0, batch + 1, dtype=torch.int32, device=DEV)
+                    kv_len = torch.full((batch,), n_kv, dtype=torch.int32, device=DEV)
+                    w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend="fa3")
+                    w.plan(qo, indptr, idx, kv_len, heads, 512, 64, page, False, 1 / math.sqrt(192), BF16, BF16)
+                    return lambda: w.run(q_nope=qn, q_pe=qp, ckv_cache=ckv, kpe_cache=kpe)
+
+                rec = {"section": "mla_chunks", **shape}
+                try:
+                    fn = build()
+                    fn()
+                    torch.cuda.synchronize()
+                    samples = sorted(sum(k["us"] for k in kernels(fn) if "MLA" in k["name"]) for _ in range(5))
+                    rec["kernel_us"] = samples[2]
+                    rec["time_us"] = round(median_us(fn), 3)
+                    rec["kernels"] = kernels(fn)
+                except Exception as exc:  # noqa: BLE001 - a probe records what failed and goes on
+                    rec["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+                emit(fh, rec)
+                torch.cuda.empty_cache()
+
+
 def fp8_prefill_cases(fh, fi):
     for n, causal in ((4096, True), (8192, False)):
         hq, hkv, d = 32, 8, 128
@@ -346,6 +395,7 @@ def main() -> None:
         for name, fn in (
             ("decode", lambda: decode_cases(fh, fi, ws)),
             ("mla", lambda: mla_cases(fh, fi, ws)),
+            ("mla_chunks", lambda: mla_chunk_cases(fh, fi, ws)),
             ("prefill", lambda: prefill_cases(fh, fi, ws)),
             ("fp8", lambda: fp8_prefill_cases(fh, fi)),
         ):
