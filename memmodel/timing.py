@@ -1186,6 +1186,12 @@ def kernel_time(
         cta = waves * split_overhead
         terms["cta"] = float(cta) if np.ndim(cta) == 0 else cta
         time = time + cta
+    if np.any(np.asarray(kernel.merge_steps) > 0) and profile.l2.latency_s:
+        # after the grid barrier each row's partials are merged one after another, a dependent
+        # L2 load each (FlashInfer's DevicePersistentMergeStates): the L2 latency a step
+        merge = np.asarray(intmath.to_float(kernel.merge_steps), dtype=np.float64) * profile.l2.latency_s
+        terms["merge"] = float(merge) if np.ndim(merge) == 0 else merge
+        time = time + merge
     key_time = measured.mask_key_time_s
     if key_time is not None and np.any(np.asarray(kernel.mask_keys) > 0):
         # measured: each wave of CTAs first walks the keys to build the default block mask

@@ -499,3 +499,15 @@ def test_compare_json_says_which_mla_form(run):
     assert cache["form"] == "mla-prefill" and cache["bytes_per_token"] == 1152 * 61
     plain = run("compare", "--model", "llama-3-8b", "--n", "2048", "--format", "json")
     assert "kv_cache" not in json.loads(plain.stdout)  # other models' outputs as they were
+
+
+def test_the_merge_walks_a_split_rows_chunks_at_the_l2_latency():
+    # batch 1, 16 heads over 32768 keys: the plan splits the request into 128 chunks of 256 keys;
+    # after the grid barrier each row merges them one after another: 128 × 147.6 ns = 18.89 us
+    w = Workload(n=1, n_kv=32768, d=576, d_v=512, batch=1, heads=16, kv_heads=1, dtype="bf16")
+    (kernel,) = compare(w, H200, impl="flashmla").tiled.timing.kernels
+    assert kernel.terms["merge"] == pytest.approx(128 * 147.6e-9)
+    # a plan that does not split (one chunk a request) merges nothing
+    big = Workload(n=1, n_kv=4096, d=576, d_v=512, batch=64, heads=128, kv_heads=1, dtype="bf16")
+    (kernel,) = compare(big, H200, impl="flashmla").tiled.timing.kernels
+    assert "merge" not in kernel.terms

@@ -184,6 +184,9 @@ class Kernel:
     #: output; the softmax (``op`` "softmax"): 4 for fp32 rows, 0 for the dtype's
     run: IntLike = 0
     element_bytes: IntLike = 0
+    #: a persistent kernel's merge after its grid barrier that walks a row's partial results one
+    #: after another (FlashInfer's MLA decode): its dependent steps, each an L2 round trip
+    merge_steps: IntLike = 0
     #: fused kernels whose warps split a product's inner dimension (flash-attn v1's split-K): the
     #: shared-memory bytes the warps write and read back to sum their partial results, summed over
     #: the CTAs (the sum of the kernel's exchange transfers, :meth:`KernelBuilder.exchange`), and

@@ -169,6 +169,8 @@ def flashinfer_mla_kernels(w: Workload, l2: l2m.L2, sm_count: int, page_size: in
             ctas=ctas,
             bytes_in_flight_per_cta=STAGES * TILE * int(np.max(np.asarray(row_kv))),
             overlap="serial-compute",
+            # the merge walks each split row's chunks one after another
+            merge_steps=np.where(split, np.asarray(chunks), 0) if np.ndim(split) else (int(chunks) if split else 0),
         )
     ]
 
