@@ -26,7 +26,7 @@ L2-sized tensor, as small traced kernels are).
 Sections (the first run took the first seven): casts, gathers, shaped, cats, reductions, binaries,
 softmaxes; then few_rows (the softmax over fewer rows than fill the GPU, by rows and length),
 strided_cats (``cat`` of the rotary halves of permuted heads), small_sums (bias-gradient and norm
-sizes).
+sizes); softmax_inputs (the softmax over masked and unmasked scores as attention code leaves them).
 
 One JSON line a measurement: the bytes read (each input once) and written, the median of 20
 CUDA-event timings, the kernels the profiler saw in one call.
@@ -253,9 +253,43 @@ def small_sums(f) -> None:
         del x, x32
 
 
+def softmax_inputs(f) -> None:
+    """The softmax over scores as attention code leaves them: plain, with an additive finite mask
+    (the FlashAttention benchmark's −10000 triu), a ``where`` to the dtype's lowest (GPT-2), −inf
+    (``masked_fill``), and straight from a batched product; bf16, rows of 197 to 2048 keys."""
+    for n in (197, 512, 1024, 2048):
+        bh = max(1, (1 << 26) // (n * n * 2))
+        x = torch.randn(bh, n, n, device="cuda", dtype=BF16)
+        size = x.numel() * 2
+        causal = torch.ones(n, n, device="cuda", dtype=torch.bool).tril()
+        inputs = {
+            "plain": x,
+            "additive -10000": x + torch.triu(torch.full((n, n), -10000.0, device="cuda"), 1).to(BF16),
+            "where lowest": torch.where(causal, x, torch.tensor(torch.finfo(BF16).min, device="cuda", dtype=BF16)),
+            "masked -inf": x.masked_fill(~causal, float("-inf")),
+        }
+        q = torch.randn(bh, n, 64, device="cuda", dtype=BF16)
+        inputs["from bmm"] = q @ q.transpose(1, 2)
+        for name, t in inputs.items():
+            emit(f, "softmax_inputs", name, lambda t=t: torch.softmax(t, -1), [t], size, row=n, rows=bh * n)
+        del x, inputs, q, causal
+
+
 PARTS = {
     f.__name__: f
-    for f in (casts, gathers, shaped, cats, reductions, binaries, softmaxes, few_rows, strided_cats, small_sums)
+    for f in (
+        casts,
+        gathers,
+        shaped,
+        cats,
+        reductions,
+        binaries,
+        softmaxes,
+        few_rows,
+        strided_cats,
+        small_sums,
+        softmax_inputs,
+    )
 }
 #: the first run's sections (validation/h200/aten-paths/aten-paths.jsonl.gz)
 FIRST = ("casts", "gathers", "shaped", "cats", "reductions", "binaries", "softmaxes")
