@@ -1050,12 +1050,20 @@ def kernel_time(
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         cost = figures.checked_step_cost * np.asarray(intmath.to_float(kernel.checked_blocks))
         scale = scale * (1.0 + cost / blocks)
+    paged_cost = measured.paged_step_cost if measured is not None else ()
+    paged = bool(paged_cost) and np.any(np.asarray(kernel.paged_blocks) > 0)
+    if paged:
+        # measured: a step through the page table costs 1 + paged plain steps, by the K/V block
+        # it loads (pages smaller than flex's block make its steps small and many)
+        blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
+        per = np.asarray(interpolate_log2(paged_cost, np.asarray(intmath.to_float(kernel.kv_block))))
+        scale = scale * (1.0 + per * np.asarray(intmath.to_float(kernel.paged_blocks)) / blocks)
     windowed = local is not None and np.any(np.asarray(kernel.local_blocks) > 0)
     if windowed:
         # a sliding-window forward's every block costs 1 + local plain blocks (its mask, applied to each)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + local * np.asarray(intmath.to_float(kernel.local_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None or slowed or windowed or checked:
+    if eff is not None or tail is not None or masked is not None or slowed or windowed or checked or paged:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     if fused:

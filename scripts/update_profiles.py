@@ -112,6 +112,10 @@ def with_links(text: str) -> str:
     flex_reference = flex_prefill.load(ROOT)
     if flex_reference is not None:  # FlexAttention's prefill templates, from their reference shapes
         data = flex_prefill.apply(data, flex_reference)
+    from memmodel.calibration import flex_paged
+
+    if (ROOT / flex_paged.RECORD).exists():  # flex's prefill over a paged cache, after its prefill figures
+        data = flex_paged.apply(data, json.load(gzip.open(ROOT / flex_paged.RECORD, "rt")))
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():

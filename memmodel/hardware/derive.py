@@ -76,6 +76,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.checked_step_cost", "same"),
+    ("implementations.*.paged_step_cost", "same"),
     ("implementations.*.backward_checked_step_cost", "same"),
     ("implementations.*.local_block_cost", "same"),
     ("implementations.*.exited_cta_cost", "same"),

@@ -305,6 +305,9 @@ class ImplementationFigures:
     #: seconds one CTA of its split-KV kernel takes a K/V block step, by the block it loads a step
     #: (flex's BLOCK_N: the page where paged), whatever the head dim, where that decides its time
     block_step_time_s: Curve = ()
+    #: the extra cost of a forward prefill step that reads K/V through a page table (flex over a
+    #: paged cache), in plain steps, by the K/V block a step loads (BLOCK_N: at most the page)
+    paged_step_cost: Curve = ()
     #: seconds a CTA of its decoding kernel spends per key building the default block mask in the
     #: kernel (flex_attention called without a block mask)
     mask_key_time_s: float | None = None

@@ -96,6 +96,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "split_efficiency": "split_efficiency",
     "split_cta_overhead": "split_cta_overhead_s",
     "block_step_time": "block_step_time_s",
+    "paged_step_cost": "paged_step_cost",
 }
 #: the per-implementation fields that are one figure, and the field each fills
 IMPLEMENTATION_VALUES: dict[str, str] = {
@@ -305,6 +306,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.backward_call_host": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.checked_step_cost": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.paged_step_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.backward_checked_step_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
@@ -350,7 +352,7 @@ CURVES: dict[str, str] = {
     "kernels.gather.bandwidth": "run (elements)",
     "kernels.gather.bandwidth_4byte": "run (elements)",
     **{
-        f"implementations.{name}.{leaf}": "K/V block" if leaf == "block_step_time" else "head dim"
+        f"implementations.{name}.{leaf}": "K/V block" if leaf in ("block_step_time", "paged_step_cost") else "head dim"
         for leaf in IMPLEMENTATION_CURVES
         for name in _NAMES
     },

@@ -187,6 +187,8 @@ class Kernel:
     #: a persistent kernel's merge after its grid barrier that walks a row's partial results one
     #: after another (FlashInfer's MLA decode): its dependent steps, each an L2 round trip
     merge_steps: IntLike = 0
+    #: of ``blocks``, the steps that read K/V through a page table (a paged prefill's, all of them)
+    paged_blocks: IntLike = 0
     #: fused kernels whose warps split a product's inner dimension (flash-attn v1's split-K): the
     #: shared-memory bytes the warps write and read back to sum their partial results, summed over
     #: the CTAs (the sum of the kernel's exchange transfers, :meth:`KernelBuilder.exchange`), and

@@ -30,6 +30,7 @@ params say how many separate contiguous chunks a head's K/V is read in (``kv_chu
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -705,6 +706,13 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
             w.n_kv_ if w.page_size is None else intmath.mul(w.kv_pool_, w.page_size),
         ),
     )
+    if w.page_size is not None:
+        # a prefill's every step reads K/V through the page table (its measured extra cost,
+        # implementations.flex.paged_step_cost, is a prefill's: a decode's steps, through the
+        # same template, are bound by their loads and take none)
+        prefill = np.asarray(w.n) > 1
+        paged = np.where(prefill, np.asarray(kernel.blocks), 0)
+        kernel = dataclasses.replace(kernel, kv_block=bn, paged_blocks=int(paged) if paged.ndim == 0 else paged)
     params = {
         "kernel": "flex_attention",
         "page_size": w.page_size,
