@@ -6,8 +6,9 @@ PYTHONPATH (see /work/shared/tools/pack-flashinfer):
 
     python validation/probes/serving_probe.py OUT.jsonl [--only SECTION,...]
 
-Sections: sdpa, flex, decode, mla, prefill, fp8; mla_chunks (a later run, not in the first record:
-FlashInfer's MLA decode at small batches over lengths no check case holds).
+Sections: sdpa, flex, decode, mla, prefill, fp8; mla_chunks and prefill_pages (later runs, not in the
+first record: FlashInfer's MLA decode at small batches over lengths no check case holds; its paged
+prefill by page size, 1 to 64 tokens).
 
 One JSON line per case: its section and shape, the kernels the profiler saw (name, grid, CUDA time
 in us) and the median of 20 CUDA-event timings of the whole call; a case that fails writes its error.
@@ -244,6 +245,31 @@ def mla_chunk_cases(fh, fi, ws):
                 torch.cuda.empty_cache()
 
 
+def prefill_page_cases(fh, fi, ws):
+    """FlashInfer's paged prefill (backend auto: its sm90 kernel) by page size, 1 token (SGLang's
+    token-level pool) to 64, at d 64 and 128: what the page lookups cost a prefill."""
+    gen = torch.Generator().manual_seed(4)
+    for d in (64, 128):
+        for batch, new, cached in ((1, 1024, 5120), (2, 512, 2560)):
+            for page in (1, 16, 64):
+                hq, hkv = 32, 8
+                shape = dict(impl="flashinfer-prefill", backend="auto", d=d, heads=hq, kv_heads=hkv, batch=batch,
+                             n=new, n_kv=new + cached, page_size=page, causal=True)  # fmt: skip
+
+                def build(batch=batch, new=new, cached=cached, page=page, hq=hq, hkv=hkv, d=d):
+                    n_kv = new + cached
+                    pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
+                    k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF16)
+                    v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF16)
+                    q = torch.randn(batch * new, hq, d, device=DEV, dtype=BF16)
+                    qo = (torch.arange(batch + 1, dtype=torch.int32) * new).to(DEV)
+                    w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="auto")
+                    w.plan(qo, indptr, idx, last, hq, hkv, d, page, causal=True, q_data_type=BF16, kv_data_type=BF16)
+                    return lambda: w.run(q, (k, v))
+
+                run_case(fh, "prefill_pages", shape, build)
+
+
 def fp8_prefill_cases(fh, fi):
     for n, causal in ((4096, True), (8192, False)):
         hq, hkv, d = 32, 8, 128
@@ -396,6 +422,7 @@ def main() -> None:
             ("decode", lambda: decode_cases(fh, fi, ws)),
             ("mla", lambda: mla_cases(fh, fi, ws)),
             ("mla_chunks", lambda: mla_chunk_cases(fh, fi, ws)),
+            ("prefill_pages", lambda: prefill_page_cases(fh, fi, ws)),
             ("prefill", lambda: prefill_cases(fh, fi, ws)),
             ("fp8", lambda: fp8_prefill_cases(fh, fi)),
         ):
