@@ -383,17 +383,17 @@ def cite(
 ) -> dict[str, Any]:
     """``data`` with ``sources.<source>``: a measurement on the lent H200 of ``record`` (its
     ``env`` line: the GPU and torch; ``software``: what else ran), made by ``command`` on ``date``."""
+    from .sources import put_source
+
     gpu = env.get("gpu", "GPU")
-    sources = dict(data.get("sources") or {})
-    sources[source] = {
-        "title": f"{title}, {gpu} ({record})",
-        "kind": "measured",
-        "machine": f"lent {gpu} (nvidia-h200), torch {env.get('torch', '?')}{software}",
-        "date": date,
-        "command": command,
-    }
-    data["sources"] = sources
-    return data
+    return put_source(
+        data,
+        source,
+        title=f"{title}, {gpu} ({record})",
+        machine=f"lent {gpu} (nvidia-h200), torch {env.get('torch', '?')}{software}",
+        date=date,
+        command=command,
+    )
 
 
 # ---------------------------------------------------------------------------------------

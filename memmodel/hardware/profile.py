@@ -29,6 +29,15 @@ Curve = tuple[tuple[int, float], ...]
 WARP_SOFTMAX_ROWS = 2048
 
 
+def _by_element(two: Any, four: Any, element_bytes: Any) -> Any:
+    """``four`` where ``element_bytes`` is 4 or more, else ``two`` (each a rate, an array or None);
+    the one measured where the other is None."""
+    if two is None or four is None:
+        return two if four is None else four
+    out = np.where(np.asarray(element_bytes) >= 4, four, two)
+    return float(out) if out.ndim == 0 else out
+
+
 def interpolate_log2(curve: Curve, x: Any) -> Any:
     """``curve`` (sorted (x, y) points) at ``x`` (a number or an array), linear in log2(x)
     between points, the end point's value outside them; None for an empty curve."""
@@ -157,21 +166,14 @@ class KernelRates:
     def expand_rate(self, element_bytes: Any) -> Any:
         """The expanded copy's rate for ``element_bytes`` (as :meth:`gather_rate`); None where
         not measured."""
-        two, four = self.expand_bytes_per_s, self.expand_4byte_bytes_per_s
-        if two is None or four is None:
-            return two if four is None else four
-        out = np.where(np.asarray(element_bytes) >= 4, four, two)
-        return float(out) if out.ndim == 0 else out
+        return _by_element(self.expand_bytes_per_s, self.expand_4byte_bytes_per_s, element_bytes)
 
     def gather_rate(self, run: Any, element_bytes: Any) -> Any:
         """The generic kernel's rate at ``run`` elements of ``element_bytes`` (4 bytes and more:
         the 4-byte curve; less: the 2-byte curve); None where not measured."""
         two = interpolate_log2(self.gather_bytes_per_s, run)
         four = interpolate_log2(self.gather_4byte_bytes_per_s, run)
-        if two is None or four is None:
-            return two if four is None else four
-        out = np.where(np.asarray(element_bytes) >= 4, four, two)
-        return float(out) if out.ndim == 0 else out
+        return _by_element(two, four, element_bytes)
 
     def gemm_unaligned_read_rate(self, head_dim: Any) -> Any:
         """The unaligned ``PV``-shaped rate at ``head_dim`` (linear in log2 between measured
