@@ -185,18 +185,23 @@ def mla_cases(fh, fi, ws):
             )
 
             def build(heads=heads, batch=batch, n_kv=n_kv, page=page, backend=backend):
-                pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
-                ckv = torch.randn(pool, page, 512, device=DEV, dtype=BF16)
-                kpe = torch.randn(pool, page, 64, device=DEV, dtype=BF16)
-                qn = torch.randn(batch, heads, 512, device=DEV, dtype=BF16)
-                qp = torch.randn(batch, heads, 64, device=DEV, dtype=BF16)
-                qo = torch.arange(0, batch + 1, dtype=torch.int32, device=DEV)
-                kv_len = torch.full((batch,), n_kv, dtype=torch.int32, device=DEV)
-                w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
-                w.plan(qo, indptr, idx, kv_len, heads, 512, 64, page, False, 1 / math.sqrt(192), BF16, BF16)
-                return lambda: w.run(q_nope=qn, q_pe=qp, ckv_cache=ckv, kpe_cache=kpe)
+                return mla_call(fi, ws, gen, heads, batch, n_kv, page, backend)
 
             run_case(fh, "mla", shape, build)
+
+
+def mla_call(fi, ws, gen, heads: int, batch: int, n_kv: int, page: int, backend: str):
+    """One planned absorbed MLA decode (latent 512 + rotary 64, pages scattered): its call."""
+    pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
+    ckv = torch.randn(pool, page, 512, device=DEV, dtype=BF16)
+    kpe = torch.randn(pool, page, 64, device=DEV, dtype=BF16)
+    qn = torch.randn(batch, heads, 512, device=DEV, dtype=BF16)
+    qp = torch.randn(batch, heads, 64, device=DEV, dtype=BF16)
+    qo = torch.arange(0, batch + 1, dtype=torch.int32, device=DEV)
+    kv_len = torch.full((batch,), n_kv, dtype=torch.int32, device=DEV)
+    w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend=backend)
+    w.plan(qo, indptr, idx, kv_len, heads, 512, 64, page, False, 1 / math.sqrt(192), BF16, BF16)
+    return lambda: w.run(q_nope=qn, q_pe=qp, ckv_cache=ckv, kpe_cache=kpe)
 
 
 #: the chunk probe's shapes (issue #29): FlashInfer's MLA decode at small batches, where its plan
@@ -218,21 +223,9 @@ def mla_chunk_cases(fh, fi, ws):
                 shape = dict(impl="flashinfer-mla", backend="fa3", heads=heads, batch=batch, n_kv=n_kv,
                              page_size=page, d=576, d_v=512)  # fmt: skip
 
-                def build(heads=heads, batch=batch, n_kv=n_kv, page=page):
-                    pool, idx, indptr, last = page_table(batch, n_kv, page, gen)
-                    ckv = torch.randn(pool, page, 512, device=DEV, dtype=BF16)
-                    kpe = torch.randn(pool, page, 64, device=DEV, dtype=BF16)
-                    qn = torch.randn(batch, heads, 512, device=DEV, dtype=BF16)
-                    qp = torch.randn(batch, heads, 64, device=DEV, dtype=BF16)
-                    qo = torch.arange(0, batch + 1, dtype=torch.int32, device=DEV)
-                    kv_len = torch.full((batch,), n_kv, dtype=torch.int32, device=DEV)
-                    w = fi.mla.BatchMLAPagedAttentionWrapper(ws, backend="fa3")
-                    w.plan(qo, indptr, idx, kv_len, heads, 512, 64, page, False, 1 / math.sqrt(192), BF16, BF16)
-                    return lambda: w.run(q_nope=qn, q_pe=qp, ckv_cache=ckv, kpe_cache=kpe)
-
                 rec = {"section": "mla_chunks", **shape}
                 try:
-                    fn = build()
+                    fn = mla_call(fi, ws, gen, heads, batch, n_kv, page, "fa3")
                     fn()
                     torch.cuda.synchronize()
                     samples = sorted(sum(k["us"] for k in kernels(fn) if "MLA" in k["name"]) for _ in range(5))
