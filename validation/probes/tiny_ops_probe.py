@@ -61,37 +61,42 @@ def emit(f, section: str, op: str, fn, **extra) -> None:
     print(section, op, extra, f"{row['pace_us']:.3f} us", flush=True)
 
 
+def small_ops(n: int) -> tuple[dict, int, int]:
+    """The ops of :func:`small` over ``n`` output elements, and the rows and columns of the 2-D ones."""
+    x = torch.randn(n, device="cuda", dtype=BF16)
+    y = torch.randn(n, device="cuda", dtype=BF16)
+    x32 = x.float()
+    cols = min(n, 4096)
+    rows = max(n // cols, 1)
+    m = x.view(rows, cols)
+    m32 = x32.view(rows, cols)
+    w = torch.randn(cols, device="cuda", dtype=BF16)
+    half = torch.randn(rows, 2 * cols, device="cuda", dtype=BF16)[:, cols:]  # a strided view
+    dst = torch.empty(rows, 2 * cols, device="cuda", dtype=BF16)[:, cols:]
+    ops = {
+        "add bf16 (vectorised)": lambda: x + y,
+        "add fp32 (vectorised)": lambda: x32 + x32,
+        "mul row broadcast bf16 (generic)": lambda: m * w,
+        "neg strided bf16 (generic)": lambda: -half,
+        "cast bf16->fp32": lambda: x.float(),
+        "cast fp32->bf16": lambda: x32.to(BF16),
+        "rsqrt fp32": lambda: torch.rsqrt(x32),
+        "silu bf16": lambda: F.silu(x),
+        "mean last dim fp32 (reduction)": lambda: m32.mean(-1, keepdim=True),
+        "sum last dim bf16 (reduction)": lambda: m.sum(-1),
+        "cat halves bf16": lambda: torch.cat((m, m), dim=-1),
+        "copy into strided bf16": lambda: dst.copy_(m),
+        "clone bf16": lambda: x.clone(),
+    }
+    return ops, rows, cols
+
+
 def small(f) -> None:
     for n in SIZES:
-        x = torch.randn(n, device="cuda", dtype=BF16)
-        y = torch.randn(n, device="cuda", dtype=BF16)
-        x32 = x.float()
-        cols = min(n, 4096)
-        rows = max(n // cols, 1)
-        m = x.view(rows, cols)
-        m32 = x32.view(rows, cols)
-        w = torch.randn(cols, device="cuda", dtype=BF16)
-        wide = torch.randn(rows, 2 * cols, device="cuda", dtype=BF16)
-        half = wide[:, cols:]  # a strided view: each row's second half
-        dst = torch.empty(rows, 2 * cols, device="cuda", dtype=BF16)
-        ops = {
-            "add bf16 (vectorised)": lambda: x + y,
-            "add fp32 (vectorised)": lambda: x32 + x32,
-            "mul row broadcast bf16 (generic)": lambda: m * w,
-            "neg strided bf16 (generic)": lambda: -half,
-            "cast bf16->fp32": lambda: x.float(),
-            "cast fp32->bf16": lambda: x32.to(BF16),
-            "rsqrt fp32": lambda: torch.rsqrt(x32),
-            "silu bf16": lambda: F.silu(x),
-            "mean last dim fp32 (reduction)": lambda: m32.mean(-1, keepdim=True),
-            "sum last dim bf16 (reduction)": lambda: m.sum(-1),
-            "cat halves bf16": lambda: torch.cat((m, m), dim=-1),
-            "copy into strided bf16": lambda: dst[:, cols:].copy_(m),
-            "clone bf16": lambda: x.clone(),
-        }
+        ops, rows, cols = small_ops(n)
         for op, fn in ops.items():
             emit(f, "small", op, fn, elements=n, rows=rows, cols=cols)
-        del x, y, x32, m, m32, w, wide, half, dst
+        del ops
 
 
 #: (name, K, N) of the projections of Llama-3-8B (hidden 4096, 8 KV heads of 128, MLP 14336) and
