@@ -783,7 +783,7 @@ def _option_fields(setting: Setting) -> dict[str, Any]:
 
 #: Timing terms that can bound an algorithm (memmodel.timing), coded in this order; a label
 #: outside this list is coded after them (the serial path).
-BOUND_LABELS = ("hbm", "l2", "sram", "latency", "matmul", "softmax", "exp", "compute")
+BOUND_LABELS = ("hbm", "l2", "sram", "latency", "matmul", "softmax", "exp", "compute", "floor")
 #: Grids from this many configurations are shared out between processes (one per core).
 PARALLEL_MIN = 100_000
 

@@ -1155,6 +1155,12 @@ def kernel_time(
         if rate:
             lat = lat + np.asarray(intmath.to_float(kernel.bytes(level="l2")), dtype=np.float64) / rate
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
+    if not fused:
+        floor = profile.kernel_rates.small_floor(kernel.op, kernel.element_bytes or 2, kernel.outputs or 1)
+        if floor is not None:
+            # measured: ATen's small kernels (and cuBLAS' split-K reduction) take this much beyond
+            # the launch overhead however few bytes they move
+            terms["floor"] = float(floor) if np.ndim(floor) == 0 else np.asarray(floor, dtype=np.float64)
     split_overhead = figures.split_cta_overhead_s
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}
     if fused:

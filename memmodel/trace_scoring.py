@@ -70,6 +70,7 @@ def classify_kernel(name: str) -> str:
 #: the model's kernel ops (``Kernel.op``) -> the class of the kernel measured for them
 _OP_CLASSES = {
     "gemm": "gemm",
+    "splitk_reduce": "gemm",
     "softmax": "softmax",
     "softmax_backward": "softmax",
     "reduction": "reduction",

@@ -131,6 +131,15 @@ def with_links(text: str) -> str:
             [json.loads(line) for line in gzip.open(ROOT / aten_paths.RECORD, "rt") if line.strip()],
             [json.loads(line) for line in gzip.open(second, "rt") if line.strip()] if second.exists() else None,
         )
+    from memmodel.calibration import small_kernels
+
+    if (ROOT / small_kernels.RECORD).exists():  # ATen's small kernels' floors and cuBLAS' split-K reduction
+        from memmodel.hardware.parse import parse_profile
+
+        launch = parse_profile(data, "<profile being built>").launch_overhead_s or 0.0
+        data = small_kernels.apply(
+            data, [json.loads(line) for line in gzip.open(ROOT / small_kernels.RECORD, "rt") if line.strip()], launch
+        )
     from memmodel.calibration import host
 
     if (ROOT / host.RECORD).exists():  # what issuing a call costs the host (--timing call, queued, graph)

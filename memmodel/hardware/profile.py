@@ -160,6 +160,17 @@ class KernelRates:
     #: the softmax's time over one row a SM or fewer, by row length: 16-bit and fp32 rows
     softmax_row_floor_s: Curve = ()
     softmax_row_floor_fp32_s: Curve = ()
+    #: what ATen's small kernels take queued back to back beyond the launch overhead, whatever
+    #: their size (their floor): the vectorised elementwise kernel (and contiguous copies), the
+    #: generic one (an operand broadcast or strided), a widening cast, and cuBLAS' split-K
+    #: reduction after a product of few output tiles
+    small_vectorised_s: float | None = None
+    small_generic_s: float | None = None
+    small_cast_s: float | None = None
+    small_splitk_reduce_s: float | None = None
+    #: the same of a reduction, by the elements it writes (rows of 4096 reduced): 16-bit and fp32
+    small_reduction_s: Curve = ()
+    small_reduction_fp32_s: Curve = ()
     #: the softmax over fp32 rows, by row length (bf16 and fp16 take ``softmax_bytes_per_s``)
     softmax_fp32_bytes_per_s: Curve = ()
 
@@ -208,6 +219,24 @@ class KernelRates:
         if self.softmax_row_time_s:
             out = np.where(rows > curve[-1][0], self.softmax_row_time_s, out)
         return float(out) if out.ndim == 0 else out
+
+    def small_floor(self, op: str, element_bytes: Any = 2, outputs: Any = 1) -> Any:
+        """The floor of a library kernel of ``op`` (``Kernel.op``): what it takes beyond the launch
+        overhead however few its bytes; a reduction's by the elements it writes (``outputs``) and
+        its input's ``element_bytes``. None where the profile has no such figure."""
+        if op == "reduction":
+            curve = self.small_reduction_fp32_s if np.all(np.asarray(element_bytes) >= 4) else self.small_reduction_s
+            return interpolate_log2(curve, np.maximum(np.asarray(outputs, dtype=np.float64), 1.0)) if curve else None
+        return {
+            "scale": self.small_vectorised_s,
+            "copy": self.small_vectorised_s,
+            "gather": self.small_generic_s,
+            "expand": self.small_generic_s,
+            "elementwise": self.small_generic_s,
+            "cat": self.small_generic_s,
+            "cast": self.small_cast_s,
+            "splitk_reduce": self.small_splitk_reduce_s,
+        }.get(op)
 
     def softmax_fp32_rate(self, row_length: Any) -> Any:
         return interpolate_log2(self.softmax_fp32_bytes_per_s, row_length)

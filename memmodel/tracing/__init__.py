@@ -540,11 +540,11 @@ def _modelled(rec: Any, label: str, inputs: dict[str, Any], gpu: Any, dtype: str
     def fused(w: Any, impl: str, bwd: bool) -> Any:
         return compare(w, gpu, impl=impl, backward=bwd, l2=l2)
 
-    mapped: Mapped = map_recording(rec, base_l2(gpu, l2), dtype, fused)
+    mapped: Mapped = map_recording(rec, base_l2(gpu, l2), dtype, fused, gpu.sm_count)
     kernels = list(mapped.kernels)
     view = xcd_l2(gpu, l2)
     if view is not None:  # a GPU with a MALL: each traced kernel's rows against one XCD's slice
-        seen = iter(map_recording(rec, view, dtype, None).kernels)
+        seen = iter(map_recording(rec, view, dtype, None, gpu.sm_count).kernels)
         for i, timed in enumerate(mapped.timings):
             if timed is None:
                 one = AlgorithmTraffic("traced", "eager", (kernels[i],))

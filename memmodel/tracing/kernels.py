@@ -140,6 +140,26 @@ def _tiles(extent: int, tile: int = GEMM_TILE) -> int:
 LARGE_GEMM_TILE = (256, 128)
 #: a product takes LARGE_GEMM_TILE where its rows, columns and inner dimension all pass this
 LARGE_GEMM_FROM = 256
+#: cuBLAS splits a product's inner dimension over CTAs, and adds a reduction kernel after it,
+#: where its output tiles (SPLITK_TILE rows × columns) are fewer than the SMs times its inner
+#: dimension over SPLITK_INNER, and that dimension is SPLITK_MIN_INNER or more: read off the
+#: H200's one-row to 64-row projections (validation/h200/tiny-ops: Llama-3-8B's and Qwen2.5-7B's
+#: q, k, v, o, gate, up and down, GPT-2's; 40 products, each kernel list as the profiler saw it)
+SPLITK_TILE = (32, 64)
+SPLITK_INNER = 8192
+SPLITK_MIN_INNER = 2048
+
+
+def splits_k(batch: int, rows: int, cols: int, inner: int, sm_count: int) -> int:
+    """The splits of a product's inner dimension cuBLAS runs (:data:`SPLITK_TILE`; 1: none, no
+    reduction kernel); where it splits, enough to fill the SMs (at least 2, at most one split a
+    256 of the inner dimension): the reduction's bytes."""
+    if inner < SPLITK_MIN_INNER or sm_count <= 0:
+        return 1
+    tiles = batch * _tiles(rows, SPLITK_TILE[0]) * _tiles(cols, SPLITK_TILE[1])
+    if tiles * SPLITK_INNER >= sm_count * inner:
+        return 1
+    return max(2, min(-(-sm_count // tiles), inner // 256))
 
 
 def _dims(ref: TensorRef) -> str:
@@ -241,9 +261,13 @@ class _Launch:
 class _Mapper:
     """Walks a recording's ops in order and builds their kernels (module docstring)."""
 
-    def __init__(self, rec: Recording, l2: l2m.L2, dtype: str, sdpa: Callable[..., Any] | None) -> None:
+    def __init__(
+        self, rec: Recording, l2: l2m.L2, dtype: str, sdpa: Callable[..., Any] | None, sm_count: int = 0
+    ) -> None:
         self.rec = rec
         self.l2 = l2
+        #: the GPU's SMs (cuBLAS' split-K rule, :func:`splits_k`; 0: no product is split)
+        self.sm_count = sm_count
         self.dtype = dtype
         #: runs a fused call: (workload, implementation, backward) -> its Comparison (None: skip)
         self.sdpa = sdpa
@@ -519,7 +543,13 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
     k.read(b, tiles=rows, tile=tile_rows)
     if isinstance(bias, TensorRef) and beta != 0:
         k.read(bias, over=out)
-    k.write(out)
+    splits = splits_k(batch, rows, cols, inner, m.sm_count)
+    partials = m.temporary(out, "float32", 4) if splits > 1 else None
+    if partials is not None:  # fp32 partial products, one set a split, summed by a second kernel
+        partials = dataclasses.replace(
+            partials, shape=(splits, *partials.shape), strides=(partials.numel, *partials.strides)
+        )
+    k.write(partials if partials is not None else out)
     unaligned = any(_row_bytes(t) % ROW_ALIGNMENT for t in (a, b, out))
     k.done(
         "gemm",
@@ -528,6 +558,11 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
         matmul_flops=2 * batch * rows * cols * inner,
         unaligned=unaligned,
     )
+    if partials is not None:
+        r = m.launch(f"{e.op}.reduce", e)
+        r.read(partials)
+        r.write(out)
+        r.done("splitk_reduce", softmax_flops=partials.numel, splits=splits)
 
 
 def _elementwise(
@@ -777,7 +812,7 @@ def _reduction(m: _Mapper, e: OpEvent) -> None:
     k.read(x)
     for t in e.outputs:
         k.write(t)
-    k.done("reduction", softmax_flops=x.numel)
+    k.done("reduction", softmax_flops=x.numel, element_bytes=x.itemsize, outputs=e.outputs[0].numel)
 
 
 @rule("cat", "stack")
@@ -812,8 +847,15 @@ def _inner_run(t: TensorRef) -> int:
     return run
 
 
-def map_recording(rec: Recording, l2: l2m.L2, dtype: str, sdpa: Callable[[Workload, str, bool], Any] | None) -> Mapped:
+def map_recording(
+    rec: Recording,
+    l2: l2m.L2,
+    dtype: str,
+    sdpa: Callable[[Workload, str, bool], Any] | None,
+    sm_count: int = 0,
+) -> Mapped:
     """The kernels of ``rec`` against ``l2`` (timed at ``dtype`` where no tensor says otherwise);
     ``sdpa(workload, implementation, backward)`` runs a fused call through the model (None: a
-    second pass, the fused kernels left out)."""
-    return _Mapper(rec, l2, dtype, sdpa).run()
+    second pass, the fused kernels left out); ``sm_count``: the GPU's SMs (products of few output
+    tiles split their inner dimension, :func:`splits_k`; 0: none)."""
+    return _Mapper(rec, l2, dtype, sdpa, sm_count).run()

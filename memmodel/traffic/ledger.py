@@ -184,6 +184,9 @@ class Kernel:
     #: output; the softmax (``op`` "softmax"): 4 for fp32 rows, 0 for the dtype's
     run: IntLike = 0
     element_bytes: IntLike = 0
+    #: a reduction (``op`` "reduction"): the elements it writes (ATen's reduction of a few long
+    #: rows takes longer than its bytes say: ``kernels.small.reduction``)
+    outputs: IntLike = 0
     #: a persistent kernel's merge after its grid barrier that walks a row's partial results one
     #: after another (FlashInfer's MLA decode): its dependent steps, each an L2 round trip
     merge_steps: IntLike = 0
