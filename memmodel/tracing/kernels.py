@@ -144,7 +144,8 @@ LARGE_GEMM_FROM = 256
 #: where its output tiles (SPLITK_TILE rows × columns) are fewer than the SMs times its inner
 #: dimension over SPLITK_INNER, and that dimension is SPLITK_MIN_INNER or more: read off the
 #: H200's one-row to 64-row projections (validation/h200/tiny-ops: Llama-3-8B's and Qwen2.5-7B's
-#: q, k, v, o, gate, up and down, GPT-2's; 40 products, each kernel list as the profiler saw it)
+#: q, k, v, o, gate, up and down, GPT-2's; 40 products, each kernel list as the profiler saw it).
+#: Products of a batch (bmm) were measured at decode shapes only, none split: taken as never
 SPLITK_TILE = (32, 64)
 SPLITK_INNER = 8192
 SPLITK_MIN_INNER = 2048
@@ -152,11 +153,11 @@ SPLITK_MIN_INNER = 2048
 
 def splits_k(batch: int, rows: int, cols: int, inner: int, sm_count: int) -> int:
     """The splits of a product's inner dimension cuBLAS runs (:data:`SPLITK_TILE`; 1: none, no
-    reduction kernel); where it splits, enough to fill the SMs (at least 2, at most one split a
-    256 of the inner dimension): the reduction's bytes."""
-    if inner < SPLITK_MIN_INNER or sm_count <= 0:
+    reduction kernel; a batch of products: none); where it splits, enough to fill the SMs (at least
+    2, at most one split a 256 of the inner dimension): the reduction's bytes."""
+    if batch != 1 or inner < SPLITK_MIN_INNER or sm_count <= 0:
         return 1
-    tiles = batch * _tiles(rows, SPLITK_TILE[0]) * _tiles(cols, SPLITK_TILE[1])
+    tiles = _tiles(rows, SPLITK_TILE[0]) * _tiles(cols, SPLITK_TILE[1])
     if tiles * SPLITK_INNER >= sm_count * inner:
         return 1
     return max(2, min(-(-sm_count // tiles), inner // 256))
