@@ -59,8 +59,10 @@ def test_the_profile_carries_the_fit():
     assert RATES.small_floor("gather") == RATES.small_generic_s
     assert RATES.small_floor("softmax") is None  # its own floor (kernels.softmax.row_floor)
     # a reduction's floor by the elements it writes: 4 rows of fp32 lie between 1 and 16
-    assert dict(RATES.small_reduction_fp32_s)[1] < RATES.small_floor("reduction", 4, 4) < RATES.small_floor(
-        "reduction", 4, 16
+    assert (
+        dict(RATES.small_reduction_fp32_s)[1]
+        < RATES.small_floor("reduction", 4, 4)
+        < RATES.small_floor("reduction", 4, 16)
     )
     assert RATES.small_floor("reduction", 2, 1) == pytest.approx(dict(RATES.small_reduction_s)[1])
 
