@@ -1088,11 +1088,8 @@ def _evaluate_part(
         columns["arithmetic_intensity"][std_at if name == "standard" else til_at] = intensity
     timing = setting.timing
     put("predicted_time_s", s.time_s(timing), t.time_s(timing))
-    # the ranges are the validation records' errors of kernel time: blank under the other modes
-    ranges = [
-        time_range(profile.rate_class, np.asarray(ev.timing.time_s, dtype=np.float64)) if timing == "kernel" else None
-        for ev in (s, t)
-    ]
+    # the ranges: the validation records' errors of the timing mode's times
+    ranges = [time_range(profile.rate_class, np.asarray(ev.time_s(timing), dtype=np.float64), timing) for ev in (s, t)]
     for i, key in enumerate(("predicted_time_low_s", "predicted_time_high_s")):
         put(key, *(np.nan if r is None else r[i] for r in ranges))
     if timing != "kernel":

@@ -88,19 +88,41 @@ def checked(cls: str) -> str | None:
     return _span(entry)
 
 
-def time_range_errors(rate_class: str) -> dict[str, Any] | None:
+def time_range_errors(rate_class: str, timing: str = "kernel") -> dict[str, Any] | None:
     """The measured errors behind a time's range for a profile of ``rate_class``
-    (:attr:`memmodel.hardware.Profile.rate_class`): ``low``/``high`` signed errors (predicted /
-    measured - 1, the first and last decile), ``count``, ``basis``; None where the file has none."""
+    (:attr:`memmodel.hardware.Profile.rate_class`) under ``timing`` (``kernel``, ``call``,
+    ``queued``, ``graph``): ``low``/``high`` signed errors (predicted / measured - 1, the first and
+    last decile), ``count``, ``basis``; None where the file has none.
+
+    A user's timer (``call``, ``queued``, ``graph``): the errors of that mode in the records
+    (measured on the H200, with the host figures of the machine each ran on); a profile of
+    another class widens its kernel-time range by that mode's spread about its median (the host
+    and the GPU err apart: the factors multiply)."""
     found = _data().get("time_ranges", {}).get(rate_class)
-    return found if isinstance(found, dict) and "low" in found and "high" in found else None
+    kernel = found if isinstance(found, dict) and "low" in found and "high" in found else None
+    if timing == "kernel":
+        return kernel
+    mode = _data().get("mode_ranges", {}).get(timing)
+    if not (isinstance(mode, dict) and "low" in mode and "high" in mode):
+        return None
+    if rate_class == "measured" or kernel is None:
+        return mode
+    median = 1.0 + float(mode.get("median", 0.0))
+    spread = {k: (1.0 + float(kernel[k])) * (1.0 + float(mode[k])) / median - 1.0 for k in ("low", "high")}
+    return {
+        **{k: round(v, 4) for k, v in spread.items()},
+        "count": mode.get("count", 0),
+        "basis": f"{kernel.get('basis', '')}; widened by the {timing} time's spread about its median "
+        f"({mode.get('basis', '')})",
+    }
 
 
-def time_range(rate_class: str, seconds: Any) -> tuple[Any, Any] | None:
-    """Where a time predicted at ``seconds`` (a number or an array) is measured, from the first
-    to the last decile of the errors of the rate class (a prediction p with error e measures
-    p / (1 + e)); None where the data file gives no range for the class."""
-    errors = time_range_errors(rate_class)
+def time_range(rate_class: str, seconds: Any, timing: str = "kernel") -> tuple[Any, Any] | None:
+    """Where a time predicted at ``seconds`` (a number or an array) under ``timing`` is measured,
+    from the first to the last decile of the errors of the rate class (and the timing mode: see
+    :func:`time_range_errors`; a prediction p with error e measures p / (1 + e)); None where the
+    data file gives no range."""
+    errors = time_range_errors(rate_class, timing)
     if errors is None:
         return None
     return seconds / (1.0 + errors["high"]), seconds / (1.0 + errors["low"])

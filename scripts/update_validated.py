@@ -213,6 +213,7 @@ def generate(stems: tuple[str, ...] | None = None) -> dict[str, Any]:
         "reference": reference_figures(),
         "classes": classes,
         "time_ranges": time_ranges(),
+        "mode_ranges": mode_ranges(),
     }
 
 
@@ -291,6 +292,52 @@ def time_ranges() -> dict[str, Any]:
             "count": 0,
             "records": 0,
             "basis": "no GPU of this class measured: the datasheet class's spread about its median stands in",
+        }
+    return out
+
+
+def mode_errors(folder: str = CHECKS) -> tuple[dict[str, list[float]], list[str]]:
+    """The signed errors of each timing a user's timer sees (``call``, ``queued``, ``graph``) of
+    every case of the records of ``folder`` that measured them, each record rescored as
+    ``validate --rescore`` scores it (its own profile, its machine's host figures), and the
+    records that gave some."""
+    from memmodel.cli.validate import _rescored
+    from memmodel.timing_modes import MEASURED_MODES, mode_time_errors
+
+    errors: dict[str, list[float]] = {mode: [] for mode in MEASURED_MODES}
+    used: list[str] = []
+    for stem in sorted({str(p.relative_to(REPO)).split(".json")[0] for p in (REPO / folder).glob("*.json*")}):
+        path = record_file(stem)
+        if path is None:
+            continue
+        data = json.loads(_read(path))
+        if not any("call_time_s" in (e.get("timing") or {}) for e in data.get("cases", ())):
+            continue
+        found = [r for e in _rescored(str(path), None)["cases"] for r in mode_time_errors(e)]
+        for r in found:
+            if r["error"] == r["error"]:
+                errors[r["mode"]].append(r["error"])
+        if found:
+            used.append(stem)
+    return errors, used
+
+
+def mode_ranges() -> dict[str, Any]:
+    """How far a time under each of a user's timings is from what is measured: the first and
+    last decile of that mode's signed errors in the records (:func:`mode_errors`)."""
+    errors, used = mode_errors()
+    out: dict[str, Any] = {}
+    for mode, values in errors.items():
+        if len(values) < 10:
+            continue
+        deciles = statistics.quantiles(values, n=10)
+        out[mode] = {
+            "low": round(deciles[RANGE_DECILES[0] - 1], 4),
+            "median": round(statistics.median(values), 4),
+            "high": round(deciles[RANGE_DECILES[1] - 1], 4),
+            "count": len(values),
+            "records": len(used),
+            "basis": f"{mode} times of the validation records that measured them, each with its machine's host figures",
         }
     return out
 

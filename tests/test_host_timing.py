@@ -740,7 +740,8 @@ def test_every_command_takes_a_timing(run, measured_host, command, timing):
         assert {row["timing"] for row in rows} == {timing}
         for row in rows:
             assert row["predicted_time_s"] >= 0 and row["kernel_time_s"] > 0 and row["host_time_s"] > 0
-            assert row["predicted_time_low_s"] is None  # the ranges are kernel time's
+            # the range: the records' errors of this timing mode (validated.json's mode_ranges)
+            assert row["predicted_time_low_s"] <= row["predicted_time_s"] <= row["predicted_time_high_s"]
         return
     data = json.loads(r.stdout)
     assert data["timing"] == timing
@@ -751,7 +752,9 @@ def test_every_command_takes_a_timing(run, measured_host, command, timing):
     for alg in data["algorithms"]:
         assert set(alg["predicted_times_s"]) == set(TIMINGS)
         assert alg["predicted_time_s"] == alg["predicted_times_s"][timing]
-        assert alg["host_time_s"] > 0 and alg["predicted_time_range_s"] is None
+        assert alg["host_time_s"] > 0
+        low, high = alg["predicted_time_range_s"]  # from this timing mode's errors in the records
+        assert low <= alg["predicted_time_s"] <= high
 
 
 def test_compare_json_keys_under_the_default_timing(run, measured_host, bare_file):
@@ -1034,3 +1037,23 @@ def test_a_trace_charges_a_view_node_its_own_figure():
     view_nodes = sum(op.nodes for op in t.ops if op.pass_ == "backward" and op.status == "free")
     assert view_nodes == 2
     assert t.host_times.host_s - t2.host_times.host_s == pytest.approx(view_nodes * 4 * US)
+
+
+def test_a_user_timers_range_comes_from_that_modes_errors():
+    from memmodel.validated import _data, time_range, time_range_errors
+
+    modes = _data()["mode_ranges"]
+    assert set(modes) == {"call", "queued", "graph"}
+    call = time_range_errors("measured", "call")
+    assert call == modes["call"] and call["count"] >= 100
+    # a prediction p with error e measures p / (1 + e): from p / (1 + high) to p / (1 + low)
+    low, high = time_range("measured", 100e-6, "call")
+    assert low == pytest.approx(100e-6 / (1 + call["high"])) and high == pytest.approx(100e-6 / (1 + call["low"]))
+    # another class: its kernel range widened by the mode's spread about its median (factors multiply)
+    kernel = time_range_errors("datasheet")
+    wide = time_range_errors("datasheet", "queued")
+    q = modes["queued"]
+    assert wide["low"] == pytest.approx((1 + kernel["low"]) * (1 + q["low"]) / (1 + q["median"]) - 1, abs=1e-4)
+    assert wide["high"] == pytest.approx((1 + kernel["high"]) * (1 + q["high"]) / (1 + q["median"]) - 1, abs=1e-4)
+    assert wide["low"] <= kernel["low"] and wide["high"] >= kernel["high"]
+    assert time_range_errors("measured", "kernel") == time_range_errors("measured")

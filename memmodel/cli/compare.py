@@ -646,7 +646,7 @@ def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[
     con.print(f"[bold]Attention of the whole model, one {passes} pass[/] (standard, tiled: one layer)", soft_wrap=True)
 
     def ranged(seconds: float) -> str:
-        span = time_range(profile.rate_class, seconds) if timing == "kernel" else None
+        span = time_range(profile.rate_class, seconds, timing)
         return format_time_range(seconds, *(span if span is not None else (None, None)))
 
     rows = []

@@ -220,18 +220,18 @@ def _with_passes(out: dict[str, Any], ev: Evaluated, c: Comparison) -> dict[str,
     for pass_, entry in out["passes"].items():
         entry["flops_convention"] = _plain(conv[pass_])
         entry["predicted_time_range_s"] = time_range_of(c.profile, entry["predicted_time_s"])
-    # the ranges are the validation records' errors of kernel time: none yet for the other modes
-    kernel = c.options.timing == "kernel"
-    out["predicted_time_range_s"] = time_range_of(c.profile, out["predicted_time_s"]) if kernel else None
+    # the whole's time is under the timing mode: its range from that mode's errors
+    out["predicted_time_range_s"] = time_range_of(c.profile, out["predicted_time_s"], c.options.timing)
     return out
 
 
-def time_range_of(profile: Profile, seconds: Any) -> list[Any] | None:
-    """``[low, high]``: where a time predicted on ``profile`` is measured, from the errors the
-    validation records give its rate class (:func:`memmodel.validated.time_range`)."""
+def time_range_of(profile: Profile, seconds: Any, timing: str = "kernel") -> list[Any] | None:
+    """``[low, high]``: where a time predicted on ``profile`` under ``timing`` is measured, from
+    the errors the validation records give its rate class and that timing mode
+    (:func:`memmodel.validated.time_range`)."""
     if isinstance(seconds, list):  # a grid's times, as _plain wrote them
         seconds = np.asarray(seconds, dtype=np.float64)
-    found = time_range(profile.rate_class, seconds)
+    found = time_range(profile.rate_class, seconds, timing)
     return None if found is None else [_plain(found[0]), _plain(found[1])]
 
 

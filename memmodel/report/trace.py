@@ -35,8 +35,7 @@ def traced_algorithm(t: Any, timing: str = "kernel") -> dict[str, Any]:
     alg["passes"] = passes_dict(ev)
     for entry in alg["passes"].values():
         entry["predicted_time_range_s"] = time_range_of(t.profile, entry["predicted_time_s"])
-    kernel = timing == "kernel"  # the ranges are the records' errors of kernel time
-    alg["predicted_time_range_s"] = time_range_of(t.profile, alg["predicted_time_s"]) if kernel else None
+    alg["predicted_time_range_s"] = time_range_of(t.profile, alg["predicted_time_s"], timing)
     return alg
 
 
