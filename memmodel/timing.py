@@ -490,13 +490,13 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         rate = 2.0 * np.asarray(rates.softmax_backward_rate(intmath.to_float(kernel.row_length)))
     elif kernel.op == "scale" and rates.scale_bytes_per_s:
         rate = rates.scale_bytes_per_s
-    elif kernel.op == "copy" and rates.copy_bytes_per_s:
+    elif kernel.op in ("copy", "memcpy") and rates.copy_bytes_per_s:
         rate = rates.copy_bytes_per_s
     elif kernel.op == "cast":  # a widening conversion, element by element; not measured: a copy's rate
         rate = rates.cast_bytes_per_s or rates.copy_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "masked_fill" and rates.elementwise_bytes_per_s:
         rate = rates.elementwise_bytes_per_s  # measured on masked_fill_ itself
-    elif kernel.op in ("scale", "copy", "masked_fill"):  # no specific rate: the pass's elementwise one
+    elif kernel.op in ("scale", "copy", "memcpy", "masked_fill"):  # no specific rate: the pass's elementwise one
         rate = (rates.elementwise_backward_bytes_per_s if backward else None) or rates.elementwise_bytes_per_s
     elif kernel.op == "fp8_cast":  # measured apart where the profile has it: not a 16-bit stream
         rate = rates.fp8_cast_bytes_per_s or rates.elementwise_bytes_per_s

@@ -77,6 +77,7 @@ _OP_CLASSES = {
     "scale": "elementwise",
     "masked_fill": "elementwise",
     "copy": "elementwise",
+    "memcpy": "memcpy",
     "elementwise": "elementwise",
     "dropout": "elementwise",
     "fp8_cast": "elementwise",

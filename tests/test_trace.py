@@ -300,9 +300,10 @@ EXAMPLE_CASES = {
             "alibi": (8, 1, 256),
             "mask": ((1, 256, 256), "bool"),
         },
-        # baddbmm adds the bias into Q Kᵀ, masked_fill out of place (a copy, then the fill), the casts
-        # around the fp32 softmax, P V (dropout off outside training: no kernel)
-        ["baddbmm", "clone", "masked_fill_", "_to_copy", "_softmax", "_to_copy#2", "bmm"],
+        # baddbmm copies the bias, expanded, into its result and adds Q Kᵀ to it, masked_fill out of
+        # place (a copy, then the fill), the casts around the fp32 softmax, P V (dropout off outside
+        # training: no kernel)
+        ["baddbmm.copy", "baddbmm", "clone", "masked_fill_", "_to_copy", "_softmax", "_to_copy#2", "bmm"],
         # P V's gradients, the casts around the softmax's backward, masked_fill's gradient (a copy,
         # zeroed where masked), Q Kᵀ's gradients and baddbmm's alpha applied to each
         [
@@ -745,6 +746,7 @@ def test_gathers_and_zero_dim_operands_take_the_generic_elementwise_path():
     t = trace(heads, {"x": (2, 64, 4, 32)}, dtype="bf16", profile="h200")
     ops = {k.name: k for k in t.traffic.kernels}
     # the permuted copy reads runs of 32 elements (d); the 0-dim divisor limits nothing: x's run
-    assert (ops["clone"].op, ops["clone"].run) == ("gather", 32) and ops["clone#2"].op == "copy"
+    # the contiguous clone: ATen's cudaMemcpyAsync, a device-to-device memcpy
+    assert (ops["clone"].op, ops["clone"].run) == ("gather", 32) and ops["clone#2"].op == "memcpy"
     assert (ops["div"].op, ops["div"].run) == ("gather", 2 * 64 * 4 * 32) and ops["mul"].op == "scale"
     assert ops["clone"].element_bytes == 2

@@ -188,7 +188,7 @@ def test_eager_standard_by_hand():
     assert ops["softmax_bwd"] == ops["softmax_bwd_mul"] == "softmax_backward"
     assert ops["dropout"] == "dropout" and ops["dq"] == "gemm"
     assert ops["scale"] == ops["scale_bwd"] == "scale" and ops["mask"] == ops["mask_bwd"] == "masked_fill"
-    assert ops["mask_bwd_copy"] == "copy"
+    assert ops["mask_bwd_copy"] == "memcpy"  # a contiguous clone: a device-to-device memcpy
     assert all(k.launches == 1 for k in s.traffic.kernels)  # S of 32 kB: 32-bit offsets
     sm = by_name(s)["softmax_bwd"]
     assert (sm.rows, sm.row_length) == (128, 128)

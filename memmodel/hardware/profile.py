@@ -230,6 +230,7 @@ class KernelRates:
         return {
             "scale": self.small_vectorised_s,
             "copy": self.small_vectorised_s,
+            "memcpy": self.small_vectorised_s,
             "gather": self.small_generic_s,
             "expand": self.small_generic_s,
             "elementwise": self.small_generic_s,

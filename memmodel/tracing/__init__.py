@@ -68,7 +68,7 @@ def kernel_group(kernel: Any) -> str:
     """``attention`` (a fused scaled_dot_product_attention call's kernel), ``gemm`` or ``other``."""
     if kernel.name.startswith("sdpa:"):
         return "attention"
-    return "gemm" if kernel.op == "gemm" else "other"
+    return "gemm" if kernel.op in ("gemm", "splitk_reduce") else "other"  # cuBLAS' split-K reduction with its product
 
 
 @frozen

@@ -535,6 +535,17 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
     rows, inner = a.shape[-2], a.shape[-1]
     cols = b.shape[-1]
     batch = out.numel // max(rows * cols, 1)
+    added = isinstance(bias, TensorRef) and beta != 0
+    # addmm of a bias row at beta 1 adds it in cuBLASLt's epilogue; otherwise (baddbmm, a 2-D
+    # bias, another beta) ATen first copies the bias, expanded, into the result, and cuBLAS reads
+    # that back as C (beta · C + A · B)
+    epilogue = added and e.op == "addmm" and bias.ndim == 1 and beta == 1
+    if added and not epilogue:
+        c = m.launch(f"{e.op}.copy", e)
+        expanded = TensorRef(bias.storage, out.shape, tuple(_aligned(bias, out.shape)), bias.dtype, bias.itemsize)
+        c.read(bias, over=out)
+        c.write(out)
+        _copied(c, expanded, out)
     k = m.launch(e.op, e)
     # a large dense product (a projection, an MLP): cuBLAS' large output tiles, A requested once
     # per tile column, B once per tile row; attention-shaped products keep 128 × 128
@@ -542,8 +553,10 @@ def _gemm(m: _Mapper, e: OpEvent) -> None:
     tile_rows, tile_cols = LARGE_GEMM_TILE if large else (GEMM_TILE, GEMM_TILE)
     k.read(a, tiles=cols, tile=tile_cols)
     k.read(b, tiles=rows, tile=tile_rows)
-    if isinstance(bias, TensorRef) and beta != 0:
+    if epilogue:
         k.read(bias, over=out)
+    elif added:
+        k.read(out)  # C: the bias the copy wrote
     splits = splits_k(batch, rows, cols, inner, m.sm_count)
     partials = m.temporary(out, "float32", 4) if splits > 1 else None
     if partials is not None:  # fp32 partial products, one set a split, summed by a second kernel
@@ -700,8 +713,10 @@ def _copied(k: _Launch, source: TensorRef, out: TensorRef) -> None:
         k.done(op, softmax_flops=0, launches=n, run=_run(source, out), element_bytes=out.itemsize)
     elif source.itemsize < out.itemsize:
         k.done("cast", softmax_flops=0, launches=1 if _contiguous(source) and _contiguous(out) else n)
+    elif plain:  # ATen copies same-dtype contiguous tensors with cudaMemcpyAsync: a DtoD memcpy
+        k.done("memcpy", softmax_flops=0, launches=1)
     else:
-        k.done("copy", softmax_flops=0, launches=1 if plain else n)
+        k.done("copy", softmax_flops=0, launches=n)
 
 
 def _contiguous(t: TensorRef) -> bool:

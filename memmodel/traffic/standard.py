@@ -442,7 +442,7 @@ def standard_eager(w: Workload, l2: l2m.L2, *, backward: bool = False) -> Algori
                 )
             )
         if w.causal:
-            elementwise("mask_bwd_copy", "dS", "backward", 0, "copy")
+            elementwise("mask_bwd_copy", "dS", "backward", 0, "memcpy")  # a contiguous clone: cudaMemcpyAsync
             elementwise("mask_bwd", "dS", "backward", scores, "masked_fill", mask_parts)
         elementwise("scale_bwd", "dS", "backward", scores, "scale", parts)
 
