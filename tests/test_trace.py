@@ -750,3 +750,25 @@ def test_gathers_and_zero_dim_operands_take_the_generic_elementwise_path():
     assert (ops["clone"].op, ops["clone"].run) == ("gather", 32) and ops["clone#2"].op == "memcpy"
     assert (ops["div"].op, ops["div"].run) == ("gather", 2 * 64 * 4 * 32) and ops["mul"].op == "scale"
     assert ops["clone"].element_bytes == 2
+
+
+def test_sdpas_output_follows_the_querys_layout():
+    """cuDNN and FlashAttention-2 allocate O in the order of Q's strides: heads split from a
+    projection and transposed come back contiguous when transposed again (no copy); heads given
+    contiguous (B, H, N, d) need one."""
+    pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from memmodel import trace
+
+    def from_projection(x):
+        q = x.view(2, 256, 8, 64).transpose(1, 2)  # (B, H, N, d) over (B, N, H, d) memory
+        return F.scaled_dot_product_attention(q, q, q).transpose(1, 2).contiguous()
+
+    def from_heads(q):
+        return F.scaled_dot_product_attention(q, q, q).transpose(1, 2).contiguous()
+
+    t = trace(from_projection, {"x": (2, 256, 512)}, dtype="bf16", profile="h200")
+    assert not any(k.name.startswith("clone") for k in t.traffic.kernels)
+    t = trace(from_heads, {"q": (2, 8, 256, 64)}, dtype="bf16", profile="h200")
+    assert [k.op for k in t.traffic.kernels if k.name.startswith("clone")] == ["gather"]

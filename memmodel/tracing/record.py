@@ -164,7 +164,7 @@ class _Sdpa(torch.autograd.Function):
     def forward(ctx: Any, query: Any, key: Any, value: Any, recorder: _Recorder, params: dict[str, Any]) -> Any:
         _check_sdpa(query, key, value, bool(params.get("enable_gqa")))
         with recorder.pause():
-            out = query.new_empty((*query.shape[:-1], value.shape[-1]))
+            out = _like_query(query, value.shape[-1])
         call = recorder.calls
         recorder.calls += 1
         recorder.add("sdpa", "default", (), {"query": query, "key": key, "value": value, **params, "call": call}, out)
@@ -182,6 +182,18 @@ class _Sdpa(torch.autograd.Function):
             "sdpa_backward", "default", (), {"grad": grad, "call": ctx.call}, [g for g in grads if g is not None]
         )
         return (*grads, None, None)
+
+
+def _like_query(query: Any, dv: int) -> Any:
+    """An empty output of ``query``'s shape with ``dv`` for its last dim, laid out in the order of
+    query's strides, as the CUDA kernels allocate it (cuDNN's and FlashAttention-2's output follow
+    the query's layout): heads split from a projection (B, N, H, d) and transposed give an output
+    whose transpose back is contiguous already, so no copy follows it."""
+    shape = (*query.shape[:-1], dv)
+    order = sorted(range(query.dim() - 1), key=lambda i: (-query.stride(i), i))  # outermost first
+    order.append(query.dim() - 1)
+    stored = query.new_empty([shape[i] for i in order])
+    return stored.permute([order.index(i) for i in range(query.dim())])
 
 
 def _check_sdpa(query: Any, key: Any, value: Any, gqa: bool) -> None:
