@@ -11,6 +11,8 @@ sleeping kernel, so the host is not the limit):
 * ``small``: the pace of one ATen op repeated back to back (kernel end to kernel end: what a layer
   of such kernels takes each), by the op's kernel family (vectorised and generic elementwise, casts,
   row reductions, ``cat``, strided copies) and its size, 1 element to 4M;
+* ``mixed`` (second run): the small ops queued in turn, each launch a different kernel, against
+  each repeated on its own;
 * ``gemv``: ``F.linear`` of 1 to 64 rows by the projection shapes of Llama-3-8B and Qwen2.5-7B
   (and the bmm of a batch of such rows): the kernels cuBLAS runs (a split-K product and its
   reduction, or one kernel), each's CUPTI time, and the pace of the product queued back to back.
@@ -134,7 +136,40 @@ def gemv(f) -> None:
         del q, kt, p, v
 
 
-PARTS = {fn.__name__: fn for fn in (small, gemv)}
+def mixed(f) -> None:
+    """The same ops queued in turn (each launch a different kernel, as in a layer) against each
+    repeated on its own: whether a queue of different kernels paces as the sum of their own."""
+    for n in (4096, 16384, 65536):
+        ops, rows, cols = small_ops(n)
+        fns = list(ops.values())
+
+        def cycle(fns=fns):
+            for fn in fns:
+                fn()
+
+        alone = {op: pace(fn) for op, fn in ops.items()}
+        row = {
+            "section": "mixed",
+            "op": "cycle of the small ops",
+            "elements": n,
+            "ops": len(fns),
+            "pace_us": pace(cycle, reps=4),
+            "alone_us": alone,
+            "kernels": kernel_names(cycle),
+        }
+        f.write(json.dumps(row) + "\n")
+        f.flush()
+        print(
+            "mixed",
+            n,
+            f"{row['pace_us'] / len(fns):.3f} us a launch in turn,",
+            f"{sum(alone.values()) / len(fns):.3f} alone",
+            flush=True,
+        )
+        del ops
+
+
+PARTS = {fn.__name__: fn for fn in (small, gemv, mixed)}
 
 
 def main(out: str, parts: tuple[str, ...] = tuple(PARTS)) -> None:
