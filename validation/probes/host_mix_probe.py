@@ -7,7 +7,7 @@ sequence of different ops costs the host more per op than the same ops each repe
 (the CPU's caches and branch predictors hold one op's path in a tight loop, not forty), and whether
 calling them from an ``nn.Module`` tree adds to it:
 
-* ``alone``: each op's host seconds a call, 200 calls in a loop;
+* ``alone``: each op's host seconds a call, 50 calls in a loop;
 * ``cycle``: one pass over all the ops in turn, 20 passes, host seconds an op;
 * ``modules``: the same pass with each op inside its own ``nn.Module`` called by a parent module.
 
@@ -101,7 +101,7 @@ def main(out: str) -> None:
     runs: dict[str, list[float]] = {"cycle": [], "modules": [], **{name: [] for name in table}}
     for _ in range(7):
         for name, fn in table.items():
-            runs[name].append(host_per_call(fn, 200))
+            runs[name].append(host_per_call(fn, 50))
         runs["cycle"].append(host_per_call(cycle, 20) / len(fns))
         runs["modules"].append(host_per_call(parent, 20) / len(fns))
     with open(out, "w") as f:
