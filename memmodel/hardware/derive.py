@@ -40,6 +40,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("memory.l2.latency", "cycles"),
     ("memory.sram.latency", "cycles"),
     ("kernels.softmax.row_time", "cycles"),
+    ("kernels.softmax.row_floor*", "cycles"),  # times, not rates: a few rows' floor is their instructions'
+    ("kernels.small.*", "cycles"),
     ("implementations.*.cta_overhead", "cycles"),
     ("implementations.*.backward_cta_overhead", "cycles"),
     ("implementations.*.split_cta_overhead", "cycles"),
