@@ -127,3 +127,15 @@ def test_a_one_row_projection_traces_to_a_split_product_and_its_reduction():
     assert one.timing.kernels[1].time_s == pytest.approx(LAUNCH + RATES.small_splitk_reduce_s)
     many = trace(proj, {"x": (64, 4096), "w": (4096, 4096)}, dtype="bf16", profile="h200")
     assert [k.name for k in many.traffic.kernels] == ["mm"]
+
+
+def test_the_floors_carry_over_in_cycles_and_only_to_the_same_vendor():
+    """Times, not rates: another NVIDIA GPU's floors are the H200's cycles at its own clock (the
+    HBM-share rule of the library rates would shorten them on a GPU of less bandwidth); an AMD GPU
+    runs other kernels and takes none."""
+    for name in ("h100-sxm", "a100", "b200"):
+        other = load_profile(name)
+        clocks = H200.figures["clock"] / other.figures["clock"]
+        assert other.kernel_rates.small_generic_s == pytest.approx(RATES.small_generic_s * clocks, rel=1e-3)
+        assert other.provenance["kernels.small.generic"].kind == "derived"
+    assert load_profile("mi300x").kernel_rates.small_floor("scale") is None
