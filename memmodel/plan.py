@@ -332,6 +332,11 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     if options.tiled == "fa1":
         return fa1(plan.tile, plan.l2, backward=options.backward)
     forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts)
+    cudnn = plan.implementation == "sdpa-cudnn"
+    if cudnn:  # the SDPA call's memsets before cuDNN's kernels
+        from .traffic.flash_backward import with_cudnn_memsets
+
+        forward = dataclasses.replace(forward, kernels=tuple(with_cudnn_memsets(list(forward.kernels), [])[0]))
     if plan.kv_cast:
         forward = with_kv_cast(forward, plan.given)
     if not options.backward:
@@ -339,6 +344,10 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     from .backward import backward_kernels
 
     kernels, found = backward_kernels(plan)
+    if cudnn:
+        from .traffic.flash_backward import with_cudnn_memsets
+
+        kernels = with_cudnn_memsets([], list(kernels))[1]
     facts = dataclasses.replace(plan.facts, backward=found)
     return AlgorithmTraffic(
         forward.name, forward.variant, forward.kernels + tuple(kernels), facts.to_params(), facts=facts

@@ -78,6 +78,7 @@ _OP_CLASSES = {
     "masked_fill": "elementwise",
     "copy": "elementwise",
     "memcpy": "memcpy",
+    "memset": "memset",
     "elementwise": "elementwise",
     "dropout": "elementwise",
     "fp8_cast": "elementwise",

@@ -231,6 +231,7 @@ class KernelRates:
             "scale": self.small_vectorised_s,
             "copy": self.small_vectorised_s,
             "memcpy": self.small_vectorised_s,
+            "memset": self.small_vectorised_s,
             "gather": self.small_generic_s,
             "expand": self.small_generic_s,
             "elementwise": self.small_generic_s,

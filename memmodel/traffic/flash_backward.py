@@ -530,6 +530,37 @@ def cutlass_backward(
 # cuDNN
 
 
+#: cuDNN's memsets (a few bytes each, no work: launched by the SDPA call before its fused
+#: kernels): one before a prefill's forward kernel, none before a decode's split kernels, one
+#: before the backward's; seen in every cuDNN case of the H200's validation records (their
+#: profiled kernels: 165 prefill forwards with one, 30 decodes with none, 33 training steps with two)
+CUDNN_ZERO = "cudnn_zero"
+CUDNN_BWD_ZERO = "cudnn_bwd_zero"
+
+
+def cudnn_memset(name: str, pass_: str) -> Kernel:
+    """One of cuDNN's memsets (:data:`CUDNN_ZERO`): a launch that writes a few bytes."""
+    k = KernelBuilder(name, pass_)
+    k.write("flags", "state", 4, "a few bytes (cuDNN's memset)")
+    return k.build(op="memset")
+
+
+def with_cudnn_memsets(forward: list[Kernel], backward: list[Kernel]) -> tuple[list[Kernel], list[Kernel]]:
+    """cuDNN's kernels with its memsets (:data:`CUDNN_ZERO`): before the forward kernel where it
+    runs (on a grid, on its rows), before the backward's first kernel."""
+    out = []
+    for k in forward:
+        if k.name == "fa2_fwd":
+            zero = (
+                only_where(cudnn_memset(CUDNN_ZERO, k.pass_), k.present)
+                if np.ndim(k.present)
+                else cudnn_memset(CUDNN_ZERO, k.pass_)
+            )
+            out.extend(present_kernels(zero))
+        out.append(k)
+    return out, ([cudnn_memset(CUDNN_BWD_ZERO, "backward"), *backward] if backward else [])
+
+
 def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     """cuDNN's fused flash backward, modelled with FlashAttention-2's kernels (module docstring):
     the same ledgers under cuDNN's names; with GQA, K/V read as :func:`_gqa_kv_reads` measured,
