@@ -336,7 +336,8 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     if cudnn:  # the SDPA call's memsets before cuDNN's kernels
         from .traffic.flash_backward import with_cudnn_memsets
 
-        forward = dataclasses.replace(forward, kernels=tuple(with_cudnn_memsets(list(forward.kernels), [])[0]))
+        prefill = np.asarray(plan.workload.n) > 1  # a decode's split kernels run without
+        forward = dataclasses.replace(forward, kernels=tuple(with_cudnn_memsets(list(forward.kernels), [], prefill)[0]))
     if plan.kv_cast:
         forward = with_kv_cast(forward, plan.given)
     if not options.backward:

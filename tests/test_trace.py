@@ -386,8 +386,16 @@ EXAMPLE_CASES = {
     ),
     "sdpa": (
         {"q": (1, 8, 1024, 128), "k": (1, 2, 1024, 128), "v": (1, 2, 1024, 128)},
-        ["sdpa:fa2_fwd"],
-        ["sdpa:cudnn_bwd_pre", "sdpa:cudnn_bwd", "sdpa:cudnn_bwd_dq", "sdpa:dk_group_sum", "sdpa:dv_group_sum"],
+        # cuDNN's: the SDPA call's memset, then its fused kernel; in the backward its memset and kernels
+        ["sdpa:cudnn_zero", "sdpa:fa2_fwd"],
+        [
+            "sdpa:cudnn_bwd_zero",
+            "sdpa:cudnn_bwd_pre",
+            "sdpa:cudnn_bwd",
+            "sdpa:cudnn_bwd_dq",
+            "sdpa:dk_group_sum",
+            "sdpa:dv_group_sum",
+        ],
     ),
 }
 

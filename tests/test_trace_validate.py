@@ -156,7 +156,7 @@ def test_validate_lists_predicts_and_refuses_trace_cases(run, tmp_path):
     assert r.exit_code == 0, r.output
     line = r.stdout.splitlines()[2]
     assert line.startswith("trace/examples/attention/sdpa.py:attention/") and " function=" in line
-    assert line.endswith("| kernels 1, unmodelled ops 0")  # one fused kernel, sdpa's forward
+    assert line.endswith("| kernels 2, unmodelled ops 0")  # sdpa's forward: cuDNN's memset, its fused kernel
     # bad input: one line, exit 2
     f.write_text("trace examples/attention/sdpa.py:attention --shape q=1,2 --l2 cold\n")
     r = run("validate", "--cases", str(f), "--list")

@@ -409,7 +409,17 @@ def test_cudnn_backward_sums_gqa_after_the_kernel():
     # kernels sum them over the group
     w = Workload(n=256, d=64, heads=4, kv_heads=2, dtype="fp16")
     k = by_name(compare(w, H200, impl="sdpa-cudnn", l2="cold", backward=True).tiled)
-    assert list(k) == ["fa2_fwd", "cudnn_bwd_pre", "cudnn_bwd", "cudnn_bwd_dq", "dk_group_sum", "dv_group_sum"]
+    # with the SDPA call's memsets before the forward and the backward kernels
+    assert list(k) == [
+        "cudnn_zero",
+        "fa2_fwd",
+        "cudnn_bwd_zero",
+        "cudnn_bwd_pre",
+        "cudnn_bwd",
+        "cudnn_bwd_dq",
+        "dk_group_sum",
+        "dv_group_sum",
+    ]
     # 4 query heads · 256 · 64 · 2 B = 131,072 B written; the sum writes 2 K/V heads' 65,536 B
     assert k["cudnn_bwd"].bytes(level="hbm", tensor="dK", direction="write") == 131_072
     assert k["dk_group_sum"].bytes(level="hbm", tensor="dK", direction="write") == 65_536

@@ -541,22 +541,21 @@ CUDNN_BWD_ZERO = "cudnn_bwd_zero"
 def cudnn_memset(name: str, pass_: str) -> Kernel:
     """One of cuDNN's memsets (:data:`CUDNN_ZERO`): a launch that writes a few bytes."""
     k = KernelBuilder(name, pass_)
-    k.write("flags", "state", 4, "a few bytes (cuDNN's memset)")
+    k.write("flags", "state", 4, "4")  # a few bytes: what it zeroes is not public
     return k.build(op="memset")
 
 
-def with_cudnn_memsets(forward: list[Kernel], backward: list[Kernel]) -> tuple[list[Kernel], list[Kernel]]:
-    """cuDNN's kernels with its memsets (:data:`CUDNN_ZERO`): before the forward kernel where it
-    runs (on a grid, on its rows), before the backward's first kernel."""
+def with_cudnn_memsets(
+    forward: list[Kernel], backward: list[Kernel], prefill: Any = True
+) -> tuple[list[Kernel], list[Kernel]]:
+    """cuDNN's kernels with its memsets (:data:`CUDNN_ZERO`): before the forward kernel of a
+    prefill (``prefill``: more than one query row; on a grid, the rows where it holds and the
+    kernel runs), before the backward's first kernel."""
     out = []
     for k in forward:
         if k.name == "fa2_fwd":
-            zero = (
-                only_where(cudnn_memset(CUDNN_ZERO, k.pass_), k.present)
-                if np.ndim(k.present)
-                else cudnn_memset(CUDNN_ZERO, k.pass_)
-            )
-            out.extend(present_kernels(zero))
+            rows = np.asarray(prefill, dtype=bool) & np.asarray(k.present, dtype=bool)
+            out.extend(present_kernels(only_where(cudnn_memset(CUDNN_ZERO, k.pass_), rows)))
         out.append(k)
     return out, ([cudnn_memset(CUDNN_BWD_ZERO, "backward"), *backward] if backward else [])
 
