@@ -780,3 +780,21 @@ def test_sdpas_output_follows_the_querys_layout():
     assert not any(k.name.startswith("clone") for k in t.traffic.kernels)
     t = trace(from_heads, {"q": (2, 8, 256, 64)}, dtype="bf16", profile="h200")
     assert [k.op for k in t.traffic.kernels if k.name.startswith("clone")] == ["gather"]
+
+
+def test_size_one_dims_keep_the_vectorised_kernel():
+    """ATen's iterator drops dims of one element: a bias row over a one-token batch, or two heads
+    tensors that differ only in the stride of a one-position dim, run the vectorised kernel (as the
+    decode layers' profiles show: vectorized_elementwise_kernel); a row broadcast over real rows
+    takes the generic one."""
+    pytest.importorskip("torch")
+    from memmodel import trace
+
+    def ops(x, w, h):
+        return x * w, h.transpose(1, 2) + h.transpose(1, 2).contiguous()
+
+    t = trace(ops, {"x": (1, 1, 4096), "w": (4096,), "h": (1, 1, 32, 128)}, dtype="bf16", profile="h200")
+    ops_by = {k.name: k.op for k in t.traffic.kernels}
+    assert ops_by["mul"] == "scale" and ops_by["add"] == "scale"
+    t = trace(lambda x, w: x * w, {"x": (2, 8, 4096), "w": (8, 1)}, dtype="bf16", profile="h200")
+    assert [k.op for k in t.traffic.kernels] == ["gather"]
