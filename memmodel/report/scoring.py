@@ -238,6 +238,10 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
         "",
         "### Time per kernel (CUPTI durations through torch.profiler, median of 3 runs)",
         "",
+        "Predicted is what the kernel adds to a queue, the launch overhead included; CUPTI's duration",
+        "leaves out the gap before the kernel, so a kernel of a few microseconds reads high here (its",
+        "step's time, above, holds both).",
+        "",
         "| case | model kernel | measured kernel | predicted | measured | error |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
