@@ -134,11 +134,8 @@ def with_links(text: str) -> str:
     from memmodel.calibration import small_kernels
 
     if (ROOT / small_kernels.RECORD).exists():  # ATen's small kernels' floors and cuBLAS' split-K reduction
-        from memmodel.hardware.parse import parse_profile
-
-        launch = parse_profile(data, "<profile being built>").launch_overhead_s or 0.0
         data = small_kernels.apply(
-            data, [json.loads(line) for line in gzip.open(ROOT / small_kernels.RECORD, "rt") if line.strip()], launch
+            data, [json.loads(line) for line in gzip.open(ROOT / small_kernels.RECORD, "rt") if line.strip()]
         )
     from memmodel.calibration import host
 

@@ -1,13 +1,12 @@
 """ATen's small kernels and cuBLAS' split-K reduction, from their microbenchmark: the floors of
 ``kernels.small``.
 
-``validation/probes/tiny_ops_probe.py`` (record :data:`RECORD`) repeats one op back to back behind
-a sleeping kernel, so the host is never the limit, and reads its pace: what each call adds to the
-queue, kernel end to kernel end, the figure the model's kernel time is (the launch overhead plus
-the kernel's own work). Over a few thousand elements the pace stops falling with the size: each
-path has a floor. Each figure here is that pace less the profile's ``launch_overhead`` (the pace of
-an empty kernel), the median over the path's ops at the sizes where no op of it moves enough bytes
-to matter:
+``validation/probes/tiny_ops_probe.py`` (record :data:`RECORD`) runs each op at 1 to 4M elements,
+its kernels' CUPTI durations read by the profiler. Over a few thousand elements a kernel's duration
+stops falling with its size: each path has a floor. The model times a kernel as the launch overhead
+plus its own duration (every library rate is fitted to CUPTI durations, as the softmax's floor over
+a few rows is), so each figure here is a CUPTI duration, the median over the path's ops at the sizes
+where no op of it moves enough bytes to matter:
 
 * ``kernels.small.vectorised``: the vectorised elementwise kernel (a sum, a product, ``rsqrt``,
   ``silu``, a narrowing cast, a contiguous copy), 1 to 65,536 elements;
@@ -18,9 +17,12 @@ to matter:
   4,096 elements, by the rows (elements written): one row's floor is short, sixteen rows or more
   take several microseconds however few (ATen spreads each long row over CTAs and combines them);
 * ``kernels.small.splitk_reduce``: cuBLAS' reduction after a split-K product of few output tiles
-  (``cublasLt::splitKreduce_kernel``): the product's pace less its main kernel's CUPTI time and
-  one launch overhead, the median over the projections that split (which ones do:
+  (``cublasLt::splitKreduce_kernel``), the median over the projections that split (which ones do:
   :func:`memmodel.tracing.kernels.splits_k`).
+
+The same ops repeated back to back pace about half a microsecond under the launch overhead plus
+their duration (the probe's ``pace_us``: a queue of one tiny kernel hides part of each launch); in a
+layer's queue of different kernels each adds the launch overhead (validation/h200/tiny-ops/README.md).
 """
 
 from __future__ import annotations
@@ -63,36 +65,37 @@ def _rows(lines: Iterable[Mapping[str, Any]], section: str) -> list[Mapping[str,
     return [r for r in lines if r.get("section") == section and float(r.get("pace_us") or 0) > 0]
 
 
-def path_floor(lines: Iterable[Mapping[str, Any]], path: str, launch_s: float) -> float | None:
-    """Seconds: the median over ``path``'s ops and sizes of the pace less ``launch_s`` (never below 0)."""
+def _cupti_s(row: Mapping[str, Any]) -> float:
+    """Seconds: the CUPTI durations of the row's kernels, summed."""
+    return sum(float(k["us"]) for k in row.get("kernels") or ()) * 1e-6
+
+
+def path_floor(lines: Iterable[Mapping[str, Any]], path: str) -> float | None:
+    """Seconds: the median over ``path``'s ops and sizes of their kernels' CUPTI duration."""
     ops, low, high = PATHS[path]
-    values = [
-        float(r["pace_us"]) * 1e-6 - launch_s
-        for r in _rows(lines, "small")
-        if r.get("op") in ops and low <= int(r["elements"]) <= high
-    ]
-    return max(float(f"{statistics.median(values):.4g}"), 0.0) if values else None
+    values = [_cupti_s(r) for r in _rows(lines, "small") if r.get("op") in ops and low <= int(r["elements"]) <= high]
+    return float(f"{statistics.median(values):.4g}") if values else None
 
 
-def reduction_floor(lines: Iterable[Mapping[str, Any]], op: str, launch_s: float) -> dict[int, float]:
-    """``{rows: seconds}`` of the reduction ``op`` over rows of 4096 (its pace less ``launch_s``),
-    at one row (4096 elements) and more, up to :data:`REDUCTION_UP_TO` elements."""
+def reduction_floor(lines: Iterable[Mapping[str, Any]], op: str) -> dict[int, float]:
+    """``{rows: seconds}`` of the reduction ``op`` over rows of 4096 (its CUPTI duration), at one
+    row (4096 elements) and more, up to :data:`REDUCTION_UP_TO` elements."""
     out: dict[int, float] = {}
     for r in _rows(lines, "small"):
         if r.get("op") == op and int(r.get("cols") or 0) == 4096 and int(r["elements"]) <= REDUCTION_UP_TO:
-            out[int(r["rows"])] = max(float(f"{float(r['pace_us']) * 1e-6 - launch_s:.4g}"), 0.0)
+            out[int(r["rows"])] = float(f"{_cupti_s(r):.4g}")
     return dict(sorted(out.items()))
 
 
-def splitk_floor(lines: Iterable[Mapping[str, Any]], launch_s: float) -> float | None:
-    """Seconds: the median over the products that split (a ``splitKreduce`` kernel among theirs)
-    of the pace less the main kernel's CUPTI time and ``launch_s``."""
-    values = []
-    for r in _rows(lines, "gemv"):
-        names = [k for k in r.get("kernels") or () if "splitKreduce" not in k["name"] and "Memset" not in k["name"]]
-        if len(names) == 1 and any("splitKreduce" in k["name"] for k in r["kernels"]):
-            values.append(float(r["pace_us"]) * 1e-6 - float(names[0]["us"]) * 1e-6 - launch_s)
-    return max(float(f"{statistics.median(values):.4g}"), 0.0) if values else None
+def splitk_floor(lines: Iterable[Mapping[str, Any]]) -> float | None:
+    """Seconds: the median CUPTI duration of the ``splitKreduce`` kernels of the products that split."""
+    values = [
+        float(k["us"]) * 1e-6
+        for r in _rows(lines, "gemv")
+        for k in r.get("kernels") or ()
+        if "splitKreduce" in k["name"]
+    ]
+    return float(f"{statistics.median(values):.4g}") if values else None
 
 
 def split_products(lines: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, int, bool]]:
@@ -109,15 +112,11 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.4g} us"
 
 
-def figures(lines: Iterable[Mapping[str, Any]], launch_s: float) -> dict[str, tuple[Any, str]]:
-    """Profile field -> (value, note) of every ``kernels.small`` figure ``lines`` measure, each
-    less the profile's launch overhead ``launch_s``."""
+def figures(lines: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """Profile field -> (value, note) of every ``kernels.small`` figure ``lines`` measure."""
     lines = list(lines)
     out: dict[str, tuple[Any, str]] = {}
-    tail = (
-        f"the pace of the op queued back to back behind a sleeping kernel less the launch overhead "
-        f"({_us(launch_s)}): memmodel.calibration.small_kernels"
-    )
+    tail = "the kernels' CUPTI duration (the model adds the launch overhead): memmodel.calibration.small_kernels"
     texts = {
         "vectorised": "ATen's vectorised elementwise kernel (sums, products, rsqrt, silu, a narrowing cast, a clone), "
         "1 to 65536 elements, the median",
@@ -126,33 +125,32 @@ def figures(lines: Iterable[Mapping[str, Any]], launch_s: float) -> dict[str, tu
         "cast": "a widening cast (bf16 to fp32, element by element), 4096 to 262144 elements, the median",
     }
     for path, text in texts.items():
-        value = path_floor(lines, path, launch_s)
+        value = path_floor(lines, path)
         if value is not None:
             out[f"kernels.small.{path}"] = (_us(value), f"{text}; {tail}")
     for (op, size), key in zip(REDUCTIONS, ("reduction", "reduction_fp32")):
-        curve = reduction_floor(lines, op, launch_s)
+        curve = reduction_floor(lines, op)
         if curve:
             what = "x.sum(-1) of bf16" if size == 2 else "x.mean(-1) of fp32"
             out[f"kernels.small.{key}"] = (
                 {k: _us(v) for k, v in curve.items()},
                 f"{what} rows of 4096, by rows (elements written); {tail}",
             )
-    split = splitk_floor(lines, launch_s)
+    split = splitk_floor(lines)
     if split is not None:
         out["kernels.small.splitk_reduce"] = (
             _us(split),
             "cuBLAS' splitKreduce kernel after a split-K product: F.linear of 1 to 64 rows by the projections of "
-            "Llama-3-8B and Qwen2.5-7B that split, the product's pace less its main kernel's CUPTI time and the "
-            f"launch overhead ({_us(launch_s)}), the median: memmodel.calibration.small_kernels",
+            "Llama-3-8B and Qwen2.5-7B that split, its CUPTI duration, the median: memmodel.calibration.small_kernels",
         )
     return out
 
 
-def apply(data: dict[str, Any], lines: list[Mapping[str, Any]], launch_s: float) -> dict[str, Any]:
+def apply(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any]:
     """``data`` (a profile's YAML mapping) with the ``kernels.small`` figures and their source."""
     from .serving import cite
 
-    found = figures(lines, launch_s)
+    found = figures(lines)
     if not found:
         return data
     small = data.setdefault("kernels", {}).setdefault("small", {})
