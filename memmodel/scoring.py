@@ -640,6 +640,11 @@ def predicted_times(
     # an elementwise op over a tensor past 32-bit offsets is several launches, each profiled apart
     out["kernel_launches"] = {k.name: int(k.launches) for k in ev.traffic.kernels}
     copies = runner_layout_copies(case, profile) | runner_grad_kernels(case, profile)
+    # the launch overhead in each kernel's time: its own duration, CUPTI's peer, is the rest
+    launch = float(profile.launch_overhead_s or 0.0)
+    out["kernel_launch_s"] = {k.name: float(t.terms.get("launch", 0.0)) for k, t in pairs} | {
+        name: launch for name in copies
+    }
     if copies and isinstance(out.get("times_s"), dict):  # every timing mode runs them
         out["times_s"] = {mode: t + sum(copies.values()) for mode, t in out["times_s"].items()}
     if case.backward:
@@ -707,7 +712,8 @@ def step_time_error(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 def kernel_time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """Per kernel of a profiled step (CUPTI durations from torch.profiler): the model's kernel
-    it aligns with (:func:`align_kernels`), predicted against measured time. Measured kernels
+    it aligns with (:func:`align_kernels`), its predicted duration (its time less the launch
+    overhead it holds) against the measured one. Measured kernels
     no model kernel describes come as rows with ``kernel`` None (their time counts nowhere
     else: a kernel the model misses)."""
     if entry.get("status") != "ok" or "timing" not in entry or entry["case"].get("kind") == "trace":
@@ -717,7 +723,10 @@ def kernel_time_errors(entry: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     from types import SimpleNamespace
 
-    predicted = entry["predicted"].get("kernels", {})
+    # a kernel's own duration: its time in a queue less the launch overhead it holds (records
+    # rescored before the launch overhead was kept apart compare the whole time)
+    launch_s = entry["predicted"].get("kernel_launch_s", {})
+    predicted = {n: t - launch_s.get(n, 0.0) for n, t in entry["predicted"].get("kernels", {}).items()}
     passes = entry["predicted"].get("kernel_passes", {})
     launches = entry["predicted"].get("kernel_launches", {})
     measured = [SimpleNamespace(name=k["name"], time_s=k["time_s"]) for k in profiled]

@@ -193,6 +193,8 @@ def trace_prediction(case: Any, profile: Any, near: Path | None = None) -> dict[
         "kernel_ops": {k.name: k.op for k, _ in pairs},
         "kernel_passes": {k.name: k.pass_ for k, _ in pairs},
         "kernel_launches": {k.name: int(k.launches) for k, _ in pairs},
+        # the launch overhead in each kernel's time (its own duration, CUPTI's peer, is the rest)
+        "kernel_launch_s": {k.name: float(tm.terms.get("launch", 0.0)) for k, tm in pairs},
         "step_work": work,
         "ceilings": {
             "hbm_bytes_per_s": profile.hbm.bandwidth_bytes_per_s,
@@ -274,7 +276,8 @@ def kernel_match(entry: dict[str, Any]) -> dict[str, Any] | None:
 
 def trace_kernel_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """Per kernel of a trace entry, in launch order: a model kernel with its class, predicted
-    seconds and the measured kernels matched to its launches (their CUPTI seconds summed;
+    duration (its time less the launch overhead it holds) and the measured kernels matched to its
+    launches (their CUPTI seconds summed;
     ``error`` where every launch matched), or a measured kernel the model does not list
     (``kernel`` None)."""
     pairs = kernel_alignment(entry)
@@ -302,7 +305,8 @@ def trace_kernel_rows(entry: dict[str, Any]) -> list[dict[str, Any]]:
                 "kernel": name,
                 "class": primary_class(name, op),
                 "pass": predicted.get("kernel_passes", {}).get(name, "forward"),
-                "predicted_s": predicted["kernels"][name],
+                # its own duration: its time in a queue less the launch overhead it holds
+                "predicted_s": predicted["kernels"][name] - predicted.get("kernel_launch_s", {}).get(name, 0.0),
                 "launches": 0,
                 "matched_launches": 0,
                 "measured_kernel": None,

@@ -238,9 +238,8 @@ def _training_sections(data: dict[str, Any]) -> list[str]:
         "",
         "### Time per kernel (CUPTI durations through torch.profiler, median of 3 runs)",
         "",
-        "Predicted is what the kernel adds to a queue, the launch overhead included; CUPTI's duration",
-        "leaves out the gap before the kernel, so a kernel of a few microseconds reads high here (its",
-        "step's time, above, holds both).",
+        "Predicted is the kernel's own duration: its time in a queue less the launch overhead (its step's",
+        "time, above, holds both).",
         "",
         "| case | model kernel | measured kernel | predicted | measured | error |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -318,7 +317,12 @@ def _trace_sections(data: dict[str, Any]) -> list[str]:
     cases = [e for e in data["cases"] if e["case"].get("kind") == "trace"]
     if not cases:
         return []
-    lines = ["", "## Traced functions (memmodel trace against the profiler's kernels)"]
+    lines = [
+        "",
+        "## Traced functions (memmodel trace against the profiler's kernels)",
+        "",
+        "Predicted is each kernel's own duration (its time less the launch overhead), against CUPTI's.",
+    ]
     for e in cases:
         lines += ["", f"### {e['case']['id']}", "", f"`{e['case'].get('spec', '')}`", ""]
         if e.get("status") != "ok":
