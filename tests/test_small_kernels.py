@@ -42,6 +42,10 @@ def test_figures_from_the_record():
     assert vec == pytest.approx(0.928e-6) and gen == pytest.approx(1.824e-6)
     # the 22 splitKreduce kernels' durations: the median 1.6 us
     assert small_kernels.splitk_floor(rows) == pytest.approx(1.6e-6)
+    # GPT-2's projections of 1 to 64 rows: 3.10, 3.01, 3.10, 3.39 and 3.74, 3.71, 3.01, 3.14 us, the
+    # median of the middle two 3.12 us
+    assert small_kernels.gemm_floor(rows) == pytest.approx(3.12e-6)
+    assert RATES.small_floor("gemm") == pytest.approx(3.12e-6)
 
 
 def test_the_split_k_rule_matches_every_product_the_probe_ran():

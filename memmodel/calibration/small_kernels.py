@@ -16,6 +16,8 @@ where no op of it moves enough bytes to matter:
 * ``kernels.small.reduction`` and ``reduction_fp32``: a sum (bf16) and a mean (fp32) over rows of
   4,096 elements, by the rows (elements written): one row's floor is short, sixteen rows or more
   take several microseconds however few (ATen spreads each long row over CTAs and combines them);
+* ``kernels.small.gemm``: a cuBLAS product too small for its bytes to matter (GPT-2's projections
+  of 1 to 64 rows, 1.2 and 3.5 MB of weights: the probe's smallest), its main kernel;
 * ``kernels.small.splitk_reduce``: cuBLAS' reduction after a split-K product of few output tiles
   (``cublasLt::splitKreduce_kernel``), the median over the projections that split (which ones do:
   :func:`memmodel.tracing.kernels.splits_k`).
@@ -98,6 +100,22 @@ def splitk_floor(lines: Iterable[Mapping[str, Any]]) -> float | None:
     return float(f"{statistics.median(values):.4g}") if values else None
 
 
+#: the probe's products small enough for their kernel's duration to be its floor
+SMALL_PRODUCTS = ("gpt2 qkv", "gpt2 proj")
+
+
+def gemm_floor(lines: Iterable[Mapping[str, Any]]) -> float | None:
+    """Seconds: the median CUPTI duration of the main kernel of :data:`SMALL_PRODUCTS`."""
+    values = [
+        float(k["us"]) * 1e-6
+        for r in _rows(lines, "gemv")
+        if r.get("projection") in SMALL_PRODUCTS
+        for k in r.get("kernels") or ()
+        if "splitKreduce" not in k["name"] and "Memset" not in k["name"]
+    ]
+    return float(f"{statistics.median(values):.4g}") if values else None
+
+
 def split_products(lines: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, int, bool]]:
     """``(rows, inner, columns, split)`` of each ``F.linear`` the probe ran: whether cuBLAS ran a
     split-K product (a reduction kernel after it)."""
@@ -136,6 +154,14 @@ def figures(lines: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
                 {k: _us(v) for k, v in curve.items()},
                 f"{what} rows of 4096, by rows (elements written); {tail}",
             )
+    gemm = gemm_floor(lines)
+    if gemm is not None:
+        out["kernels.small.gemm"] = (
+            _us(gemm),
+            "a cuBLAS product too small for its bytes to matter: F.linear of 1 to 64 rows by GPT-2's projections "
+            "(768 to 2304 and 768 columns), its main kernel's CUPTI duration, the median: "
+            "memmodel.calibration.small_kernels",
+        )
     split = splitk_floor(lines)
     if split is not None:
         out["kernels.small.splitk_reduce"] = (
