@@ -223,24 +223,30 @@ DATASHEET_PROFILE = "validation/h200/h200-datasheet.yaml"
 RANGE_DECILES = (1, 9)
 
 
+def validate_records(folder: str = CHECKS) -> Any:
+    """``(stem, path, data)`` of every validate record in ``folder``, in name order."""
+    from memmodel.gpu.validate import SCHEMA
+
+    for stem in sorted({str(p.relative_to(REPO)).split(".json")[0] for p in (REPO / folder).glob("*.json*")}):
+        path = record_file(stem)
+        if path is None:
+            continue
+        data = json.loads(_read(path))
+        if data.get("schema") == SCHEMA:
+            yield stem, path, data
+
+
 def step_errors(profile_of: Any, folder: str = CHECKS) -> tuple[list[float], list[str]]:
     """The signed errors (predicted / measured - 1) of every measured step (a forward, a
     backward, a whole training step, a standard kernel) of the records of ``folder``, with each
     record's own profile (``profile_of(data, path)``) as ``validate --rescore`` would, and the
     records that gave some."""
     from memmodel.cases import Case
-    from memmodel.gpu.validate import SCHEMA
     from memmodel.scoring import predicted_times, time_errors
 
     errors: list[float] = []
     used: list[str] = []
-    for stem in sorted({str(p.relative_to(REPO)).split(".json")[0] for p in (REPO / folder).glob("*.json*")}):
-        path = record_file(stem)
-        if path is None:
-            continue
-        data = json.loads(_read(path))
-        if data.get("schema") != SCHEMA:
-            continue
+    for stem, path, data in validate_records(folder):
         profile = profile_of(data, str(path))
         before = len(errors)
         for entry in data["cases"]:
@@ -306,11 +312,7 @@ def mode_errors(folder: str = CHECKS) -> tuple[dict[str, list[float]], list[str]
 
     errors: dict[str, list[float]] = {mode: [] for mode in MEASURED_MODES}
     used: list[str] = []
-    for stem in sorted({str(p.relative_to(REPO)).split(".json")[0] for p in (REPO / folder).glob("*.json*")}):
-        path = record_file(stem)
-        if path is None:
-            continue
-        data = json.loads(_read(path))
+    for stem, path, data in validate_records(folder):
         if not any("call_time_s" in (e.get("timing") or {}) for e in data.get("cases", ())):
             continue
         found = [r for e in _rescored(str(path), None)["cases"] for r in mode_time_errors(e)]
