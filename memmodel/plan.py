@@ -336,7 +336,7 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     if cudnn:  # the SDPA call's memsets before cuDNN's kernels
         from .traffic.flash_backward import with_cudnn_memsets
 
-        prefill = np.asarray(plan.workload.n) > 1  # a decode's split kernels run without
+        prefill = np.asarray(plan.given.n) > 1  # the user's rows (GQA packs a decode's group as rows)
         forward = dataclasses.replace(forward, kernels=tuple(with_cudnn_memsets(list(forward.kernels), [], prefill)[0]))
     if plan.kv_cast:
         forward = with_kv_cast(forward, plan.given)

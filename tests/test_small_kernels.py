@@ -143,3 +143,21 @@ def test_the_floors_carry_over_in_cycles_and_only_to_the_same_vendor():
         assert other.kernel_rates.small_generic_s == pytest.approx(RATES.small_generic_s * clocks, rel=1e-3)
         assert other.provenance["kernels.small.generic"].kind == "derived"
     assert load_profile("mi300x").kernel_rates.small_floor("scale") is None
+
+
+def test_cudnn_launches_its_memset_before_a_prefill_only():
+    """Every cuDNN prefill forward of the records launched one memset before its kernel, no decode
+    did (split or not: a decode's GQA group packed as rows is still a decode), every training step
+    one more before its backward."""
+    from memmodel import Workload, compare
+
+    def names(**kw):
+        w = Workload(n_kv=4096, heads=32, kv_heads=8, d=128, dtype="bf16", **kw)
+        return [
+            k.name for k in compare(w, H200, impl="sdpa-cudnn", backward=bool(kw.get("n", 1) > 1)).tiled.traffic.kernels
+        ]
+
+    assert names(n=1, batch=64) == ["fa2_fwd"]  # one decode kernel, unsplit
+    assert names(n=1, batch=1) == ["fa2_splitkv", "fa2_combine"]
+    prefill = names(n=4096, batch=1)
+    assert prefill[:2] == ["cudnn_zero", "fa2_fwd"] and prefill.count("cudnn_bwd_zero") == 1
