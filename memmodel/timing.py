@@ -1158,8 +1158,8 @@ def kernel_time(
     if not fused:
         floor = profile.kernel_rates.small_floor(kernel.op, kernel.element_bytes or 2, kernel.outputs or 1)
         if floor is not None:
-            # measured: ATen's small kernels (and cuBLAS' split-K reduction) take this much beyond
-            # the launch overhead however few bytes they move
+            # measured: ATen's small kernels and cuBLAS' run at least this long (their CUPTI
+            # duration at their smallest) however few bytes they move
             terms["floor"] = float(floor) if np.ndim(floor) == 0 else np.asarray(floor, dtype=np.float64)
     split_overhead = figures.split_cta_overhead_s
     candidates = {k: v for k, v in terms.items() if not (fused and k in (*compute, "cta", "dropout"))}

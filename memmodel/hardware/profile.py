@@ -160,10 +160,10 @@ class KernelRates:
     #: the softmax's time over one row a SM or fewer, by row length: 16-bit and fp32 rows
     softmax_row_floor_s: Curve = ()
     softmax_row_floor_fp32_s: Curve = ()
-    #: what ATen's small kernels take queued back to back beyond the launch overhead, whatever
-    #: their size (their floor): the vectorised elementwise kernel (and contiguous copies), the
-    #: generic one (an operand broadcast or strided), a widening cast, and cuBLAS' split-K
-    #: reduction after a product of few output tiles
+    #: the shortest a library kernel runs however few its bytes (its CUPTI duration at its smallest;
+    #: the model adds the launch overhead): ATen's vectorised elementwise kernel (and contiguous
+    #: copies, memsets), its generic one (an operand broadcast or strided), a widening cast, and
+    #: cuBLAS' split-K reduction after a product of few output tiles
     small_vectorised_s: float | None = None
     small_generic_s: float | None = None
     small_cast_s: float | None = None
