@@ -89,16 +89,23 @@ def small_ops(n: int) -> tuple[dict, int, int]:
         "cat halves bf16": lambda: torch.cat((m, m), dim=-1),
         "copy into strided bf16": lambda: dst.copy_(m),
         "clone bf16": lambda: x.clone(),
+        "dropout bf16": lambda: F.dropout(x, 0.1, training=True),
     }
     return ops, rows, cols
 
 
-def small(f) -> None:
+def small(f, only: tuple[str, ...] = ()) -> None:
     for n in SIZES:
         ops, rows, cols = small_ops(n)
         for op, fn in ops.items():
-            emit(f, "small", op, fn, elements=n, rows=rows, cols=cols)
+            if not only or op in only:
+                emit(f, "small", op, fn, elements=n, rows=rows, cols=cols)
         del ops
+
+
+def dropout(f) -> None:
+    """The third run: ``F.dropout`` (ATen's ``native_dropout``: Philox draws, the output and a mask)."""
+    small(f, ("dropout bf16",))
 
 
 #: (name, K, N) of the projections of Llama-3-8B (hidden 4096, 8 KV heads of 128, MLP 14336) and
@@ -169,7 +176,7 @@ def mixed(f) -> None:
         del ops
 
 
-PARTS = {fn.__name__: fn for fn in (small, gemv, mixed)}
+PARTS = {fn.__name__: fn for fn in (small, gemv, mixed, dropout)}
 
 
 def main(out: str, parts: tuple[str, ...] = tuple(PARTS)) -> None:
