@@ -134,8 +134,16 @@ def with_links(text: str) -> str:
     from memmodel.calibration import small_kernels
 
     if (ROOT / small_kernels.RECORD).exists():  # ATen's small kernels' floors and cuBLAS' split-K reduction
+        runs = [small_kernels.RECORD, small_kernels.RECORD_3]
         data = small_kernels.apply(
-            data, [json.loads(line) for line in gzip.open(ROOT / small_kernels.RECORD, "rt") if line.strip()]
+            data,
+            [
+                json.loads(line)
+                for run in runs
+                if (ROOT / run).exists()
+                for line in gzip.open(ROOT / run, "rt")
+                if line.strip()
+            ],
         )
     from memmodel.calibration import host
 

@@ -16,6 +16,8 @@ where no op of it moves enough bytes to matter:
 * ``kernels.small.reduction`` and ``reduction_fp32``: a sum (bf16) and a mean (fp32) over rows of
   4,096 elements, by the rows (elements written): one row's floor is short, sixteen rows or more
   take several microseconds however few (ATen spreads each long row over CTAs and combines them);
+* ``kernels.small.dropout`` (third run, :data:`RECORD_3`): ``F.dropout``'s kernel (ATen's fused
+  dropout: Philox draws, the output and its mask), 1 to 65,536 elements;
 * ``kernels.small.gemm``: a cuBLAS product too small for its bytes to matter (GPT-2's projections
   of 1 to 64 rows, 1.2 and 3.5 MB of weights: the probe's smallest), its main kernel;
 * ``kernels.small.splitk_reduce``: cuBLAS' reduction after a split-K product of few output tiles
@@ -35,6 +37,8 @@ from typing import Any
 
 RECORD = "validation/h200/tiny-ops/tiny-ops.jsonl.gz"
 COMMAND = "python3 validation/probes/tiny_ops_probe.py tiny-ops.jsonl"
+#: the third run: dropout's kernel
+RECORD_3 = "validation/h200/tiny-ops/tiny-ops-3.jsonl.gz"
 SOURCE = "measured-small-kernels"
 
 #: the probe's ops of each path, and the sizes (elements) its floor is read at
@@ -57,6 +61,7 @@ PATHS: dict[str, tuple[tuple[str, ...], int, int]] = {
         262144,
     ),
     "cast": (("cast bf16->fp32",), 4096, 262144),
+    "dropout": (("dropout bf16",), 1, 65536),
 }
 #: the reductions (op, its input's bytes an element) and the sizes their curve is read over
 REDUCTIONS = (("sum last dim bf16 (reduction)", 2), ("mean last dim fp32 (reduction)", 4))
@@ -141,6 +146,8 @@ def figures(lines: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
         "generic": "ATen's generic elementwise kernel (a broadcast row, a strided operand, a copy into a strided "
         "view), 16384 to 262144 elements, the median",
         "cast": "a widening cast (bf16 to fp32, element by element), 4096 to 262144 elements, the median",
+        "dropout": "F.dropout(x, 0.1) (ATen's fused dropout kernel: Philox draws, the output and its mask), 1 to "
+        "65536 elements, the median (the probe's third run)",
     }
     for path, text in texts.items():
         value = path_floor(lines, path)

@@ -212,6 +212,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             small_cast_s=values.get("kernels.small.cast"),
             small_splitk_reduce_s=values.get("kernels.small.splitk_reduce"),
             small_gemm_s=values.get("kernels.small.gemm"),
+            small_dropout_s=values.get("kernels.small.dropout"),
             small_reduction_s=curves.get("kernels.small.reduction", ()),
             small_reduction_fp32_s=curves.get("kernels.small.reduction_fp32", ()),
             softmax_fp32_bytes_per_s=curves.get("kernels.softmax.fp32_bandwidth", ()),

@@ -170,6 +170,8 @@ class KernelRates:
     small_splitk_reduce_s: float | None = None
     #: a cuBLAS product too small for its bytes to matter: its kernel's duration
     small_gemm_s: float | None = None
+    #: ATen's fused dropout kernel (``native_dropout``): its duration at its smallest
+    small_dropout_s: float | None = None
     #: the same of a reduction, by the elements it writes (rows of 4096 reduced): 16-bit and fp32
     small_reduction_s: Curve = ()
     small_reduction_fp32_s: Curve = ()
@@ -241,6 +243,7 @@ class KernelRates:
             "cast": self.small_cast_s,
             "splitk_reduce": self.small_splitk_reduce_s,
             "gemm": self.small_gemm_s,
+            "dropout": self.small_dropout_s,
         }.get(op)
 
     def softmax_fp32_rate(self, row_length: Any) -> Any:

@@ -277,6 +277,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "kernels.small.cast": ("time", False),
     "kernels.small.splitk_reduce": ("time", False),
     "kernels.small.gemm": ("time", False),
+    "kernels.small.dropout": ("time", False),
     "kernels.small.reduction": ("time", False),
     "kernels.small.reduction_fp32": ("time", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
