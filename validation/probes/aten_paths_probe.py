@@ -38,7 +38,7 @@ import json
 import sys
 
 import torch
-from probe_timing import kernel_names, timed
+from probe_timing import kernel_names, run_sections, timed
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 SIZES = (1 << 27, 1 << 23)  # output bytes
@@ -296,17 +296,7 @@ FIRST = ("casts", "gathers", "shaped", "cats", "reductions", "binaries", "softma
 
 
 def main(out: str, parts: tuple[str, ...] = FIRST) -> None:
-    with open(out, "w") as f:
-        env = {"section": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
-        env["cuda"] = torch.version.cuda
-        f.write(json.dumps(env) + "\n")
-        for part in (PARTS[p] for p in parts):
-            try:
-                part(f)
-            except Exception as exc:  # keep what was measured; say which part failed
-                f.write(json.dumps({"section": "error", "part": part.__name__, "error": repr(exc)[:300]}) + "\n")
-                print("error in", part.__name__, repr(exc)[:300], flush=True)
-            torch.cuda.empty_cache()
+    run_sections(out, [PARTS[p] for p in parts])
 
 
 if __name__ == "__main__":

@@ -24,6 +24,25 @@ def timed(fn, reps: int = 20) -> float:
     return statistics.median(times)
 
 
+def run_sections(out: str, sections) -> None:
+    """Write ``out``: an ``env`` line (torch, GPU, CUDA), then each of ``sections`` (callables
+    taking the open file) in turn; a section that fails leaves an ``error`` line naming it and the
+    others run (what was measured is kept)."""
+    import json
+
+    with open(out, "w") as f:
+        env = {"section": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+        env["cuda"] = torch.version.cuda
+        f.write(json.dumps(env) + "\n")
+        for part in sections:
+            try:
+                part(f)
+            except Exception as exc:  # keep what was measured; say which part failed
+                f.write(json.dumps({"section": "error", "part": part.__name__, "error": repr(exc)[:300]}) + "\n")
+                print("error in", part.__name__, repr(exc)[:300], flush=True)
+            torch.cuda.empty_cache()
+
+
 def kernel_names(fn) -> list[dict]:
     from torch.profiler import ProfilerActivity, profile
 

@@ -32,7 +32,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from probe_timing import kernel_names
+from probe_timing import kernel_names, run_sections
 
 BF16, FP32 = torch.bfloat16, torch.float32
 SIZES = (1, 256, 4096, 16384, 65536, 262144, 1 << 20, 1 << 22)  # elements of the output
@@ -180,17 +180,7 @@ PARTS = {fn.__name__: fn for fn in (small, gemv, mixed, dropout)}
 
 
 def main(out: str, parts: tuple[str, ...] = tuple(PARTS)) -> None:
-    with open(out, "w") as f:
-        env = {"section": "env", "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
-        env["cuda"] = torch.version.cuda
-        f.write(json.dumps(env) + "\n")
-        for part in (PARTS[p] for p in parts):
-            try:
-                part(f)
-            except Exception as exc:  # keep what was measured; say which part failed
-                f.write(json.dumps({"section": "error", "part": part.__name__, "error": repr(exc)[:300]}) + "\n")
-                print("error in", part.__name__, repr(exc)[:300], flush=True)
-            torch.cuda.empty_cache()
+    run_sections(out, [PARTS[p] for p in parts])
 
 
 if __name__ == "__main__":
