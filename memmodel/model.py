@@ -161,6 +161,11 @@ def compare(
         til = planned_traffic(plan)
         timed_workload = plan.workload
         standard_workload = workload
+    if workload.chunked is not None:  # a chunked batch: each row's N × N scores under its chunk mask
+        rows = workload.chunked[1]
+        standard_workload = workload.with_(
+            seq_lens=None, chunked=None, batch=rows, n=int(workload.n) // rows, n_kv=None
+        )
     # an FP8 K/V cache: eager PyTorch's matmuls take no fp8 K/V, so the cast runs first (traffic.quant)
     cast_workload, standard_workload = standard_workload, standard_workload.with_(kv_dtype=None)
     std = with_kv_cast(
@@ -187,7 +192,7 @@ def compare(
         assumptions=tuple(assumptions(profile) + model_assumptions(opts, standard) + packed_assumptions(workload)),
         caveats=tuple(c.text for c in lines),
         caveat_classes=tuple(c.cls for c in lines),
-        warnings=tuple(capacity_warnings(workload, profile) + fallback_warnings(opts)),
+        warnings=tuple(capacity_warnings(standard_workload, profile) + fallback_warnings(opts)),
         options=opts,
     )
 

@@ -18,9 +18,10 @@ as :class:`MLAShape` (``kv_lora_rank``, ``qk_rope_head_dim``, ``qk_nope_head_dim
 ``v_head_dim``) and modelled in one of two forms (:meth:`ModelShape.attention`): prefill as
 attention of every head with d = qk_nope + qk_rope (192) and d_v = v_head_dim (128); decoding
 in the absorbed form, every query head on one latent K/V head of d = kv_lora_rank + qk_rope
-(576), V its first kv_lora_rank (512). Out of scope, and refused: chunked local attention
-(Llama 4's ``attention_chunk_size``). What memmodel does not model of a listed model is said in
-its ``note``.
+(576), V its first kv_lora_rank (512). Chunked local attention (Llama 4's ``attention_chunk_size``,
+its layers by ``layer_types`` or ``no_rope_layers``) is kept as ``chunk_layers`` and ``chunk``,
+modelled by ``--chunk`` (:func:`memmodel.workload.chunked`). What memmodel does not model of a
+listed model is said in its ``note``.
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ class ModelShape:
     layers: int = 0
     #: multi-head latent attention's sizes (None: standard attention)
     mla: MLAShape | None = None
+    #: layers of chunked local attention (each query sees its own ``chunk``-token chunk: Llama 4's
+    #: attention_chunk_size) and the chunk; the others are full attention
+    chunk_layers: int = 0
+    chunk: int | None = None
 
     def attention(self, n: Any = None, n_kv: Any = None) -> AttentionShape:
         """The layer's attention for ``n`` queries over ``n_kv`` keys (scalars, or lists a sweep
@@ -329,10 +334,21 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
         raise WorkloadError(f"{where}: {kv_heads} key/value heads do not divide the {heads} attention heads")
     label = name or str(data.get("_name_or_path") or data.get("model_type") or where)
     layers = _int(config, ("num_hidden_layers", "n_layer", "num_layers"), where) or 0
-    if config.get("attention_chunk_size") is not None:
-        raise WorkloadError(
-            f"{where}: attention_chunk_size marks chunked local attention (Llama 4: each query sees the keys of its own "
-            f"{config['attention_chunk_size']}-token chunk), which memmodel does not model"
+    chunk = _int(config, ("attention_chunk_size",), where)
+    if chunk is not None:
+        chunked, total = _chunked_layers(config, layers, where)
+        if chunked == 0:
+            return ModelShape(label, heads, kv_heads, head_dim, where, layers=layers or total)
+        return ModelShape(
+            label,
+            heads,
+            kv_heads,
+            head_dim,
+            where,
+            chunk_note(chunked, total, chunk),
+            layers=layers or total,
+            chunk_layers=chunked,
+            chunk=chunk,
         )
     window = _int(config, ("sliding_window",), where)
     if window is None or config.get("use_sliding_window") is False:
@@ -366,6 +382,35 @@ def from_config(data: Any, where: str = "config", *, name: str | None = None) ->
         total - local,
         window,
         layers or total,
+    )
+
+
+def _chunked_layers(config: dict[str, Any], layers: int, where: str) -> tuple[int, int]:
+    """(chunked layers, layers) of a config with ``attention_chunk_size``, as transformers' Llama 4
+    reads it: ``layer_types`` ("chunked_attention" / "full_attention") where given, else
+    ``no_rope_layers`` (1: a layer with rotary embeddings, which attends within its chunk; 0: a
+    NoPE layer of full attention), else every ``no_rope_layer_interval``-th layer (default 4) NoPE."""
+    types = config.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(1 for t in types if isinstance(t, str) and "chunk" in t), len(types)
+    flags = config.get("no_rope_layers")
+    if isinstance(flags, list) and flags:
+        if any(isinstance(f, bool) or f not in (0, 1) for f in flags):
+            raise WorkloadError(f"{where} -> no_rope_layers: a list of 0 and 1 (one a layer), not {flags!r}")
+        return sum(flags), len(flags)
+    if not layers:
+        raise WorkloadError(
+            f"{where}: attention_chunk_size without num_hidden_layers: which layers are chunked is not known"
+        )
+    interval = _int(config, ("no_rope_layer_interval",), where) or 4
+    return layers - layers // interval, layers
+
+
+def chunk_note(chunked: int, total: int, chunk: int) -> str:
+    """What a model of chunked and global layers is modelled as, and how to model the others."""
+    return (
+        f"{chunked} of its {total} layers attend within their own {chunk}-token chunk: one layer is modelled as given "
+        f"(full attention unless --chunk {chunk}); --layers all counts every layer"
     )
 
 

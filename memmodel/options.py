@@ -249,7 +249,7 @@ WINDOW_KERNELS = VariantKernels(
 )
 #: a packed row of documents (``Workload.seq_lens``)
 PACKED_KERNELS = VariantKernels(
-    "--seq-lens",
+    "--seq-lens (or --chunk)",
     {
         "sdpa-flash": "FlashAttention-2's varlen kernels: flash_attn_varlen_func(cu_seqlens_q, cu_seqlens_k, ...), "
         "which PyTorch reaches through torch.ops.aten._flash_attention_forward(cum_seq_q, cum_seq_k, max_q, max_k)",

@@ -122,6 +122,7 @@ SWEEP_COLUMNS: tuple[str, ...] = (
     "d_v",
     "kv_dtype",
     "page_size",
+    "chunk",
 )
 #: Columns appended under a timing other than kernel (``Grid.timing``): the mode of
 #: ``predicted_time_s``, the kernels' time and the host's seconds issuing them (blank where the
@@ -314,6 +315,8 @@ class Setting(NamedTuple):
     kv_dtype: str | None = None
     #: a paged KV cache's tokens per page (None: contiguous K/V)
     page_size: int | None = None
+    #: chunked local attention's chunk (None: not chunked; :func:`memmodel.workload.chunked`)
+    chunk: int | None = None
     #: one value for the whole grid (not looped): :data:`memmodel.timing.CLOCKS`
     clocks: str = "benchmark"
     #: one packed row of documents for the whole grid (not looped)
@@ -341,6 +344,7 @@ LOOPS = (
     "d_vs",
     "kv_dtypes",
     "page_sizes",
+    "chunks",
 )
 #: The name of each looped option as the command line and the columns say it.
 OPTION_NAMES = dict(zip(LOOPS, Setting._fields))
@@ -381,6 +385,9 @@ class Grid:
     kv_dtypes: tuple[str | None, ...] = (None,)
     #: paged KV caches' tokens per page (None: contiguous K/V)
     page_sizes: tuple[int | None, ...] = (None,)
+    #: chunked local attention's chunks (None: not chunked), each row chunked as
+    #: :func:`memmodel.workload.chunked` runs it
+    chunks: tuple[int | None, ...] = (None,)
     #: one packed row of documents for the whole grid (not looped; n is their sum, batch 1)
     seq_lens: tuple[int, ...] | None = None
     #: how long the GPU has been busy (one value for every row: :data:`memmodel.timing.CLOCKS`)
@@ -414,8 +421,18 @@ class Grid:
         for name in ("causal", "backward"):
             object.__setattr__(self, name, parse_switches(getattr(self, name), name))
         object.__setattr__(self, "dropout", parse_fractions(self.dropout, "dropout"))
-        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows", "d_vs", "page_sizes"):
+        for name in ("block_q", "block_kv", "splits", "ctas_per_sm", "windows", "d_vs", "page_sizes", "chunks"):
             object.__setattr__(self, name, _optional_ints(getattr(self, name), name))
+        if any(c is not None for c in self.chunks):
+            for name, other in (("windows", self.windows), ("page_sizes", self.page_sizes)):
+                if any(x is not None for x in other):
+                    raise WorkloadError(f"chunks with {name} is not modelled: chunked attention is its own mask")
+            if self.seq_lens is not None:
+                raise WorkloadError("chunks with seq_lens is not modelled: chunked attention is its own mask")
+            if self.causal == (False,):  # chunked attention is causal: the default mask becomes causal
+                object.__setattr__(self, "causal", (True,))
+            elif False in self.causal:
+                raise WorkloadError("chunks: chunked attention is causal: give no --causal off beside --chunk")
         if any(w is not None for w in self.windows):
             if self.causal == (False,):  # a window is causal: the default mask becomes causal
                 object.__setattr__(self, "causal", (True,))
@@ -514,7 +531,7 @@ CATEGORICAL = (
     "timing",
 )
 #: Integer columns that are blank for some rows (stored as -1): what only the tiled kernel has.
-_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window", "page_size"})
+_BLANK_AS_NEGATIVE = frozenset({"block_q", "block_kv", "splits", "ctas_per_sm", "window", "page_size", "chunk"})
 #: Columns stored as 0/1 and read as booleans.
 _BOOLEAN = frozenset({"causal", "backward"})
 ALGORITHMS = ("standard", "tiled")
@@ -661,6 +678,14 @@ def evaluate(
                     f"window {setting.window}: {int((covered & valid).sum()):,} of {total:,} workloads have fewer keys "
                     f"(n_kv) than the window, which covers them all: full causal attention there"
                 )
+        if setting.chunk is not None:
+            ok = (mesh["n"] == mesh["n_kv"]) | (mesh["n"] == 1)
+            if not (ok | ~valid).all():
+                note(
+                    f"chunk {setting.chunk}: skipped {int((~ok & valid).sum()):,} of {total:,} workloads with "
+                    "1 < n < n_kv (chunked attention is modelled on a prefill, n = n_kv, or a one-token decode)"
+                )
+            rows = rows & ok
         if setting.splits is not None:
             ok = -(-mesh["n_kv"] // split_block_kv(mesh["d"])) >= setting.splits
             if not (ok | ~valid).all():
@@ -675,11 +700,17 @@ def evaluate(
         try:
             for d in np.unique(mesh["d"][rows]).tolist():
                 r = representative
+                if setting.chunk is not None:  # a row the chunk runs on
+                    r = {k: int(v[int(np.argmax(rows))]) for k, v in mesh.items()}
                 w = Workload(
                     n=r["n"], d=int(d), batch=r["batch"], heads=r["heads"], kv_heads=r["kv_heads"], n_kv=r["n_kv"],
                     dtype=setting.dtype, seq_lens=setting.seq_lens, d_v=setting.d_v, kv_dtype=setting.kv_dtype,
                     page_size=setting.page_size,
                 )  # fmt: skip
+                if setting.chunk is not None:
+                    from .workload import chunked
+
+                    w = chunked(w, setting.chunk)[0]
                 if setting.window is not None:  # the implementation a window takes (a row the window fits)
                     longest = int(mesh["n_kv"][rows].max())
                     w = w.with_(n=min(int(mesh["n"][rows].min()), longest), n_kv=longest, causal=True)
@@ -951,6 +982,7 @@ def _evaluate_chunk(
     columns["d_v"][at:end] = np.repeat(mesh["d"], 2) if setting.d_v is None else setting.d_v
     columns["kv_dtype"][at:end] = codes["kv_dtype"]
     columns["page_size"][at:end] = -1 if setting.page_size is None else setting.page_size
+    columns["chunk"][at:end] = -1 if setting.chunk is None else setting.chunk
     auto = setting.impl == "auto"
     parts = _window_parts(_parts(mesh, impl_of_d), mesh, setting.window, auto)
     for rows, impl in _chunk_parts(parts, mesh, setting, auto):
@@ -1027,6 +1059,15 @@ def _evaluate_part(
     from .model import compare
     from .options import options_for
 
+    if setting.chunk is not None and len(mesh["n"]) > 1:  # each row its own packed row (or its chunk's keys)
+        std_idx, til_idx = (np.arange(len(columns["gpu"]))[a] if isinstance(a, slice) else a for a in (std_at, til_at))
+        for i in range(len(mesh["n"])):
+            one = {k: v[i : i + 1] for k, v in mesh.items()}
+            row_impl = "auto" if setting.impl == "auto" else impl  # a decode row and a prefill row may differ
+            _evaluate_part(
+                one, profile, setting, row_impl, bound_codes, columns, std_idx[i : i + 1], til_idx[i : i + 1]
+            )
+        return
     workload = Workload(
         n=mesh["n"],
         d=mesh["d"],
@@ -1043,6 +1084,13 @@ def _evaluate_part(
         kv_dtype=setting.kv_dtype,
         page_size=setting.page_size,
     )
+    if setting.chunk is not None:
+        from .workload import chunked
+
+        workload = chunked(
+            workload.with_(**{k: int(mesh[k][0]) for k in ("n", "d", "batch", "heads", "kv_heads", "n_kv")}),
+            setting.chunk,
+        )[0]
     try:
         options = options_for(impl, workload, profile, **_option_fields(setting))
         c = compare(workload, profile, options, standard=setting.standard)

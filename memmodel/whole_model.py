@@ -1,5 +1,5 @@
-"""A model's attention per step: each kind of layer it has (full attention, a sliding window)
-compared once and counted as many times as the model has such layers."""
+"""A model's attention per step: each kind of layer it has (full attention, a sliding window,
+chunked local attention) compared once and counted as many times as the model has such layers."""
 
 from __future__ import annotations
 
@@ -11,31 +11,36 @@ import numpy as np
 from .errors import WorkloadError
 from .frozen import frozen
 from .model_shapes import ModelShape
-from .workload import Workload
+from .workload import Workload, chunked
 
 
 @frozen
 class LayerGroup:
     """The layers of one kind of a model: how many, their attention, and one of them compared."""
 
-    kind: str  # "global" (every key it may see) or "local" (a sliding window)
+    kind: str  # "global" (every key it may see), "local" (a sliding window) or "chunked" (its own chunk)
     count: int
     window: int | None
     comparison: Any  # memmodel.model.Comparison
+    #: the chunk of a "chunked" group (None: not chunked)
+    chunk: int | None = None
 
 
 def layer_counts(shape: ModelShape) -> list[tuple[str, int, int | None]]:
-    """(kind, layers, window) of each kind of layer of ``shape``: its full-attention ("global")
-    layers and its sliding-window ("local") ones, in that order, those it has."""
+    """(kind, layers, span) of each kind of layer of ``shape``: its full-attention ("global")
+    layers, its sliding-window ("local") ones (span: the window) and its chunked ones ("chunked",
+    span: the chunk), in that order, those it has."""
     if not shape.layers:
         raise WorkloadError(f"--layers all: {shape.name} gives no layer count (num_hidden_layers)")
     window = shape.local_window if shape.local_layers else shape.window
     local = shape.local_layers if shape.local_layers else (shape.layers if shape.window else 0)
     out: list[tuple[str, int, int | None]] = []
-    if shape.layers - local:
-        out.append(("global", shape.layers - local, None))
+    if shape.layers - local - shape.chunk_layers:
+        out.append(("global", shape.layers - local - shape.chunk_layers, None))
     if local:
         out.append(("local", local, window))
+    if shape.chunk_layers:
+        out.append(("chunked", shape.chunk_layers, shape.chunk))
     return out
 
 
@@ -45,12 +50,15 @@ def layer_kinds(shape: ModelShape, workload: Workload) -> list[tuple[str, int, W
     its local ones causal within the model's window (full causal where the window covers every
     key). A model with windowed layers is a decoder: its global layers are causal too."""
     counts = layer_counts(shape)
-    causal = bool(workload.causal) or any(kind == "local" for kind, _, _ in counts)
+    causal = bool(workload.causal) or any(kind != "global" for kind, _, _ in counts)
     longest = int(max(int(np.max(np.asarray(workload.n_kv_))), 1))
     out = []
     for kind, count, window in counts:
         if kind == "global":
             out.append((kind, count, workload.with_(causal=causal, window=None)))
+        elif kind == "chunked":
+            assert window is not None
+            out.append((kind, count, chunked(workload.with_(causal=True, window=None), window)[0]))
         else:
             w = window if window is not None and window < longest else None
             out.append((kind, count, workload.with_(causal=True, window=w)))
@@ -59,7 +67,11 @@ def layer_kinds(shape: ModelShape, workload: Workload) -> list[tuple[str, int, W
 
 def whole_model(shape: ModelShape, workload: Workload, compare_one: Callable[[Workload], Any]) -> list[LayerGroup]:
     """Each kind of layer of ``shape``, compared by ``compare_one`` (a workload -> Comparison)."""
-    return [LayerGroup(kind, count, w.window, compare_one(w)) for kind, count, w in layer_kinds(shape, workload)]
+    spans = {kind: span for kind, _, span in layer_counts(shape)}
+    return [
+        LayerGroup(kind, count, w.window, compare_one(w), spans[kind] if kind == "chunked" else None)
+        for kind, count, w in layer_kinds(shape, workload)
+    ]
 
 
 def totals(groups: list[LayerGroup]) -> dict[str, Any]:

@@ -73,6 +73,9 @@ class Workload:
     out_dtype: str | None = None
     page_size: int | None = None
     kv_pool: int | None = None
+    #: (chunk, rows): this packed row is a batch of ``rows`` rows of chunked local attention, each
+    #: split into ``chunk``-token chunks (:func:`chunked`); None: not chunked
+    chunked: tuple[int, int] | None = None
     _checked: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +131,8 @@ class Workload:
             object.__setattr__(self, "window", None if int(window) == longest else int(window))
         if self.seq_lens is not None:
             object.__setattr__(self, "seq_lens", _checked_seq_lens(self.seq_lens, values))
+        if self.chunked is not None:
+            object.__setattr__(self, "chunked", _checked_chunked(self.chunked, self.seq_lens, values))
         if self.page_size is not None:
             object.__setattr__(self, "page_size", _checked_page_size(self.page_size, self.seq_lens, self.window))
         if self.kv_pool is not None:
@@ -262,10 +267,12 @@ class Workload:
         out = []
         for length in self.seq_lens:
             window = self.window if self.window is not None and self.window < length else None
-            out.append(self.with_(n=length, n_kv=length, batch=1, window=window, seq_lens=None))
+            out.append(self.with_(n=length, n_kv=length, batch=1, window=window, seq_lens=None, chunked=None))
         return out
 
     def with_(self, **changes: Any) -> Workload:
+        if self.chunked is not None and "chunked" not in changes and changes.keys() & {"n", "batch", "seq_lens"}:
+            changes["chunked"] = None  # another row: no longer the chunked batch
         return replace(self, _checked=False, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -287,6 +294,7 @@ class Workload:
                 "dropout": self.dropout,
             }
             | ({"seq_lens": list(self.seq_lens)} if self.seq_lens is not None else {})
+            | ({"chunk": self.chunked[0], "chunk_rows": self.chunked[1]} if self.chunked is not None else {})
             | ({"d_v": plain(self.d_v)} if self.d_v is not None else {})
             | ({"page_size": self.page_size, "kv_pool": plain(self.kv_pool_)} if self.page_size is not None else {})
             | self._fp8_dict()
@@ -300,6 +308,49 @@ class Workload:
         if self.out_element_bytes != self.element_bytes or self.out_dtype is not None:
             out |= {"out_dtype": self.out_dtype_, "out_element_bytes": self.out_element_bytes}
         return out
+
+
+def chunked(w: Workload, chunk: Any) -> tuple[Workload, str]:
+    """Chunked local attention (Llama 4's ``attention_chunk_size``): each query sees the keys of
+    its own ``chunk``-token chunk up to itself, as the workload its kernels run, and a line saying
+    how. Serving engines split each sequence into its chunks (vLLM's local attention: "virtual
+    batches" through FlashAttention's varlen kernel; FlexAttention's chunk mask keeps the same
+    blocks), so a prefill (n = n_kv) is a packed row of the batch's chunks (``seq_lens``, batch 1)
+    and a one-token decode reads only its chunk's keys (n_kv = the keys of its chunk so far).
+    A chunk as long as the keys is full causal attention (``w``, made causal)."""
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise WorkloadError(f"chunk must be a positive whole number of tokens (got {chunk!r})")
+    chunk = int(chunk)
+    fields = {"n": w.n, "n_kv": w.n_kv_, "batch": w.batch}
+    if any(np.ndim(v) for v in fields.values()):
+        raise WorkloadError("chunk takes one n, n_kv and batch (not a grid of them)")
+    for name, other in (("window", w.window), ("seq_lens", w.seq_lens), ("page_size", w.page_size)):
+        if other is not None:
+            raise WorkloadError(
+                f"chunk with {name} is not modelled: chunked attention is its own mask; give one or the other"
+            )
+    n, n_kv, batch = (int(v) for v in fields.values())
+    base = w.with_(causal=True)
+    if chunk >= n_kv:
+        return base, f"chunk {chunk}: every key ({n_kv}) lies in the first chunk: full causal attention"
+    if n == n_kv:
+        row = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+        lens = tuple(row * batch)
+        return (
+            base.with_(n=n * batch, n_kv=None, batch=1, seq_lens=lens, chunked=(chunk, batch)),
+            f"chunk {chunk}: each query sees the keys of its own {chunk}-token chunk; the batch's {len(lens)} chunks "
+            f"run as one packed row of documents (as vLLM runs chunked local attention through a varlen kernel)",
+        )
+    if n == 1:
+        last = (n_kv - 1) % chunk + 1
+        return (
+            base.with_(n_kv=last),
+            f"chunk {chunk}: the decoded token sees the {last} keys of its own chunk (of the {n_kv} cached), "
+            "all its kernels read",
+        )
+    raise WorkloadError(
+        f"chunk with {n} new tokens over {n_kv} keys is not modelled: give a prefill (n = n_kv) or a one-token decode (n = 1)"
+    )
 
 
 def _check_kv_dtype(w: Workload) -> None:
@@ -322,6 +373,22 @@ def _check_kv_dtype(w: Workload) -> None:
             f"kv_dtype {kv} with dtype {w.dtype}: an FP8 K/V cache is read under fp16 or bf16 Q and O "
             "(--dtype fp8 makes Q, K and V all fp8)"
         )
+
+
+def _checked_chunked(raw: Any, seq_lens: tuple[int, ...] | None, values: dict[str, Any]) -> tuple[int, int]:
+    """(chunk, rows) of a chunked batch packed into one row (:func:`chunked`)."""
+    try:
+        chunk, rows = (int(x) for x in raw)
+    except (TypeError, ValueError):
+        raise WorkloadError(f"chunked must be (chunk, rows), two positive whole numbers (got {raw!r})") from None
+    if chunk < 1 or rows < 1:
+        raise WorkloadError(f"chunked must be (chunk, rows), two positive whole numbers (got {raw!r})")
+    n = int(values["n"])
+    if seq_lens is None or n % rows or any(x > chunk for x in seq_lens):
+        raise WorkloadError(
+            f"chunked {raw!r}: the packed row must be {rows} equal rows split into chunks of at most {chunk} (seq_lens)"
+        )
+    return chunk, rows
 
 
 def _checked_page_size(raw: Any, seq_lens: Any, window: Any) -> int:

@@ -203,8 +203,9 @@ def test_configs_windows_are_used_or_refused_never_ignored():
     assert "16 of its 32 layers" in mixed.note and "--window 512" in mixed.note and "--layers all" in mixed.note
     gemma3 = from_config(_config(sliding_window=1024, sliding_window_pattern=6, num_hidden_layers=48))
     assert (gemma3.local_layers, gemma3.global_layers) == (40, 8)  # every 6th layer global: 48 − 8
-    with pytest.raises(WorkloadError, match="attention_chunk_size marks chunked local attention"):
-        from_config(_config(attention_chunk_size=8192))
+    llama4 = from_config(_config(attention_chunk_size=8192))  # Llama 4: every 4th layer NoPE, full attention
+    assert (llama4.chunk, llama4.chunk_layers, llama4.window, llama4.local_layers) == (8192, 24, None, 0)
+    assert "24 of its 32 layers" in llama4.note and "--chunk 8192" in llama4.note
 
 
 def test_cli_takes_the_model_s_window_where_it_applies(tmp_path):
@@ -298,7 +299,7 @@ def test_cli_layers_all():
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
-    assert lines[0] == "kind,count,window,algorithm,hbm_bytes,flops,predicted_time_s,layers_time_s"
+    assert lines[0] == "kind,count,window,algorithm,hbm_bytes,flops,predicted_time_s,layers_time_s,chunk"
     assert [line.split(",")[:4] for line in lines[1:]] == [
         ["global", "21", "", "standard"],
         ["global", "21", "", "tiled"],

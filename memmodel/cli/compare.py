@@ -589,14 +589,22 @@ def _whole_model(
                 "model": shape.name,
                 "layers": total["layers"],
                 "groups": [
-                    {"kind": g.kind, "count": g.count, "window": g.window, "comparison": compare_to_dict(g.comparison)}
+                    {
+                        "kind": g.kind,
+                        "count": g.count,
+                        "window": g.window,
+                        "chunk": g.chunk,
+                        "comparison": compare_to_dict(g.comparison),
+                    }
                     for g in groups
                 ],
                 "totals": {k: v for k, v in total.items() if k != "layers"},
             }
         )
     elif fmt == "csv":
-        columns = ("kind", "count", "window", "algorithm", "hbm_bytes", "flops", "predicted_time_s", "layers_time_s")
+        columns = (
+            "kind", "count", "window", "algorithm", "hbm_bytes", "flops", "predicted_time_s", "layers_time_s", "chunk"
+        )  # fmt: skip
         rows = [
             dict(
                 zip(
@@ -610,6 +618,7 @@ def _whole_model(
                         int(getattr(g.comparison, name).traffic.flops),
                         float(getattr(g.comparison, name).time_s(g.comparison.options.timing)),
                         g.count * float(getattr(g.comparison, name).time_s(g.comparison.options.timing)),
+                        "" if g.chunk is None else g.chunk,
                     ),
                 )
             )
@@ -654,6 +663,8 @@ def _print_whole_model(shape: Any, profile: Any, groups: list[Any], total: dict[
         attention = "full causal" if g.comparison.workload.causal else "full"
         if g.window is not None:
             attention = f"window {g.window}"
+        if g.chunk is not None:
+            attention = f"chunks of {g.chunk}"
         s, t = g.comparison.standard, g.comparison.tiled
         rows.append(
             (

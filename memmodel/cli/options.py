@@ -287,6 +287,15 @@ def _workload_options(func: F, n: int | None, d: int | None) -> F:
             "tiled kernels visit only the blocks inside it. Default: --model's where every layer has one.",
         ),
         option(
+            "--chunk",
+            type=POSITIVE,
+            default=None,
+            metavar="C",
+            help="Chunked local attention (Llama 4's attention_chunk_size): each query sees the keys of its own "
+            "C-token chunk up to itself (implies --causal). A prefill runs as the chunks packed into one row "
+            "(varlen kernels), a one-token decode over its chunk's keys.",
+        ),
+        option(
             "--dropout",
             type=FiniteFloatRange(0.0, 1.0, max_open=True),
             default=0.0,
@@ -546,7 +555,7 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
             "Missing option '--d' (the head dimension; or --model NAME to take it from a model).",
             click.get_current_context(silent=True),
         )
-    return Workload(
+    workload = Workload(
         n=kw.pop("n"),
         d=d,
         batch=kw.pop("batch"),
@@ -562,6 +571,20 @@ def build_workload(kw: dict[str, Any], default_d: int | None = None) -> Any:
         d_v=d_v,
         page_size=kw.pop("page_size", None),
     )
+    chunk = kw.pop("chunk", None)
+    if chunk is None:
+        return workload
+    from ..workload import chunked
+    from . import terminal
+
+    if window is not None or seq_lens is not None:
+        from ..errors import WorkloadError
+
+        other = "--seq-lens" if seq_lens is not None else "a sliding window (--window, or the model's)"
+        raise WorkloadError(f"--chunk with {other} is not modelled: chunked attention is its own mask; give one")
+    workload, line = chunked(workload, chunk)
+    terminal.note(f"--{line}")
+    return workload
 
 
 def pop_model_options(kw: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -169,6 +169,12 @@ def _list(flag: str, kind: ListParam, help_text: str, metavar: str = "LIST") -> 
     default="none",
 )
 @_grid(
+    "--chunk",
+    "Chunked local attention: chunks C (each query sees the keys of its own C-token chunk up to itself; implies "
+    "--causal); each row runs as 'memmodel compare --chunk' runs it (a prefill, n = n_kv, or a one-token decode).",
+    default="none",
+)
+@_grid(
     "--page-size",
     "Paged KV caches: tokens per page P, an axis (--impl flashinfer takes any, flex powers of two from 16); "
     "see 'memmodel compare --help'.",
@@ -268,6 +274,7 @@ def sweep_cmd(
     gpu: tuple[str, ...],
     causal: tuple[bool, ...] | None,
     window: tuple[int, ...] | None,
+    chunk: tuple[int, ...] | None,
     page_size: tuple[int, ...] | None,
     seq_lens: str | None,
     dropout: tuple[float, ...] | None,
@@ -344,6 +351,15 @@ def sweep_cmd(
         raise WorkloadError("--kv-dtype with --context-parallel is not modelled: context parallelism splits prefill")
     if page_size and context_parallel:
         raise WorkloadError("--page-size with --context-parallel is not modelled: give one or the other")
+    if chunk and (context_parallel or lens is not None or window):
+        other = (
+            "--context-parallel"
+            if context_parallel
+            else ("--seq-lens" if lens is not None else "a sliding window (--window, or the model's)")
+        )
+        raise WorkloadError(f"--chunk with {other} is not modelled: chunked attention is its own mask; give one")
+    if chunk and causal and False in causal:
+        raise WorkloadError("--chunk: chunked attention is causal: give no --causal off beside it")
     if window and context_parallel:
         raise WorkloadError(
             "--window with --context-parallel is not modelled: context parallelism splits full attention"
@@ -420,11 +436,12 @@ def sweep_cmd(
         "d_vs": d_v,
         "kv_dtypes": kv_dtype,
         "page_sizes": page_size,
+        "chunks": chunk,
         "seq_lens": lens,
     }
     kinds: list[tuple[dict[str, Any], int]] = [({}, 1)]
     if layers == "all":
-        kinds = _layer_kinds(model, window, lens, causal, context_parallel)
+        kinds = _layer_kinds(model, window or chunk, lens, causal, context_parallel)
     grid = Grid(n=n, d=d, clocks=clocks, timing=timing, **{k: v for k, v in (values | kinds[0][0]).items() if v})
     if fmt == "table" and grid.size > MAX_TABLE_ROWS:
         raise WorkloadError(
@@ -446,10 +463,7 @@ def sweep_cmd(
                 )
                 parts.append((evaluate(other, profiles, progress=advance), count))
             result = layers_summed(parts)
-            described = " + ".join(
-                f"{count} {'local (window ' + str(c['windows'][0]) + ')' if c['windows'][0] else 'global'}"
-                for c, count in kinds
-            )
+            described = " + ".join(f"{count} {_kind_label(c)}" for c, count in kinds)
             terminal.note(f"--layers all: each row is {model}'s attention per step, {described} layers summed")
     import contextlib
     import sys
@@ -554,10 +568,26 @@ def _layer_kinds(
         raise click.UsageError("--layers all needs --model (the model's layers and their kinds)")
     if window or lens or context_parallel:
         raise WorkloadError(
-            "--layers all takes the model's windows: give no --window, --seq-lens or --context-parallel"
+            "--layers all takes the model's windows and chunks: give no --window, --chunk, --seq-lens or "
+            "--context-parallel"
         )
     counts = layer_counts(load_model(model))
-    decoder = (True,) if any(kind == "local" for kind, _, _ in counts) else causal
+    decoder = (True,) if any(kind != "global" for kind, _, _ in counts) else causal
     return [
-        ({"causal": decoder if kind == "global" else (True,), "windows": (win,)}, count) for kind, count, win in counts
+        (
+            {
+                "causal": decoder if kind == "global" else (True,),
+                "windows": (span if kind == "local" else None,),
+                "chunks": (span if kind == "chunked" else None,),
+            },
+            count,
+        )
+        for kind, count, span in counts
     ]
+
+
+def _kind_label(changes: dict[str, Any]) -> str:
+    """``--layers all``'s name of a kind of layer from its grid changes."""
+    if changes["chunks"][0]:
+        return f"chunked (chunk {changes['chunks'][0]})"
+    return f"local (window {changes['windows'][0]})" if changes["windows"][0] else "global"

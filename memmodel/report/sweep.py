@@ -325,7 +325,12 @@ TABLE_KEYS = {
     "splits": "splits",
     "ctas_per_sm": "CTAs/SM",
     "standard": "standard",
+    "window": "window",
+    "chunk": "chunk",
+    "page_size": "page",
 }
+#: Keys whose -1 is "none" (no window, no chunks, contiguous K/V): left out while every row has none.
+NONE_AS_NEGATIVE = frozenset({"window", "chunk", "page_size"})
 #: Keys that only the tiled rows carry.
 TILED_KEYS = frozenset({"variant", "implementation", "block_q", "block_kv", "splits", "ctas_per_sm"})
 #: Shown only when the sweep varies them (they follow from the others otherwise).
@@ -346,6 +351,9 @@ COLUMN_ORDER = (
     "block_kv",
     "splits",
     "ctas_per_sm",
+    "window",
+    "chunk",
+    "page_size",
     "batch",
     "heads",
     "kv_heads",
@@ -403,6 +411,8 @@ def split_keys(result: SweepResult) -> tuple[dict[str, Any], list[str], dict[str
             continue
         if key == "n_kv" and np.array_equal(v, values["n"]):
             continue
+        if key in NONE_AS_NEGATIVE and np.all(v == -1):
+            continue
         if len(v) and np.all(v == v[0]):
             constants[key] = v[0].item() if hasattr(v[0], "item") else v[0]
         else:
@@ -425,7 +435,7 @@ def table_view(result: SweepResult) -> tuple[dict[str, Any], list[str], list[lis
     headers = [*(TABLE_KEYS[k] for k in varying), "HBM std", "HBM tiled", "s/t", "time std", "time tiled", "s/t"]
     headers.append("bound s/t")
     rows = []
-    lists = {k: values[k].tolist() for k in varying}
+    lists = {k: ["none" if k in NONE_AS_NEGATIVE and x == -1 else x for x in values[k].tolist()] for k in varying}
     hbm = cols["hbm_bytes"].tolist()
     time = cols["predicted_time_s"].tolist()
     bound = result.column("bound").tolist()
