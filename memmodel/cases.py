@@ -231,7 +231,7 @@ _SPEC = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>[^,]+)$")
 
 
 _KEYS = (
-    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, seq_lens, page_size, "
+    "impl, model, n, d, d_v, batch, heads, kv_heads, n_kv, dtype, kv_dtype, causal, window, chunk, seq_lens, page_size, "
     "kv_pool, block_q, block_kv, dropout, backward"
 )
 #: implementations whose cases take d_v (V's head dim apart from Q's)
@@ -248,6 +248,7 @@ _INT_KEYS = (
     "block_q",
     "block_kv",
     "window",
+    "chunk",
     "page_size",
     "kv_pool",
 )
@@ -266,7 +267,9 @@ def _docs(seq_lens: tuple[int, ...]) -> str:
 def parse_case(text: str) -> Case:
     """``impl=sdpa-flash,n=4096,d=64,batch=4,heads=16,dtype=fp16,causal=1`` (training step:
     ``backward=1``, with dropout ``dropout=0.1``); ``model=NAME`` (or a config.json) gives
-    heads, kv_heads and d where the spec does not."""
+    heads, kv_heads and d where the spec does not. ``chunk=C`` (chunked local attention, a causal
+    prefill) is run as :func:`memmodel.workload.chunked` models it: the batch's chunks as one packed
+    row (``seq_lens``, batch 1)."""
     fields: dict[str, Any] = {}
     model = None
     for part in text.split(","):
@@ -309,7 +312,25 @@ def parse_case(text: str) -> Case:
     if "n" not in fields or "d" not in fields:
         raise WorkloadError(f"case {text!r} needs at least n= and d=")
     fields.setdefault("impl", "sdpa-flash")
+    if "chunk" in fields:
+        fields = _chunked_fields(fields, text)
     return Case(**fields)
+
+
+def _chunked_fields(fields: dict[str, Any], text: str) -> dict[str, Any]:
+    """A ``chunk=`` case's fields as its kernels run it: the batch's chunks as one packed row."""
+    chunk = fields.pop("chunk")
+    n, batch = fields["n"], fields.get("batch", 1)
+    if "seq_lens" in fields or "window" in fields or fields.get("n_kv", n) != n:
+        raise WorkloadError(f"case {text!r}: chunk= takes a prefill (n_kv = n) with no window= or seq_lens=")
+    if chunk < 1:
+        raise WorkloadError(f"case chunk={chunk}: give a positive whole number of tokens")
+    fields["causal"] = True
+    if chunk >= n:
+        return fields  # one chunk: full causal attention
+    row = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+    fields.pop("n_kv", None)
+    return fields | {"seq_lens": tuple(row * batch), "n": n * batch, "batch": 1}
 
 
 def _flag(key: str, value: str) -> bool:
