@@ -203,6 +203,10 @@ def plan_tiled(
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
+    if impl == "sdpa-flash" and kernel_w.window is None and not kernel_w.dropout:
+        spilled = _fa2_spill_bytes(kernel_w, blocks, profile, varlen)
+        if spilled is not None:
+            ctx = dataclasses.replace(ctx, spill_bytes_per_cta=spilled)
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
         ctx = dataclasses.replace(ctx, **fp8)
@@ -415,6 +419,27 @@ def paged_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), out, facts=plan.facts)
 
 
+def _fa2_spill_bytes(w: Workload, blocks: Any, profile: Profile, varlen: bool) -> Any:
+    """The bytes each CTA of FlashAttention-2's forward writes to HBM from its spilled registers
+    (the instantiation's curve: even or not, causal or not; None where the profile has none). A
+    packed row (``varlen``) or lengths that are not multiples of the tiles run the kernel that is
+    not ``Is_even_MN`` (``flash_fwd_launch_template.h``)."""
+    figures = profile.implementation("sdpa-flash")
+    if figures is None:
+        return None
+    uneven = np.asarray(
+        varlen
+        | (np.asarray(w.n) % np.asarray(blocks.block_q) != 0)
+        | (np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0)
+    )
+    even_b = figures.spill_write_bytes_at(w.d, uneven=False, causal=bool(w.causal))
+    uneven_b = figures.spill_write_bytes_at(w.d, uneven=True, causal=bool(w.causal))
+    if even_b is None and uneven_b is None:
+        return None
+    out = np.where(uneven, 0.0 if uneven_b is None else uneven_b, 0.0 if even_b is None else even_b)
+    return np.rint(out).astype(np.int64) if np.ndim(out) else int(round(float(out)))
+
+
 def packed_plans(
     workload: Workload,
     profile: Profile,
@@ -430,8 +455,21 @@ def packed_plans(
     opts = dataclasses.replace(options, splits=1) if options.tiled == "fa2" else options
     return [
         plan_tiled(doc, profile, opts, l2, backward_ctas_per_sm=backward_ctas_per_sm, varlen=True)
-        for doc in workload.documents()
+        for doc in _same_length_batches(workload.documents())
     ]
+
+
+def _same_length_batches(docs: list[Workload]) -> list[Workload]:
+    """A packed row's documents with those of one length as one batch (in order of first
+    appearance): the varlen grid (Q blocks × documents × heads) runs them as a batched launch
+    runs its rows, so their K/V share the L2 as a batch's do."""
+    counts: dict[int, int] = {}
+    first: dict[int, Workload] = {}
+    for doc in docs:
+        length = int(doc.n)
+        counts[length] = counts.get(length, 0) + 1
+        first.setdefault(length, doc)
+    return [first[length].with_(batch=count) for length, count in counts.items()]
 
 
 def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
@@ -445,7 +483,8 @@ def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
     ledgers = [planned_traffic(p) for p in plans]
     longest = max(range(len(plans)), key=lambda i: int(np.max(np.asarray(plans[i].workload.n))))
     first = ledgers[longest]
-    params = dict(first.params) | {"documents": len(plans)}
+    counts = [int(np.max(np.asarray(p.workload.batch))) for p in plans]  # documents of each length
+    params = dict(first.params) | {"documents": sum(counts)}
     big = plans[longest]
     forward_slots = big.tile.concurrent
     backward_slots = big.backward.tile.concurrent if big.backward is not None else forward_slots
@@ -456,7 +495,7 @@ def packed_traffic(plans: list[TiledPlan]) -> AlgorithmTraffic:
         return backward_slots if kernel.pass_ == "backward" else forward_slots
 
     return AlgorithmTraffic(
-        first.name, first.variant, merged_kernels([lg.kernels for lg in ledgers], slots), params, first.facts
+        first.name, first.variant, merged_kernels([lg.kernels for lg in ledgers], slots, counts), params, first.facts
     )
 
 

@@ -82,6 +82,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_checked_step_cost", "same"),
     ("implementations.*.local_block_cost", "same"),
     ("implementations.*.exited_cta_cost", "same"),
+    ("implementations.*.spill_write*", "same"),
+    ("implementations.*.varlen_spill_write*", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),

@@ -327,6 +327,13 @@ class ImplementationFigures:
     #: forward, backward: what a CTA that exits at once costs, per CTA slot (a packed row's grid
     #: is sized by its longest document; those past a shorter one's end return at their start)
     exited_cta_cost_s: Curve = ()
+    #: forward: HBM bytes each CTA writes beyond O and the logsumexp (its spilled registers), by
+    #: head dim: the even kernel (lengths multiples of its tiles) and the uneven one (``varlen``:
+    #: a packed row, or lengths that are not), causal or not
+    spill_write_bytes: Curve = ()
+    spill_write_causal_bytes: Curve = ()
+    varlen_spill_write_bytes: Curve = ()
+    varlen_spill_write_causal_bytes: Curve = ()
     #: forward, backward: what dropout adds (the Philox draws and the mask), as scores per
     #: second of extra time
     dropout_scores_per_s: Curve = ()
@@ -396,6 +403,24 @@ class ImplementationFigures:
             out = np.where((d > lo) & (d <= hi), a * (1.0 - share) + b * share, out)
         if np.all(np.isnan(out)):
             return None
+        return float(out) if out.ndim == 0 else out
+
+    def spill_write_bytes_at(self, head_dim: Any, *, uneven: bool, causal: bool) -> Any:
+        """The forward's spilled bytes a CTA writes to HBM at ``head_dim`` (a number or an array):
+        the curve of its kernel (even or not, causal or not), linear in log2(head dim) between the
+        head dims measured and 0 outside them (another head dim runs another kernel); None without
+        the curve."""
+        curve = (
+            (self.varlen_spill_write_causal_bytes if causal else self.varlen_spill_write_bytes)
+            if uneven
+            else (self.spill_write_causal_bytes if causal else self.spill_write_bytes)
+        )
+        if not curve:
+            return None
+        dims = [x for x, _ in curve]
+        d = np.asarray(head_dim, dtype=np.float64)
+        inside = (d >= min(dims)) & (d <= max(dims))
+        out = np.where(inside, np.asarray(interpolate_log2(curve, d), dtype=np.float64), 0.0)
         return float(out) if out.ndim == 0 else out
 
     def kernel(

@@ -97,7 +97,13 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "split_cta_overhead": "split_cta_overhead_s",
     "block_step_time": "block_step_time_s",
     "paged_step_cost": "paged_step_cost",
+    "spill_write": "spill_write_bytes",
+    "spill_write_causal": "spill_write_causal_bytes",
+    "varlen_spill_write": "varlen_spill_write_bytes",
+    "varlen_spill_write_causal": "varlen_spill_write_causal_bytes",
 }
+#: the per-CTA spill writes (:data:`IMPLEMENTATION_CURVES`): bytes, used only at the head dims measured
+SPILL_CURVES = ("spill_write", "spill_write_causal", "varlen_spill_write", "varlen_spill_write_causal")
 #: the per-implementation fields that are one figure, and the field each fills
 IMPLEMENTATION_VALUES: dict[str, str] = {
     "combine_bandwidth": "combine_bandwidth_bytes_per_s",
@@ -318,6 +324,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.backward_checked_step_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.{leaf}": ("bytes", False) for name in _NAMES for leaf in SPILL_CURVES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in _NAMES},
     **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in _NAMES},
     "interconnect.bandwidth": ("bandwidth", False),

@@ -367,6 +367,9 @@ class TileContext:
     #: FP32-pipe FLOPs per K/V element a kernel that reads an FP8 K/V cache spends converting it
     #: (0: none, the K/V are in the dtype); :data:`memmodel.implementations.KV_DEQUANT_FLOPS`
     dequant_flops: int = 0
+    #: HBM bytes each forward CTA writes beyond O and the logsumexp: its spilled registers
+    #: (PyTorch's FlashAttention-2 build, ``Implementation.spill_write_bytes_at``; 0: none counted)
+    spill_bytes_per_cta: IntLike = 0
 
     @cached_property
     def all_pairs(self) -> IntLike:

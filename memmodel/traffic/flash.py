@@ -169,6 +169,9 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         "O", "output", o, f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e"
     )
     k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    if np.any(np.asarray(ctx.spill_bytes_per_cta) > 0):
+        # spilled registers a CTA writes back (PyTorch's FlashAttention-2 build: measured per CTA)
+        k.write("spills", "state", intmath.mul(bh, b.t_r, ctx.spill_bytes_per_cta), "B·H·T_r·spill (measured)")
     for name in ctx.amax_outputs:  # cuDNN's fp8 graph: the amax of S and of O, one fp32 each
         k.write(name, "state", STAT_BYTES, "4")
     t_c_visited = intmath.ceil_div(visited, b.t_r)

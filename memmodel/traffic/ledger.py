@@ -406,20 +406,27 @@ _ADDED = (
 _LARGEST = ("concurrent_ctas", "bytes_in_flight_per_cta", "launches", "splits", "row_length")
 
 
-def merged_kernels(ledgers: list[tuple[Kernel, ...]], slots: Any = None) -> tuple[Kernel, ...]:
+def merged_kernels(
+    ledgers: list[tuple[Kernel, ...]], slots: Any = None, counts: list[int] | None = None
+) -> tuple[Kernel, ...]:
     """One kernel per name over ledgers of one launch's parts (a packed row's documents): the
     transfers of each (tensor, role, level, direction) and the work added; ``ctas`` is the
-    grid's, parts × the largest part's (a grid sized by its longest sequence, whose CTAs past a
-    shorter one's end exit at once). ``slots`` (a kernel -> the CTAs the GPU holds of it at once):
-    the merged launch runs that many of its CTAs at once (each part alone may fill fewer)."""
+    grid's, documents × the longest document's (a grid sized by its longest sequence, whose CTAs
+    past a shorter one's end exit at once). ``counts``: the documents each ledger holds (a batch
+    of documents of one length; default one each). ``slots`` (a kernel -> the CTAs the GPU holds
+    of it at once): the merged launch runs that many of its CTAs at once (each part alone may
+    fill fewer)."""
     names: list[str] = []
     by_name: dict[str, list[Kernel]] = {}
-    for kernels in ledgers:
+    docs: dict[str, list[int]] = {}
+    for i, kernels in enumerate(ledgers):
         for k in kernels:
             if k.name not in by_name:
                 names.append(k.name)
                 by_name[k.name] = []
+                docs[k.name] = []
             by_name[k.name].append(k)
+            docs[k.name].append(1 if counts is None else counts[i])
     out = []
     for name in names:
         parts = by_name[name]
@@ -438,8 +445,8 @@ def merged_kernels(ledgers: list[tuple[Kernel, ...]], slots: Any = None) -> tupl
         changes: dict[str, Any] = {f: intmath.kept(intmath.add(*(getattr(k, f) for k in parts))) for f in _ADDED}
         for f in _LARGEST:
             changes[f] = reduce(intmath.maximum, (getattr(k, f) for k in parts))
-        largest = reduce(intmath.maximum, (k.ctas for k in parts))
-        changes["ctas"] = intmath.kept(intmath.mul(len(ledgers), largest))
+        largest = reduce(intmath.maximum, (intmath.floor_div(k.ctas, c) for k, c in zip(parts, docs[name])))
+        changes["ctas"] = intmath.kept(intmath.mul(sum(1 if counts is None else c for c in counts), largest))
         changes["exited_ctas"] = intmath.kept(
             intmath.add(changes["ctas"], intmath.mul(-1, intmath.add(*(k.ctas for k in parts))))
         )
