@@ -210,6 +210,14 @@ def mixed_note(local: int, total: int, window: int) -> str:
     )
 
 
+def chunk_note(chunked: int, total: int, chunk: int) -> str:
+    """What a model of chunked and global layers is modelled as, and how to model the others."""
+    return (
+        f"{chunked} of its {total} layers attend within their own {chunk}-token chunk: one layer is modelled as given "
+        f"(full attention unless --chunk {chunk}); --layers all counts every layer"
+    )
+
+
 #: Bundled models: name -> shape, read from each model's config.json on the Hugging Face Hub.
 MODELS: dict[str, ModelShape] = {
     m.name: m
@@ -246,6 +254,73 @@ MODELS: dict[str, ModelShape] = {
             4096,
             46,
         ),
+        # Gemma 3: every 6th layer of full attention, the others within 1024 tokens (sliding_window 1024,
+        # sliding_window_pattern 6: transformers' Gemma3TextConfig); text_config's heads, K/V heads and
+        # head_dim (27B: 32/16/128, 62 layers; 12B: 16/8/256, 48; 4B: 8/4/256, 34)
+        *(
+            ModelShape(
+                f"gemma-3-{size}",
+                heads,
+                kv,
+                hd,
+                _HF.format(f"google/gemma-3-{size}-it"),
+                mixed_note(layers - layers // 6, layers, 1024),
+                None,
+                layers - layers // 6,
+                layers // 6,
+                1024,
+                layers,
+            )
+            for size, heads, kv, hd, layers in (
+                ("4b", 8, 4, 256, 34),
+                ("12b", 16, 8, 256, 48),
+                ("27b", 32, 16, 128, 62),
+            )
+        ),
+        # gpt-oss: layer_types alternate sliding_attention (128 tokens) and full_attention; 64 heads
+        # over 8 K/V heads of 64. Its attention sinks (one learned logit a head in the softmax's
+        # denominator) add a term a row, not modelled
+        *(
+            ModelShape(
+                f"gpt-oss-{size}",
+                64,
+                8,
+                64,
+                _HF.format(f"openai/gpt-oss-{size}"),
+                mixed_note(layers // 2, layers, 128)
+                + "; its attention sinks (a learned logit a head) are not modelled",
+                None,
+                layers // 2,
+                layers // 2,
+                128,
+                layers,
+            )
+            for size, layers in (("20b", 24), ("120b", 36))
+        ),
+        # Llama 4: 40 heads over 8 K/V heads of 128, 48 layers; attention_chunk_size 8192 on the
+        # rotary layers, every 4th layer (NoPE) full attention (no_rope_layer_interval 4)
+        *(
+            ModelShape(
+                f"llama-4-{size}",
+                40,
+                8,
+                128,
+                _HF.format(repo),
+                chunk_note(36, 48, 8192),
+                layers=48,
+                chunk_layers=36,
+                chunk=8192,
+            )
+            for size, repo in (
+                ("scout", "meta-llama/Llama-4-Scout-17B-16E"),
+                ("maverick", "meta-llama/Llama-4-Maverick-17B-128E"),
+            )
+        ),
+        # Qwen3: full attention in every layer (use_sliding_window false)
+        ModelShape("qwen3-8b", 32, 8, 128, _HF.format("Qwen/Qwen3-8B"), layers=36),
+        ModelShape("qwen3-32b", 64, 8, 128, _HF.format("Qwen/Qwen3-32B"), layers=64),
+        ModelShape("qwen3-30b-a3b", 32, 4, 128, _HF.format("Qwen/Qwen3-30B-A3B"), layers=48),
+        ModelShape("qwen3-235b-a22b", 64, 4, 128, _HF.format("Qwen/Qwen3-235B-A22B"), layers=94),
         # multi-head latent attention (num_attention_heads and num_hidden_layers of each config;
         # the MLA sizes of DEEPSEEK_MLA in all five)
         mla_model("deepseek-v3", 128, "deepseek-ai/DeepSeek-V3", 61),
@@ -404,14 +479,6 @@ def _chunked_layers(config: dict[str, Any], layers: int, where: str) -> tuple[in
         )
     interval = _int(config, ("no_rope_layer_interval",), where) or 4
     return layers - layers // interval, layers
-
-
-def chunk_note(chunked: int, total: int, chunk: int) -> str:
-    """What a model of chunked and global layers is modelled as, and how to model the others."""
-    return (
-        f"{chunked} of its {total} layers attend within their own {chunk}-token chunk: one layer is modelled as given "
-        f"(full attention unless --chunk {chunk}); --layers all counts every layer"
-    )
 
 
 def _int(config: dict[str, Any], keys: tuple[str, ...], where: str, *, required: bool = False) -> int | None:

@@ -50,7 +50,9 @@ def layer_kinds(shape: ModelShape, workload: Workload) -> list[tuple[str, int, W
     its local ones causal within the model's window (full causal where the window covers every
     key). A model with windowed layers is a decoder: its global layers are causal too."""
     counts = layer_counts(shape)
-    causal = bool(workload.causal) or any(kind != "global" for kind, _, _ in counts)
+    # a decoder's full-attention layers are causal; one query token sees every cached key either way
+    decoding = int(np.max(np.asarray(workload.n))) == 1
+    causal = bool(workload.causal) or (any(kind != "global" for kind, _, _ in counts) and not decoding)
     longest = int(max(int(np.max(np.asarray(workload.n_kv_))), 1))
     out = []
     for kind, count, window in counts:

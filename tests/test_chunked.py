@@ -176,3 +176,33 @@ def test_a_chunk_case_runs_the_packed_row():
     assert parse_case("impl=flex,model=llama-3-8b,n=4096,dtype=bf16,chunk=8192").seq_lens is None
     with pytest.raises(WorkloadError, match="chunk= takes a prefill"):
         parse_case("impl=flex,model=llama-3-8b,n=1,n_kv=4096,dtype=bf16,chunk=1024")
+
+
+def test_the_2026_models_bundled_with_their_layer_kinds():
+    from memmodel.model_shapes import load_model
+
+    expected = {
+        "llama-4-scout": [("global", 12, None), ("chunked", 36, 8192)],  # every 4th layer NoPE, full attention
+        "llama-4-maverick": [("global", 12, None), ("chunked", 36, 8192)],
+        "gemma-3-27b": [("global", 10, None), ("local", 52, 1024)],  # 62 layers, every 6th global
+        "gemma-3-4b": [("global", 5, None), ("local", 29, 1024)],  # 34 layers
+        "gpt-oss-120b": [("global", 18, None), ("local", 18, 128)],  # alternating
+        "gpt-oss-20b": [("global", 12, None), ("local", 12, 128)],
+        "qwen3-235b-a22b": [("global", 94, None)],
+    }
+    for name, kinds in expected.items():
+        assert layer_counts(load_model(name)) == kinds, name
+    assert (load_model("qwen3-30b-a3b").heads, load_model("qwen3-30b-a3b").kv_heads) == (32, 4)
+
+
+def test_a_decoders_decode_step_sees_every_cached_key_in_its_full_layers():
+    from memmodel.model_shapes import load_model
+    from memmodel.whole_model import layer_kinds
+
+    decode = Workload(n=1, n_kv=65536, d=64, batch=32, heads=64, kv_heads=8, dtype="bf16")
+    kinds = {kind: w for kind, _, w in layer_kinds(load_model("gpt-oss-120b"), decode)}
+    assert kinds["global"].causal is False and (kinds["local"].causal, kinds["local"].window) == (True, 128)
+    prefill = decode.with_(n=4096, n_kv=None)
+    assert {kind: w.causal for kind, _, w in layer_kinds(load_model("gpt-oss-120b"), prefill)}["global"] is True
+    chunks = {kind: w for kind, _, w in layer_kinds(load_model("llama-4-scout"), decode.with_(n_kv=20000))}
+    assert int(chunks["chunked"].n_kv_) == 3616  # (20000 − 1) mod 8192 + 1

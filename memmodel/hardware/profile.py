@@ -407,9 +407,9 @@ class ImplementationFigures:
 
     def spill_write_bytes_at(self, head_dim: Any, *, uneven: bool, causal: bool) -> Any:
         """The forward's spilled bytes a CTA writes to HBM at ``head_dim`` (a number or an array):
-        the curve of its kernel (even or not, causal or not), linear in log2(head dim) between the
-        head dims measured and 0 outside them (another head dim runs another kernel); None without
-        the curve."""
+        the curve of its kernel (even or not, causal or not) at the head dims measured, 0 at any
+        other (another head dim runs another kernel, its spills not measured); None without the
+        curve."""
         curve = (
             (self.varlen_spill_write_causal_bytes if causal else self.varlen_spill_write_bytes)
             if uneven
@@ -419,7 +419,7 @@ class ImplementationFigures:
             return None
         dims = [x for x, _ in curve]
         d = np.asarray(head_dim, dtype=np.float64)
-        inside = (d >= min(dims)) & (d <= max(dims))
+        inside = np.isin(d, dims)
         out = np.where(inside, np.asarray(interpolate_log2(curve, d), dtype=np.float64), 0.0)
         return float(out) if out.ndim == 0 else out
 
