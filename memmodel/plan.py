@@ -427,16 +427,16 @@ def _fa2_spill_bytes(w: Workload, blocks: Any, profile: Profile, varlen: bool) -
     figures = profile.implementation("sdpa-flash")
     if figures is None:
         return None
-    uneven = np.asarray(
-        varlen
-        | (np.asarray(w.n) % np.asarray(blocks.block_q) != 0)
-        | (np.asarray(w.n_kv_) % np.asarray(blocks.block_kv) != 0)
-    )
+    bq, bkv = np.asarray(blocks.block_q), np.asarray(blocks.block_kv)
+    # the probe ran PyTorch's own tiles (d ≤ 64: 128 × 128; to 128: 128 × 64): other tiles, another kernel
+    own = (bq == 128) & (bkv == np.where(np.asarray(w.d) <= 64, 128, 64))
+    uneven = np.asarray(varlen | (np.asarray(w.n) % bq != 0) | (np.asarray(w.n_kv_) % bkv != 0))
     even_b = figures.spill_write_bytes_at(w.d, uneven=False, causal=bool(w.causal))
     uneven_b = figures.spill_write_bytes_at(w.d, uneven=True, causal=bool(w.causal))
     if even_b is None and uneven_b is None:
         return None
-    out = np.where(uneven, 0.0 if uneven_b is None else uneven_b, 0.0 if even_b is None else even_b)
+    picked = np.where(uneven, 0.0 if uneven_b is None else uneven_b, 0.0 if even_b is None else even_b)
+    out = np.where(own, picked, 0.0)
     return np.rint(out).astype(np.int64) if np.ndim(out) else int(round(float(out)))
 
 

@@ -113,13 +113,14 @@ def test_adds_reads_but_never_past_the_requests(batch, group, kv_heads, n, d, ca
 
 
 def test_the_references_it_was_chosen_on_score_as_the_docstring_says():
-    # flash.cross_head_hbm: median 6.4 % on the 18 forwards of the cross-head references
+    # flash.cross_head_hbm: median 6.4 % on the 18 forwards of the cross-head references when chosen;
+    # 3.7 % since the forward writes its spilled registers (calibration.fa2_spills)
     record = ROOT / "validation/h200/causal-reuse-4/h200-cross-head-ref.json.gz"
     r = CliRunner().invoke(cli, ["validate", "--rescore", str(record), "--gpu", "h200", "--format", "json"])
     assert r.exit_code == 0, r.output
     errors = [abs(b["error"]) for c in json.loads(r.output)["cases"] for b in c["bytes"] if b["kernel"] == "fa2_fwd"]
     assert len(errors) == 18
-    assert statistics.median(errors) == pytest.approx(0.064, abs=0.005)
+    assert statistics.median(errors) == pytest.approx(0.037, abs=0.005)
 
 
 def test_compare_says_where_the_row_sits_in_the_knee():
