@@ -433,16 +433,20 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
                 return None
             return rate(head_dim) if head_dim is not None else sum(y for _, y in curve) / len(curve)
 
-        read_bw = _where_unaligned(
-            kernel, read_bw, lambda: at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
-        )
-        write_bw = _where_unaligned(
-            kernel, write_bw, lambda: at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
-        )
-        return (
-            f(kernel.bytes(level="hbm", direction="read")) / read_bw
-            + f(kernel.bytes(level="hbm", direction="write")) / write_bw
-        )
+        reads = np.asarray(f(kernel.bytes(level="hbm", direction="read")), dtype=np.float64)
+        writes = np.asarray(f(kernel.bytes(level="hbm", direction="write")), dtype=np.float64)
+        aligned = reads / np.asarray(read_bw) + writes / np.asarray(write_bw)
+        # rows that are not 16-byte multiples: cuBLAS's older kernels, at the rate measured for the
+        # product's shape (bytes read and written over the time, as calibrate measures them): Q·Kᵀ's
+        # where it writes more than it reads (the scores), P·V's elsewhere
+        qk = at_d(rates.gemm_unaligned_write_bytes_per_s, rates.gemm_unaligned_write_rate)
+        pv = at_d(rates.gemm_unaligned_read_bytes_per_s, rates.gemm_unaligned_read_rate)
+        if qk is None or pv is None or not np.any(np.asarray(kernel.unaligned)):
+            out = aligned
+        else:
+            odd = (reads + writes) / np.where(writes >= reads, np.asarray(qk), np.asarray(pv))
+            out = np.where(np.asarray(kernel.unaligned), odd, aligned)
+        return float(out) if np.ndim(out) == 0 else out
     if kernel.op in ("gather", "expand", "cat"):
         # ATen's generic elementwise kernel (and cat of a strided view): bound by the elements it
         # writes, its figures twice the bytes written a second (a same-dtype copy's read + written)
