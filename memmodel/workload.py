@@ -341,10 +341,10 @@ def chunked(w: Workload, chunk: Any) -> tuple[Workload, str]:
             f"chunk {chunk}: each query sees the keys of its own {chunk}-token chunk; the batch's {len(lens)} chunks "
             f"run as one packed row of documents (as vLLM runs chunked local attention through a varlen kernel)",
         )
-    if n == 1:  # one query sees every key before it, causal or not: the mask as given
+    if n == 1:  # one query sees every key of its chunk so far: no mask left to apply
         last = (n_kv - 1) % chunk + 1
         return (
-            w.with_(n_kv=last),
+            w.with_(n_kv=last, causal=False),
             f"chunk {chunk}: the decoded token sees the {last} keys of its own chunk (of the {n_kv} cached), "
             "all its kernels read",
         )

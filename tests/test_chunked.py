@@ -42,7 +42,7 @@ def test_a_prefill_is_its_chunks_packed_into_one_row():
 def test_a_decode_reads_only_its_chunk_s_keys():
     w, line = chunked(_w(n=1, n_kv=20000), 8192)
     # the token at position 19999 sees keys 16384..19999: (20000 − 1) mod 8192 + 1 = 3616
-    assert (int(w.n), int(w.n_kv_), int(w.batch), w.seq_lens, w.chunked) == (1, 3616, 2, None, None)
+    assert (int(w.n), int(w.n_kv_), int(w.batch), w.seq_lens, w.chunked, w.causal) == (1, 3616, 2, None, None, False)
     assert "3616 keys" in line
     w, _ = chunked(_w(n=1, n_kv=16384), 8192)  # the last key closes a chunk: a whole chunk
     assert int(w.n_kv_) == 8192
@@ -131,6 +131,7 @@ def test_compare_takes_chunk_and_says_how_it_runs_it():
         (["--n", "100", "--n-kv", "20000"], "not modelled: give a prefill"),
         (["--n", "20000", "--window", "4096"], "--chunk with a sliding window"),
         (["--seq-lens", "8192,8192"], "--chunk with --seq-lens"),
+        (["--n", "20000", "--context-parallel", "2"], "--chunk with --context-parallel"),
     ):
         r = _run("compare", "--model", "llama-3-8b", "--chunk", "4096", "--dtype", "bf16", "--gpu", "h200", *extra)
         assert r.exit_code == 2 and message in r.output and "Traceback" not in r.output, r.output

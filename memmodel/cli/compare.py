@@ -75,6 +75,12 @@ def compare_cmd(*, gpu: tuple[str, ...], fmt: str, standard_variant: str, layers
             raise WorkloadError("--layers all with --context-parallel is not modelled: give one layer (--layers one)")
         if len(gpu) > 1:
             raise WorkloadError("--layers all takes one --gpu (compare the GPUs one layer at a time: --layers one)")
+    if cp is not None and kw.get("chunk") is not None:
+        from ..errors import WorkloadError
+
+        raise WorkloadError(
+            "--chunk with --context-parallel is not modelled: context parallelism splits full attention"
+        )
     workload = build_workload(kw)
     impl, opts = pop_model_options(kw)
     if layers == "all":
