@@ -324,12 +324,14 @@ def chunked(w: Workload, chunk: Any) -> tuple[Workload, str]:
     fields = {"n": w.n, "n_kv": w.n_kv_, "batch": w.batch}
     if any(np.ndim(v) for v in fields.values()):
         raise WorkloadError("chunk takes one n, n_kv and batch (not a grid of them)")
-    for name, other in (("window", w.window), ("seq_lens", w.seq_lens), ("page_size", w.page_size)):
+    n, n_kv, batch = (int(v) for v in fields.values())
+    # a paged cache is read a chunk's pages at a time in a decode (below); not modelled in a prefill
+    others = (("window", w.window), ("seq_lens", w.seq_lens), ("page_size", w.page_size if n > 1 else None))
+    for name, other in others:
         if other is not None:
             raise WorkloadError(
                 f"chunk with {name} is not modelled: chunked attention is its own mask; give one or the other"
             )
-    n, n_kv, batch = (int(v) for v in fields.values())
     base = w.with_(causal=True)
     if chunk >= n_kv:
         return base, f"chunk {chunk}: every key ({n_kv}) lies in the first chunk: full causal attention"

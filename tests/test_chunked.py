@@ -46,6 +46,8 @@ def test_a_decode_reads_only_its_chunk_s_keys():
     assert "3616 keys" in line
     w, _ = chunked(_w(n=1, n_kv=16384), 8192)  # the last key closes a chunk: a whole chunk
     assert int(w.n_kv_) == 8192
+    paged, _ = chunked(_w(n=1, n_kv=20000, page_size=16), 8192)  # its chunk's pages alone
+    assert (int(paged.n_kv_), paged.page_size) == (3616, 16)
 
 
 def test_a_chunk_covering_every_key_is_full_causal_attention():
@@ -60,7 +62,7 @@ def test_a_chunk_covering_every_key_is_full_causal_attention():
         ({"n": 100}, 8192, "not modelled: give a prefill"),  # 100 new tokens over a cache of 20000
         ({"window": 4096}, 8192, "chunk with window"),
         ({"n": 16384, "n_kv": None, "batch": 1, "seq_lens": (8192, 8192)}, 4096, "chunk with seq_lens"),
-        ({"n": 1, "page_size": 16}, 8192, "chunk with page_size"),
+        ({"n": 20000, "n_kv": 40000, "page_size": 16}, 8192, "chunk with page_size"),
         ({}, 0, "positive whole number"),
         ({}, True, "positive whole number"),
     ],
