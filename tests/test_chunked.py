@@ -209,3 +209,16 @@ def test_a_decoders_decode_step_sees_every_cached_key_in_its_full_layers():
     assert {kind: w.causal for kind, _, w in layer_kinds(load_model("gpt-oss-120b"), prefill)}["global"] is True
     chunks = {kind: w for kind, _, w in layer_kinds(load_model("llama-4-scout"), decode.with_(n_kv=20000))}
     assert int(chunks["chunked"].n_kv_) == 3616  # (20000 − 1) mod 8192 + 1
+
+
+def test_sweep_layers_all_sums_the_chunked_layers():
+    args = ["sweep", "--model", "llama-4-scout", "--n", "16384", "--dtype", "bf16", "--gpu", "h200", "--layers", "all"]
+    r = CliRunner().invoke(cli, [*args, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert "12 global + 36 chunked (chunk 8192) layers summed" in r.stderr
+    tiled = next(row for row in json.loads(r.stdout) if row["algorithm"] == "tiled")
+    h200 = load_profile("h200")
+    shape = Workload(n=16384, d=128, heads=40, kv_heads=8, dtype="bf16", causal=True)
+    full = float(compare(shape, h200).tiled.time_s())
+    chunks = float(compare(chunked(shape, 8192)[0], h200).tiled.time_s())
+    assert tiled["predicted_time_s"] == pytest.approx(12 * full + 36 * chunks, rel=1e-9)
