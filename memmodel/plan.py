@@ -203,7 +203,7 @@ def plan_tiled(
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
-    if impl == "sdpa-flash" and kernel_w.window is None and not kernel_w.dropout:
+    if impl == "sdpa-flash" and not kernel_w.dropout:
         spilled = _fa2_spill_bytes(kernel_w, blocks, profile, varlen)
         if spilled is not None:
             ctx = dataclasses.replace(ctx, spill_bytes_per_cta=spilled)
@@ -421,7 +421,7 @@ def paged_traffic(plan: TiledPlan) -> AlgorithmTraffic:
 
 def _fa2_spill_bytes(w: Workload, blocks: Any, profile: Profile, varlen: bool) -> Any:
     """The bytes each CTA of FlashAttention-2's forward writes to HBM from its spilled registers
-    (the instantiation's curve: even or not, causal or not; None where the profile has none). A
+    (the instantiation's curve: even or not; local, causal or neither; None where the profile has none). A
     packed row (``varlen``) or lengths that are not multiples of the tiles run the kernel that is
     not ``Is_even_MN`` (``flash_fwd_launch_template.h``)."""
     figures = profile.implementation("sdpa-flash")
@@ -431,8 +431,9 @@ def _fa2_spill_bytes(w: Workload, blocks: Any, profile: Profile, varlen: bool) -
     # the probe ran PyTorch's own tiles (d ≤ 64: 128 × 128; to 128: 128 × 64): other tiles, another kernel
     own = (bq == 128) & (bkv == np.where(np.asarray(w.d) <= 64, 128, 64))
     uneven = np.asarray(varlen | (np.asarray(w.n) % bq != 0) | (np.asarray(w.n_kv_) % bkv != 0))
-    even_b = figures.spill_write_bytes_at(w.d, uneven=False, causal=bool(w.causal))
-    uneven_b = figures.spill_write_bytes_at(w.d, uneven=True, causal=bool(w.causal))
+    local = w.window is not None  # the local kernel (Is_local)
+    even_b = figures.spill_write_bytes_at(w.d, uneven=False, causal=bool(w.causal), local=local)
+    uneven_b = figures.spill_write_bytes_at(w.d, uneven=True, causal=bool(w.causal), local=local)
     if even_b is None and uneven_b is None:
         return None
     picked = np.where(uneven, 0.0 if uneven_b is None else uneven_b, 0.0 if even_b is None else even_b)

@@ -33,22 +33,29 @@ import numpy as np
 
 RECORD = "validation/h200/fa2-fwd-probe/ncu.csv.gz"
 CASES = "validation/cases/h200-fa2-fwd-probe.txt"
-COMMAND = "bash validation/probes/fa2_fwd_probe.sh validation/cases/h200-fa2-fwd-probe.txt"
+#: the probe's second run: the local (sliding-window) kernels
+RECORD_2 = "validation/h200/fa2-fwd-probe/ncu-2.csv.gz"
+CASES_2 = "validation/cases/h200-fa2-local-probe.txt"
+COMMAND = (
+    "bash validation/probes/fa2_fwd_probe.sh validation/cases/h200-fa2-fwd-probe.txt (and h200-fa2-local-probe.txt)"
+)
 SOURCE = "measured-fa2-spills"
 IMPL = "sdpa-flash"
-#: the profile figures (curves by head dim, bytes a CTA) by (packed row or uneven, causal)
+#: the profile figures (curves by head dim, bytes a CTA) by (packed row or uneven, mask)
 FIELDS = {
-    (False, True): "spill_write_causal",
-    (False, False): "spill_write",
-    (True, True): "varlen_spill_write_causal",
-    (True, False): "varlen_spill_write",
+    (False, "causal"): "spill_write_causal",
+    (False, "none"): "spill_write",
+    (False, "local"): "local_spill_write",
+    (True, "causal"): "varlen_spill_write_causal",
+    (True, "none"): "varlen_spill_write",
+    (True, "local"): "varlen_local_spill_write",
 }
 
 
-def _written(repo: Path) -> list[float]:
-    """The DRAM bytes each flash forward kernel of the probe's Nsight Compute CSV wrote, in launch
+def _written(repo: Path, record: str) -> list[float]:
+    """The DRAM bytes each flash forward kernel of a probe's Nsight Compute CSV wrote, in launch
     order (one a case: each case runs one)."""
-    text = gzip.open(repo / RECORD, "rt").read()
+    text = gzip.open(repo / record, "rt").read()
     rows = csv.DictReader(io.StringIO(text[text.index('"ID"') :]))
     out: dict[int, float] = {}
     for row in rows:
@@ -58,14 +65,22 @@ def _written(repo: Path) -> list[float]:
 
 
 def _rows(repo: Path) -> list[dict[str, Any]]:
-    """Per flash forward kernel of the probe: its case, CTAs, O + lse bytes and measured writes."""
+    """Per flash forward kernel of the probes: its case, CTAs, O + lse bytes and measured writes."""
+    out = []
+    for record, cases_file in ((RECORD, CASES), (RECORD_2, CASES_2)):
+        if (repo / record).exists():
+            out += _probe_rows(repo, record, cases_file)
+    return out
+
+
+def _probe_rows(repo: Path, record: str, cases_file: str) -> list[dict[str, Any]]:
     from ..cases import parse_case
 
-    lines = (repo / CASES).read_text().splitlines()
+    lines = (repo / cases_file).read_text().splitlines()
     cases = [parse_case(x.strip()) for x in lines if x.strip() and not x.startswith("#")]
-    written = _written(repo)
+    written = _written(repo, record)
     if len(written) != len(cases):
-        raise ValueError(f"{RECORD}: {len(written)} flash forward kernels for {len(cases)} cases")
+        raise ValueError(f"{record}: {len(written)} flash forward kernels for {len(cases)} cases")
     out = []
     for case, measured in zip(cases, written):
         w = case.workload()
@@ -77,7 +92,7 @@ def _rows(repo: Path) -> list[dict[str, Any]]:
             {
                 "case": case.id,
                 "d": int(w.d),
-                "class": (not even, bool(w.causal)),
+                "class": (not even, "local" if w.window is not None else ("causal" if w.causal else "none")),
                 "ctas": ctas,
                 "written": int(w.o_bytes()) + int(w.batch) * int(w.heads) * int(w.n) * 4,
                 "measured": measured,
@@ -89,13 +104,13 @@ def _rows(repo: Path) -> list[dict[str, Any]]:
 def fit(repo: Path) -> dict[str, Any]:
     """``{"residue": R, "figures": {field: {head dim: bytes a CTA}}, "rows": n}`` (see the module)."""
     rows = _rows(repo)
-    base = [r for r in rows if r["class"] == (False, True) and r["d"] == 128]
+    base = [r for r in rows if r["class"] == (False, "causal") and r["d"] == 128]
     if len(base) < 2:
         raise ValueError(f"{RECORD}: the even causal kernel at d = 128 ran at fewer than two sizes")
     a = np.array([[r["ctas"], -1.0] for r in base], dtype=np.float64)
     b = np.array([r["measured"] - r["written"] for r in base], dtype=np.float64)
     (_, residue), *_ = np.linalg.lstsq(a, b, rcond=None)
-    per: dict[tuple[tuple[bool, bool], int], list[float]] = {}
+    per: dict[tuple[tuple[bool, str], int], list[float]] = {}
     for r in rows:
         per.setdefault((r["class"], r["d"]), []).append((r["measured"] - r["written"] + residue) / r["ctas"])
     figures: dict[str, dict[int, float]] = {}

@@ -84,6 +84,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.exited_cta_cost", "same"),
     ("implementations.*.spill_write*", "same"),
     ("implementations.*.varlen_spill_write*", "same"),
+    ("implementations.*.local_spill_write", "same"),
+    ("implementations.*.varlen_local_spill_write", "same"),
     ("implementations.*.dropout_rate", "sm-clock"),
     ("implementations.*.backward_dropout_rate", "sm-clock"),
     ("implementations.*.cta_bandwidth", "same"),

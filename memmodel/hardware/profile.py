@@ -334,6 +334,9 @@ class ImplementationFigures:
     spill_write_causal_bytes: Curve = ()
     varlen_spill_write_bytes: Curve = ()
     varlen_spill_write_causal_bytes: Curve = ()
+    #: the same of its local (sliding-window) kernels, even and not
+    local_spill_write_bytes: Curve = ()
+    varlen_local_spill_write_bytes: Curve = ()
     #: forward, backward: what dropout adds (the Philox draws and the mask), as scores per
     #: second of extra time
     dropout_scores_per_s: Curve = ()
@@ -405,16 +408,17 @@ class ImplementationFigures:
             return None
         return float(out) if out.ndim == 0 else out
 
-    def spill_write_bytes_at(self, head_dim: Any, *, uneven: bool, causal: bool) -> Any:
+    def spill_write_bytes_at(self, head_dim: Any, *, uneven: bool, causal: bool, local: bool = False) -> Any:
         """The forward's spilled bytes a CTA writes to HBM at ``head_dim`` (a number or an array):
-        the curve of its kernel (even or not, causal or not) at the head dims measured, 0 at any
-        other (another head dim runs another kernel, its spills not measured); None without the
-        curve."""
-        curve = (
-            (self.varlen_spill_write_causal_bytes if causal else self.varlen_spill_write_bytes)
-            if uneven
-            else (self.spill_write_causal_bytes if causal else self.spill_write_bytes)
-        )
+        the curve of its kernel (even or not; local, causal or neither) at the head dims measured,
+        0 at any other (another head dim runs another kernel, its spills not measured); None
+        without the curve."""
+        if local:
+            curve = self.varlen_local_spill_write_bytes if uneven else self.local_spill_write_bytes
+        elif uneven:
+            curve = self.varlen_spill_write_causal_bytes if causal else self.varlen_spill_write_bytes
+        else:
+            curve = self.spill_write_causal_bytes if causal else self.spill_write_bytes
         if not curve:
             return None
         dims = [x for x, _ in curve]

@@ -101,9 +101,18 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "spill_write_causal": "spill_write_causal_bytes",
     "varlen_spill_write": "varlen_spill_write_bytes",
     "varlen_spill_write_causal": "varlen_spill_write_causal_bytes",
+    "local_spill_write": "local_spill_write_bytes",
+    "varlen_local_spill_write": "varlen_local_spill_write_bytes",
 }
 #: the per-CTA spill writes (:data:`IMPLEMENTATION_CURVES`): bytes, used only at the head dims measured
-SPILL_CURVES = ("spill_write", "spill_write_causal", "varlen_spill_write", "varlen_spill_write_causal")
+SPILL_CURVES = (
+    "spill_write",
+    "spill_write_causal",
+    "varlen_spill_write",
+    "varlen_spill_write_causal",
+    "local_spill_write",
+    "varlen_local_spill_write",
+)
 #: the per-implementation fields that are one figure, and the field each fills
 IMPLEMENTATION_VALUES: dict[str, str] = {
     "combine_bandwidth": "combine_bandwidth_bytes_per_s",
