@@ -146,6 +146,22 @@ def test_trace_classifies_copies_casts_and_cats():
     assert ops["_softmax"].masked_input
 
 
+def test_a_strided_head_times_a_number_takes_the_generic_path():
+    pytest.importorskip("torch")
+    from memmodel import trace
+
+    def scaled(qkv):
+        q = qkv.reshape(2, 197, 3, 12, 64).permute(2, 0, 3, 1, 4)[0]  # ViT's query heads: a strided view
+        return q * 0.125, qkv * 0.125
+
+    t = trace(scaled, {"qkv": (2, 197, 2304)}, dtype="bf16", profile="h200")
+    ops = {k.name: k for k in t.traffic.kernels}
+    # the output keeps the view's order (token, head, d): each token's 12 × 64 query elements are
+    # contiguous in qkv, the next token's 3 × 768 further on: ATen's generic kernel, runs of 768
+    assert (ops["mul"].op, ops["mul"].run) == ("gather", 768)
+    assert ops["mul#2"].op == "scale"  # the contiguous tensor: the vectorised kernel
+
+
 # ---------------------------------------------------------------------------------------
 # memmodel calibrate measures them too
 

@@ -655,7 +655,9 @@ def _arithmetic(m: _Mapper, e: OpEvent) -> None:
     # a number given as a 0-dim tensor (GPT-2's divisor) is an operand of its own: ATen's generic
     # path (measured on the H200: 1.7 TB/s, against 4.1 for a Python number)
     zero_dim = any(t.ndim == 0 for t in e.tensors())
-    scale = e.op.rstrip("_") in ("mul", "div") and len(tensors) == 1 and not zero_dim
+    # a tensor times a number: vectorised where the tensor walks the output's layout (a strided
+    # view, such as one of a packed QKV's heads, takes the generic path as any strided operand)
+    scale = e.op.rstrip("_") in ("mul", "div") and len(tensors) == 1 and not zero_dim and _same_layout(tensors[0], out)
     dense = all(_same_layout(t, out) for t in tensors) and e.op != "where" and not zero_dim
     if e.op == "where" and e.args and isinstance(e.args[0], TensorRef) and e.args[0].dtype == "bool":
         m.masked.add(e.outputs[0].storage)
