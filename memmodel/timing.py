@@ -506,6 +506,13 @@ def _library_hbm(kernel: Kernel, profile: Profile, head_dim: Any = None) -> Seco
         rate = rates.fp8_cast_bytes_per_s or rates.elementwise_bytes_per_s
     elif kernel.op == "dropout":
         rate = rates.dropout_bytes_per_s
+    elif kernel.op == "column_reduction":  # a bias gradient: a fixed time by the rows, then its bytes
+        timed = rates.column_reduction_time(
+            intmath.to_float(kernel.rows), f(kernel.bytes(level="l2", direction="read"))
+        )
+        if timed is not None:
+            return timed
+        rate = rates.reduction_bytes_per_s
     elif kernel.op == "reduction":
         rate = rates.reduction_bytes_per_s
     elif kernel.op == "elementwise" and backward:

@@ -74,6 +74,7 @@ _OP_CLASSES = {
     "softmax": "softmax",
     "softmax_backward": "softmax",
     "reduction": "reduction",
+    "column_reduction": "reduction",
     "scale": "elementwise",
     "masked_fill": "elementwise",
     "copy": "elementwise",

@@ -90,6 +90,10 @@ def with_links(text: str) -> str:
 
     if (ROOT / fa2_uneven.RECORD).exists():  # FlashAttention-2's uneven causal forward, from its own probe
         data = fa2_uneven.apply(data, read_json(ROOT / fa2_uneven.RECORD))
+    from memmodel.calibration import column_sums
+
+    if (ROOT / column_sums.RECORD).exists():  # ATen's column reduction (bias gradients), from its own probe
+        data = column_sums.apply(data, ROOT)
     from memmodel.calibration import fa2_spills
 
     if (ROOT / fa2_spills.RECORD).exists():  # FlashAttention-2's forward spills, from its own probe

@@ -203,3 +203,22 @@ def test_the_step_runs_on_the_cpu_and_its_rows_fit(monkeypatch):
     assert sorted(r["run"] for r in rows if r["section"] == "gather" and r["dtype"] == "bf16") == [1, 4, 32, 512]
     found = aten_paths.figures(rows)
     assert set(found) == set(aten_paths.FIRST_FIELDS + aten_paths.SECOND_FIELDS)
+
+
+def test_a_bias_gradient_is_a_column_reduction():
+    pytest.importorskip("torch")
+    from memmodel import trace
+
+    def grads(dout):
+        return dout.sum(0), dout.sum(-1)
+
+    t = trace(grads, {"dout": (3152, 2304)}, dtype="bf16", profile="h200")
+    ops = {k.name: k for k in t.traffic.kernels}
+    assert (ops["sum"].op, int(ops["sum"].rows)) == ("column_reduction", 3152)
+    assert ops["sum#2"].op == "reduction"  # a row's sum: the other kernel
+    rates = load_profile("h200").kernel_rates
+    fixed = dict(rates.small_column_reduction_s)
+    # 3152 rows measured: its fixed part plus 3152 × 2304 × 2 B at the column rate
+    expected = fixed[3152] + 3152 * 2304 * 2 / rates.column_reduction_bytes_per_s
+    assert rates.column_reduction_time(3152, 3152 * 2304 * 2) == pytest.approx(expected, rel=1e-12)
+    assert fixed[128] < fixed[512]  # a few rows: one pass; more: the kernel's own steps

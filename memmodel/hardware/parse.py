@@ -215,6 +215,8 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             small_dropout_s=values.get("kernels.small.dropout"),
             small_reduction_s=curves.get("kernels.small.reduction", ()),
             small_reduction_fp32_s=curves.get("kernels.small.reduction_fp32", ()),
+            small_column_reduction_s=curves.get("kernels.small.column_reduction", ()),
+            column_reduction_bytes_per_s=values.get("kernels.reduction.column_bandwidth"),
             softmax_fp32_bytes_per_s=curves.get("kernels.softmax.fp32_bandwidth", ()),
             reduction_bytes_per_s=values.get("kernels.reduction.bandwidth"),
         ),

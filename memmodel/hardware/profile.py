@@ -175,8 +175,22 @@ class KernelRates:
     #: the same of a reduction, by the elements it writes (rows of 4096 reduced): 16-bit and fp32
     small_reduction_s: Curve = ()
     small_reduction_fp32_s: Curve = ()
+    #: a sum over the leading dims (a bias gradient: ATen's column reduction, another kernel than a
+    #: row's sum): its fixed time by the rows it reduces, then its bytes at ``column_reduction_bytes_per_s``
+    small_column_reduction_s: Curve = ()
+    column_reduction_bytes_per_s: float | None = None
     #: the softmax over fp32 rows, by row length (bf16 and fp16 take ``softmax_bytes_per_s``)
     softmax_fp32_bytes_per_s: Curve = ()
+
+    def column_reduction_time(self, rows: Any, read_bytes: Any) -> Any:
+        """A sum over the leading dims of ``rows`` rows reading ``read_bytes``: its fixed time by
+        the rows (linear in log2 between those measured, the ends' outside) plus the bytes at its
+        rate; None without both figures."""
+        if not self.small_column_reduction_s or not self.column_reduction_bytes_per_s:
+            return None
+        fixed = np.asarray(interpolate_log2(self.small_column_reduction_s, np.maximum(np.asarray(rows), 1)))
+        out = fixed + np.asarray(read_bytes, dtype=np.float64) / self.column_reduction_bytes_per_s
+        return float(out) if np.ndim(out) == 0 else out
 
     def expand_rate(self, element_bytes: Any) -> Any:
         """The expanded copy's rate for ``element_bytes`` (as :meth:`gather_rate`); None where

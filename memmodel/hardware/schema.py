@@ -295,7 +295,9 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "kernels.small.dropout": ("time", False),
     "kernels.small.reduction": ("time", False),
     "kernels.small.reduction_fp32": ("time", False),
+    "kernels.small.column_reduction": ("time", False),
     "kernels.reduction.bandwidth": ("bandwidth", False),
+    "kernels.reduction.column_bandwidth": ("bandwidth", False),
     **{f"implementations.{name}.efficiency": ("ratio", False) for name in _NAMES},
     **{
         f"implementations.{name}.efficiency_{a}x{b}": ("ratio", False)
@@ -375,6 +377,7 @@ CURVES: dict[str, str] = {
     "kernels.softmax.row_floor_fp32": "row length",
     "kernels.small.reduction": "elements written",
     "kernels.small.reduction_fp32": "elements written",
+    "kernels.small.column_reduction": "rows reduced",
     "kernels.gather.bandwidth": "run (elements)",
     "kernels.gather.bandwidth_4byte": "run (elements)",
     **{

@@ -839,7 +839,26 @@ def _reduction(m: _Mapper, e: OpEvent) -> None:
     k.read(x)
     for t in e.outputs:
         k.write(t)
-    k.done("reduction", softmax_flops=x.numel, element_bytes=x.itemsize, outputs=e.outputs[0].numel)
+    out = e.outputs[0]
+    if e.op == "sum" and _over_leading_dims(x, out):  # a bias gradient: ATen's column reduction
+        k.done("column_reduction", softmax_flops=x.numel, element_bytes=x.itemsize, rows=x.numel // out.numel)
+        return
+    k.done("reduction", softmax_flops=x.numel, element_bytes=x.itemsize, outputs=out.numel)
+
+
+def _over_leading_dims(x: TensorRef, out: TensorRef) -> bool:
+    """Whether a sum of contiguous ``x`` into ``out`` keeps its last dim and reduces leading ones
+    (``dO.sum(0)`` of a linear layer's bias gradient), which ATen runs as a column reduction."""
+    kept = [n for n in out.shape if n > 1]
+    return (
+        _contiguous(x)
+        and x.numel > out.numel > 1
+        and x.shape[-1] > 1
+        and bool(kept)
+        and kept[-1] == x.shape[-1]
+        and x.numel // out.numel > 1
+        and out.numel == math.prod(n for n in x.shape[x.ndim - len(kept) :])
+    )
 
 
 @rule("cat", "stack")
