@@ -318,19 +318,21 @@ def parse_case(text: str) -> Case:
 
 
 def _chunked_fields(fields: dict[str, Any], text: str) -> dict[str, Any]:
-    """A ``chunk=`` case's fields as its kernels run it: the batch's chunks as one packed row."""
+    """A ``chunk=`` case's fields as its kernels run it (:func:`memmodel.workload.chunked`): the
+    batch's chunks as one packed row."""
+    from .workload import Workload, chunked
+
     chunk = fields.pop("chunk")
-    n, batch = fields["n"], fields.get("batch", 1)
+    n = fields["n"]
     if "seq_lens" in fields or "window" in fields or fields.get("n_kv", n) != n:
         raise WorkloadError(f"case {text!r}: chunk= takes a prefill (n_kv = n) with no window= or seq_lens=")
-    if chunk < 1:
-        raise WorkloadError(f"case chunk={chunk}: give a positive whole number of tokens")
-    fields["causal"] = True
-    if chunk >= n:
-        return fields  # one chunk: full causal attention
-    row = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+    w, _ = chunked(Workload(n=n, d=fields["d"], batch=fields.get("batch", 1), causal=True), chunk)
     fields.pop("n_kv", None)
-    return fields | {"seq_lens": tuple(row * batch), "n": n * batch, "batch": 1}
+    return (
+        fields
+        | {"causal": True, "n": int(w.n), "batch": int(w.batch)}
+        | ({"seq_lens": w.seq_lens} if w.seq_lens is not None else {})
+    )
 
 
 def _flag(key: str, value: str) -> bool:
