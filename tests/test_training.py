@@ -987,6 +987,20 @@ def test_kernel_events_and_medians(cpu_run):
     assert gpu_run.median_kernels([]) == []
 
 
+def test_profiler_sessions_finalize_cupti(cpu_run, monkeypatch):
+    """validate profiles a case before timing its calls: each session asks Kineto to finalize
+    CUPTI at its end (TEARDOWN_CUPTI=1), unless the user's environment says otherwise."""
+    gpu_run, torch = cpu_run
+    run = gpu_run.CaseRun(parse_case("impl=standard,batch=1,heads=2,n=64,d=16,dtype=fp32"))
+    run.run()
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    assert gpu_run.profile_kernels(run, reps=1)
+    assert __import__("os").environ["TEARDOWN_CUPTI"] == "1"
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")  # the user's own setting is kept
+    assert gpu_run.profile_kernels(run, reps=1)
+    assert __import__("os").environ["TEARDOWN_CUPTI"] == "0"
+
+
 def test_triton_has_no_backward(cpu_run):
     gpu_run, torch = cpu_run
     from memmodel.errors import RuntimeFailure

@@ -21,6 +21,7 @@ Rows, one dict per measurement, by ``section``:
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -95,13 +96,14 @@ def queued_seconds(fn, calls: int = 200, behind_sleep: bool = False) -> float:
 def kernels_of(fn) -> list[dict]:
     """The profiler's kernels, memsets and memcpys of one call, in start order (``name``, ``us``)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
 
+    from .cupti import kernel_profile
     from .run import kernel_events
 
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with kernel_profile(ProfilerActivity.CUDA) as prof:
         fn()
         torch.cuda.synchronize()
     return [{"name": k["name"][:160], "us": k["time_s"] * 1e6} for k in kernel_events(prof)]
@@ -222,6 +224,7 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
             "cudnn": torch.backends.cudnn.version(),
             "python": sys.version.split()[0],
             "cpu": _cpu(),
+            "teardown_cupti": os.environ.get("TEARDOWN_CUPTI", "1"),  # what kernel_profile leaves set
         },
     )
     # 1. plain ops on the host

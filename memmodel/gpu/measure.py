@@ -88,15 +88,16 @@ class Context:
         """Each kernel one call of ``fn`` launches, in launch order, with its median CUPTI
         duration over ``sessions`` profiled calls (``{"name", "time_s"}``): what a step's
         CUDA-event time cannot say, how it divides between its kernels."""
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
 
+        from .cupti import kernel_profile
         from .run import kernel_events, median_kernels
 
         cuda = self.device == "cuda"
         runs = []
         for _ in range(sessions):
             self.sync()
-            with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            with kernel_profile(ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU) as prof:
                 fn()
                 self.sync()
             runs.append(kernel_events(prof, "CUDA" if cuda else "CPU"))

@@ -761,14 +761,16 @@ def profile_kernels(run: Any, reps: int = 3) -> list[dict[str, Any]]:
     (each in its own profiler session). Kernel durations do not depend on how the host
     issued them, so no sleeping kernel is needed here."""
     torch = _torch()
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity
+
+    from .cupti import kernel_profile
 
     activity = ProfilerActivity.CUDA if DEVICE == "cuda" else ProfilerActivity.CPU
     runs = []
     for _ in range(reps):
         if DEVICE == "cuda":
             torch.cuda.synchronize()
-        with profile(activities=[activity]) as prof:
+        with kernel_profile(activity) as prof:
             run.run()
             if DEVICE == "cuda":
                 torch.cuda.synchronize()

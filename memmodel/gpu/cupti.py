@@ -1,0 +1,31 @@
+"""Profiler sessions that leave the host as they found it.
+
+torch.profiler's CUDA activity attaches CUPTI, and Kineto leaves it attached when the session ends
+unless ``TEARDOWN_CUPTI=1`` is set (pytorch/pytorch#144455): every CUDA API call after it pays
+CUPTI's callbacks. Validate profiles each case's kernels before it times the case's calls, so a
+call measured after that paid host time a user without a profiler does not
+(``validation/probes/cupti_linger.py`` measured it). Every session here sets ``TEARDOWN_CUPTI=1``
+first, unless the environment already says otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: Kineto's switch: "1" finalizes CUPTI when a profiler session ends
+TEARDOWN = "TEARDOWN_CUPTI"
+
+
+def kernel_profile(activity: Any) -> Any:
+    """``torch.profiler.profile`` of ``activity`` alone, CUPTI finalized when it ends (the
+    environment's ``TEARDOWN_CUPTI``, where set, is kept)."""
+    from torch.profiler import profile
+
+    os.environ.setdefault(TEARDOWN, "1")
+    return profile(activities=[activity])
+
+
+def teardown_setting() -> str | None:
+    """What ``TEARDOWN_CUPTI`` says now (a record's environment row)."""
+    return os.environ.get(TEARDOWN)
