@@ -310,7 +310,8 @@ def flex_spill_caveats(plan: TiledPlan) -> list[Caveat]:
             "flex_spills",
             f"{rows_prefix(hit)}flex's masked backward at this head dim spills registers (measured on the H200: "
             "255 registers a thread and a stack of 88 to 1600 bytes, most where N is not a multiple of 128); the "
-            "spilled traffic that reaches HBM, and the re-reads it causes, are not counted; "
+            "model takes the median stack's share of the L2 from the Q programs' re-reads, but not the spilled "
+            "traffic that reaches HBM nor a larger stack's share; "
             + _on_the_h200("flex_spills", "on the H200 such kernels' HBM bytes came out")
             + ".",
         )

@@ -43,7 +43,7 @@ from .. import intmath
 from ..intmath import IntLike
 from ..workload import STAT_BYTES, Workload
 from . import l2 as l2m
-from .flexmask import SPARSE_BLOCK, block_counts
+from .flexmask import SPARSE_BLOCK, block_counts, block_matrix
 from .ledger import FORWARD_GRID, Kernel, KernelBuilder
 
 #: the forward's (BLOCK_M, BLOCK_N, num_stages, num_warps) on sm90 by (dtype, head dim)
@@ -333,6 +333,103 @@ def kv_program_rereads(
     return float(np.maximum(x * readers - 1.0, 0.0).mean())
 
 
+#: bytes of local memory (spilled registers) a thread of the masked backward template keeps at
+#: 64 < d ≤ 128 on sm90 (Triton 3.6, torch 2.11): the median stack of the masked compiles
+#: ``cuobjdump -res-usage`` listed (validation/h200/flex-bwd-probe/res-usage-2.txt: 88 bytes at one
+#: query head a K/V head to 1600 at a packed row of 7665 tokens, 264 under every window); none at
+#: d ≤ 64 or without a mask
+BACKWARD_STACK_BYTES = 264
+#: the most block reads :func:`q_phase_rereads` times one by one (a longer grid: not counted)
+SCHEDULE_EVENTS = 16_000_000
+
+
+def q_phase_rereads(
+    n: int,
+    n_kv: int,
+    mask: tuple[bool, int | None, tuple[int, ...] | None],
+    g: int,
+    d: int,
+    dv: int,
+    e: int,
+    config: tuple[int, ...],
+    slots: int,
+    groups: int,
+    capacity: float,
+) -> tuple[float, float]:
+    """(Q/dO, K/V) HBM reads beyond the first, per unique byte, of the template's schedule through
+    an L2 of ``capacity`` bytes (LRU).
+
+    Per (batch, K/V head) group the grid launches its K/V programs, then its Q programs (each query
+    head's in turn); they are list-scheduled onto ``slots`` CTA slots, a K/V program's step costing
+    :data:`KV_PROGRAM_PRODUCTS` units and a Q program's :data:`Q_PROGRAM_PRODUCTS`, the third group
+    (or the last) kept as the steady state. A K/V program reads its K/V tile once and, head after
+    head, the Q/dO tiles of its column (partial blocks first); a Q program its Q/dO tile once and
+    the K/V tiles of its row. A read misses where the bytes the kernel brings into L2 between it and
+    the read of the same tile before it (the group's compulsory reads and writes, and the misses,
+    at the steady rate of all slots) pass ``capacity``. Where a group's K/V programs fill the
+    slots, its Q programs run after them and re-read Q, dO, K and V across the whole K/V phase:
+    from HBM where that passed more than the L2 holds. (0, 0) past :data:`SCHEDULE_EVENTS` reads."""
+    causal, window, seq_lens = mask
+    m1, n1, m2, n2 = config[:4]
+    some, every = block_matrix(n, n_kv, causal or window is not None, window, seq_lens)
+    rows, cols = some.shape
+    kv_cols = [p * n1 // SPARSE_BLOCK for p in range(-(-n_kv // n1))]
+    q_rows = [q * m2 // SPARSE_BLOCK for q in range(-(-n // m2))]
+    walk_kv = [
+        np.concatenate([np.flatnonzero(some[:, c] & ~every[:, c]), np.flatnonzero(every[:, c])]) for c in kv_cols
+    ]
+    walk_q = [np.concatenate([np.flatnonzero(some[r] & ~every[r]), np.flatnonzero(every[r])]) for r in q_rows]
+    events = g * (sum(v.size for v in walk_kv) + sum(v.size for v in walk_q))
+    if events > SCHEDULE_EVENTS or not walk_kv:
+        return 0.0, 0.0
+    per1, per2 = max(SPARSE_BLOCK // m1, 1), max(SPARSE_BLOCK // n2, 1)
+    kv_len = np.asarray([v.size * per1 * g * KV_PROGRAM_PRODUCTS for v in walk_kv], dtype=np.float64)
+    q_len = np.asarray([v.size * per2 * Q_PROGRAM_PRODUCTS for v in walk_q], dtype=np.float64)
+    one = np.concatenate([kv_len, np.tile(q_len, g)])
+    if one.sum() <= 0:
+        return 0.0, 0.0
+    kept = min(groups - 1, 2)
+    heap = [0.0] * max(slots, 1)
+    starts = np.empty(one.size * (kept + 1))
+    for i, x in enumerate(np.tile(one, kept + 1).tolist()):
+        t = heapq.heappop(heap)
+        starts[i] = t
+        heapq.heappush(heap, t + x)
+    s0 = starts[kept * one.size :]
+    times_q: list[np.ndarray] = []
+    ids_q: list[np.ndarray] = []
+    times_k: list[np.ndarray] = []
+    ids_k: list[np.ndarray] = []
+    for p, v in enumerate(walk_kv):
+        steps = v.size * per1
+        for h in range(g):
+            times_q.append(s0[p] + (h * steps + np.arange(v.size) * per1) * KV_PROGRAM_PRODUCTS)
+            ids_q.append(h * rows + v)
+        times_k.append(s0[p : p + 1])
+        ids_k.append(np.asarray([kv_cols[p]]))
+    for h in range(g):
+        for q, v in enumerate(walk_q):
+            start = s0[len(walk_kv) + h * len(walk_q) + q]
+            times_q.append(np.asarray([start]))
+            ids_q.append(np.asarray([h * rows + q_rows[q]]))
+            times_k.append(start + np.arange(v.size) * per2 * Q_PROGRAM_PRODUCTS)
+            ids_k.append(v)
+    gaps = []
+    for times, ids in ((times_q, ids_q), (times_k, ids_k)):
+        t, i = np.concatenate(times), np.concatenate(ids)
+        order = np.lexsort((t, i))
+        t, i = t[order], i[order]
+        gaps.append(np.diff(t)[i[1:] == i[:-1]])
+    qo_tile, kv_tile = SPARSE_BLOCK * ((d + dv) * e + 2 * STAT_BYTES), SPARSE_BLOCK * (d + dv) * e
+    base = rows * g * qo_tile + cols * kv_tile + n * g * d * e + n_kv * (d + dv) * e
+    xq = xk = 0.0
+    for _ in range(3):  # the rate counts the misses it gives
+        rate = max(slots, 1) * (base + xq * rows * g * qo_tile + xk * cols * kv_tile) / one.sum()
+        xq = float(np.count_nonzero(rate * gaps[0] > capacity)) / (rows * g)
+        xk = float(np.count_nonzero(rate * gaps[1] > capacity)) / cols
+    return xq, xk
+
+
 def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
     """flex's backward (module docstring): Δ's reduction, then the template of K/V and Q programs."""
     e = w.element_bytes
@@ -371,13 +468,34 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
             int(q_rows.sum()), n, g, m1, n1, bool(causal and not win), min(int(kv_tiles) * b * hk, sm_count * occ),
             m1 * ((d + dv) * e + 2 * STAT_BYTES), l2,
         )  # fmt: skip
-        ppm = int(round(extra * 1e6))  # _per_row keeps the counts as integers: parts per million
-        return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, ppm, tail)
+        # the Q programs' re-reads after the K/V programs, through the L2 the spilled stacks leave
+        slots = sm_count * occ
+        stack = BACKWARD_STACK_BYTES if masked and 64 < d <= 128 else 0
+        xq, xk = (
+            q_phase_rereads(
+                n,
+                n_kv,
+                (causal, win or None, seq_lens),
+                g,
+                d,
+                dv,
+                e,
+                (m1, n1, m2, n2),
+                slots,
+                b * hk,
+                float(l2.capacity_bytes) - stack * warps * 32 * slots,
+            )  # fmt: skip
+            if l2.mode != "off"
+            else (0.0, 0.0)
+        )
+        ppm = [int(round(x * 1e6)) for x in (max(extra, xq), xk)]  # _per_row keeps integers: parts per million
+        return (kv_tiles, q_tiles, occ, steps, partial, int(q_rows.sum()), int(keys.sum()), pairs, *ppm, tail)
 
-    kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, extra_ppm, tail = _per_row(
+    kv_tiles, q_tiles, occ, steps, partial, q_rows, keys, pairs, extra_ppm, kv_extra_ppm, tail = _per_row(
         plan, w.n, w.n_kv_, w.d, w.d_v_, w.group, w.batch, w.kv_heads_, w.window or 0
     )
     extra = np.asarray(extra_ppm, dtype=np.float64) / 1e6
+    kv_extra = np.asarray(kv_extra_ppm, dtype=np.float64) / 1e6
     bh = intmath.mul(w.batch, w.heads)
     bhk = intmath.mul(w.batch, w.kv_heads_)
     q = intmath.mul(bh, w.n, w.d, e)
@@ -401,8 +519,8 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
     ctas = intmath.mul(bhk, intmath.add(kv_tiles, intmath.mul(w.group, q_tiles)))
     concurrent = intmath.minimum(ctas, intmath.mul(occ, sm_count))
     # Q, dO (with lse, Δ) from HBM once, plus what the K/V programs' re-reads miss where their
-    # walks drift apart (kv_program_rereads, per unique byte); K, V once: a lower bound where the Q
-    # programs re-read Q, dO after the K/V programs (not modelled; docs/variants.md)
+    # walks drift apart (kv_program_rereads, per unique byte) or the Q programs' after the K/V
+    # phase (q_phase_rereads), whichever is more; K, V once plus the Q programs' misses
     stats_q = intmath.mul(2, stat)
     qo_once = intmath.add(qo_unique, stats_q)
     qo_hbm = intmath.minimum(
@@ -411,7 +529,12 @@ def backward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float)
         if intmath.is_array(qo_once) or extra.ndim
         else int(round(float(intmath.to_float(qo_once)) * (1.0 + float(extra)))),
     )
-    kv_hbm = kv_unique
+    kv_hbm = intmath.minimum(
+        intmath.add(kv_req, kv_unique),
+        np.round(np.asarray(intmath.to_float(kv_unique)) * (1.0 + kv_extra)).astype(np.int64)
+        if intmath.is_array(kv_unique) or kv_extra.ndim
+        else int(round(float(intmath.to_float(kv_unique)) * (1.0 + float(kv_extra)))),
+    )
     k = KernelBuilder("flex_attention_backward", "backward")
     k.read("Q, dO, lse, D", "input", intmath.add(qo_req, qo_unique, intmath.mul(2, stat)), qo_hbm,
            "K/V programs: Σ visited Q rows·(d + d_v)·e + 8 per query head; Q programs: B·H·N·(d + d_v)·e + 8")  # fmt: skip

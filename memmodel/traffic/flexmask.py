@@ -88,8 +88,8 @@ def _classify(
     return some, every
 
 
-@functools.lru_cache(maxsize=256)
-def block_counts(
+@functools.lru_cache(maxsize=64)
+def block_matrix(
     n: int,
     n_kv: int,
     causal: bool,
@@ -97,13 +97,15 @@ def block_counts(
     seq_lens: Sequence[int] | None = None,
     q_block: int = SPARSE_BLOCK,
     kv_block: int = SPARSE_BLOCK,
-) -> BlockCounts:
-    """The block mask of one head (:class:`BlockCounts`) for these queries, keys and mask."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """(visited, full) over (Q block, K/V block) pairs of one head, as ``create_block_mask`` keeps
+    them for these queries, keys and mask (read-only arrays)."""
     qs, qe = _edges(n, q_block)
     ks, ke = _edges(n_kv, kv_block)
     offset = n_kv - n
     if seq_lens is None:
         some, every = _classify(qs[:, None], qe[:, None], ks[None, :], ke[None, :], offset, causal, window)
+        some, every = np.broadcast_to(some, (qs.size, ks.size)), np.broadcast_to(every, (qs.size, ks.size))
     else:
         if n != n_kv or sum(seq_lens) != n:
             raise ValueError("a packed row's documents must cover its queries and keys exactly")
@@ -128,6 +130,25 @@ def block_counts(
         every = same & rule & some
     # create_block_mask pads the element mask with False: a cut block is never full
     every = every & ((qe - qs) == q_block)[:, None] & ((ke - ks) == kv_block)[None, :]
+    some = np.array(some, dtype=bool)
+    some.flags.writeable = False
+    every.flags.writeable = False
+    return some, every
+
+
+@functools.lru_cache(maxsize=256)
+def block_counts(
+    n: int,
+    n_kv: int,
+    causal: bool,
+    window: int | None = None,
+    seq_lens: Sequence[int] | None = None,
+    q_block: int = SPARSE_BLOCK,
+    kv_block: int = SPARSE_BLOCK,
+) -> BlockCounts:
+    """The block mask of one head (:class:`BlockCounts`) for these queries, keys and mask."""
+    ks, ke = _edges(n_kv, kv_block)
+    some, every = block_matrix(n, n_kv, causal, window, seq_lens, q_block, kv_block)
     partial = some & ~every
     keys = np.where(some, (ke - ks)[None, :], 0).sum(axis=1)
     return BlockCounts(
