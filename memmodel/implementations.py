@@ -167,7 +167,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         capability=(5.0, 12.1),
         value_head_dims=None,
         # one CTA a Q block walks every key: no split-KV, no combine (measured on the H200: a
-        # decode of 4096 keys runs one fmha_cutlassF kernel, validation/h200/final/h200-calls-check)
+        # decode of 4096 keys runs one fmha_cutlassF kernel, validation/h200/final/h200-calls-check-cupti)
         splits_kv=False,
     ),
     "triton": Implementation(

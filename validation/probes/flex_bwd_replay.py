@@ -14,7 +14,9 @@ the grid is replayed.
 
     python validation/probes/flex_bwd_replay.py [--policy lru|random] [--capacity BYTES]
 
-A probe's analysis, not the model: it prints, per kernel, measured against replayed HBM reads.
+A probe's analysis: it prints, per kernel, measured against replayed HBM reads. The model's
+``memmodel.traffic.flex.q_phase_rereads`` runs the same schedule (LRU at the L2's effective capacity
+less the masked template's spilled stacks).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import numpy as np
 from memmodel.cases import Case, parse_case
 from memmodel.gpu.ncu import parse_csv, split_placements
 from memmodel.traffic.flex import backward_config
-from memmodel.traffic.flexmask import SPARSE_BLOCK, _classify, _edges
+from memmodel.traffic.flexmask import SPARSE_BLOCK, block_matrix
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RECORDS = ("flex-probe/flex-ref-2", "final/h200-variants-final", "final/h200-flex-masks-check",
@@ -41,34 +43,6 @@ PROBES = (
     ("flex-bwd-probe/ncu-2.csv.gz", "h200-flex-bwd-probe-2.txt"),
 )
 SLOTS = 132
-
-
-def block_matrix(n: int, n_kv: int, causal: bool, window: int | None, seq_lens: tuple[int, ...] | None):
-    """(visited, full) over (Q block, K/V block) pairs of 128 × 128, as create_block_mask keeps them."""
-    qs, qe = _edges(n, SPARSE_BLOCK)
-    ks, ke = _edges(n_kv, SPARSE_BLOCK)
-    if seq_lens is None:
-        some, every = _classify(qs[:, None], qe[:, None], ks[None, :], ke[None, :], n_kv - n, causal, window)
-        some, every = (np.broadcast_to(a, (qs.size, ks.size)).copy() for a in (some, every))
-    else:
-        some = np.zeros((qs.size, ks.size), dtype=bool)
-        bounds = np.cumsum((0, *seq_lens))
-        for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-            qa, qb, ka, kb = (
-                s // SPARSE_BLOCK,
-                (e - 1) // SPARSE_BLOCK + 1,
-                s // SPARSE_BLOCK,
-                (e - 1) // SPARSE_BLOCK + 1,
-            )
-            inside, _ = _classify(np.maximum(qs[qa:qb], s)[:, None], np.minimum(qe[qa:qb], e)[:, None],
-                                  np.maximum(ks[ka:kb], s)[None, :], np.minimum(ke[ka:kb], e)[None, :], 0, causal, window)  # fmt: skip
-            some[qa:qb, ka:kb] |= inside
-        doc = np.searchsorted(bounds, np.arange(n), side="right") - 1
-        same = (doc[qs][:, None] == doc[qe - 1][:, None]) & (doc[ks][None, :] == doc[ke - 1][None, :])
-        same &= doc[qs][:, None] == doc[ks][None, :]
-        every = same & _classify(qs[:, None], qe[:, None], ks[None, :], ke[None, :], 0, causal, window)[1] & some
-    every = every & ((qe - qs) == SPARSE_BLOCK)[:, None] & ((ke - ks) == SPARSE_BLOCK)[None, :]
-    return some, every
 
 
 def walk(some: np.ndarray, every: np.ndarray) -> np.ndarray:
@@ -82,7 +56,7 @@ def replay(case: Case, policy: str, capacity: float) -> tuple[float, float]:
     groups, e = int(w.batch) * int(w.kv_heads_), 2
     m1, n1, m2, n2, _, _ = backward_config(w.dtype, d)
     causal = bool(w.causal) or w.window is not None
-    some, every = block_matrix(n, n_kv, causal, w.window, w.seq_lens)
+    some, every = block_matrix(n, n_kv, causal, w.window, w.seq_lens)  # the model's own (memmodel.traffic.flexmask)
     rows, cols = some.shape
     kv_prog = [walk(some[:, p * n1 // SPARSE_BLOCK], every[:, p * n1 // SPARSE_BLOCK]) for p in range(-(-n_kv // n1))]
     q_prog = [walk(some[q * m2 // SPARSE_BLOCK], every[q * m2 // SPARSE_BLOCK]) for q in range(-(-n // m2))]
