@@ -293,3 +293,49 @@ def test_paged_group_of_three_rereads_kv_across_the_wave_boundary():
     (k,) = [k for k in compare(w, H200, impl="flex").tiled.traffic.kernels if k.name == "flex_attention"]
     kv = sum(t.bytes for t in k.transfers if t.tensor in ("K", "V") and t.level == "hbm")
     assert kv == pytest.approx(536_870_912 + 67_108_864, rel=1e-6)
+
+
+def test_q_phase_rereads_where_the_kv_programs_fill_the_gpu():
+    # d 128, a group of 4, a window of 4096 keys, 8 K/V heads, 132 slots (one CTA an SM), an L2 of
+    # 30 MiB less the masked template's stacks (264 bytes × 256 threads × 132 CTAs = 8,921,088 bytes)
+    cfg = flex.backward_config("bf16", 128)[:4]
+    cap = 30 * 2**20 - flex.BACKWARD_STACK_BYTES * 256 * 132
+    assert cap == 22_536_192
+
+    def rereads(n, capacity=cap):
+        return flex.q_phase_rereads(n, n, (True, 4096, None), 4, 128, 128, 2, cfg, 132, 8, capacity)
+
+    # 16k tokens: 128 K/V programs a head fill the GPU, the Q programs run after them and re-read
+    # about every Q/dO tile (the replay's 0.908) and every K/V tile once more (plus edges: 1.06)
+    xq, xk = rereads(16384)
+    assert xq == pytest.approx(0.908, abs=0.01) and xk == pytest.approx(1.06, abs=0.01)
+    # 8k tokens: 64 K/V programs share the GPU with their Q programs: every re-read hits
+    assert rereads(8192) == (0.0, 0.0)
+    # an L2 as large as the data: nothing again; none at all: every read after the first misses,
+    # a Q tile about 29 times (33 K/V programs a window, fewer at the end, then its Q program)
+    assert rereads(16384, 1e9) == (0.0, 0.0)
+    none = rereads(16384, 0.0)
+    assert none[0] == pytest.approx(28.6, abs=0.1)
+    # fewer misses as the L2 grows
+    seq = [rereads(16384, c) for c in (0.0, 1e7, cap, 1e9)]
+    assert [s[0] for s in seq] == sorted((s[0] for s in seq), reverse=True)
+    assert [s[1] for s in seq] == sorted((s[1] for s in seq), reverse=True)
+
+
+def test_flex_backward_counts_the_q_programs_rereads(monkeypatch):
+    # #29's committed case: measured 701.9 MB of reads (Nsight Compute, h200-variants-final); the
+    # Q/dO (272.6 MB with lse, Δ) take 0.908 more reads, K/V (67.1 MB) 1.06 more
+    w = Workload(n=16384, d=128, batch=1, heads=32, kv_heads=8, dtype="bf16", causal=True, window=4096)
+
+    def reads():
+        kernels = compare(w, H200, impl="flex", backward=True).tiled.traffic.kernels
+        return next(k for k in kernels if k.name == "flex_attention_backward").sums[("hbm", "read")]
+
+    counted = reads()
+    assert counted / 701.9e6 - 1 == pytest.approx(-0.062, abs=0.005)
+    monkeypatch.setattr(flex, "q_phase_rereads", lambda *a: (0.0, 0.0))
+    assert reads() == pytest.approx(382.1e6, rel=0.002)  # the drift rule alone: −45.6 %
+    monkeypatch.undo()
+    # past the replay's limit the Q phase is not counted
+    monkeypatch.setattr(flex, "SCHEDULE_EVENTS", 1000)
+    assert reads() == pytest.approx(382.1e6, rel=0.002)
