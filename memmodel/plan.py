@@ -28,7 +28,14 @@ from .implementations import (
 from .intmath import IntLike
 from .options import Options
 from .traffic import l2 as l2m
-from .traffic.blocks import BlockSizes, TileContext, block_sizes, tile_context, tile_footprint_bytes
+from .traffic.blocks import (
+    BlockSizes,
+    TileContext,
+    block_sizes,
+    fa2_local_loop_ctas,
+    tile_context,
+    tile_footprint_bytes,
+)
 from .traffic.decode import choose_splits
 from .traffic.facts import TiledFacts
 from .traffic.flash import fa1, fa2, forward_facts
@@ -203,6 +210,8 @@ def plan_tiled(
     )
     if kernel_w.window is not None and spec is not None and spec.masks_every_local_block:
         ctx = dataclasses.replace(ctx, local_blocks=ctx.visited)  # its forward masks every block it visits
+        if impl == "sdpa-flash":  # its CTAs past their masking steps run a second loop
+            ctx = dataclasses.replace(ctx, local_loop_ctas=fa2_local_loop_ctas(kernel_w, blocks))
     if impl == "sdpa-flash" and not kernel_w.dropout:
         spilled = _fa2_spill_bytes(kernel_w, blocks, profile, varlen)
         if spilled is not None:

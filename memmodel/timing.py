@@ -1110,6 +1110,13 @@ def kernel_time(
             ctas = np.maximum(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64), 1.0)
             exited = np.asarray(intmath.to_float(kernel.exited_ctas), dtype=np.float64)
             cta = cta * ((ctas - exited) + exited * (exit_cost / overhead)) / ctas
+        loop_cost = figures.local_loop_cost_s
+        if loop_cost is not None and np.any(np.asarray(kernel.loop_ctas) > 0):
+            # measured: a sliding-window CTA that runs past its masking steps costs this much more,
+            # per CTA slot (FlashAttention-2's second loop), for its share of the waves
+            ctas = np.maximum(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64), 1.0)
+            looped = np.asarray(intmath.to_float(kernel.loop_ctas), dtype=np.float64) / ctas
+            cta = cta + np.ceil(ctas / slots) * looped * loop_cost
         terms["cta"] = float(cta) if cta.ndim == 0 else cta
     bandwidth = profile.levels()  # the MALL only where the profile has one (its bytes: traffic.mall)
     for level in ALL_LEVELS:

@@ -254,6 +254,41 @@ def test_the_local_block_cost_is_fitted_from_its_reference_record():
     assert compare(w, h200).tiled.timing.time_s == compare(w, plain).tiled.timing.time_s
     local = w.with_(window=512)
     assert compare(local, h200).tiled.timing.time_s > compare(local, plain).tiled.timing.time_s
+    # with the window probe (its CTAs on both sides of the masking steps at d 64) the loop's cost is
+    # fitted with it there, 0 at the others (their CTAs all on one side)
+    assert len(kernel_costs._rows(records[1], "sdpa-flash")) == 13  # 9 windows at d 64, 4 at d 128
+    both = kernel_costs.fitted_local(records)
+    assert both[64][1] == pytest.approx(5.685e-6, rel=1e-3) and both[64][0] == pytest.approx(0.477, abs=1e-3)
+    assert [both[d][1] for d in (96, 128, 256)] == [None, None, None]
+    loop = load_profile("h200").implementation("sdpa-flash").kernel(64).local_loop_cost_s
+    assert loop == pytest.approx(both[64][1])
+    assert load_profile("h200").implementation("sdpa-flash").kernel(128).local_loop_cost_s == 0.0
+
+
+def test_fa2_local_ctas_past_their_masking_steps():
+    from memmodel.traffic.blocks import BlockSizes, fa2_local_loop_ctas
+
+    # B_r = B_c = 128 (d 64): 2 masking steps; a Q block sees the W keys before each row, its
+    # 128 rows span ⌈(W + 127) / 128⌉ K/V blocks when aligned: W = 128 → 2 (none past), 192 → 3
+    b = BlockSizes(128, 128, 256, 256, "given", 0)
+    w = Workload(n=32768, d=64, heads=64, kv_heads=8, dtype="bf16", causal=True, window=128)
+    assert fa2_local_loop_ctas(w, b) == 0
+    # 192: every Q block but the first two (they start at key 0: 1 and 2 blocks)
+    assert fa2_local_loop_ctas(w.with_(window=192), b) == 256 - 2
+    # B_c = 64 (d 128): 3 masking steps; W = 128 spans 4 blocks from the second Q block on (the first: 2)
+    b64 = BlockSizes(128, 64, 256, 512, "given", 0)
+    assert fa2_local_loop_ctas(w.with_(d=128), b64) == 256 - 1
+    assert fa2_local_loop_ctas(w.with_(window=None), b) == 0
+    # the kernel counts them over batch × heads, and only a window's forward pays for them
+    h200 = load_profile("h200")
+    k = compare(w.with_(window=192), h200, impl="sdpa-flash").tiled.traffic.kernels[-1]
+    assert k.loop_ctas == 64 * 254
+    slow = compare(w.with_(window=192), h200, impl="sdpa-flash").tiled.timing.time_s
+    free = compare(
+        w.with_(window=192), h200.with_implementation_figures("sdpa-flash", local_loop_cost_s=()), impl="sdpa-flash"
+    ).tiled.timing.time_s
+    # ⌈16384 / 264⌉ = 63 waves, 16256 of 16384 CTAs past their steps, 5.685 us each: 355.4 us
+    assert slow - free == pytest.approx(63 * 16256 / 16384 * 5.685e-6, rel=1e-3)
 
 
 def test_whole_model_counts_each_kind_of_layer():

@@ -24,14 +24,19 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 #: the reference records and the commands that made them, per figure
 RECORDS = {
-    "local_block_cost": ("validation/h200/window-ref/h200-window-ref.json.gz",),
+    "local_block_cost": (
+        "validation/h200/window-ref/h200-window-ref.json.gz",
+        "validation/h200/local-window-probe/h200-local-window-probe.json.gz",
+    ),
     "exited_cta_cost": ("validation/h200/varlen-ref/h200-varlen-ref.json.gz",),
 }
 COMMANDS = {
     "local_block_cost": "python3 -m memmodel validate --gpu h200 --cases validation/cases/h200-window-ref.txt "
-    "--output h200-window-ref.json.gz --format summary",
+    "--output h200-window-ref.json.gz --format summary; the same with h200-local-window-probe.txt --no-host-probe",
     "exited_cta_cost": "python3 -m memmodel validate --gpu h200 --cases validation/cases/h200-varlen-ref.txt "
     "--output h200-varlen-ref.json.gz --format summary",
 }
@@ -40,12 +45,22 @@ SOURCES = {"local_block_cost": "measured-local-kernels", "exited_cta_cost": "mea
 FIELDS = {"local_block_cost": ("local_block_cost", ""), "exited_cta_cost": ("exited_cta_cost_s", " s")}
 NOTES = {
     "local_block_cost": "extra cost of every block a sliding-window forward visits (its kernel masks each), in plain "
-    "blocks; fitted to {rows} local forwards at the calibration's shapes (8 x 16 x 2048 and 1 x 8 x 16384, windows "
-    "256 and 1024, fp16), medians of CUDA-event times, the other figures as fitted: memmodel.calibration.kernel_costs",
+    "blocks; fitted to {rows} local forwards (the calibration's shapes, 8 x 16 x 2048 and 1 x 8 x 16384 at windows "
+    "256 and 1024, fp16; and a probe of windows 64 to 2048 at 64 heads on 8 x 32768 tokens, d 64, and 128 to 1024 "
+    "at 32 on 8, d 128, bf16), medians of CUDA-event times, the other figures as fitted; at a head dim whose CTAs "
+    "fall on both sides of the masking steps jointly with local_loop_cost: memmodel.calibration.kernel_costs",
     "exited_cta_cost": "what a CTA that returns at once costs, per CTA slot (a packed row's grid past a shorter "
     "document's end), forward and backward; fitted to {rows} packed rows of one long document and many of one "
     "block (fp16, causal), medians of CUDA-event times, the other figures as fitted: memmodel.calibration.kernel_costs",
 }
+#: the second figure the local kernels' fit gives where their CTAs fall on both sides of the masking steps
+LOOP_NOTE = (
+    "what a sliding-window forward's CTA costs beyond its blocks where it walks past its masking steps "
+    "(FlashAttention-2's second loop), per CTA slot; fitted jointly with local_block_cost to the head dims whose "
+    "local forwards have CTAs on both sides (d 64: windows up to 128 keys run their masking steps alone), {rows} "
+    "of them; 0 at the others (their CTAs all on one side: the CTA overhead holds it); "
+    "memmodel.calibration.kernel_costs"
+)
 TITLES = {
     "local_block_cost": "memmodel sliding-window references (FlashAttention-2's local kernels)",
     "exited_cta_cost": "memmodel packed-row references (FlashAttention-2's varlen kernels)",
@@ -84,12 +99,14 @@ def fitted(
 ) -> dict[int, float]:
     """{head dim: figure} from the records' forwards (empty without); ``local_block_cost`` in
     plain blocks (3 decimals), ``exited_cta_cost`` in seconds (4 significant digits)."""
+    if figure == "local_block_cost":
+        return {d: cost for d, (cost, _) in fitted_local(records, impl, profile).items()}
     from ..hardware import load_profile
 
     base = profile or load_profile("h200")
     field = FIELDS[figure][0]
     rows = [row for record in records for row in _rows(record, impl, figure)]
-    lo, hi = (1e-6, 1.0) if figure == "local_block_cost" else (1e-9, 4e-6)
+    lo, hi = 1e-9, 4e-6
     out: dict[int, float] = {}
     for d in sorted({int(w.d) for w, _ in rows}):
         at = lambda c, d=d: base.with_implementation_figures(impl, **{field: ((d, c),)})  # noqa: E731
@@ -97,8 +114,44 @@ def fitted(
         for w, measured in (row for row in rows if int(row[0].d) == d):
             t_lo, t_hi = _time(w, at(lo), impl), _time(w, at(hi), impl)
             costs.append(lo + (measured - t_lo) * (hi - lo) / (t_hi - t_lo) if t_hi > t_lo else 0.0)
-        value = max(0.0, statistics.fmean(costs))
-        out[d] = round(value, 3) if figure == "local_block_cost" else float(f"{value:.4g}")
+        out[d] = float(f"{max(0.0, statistics.fmean(costs)):.4g}")
+    return out
+
+
+def fitted_local(records: Any, impl: str = "sdpa-flash", profile: Any = None) -> dict[int, tuple[float, float | None]]:
+    """{head dim: (local_block_cost, local_loop_cost_s or None)} from the records' local forwards.
+
+    The model's time is linear in both, T = T₀ + c · a + k · b (a, b from the model at two values
+    of each). Where a head dim's forwards have CTAs on both sides of the masking steps (some with
+    no CTA past them, some with), both are fitted by least squares on the relative error; where
+    not, or where the loop's cost comes out negative, the block cost alone, the mean of each
+    forward's own (as the reference shapes had it)."""
+    from ..hardware import load_profile
+
+    base = profile or load_profile("h200")
+    rows = [row for record in records for row in _rows(record, impl)]
+    out: dict[int, tuple[float, float | None]] = {}
+    for d in sorted({int(w.d) for w, _ in rows}):
+
+        def at(c: float, k: float, d: int = d) -> Any:
+            return base.with_implementation_figures(impl, local_block_cost=((d, c),), local_loop_cost_s=((d, k),))
+
+        lines = []
+        for w, measured in (row for row in rows if int(row[0].d) == d):
+            t0 = _time(w, at(1e-6, 0.0), impl)
+            a = _time(w, at(1.0, 0.0), impl) - t0
+            b = (_time(w, at(1e-6, 1e-6), impl) - t0) / 1e-6
+            lines.append((measured, t0, a, b))
+        both = any(b > 0 for *_, b in lines) and any(b == 0 for *_, b in lines)
+        if both:
+            design = np.asarray([[a / m, b / m] for m, _, a, b in lines])
+            target = np.asarray([(m - t0) / m for m, t0, _, _ in lines])
+            (c, k), *_ = np.linalg.lstsq(design, target, rcond=None)
+            if k > 0:
+                out[d] = (round(max(0.0, float(c)), 3), float(f"{float(k):.4g}"))
+                continue
+        costs = [(m - t0) / a if a > 0 else 0.0 for m, t0, a, _ in lines]
+        out[d] = (round(max(0.0, statistics.fmean(costs)), 3), None)
     return out
 
 
@@ -119,6 +172,15 @@ def apply(
         "source": SOURCES[figure],
         "note": NOTES[figure].format(rows=rows),
     }
+    if figure == "local_block_cost":
+        fits = fitted_local(records, impl)
+        loops = {d: k for d, (_, k) in fits.items() if k is not None}
+        if loops:  # 0 where the CTA overhead holds it (every CTA on one side), so no head dim takes another's
+            figures["local_loop_cost"] = {
+                "value": {d: f"{loops[d]:.4g} s" if d in loops else 0 for d in fits},
+                "source": SOURCES[figure],
+                "note": LOOP_NOTE.format(rows=sum(1 for r in records for w, _ in _rows(r, impl) if int(w.d) in loops)),
+            }
     data.setdefault("implementations", {})[impl] = figures
     from .sources import with_record_source
 

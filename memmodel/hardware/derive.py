@@ -82,6 +82,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.backward_checked_step_cost", "same"),
     ("implementations.*.local_block_cost", "same"),
     ("implementations.*.exited_cta_cost", "same"),
+    ("implementations.*.local_loop_cost", "same"),
     ("implementations.*.spill_write*", "same"),
     ("implementations.*.varlen_spill_write*", "same"),
     ("implementations.*.local_spill_write", "same"),

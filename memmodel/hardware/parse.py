@@ -397,9 +397,10 @@ def _zero_of(value: object, kind: units.Kind) -> bool:
 
 
 def _reads_as_zero(value: object) -> bool:
-    """0, or a zero written as text, bare or as a percentage."""
+    """0, or a zero written as text: bare, as a percentage or with a unit (``0 ns``)."""
     if isinstance(value, str):
-        return value.strip().removesuffix("%").strip() == "0"
+        number = value.strip().removesuffix("%").strip().split(" ")[0]
+        return number in ("0", "0.0")
     return value in (0, 0.0)
 
 

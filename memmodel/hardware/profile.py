@@ -287,6 +287,9 @@ class KernelFigures:
     local_block_cost: Any = None
     #: what a CTA that exits at once costs (a packed row's grid past a document's end)
     exited_cta_cost_s: Any = None
+    #: what a sliding-window forward's CTA costs beyond its blocks where it runs past its
+    #: masking steps (FlashAttention-2's second loop), per CTA slot
+    local_loop_cost_s: Any = None
     #: scores per second whose dropout the kernel pays extra time for
     dropout_scores_per_s: Any = None
     #: what a CTA costs beyond its blocks, per CTA slot (not split-KV kernels)
@@ -338,6 +341,10 @@ class ImplementationFigures:
     #: forward with a sliding window: extra cost of every block it visits (its kernel applies
     #: the window's mask to each, ``Implementation.masks_every_local_block``), in plain blocks
     local_block_cost: Curve = ()
+    #: forward with a sliding window: what a CTA costs beyond its blocks where it walks past its
+    #: masking steps (FlashAttention-2's local kernel runs a second loop, the window's mask in it),
+    #: per CTA slot; none where its CTAs all do or all do not (the CTA overhead holds it)
+    local_loop_cost_s: Curve = ()
     #: forward, backward: what a CTA that exits at once costs, per CTA slot (a packed row's grid
     #: is sized by its longest document; those past a shorter one's end return at their start)
     exited_cta_cost_s: Curve = ()
@@ -459,6 +466,7 @@ class ImplementationFigures:
             checked_step_cost=at(self.backward_checked_step_cost if backward else self.checked_step_cost, head_dim),
             local_block_cost=None if backward else at(self.local_block_cost, head_dim),
             exited_cta_cost_s=None if split else at(self.exited_cta_cost_s, head_dim),
+            local_loop_cost_s=None if backward or split else at(self.local_loop_cost_s, head_dim),
             dropout_scores_per_s=at(
                 self.backward_dropout_scores_per_s if backward else self.dropout_scores_per_s, head_dim
             ),

@@ -86,6 +86,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "masked_block_cost": "masked_block_cost",
     "local_block_cost": "local_block_cost",
     "exited_cta_cost": "exited_cta_cost_s",
+    "local_loop_cost": "local_loop_cost_s",
     "backward_cta_overhead": "backward_cta_overhead_s",
     "backward_masked_block_cost": "backward_masked_block_cost",
     "checked_step_cost": "checked_step_cost",
@@ -335,6 +336,7 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.backward_checked_step_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.local_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.exited_cta_cost": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.local_loop_cost": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.{leaf}": ("bytes", False) for name in _NAMES for leaf in SPILL_CURVES},
     **{f"implementations.{name}.dropout_rate": ("ops", False) for name in _NAMES},
     **{f"implementations.{name}.backward_dropout_rate": ("ops", False) for name in _NAMES},
@@ -396,7 +398,7 @@ CURVES: dict[str, str] = {
 #: curves whose values may be 0
 ZERO_ALLOWED = {"memory.l2.reuse", *CAUSAL_CURVE_FIELDS}
 #: extra costs that may be 0 (nothing extra measured), not capped at 1
-ZERO_COSTS = {f"implementations.{name}.local_block_cost" for name in _NAMES}
+ZERO_COSTS = {f"implementations.{name}.{cost}" for name in _NAMES for cost in ("local_block_cost", "local_loop_cost")}
 #: curves whose values are shares of something whole (of a walk, of the L2): at most 1
 SHARES_OF_ONE = {
     "memory.l2.wave_drift": "a wave cannot drift apart by more than a whole walk a wave",

@@ -358,6 +358,7 @@ class TileContext:
     diagonal: IntLike = 0  # (Q block, K/V block) pairs per head on the causal diagonal
     smem_reads: IntLike = 4  # times a CTA reads each K/V tile from shared memory
     local_blocks: IntLike = 0  # blocks per head a sliding-window forward masks whole (its kernel's way)
+    local_loop_ctas: IntLike = 0  # its CTAs per head that walk past their masking steps (FA2's second loop)
     #: FP8 (``memmodel.implementations.fp8_forward``): the forward transposes each V tile in
     #: shared memory (FA3's fp8 kernels), reads these fp32 scale tensors ((name, elements)
     #: pairs) and writes these fp32 amax scalars (cuDNN's fp8 graph)
@@ -474,6 +475,31 @@ def fa2_masked_blocks(w: Workload, blocks: BlockSizes, varlen: bool) -> IntLike:
     )
     out = np.where(even, np.asarray(_masked_blocks(w, blocks, True)), uneven)
     return int(out) if out.ndim == 0 else out.astype(np.int64)
+
+
+def fa2_local_loop_ctas(w: Workload, blocks: BlockSizes) -> IntLike:
+    """CTAs per head of FlashAttention-2's sliding-window forward that visit more K/V blocks than
+    its masking steps (``flash_fwd_kernel.h``: ``⌈B_r / B_c⌉ + 1`` for a local kernel, which is
+    never ``Is_causal``) and so run its second loop as well; 0 without a window."""
+    if w.window is None:
+        return 0
+    out = np.vectorize(
+        lambda a, b, c, e, win: _fa2_local_loop(int(a), int(b), int(c), int(e), int(win)), otypes=[np.int64]
+    )(w.n, w.n_kv_, blocks.block_q, blocks.block_kv, w.window)
+    return int(out) if out.ndim == 0 else out.astype(np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _fa2_local_loop(n: int, n_kv: int, b_r: int, b_c: int, window: int) -> int:
+    """:func:`fa2_local_loop_ctas` of one launch: Q block i (rows r0..r1) visits the K/V blocks from
+    ⌊(r0 + N_kv − N − (W − 1)) / B_c⌋ (at least 0) to ⌊(r1 + N_kv − N) / B_c⌋ (at most the last)."""
+    t_r, t_c, off = -(-n // b_r), -(-n_kv // b_c), n_kv - n
+    steps = -(-b_r // b_c) + 1
+    r0 = np.arange(t_r, dtype=np.int64) * b_r
+    r1 = np.minimum(r0 + b_r, n) - 1
+    lo = np.maximum(r0 + off - (window - 1), 0) // b_c
+    hi = np.minimum((r1 + off) // b_c, t_c - 1)
+    return int(np.count_nonzero(hi - lo + 1 > steps))
 
 
 @lru_cache(maxsize=4096)

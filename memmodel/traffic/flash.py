@@ -195,6 +195,7 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         blocks=intmath.mul(bh, visited),
         diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         local_blocks=intmath.mul(bh, ctx.local_blocks),
+        loop_ctas=intmath.mul(bh, ctx.local_loop_ctas),
         # with dropout the kernel draws a mask element for every score of its tiles
         dropout_scores=scores if w.dropout > 0 else 0,
         kind=FORWARD_GRID,

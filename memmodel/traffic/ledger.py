@@ -163,6 +163,9 @@ class Kernel:
     checked_blocks: IntLike = 0
     #: of ``ctas``, those that exit at once (a packed row's grid past a shorter document's end)
     exited_ctas: IntLike = 0
+    #: of ``ctas``, those of a sliding-window forward that walk past their masking steps
+    #: (FlashAttention-2's local kernel: its second loop)
+    loop_ctas: IntLike = 0
     #: library kernels over N×N_kv tensors whose rows are not a multiple of 16 bytes (N_kv·e):
     #: cuBLAS and the softmax lose their vectorised paths (a bool, or a bool array on grids)
     unaligned: Any = False
@@ -252,6 +255,7 @@ _COUNTS = (
     "blocks",
     "diagonal_blocks",
     "local_blocks",
+    "loop_ctas",
     "checked_blocks",
     "rows",
     "exchange_bytes",
@@ -397,6 +401,7 @@ _ADDED = (
     "blocks",
     "diagonal_blocks",
     "local_blocks",
+    "loop_ctas",
     "checked_blocks",
     "rows",
     "dropout_scores",
