@@ -21,7 +21,6 @@ Rows, one dict per measurement, by ``section``:
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -209,6 +208,8 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
     import torch
     import torch.nn.functional as F
 
+    from .cupti import teardown_setting
+
     rows: list[dict[str, Any]] = []
 
     def emit(row: dict[str, Any]) -> None:
@@ -224,7 +225,7 @@ def measure_host(ctx: Any = None, on_row: Any = None, skip: tuple[str, ...] = ()
             "cudnn": torch.backends.cudnn.version(),
             "python": sys.version.split()[0],
             "cpu": _cpu(),
-            "teardown_cupti": os.environ.get("TEARDOWN_CUPTI", "1"),  # what kernel_profile leaves set
+            "teardown_cupti": teardown_setting(),  # what the profiler sessions run with
         },
     )
     # 1. plain ops on the host

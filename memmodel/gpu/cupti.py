@@ -26,6 +26,7 @@ def kernel_profile(activity: Any) -> Any:
     return profile(activities=[activity])
 
 
-def teardown_setting() -> str | None:
-    """What ``TEARDOWN_CUPTI`` says now (a record's environment row)."""
-    return os.environ.get(TEARDOWN)
+def teardown_setting() -> str:
+    """What :func:`kernel_profile`'s sessions run with (a record's environment row): the
+    environment's ``TEARDOWN_CUPTI``, else "1"."""
+    return os.environ.get(TEARDOWN, "1")
