@@ -355,9 +355,11 @@ def q_phase_rereads(
     slots: int,
     groups: int,
     capacity: float,
+    policy: str = "lru",
 ) -> tuple[float, float]:
     """(Q/dO, K/V) HBM reads beyond the first, per unique byte, of the template's schedule through
-    an L2 of ``capacity`` bytes (LRU).
+    an L2 of ``capacity`` bytes (LRU; ``policy="random"``, random replacement: the flex backward
+    probe's replay, ``validation/probes/flex_bwd_replay.py``, compares the two).
 
     Per (batch, K/V head) group the grid launches its K/V programs, then its Q programs (each query
     head's in turn); they are list-scheduled onto ``slots`` CTA slots, a K/V program's step costing
@@ -422,11 +424,17 @@ def q_phase_rereads(
         gaps.append(np.diff(t)[i[1:] == i[:-1]])
     qo_tile, kv_tile = SPARSE_BLOCK * ((d + dv) * e + 2 * STAT_BYTES), SPARSE_BLOCK * (d + dv) * e
     base = rows * g * qo_tile + cols * kv_tile + n * g * d * e + n_kv * (d + dv) * e
+
+    def misses(passed: np.ndarray) -> float:
+        if policy == "random":
+            return float(np.sum(1.0 - np.exp(-passed / max(capacity, 1.0)))) if capacity > 0 else float(passed.size)
+        return float(np.count_nonzero(passed > capacity))
+
     xq = xk = 0.0
     for _ in range(3):  # the rate counts the misses it gives
         rate = max(slots, 1) * (base + xq * rows * g * qo_tile + xk * cols * kv_tile) / one.sum()
-        xq = float(np.count_nonzero(rate * gaps[0] > capacity)) / (rows * g)
-        xk = float(np.count_nonzero(rate * gaps[1] > capacity)) / cols
+        xq = misses(rate * gaps[0]) / (rows * g)
+        xk = misses(rate * gaps[1]) / cols
     return xq, xk
 
 

@@ -23,17 +23,13 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import heapq
 import json
 import statistics
 from pathlib import Path
 
-import numpy as np
-
 from memmodel.cases import Case, parse_case
 from memmodel.gpu.ncu import parse_csv, split_placements
-from memmodel.traffic.flex import backward_config
-from memmodel.traffic.flexmask import SPARSE_BLOCK, block_matrix
+from memmodel.traffic.flex import backward_config, q_phase_rereads
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RECORDS = ("flex-probe/flex-ref-2", "final/h200-variants-final", "final/h200-flex-masks-check",
@@ -45,60 +41,15 @@ PROBES = (
 SLOTS = 132
 
 
-def walk(some: np.ndarray, every: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.flatnonzero(some & ~every), np.flatnonzero(every)])
-
-
 def replay(case: Case, policy: str, capacity: float) -> tuple[float, float]:
-    """(Q/dO re-reads, K/V re-reads) per unique byte."""
+    """(Q/dO re-reads, K/V re-reads) per unique byte: the model's own schedule
+    (``memmodel.traffic.flex.q_phase_rereads``) at ``capacity`` bytes under ``policy``."""
     w = case.workload()
-    n, n_kv, d, dv, g = int(w.n), int(w.n_kv_), int(w.d), int(w.d_v_), int(w.group)
-    groups, e = int(w.batch) * int(w.kv_heads_), 2
-    m1, n1, m2, n2, _, _ = backward_config(w.dtype, d)
-    causal = bool(w.causal) or w.window is not None
-    some, every = block_matrix(n, n_kv, causal, w.window, w.seq_lens)  # the model's own (memmodel.traffic.flexmask)
-    rows, cols = some.shape
-    kv_prog = [walk(some[:, p * n1 // SPARSE_BLOCK], every[:, p * n1 // SPARSE_BLOCK]) for p in range(-(-n_kv // n1))]
-    q_prog = [walk(some[q * m2 // SPARSE_BLOCK], every[q * m2 // SPARSE_BLOCK]) for q in range(-(-n // m2))]
-    per1, per2 = SPARSE_BLOCK // m1, SPARSE_BLOCK // n2
-    one = np.concatenate([[len(v) * per1 * g * 4 for v in kv_prog], np.tile([len(v) * per2 * 3 for v in q_prog], g)])
-    mid = min(groups - 1, 2) if groups > 1 else 0
-    heap = [0.0] * SLOTS
-    starts = []
-    for x in np.tile(one, mid + 1).tolist():
-        s = heapq.heappop(heap)
-        starts.append(s)
-        heapq.heappush(heap, s + x)
-    s0 = np.asarray(starts[mid * one.size :])
-    qo_tile, kv_tile = SPARSE_BLOCK * ((d + dv) * e + 8), SPARSE_BLOCK * (d + dv) * e
-    base = rows * g * qo_tile + cols * kv_tile + n * g * d * e + n_kv * (d + dv) * e
-    qt, qi, kt, ki = [], [], [], []
-    for p, v in enumerate(kv_prog):
-        steps = len(v) * per1
-        for h in range(g):
-            qt.append(s0[p] + (h * steps + np.arange(len(v)) * per1) * 4)
-            qi.append(h * rows + v)
-        kt.append(np.array([s0[p]]))
-        ki.append(np.array([p * n1 // SPARSE_BLOCK]))
-    for h in range(g):
-        for q, v in enumerate(q_prog):
-            st = s0[len(kv_prog) + h * len(q_prog) + q]
-            qt.append(np.array([st]))
-            qi.append(np.array([h * rows + q * m2 // SPARSE_BLOCK]))
-            kt.append(st + np.arange(len(v)) * per2 * 3)
-            ki.append(v)
-    gaps = []
-    for times, ids in ((qt, qi), (kt, ki)):
-        t, i = np.concatenate(times), np.concatenate(ids)
-        order = np.lexsort((t, i))
-        t, i = t[order], i[order]
-        gaps.append(np.diff(t)[i[1:] == i[:-1]])
-    xq = xk = 0.0
-    for _ in range(3):  # the rate counts the misses it gives
-        rate = SLOTS * (base + xq * rows * g * qo_tile + xk * cols * kv_tile) / one.sum()
-        miss = [(1 - np.exp(-rate * gap / capacity)) if policy == "random" else (rate * gap > capacity) for gap in gaps]
-        xq, xk = float(np.sum(miss[0])) / (rows * g), float(np.sum(miss[1])) / cols
-    return xq, xk
+    mask = (bool(w.causal), w.window, w.seq_lens)
+    config = backward_config(w.dtype, int(w.d))
+    groups = int(w.batch) * int(w.kv_heads_)
+    return q_phase_rereads(int(w.n), int(w.n_kv_), mask, int(w.group), int(w.d), int(w.d_v_), 2, config,
+                           SLOTS, groups, capacity, policy)  # fmt: skip
 
 
 def measured() -> list[tuple[Case, float]]:
