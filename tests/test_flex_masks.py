@@ -316,6 +316,11 @@ def test_q_phase_rereads_where_the_kv_programs_fill_the_gpu():
     assert rereads(16384, 1e9) == (0.0, 0.0)
     none = rereads(16384, 0.0)
     assert none[0] == pytest.approx(28.6, abs=0.1)
+    # random replacement (the probe's comparison): some misses at any size, all of them at none
+    rand = flex.q_phase_rereads(16384, 16384, (True, 4096, None), 4, 128, 128, 2, cfg, 132, 8, 1e9, "random")
+    assert 0 < rand[0] < 0.2
+    zero = flex.q_phase_rereads(16384, 16384, (True, 4096, None), 4, 128, 128, 2, cfg, 132, 8, 0.0, "random")
+    assert zero == pytest.approx(none)
     # fewer misses as the L2 grows
     seq = [rereads(16384, c) for c in (0.0, 1e7, cap, 1e9)]
     assert [s[0] for s in seq] == sorted((s[0] for s in seq), reverse=True)

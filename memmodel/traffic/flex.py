@@ -426,9 +426,9 @@ def q_phase_rereads(
     base = rows * g * qo_tile + cols * kv_tile + n * g * d * e + n_kv * (d + dv) * e
 
     def misses(passed: np.ndarray) -> float:
-        if policy == "random":
-            return float(np.sum(1.0 - np.exp(-passed / max(capacity, 1.0)))) if capacity > 0 else float(passed.size)
-        return float(np.count_nonzero(passed > capacity))
+        if policy == "random" and capacity > 0:
+            return float(np.sum(1.0 - np.exp(-passed / capacity)))
+        return float(np.count_nonzero(passed > max(capacity, 0.0)))  # LRU; with no L2 every read apart in time
 
     xq = xk = 0.0
     for _ in range(3):  # the rate counts the misses it gives
