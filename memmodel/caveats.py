@@ -67,6 +67,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + l2_knee_caveats(plan, facts)
         + schedule_caveats(plan, traffic.variant, facts)
         + flex_spill_caveats(plan)
+        + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
         + [Caveat("", line) for line in fp8_caveats(plan)]
     )
@@ -293,8 +294,9 @@ FLEX_SPILL_DIMS = (65, 128)
 
 def flex_spill_caveats(plan: TiledPlan) -> list[Caveat]:
     """FlexAttention's masked backward at head dims 65 to 128: its template spills registers to
-    local memory, and what of that traffic (and of the L2 it takes from Q, dO, K and V) reaches HBM
-    is not counted (the flex backward probe of docs/variants.md, "Left as measured")."""
+    local memory; the median stack's share of the L2 is counted (:func:`memmodel.traffic.flex.
+    q_phase_rereads`), what of the spilled traffic reaches HBM is not (the flex backward probe of
+    docs/variants.md, "Left as measured")."""
     w, opts = plan.given, plan.options
     if opts.model_implementation != "flex" or not opts.backward:
         return []
@@ -314,6 +316,35 @@ def flex_spill_caveats(plan: TiledPlan) -> list[Caveat]:
             "traffic that reaches HBM nor a larger stack's share; "
             + _on_the_h200("flex_spills", "on the H200 such kernels' HBM bytes came out")
             + ".",
+        )
+    ]
+
+
+def flex_replay_caveats(plan: TiledPlan) -> list[Caveat]:
+    """FlexAttention's backward on a grid too long to replay (:data:`memmodel.traffic.flex.
+    SCHEDULE_EVENTS` block reads, a head's K/V and Q programs' walks together): its Q programs'
+    re-reads after the K/V programs are not counted, so its HBM bytes are a lower bound."""
+    w, opts = plan.given, plan.options
+    if opts.model_implementation != "flex" or not opts.backward:
+        return []
+    from .traffic.flex import SCHEDULE_EVENTS, backward_config, schedule_reads
+
+    causal = bool(np.all(w.causal))
+
+    def reads(n: int, n_kv: int, d: int, window: int, group: int) -> int:
+        mask = (causal, window or None, w.seq_lens)
+        return schedule_reads(n, n_kv, mask, group, backward_config(w.dtype, d))
+
+    count = np.vectorize(reads, otypes=[np.int64])(w.n, w.n_kv_, w.d, w.window or 0, w.group)
+    hit = count > SCHEDULE_EVENTS
+    if not np.any(hit):
+        return []
+    return [
+        Caveat(
+            "",
+            f"{rows_prefix(hit)}flex's backward over this many blocks (more than {SCHEDULE_EVENTS:,} block reads "
+            "a K/V head) is not replayed: its Q programs' re-reads after the K/V programs are not counted, "
+            "so its HBM bytes are a lower bound",
         )
     ]
 

@@ -165,6 +165,24 @@ def test_flex_backward_says_its_template_spills_at_head_dims_65_to_128(d, window
         assert f"{entry['count']} kernels" in lines[0] and "spills registers" in lines[0]
 
 
+def test_flex_backward_says_where_its_schedule_is_not_replayed(monkeypatch):
+    """Past SCHEDULE_EVENTS block reads a K/V head the Q programs' re-reads are not counted, and
+    compare says its bytes are a lower bound; 16k causal tokens at a group of 4 read 2 · 4 ·
+    (128 · 129 / 2) = 66,048 blocks."""
+    from memmodel.traffic import flex
+
+    w = Workload(n=16384, d=128, heads=32, kv_heads=8, dtype="bf16", causal=True)
+    assert flex.schedule_reads(16384, 16384, (True, None, None), 4, flex.backward_config("bf16", 128)) == 66_048
+
+    def said() -> list[str]:
+        return [t for t in compare(w, H200, impl="flex", backward=True).caveats if "not replayed" in t]
+
+    assert said() == []
+    monkeypatch.setattr(flex, "SCHEDULE_EVENTS", 66_047)
+    assert len(said()) == 1 and "lower bound" in said()[0]
+    assert [t for t in compare(w, H200, impl="flex").caveats if "not replayed" in t] == []  # forward alone
+
+
 @pytest.mark.parametrize(
     ("shape", "impl", "fires"),
     [

@@ -343,6 +343,19 @@ BACKWARD_STACK_BYTES = 264
 SCHEDULE_EVENTS = 16_000_000
 
 
+def schedule_reads(
+    n: int, n_kv: int, mask: tuple[bool, int | None, tuple[int, ...] | None], g: int, config: tuple[int, ...]
+) -> int:
+    """The block reads :func:`q_phase_rereads` times for one (batch, K/V head) group: the K/V
+    programs' visited blocks of their columns and the Q programs' of their rows, ``g`` heads each."""
+    causal, window, seq_lens = mask
+    m1, n1, m2, n2 = config[:4]
+    bc = block_counts(n, n_kv, causal or window is not None, window, seq_lens)
+    cols = np.arange(-(-n_kv // n1)) * n1 // SPARSE_BLOCK
+    rows = np.arange(-(-n // m2)) * m2 // SPARSE_BLOCK
+    return g * int((bc.full_kv + bc.partial_kv)[cols].sum() + (bc.full_q + bc.partial_q)[rows].sum())
+
+
 def q_phase_rereads(
     n: int,
     n_kv: int,
@@ -371,6 +384,8 @@ def q_phase_rereads(
     at the steady rate of all slots) pass ``capacity``. Where a group's K/V programs fill the
     slots, its Q programs run after them and re-read Q, dO, K and V across the whole K/V phase:
     from HBM where that passed more than the L2 holds. (0, 0) past :data:`SCHEDULE_EVENTS` reads."""
+    if schedule_reads(n, n_kv, mask, g, config) > SCHEDULE_EVENTS:
+        return 0.0, 0.0
     causal, window, seq_lens = mask
     m1, n1, m2, n2 = config[:4]
     some, every = block_matrix(n, n_kv, causal or window is not None, window, seq_lens)
@@ -381,8 +396,7 @@ def q_phase_rereads(
         np.concatenate([np.flatnonzero(some[:, c] & ~every[:, c]), np.flatnonzero(every[:, c])]) for c in kv_cols
     ]
     walk_q = [np.concatenate([np.flatnonzero(some[r] & ~every[r]), np.flatnonzero(every[r])]) for r in q_rows]
-    events = g * (sum(v.size for v in walk_kv) + sum(v.size for v in walk_q))
-    if events > SCHEDULE_EVENTS or not walk_kv:
+    if not walk_kv:
         return 0.0, 0.0
     per1, per2 = max(SPARSE_BLOCK // m1, 1), max(SPARSE_BLOCK // n2, 1)
     kv_len = np.asarray([v.size * per1 * g * KV_PROGRAM_PRODUCTS for v in walk_kv], dtype=np.float64)
