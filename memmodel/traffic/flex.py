@@ -371,8 +371,8 @@ def q_phase_rereads(
     policy: str = "lru",
 ) -> tuple[float, float]:
     """(Q/dO, K/V) HBM reads beyond the first, per unique byte, of the template's schedule through
-    an L2 of ``capacity`` bytes (LRU; ``policy="random"``, random replacement: the flex backward
-    probe's replay, ``validation/probes/flex_bwd_replay.py``, compares the two).
+    an L2 of ``capacity`` bytes (LRU; ``policy="random"``, random replacement, which the flex
+    backward probe's replay compares with it).
 
     Per (batch, K/V head) group the grid launches its K/V programs, then its Q programs (each query
     head's in turn); they are list-scheduled onto ``slots`` CTA slots, a K/V program's step costing
