@@ -1001,6 +1001,26 @@ def test_profiler_sessions_finalize_cupti(cpu_run, monkeypatch):
     assert __import__("os").environ["TEARDOWN_CUPTI"] == "0"
 
 
+def test_validate_says_when_the_environment_keeps_cupti_attached(monkeypatch):
+    from memmodel.gpu.cupti import lingering_note
+
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    assert lingering_note() is None
+    monkeypatch.setenv("TEARDOWN_CUPTI", "1")
+    assert lingering_note() is None
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    note = lingering_note()
+    assert note is not None and note.startswith("TEARDOWN_CUPTI=0") and "call" in note
+    # the CLI says it before it looks for a GPU (here: none, one line and a non-zero exit)
+    from click.testing import CliRunner
+
+    from memmodel.cli import cli
+
+    result = CliRunner().invoke(cli, ["validate", "--case", "impl=sdpa-flash,n=128,d=64"])
+    assert "TEARDOWN_CUPTI=0 in the environment" in result.output
+    assert result.exit_code != 0 or "NVIDIA" in result.output
+
+
 def test_triton_has_no_backward(cpu_run):
     gpu_run, torch = cpu_run
     from memmodel.errors import RuntimeFailure

@@ -90,6 +90,11 @@ def calibrate_cmd(
     from . import terminal
 
     check_outputs(force=force, **{"--output": output})
+    from ..gpu.cupti import lingering_note
+
+    lingering = lingering_note("the host figures measured after the first profiler session")
+    if lingering:
+        click.echo(f"memmodel: {lingering}", err=True)
     base_profile = load_profile(base) if base else None
     ctx = cal.make_context(quick=quick)
     base_how = "given" if base_profile is not None else None

@@ -227,9 +227,13 @@ def validate_cmd(
     if rescore_path:
         _rescore(rescore_path, gpu, output, fmt, plot_path, force)
         return
+    from ..gpu.cupti import lingering_note
     from ..gpu.validate import Record, device_name, ensure_runnable, run_validation
     from ..hardware import load_profile
 
+    lingering = lingering_note()
+    if lingering:
+        click.echo(f"memmodel: {lingering}", err=True)
     ensure_runnable()
     cases = _runnable(cases)
     device = device_name()

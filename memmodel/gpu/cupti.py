@@ -30,3 +30,16 @@ def teardown_setting() -> str:
     """What :func:`kernel_profile`'s sessions run with (a record's environment row): the
     environment's ``TEARDOWN_CUPTI``, else "1"."""
     return os.environ.get(TEARDOWN, "1")
+
+
+def lingering_note(measured: str = "the call, queued and graph times measured after the first case") -> str | None:
+    """One line where the environment keeps CUPTI attached after a session (``TEARDOWN_CUPTI`` set
+    to anything but 1): what is ``measured`` after the first profiler session then includes its
+    callbacks. None otherwise."""
+    value = os.environ.get(TEARDOWN)
+    if value is None or value.strip() == "1":
+        return None
+    return (
+        f"{TEARDOWN}={value} in the environment: CUPTI stays attached after each profiler session, so {measured} "
+        "include its callbacks (unset it, or set it to 1)"
+    )
