@@ -21,7 +21,7 @@ from memmodel.hardware import load_profile
 from memmodel.model import compare
 from memmodel.model_shapes import MODELS, load_model
 from memmodel.traffic import l2 as l2m
-from memmodel.traffic.mla import flashinfer_plan, kv_len_limit, math_fallback_kernels
+from memmodel.traffic.mla import flashinfer_plan, kv_len_limit, math_fallback_kernels, mla_rounds
 from memmodel.traffic.standard import standard
 from memmodel.workload import Workload
 
@@ -229,6 +229,18 @@ def test_flashinfer_plan_as_mlaplan_computes_it():
     assert (r["kv_len_limit"], r["chunks"], r["executed_tokens"]) == (32, 32, 32 * 64)
 
 
+def test_flashmla_partials_of_a_later_round_reach_hbm():
+    # 100 requests of 1,000 keys, 16 heads: 100,000 keys over 132 clusters, 758 each → 768: two
+    # chunks a request, 200 work items, two rounds. The first round's partials see the second
+    # round's K/V pass: 100 · 1,000 · 576 · 2 · (2 − 1) / 2 = 57.6 MB, past the 30 MiB L2
+    w = Workload(n=1, n_kv=1000, d=576, d_v=512, batch=100, heads=16, kv_heads=1, dtype="bf16")
+    p = flashinfer_plan(100, 16, 1, 1000, 132)
+    assert (p["kv_len_limit"], p["chunks"], mla_rounds(100, p)) == (768, 2, 2)
+    t = compare(w, H200, impl="flashmla").tiled.traffic
+    assert hbm(t, "flashinfer_mla", "O_partial", "write") == 100 * 16 * 2 * 512 * 2
+    assert hbm(t, "flashinfer_mla", "O_partial", "read") == 100 * 16 * 2 * 512 * 2
+
+
 def test_flashmla_reads_the_latent_cache_once():
     w = Workload(n=1, n_kv=4096, d=576, d_v=512, batch=64, heads=16, kv_heads=1, dtype="bf16")
     t = compare(w, H200, impl="flashmla").tiled.traffic
@@ -236,9 +248,13 @@ def test_flashmla_reads_the_latent_cache_once():
     # the cache: 64 · 4096 · 576 · 2 = 301,989,888 bytes from HBM, no V of its own
     assert hbm(t, "flashinfer_mla", "KV") == 301989888
     assert not any(x.tensor == "V" for x in t.transfers)
-    # two chunks a request: partial O 64·16·2·512·2 = 2,097,152 bytes, the logsumexp 64·16·2·4
-    assert hbm(t, "flashinfer_mla", "O_partial", "write") == 2097152
-    assert hbm(t, "flashinfer_mla", "lse_partial", "write") == 8192
+    # two chunks a request: partial O 64·16·2·512·2 = 2,097,152 bytes, the logsumexp 64·16·2·4,
+    # written as the launch ends (64 · 2 = 128 work items on 132 clusters: one round) and read
+    # back by the merge from the L2: none reaches HBM
+    assert l2_bytes(t, "O_partial", "write") == 2097152
+    assert l2_bytes(t, "lse_partial", "write") == 8192
+    assert hbm(t, "flashinfer_mla", "O_partial", "write") == 0
+    assert hbm(t, "flashinfer_mla", "O_partial", "read") == 0
     # O written once (by the merge): 64·16·512·2
     assert hbm(t, "flashinfer_mla", "O", "write") == 1048576
     # page table: 64 requests · 64 pages · 4 bytes

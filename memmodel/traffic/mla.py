@@ -150,9 +150,14 @@ def flashinfer_mla_kernels(w: Workload, l2: l2m.L2, sm_count: int, page_size: in
     k.read("page_table", "state", pages_req, pages if not off else pages_req, "cluster · tiles · B·⌈N_kv/page⌉·4")
     k.write("O", "output", direct_o, "B·H·N·d_v·e (tiles not split)")
     # the partials are read back by the same launch after its barrier: where they fit in the L2
-    # they never reach HBM while it runs (Nsight Compute counts no such writes: h200-mla-check-2)
+    # they never reach HBM while it runs. A split tile writes its partial when its chunk ends; the
+    # plan gives each cluster about one chunk of work (the limit is the work over the clusters), so
+    # the partials are written as the launch ends and what passes through the L2 after them is the
+    # K/V of the clusters' later rounds of work items, if any (one round: none)
     partials = intmath.add(partial_o, partial_lse)
-    stays = np.asarray(l2m.fits(intmath.add(partials, kv_unique), l2)) & (l2.xcds <= 1)
+    rounds = np.asarray(intmath.to_float(mla_rounds(b, p)), dtype=np.float64)
+    after = np.asarray(intmath.to_float(kv_unique), dtype=np.float64) * (rounds - 1.0) / rounds
+    stays = np.asarray(l2m.fits(np.asarray(intmath.to_float(partials), dtype=np.float64) + after, l2)) & (l2.xcds <= 1)
     o_hbm = np.where(stays, 0, np.asarray(partial_o))
     lse_hbm = np.where(stays, 0, np.asarray(partial_lse))
     o_hbm = int(o_hbm) if np.ndim(o_hbm) == 0 else o_hbm.astype(np.int64)
@@ -181,6 +186,12 @@ def flashinfer_mla_kernels(w: Workload, l2: l2m.L2, sm_count: int, page_size: in
             merge_steps=np.where(split, np.asarray(chunks), 0) if np.ndim(split) else (int(chunks) if split else 0),
         )
     ]
+
+
+def mla_rounds(batch: IntLike, p: dict[str, IntLike]) -> IntLike:
+    """Work items a cluster walks one after another: ⌈batch · tiles · chunks / clusters⌉ (each
+    request's query tiles, each split into its chunks, over the clusters)."""
+    return intmath.ceil_div(intmath.mul(batch, p["tiles"], p["chunks"]), p["clusters"])
 
 
 def chunks_tokens(p: dict[str, IntLike]) -> IntLike:
