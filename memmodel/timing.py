@@ -1146,6 +1146,9 @@ def kernel_time(
         # its bytes (its loads wait on each other); the busiest CTA's steps, once per wave of the
         # CTAs that find blocks
         step = interpolate_log2(by_block, np.asarray(intmath.to_float(kernel.kv_block), dtype=np.float64))
+        if cta_rate is not None and np.any(np.asarray(kernel.step_bytes) > 0):
+            # measured with it: the step's K/V loads at one CTA's rate (d 128 steps load twice d 64's)
+            step = step + np.asarray(intmath.to_float(kernel.step_bytes), dtype=np.float64) / cta_rate
         slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
         working = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) - np.asarray(
             intmath.to_float(kernel.exited_ctas), dtype=np.float64

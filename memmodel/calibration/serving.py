@@ -448,26 +448,36 @@ def _page(r: Row) -> int:
 
 
 #: (figure, the rows it is fitted to, its search range): a CTA's time a step of 64 keys (pages of
-#: 64 and 128, which flex loads as 64) and of 16, then the default mask's cost a key
+#: 64 and 128, which flex loads as 64) and of 16 beside what its K/V loads add at one CTA's rate
+#: (fitted together: d 128's steps load twice d 64's), then the default mask's cost a key
 FLEX_FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
     ("step_64", lambda r: r.choice == "paged" and _page(r) >= 64, (1e-8, 1e-4)),
     ("step_16", lambda r: r.choice == "paged" and _page(r) == 16, (1e-8, 1e-4)),
+    ("step_bandwidth", lambda r: r.choice == "paged", (1e8, 1e13)),
     ("mask_key_time", lambda r: r.choice == "no-mask", (1e-12, 1e-6)),
 )
+#: the figures fitted together (in turns, each on its rows, until they settle), before the rest
+FLEX_JOINT = ("step_64", "step_16", "step_bandwidth")
+FLEX_ROUNDS = 8
 
 
 def _flex_figures(f: Mapping[str, float]) -> dict[str, Any]:
-    return {
+    out = {
         "block_step_time_s": ((16, f.get("step_16", 1e-6)), (64, f.get("step_64", 1e-6))),
         "mask_key_time_s": f.get("mask_key_time", 1e-12),
     }
+    if "step_bandwidth" in f:
+        out["cta_bandwidth_bytes_per_s"] = ((1, f["step_bandwidth"]),)
+    return out
 
 
 def fit_flex(
     lines: Iterable[Mapping[str, Any]], profile: Any, paged: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, float], list[tuple[Row, float]]]:
     """``implementations.flex``'s decode figures (keys of :data:`FLEX_FIGURES`) and every row
-    with its predicted time at them (the profile's flex figures removed first)."""
+    with its predicted time at them (the profile's flex figures removed first). The step times
+    and the per-CTA rate (:data:`FLEX_JOINT`) are fitted in turns, least squares on the log
+    ratio, starting from the rate's top (loads free); then the mask's cost a key."""
     base = dataclasses.replace(
         profile, implementation_figures={k: v for k, v in profile.implementation_figures.items() if k != "flex"}
     )
@@ -483,10 +493,19 @@ def fit_flex(
         chosen = [r for r in found if keep(r)]
         return sum(math.log(predicted(plans[r.case], r.kernel, p) / r.measured_s) ** 2 for r in chosen)
 
+    def fit(name: str, keep: Callable[[Row], bool], lo: float, hi: float) -> None:
+        x = _golden(lambda x, n=name, k=keep: loss(n, k, math.exp(x)), math.log(lo), math.log(hi))
+        fitted[name] = float(f"{math.exp(x):.4g}")
+
+    joint = [f for f in FLEX_FIGURES if f[0] in FLEX_JOINT and any(f[1](r) for r in found)]
+    if joint:
+        fitted["step_bandwidth"] = FLEX_FIGURES[2][2][1]
+        for _ in range(FLEX_ROUNDS):
+            for name, keep, (lo, hi) in joint:
+                fit(name, keep, lo, hi)
     for name, keep, (lo, hi) in FLEX_FIGURES:
-        if any(keep(r) for r in found):
-            x = _golden(lambda x, n=name, k=keep: loss(n, k, math.exp(x)), math.log(lo), math.log(hi))
-            fitted[name] = float(f"{math.exp(x):.4g}")
+        if name not in FLEX_JOINT and any(keep(r) for r in found):
+            fit(name, keep, lo, hi)
     p = at(fitted)
     return fitted, [(r, predicted(plans[r.case], r.kernel, p)) for r in found]
 
@@ -511,10 +530,19 @@ def apply_flex(
             "value": {16: f"{fitted['step_16'] * 1e9:.4g} ns", 64: f"{fitted['step_64'] * 1e9:.4g} ns"},
             "source": FLEX_PAGED_SOURCE,
             "note": "what one CTA of flex's decoding kernel takes a K/V block step (BLOCK_N: the page where paged, "
-            "at most 64), whatever the head dim (d 64 and d 128 measured alike); fitted to "
+            "at most 64) beside its loads (cta_bandwidth); fitted with it to "
             f"{counts['step_64']} paged decodes with pages of 64 and 128 and {counts['step_16']} of 16 (batch 1-16, "
-            f"pools of two and eight times the batch's pages): {__name__}",
+            f"d 64 and 128, pools of two and eight times the batch's pages): {__name__}",
         }
+        if "step_bandwidth" in fitted:
+            figures["cta_bandwidth"] = {
+                "value": f"{fitted['step_bandwidth'] / 1e9:.4g} GB/s",
+                "source": FLEX_PAGED_SOURCE,
+                "note": "the rate one CTA of flex's decoding kernel loads a step's K/V rows at (2 x BLOCK_N rows of "
+                "d x e bytes), beside the block's step time; one figure for every head dim, fitted with "
+                f"block_step_time to the {counts['step_bandwidth']} paged decodes (d 128's steps take longer "
+                f"than d 64's at pages of 64 and more): {__name__}",
+            }
     figures["mask_key_time"] = {
         "value": f"{fitted['mask_key_time'] * 1e9:.4g} ns",
         "source": FLEX_SOURCE,

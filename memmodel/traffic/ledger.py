@@ -221,6 +221,10 @@ class Kernel:
     #: a library's split-KV kernel: the K/V block its CTAs load a step (flex's BLOCK_N), for a
     #: per-CTA step time measured by block (``implementations.<name>.block_step_time``); 0 none
     kv_block: IntLike = 0
+    #: the bytes one CTA of such a kernel loads a step (flex: BLOCK_N rows of K and of V), paid at
+    #: the implementation's per-CTA rate (``implementations.<name>.cta_bandwidth``) beside the
+    #: block's step time; 0 none
+    step_bytes: IntLike = 0
     #: keys each CTA walks before its blocks to build the default block mask inside the kernel's
     #: graph (flex_attention called without one); 0 none
     mask_keys: IntLike = 0

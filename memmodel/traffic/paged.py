@@ -623,6 +623,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         figures_from="sdpa-flash",
         figures_own="flex",
         kv_block=bn,
+        step_bytes=intmath.mul(2, bn, row),
         # contiguous: the runner (a user) calls flex_attention without a block mask, which the
         # compiled graph then builds, each CTA walking the request's keys
         mask_keys=tokens if w.page_size is None else 0,
