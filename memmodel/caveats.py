@@ -66,6 +66,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         notes
         + l2_knee_caveats(plan, facts)
         + schedule_caveats(plan, traffic.variant, facts)
+        + (window_caveats(plan, facts) if traffic.variant == "fa2" else [])
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
@@ -226,6 +227,49 @@ def l2_knee_caveats(plan: TiledPlan, facts: TiledFacts) -> list[Caveat]:
             )
         )
     return out
+
+
+def window_band_bytes(plan: TiledPlan, facts: TiledFacts) -> Any:
+    """The K and V of one K/V head a sliding-window forward's CTAs in flight hold (bytes): the
+    rows its CTAs in flight cover (at most a wave's) and the window before them, at most its
+    keys. None without a window."""
+    w = plan.given
+    if w.window is None:
+        return None
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    rows = np.maximum(f(facts.blocks.block_q), 1.0)
+    in_flight = np.minimum(np.maximum(f(facts.concurrent_ctas), 1.0), np.ceil(f(w.n) / rows)) * rows
+    return np.minimum(f(w.n_kv_), in_flight + f(w.window)) * f(intmath.mul(w.d_kv, w.kv_element_bytes))
+
+
+def window_caveats(plan: TiledPlan, facts: TiledFacts) -> list[Caveat]:
+    """FlashAttention-2's sliding-window forward where the K/V its CTAs in flight hold
+    (:func:`window_band_bytes`) reaches the L2 reuse curve's first rising point: the window rule
+    counts a neighbour's request of a K/V tile as a hit a step or two after the last, which holds
+    while the CTAs walk in step; once they fall out of step (a ramp of short CTAs at each head's
+    start staggers every later wave), part of those requests miss (the window probe of
+    docs/variants.md)."""
+    w, l2 = plan.given, plan.l2_base
+    if w.window is None or l2.mode == "off" or plan.options.model_implementation not in ("sdpa-flash", None):
+        return []
+    band = window_band_bytes(plan, facts)
+    curve = l2.reuse or step_curve(l2.capacity_bytes)
+    ys = np.asarray(curve.miss)
+    start = float(np.asarray(curve.footprint_bytes)[max(int(np.argmax(ys > 0.0)) - 1, 0)])
+    hit = np.asarray(band) >= start
+    if not np.any(hit):
+        return []
+    return [
+        Caveat(
+            "window_band",
+            f"{rows_prefix(hit)}the sliding window's K/V band a head's CTAs in flight hold "
+            f"({float(np.max(np.asarray(band)[hit])) / 2**20:.0f} MiB{' at most' if np.size(band) > 1 else ''}) "
+            f"reaches the L2's reuse knee ({start / 2**20:.0f} MiB): once the CTAs fall out of step, requests the "
+            "window rule counts as hits partly miss, so the forward's HBM bytes are a lower bound; "
+            + _on_the_h200("window_band", "on the H200 such kernels' HBM bytes came out")
+            + ".",
+        )
+    ]
 
 
 def schedule_caveats(plan: TiledPlan, variant: str, facts: TiledFacts) -> list[Caveat]:

@@ -39,6 +39,7 @@ CHECKED = {
     "mea_backward": "backward HBM bytes of the memory-efficient kernel on heads longer than its CTA slots",
     "fa2_uneven": "forward kernel time of FlashAttention-2's causal uneven kernel (packed rows, ragged lengths)",
     "flex_spills": "backward HBM bytes of FlexAttention's masked template at head dims 65 to 128 (its registers spill)",
+    "window_band": "forward HBM bytes of FlashAttention-2's sliding window where the K/V its CTAs hold reaches the L2's knee",
 }
 
 

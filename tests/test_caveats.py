@@ -204,3 +204,28 @@ def test_the_uneven_fa2_forward_says_so(shape, impl, fires):
     if fires:
         entry = validated.validated()["fa2_uneven"]
         assert "Is_even_MN false" in lines[0] and f"{entry['count']} kernels" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("n", "window", "d", "impl", "fires"),
+    [
+        (65536, 16384, 128, "sdpa-flash", True),  # (264 · 128 + 16384) · 512 B = 25.7 MB ≥ 23.6 MB
+        (65536, 8192, 128, "sdpa-flash", False),  # (33792 + 8192) · 512 B = 21.5 MB
+        (65536, 32768, 64, "sdpa-flash", False),  # capped at the head: 65536 · 256 B = 16.8 MB
+        (16384, 16384, 128, "sdpa-flash", False),  # the head's 16384 keys: 8.4 MB
+        (65536, 16384, 128, "flex", False),  # not FlashAttention-2's local kernel
+    ],
+)
+def test_a_long_windows_band_in_the_l2s_knee_says_its_bytes_are_a_lower_bound(n, window, d, impl, fires):
+    """The window probe (validation/h200/final/h200-window-reuse-probe): one head's CTAs in flight
+    (264 at d 128, 128 query rows each) and the window before them hold the K/V band; from the
+    reuse curve's first rising point (375 per mille of 60 MiB = 23.6 MB) the forward's requests the
+    window rule counts as hits partly miss. The caveat quotes the records' figures."""
+    w = Workload(n=n, d=d, heads=4, dtype="bf16", causal=True, window=window)
+    c = compare(w, H200, impl=impl)
+    lines = [t for t, cls in zip(c.caveats, c.caveat_classes) if cls == "window_band"]
+    assert len(lines) == int(fires)
+    if fires:
+        entry = validated.validated()["window_band"]
+        assert f"{entry['count']} kernels" in lines[0] and "lower bound" in lines[0]
+        assert "(24 MiB)" in lines[0]  # 25.7 MB = 24.5 MiB
