@@ -1452,19 +1452,24 @@ def algorithm_time(
             return kernel_time(
                 k, profile, dtype, k.figures_from, head_dim, own_tail, None, uneven, clock, own=k.figures_own
             )
-        return kernel_time(
-            k,
-            profile,
-            dtype,
-            implementation,
-            head_dim,
+        found = (
             fa1_tails[id(k)]
             if id(k) in fa1_tails
             else (
                 tail
                 if k.kind in (FORWARD_GRID, HEAD_GRID)
                 else (split_tail if k.kind == SPLIT_KV else backward_tail(k))
-            ),
+            )
+        )
+        if found is None and not np.all(np.asarray(k.tail) == 1.0):
+            found = k.tail  # a library's persistent kernel: its own plan's busiest worker (MLA)
+        return kernel_time(
+            k,
+            profile,
+            dtype,
+            implementation,
+            head_dim,
+            found,
             tile if k.kind == FORWARD_GRID else None,
             uneven,
             clock,

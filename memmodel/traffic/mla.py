@@ -93,7 +93,37 @@ def flashinfer_plan(batch: int, heads: int, n: int, n_kv: int, sm_count: int) ->
         "kv_len_limit": limit,
         "chunks": chunks,
         "executed_tokens": executed,
+        "tail": cluster_tail(batch * tiles, n_kv, limit, clusters, tile_q),
     }
+
+
+#: work items beyond which the plan's assignment is not replayed (its tail taken as 1): FlashInfer's
+#: own bound on a plan's works (``max_total_num_works``)
+MAX_WORKS = 16384
+
+
+def cluster_tail(tiles: int, n_kv: int, limit: int, clusters: int, tile_q: int) -> float:
+    """The busiest cluster's computed tokens over the mean cluster's, as ``MLAPlan`` assigns the
+    work: each query tile's K/V in chunks of ``limit`` keys (the last the rest), tile by tile,
+    each chunk to the cluster of least cost so far, a chunk costing 2 · ``tile_q`` + its keys
+    (``cost_function``; ``MinHeap`` in ``include/flashinfer/attention/heap.h``). A cluster walks
+    its chunks one after another in whole 64-token tiles, so the launch lasts as long as its
+    busiest cluster; the model's compute is the mean's. 1 past :data:`MAX_WORKS` items."""
+    import heapq
+
+    chunks = -(-n_kv // limit) if n_kv > limit else 1
+    if tiles * chunks > MAX_WORKS or clusters < 1:
+        return 1.0
+    lengths = [limit] * (chunks - 1) + [n_kv - limit * (chunks - 1)]
+    heap = [(0.0, i) for i in range(clusters)]
+    done = [0] * clusters
+    for _ in range(tiles):
+        for length in lengths:
+            cost, i = heapq.heappop(heap)
+            heapq.heappush(heap, (cost + 2.0 * tile_q + length, i))
+            done[i] += -(-length // TILE) * TILE
+    mean = sum(done) / clusters
+    return max(done) / mean if mean > 0 else 1.0
 
 
 def plan_arrays(w: Workload, sm_count: int) -> dict[str, IntLike]:
@@ -101,10 +131,10 @@ def plan_arrays(w: Workload, sm_count: int) -> dict[str, IntLike]:
     if not w.is_grid:
         return flashinfer_plan(int(w.batch), int(w.heads), int(w.n), int(w.n_kv_), sm_count)
     arrays = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (w.batch, w.heads, w.n, w.n_kv_)))
-    keys = ("cluster", "clusters", "tiles", "kv_len_limit", "chunks", "executed_tokens")
+    keys = ("cluster", "clusters", "tiles", "kv_len_limit", "chunks", "executed_tokens", "tail")
     found = np.vectorize(
         lambda b, h, n, k: tuple(flashinfer_plan(int(b), int(h), int(n), int(k), sm_count)[x] for x in keys),
-        otypes=[np.int64] * len(keys),
+        otypes=[np.int64] * (len(keys) - 1) + [np.float64],
     )(*arrays)
     return dict(zip(keys, found))
 
@@ -184,6 +214,8 @@ def flashinfer_mla_kernels(w: Workload, l2: l2m.L2, sm_count: int, page_size: in
             overlap="serial-compute",
             # the merge walks each split row's chunks one after another
             merge_steps=np.where(split, np.asarray(chunks), 0) if np.ndim(split) else (int(chunks) if split else 0),
+            # the launch lasts as long as its busiest cluster's chunks (the plan's greedy assignment)
+            tail=p["tail"],
         )
     ]
 
