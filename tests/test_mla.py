@@ -21,7 +21,7 @@ from memmodel.hardware import load_profile
 from memmodel.model import compare
 from memmodel.model_shapes import MODELS, load_model
 from memmodel.traffic import l2 as l2m
-from memmodel.traffic.mla import flashinfer_plan, kv_len_limit, math_fallback_kernels, mla_rounds
+from memmodel.traffic.mla import cluster_tail, flashinfer_plan, kv_len_limit, math_fallback_kernels, mla_rounds
 from memmodel.traffic.standard import standard
 from memmodel.workload import Workload
 
@@ -239,6 +239,31 @@ def test_flashmla_partials_of_a_later_round_reach_hbm():
     t = compare(w, H200, impl="flashmla").tiled.traffic
     assert hbm(t, "flashinfer_mla", "O_partial", "write") == 100 * 16 * 2 * 512 * 2
     assert hbm(t, "flashinfer_mla", "O_partial", "read") == 100 * 16 * 2 * 512 * 2
+
+
+def test_flashmla_lasts_as_long_as_its_busiest_cluster():
+    # 100 requests of 1,000 keys on 132 one-CTA clusters: chunks of 768 and 232 keys (cost 2 · 64
+    # + keys: 896 and 360). The first 66 requests fill every cluster once, alternately; the next 33
+    # put a 768 and a 232 on the 66 clusters at 360; the last request's 768 goes to a cluster at
+    # 720 (232 + 232): 256 + 256 + 768 = 1,280 tokens of whole 64-token tiles, against a mean of
+    # 100 · (768 + 256) / 132 = 775.76: 1.65
+    assert cluster_tail(100, 1000, 768, 132, 64) == pytest.approx(1280 / (100 * 1024 / 132))
+    # one request of 24,576 keys in 48 chunks of 512 on 66 clusters: 18 clusters idle, the busiest
+    # one chunk against a mean of 48 · 512 / 66
+    assert cluster_tail(1, 24576, 512, 66, 128) == pytest.approx(512 / (48 * 512 / 66))
+    # every cluster one equal chunk: no tail
+    assert cluster_tail(132, 1024, 1024, 132, 64) == 1.0
+    # past MAX_WORKS items the plan is not replayed
+    assert cluster_tail(20000, 1000, 768, 132, 64) == 1.0
+    # the kernel carries it and its compute terms take it: 1.65 times the even split's
+    from memmodel.timing import kernel_time
+
+    w = Workload(n=1, n_kv=1000, d=576, d_v=512, batch=100, heads=16, kv_heads=1, dtype="bf16")
+    c = compare(w, H200, impl="flashmla").tiled
+    kernel, timed = c.traffic.kernels[0], c.timing.kernels[0]
+    assert kernel.tail == pytest.approx(1280 / (100 * 1024 / 132))
+    even = kernel_time(kernel, H200, "bf16", "flashmla", 576)
+    assert timed.terms["matmul"] == pytest.approx(kernel.tail * even.terms["matmul"])
 
 
 def test_flashmla_reads_the_latent_cache_once():
