@@ -827,11 +827,12 @@ def value_dims_unsupported(impl: str, workload: Workload) -> str | None:
     spec = IMPLEMENTATIONS[impl]
     d, d_v = int(np.max(np.asarray(workload.d))), workload.d_v
     if impl == "flashmla":
+        # every element of a grid (a sweep broadcasts the fixed fields too)
         shape = (
             d_v is not None
-            and not intmath_is_array(workload.d, d_v, workload.kv_heads)
-            and (int(workload.d), int(d_v)) == (MLA_D, MLA_DV)
-            and int(workload.kv_heads_) == 1
+            and bool(np.all(np.asarray(workload.d) == MLA_D))
+            and bool(np.all(np.asarray(d_v) == MLA_DV))
+            and bool(np.all(np.asarray(workload.kv_heads_) == 1))
         )
         if not shape:
             return (

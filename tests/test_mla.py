@@ -565,3 +565,26 @@ def test_the_partials_stay_in_l2_where_they_fit():
     # without the L2 (the paper's view) the partials go to HBM and back
     (paper,) = compare(w, H200, impl="flashmla", l2="off").tiled.traffic.kernels
     assert int(paper.bytes(level="hbm")) > 19_153_920 + 2 * 8_000_000
+
+
+def test_flashmla_sweeps_and_each_row_is_its_compare(run):
+    # a sweep broadcasts the fixed d, d_v and kv_heads over the grid: the absorbed shape check takes
+    # every element; each row's time is compare's for that point (the plan replayed per element)
+    out = run(
+        "sweep", "--impl", "flashmla", "--model", "deepseek-v3", "--n", "1", "--n-kv", "1000,24576",
+        "--batch", "1,100", "--dtype", "bf16", "--gpu", "h200", "--format", "csv",
+    )  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    tiled = [r for r in rows if r["algorithm"] != "standard"]
+    assert len(tiled) == 4
+    for r in tiled:
+        w = Workload(
+            n=1, n_kv=int(r["n_kv"]), d=576, d_v=512, batch=int(r["batch"]), heads=128, kv_heads=1, dtype="bf16"
+        )
+        assert float(r["predicted_time_s"]) == pytest.approx(compare(w, H200, impl="flashmla").tiled.timing.time_s)
+    refused = run(
+        "sweep", "--impl", "flashmla", "--heads", "16", "--d", "576", "--d-v", "512", "--kv-heads", "1,2",
+        "--n", "1", "--n-kv", "4096", "--dtype", "bf16", "--gpu", "h200",
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "kv_heads=1/2" in refused.stderr

@@ -41,6 +41,7 @@ back too (the function returns it).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -102,6 +103,7 @@ def flashinfer_plan(batch: int, heads: int, n: int, n_kv: int, sm_count: int) ->
 MAX_WORKS = 16384
 
 
+@functools.lru_cache(maxsize=4096)
 def cluster_tail(tiles: int, n_kv: int, limit: int, clusters: int, tile_q: int) -> float:
     """The busiest cluster's computed tokens over the mean cluster's, as ``MLAPlan`` assigns the
     work: each query tile's K/V in chunks of ``limit`` keys (the last the rest), tile by tile,
