@@ -67,6 +67,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + l2_knee_caveats(plan, facts)
         + schedule_caveats(plan, traffic.variant, facts)
         + (window_caveats(plan, facts) if traffic.variant == "fa2" else [])
+        + interpolated_backward_caveats(plan)
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
@@ -267,6 +268,36 @@ def window_caveats(plan: TiledPlan, facts: TiledFacts) -> list[Caveat]:
             f"reaches the L2's reuse knee ({start / 2**20:.0f} MiB): once the CTAs fall out of step, requests the "
             "window rule counts as hits partly miss, so the forward's HBM bytes are a lower bound; "
             + _on_the_h200("window_band", "on the H200 such kernels' HBM bytes came out")
+            + ".",
+        )
+    ]
+
+
+def interpolated_backward_caveats(plan: TiledPlan) -> list[Caveat]:
+    """cuDNN's fused backward without the causal mask at a head dim its backward efficiency is
+    interpolated at (no reference ran there): at d 192 its kernel runs a non-causal block about
+    1.6 times as long as a causal one, which one efficiency a head dim (fitted on causal and
+    non-causal references together where they ran) cannot give (the tenth session's probe of
+    cuDNN's MLA-prefill backward, told in the research log)."""
+    w, opts, profile = plan.given, plan.options, plan.profile
+    if not opts.backward or opts.model_implementation != "sdpa-cudnn":
+        return []
+    dims = [int(d) for d, _ in profile.implementation("sdpa-cudnn").backward_efficiency]
+    if not dims:
+        return []
+    d = np.asarray(intmath.to_float(plan.exec_d))
+    hit = ~np.isin(d, np.asarray(dims, dtype=np.float64)) & (d > min(dims)) & (d < max(dims))
+    hit = hit & ~np.asarray(w.causal, dtype=bool)
+    if not np.any(hit):
+        return []
+    shown = ", ".join(str(x) for x in sorted(dims))
+    return [
+        Caveat(
+            "cudnn_backward_interpolated",
+            f"{rows_prefix(hit)}cuDNN's backward without the causal mask at a head dim its efficiency was not "
+            f"measured at (interpolated between those calibrated: {shown}): at d 192 its kernel runs a non-causal "
+            "block about 1.6 times as long as a causal one, which one efficiency a head dim does not give; "
+            + _on_the_h200("cudnn_backward_interpolated", "on the H200 such backwards' times came out")
             + ".",
         )
     ]

@@ -46,9 +46,9 @@ def p_ok(stem: str) -> bool:
     return record_file(stem) is not None and trace_file(stem) is not None
 
 
-#: classes whose error is of the backward pass's bytes, and of the forward kernel's time
-BACKWARD = ("causal_backward", "mea_backward", "flex_spills")
-TIMED = ("causal_tail", "fa2_uneven")
+#: classes whose error is of the backward pass (its bytes; its kernel's time where also TIMED), and of a kernel's time
+BACKWARD = ("causal_backward", "mea_backward", "flex_spills", "cudnn_backward_interpolated")
+TIMED = ("causal_tail", "fa2_uneven", "cudnn_backward_interpolated")
 #: classes whose errors the file also gives by kind of grid
 GROUPED = ("causal_curve_fa2", "causal_curve_cudnn")
 
@@ -142,7 +142,8 @@ def error_of(case: Any, entry: dict[str, Any], runs: list[Any], profile: Any, cl
 
     if cls in TIMED:
         now = {**entry, "predicted": predicted_times(case, profile)}
-        rows = [r for r in kernel_time_errors(now) if r.get("kernel") and r.get("pass") == "forward"]
+        timed_pass = "backward" if cls in BACKWARD else "forward"
+        rows = [r for r in kernel_time_errors(now) if r.get("kernel") and r.get("pass") == timed_pass]
         if not rows:
             return None
         top = max(rows, key=lambda r: r["measured_s"])

@@ -229,3 +229,26 @@ def test_a_long_windows_band_in_the_l2s_knee_says_its_bytes_are_a_lower_bound(n,
         entry = validated.validated()["window_band"]
         assert f"{entry['count']} kernels" in lines[0] and "lower bound" in lines[0]
         assert "(24 MiB)" in lines[0]  # 25.7 MB = 24.5 MiB
+
+
+@pytest.mark.parametrize(
+    ("d", "d_v", "causal", "backward", "impl", "fires"),
+    [
+        (192, 128, False, True, "sdpa-cudnn", True),  # MLA prefill's dims: interpolated between 128 and 256
+        (192, 128, True, True, "sdpa-cudnn", False),  # causal: measured right
+        (128, 128, False, True, "sdpa-cudnn", False),  # a calibrated head dim
+        (192, 128, False, False, "sdpa-cudnn", False),  # the forward
+        (192, 192, False, True, "sdpa-flash", False),  # not cuDNN's kernel
+    ],
+)
+def test_cudnns_non_causal_backward_at_an_interpolated_head_dim_says_so(d, d_v, causal, backward, impl, fires):
+    """The MLA backward probe: cuDNN's non-causal backward at d_qk 192 came out a quarter to a third
+    fast at every shape, its causal one right; the bundled profile calibrates 64, 96, 128 and 256.
+    The caveat names them and quotes the records' figure."""
+    w = Workload(n=2048, batch=2, heads=16, d=d, d_v=d_v, dtype="bf16", causal=causal)
+    c = compare(w, H200, impl=impl, backward=backward)
+    lines = [t for t, cls in zip(c.caveats, c.caveat_classes) if cls == "cudnn_backward_interpolated"]
+    assert len(lines) == int(fires)
+    if fires:
+        entry = validated.validated()["cudnn_backward_interpolated"]
+        assert "64, 96, 128, 256" in lines[0] and f"{entry['count']} kernel" in lines[0]
