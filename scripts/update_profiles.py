@@ -98,6 +98,10 @@ def with_links(text: str) -> str:
 
     if (ROOT / fa2_spills.RECORD).exists():  # FlashAttention-2's forward spills, from its own probe
         data = fa2_spills.apply(data, ROOT)
+    from memmodel.calibration import library_host
+
+    if (ROOT / library_host.RECORD).exists():  # FlashInfer's wrappers' host time a call, from their own probe
+        data = library_host.apply(data, ROOT)
     from memmodel.calibration import kernel_costs
 
     for figure, paths in kernel_costs.RECORDS.items():

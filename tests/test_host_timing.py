@@ -383,6 +383,13 @@ def test_the_bundled_h200_holds_the_host_figures_fitted_to_its_probe():
     fitted_calls = {
         name: {f"{leaf}_s": v for leaf, (v, _) in mine.items()} for name, mine in found["implementations"].items()
     }
+    # FlashInfer's wrappers, from their own probe (memmodel.calibration.library_host): 4 digits
+    from memmodel.calibration import library_host
+
+    for row in library_host.rows(Path(__file__).resolve().parent.parent):
+        leaf, _ = library_host.FIGURES[(row["impl"], row["shape"])]
+        fitted_calls.setdefault(row["impl"], {})[f"{leaf}_s"] = float(f"{row['host_s']:.4g}")
+    assert fitted_calls["flashmla"]["call_host_s"] == pytest.approx(28.98e-6, rel=1e-3)
     # which figures, exactly, then their values
     assert {(name, k) for name, c in calls.items() for k in c} == {
         (name, k) for name, c in fitted_calls.items() for k in c
@@ -392,7 +399,19 @@ def test_the_bundled_h200_holds_the_host_figures_fitted_to_its_probe():
     # every figure cites the probe: a measured source, with its command and date
     cited = sorted(k for k in h200.provenance if is_host_figure(k))
     assert len(cited) == len(fitted_host) + sum(len(c) for c in fitted_calls.values())
-    assert {h200.provenance[k].source for k in cited} == {SOURCE} == {"measured-host"}
+    assert (
+        {h200.provenance[k].source for k in cited}
+        == {SOURCE, library_host.SOURCE}
+        == {
+            "measured-host",
+            "measured-flashinfer-host",
+        }
+    )
+    assert {k for k in cited if h200.provenance[k].source == library_host.SOURCE} == {
+        "implementations.flashmla.call_host",
+        "implementations.flashinfer.call_host",
+        "implementations.flashinfer.split_call_host",
+    }
     assert {h200.provenance[k].kind for k in cited} == {"measured"}
     source = h200.sources[SOURCE]
     assert source.date == "2026-12-03" and source.command == "python3 validation/probes/host_probe.py host-probe.jsonl"
