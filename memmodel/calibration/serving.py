@@ -499,7 +499,7 @@ def fit_flex(
 
     joint = [f for f in FLEX_FIGURES if f[0] in FLEX_JOINT and any(f[1](r) for r in found)]
     if joint:
-        fitted["step_bandwidth"] = FLEX_FIGURES[2][2][1]
+        fitted["step_bandwidth"] = next(hi for name, _, (_, hi) in FLEX_FIGURES if name == "step_bandwidth")
         for _ in range(FLEX_ROUNDS):
             for name, keep, (lo, hi) in joint:
                 fit(name, keep, lo, hi)

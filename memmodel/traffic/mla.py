@@ -42,6 +42,7 @@ back too (the function returns it).
 from __future__ import annotations
 
 import functools
+import heapq
 from typing import Any
 
 import numpy as np
@@ -111,8 +112,6 @@ def cluster_tail(tiles: int, n_kv: int, limit: int, clusters: int, tile_q: int) 
     (``cost_function``; ``MinHeap`` in ``include/flashinfer/attention/heap.h``). A cluster walks
     its chunks one after another in whole 64-token tiles, so the launch lasts as long as its
     busiest cluster; the model's compute is the mean's. 1 past :data:`MAX_WORKS` items."""
-    import heapq
-
     chunks = -(-n_kv // limit) if n_kv > limit else 1
     if tiles * chunks > MAX_WORKS or clusters < 1:
         return 1.0
