@@ -423,7 +423,7 @@ def paged_traffic(plan: TiledPlan) -> AlgorithmTraffic:
             more, found = flex.backward_kernels(w, l2, sms, smem)
             kernels, params = kernels + more, params | found
     else:
-        kernels, params = paged.flex_forward_kernels(w, l2, sms, plan.tile.ctas_per_sm)
+        kernels, params = paged.flex_forward_kernels(w, l2, sms, profile.sram.capacity_per_sm_bytes)
     out = plan.facts.to_params() | {k: v for k, v in params.items() if v is not None}
     return AlgorithmTraffic("tiled", "fa2", tuple(kernels), out, facts=plan.facts)
 

@@ -1153,7 +1153,25 @@ def kernel_time(
         working = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) - np.asarray(
             intmath.to_float(kernel.exited_ctas), dtype=np.float64
         )
+        if measured.co_resident_cost:
+            # measured: each further CTA on the busiest SM of a wave slows every step by this share
+            sharing = np.ceil(np.minimum(np.maximum(working, 1.0), slots) / float(profile.sm_count))
+            step = step * (1.0 + measured.co_resident_cost * (sharing - 1.0))
         lat = np.ceil(working / slots) * np.asarray(intmath.to_float(kernel.cta_steps), dtype=np.float64) * step
+        terms["latency"] = float(lat) if np.ndim(lat) == 0 else lat
+    elif (
+        not split
+        and measured is not None
+        and measured.template_step_time_s
+        and np.any(np.asarray(kernel.cta_steps) > 0)
+        and np.any(np.asarray(kernel.kv_block) > 0)
+    ):
+        # measured: a forward template's CTA holding a decode's few query rows over a paged cache
+        # takes at least this long a step, by the K/V block it loads, once per wave
+        step = interpolate_log2(measured.template_step_time_s, np.asarray(intmath.to_float(kernel.kv_block)))
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        waves = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots)
+        lat = waves * np.asarray(intmath.to_float(kernel.cta_steps), dtype=np.float64) * np.asarray(step)
         terms["latency"] = float(lat) if np.ndim(lat) == 0 else lat
     elif cta_rate is not None:
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
@@ -1205,6 +1223,15 @@ def kernel_time(
             total = total + np.asarray(terms["dropout"], dtype=np.float64)
         candidates["compute"] = total
         terms["compute"] = total if np.ndim(total) else float(total)
+    key_time = measured.mask_key_time_s
+    if key_time is not None and np.any(np.asarray(kernel.mask_keys) > 0):
+        # measured: each wave of CTAs walks the request's keys to build the default block mask,
+        # beside its own steps (the longer of the two bounds the wave: flex_decoding without a mask)
+        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
+        waves = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots)
+        mask = waves * np.asarray(intmath.to_float(kernel.mask_keys), dtype=np.float64) * key_time
+        terms["mask"] = float(mask) if np.ndim(mask) == 0 else mask
+        candidates["mask"] = terms["mask"]
     names = list(candidates)
     largest, index = _largest(list(candidates.values()))
     launches = np.asarray(intmath.to_float(kernel.launches), dtype=np.float64)
@@ -1227,14 +1254,6 @@ def kernel_time(
         merge = np.asarray(intmath.to_float(kernel.merge_steps), dtype=np.float64) * profile.l2.latency_s
         terms["merge"] = float(merge) if np.ndim(merge) == 0 else merge
         time = time + merge
-    key_time = measured.mask_key_time_s
-    if key_time is not None and np.any(np.asarray(kernel.mask_keys) > 0):
-        # measured: each wave of CTAs first walks the keys to build the default block mask
-        slots = np.maximum(np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64), 1.0)
-        waves = np.ceil(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64) / slots)
-        mask = waves * np.asarray(intmath.to_float(kernel.mask_keys), dtype=np.float64) * key_time
-        terms["mask"] = float(mask) if np.ndim(mask) == 0 else mask
-        time = time + mask
     if np.ndim(kernel.present):  # a grid's rows where the kernel does not run: no time
         time = np.where(kernel.present, time, 0.0)
     if time.ndim == 0:

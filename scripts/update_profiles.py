@@ -118,7 +118,9 @@ def with_links(text: str) -> str:
         lines = [json.loads(line) for line in gzip.open(ROOT / serving.FLEX_RECORD, "rt") if line.strip()]
         paged_record = ROOT / serving.FLEX_PAGED_RECORD
         paged = json.load(gzip.open(paged_record, "rt")) if paged_record.exists() else None
-        data = serving.apply_flex(data, lines, paged)
+        many_record = ROOT / serving.FLEX_OCCUPANCY_RECORD
+        many = json.load(gzip.open(many_record, "rt")) if many_record.exists() else None
+        data = serving.apply_flex(data, lines, paged, many)
     from memmodel.calibration import flex_prefill
 
     flex_reference = flex_prefill.load(ROOT)
@@ -128,6 +130,10 @@ def with_links(text: str) -> str:
 
     if (ROOT / flex_paged.RECORD).exists():  # flex's prefill over a paged cache, after its prefill figures
         data = flex_paged.apply(data, json.load(gzip.open(ROOT / flex_paged.RECORD, "rt")))
+    from memmodel.calibration import flex_template
+
+    if (ROOT / flex_template.RECORD).exists():  # flex's forward template at a decode over a paged cache
+        data = flex_template.apply(data, json.load(gzip.open(ROOT / flex_template.RECORD, "rt")))
     from memmodel.calibration import fp8_cast
 
     if (ROOT / fp8_cast.RECORD).exists():

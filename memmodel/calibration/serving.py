@@ -414,9 +414,17 @@ FLEX_PAGED_COMMAND = (
 )
 
 
-def flex_rows(lines: Iterable[Mapping[str, Any]], paged: Mapping[str, Any] | None = None) -> list[Row]:
+#: the flex occupancy probe (many CTAs an SM): its paged decodes through the decoding kernel are rows
+#: too (``paged-many``): batch 16 to 128, 256 to 1024 CTAs, 1 to 4 an SM
+FLEX_OCCUPANCY_RECORD = "validation/h200/flex-occupancy/flex-occupancy-probe.json.gz"
+
+
+def flex_rows(
+    lines: Iterable[Mapping[str, Any]], paged: Mapping[str, Any] | None = None, many: Mapping[str, Any] | None = None
+) -> list[Row]:
     """The probes' decoding kernels (the template kernel, ``triton_tem_``): the flex probe's
-    without a block mask (contiguous, ``no-mask``) and the paged probe's record (``paged``). The
+    without a block mask (contiguous, ``no-mask``), the paged probe's record (``paged``) and the
+    occupancy probe's paged decodes of a power-of-two group (``many``: ``paged-many``). The
     flex probe's decodes with a full BlockMask over contiguous K/V are not rows: their K tensor is
     one request's keys (every split works), a layout no workload describes."""
     out: list[Row] = []
@@ -440,6 +448,14 @@ def flex_rows(lines: Iterable[Mapping[str, Any]], paged: Mapping[str, Any] | Non
             continue
         spec = Case.from_dict(c["case"]).spec()
         out.append(Row(spec, "flex_decode", sum(us), "paged"))
+    for c in (many or {}).get("cases", []):
+        timing = c.get("timing") or {}
+        us = [float(k["time_s"]) for k in timing.get("profiled_kernels", []) if k["name"].startswith("triton_tem_")]
+        case = Case.from_dict(c["case"])
+        group = int(case.workload().group)
+        if c.get("status") != "ok" or not us or not c["case"].get("page_size") or group & (group - 1):
+            continue
+        out.append(Row(case.spec(), "flex_decode", sum(us), "paged-many"))
     return out
 
 
@@ -451,13 +467,14 @@ def _page(r: Row) -> int:
 #: 64 and 128, which flex loads as 64) and of 16 beside what its K/V loads add at one CTA's rate
 #: (fitted together: d 128's steps load twice d 64's), then the default mask's cost a key
 FLEX_FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...] = (
-    ("step_64", lambda r: r.choice == "paged" and _page(r) >= 64, (1e-8, 1e-4)),
-    ("step_16", lambda r: r.choice == "paged" and _page(r) == 16, (1e-8, 1e-4)),
-    ("step_bandwidth", lambda r: r.choice == "paged", (1e8, 1e13)),
+    ("step_64", lambda r: r.choice.startswith("paged") and _page(r) >= 64, (1e-8, 1e-4)),
+    ("step_16", lambda r: r.choice.startswith("paged") and _page(r) == 16, (1e-8, 1e-4)),
+    ("step_bandwidth", lambda r: r.choice.startswith("paged"), (1e8, 1e13)),
+    ("co_resident", lambda r: r.choice.startswith("paged"), (1e-4, 4.0)),
     ("mask_key_time", lambda r: r.choice == "no-mask", (1e-12, 1e-6)),
 )
 #: the figures fitted together (in turns, each on its rows, until they settle), before the rest
-FLEX_JOINT = ("step_64", "step_16", "step_bandwidth")
+FLEX_JOINT = ("step_64", "step_16", "step_bandwidth", "co_resident")
 FLEX_ROUNDS = 8
 
 
@@ -468,11 +485,16 @@ def _flex_figures(f: Mapping[str, float]) -> dict[str, Any]:
     }
     if "step_bandwidth" in f:
         out["cta_bandwidth_bytes_per_s"] = ((1, f["step_bandwidth"]),)
+    if "co_resident" in f:
+        out["co_resident_cost"] = f["co_resident"]
     return out
 
 
 def fit_flex(
-    lines: Iterable[Mapping[str, Any]], profile: Any, paged: Mapping[str, Any] | None = None
+    lines: Iterable[Mapping[str, Any]],
+    profile: Any,
+    paged: Mapping[str, Any] | None = None,
+    many: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, float], list[tuple[Row, float]]]:
     """``implementations.flex``'s decode figures (keys of :data:`FLEX_FIGURES`) and every row
     with its predicted time at them (the profile's flex figures removed first). The step times
@@ -481,7 +503,7 @@ def fit_flex(
     base = dataclasses.replace(
         profile, implementation_figures={k: v for k, v in profile.implementation_figures.items() if k != "flex"}
     )
-    found = flex_rows(lines, paged)
+    found = flex_rows(lines, paged, many)
     plans = {r.case: _planned(r.case, "", base) for r in found}
     fitted: dict[str, float] = {}
 
@@ -500,6 +522,7 @@ def fit_flex(
     joint = [f for f in FLEX_FIGURES if f[0] in FLEX_JOINT and any(f[1](r) for r in found)]
     if joint:
         fitted["step_bandwidth"] = next(hi for name, _, (_, hi) in FLEX_FIGURES if name == "step_bandwidth")
+        fitted["co_resident"] = next(lo for name, _, (lo, _) in FLEX_FIGURES if name == "co_resident")
         for _ in range(FLEX_ROUNDS):
             for name, keep, (lo, hi) in joint:
                 fit(name, keep, lo, hi)
@@ -511,16 +534,20 @@ def fit_flex(
 
 
 def apply_flex(
-    data: dict[str, Any], lines: list[Mapping[str, Any]], paged: Mapping[str, Any] | None = None
+    data: dict[str, Any],
+    lines: list[Mapping[str, Any]],
+    paged: Mapping[str, Any] | None = None,
+    many: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``data`` with ``implementations.flex.block_step_time`` and ``mask_key_time`` fitted from
-    the flex probe's ``lines`` and the paged probe's record ``paged``, and their sources."""
+    """``data`` with ``implementations.flex.block_step_time``, ``cta_bandwidth``,
+    ``co_resident_cost`` and ``mask_key_time`` fitted from the flex probe's ``lines``, the paged
+    probe's record ``paged`` and the occupancy probe's ``many``, and their sources."""
     from ..hardware.parse import parse_profile
 
-    found = flex_rows(lines, paged)
+    found = flex_rows(lines, paged, many)
     if not found:
         return data
-    fitted, _ = fit_flex(lines, parse_profile(data, "<profile being built>"), paged)
+    fitted, _ = fit_flex(lines, parse_profile(data, "<profile being built>"), paged, many)
     env = next((r for r in lines if r.get("section") == "env"), {})
     counts = {name: sum(1 for r in found if keep(r)) for name, keep, _ in FLEX_FIGURES}
     figures = dict((data.get("implementations") or {}).get("flex") or {})
@@ -531,9 +558,18 @@ def apply_flex(
             "source": FLEX_PAGED_SOURCE,
             "note": "what one CTA of flex's decoding kernel takes a K/V block step (BLOCK_N: the page where paged, "
             "at most 64) beside its loads (cta_bandwidth); fitted with it to "
-            f"{counts['step_64']} paged decodes with pages of 64 and 128 and {counts['step_16']} of 16 (batch 1-16, "
+            f"{counts['step_64']} paged decodes with pages of 64 and 128 and {counts['step_16']} of 16 (batch 1-128, "
             f"d 64 and 128, pools of two and eight times the batch's pages): {__name__}",
         }
+        if "co_resident" in fitted:
+            figures["co_resident_cost"] = {
+                "value": fitted["co_resident"],
+                "source": "measured-flex-occupancy",
+                "note": "the extra share of a decoding step's time each further CTA on the busiest SM of a wave adds "
+                "(the kernel holds 4 to 10 CTAs an SM: memmodel.traffic.paged.flex_decode_ctas_per_sm); fitted with "
+                f"block_step_time to the {counts['co_resident']} paged decodes, batch 1-128 (256-1024 CTAs): "
+                f"{__name__}",
+            }
         if "step_bandwidth" in fitted:
             figures["cta_bandwidth"] = {
                 "value": f"{fitted['step_bandwidth'] / 1e9:.4g} GB/s",
@@ -556,4 +592,12 @@ def apply_flex(
         paged_env = {"gpu": paged.get("device", "GPU"), "torch": env.get("torch", "?")}
         title = "memmodel FlexAttention paged decode probe"
         data = cite(data, FLEX_PAGED_SOURCE, title, FLEX_PAGED_RECORD, FLEX_PAGED_COMMAND, paged_env)
+    if "co_resident" in fitted and many is not None:
+        from . import flex_template
+
+        many_env = {"gpu": many.get("device", "GPU"), "torch": env.get("torch", "?")}
+        title = "memmodel FlexAttention occupancy probe"
+        data = cite(
+            data, flex_template.SOURCE, title, flex_template.RECORD, flex_template.COMMAND, many_env, date="2026-12-04"
+        )
     return data

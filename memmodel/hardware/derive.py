@@ -94,6 +94,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.fp8_share", "same"),
     ("implementations.*.block_step_time", "cycles"),
     ("implementations.*.mask_key_time", "cycles"),
+    ("implementations.*.template_step_time", "cycles"),
+    ("implementations.*.co_resident_cost", "same"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),
     ("interconnect.p2p_idle_sms", "same"),

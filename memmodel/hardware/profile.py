@@ -381,6 +381,13 @@ class ImplementationFigures:
     #: seconds a CTA of its decoding kernel spends per key building the default block mask in the
     #: kernel (flex_attention called without a block mask)
     mask_key_time_s: float | None = None
+    #: the extra share of a decoding step's time each further CTA on its SM adds (the SM's pipes
+    #: shared: flex's decoding kernel holds 4 to 10 CTAs an SM); None: none
+    co_resident_cost: float | None = None
+    #: seconds one CTA of its forward template takes a step when its Q tile holds a decode's few
+    #: rows over a paged cache (every block partial, the page lookup element by element), by the
+    #: K/V block a step loads: a latency floor under its products' rate
+    template_step_time_s: Curve = ()
     #: its fp8 forward kernel's efficiency as a share of its 16-bit one (None: the same share of
     #: the fp8 peak as of the 16-bit peak)
     fp8_share: float | None = None

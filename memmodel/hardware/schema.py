@@ -98,6 +98,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "split_cta_overhead": "split_cta_overhead_s",
     "block_step_time": "block_step_time_s",
     "paged_step_cost": "paged_step_cost",
+    "template_step_time": "template_step_time_s",
     "spill_write": "spill_write_bytes",
     "spill_write_causal": "spill_write_causal_bytes",
     "varlen_spill_write": "varlen_spill_write_bytes",
@@ -122,6 +123,7 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "hbm_share": "hbm_share",
     "fp8_share": "fp8_share",
     "mask_key_time": "mask_key_time_s",
+    "co_resident_cost": "co_resident_cost",
     "call_host": "call_host_s",
     "split_call_host": "split_call_host_s",
     "backward_call_host": "backward_call_host_s",
@@ -327,6 +329,8 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.fp8_share": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.block_step_time": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.mask_key_time": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.template_step_time": ("time", False) for name in _NAMES},
+    **{f"implementations.{name}.co_resident_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.call_host": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.split_call_host": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.backward_call_host": ("time", False) for name in _NAMES},
@@ -383,7 +387,9 @@ CURVES: dict[str, str] = {
     "kernels.gather.bandwidth": "run (elements)",
     "kernels.gather.bandwidth_4byte": "run (elements)",
     **{
-        f"implementations.{name}.{leaf}": "K/V block" if leaf in ("block_step_time", "paged_step_cost") else "head dim"
+        f"implementations.{name}.{leaf}": "K/V block"
+        if leaf in ("block_step_time", "paged_step_cost", "template_step_time")
+        else "head dim"
         for leaf in IMPLEMENTATION_CURVES
         for name in _NAMES
     },

@@ -69,6 +69,8 @@ MAX_SMEM_PER_CTA = 227 * 1024
 #: the registers one SM holds; Triton's kernels of 8 warps take about all of them (one CTA an SM)
 REGISTERS_PER_SM = 65536
 REGISTERS_PER_THREAD = 255
+#: the shared memory the driver keeps back for each resident CTA (sm80 and later: 1 KiB)
+RESERVED_SMEM_PER_CTA = 1024
 
 #: the forward's and backward's products a step, in units of one BLOCK×BLOCK product pair: the
 #: CTAs' relative work per step in the backward (its K/V programs four products, its Q programs three)
@@ -99,9 +101,11 @@ def backward_config(dtype: str, d: int) -> tuple[int, int, int, int, int, int]:
 
 def ctas_per_sm(threads: int, smem: int, smem_per_sm: float) -> int:
     """CTAs of ``threads`` threads and ``smem`` bytes of shared memory one SM holds (Triton's
-    kernels use up to 255 registers a thread: 8 warps fill the register file)."""
+    kernels use up to 255 registers a thread: 8 warps fill the register file; each CTA's shared
+    memory and the 1 KiB the driver keeps back for it)."""
     by_regs = max(REGISTERS_PER_SM // (threads * REGISTERS_PER_THREAD), 1) if threads >= 256 else 2
-    by_smem = max(int(min(float(smem_per_sm), 2 * MAX_SMEM_PER_CTA) // max(smem, 1)), 1)
+    need = max(smem, 1) + RESERVED_SMEM_PER_CTA
+    by_smem = max(int(min(float(smem_per_sm), 2 * MAX_SMEM_PER_CTA) // need), 1)
     return max(min(by_regs, by_smem), 1)
 
 

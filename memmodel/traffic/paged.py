@@ -31,6 +31,7 @@ params say how many separate contiguous chunks a head's K/V is read in (``kv_chu
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,15 @@ FLASHINFER_DECODE_REGISTERS_OTHER = 64
 FLASHINFER_PREFILL_CTAS_PER_SM = 2
 #: flex decoding's BLOCK_N on sm90 (``get_flex_decode_configs``: FlexDecodeConfig(64, 3, 2))
 FLEX_DECODE_BLOCK_N = 64
+#: CTAs of flex's decoding kernel (2 warps) one SM holds on sm90, set by the registers Triton gives
+#: its compiled kernel (each SM quarter holds 16 K registers, whole warps), read off Nsight Compute's
+#: launch statistics on the H200 (torch 2.11; the flex occupancy probe and h200-decode-check):
+#: contiguous K/V (the block mask built in the graph) by head dim, 128 registers a thread at d 64,
+#: 184 at 128; paged by (head dim, BLOCK_N): 96 registers at (128, 16), at most 128 at (128, 32),
+#: 178-231 at BLOCK_N 64. A head dim or block not read takes the nearest read (d 64's smaller
+#: blocks d 128's: fewer registers with smaller blocks)
+FLEX_DECODE_CTAS_PER_SM_CONTIGUOUS = {64: 8, 128: 4}
+FLEX_DECODE_CTAS_PER_SM_PAGED = {16: 10, 32: 8, 64: 4}
 #: flex's forward tiles on sm90 by (dtype, head dim): (BLOCK_M, BLOCK_N, num_stages, num_warps)
 #: (``h100_default_flex_config``; (128, 64, 3, 4) for the others; d > 256: (64, 32, 3, 4))
 FLEX_FORWARD_SM90 = {
@@ -191,6 +201,14 @@ def flashinfer_fa3_tiles(d: int) -> tuple[int, int]:
 def flex_split_kv(batch: int, kv_heads: int, sm_count: int) -> int:
     """flex decoding's SPLIT_KV (``get_split_k``): SMs // (B · H_kv) · 2, at least 1."""
     return max(sm_count // max(batch * kv_heads, 1) * 2, 1)
+
+
+def flex_decode_ctas_per_sm(d: int, block_n: int, paged: bool) -> int:
+    """CTAs of flex's decoding kernel an SM holds (:data:`FLEX_DECODE_CTAS_PER_SM_CONTIGUOUS`,
+    :data:`FLEX_DECODE_CTAS_PER_SM_PAGED`): by the head dim contiguous, by BLOCK_N paged."""
+    table = FLEX_DECODE_CTAS_PER_SM_PAGED if paged else FLEX_DECODE_CTAS_PER_SM_CONTIGUOUS
+    key = int(block_n) if paged else int(d)
+    return table[min(table, key=lambda k: (abs(math.log2(k) - math.log2(max(key, 1))), k))]
 
 
 def flex_tile_kv(kv_len: IntLike, split: IntLike, block_n: IntLike) -> IntLike:
@@ -580,6 +598,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         w.group,
     )
     bn = flex_block_n(w, FLEX_DECODE_BLOCK_N)
+    (per_sm,) = _each(lambda d, b: (flex_decode_ctas_per_sm(d, b, w.page_size is not None),), w.d, bn)
     tokens = flex_kv_tokens(w)
     kv_len = w.n_kv_ if w.page_size is None else intmath.mul(w.kv_pool_, w.page_size)
     tile = flex_tile_kv(kv_len, split, bn)
@@ -612,7 +631,7 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
         matmul_flops=intmath.mul(4, scores, w.d),
         softmax_flops=intmath.mul(4, scores),
         exp_ops=scores,
-        concurrent_ctas=intmath.minimum(ctas, intmath.mul(2, sm_count)),
+        concurrent_ctas=intmath.minimum(ctas, intmath.mul(per_sm, sm_count)),
         ctas=ctas,
         exited_ctas=intmath.mul(m_blocks, w.batch, w.kv_heads_, split - splits),
         cta_steps=intmath.ceil_div(intmath.minimum(tile, tokens), bn),
@@ -675,14 +694,35 @@ def flex_forward_steps(w: Workload, block_m: IntLike, block_n: IntLike) -> tuple
     return _each(one, w.n, w.n_kv_, w.page_size or 0, block_m, block_n)
 
 
-def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: IntLike) -> tuple[list[Kernel], dict]:
+def flex_forward_ctas_per_sm(dtype: str, e: int, d: int, block_n: int, paged: bool, smem_per_sm: float) -> int:
+    """CTAs of flex's forward template an SM holds (:func:`.flex.ctas_per_sm`: its warps and its
+    shared memory, a Q tile and three stages of K and V tiles of BLOCK_N rows), paged with
+    16 bytes more a K/V row of a block (Nsight Compute on the H200: 256 to 2048 bytes more at
+    BLOCK_N 16 to 128), which at d 64 and pages of 128 leaves room for one CTA, not two."""
+    from .flex import ctas_per_sm, forward_config, forward_smem, rounded_head_dim
+
+    bm, _, stages, warps = forward_config(dtype, d)
+    p = rounded_head_dim(d)
+    smem = forward_smem(bm, block_n, stages, p, p, e)
+    return ctas_per_sm(warps * 32, smem + (16 * block_n if paged else 0), smem_per_sm)
+
+
+def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: float) -> tuple[list[Kernel], dict]:
     """FlexAttention's forward template (``triton_tem_fused_flex_attention``): a CTA per
     (BLOCK_M query rows, query head), each walking the K/V blocks its BlockMask row keeps
-    (causal: those on or below the diagonal; the mask_mod runs on the partial ones only)."""
+    (causal: those on or below the diagonal; the mask_mod runs on the partial ones only). Under
+    one BlockMask row (fewer queries than its 128-row block: a decode) every block is partial
+    and each CTA walks its steps one after another: ``cta_steps`` (its latency a step:
+    ``implementations.flex.template_step_time``)."""
     bm, bn_conf = _each(lambda d: flex_forward_tiles(w.dtype, d), w.d)
     bn = flex_block_n(w, bn_conf)
     tokens = flex_kv_tokens(w)
     steps, partial = flex_forward_steps(w, bm, bn)
+    (ctas_per_sm,) = _each(
+        lambda d, b: (flex_forward_ctas_per_sm(w.dtype, w.element_bytes, d, b, w.page_size is not None, smem_per_sm),),
+        w.d,
+        bn,
+    )
     concurrent = intmath.mul(ctas_per_sm, sm_count)
     kernel, _, _ = _prefill_kernel(
         "flex_attention",
@@ -713,7 +753,14 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, ctas_per_sm: In
         # same template, are bound by their loads and take none)
         prefill = np.asarray(w.n) > 1
         paged = np.where(prefill, np.asarray(kernel.blocks), 0)
-        kernel = dataclasses.replace(kernel, kv_block=bn, paged_blocks=int(paged) if paged.ndim == 0 else paged)
+        one_row = np.asarray(w.n) < FLEX_SPARSE_BLOCK  # one partial BlockMask row: a decode's steps
+        walk = np.where(one_row, np.asarray(steps), 0)
+        kernel = dataclasses.replace(
+            kernel,
+            kv_block=bn,
+            paged_blocks=int(paged) if paged.ndim == 0 else paged,
+            cta_steps=int(walk) if walk.ndim == 0 else walk,
+        )
     params = {
         "kernel": "flex_attention",
         "page_size": w.page_size,
