@@ -286,13 +286,17 @@ def test_strided_wave_reads_count_a_group_straddling_a_wave():
 
 
 def test_paged_group_of_three_rereads_kv_across_the_wave_boundary():
-    # the committed set's paged decode (16 requests, 24 heads on 8, 8192 keys, d 128, pages of 64):
-    # K/V once (16 · 8 · 8192 · 256 · 2 = 536,870,912) plus the 16 straddling pairs' K/V again
-    # (16 · 8192 · 256 · 2 = 67,108,864) at a cross-wave miss share of 1 (a wave streams far more than the L2)
+    # the committed set's paged decode (16 requests, 24 heads on 8, 8192 keys, d 128, pages of 64): the
+    # template's 8 warps hold one CTA an SM, 132 at once, so waves end at CTA 132 (= 16 · 8 + 4: head 8's
+    # requests 4..15 run after their group's heads 6, 7) and 264 (= 16 · 16 + 8: head 16 splits group 5,
+    # heads 15..17, for all 16 requests): 12 + 16 = 28 pairs read their K/V twice. K/V once
+    # (16 · 8 · 8192 · 256 · 2 = 536,870,912) plus 28 · 8192 · 256 · 2 = 117,440,512 at a cross-wave
+    # miss share of 1 (a wave streams far more than the L2)
     w = Workload(n=1, n_kv=8192, batch=16, heads=24, kv_heads=8, d=128, dtype="bf16", page_size=64)
     (k,) = [k for k in compare(w, H200, impl="flex").tiled.traffic.kernels if k.name == "flex_attention"]
+    assert k.concurrent_ctas == 132
     kv = sum(t.bytes for t in k.transfers if t.tensor in ("K", "V") and t.level == "hbm")
-    assert kv == pytest.approx(536_870_912 + 67_108_864, rel=1e-6)
+    assert kv == pytest.approx(536_870_912 + 117_440_512, rel=1e-6)
 
 
 def test_q_phase_rereads_where_the_kv_programs_fill_the_gpu():

@@ -13,6 +13,7 @@ import pytest
 from memmodel import Workload, compare, load_profile
 from memmodel.calibration import serving
 from memmodel.errors import WorkloadError
+from memmodel.traffic import paged
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = load_profile("h200")
@@ -103,15 +104,24 @@ def flex_paged():
         return json.load(f)
 
 
+def flex_many():
+    with gzip.open(ROOT / serving.FLEX_OCCUPANCY_RECORD, "rt") as f:
+        return json.load(f)
+
+
 def test_the_bundled_profile_holds_flexs_decode_figures_as_fitted():
-    fitted, predicted = serving.fit_flex(flex_lines(), H200, flex_paged())
+    fitted, predicted = serving.fit_flex(flex_lines(), H200, flex_paged(), flex_many())
     flex = H200.implementation("flex")
     assert [b for b, _ in flex.block_step_time_s] == [16, 64]
     assert [t for _, t in flex.block_step_time_s] == pytest.approx([fitted["step_16"], fitted["step_64"]])
     assert flex.mask_key_time_s == pytest.approx(fitted["mask_key_time"])
     assert [r for _, r in flex.cta_bandwidth_bytes_per_s] == pytest.approx([fitted["step_bandwidth"]])
-    # 7 batches + 4 key counts without a mask; the paged probe's 24 (the contiguous BlockMask rows are not rows)
-    assert len(predicted) == 11 + 24
+    assert flex.co_resident_cost == pytest.approx(fitted["co_resident"])
+    # 7 batches + 4 key counts without a mask; the paged probe's 24 (the contiguous BlockMask rows are not
+    # rows); the occupancy probe's 11 paged decodes of a group of 4 (6 at pages of 64, 3 of 16, 2 at d 64)
+    assert len(predicted) == 11 + 24 + 11
+    many = sorted(abs(p / r.measured_s - 1) for r, p in predicted if r.choice == "paged-many")
+    assert len(many) == 11 and many[5] < 0.1 and many[-1] < 0.2
     paged = [(r, p) for r, p in predicted if r.choice == "paged"]
     # one step time for pages of 16, one for 64 and 128, and the step's loads at one CTA's rate
     # (d 128's twice d 64's; the kernel alone: batch 1's short kernels miss most, the model up to 29 % long)
@@ -123,13 +133,20 @@ def test_the_bundled_profile_holds_flexs_decode_figures_as_fitted():
 def test_flexs_default_mask_costs_each_wave_its_keys():
     w = Workload(n=1, n_kv=8192, batch=8, heads=32, kv_heads=8, d=128, dtype="bf16")
     p = H200.with_implementation_figures(
-        "flex", block_step_time_s=((16, 1.5e-6), (64, 3e-6)), mask_key_time_s=20e-9, cta_bandwidth_bytes_per_s=()
+        "flex",
+        block_step_time_s=((16, 1.5e-6), (64, 3e-6)),
+        mask_key_time_s=20e-9,
+        cta_bandwidth_bytes_per_s=(),
+        co_resident_cost=None,
     )
     t = next(k for k in compare(w, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
-    # 8 x 8 K/V heads x SPLIT_KV 4 (132 // 64 x 2) = 256 CTAs, one wave of 264: 8192 keys x 20 ns
+    # 8 x 8 K/V heads x SPLIT_KV 4 (132 // 64 x 2) = 256 CTAs, one wave of 528 (4 an SM at d 128
+    # contiguous): 8192 keys x 20 ns
     assert t.terms["mask"] == pytest.approx(8192 * 20e-9)
     # contiguous: each split covers 8192 / 4 = 2048 keys, 32 steps of 64 at 3 us
     assert t.terms["latency"] == pytest.approx(32 * 3e-6)
+    # the mask's walk and the steps run side by side: the longer bounds the kernel (163.84 us > 96 us)
+    assert t.time_s == pytest.approx(8192 * 20e-9 + t.terms.get("launch", 0.0), rel=1e-9)
     paged = compare(w.with_(page_size=16), p, impl="flex").tiled.timing
     k16 = next(k for k in paged.kernels if k.name == "flex_decode")
     assert "mask" not in k16.terms  # a paged cache comes with its block mask
@@ -201,3 +218,34 @@ def test_flexs_paged_forward_takes_its_own_prefill_figures_else_its_designs():
     assert "flex" in H200.implementation_figures
     assert decode_only == pytest.approx(without)  # only its decode measured: the Triton kernel's figures
     assert with_flex != pytest.approx(without)  # its prefill measured: its own efficiency
+
+
+def test_flexs_decoding_kernel_holds_the_ctas_its_registers_leave():
+    # Nsight Compute on the H200: 2-warp CTAs, 4 an SM at BLOCK_N 64 (178-231 registers), 10 at 16 (96),
+    # 8 contiguous at d 64 (128), 4 at d 128 (184)
+    assert paged.flex_decode_ctas_per_sm(128, 64, True) == 4
+    assert paged.flex_decode_ctas_per_sm(64, 64, True) == 4
+    assert paged.flex_decode_ctas_per_sm(128, 16, True) == 10
+    assert paged.flex_decode_ctas_per_sm(128, 32, True) == 8
+    assert paged.flex_decode_ctas_per_sm(64, 64, False) == 8
+    assert paged.flex_decode_ctas_per_sm(128, 64, False) == 4
+    # 128 requests x 8 K/V heads, SPLIT_KV 1: 1024 CTAs over 132 x 4 = 528 slots, two waves
+    w = Workload(n=1, n_kv=4096, batch=128, heads=32, kv_heads=8, d=128, dtype="bf16", page_size=64)
+    k = next(k for k in compare(w, H200, impl="flex").tiled.traffic.kernels if k.name == "flex_decode")
+    assert (k.ctas, k.concurrent_ctas) == (1024, 528)
+
+
+def test_a_co_resident_cta_slows_each_decoding_step_by_its_share():
+    # 64 requests x 8 K/V heads = 512 CTAs in one wave of 528: 4 on the busiest SM (512 / 132 = 3.9),
+    # each paged step of 64 keys 2 us x (1 + 0.25 x 3) = 3.5 us; 4096 / 64 = 64 steps: 224 us
+    w = Workload(n=1, n_kv=4096, batch=64, heads=32, kv_heads=8, d=128, dtype="bf16", page_size=64)
+    p = H200.with_implementation_figures(
+        "flex", block_step_time_s=((16, 1e-6), (64, 2e-6)), cta_bandwidth_bytes_per_s=(), co_resident_cost=0.25
+    )
+    t = next(k for k in compare(w, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
+    assert t.terms["latency"] == pytest.approx(64 * 2e-6 * 1.75)
+    # one request x 8 K/V heads: SPLIT_KV 32 (132 // 8 x 2) over K's 8192 tokens (the pool, two requests'
+    # pages): TILE_KV 256, 16 splits find the request's 4096 keys, 8 x 16 = 128 working CTAs, one an SM:
+    # no sharing, 256 / 64 = 4 steps of 2 us
+    alone = next(k for k in compare(w.with_(batch=1), p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
+    assert alone.terms["latency"] == pytest.approx(4 * 2e-6)
