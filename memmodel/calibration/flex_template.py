@@ -19,12 +19,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-RECORD = "validation/h200/flex-occupancy/flex-occupancy-probe.json.gz"
-COMMAND = (
-    "python3 -m memmodel validate --gpu h200 --cases validation/cases/h200-flex-occupancy-probe.txt "
-    "--output flex-occupancy-probe.json.gz"
-)
-SOURCE = "measured-flex-occupancy"
+from .serving import FLEX_OCCUPANCY_COMMAND as COMMAND
+from .serving import FLEX_OCCUPANCY_RECORD as RECORD
+from .serving import FLEX_OCCUPANCY_SOURCE as SOURCE
+
 #: the search range of a step's time, seconds
 RANGE = (1e-8, 1e-4)
 

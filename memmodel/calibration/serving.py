@@ -417,6 +417,11 @@ FLEX_PAGED_COMMAND = (
 #: the flex occupancy probe (many CTAs an SM): its paged decodes through the decoding kernel are rows
 #: too (``paged-many``): batch 16 to 128, 256 to 1024 CTAs, 1 to 4 an SM
 FLEX_OCCUPANCY_RECORD = "validation/h200/flex-occupancy/flex-occupancy-probe.json.gz"
+FLEX_OCCUPANCY_COMMAND = (
+    "python3 -m memmodel validate --gpu h200 --cases validation/cases/h200-flex-occupancy-probe.txt "
+    "--output flex-occupancy-probe.json.gz"
+)
+FLEX_OCCUPANCY_SOURCE = "measured-flex-occupancy"
 
 
 def flex_rows(
@@ -564,7 +569,7 @@ def apply_flex(
         if "co_resident" in fitted:
             figures["co_resident_cost"] = {
                 "value": fitted["co_resident"],
-                "source": "measured-flex-occupancy",
+                "source": FLEX_OCCUPANCY_SOURCE,
                 "note": "the extra share of a decoding step's time each further CTA on the busiest SM of a wave adds "
                 "(the kernel holds 4 to 10 CTAs an SM: memmodel.traffic.paged.flex_decode_ctas_per_sm); fitted with "
                 f"block_step_time to the {counts['co_resident']} paged decodes, batch 1-128 (256-1024 CTAs): "
@@ -593,11 +598,8 @@ def apply_flex(
         title = "memmodel FlexAttention paged decode probe"
         data = cite(data, FLEX_PAGED_SOURCE, title, FLEX_PAGED_RECORD, FLEX_PAGED_COMMAND, paged_env)
     if "co_resident" in fitted and many is not None:
-        from . import flex_template
-
         many_env = {"gpu": many.get("device", "GPU"), "torch": env.get("torch", "?")}
         title = "memmodel FlexAttention occupancy probe"
-        data = cite(
-            data, flex_template.SOURCE, title, flex_template.RECORD, flex_template.COMMAND, many_env, date="2026-12-04"
-        )
+        record, command = FLEX_OCCUPANCY_RECORD, FLEX_OCCUPANCY_COMMAND
+        data = cite(data, FLEX_OCCUPANCY_SOURCE, title, record, command, many_env, date="2026-12-04")
     return data
