@@ -18,6 +18,7 @@ from .host import check_timing
 from .implementations import CHOICES, CLOCK_MODES, IMPLEMENTATIONS, TILED_VARIANTS
 from .traffic.blocks import KV_ORDERS
 from .traffic.l2 import L2_MODES
+from .traffic.mla import TILE as MLA_PAGE_TOKENS
 from .traffic.paged import FLEX_DECODE_MAX_Q
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -335,6 +336,17 @@ def paged_implementation(
         raise WorkloadError(
             "--page-size with --backward is not modelled: paged KV caches are read by inference kernels"
         )
+    if impl == "flashmla":
+        # FlashInfer's MLA wrapper reads its latent cache through a page table of any page size; its
+        # kernel walks 64-token tiles whatever the page (memmodel.traffic.mla)
+        if ps != MLA_PAGE_TOKENS:
+            notes.append(
+                f"--impl flashmla at --page-size {ps}: its page table is counted at {ps} token{'s' if ps != 1 else ''} "
+                "a page; its "
+                f"figures were measured over pages of {MLA_PAGE_TOKENS} tokens (the kernel's tiles), other page "
+                "sizes not measured"
+            )
+        return impl
     if impl in (None, "auto"):
         impl = "flashinfer"
         notes.append(

@@ -518,6 +518,7 @@ def _mla_traffic(plan: TiledPlan) -> AlgorithmTraffic:
     """The absorbed MLA decode kernel (FlashInfer's Hopper kernel) or PyTorch's math fallback
     (:mod:`.traffic.mla`): their own ledgers, not a tiled loop's."""
     from .traffic.ledger import param
+    from .traffic.mla import TILE as MLA_TILE
     from .traffic.mla import flashinfer_mla_kernels, math_fallback_kernels, plan_arrays
 
     w = plan.workload
@@ -525,7 +526,7 @@ def _mla_traffic(plan: TiledPlan) -> AlgorithmTraffic:
         kernels = math_fallback_kernels(w, plan.l2_base)
         params = plan.facts.to_params() | {"gemm_tile": 128}
         return AlgorithmTraffic("tiled", "math", tuple(kernels), params=params, facts=plan.facts)
-    kernels = flashinfer_mla_kernels(w, plan.l2, plan.profile.sm_count)
+    kernels = flashinfer_mla_kernels(w, plan.l2, plan.profile.sm_count, w.page_size or MLA_TILE)
     found = {f"mla_{k}": param(v) for k, v in plan_arrays(w, plan.profile.sm_count).items()}
     return AlgorithmTraffic(
         "tiled", "flashmla", tuple(kernels), params=plan.facts.to_params() | found, facts=plan.facts

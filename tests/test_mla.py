@@ -598,3 +598,30 @@ def test_flashmla_calls_are_timed_with_its_wrappers_own_host_figure():
     times = compare(w, H200, impl="flashmla").tiled.times
     assert times.notes == ()
     assert times.of("call") > times.of("kernel") + 28.98e-6 * 0.5
+
+
+def _page_table_hbm(w: Workload) -> int:
+    (k,) = [k for k in compare(w, H200, impl="flashmla").tiled.traffic.kernels if k.name == "flashinfer_mla"]
+    return sum(t.bytes for t in k.transfers if t.tensor == "page_table" and t.level == "hbm")
+
+
+def test_flashmla_takes_the_cache_page_size(run):
+    # FlashInfer's MLA wrapper reads its latent cache through a page table of any page size: 32 requests
+    # of 4096 tokens, 4-byte entries: 32 · 64 · 4 = 8,192 bytes at pages of 64 (the default, the kernel's
+    # tile), 32 · 4096 · 4 = 524,288 at pages of 1 (SGLang's); the time is the same (the kernel walks
+    # 64-token tiles whatever the page)
+    w = Workload(n=1, n_kv=4096, d=576, d_v=512, batch=32, heads=128, kv_heads=1, dtype="bf16")
+    assert _page_table_hbm(w) == _page_table_hbm(w.with_(page_size=64)) == 8_192
+    assert _page_table_hbm(w.with_(page_size=1)) == 524_288
+    out = run(
+        "compare", "--model", "deepseek-v3", "--n", "1", "--n-kv", "4096", "--batch", "32", "--dtype", "bf16",
+        "--gpu", "h200", "--impl", "flashmla", "--page-size", "64",
+    )  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    assert "--impl flashmla at --page-size" not in out.stderr
+    small = run(
+        "compare", "--model", "deepseek-v3", "--n", "1", "--n-kv", "4096", "--batch", "32", "--dtype", "bf16",
+        "--gpu", "h200", "--impl", "flashmla", "--page-size", "1",
+    )  # fmt: skip
+    assert small.exit_code == 0, small.stderr
+    assert "counted at 1 token a page" in small.stderr and "not measured" in small.stderr
