@@ -238,6 +238,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         splits_kv=False,
         paged="any",
         paged_only=True,
+        kv_dtypes=("fp8", "fp8_e5m2"),
     ),
     "flex": Implementation(
         "flex",

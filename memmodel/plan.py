@@ -385,6 +385,12 @@ def paged_kernel_choice(plan: TiledPlan) -> str:
         hopper = implementations._capability(plan.profile) == 9.0
         fa3 = hopper & np.isin(d, paged.FLASHINFER_FA3_HEAD_DIMS) & (w.dtype in ("fp16", "bf16"))
         choice = np.where(decode, np.where(groups, "decode", "decode_tc"), np.where(fa3, "prefill_sm90", "prefill"))
+        if w.kv_dtype is not None and np.any(choice != "decode"):
+            raise WorkloadError(
+                f"--kv-dtype {w.kv_dtype} with --impl flashinfer: an FP8 K/V cache is modelled in its CUDA-core decode "
+                f"(--n 1, groups {', '.join(map(str, paged.FLASHINFER_DECODE_GROUPS))}); its tensor-core decode and "
+                "prefill kernels over an FP8 cache are not"
+            )
     else:
         pow2 = (g & (g - 1)) == 0
         choice = np.where((n < paged.FLEX_DECODE_MAX_Q) & pow2, "decode", "forward")

@@ -360,19 +360,20 @@ def test_quantize_round_trips_within_the_formats_precision():
     assert float(dequantize(x8, s, per_head=True).abs().amax()) == pytest.approx(float(x.abs().amax()), rel=1e-6)
 
 
-def test_page_table_and_pages():
-    from memmodel.gpu.fp8 import page_table, to_pages
+def test_an_fp8_cache_scatters_into_the_pool_exactly():
+    # the FP8 decode cases lay their pages out as the 16-bit paged cases do (a pool twice the batch's
+    # pages, each request's drawn from a permutation): scattered through bf16, which holds every e4m3
+    # and e5m2 value exactly, and back to fp8
+    from memmodel.gpu.fp8 import quantize
+    from memmodel.gpu.paged_run import gather_nhd, page_table, scatter_nhd
 
-    t = page_table(torch, batch=3, n_kv=40, page_size=16)  # 3 pages a request, the last holds 8 tokens
-    assert t["indptr"].tolist() == [0, 3, 6, 9]
-    assert t["indices"].tolist() == list(range(9))
-    assert t["last_page_len"].tolist() == [8, 8, 8]
-    assert page_table(torch, 1, 32, 16)["last_page_len"].tolist() == [16]
-    k = torch.arange(3 * 2 * 40 * 4, dtype=torch.float32).view(3, 2, 40, 4)
-    pages = to_pages(torch, k, 16)
-    assert pages.shape == (9, 16, 2, 4)
-    assert torch.equal(pages[3, 0], k[1, :, 0])  # request 1's first token, every head
-    assert torch.equal(pages[5, 7], k[1, :, 39]) and float(pages[5, 8:].abs().sum()) == 0.0
+    k = torch.randn(3, 2, 40, 8)
+    for fmt in ("fp8", "fp8_e5m2"):
+        k8, _ = quantize(torch, k, fmt)
+        pt = page_table(batch=3, n_kv=40, page_size=16, seed=2)  # 3 pages a request, 18 in the pool
+        pool = scatter_nhd(k8.to(torch.bfloat16), pt, 16).to(k8.dtype)
+        assert pool.dtype == k8.dtype and pool.shape == (18, 16, 2, 8)
+        assert torch.equal(gather_nhd(pool.to(torch.bfloat16), pt, 40), k8.to(torch.bfloat16))
 
 
 def test_cast_steps_match_the_dequantised_reference():

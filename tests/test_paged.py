@@ -122,6 +122,41 @@ def test_flashinfer_decode_ledger():
     assert k.ctas == 8 * 18 * 8  # requests · chunks · K/V heads
 
 
+def test_flashinfer_decode_reads_an_fp8_cache_at_a_byte_and_converts_it():
+    w = llama_decode()
+    c16 = compare(w, H200, impl="flashinfer")
+    c8 = compare(w.with_(kv_dtype="fp8"), H200, impl="flashinfer")
+    k16, k8 = kernel(c16, "flashinfer_decode"), kernel(c8, "flashinfer_decode")
+    # every valid row once at a byte an element: 8 · 8 · 4096 · 128 · 1 = 33,554,432 bytes of K (and V)
+    assert tensor_bytes(k8, "K") == tensor_bytes(k8, "V") == 33_554_432
+    # Q, O stay bf16: the same bytes
+    assert tensor_bytes(k8, "Q") == tensor_bytes(k16, "Q")
+    # the dot products on CUDA cores (8 · 32 · 4096 scores, 4 · 128 + 4 FLOPs each) and each K and V
+    # element converted once: 5 · 2 · 8 · 8 · 4096 · 128 = 335,544,320 FLOPs more
+    scores = 8 * 32 * 4096
+    assert k16.softmax_flops == scores * (4 * 128 + 4)
+    assert k8.softmax_flops == scores * (4 * 128 + 4) + 5 * 2 * 8 * 8 * 4096 * 128
+    # its tile is built for 1-byte loads: vec_size = max(16 / 1, 128 / 32) = 16, bdx = 8
+    assert paged.flashinfer_decode_tile(128, 4, 1)["bdx"] == 8
+    assert c8.tiled.traffic.params["kv_element_bytes"] == 1
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        ["--n", "1", "--heads", "64", "--kv-heads", "4"],  # group 16: the tensor-core decode
+        ["--n", "128", "--heads", "32", "--kv-heads", "8", "--causal"],  # a chunked prefill
+    ],
+)
+def test_flashinfer_refuses_an_fp8_cache_outside_its_cuda_core_decode(shape):
+    rest = ["--d", "128", "--n-kv", "4096", "--batch", "8", "--dtype", "bf16", "--kv-dtype", "fp8"]
+    out = CliRunner().invoke(
+        cli, ["compare", *shape, *rest, "--page-size", "16", "--impl", "flashinfer", "--gpu", "h200"]
+    )
+    assert out.exit_code == 2
+    assert "an FP8 K/V cache is modelled in its CUDA-core decode" in out.output
+
+
 def test_no_split_no_merge():
     c = compare(llama_decode(batch=128), H200, impl="flashinfer")
     assert [k.name for k in c.tiled.traffic.kernels] == ["flashinfer_decode"]

@@ -69,27 +69,6 @@ def head0(x8: Any, scale: Any, per_head: bool = False) -> Any:
     return dequantize(x8[:1], scale, per_head)
 
 
-def page_table(torch: Any, batch: int, n_kv: int, page_size: int = PAGE_SIZE, device: str = "cpu") -> dict[str, Any]:
-    """FlashInfer's page table for ``batch`` requests of ``n_kv`` tokens each, their pages laid
-    out one request after another: ``indptr`` (batch + 1), ``indices`` (every page), and
-    ``last_page_len`` (tokens in each request's last page, 1 to ``page_size``)."""
-    pages = -(-n_kv // page_size)
-    indptr = torch.arange(batch + 1, dtype=torch.int32, device=device) * pages
-    indices = torch.arange(batch * pages, dtype=torch.int32, device=device)
-    last = torch.full((batch,), n_kv - (pages - 1) * page_size, dtype=torch.int32, device=device)
-    return {"indptr": indptr, "indices": indices, "last_page_len": last, "pages": pages}
-
-
-def to_pages(torch: Any, x: Any, page_size: int = PAGE_SIZE) -> Any:
-    """K or V (batch × kv_heads × N_kv × d) as FlashInfer's NHD pages: (batch · pages) × page_size
-    × kv_heads × d, the last page of each request padded with zeros."""
-    b, h, n, d = x.shape
-    pages = -(-n // page_size)
-    padded = torch.zeros(b, pages * page_size, h, d, dtype=x.dtype, device=x.device)
-    padded[:, :n] = x.transpose(1, 2)
-    return padded.view(b * pages, page_size, h, d)
-
-
 def flashinfer_missing() -> str | None:
     """Why FlashInfer cannot run here, in one line; None where it imports."""
     try:
@@ -200,18 +179,26 @@ def cast_steps(
 
 
 def decode_steps(case: Case, inputs: Fp8Inputs) -> list[tuple[str, Callable[[], Any]]]:
-    """``impl=flashinfer,kv_dtype=fp8``: FlashInfer's paged decode (N = 1) reading an FP8 cache of
-    :data:`PAGE_SIZE`-token pages, Q and O in the dtype, per-tensor k/v scales."""
+    """``impl=flashinfer,kv_dtype=fp8``: FlashInfer's paged decode (N = 1, its CUDA-core kernel)
+    reading an FP8 cache of the case's pages (:data:`PAGE_SIZE` where it gives none) scattered over
+    a pool as the 16-bit paged cases' (:func:`memmodel.gpu.paged_run.page_table`), Q and O in the
+    dtype, per-tensor k/v scales."""
     import torch
+
+    from .paged_run import page_table as pool_table
+    from .paged_run import scatter_nhd
 
     flashinfer = _require_flashinfer(case)
     if case.n != 1:
         raise RuntimeFailure(f"{case.id}: the FP8 K/V decode cases run one query row (n=1)")
     device = inputs.k8.device
-    table = page_table(torch, case.batch, case.n_kv_, PAGE_SIZE, device=str(device))
-    k_pages, v_pages = to_pages(torch, inputs.k8), to_pages(torch, inputs.v8)
+    p = int(case.page_size or PAGE_SIZE)
+    table = pool_table(case.batch, case.n_kv_, p, 0, device, case.kv_pool)
+    # scattered through 16 bits (every e4m3/e5m2 value is exact there), the pool back in fp8
+    k_pages = scatter_nhd(inputs.k8.to(torch.bfloat16), table, p).to(inputs.k8.dtype)
+    v_pages = scatter_nhd(inputs.v8.to(torch.bfloat16), table, p).to(inputs.v8.dtype)
     workspace = torch.empty(128 * 1024 * 1024, dtype=torch.uint8, device=device)
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=False)
     wrapper.plan(
         table["indptr"],
         table["indices"],
@@ -219,7 +206,7 @@ def decode_steps(case: Case, inputs: Fp8Inputs) -> list[tuple[str, Callable[[], 
         case.heads,
         case.kv_heads_,
         case.d,
-        PAGE_SIZE,
+        p,
         q_data_type=inputs.q8.dtype,
         kv_data_type=torch_fp8(torch, case.kv_dtype or "fp8"),
     )

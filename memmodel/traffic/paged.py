@@ -293,12 +293,17 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     ``BatchDecodeWithPagedKVCacheKernel`` on a grid of (requests × chunks, H_kv) CTAs, each the
     group's query heads against one chunk of one request's K/V (every valid row read once), and
     where the plan split, ``PersistentVariableLengthMergeStatesKernel`` over the chunks' partial
-    O (in the output dtype: the kernel's ``tmp_v`` is ``DTypeO``) and logsumexp (fp32)."""
-    e = w.element_bytes
+    O (in the output dtype: the kernel's ``tmp_v`` is ``DTypeO``) and logsumexp (fp32). An FP8
+    cache (``Workload.kv_dtype``) is read at a byte an element, each converted in registers
+    (``vec_cast``: :data:`memmodel.implementations.KV_DEQUANT_FLOPS` on the FP32 pipe), its tile
+    built for the 1-byte loads (``vec_size`` 16 / sizeof(DTypeKV))."""
+    from ..implementations import KV_DEQUANT_FLOPS
+
+    e, ekv = w.element_bytes, w.kv_element_bytes
     ps = int(w.page_size or 1)
 
     def plan(d: int, g: int, b: int, hk: int, nkv: int) -> tuple[int, ...]:
-        tile = flashinfer_decode_tile(d, g, e)
+        tile = flashinfer_decode_tile(d, g, ekv)
         per_sm = flashinfer_decode_ctas_per_sm(tile, smem_per_sm, d, g)
         chunks, chunk_pages = flashinfer_decode_chunks(b, hk, -(-nkv // ps), ps, per_sm * sm_count)
         return chunks, chunk_pages, per_sm, tile["tokens_per_iter"], tile["stages"], tile["threads"]
@@ -306,7 +311,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     chunks, chunk_pages, per_sm, tokens_iter, stages, _ = _each(plan, w.d, w.group, w.batch, w.kv_heads_, w.n_kv_)
     bh = intmath.mul(w.batch, w.heads)
     q = intmath.mul(bh, w.n, w.d, e)
-    kv = intmath.mul(w.batch, w.kv_heads_, w.n_kv_, row_bytes(w.d, e))
+    kv = intmath.mul(w.batch, w.kv_heads_, w.n_kv_, row_bytes(w.d, ekv))
     ctas = intmath.mul(w.batch, chunks, w.kv_heads_)
     split = np.asarray(chunks) > 1
     k = KernelBuilder("flashinfer_decode")
@@ -318,12 +323,15 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     partial_lse = intmath.mul(bh, chunks, STAT_BYTES)
     _outputs(k, q, partial_o, partial_lse, chunks, "B·H·chunks·d·e", "B·H·chunks·4")
     scores = intmath.mul(bh, w.n_kv_)
+    dots = intmath.add(intmath.mul(4, scores, w.d), intmath.mul(4, scores))  # dot products on CUDA cores
+    if w.kv_dtype is not None:  # every K and V element converted once, where its CTA loads it
+        dots = intmath.add(dots, intmath.mul(KV_DEQUANT_FLOPS, 2, w.batch, w.kv_heads_, w.n_kv_, w.d))
     decode = k.build(
-        softmax_flops=intmath.add(intmath.mul(4, scores, w.d), intmath.mul(4, scores)),  # dot products on CUDA cores
+        softmax_flops=dots,
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, intmath.mul(per_sm, sm_count)),
         ctas=ctas,
-        bytes_in_flight_per_cta=intmath.mul(2, stages, tokens_iter, row_bytes(w.d, e)),
+        bytes_in_flight_per_cta=intmath.mul(2, stages, tokens_iter, row_bytes(w.d, ekv)),
         overlap="serial-compute",
         splits=chunks,
         kind=SPLIT_KV,
@@ -349,6 +357,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     params = {
         "kernel": "decode (CUDA cores)",
         "page_size": ps,
+        "kv_element_bytes": ekv,
         "kv_layout": "NHD",
         "chunks": chunks,
         "chunk_pages": chunk_pages,
