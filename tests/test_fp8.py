@@ -401,6 +401,30 @@ def test_cast_steps_match_the_dequantised_reference():
         gpu_run.DEVICE = old
 
 
+def test_a_paged_fp8_decode_case_makes_its_inputs_before_it_needs_flashinfer():
+    # the FP8 cases draw their inputs as an unpaged bf16 case would (a paged sdpa-flash case is refused:
+    # the first device run of the FP8 cache set failed there); FlashInfer is the next thing it needs
+    pytest.importorskip("torch")
+    from memmodel.errors import RuntimeFailure
+    from memmodel.gpu import run as gpu_run
+
+    case = parse_case(
+        "impl=flashinfer,batch=2,heads=4,kv_heads=2,n=1,n_kv=300,d=64,dtype=bf16,kv_dtype=fp8,page_size=16"
+    )
+    old = gpu_run.DEVICE
+    gpu_run.DEVICE = "cpu"
+    try:
+        try:
+            import flashinfer  # noqa: F401
+        except ImportError:
+            with pytest.raises(RuntimeFailure, match="flashinfer"):
+                gpu_run.CaseRun(case)
+        else:  # pragma: no cover - FlashInfer installed: it needs CUDA
+            pytest.skip("FlashInfer is installed here: the decode itself needs a GPU")
+    finally:
+        gpu_run.DEVICE = old
+
+
 def test_fp8_cases_refuse_what_the_runner_cannot_run():
     from memmodel.errors import RuntimeFailure
     from memmodel.gpu import run as gpu_run

@@ -459,7 +459,14 @@ class CaseRun:
 
         if case.backward or case.dropout or case.block_q or case.block_kv:
             raise RuntimeFailure(f"{case.id}: the FP8 cases run the forward alone, no dropout, the kernels' own tiles")
-        plain = replace(case, impl="sdpa-flash", dtype="bf16" if case.dtype == "fp8" else case.dtype, kv_dtype=None)
+        plain = replace(
+            case,
+            impl="sdpa-flash",
+            dtype="bf16" if case.dtype == "fp8" else case.dtype,
+            kv_dtype=None,
+            page_size=None,  # the inputs alone: a paged case lays its pages out itself
+            kv_pool=None,
+        )
         q, k, v = make_inputs(plain, seed, offset)
         inputs = fp8.Fp8Inputs(case, q, k, v)
         if case.dtype == "fp8":
