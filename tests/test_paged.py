@@ -399,6 +399,19 @@ def test_reference_is_bottom_right_causal(on_cpu):
         paged_run.check(case, out + 1.0, q, k, v, 1e-5)
 
 
+def test_check_takes_the_requests_the_reference_holds(on_cpu):
+    # the FP8 cache cases' reference holds request 0 alone (dequantised): the check compares that one
+    from memmodel.gpu import paged_run
+
+    case = Case(impl="flashinfer", n=1, n_kv=5, d=4, batch=3, heads=2, kv_heads=1, dtype="fp32", page_size=16)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, h, n, 4, generator=g) for h, n in ((2, 1), (1, 5), (1, 5)))
+    out = paged_run.reference(case, q, k, v).unsqueeze(0).expand(3, -1, -1, -1)
+    assert paged_run.check(case, out, q, k, v, 1e-5) < 1e-6
+    with pytest.raises(Exception, match="relative error"):
+        paged_run.check(case, out + 1.0, q, k, v, 1e-5)
+
+
 def test_flex_on_cpu_runs_the_paged_cache(on_cpu):
     """FlexAttention's eager path on the CPU through PagedAttention's block mask: the runner's
     page table and allocator order agree, and the output matches the reference."""
