@@ -1010,6 +1010,13 @@ def kernel_time(
     forward = kernel.pass_ != "backward"
     fp32 = profile.peak_flops("fp32")
     softmax_flops = intmath.to_float(kernel.softmax_flops)
+    if np.any(np.asarray(kernel.converted_elements) > 0):
+        # an FP8 cache converted in registers: the implementation's measured cost an element, else the
+        # house's count (the issue-slot rule), on the FP32 pipe with its other FLOPs
+        mine = profile.implementation_figures.get(kernel.figures_own) if kernel.figures_own else None
+        per = mine.kv_convert_flops if mine is not None and mine.kv_convert_flops is not None else None
+        per = implementations.KV_DEQUANT_FLOPS if per is None else per
+        softmax_flops = softmax_flops + intmath.to_float(kernel.converted_elements) * per
     if impl is not None and impl.lazy_rescale and forward:
         # O is rescaled only where a row's maximum jumps past the threshold: taken as never
         softmax_flops = softmax_flops - intmath.to_float(kernel.rescale_flops)

@@ -130,6 +130,10 @@ def with_links(text: str) -> str:
 
     if (ROOT / flex_paged.RECORD).exists():  # flex's prefill over a paged cache, after its prefill figures
         data = flex_paged.apply(data, json.load(gzip.open(ROOT / flex_paged.RECORD, "rt")))
+    from memmodel.calibration import flashinfer_fp8
+
+    if (ROOT / flashinfer_fp8.RECORD).exists():  # FlashInfer's decode over an FP8 cache, after its own figures
+        data = flashinfer_fp8.apply(data, json.load(gzip.open(ROOT / flashinfer_fp8.RECORD, "rt")))
     from memmodel.calibration import flex_template
 
     if (ROOT / flex_template.RECORD).exists():  # flex's forward template at a decode over a paged cache

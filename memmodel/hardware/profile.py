@@ -384,6 +384,10 @@ class ImplementationFigures:
     #: the extra share of a decoding step's time each further CTA on its SM adds (the SM's pipes
     #: shared: flex's decoding kernel holds 4 to 10 CTAs an SM); None: none
     co_resident_cost: float | None = None
+    #: FP32-pipe FLOPs its kernel spends converting one element of an FP8 K/V cache for one query
+    #: head (``Kernel.converted_elements``), at its efficiency like its other FLOPs; None: the
+    #: house's count (:data:`memmodel.implementations.KV_DEQUANT_FLOPS`)
+    kv_convert_flops: float | None = None
     #: seconds one CTA of its forward template takes a step when its Q tile holds a decode's few
     #: rows over a paged cache (every block partial, the page lookup element by element), by the
     #: K/V block a step loads: a latency floor under its products' rate

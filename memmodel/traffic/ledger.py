@@ -228,6 +228,10 @@ class Kernel:
     #: keys each CTA walks before its blocks to build the default block mask inside the kernel's
     #: graph (flex_attention called without one); 0 none
     mask_keys: IntLike = 0
+    #: elements of an FP8 K/V cache converted in registers, each once for every query head that
+    #: reads it (FlashInfer's CUDA-core decode: ``cast_load`` per thread of its group), at the
+    #: implementation's cost an element (``implementations.<name>.kv_convert_flops``); 0 none
+    converted_elements: IntLike = 0
     #: a split-KV kernel timed by its steps: the K/V block steps of its busiest CTA (flex's
     #: TILE_KV, a share of the K tensor's length, capped at the request's keys, over BLOCK_N)
     cta_steps: IntLike = 0

@@ -294,11 +294,10 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     group's query heads against one chunk of one request's K/V (every valid row read once), and
     where the plan split, ``PersistentVariableLengthMergeStatesKernel`` over the chunks' partial
     O (in the output dtype: the kernel's ``tmp_v`` is ``DTypeO``) and logsumexp (fp32). An FP8
-    cache (``Workload.kv_dtype``) is read at a byte an element, each converted in registers
-    (``vec_cast``: :data:`memmodel.implementations.KV_DEQUANT_FLOPS` on the FP32 pipe), its tile
-    built for the 1-byte loads (``vec_size`` 16 / sizeof(DTypeKV))."""
-    from ..implementations import KV_DEQUANT_FLOPS
-
+    cache (``Workload.kv_dtype``) is read at a byte an element and converted in registers by every
+    thread that reads it (``cast_load`` in ``compute_qk`` and ``update_local_state``: once for each
+    query head of the group, ``Kernel.converted_elements``), its tile built for the 1-byte loads
+    (``vec_size`` 16 / sizeof(DTypeKV))."""
     e, ekv = w.element_bytes, w.kv_element_bytes
     ps = int(w.page_size or 1)
 
@@ -324,10 +323,10 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
     _outputs(k, q, partial_o, partial_lse, chunks, "B·H·chunks·d·e", "B·H·chunks·4")
     scores = intmath.mul(bh, w.n_kv_)
     dots = intmath.add(intmath.mul(4, scores, w.d), intmath.mul(4, scores))  # dot products on CUDA cores
-    if w.kv_dtype is not None:  # every K and V element converted once, where its CTA loads it
-        dots = intmath.add(dots, intmath.mul(KV_DEQUANT_FLOPS, 2, w.batch, w.kv_heads_, w.n_kv_, w.d))
+    converted = intmath.mul(2, scores, w.d) if w.kv_dtype is not None else 0  # K and V, per query head
     decode = k.build(
         softmax_flops=dots,
+        converted_elements=converted,
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, intmath.mul(per_sm, sm_count)),
         ctas=ctas,
