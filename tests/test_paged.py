@@ -129,16 +129,54 @@ def test_flashinfer_decode_reads_an_fp8_cache_at_a_byte_and_converts_it():
     k16, k8 = kernel(c16, "flashinfer_decode"), kernel(c8, "flashinfer_decode")
     # every valid row once at a byte an element: 8 · 8 · 4096 · 128 · 1 = 33,554,432 bytes of K (and V)
     assert tensor_bytes(k8, "K") == tensor_bytes(k8, "V") == 33_554_432
-    # Q, O stay bf16: the same bytes
+    # Q, O stay bf16: the same bytes; the dot products the same (8 · 32 · 4096 scores, 4 · 128 + 4 each)
     assert tensor_bytes(k8, "Q") == tensor_bytes(k16, "Q")
-    # the dot products on CUDA cores (8 · 32 · 4096 scores, 4 · 128 + 4 FLOPs each) and each K and V
-    # element converted once: 5 · 2 · 8 · 8 · 4096 · 128 = 335,544,320 FLOPs more
     scores = 8 * 32 * 4096
-    assert k16.softmax_flops == scores * (4 * 128 + 4)
-    assert k8.softmax_flops == scores * (4 * 128 + 4) + 5 * 2 * 8 * 8 * 4096 * 128
+    assert k16.softmax_flops == k8.softmax_flops == scores * (4 * 128 + 4)
+    # every thread converts what it reads for its own query head: K and V, 2 · 8 · 32 · 4096 · 128
+    assert k16.converted_elements == 0 and k8.converted_elements == 2 * scores * 128
     # its tile is built for 1-byte loads: vec_size = max(16 / 1, 128 / 32) = 16, bdx = 8
     assert paged.flashinfer_decode_tile(128, 4, 1)["bdx"] == 8
     assert c8.tiled.traffic.params["kv_element_bytes"] == 1
+
+
+def test_the_fp8_conversion_is_timed_at_the_measured_cost_an_element():
+    # group 8 (64 heads on 8), 16 requests of 8192 keys: bound by the dot products on CUDA cores. The
+    # conversion adds converted · kv_convert_flops FLOPs beside them, at the same efficiency
+    w = llama_decode(batch=16, n_kv=8192).with_(heads=64)
+    w8 = w.with_(kv_dtype="fp8")
+    scores = 16 * 64 * 8192
+    for per in (0.5, 2.0):
+        p = H200.with_implementation_figures("flashinfer", kv_convert_flops=per)
+        t16 = next(k for k in compare(w, p, impl="flashinfer").tiled.timing.kernels if k.name == "flashinfer_decode")
+        t8 = next(k for k in compare(w8, p, impl="flashinfer").tiled.timing.kernels if k.name == "flashinfer_decode")
+        dots = scores * (4 * 128 + 4)
+        assert t8.terms["softmax"] == pytest.approx(t16.terms["softmax"] * (dots + per * 2 * scores * 128) / dots)
+    # without a figure of its own, the house's count: KV_DEQUANT_FLOPS an element
+    from memmodel.implementations import KV_DEQUANT_FLOPS
+
+    bare = H200.with_implementation_figures("flashinfer", kv_convert_flops=None)
+    t16 = next(k for k in compare(w, bare, impl="flashinfer").tiled.timing.kernels if k.name == "flashinfer_decode")
+    t8 = next(k for k in compare(w8, bare, impl="flashinfer").tiled.timing.kernels if k.name == "flashinfer_decode")
+    dots = scores * (4 * 128 + 4)
+    assert t8.terms["softmax"] == pytest.approx(
+        t16.terms["softmax"] * (dots + KV_DEQUANT_FLOPS * 2 * scores * 128) / dots
+    )
+
+
+def test_the_fp8_conversion_fit_and_the_profile_agree():
+    import gzip
+    import json
+    from pathlib import Path
+
+    from memmodel.calibration import flashinfer_fp8
+
+    record = json.load(gzip.open(Path(__file__).resolve().parent.parent / flashinfer_fp8.RECORD, "rt"))
+    # the probe's 10 FP8 decodes (groups 1, 2, 4, 8 at d 64 and 128; group 4 also at 4 and 64 requests)
+    assert len(flashinfer_fp8.rows(record)) == 10
+    bundled = H200.implementation("flashinfer").kv_convert_flops
+    assert flashinfer_fp8.fit(record, H200) == pytest.approx(bundled, rel=0.02)
+    assert 0.1 < bundled < 5
 
 
 @pytest.mark.parametrize(
