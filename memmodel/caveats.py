@@ -162,6 +162,20 @@ def fp8_lines(w: Any, impl: str | None, profile: Any) -> list[str]:
                 "casts them first: kernels kv_cast_k, kv_cast_v (K, V read at 1 byte, written in the dtype), then "
                 f"{name} on the 16-bit copies."
             )
+        elif impl == "flashinfer":
+            figures = profile.implementation_figures.get("flashinfer") if profile is not None else None
+            measured = figures.kv_convert_flops if figures is not None else None
+            cost = (
+                f"{measured:g} FP32 FLOPs each (implementations.flashinfer.kv_convert_flops; where it comes from: "
+                f"memmodel hardware show {profile.name})"
+                if measured is not None
+                else f"{KV_DEQUANT_FLOPS} FP32 FLOPs each (the house's count; no measured cost on {name})"
+            )
+            out.append(
+                f"--kv-dtype {w.kv_dtype}: FlashInfer's decode reads K and V at 1 byte; every thread converts what it "
+                f"reads for its own query head, so each element is converted once per query head of the group, {cost}; "
+                "per-tensor scales folded into the softmax scale and O."
+            )
         else:
             out.append(
                 f"--kv-dtype {w.kv_dtype}: K and V read at 1 byte and converted in the kernel, {KV_DEQUANT_FLOPS} FP32 "

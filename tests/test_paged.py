@@ -164,6 +164,16 @@ def test_the_fp8_conversion_is_timed_at_the_measured_cost_an_element():
     )
 
 
+def test_an_fp8_cache_decode_says_how_its_conversions_are_counted(run):
+    out = run(
+        "compare", "--n", "1", "--n-kv", "4096", "--batch", "8", "--heads", "32", "--kv-heads", "8", "--d", "128",
+        "--dtype", "bf16", "--kv-dtype", "fp8", "--page-size", "16", "--impl", "flashinfer", "--gpu", "h200",
+    )  # fmt: skip
+    assert out.exit_code == 0, out.stderr
+    assert "converted once per query head of the group" in out.stderr
+    assert "implementations.flashinfer.kv_convert_flops" in out.stderr
+
+
 def test_the_fp8_conversion_fit_and_the_profile_agree():
     import gzip
     import json
