@@ -1153,6 +1153,11 @@ def kernel_time(
         # its bytes (its loads wait on each other); the busiest CTA's steps, once per wave of the
         # CTAs that find blocks
         step = interpolate_log2(by_block, np.asarray(intmath.to_float(kernel.kv_block), dtype=np.float64))
+        share = measured.contiguous_step_share
+        if share is not None and np.any(np.asarray(kernel.mask_keys) > 0):
+            # measured: over contiguous K/V (the kernel builds its default mask) a step reads no page
+            # table first, and takes this share of the block's step time
+            step = np.where(np.asarray(kernel.mask_keys) > 0, step * share, step)
         if cta_rate is not None and np.any(np.asarray(kernel.step_bytes) > 0):
             # measured with it: the step's K/V loads at one CTA's rate (d 128 steps load twice d 64's)
             step = step + np.asarray(intmath.to_float(kernel.step_bytes), dtype=np.float64) / cta_rate

@@ -458,9 +458,9 @@ def flex_rows(
         us = [float(k["time_s"]) for k in timing.get("profiled_kernels", []) if k["name"].startswith("triton_tem_")]
         case = Case.from_dict(c["case"])
         group = int(case.workload().group)
-        if c.get("status") != "ok" or not us or not c["case"].get("page_size") or group & (group - 1):
+        if c.get("status") != "ok" or not us or group & (group - 1):
             continue
-        out.append(Row(case.spec(), "flex_decode", sum(us), "paged-many"))
+        out.append(Row(case.spec(), "flex_decode", sum(us), "paged-many" if c["case"].get("page_size") else "no-mask"))
     return out
 
 
@@ -476,10 +476,13 @@ FLEX_FIGURES: tuple[tuple[str, Callable[[Row], bool], tuple[float, float]], ...]
     ("step_16", lambda r: r.choice.startswith("paged") and _page(r) == 16, (1e-8, 1e-4)),
     ("step_bandwidth", lambda r: r.choice.startswith("paged"), (1e8, 1e13)),
     ("co_resident", lambda r: r.choice.startswith("paged"), (1e-4, 4.0)),
+    ("contiguous_share", lambda r: r.choice == "no-mask", (0.05, 2.0)),
     ("mask_key_time", lambda r: r.choice == "no-mask", (1e-12, 1e-6)),
 )
 #: the figures fitted together (in turns, each on its rows, until they settle), before the rest
 FLEX_JOINT = ("step_64", "step_16", "step_bandwidth", "co_resident")
+#: then, with those held, the contiguous decodes' two, together in turns the same way
+FLEX_CONTIGUOUS = ("contiguous_share", "mask_key_time")
 FLEX_ROUNDS = 8
 
 
@@ -492,6 +495,8 @@ def _flex_figures(f: Mapping[str, float]) -> dict[str, Any]:
         out["cta_bandwidth_bytes_per_s"] = ((1, f["step_bandwidth"]),)
     if "co_resident" in f:
         out["co_resident_cost"] = f["co_resident"]
+    if "contiguous_share" in f:
+        out["contiguous_step_share"] = f["contiguous_share"]
     return out
 
 
@@ -531,8 +536,14 @@ def fit_flex(
         for _ in range(FLEX_ROUNDS):
             for name, keep, (lo, hi) in joint:
                 fit(name, keep, lo, hi)
+    second = [f for f in FLEX_FIGURES if f[0] in FLEX_CONTIGUOUS and any(f[1](r) for r in found)]
+    if second:
+        fitted["contiguous_share"] = 1.0  # the paged step's, to start
+        for _ in range(FLEX_ROUNDS):
+            for name, keep, (lo, hi) in second:
+                fit(name, keep, lo, hi)
     for name, keep, (lo, hi) in FLEX_FIGURES:
-        if name not in FLEX_JOINT and any(keep(r) for r in found):
+        if name not in FLEX_JOINT + FLEX_CONTIGUOUS and any(keep(r) for r in found):
             fit(name, keep, lo, hi)
     p = at(fitted)
     return fitted, [(r, predicted(plans[r.case], r.kernel, p)) for r in found]
@@ -584,12 +595,20 @@ def apply_flex(
                 f"block_step_time to the {counts['step_bandwidth']} paged decodes (d 128's steps take longer "
                 f"than d 64's at pages of 64 and more): {__name__}",
             }
+    if "contiguous_share" in fitted:
+        figures["contiguous_step_share"] = {
+            "value": fitted["contiguous_share"],
+            "source": FLEX_SOURCE,
+            "note": "the share of the block's step time a step of flex's decoding kernel takes over contiguous K/V (no "
+            "page table to read first); fitted with mask_key_time, in turns, to "
+            f"{counts['contiguous_share']} decodes without a mask (d 64 and 128, batch 1-128, 2k-32k keys): {__name__}",
+        }
     figures["mask_key_time"] = {
         "value": f"{fitted['mask_key_time'] * 1e9:.4g} ns",
         "source": FLEX_SOURCE,
         "note": "what a CTA of flex's decoding kernel spends a key building the default block mask (flex_attention "
-        f"called without one), each wave; fitted to {counts['mask_key_time']} decodes without a mask (batch 1-64, "
-        f"2k-32k keys): {__name__}",
+        f"called without one), each wave, beside its steps; fitted to {counts['mask_key_time']} decodes without a "
+        f"mask (batch 1-128, 2k-32k keys): {__name__}",
     }
     data.setdefault("implementations", {})["flex"] = figures
     data = cite(data, FLEX_SOURCE, "memmodel FlexAttention decode probe", FLEX_RECORD, FLEX_COMMAND, env)

@@ -96,6 +96,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.mask_key_time", "cycles"),
     ("implementations.*.template_step_time", "cycles"),
     ("implementations.*.co_resident_cost", "same"),
+    ("implementations.*.contiguous_step_share", "same"),
     ("implementations.*.kv_convert_flops", "same"),
     ("interconnect.*_efficiency", "same"),
     ("interconnect.p2p_sms", "same"),

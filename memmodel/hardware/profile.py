@@ -384,6 +384,10 @@ class ImplementationFigures:
     #: the extra share of a decoding step's time each further CTA on its SM adds (the SM's pipes
     #: shared: flex's decoding kernel holds 4 to 10 CTAs an SM); None: none
     co_resident_cost: float | None = None
+    #: its decoding kernel over contiguous K/V (the default mask built in the kernel's graph): the
+    #: share of the block's step time a step takes without a page table to read (its loads'
+    #: addresses known); None: the paged step's
+    contiguous_step_share: float | None = None
     #: FP32-pipe FLOPs its kernel spends converting one element of an FP8 K/V cache for one query
     #: head (``Kernel.converted_elements``), at its efficiency like its other FLOPs; None: the
     #: house's count (:data:`memmodel.implementations.KV_DEQUANT_FLOPS`)
