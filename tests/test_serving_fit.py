@@ -117,11 +117,16 @@ def test_the_bundled_profile_holds_flexs_decode_figures_as_fitted():
     assert flex.mask_key_time_s == pytest.approx(fitted["mask_key_time"])
     assert [r for _, r in flex.cta_bandwidth_bytes_per_s] == pytest.approx([fitted["step_bandwidth"]])
     assert flex.co_resident_cost == pytest.approx(fitted["co_resident"])
+    assert flex.contiguous_step_share == pytest.approx(fitted["contiguous_share"])
     # 7 batches + 4 key counts without a mask; the paged probe's 24 (the contiguous BlockMask rows are not
     # rows); the occupancy probe's 11 paged decodes of a group of 4 (6 at pages of 64, 3 of 16, 2 at d 64)
-    assert len(predicted) == 11 + 24 + 11
+    # and its 10 contiguous ones (6 at d 128, 4 at d 64)
+    assert len(predicted) == 11 + 24 + 11 + 10
     many = sorted(abs(p / r.measured_s - 1) for r, p in predicted if r.choice == "paged-many")
     assert len(many) == 11 and many[5] < 0.1 and many[-1] < 0.2
+    # without a mask: the walk bounds short decodes, the steps (at the contiguous share) long ones
+    contiguous = sorted(abs(p / r.measured_s - 1) for r, p in predicted if r.choice == "no-mask")
+    assert len(contiguous) == 21 and contiguous[10] < 0.06 and contiguous[-1] < 0.15
     paged = [(r, p) for r, p in predicted if r.choice == "paged"]
     # one step time for pages of 16, one for 64 and 128, and the step's loads at one CTA's rate
     # (d 128's twice d 64's; the kernel alone: batch 1's short kernels miss most, the model up to 29 % long)
@@ -138,6 +143,7 @@ def test_flexs_default_mask_costs_each_wave_its_keys():
         mask_key_time_s=20e-9,
         cta_bandwidth_bytes_per_s=(),
         co_resident_cost=None,
+        contiguous_step_share=None,
     )
     t = next(k for k in compare(w, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
     # 8 x 8 K/V heads x SPLIT_KV 4 (132 // 64 x 2) = 256 CTAs, one wave of 528 (4 an SM at d 128
@@ -249,3 +255,23 @@ def test_a_co_resident_cta_slows_each_decoding_step_by_its_share():
     # no sharing, 256 / 64 = 4 steps of 2 us
     alone = next(k for k in compare(w.with_(batch=1), p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
     assert alone.terms["latency"] == pytest.approx(4 * 2e-6)
+
+
+def test_a_contiguous_decoding_step_takes_its_share_of_the_paged_step():
+    # contiguous K/V, 32 requests x 8 K/V heads, SPLIT_KV 1: 256 CTAs, 4096 keys each, 64 steps of 64 keys;
+    # one CTA an SM or two (256 / 132): the busiest SM holds 2, no co-resident cost here. A step of 64
+    # keys: 3 us x 0.5 (no page table to read) = 1.5 us; 64 steps: 96 us
+    w = Workload(n=1, n_kv=4096, batch=32, heads=32, kv_heads=8, d=128, dtype="bf16")
+    p = H200.with_implementation_figures(
+        "flex",
+        block_step_time_s=((16, 1.5e-6), (64, 3e-6)),
+        cta_bandwidth_bytes_per_s=(),
+        co_resident_cost=None,
+        contiguous_step_share=0.5,
+    )
+    t = next(k for k in compare(w, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
+    assert t.terms["latency"] == pytest.approx(64 * 1.5e-6)
+    # a paged cache reads its table first: the whole step
+    paged16 = w.with_(page_size=64)
+    t = next(k for k in compare(paged16, p, impl="flex").tiled.timing.kernels if k.name == "flex_decode")
+    assert t.terms["latency"] == pytest.approx(64 * 3e-6)
