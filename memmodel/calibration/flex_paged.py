@@ -49,24 +49,33 @@ def rows(record: Mapping[str, Any]) -> list[tuple[str, int, float]]:
 
 def fit(record: Mapping[str, Any], profile: Any) -> dict[int, float]:
     """``{K/V block: extra cost}``, each block's fitted to its own kernels, the others held."""
+    return fit_by_block(rows(record), profile, "paged_step_cost", 0.0, RANGE)
+
+
+def fit_by_block(
+    found: list[tuple[str, int, float]], profile: Any, field: str, start: float, bounds: tuple[float, float]
+) -> dict[int, float]:
+    """``implementations.flex``'s curve ``field`` by the K/V block a step loads, ``{block: value}``:
+    each block's value fitted to its own rows (case spec, block, the template kernel's measured
+    seconds; the squared logarithm of predicted over measured, least, searched in ``bounds``), the
+    other blocks' held, twice round from ``start``; the profile's other figures as given."""
     from .flex_prefill import _planned
     from .serving import _golden, predicted
 
-    found = rows(record)
     if not found:
         return {}
-    base = profile.with_implementation_figures("flex", paged_step_cost=())
+    base = profile.with_implementation_figures("flex", **{field: ()})
     plans = {spec: _planned(spec, base) for spec, _, _ in found}
-    fitted = {block: 0.0 for _, block, _ in found}
+    fitted = {block: start for _, block, _ in found}
 
     def loss(block: int, value: float) -> float:
         curve = tuple(sorted({**fitted, block: value}.items()))
-        p = base.with_implementation_figures("flex", paged_step_cost=curve)
+        p = base.with_implementation_figures("flex", **{field: curve})
         return sum(math.log(predicted(plans[s], "flex_attention", p) / m) ** 2 for s, b, m in found if b == block)
 
     for _ in range(2):
         for block in sorted(fitted):
-            x = _golden(lambda x, b=block: loss(b, math.exp(x)), math.log(RANGE[0]), math.log(RANGE[1]))
+            x = _golden(lambda x, b=block: loss(b, math.exp(x)), math.log(bounds[0]), math.log(bounds[1]))
             fitted[block] = float(f"{math.exp(x):.4g}")
     return fitted
 

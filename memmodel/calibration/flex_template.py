@@ -15,7 +15,6 @@ of predicted over measured kernel time, least), the other figures of the profile
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,27 +48,11 @@ def rows(record: Mapping[str, Any]) -> list[tuple[str, int, float]]:
 
 
 def fit(record: Mapping[str, Any], profile: Any) -> dict[int, float]:
-    """``{K/V block: seconds a step}``, each block's fitted to its own kernels, the others held."""
-    from .flex_prefill import _planned
-    from .serving import _golden, predicted
+    """``{K/V block: seconds a step}``, each block's fitted to its own kernels, the others held
+    (:func:`.flex_paged.fit_by_block`)."""
+    from .flex_paged import fit_by_block
 
-    found = rows(record)
-    if not found:
-        return {}
-    base = profile.with_implementation_figures("flex", template_step_time_s=())
-    plans = {spec: _planned(spec, base) for spec, _, _ in found}
-    fitted = {block: 1e-6 for _, block, _ in found}
-
-    def loss(block: int, value: float) -> float:
-        curve = tuple(sorted({**fitted, block: value}.items()))
-        p = base.with_implementation_figures("flex", template_step_time_s=curve)
-        return sum(math.log(predicted(plans[s], "flex_attention", p) / m) ** 2 for s, b, m in found if b == block)
-
-    for _ in range(2):
-        for block in sorted(fitted):
-            x = _golden(lambda x, b=block: loss(b, math.exp(x)), math.log(RANGE[0]), math.log(RANGE[1]))
-            fitted[block] = float(f"{math.exp(x):.4g}")
-    return fitted
+    return fit_by_block(rows(record), profile, "template_step_time_s", 1e-6, RANGE)
 
 
 def apply(data: dict[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
