@@ -94,3 +94,20 @@ def test_apply_writes_the_figure_and_its_source():
     assert out["implementations"]["flex"]["template_step_time"]["source"] == flex_template.SOURCE
     assert flex_template.SOURCE in out["sources"]
     assert parse_profile(out, "<test>").implementation("flex").template_step_time_s
+
+
+def test_compare_names_the_ctas_the_paged_kernels_hold(run):
+    # the header's "CTAs at once" is the kernel's own: the template at d 128 holds one CTA an SM (132),
+    # flex's decoding kernel over pages of 16 ten (1320), FlashInfer's decode at group 4, d 128 nine (1188)
+    cases = [
+        (["--heads", "24", "--impl", "flex", "--page-size", "64"], "132 CTAs at once"),
+        (["--heads", "32", "--impl", "flex", "--page-size", "16"], "1320 CTAs at once"),
+        (["--heads", "32", "--impl", "flashinfer", "--page-size", "16"], "1188 CTAs at once"),
+    ]
+    for args, want in cases:
+        out = run(
+            "compare", "--n", "1", "--n-kv", "8192", "--batch", "8", "--kv-heads", "8", "--d", "128",
+            "--dtype", "bf16", "--gpu", "h200", *args,
+        )  # fmt: skip
+        assert out.exit_code == 0, out.stderr
+        assert want in out.stdout

@@ -361,6 +361,7 @@ def flashinfer_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_s
         "chunks": chunks,
         "chunk_pages": chunk_pages,
         "ctas_per_sm": per_sm,
+        "concurrent_ctas": intmath.mul(per_sm, sm_count),  # the kernel's own, not the plan's generic rule
         "tokens_per_iteration": tokens_iter,
         "kv_chunks": intmath.mul(w.batch, w.kv_heads_, w.n_kv_),
     }
@@ -665,6 +666,8 @@ def flex_decode_kernels(w: Workload, l2: l2m.L2, sm_count: int) -> tuple[list[Ke
     params = {
         "kernel": "flex_decoding",
         "page_size": w.page_size,
+        "ctas_per_sm": per_sm,
+        "concurrent_ctas": intmath.mul(per_sm, sm_count),  # the kernel's own, not the plan's generic rule
         "split_kv": split,
         "splits_with_blocks": splits,
         "tile_kv": tile,
@@ -772,6 +775,8 @@ def flex_forward_kernels(w: Workload, l2: l2m.L2, sm_count: int, smem_per_sm: fl
     params = {
         "kernel": "flex_attention",
         "page_size": w.page_size,
+        "ctas_per_sm": ctas_per_sm,
+        "concurrent_ctas": concurrent,  # the template's own, not the plan's generic rule
         "block_m": bm,
         "block_n": bn,
         "kv_chunks": intmath.mul(w.batch, w.kv_heads_, pages(w))
