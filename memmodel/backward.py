@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .frozen import frozen
-from .implementations import CK_ARCHS, padded_head_dim
+from .implementations import ck_asm_backward, padded_head_dim
 from .traffic.blocks import TileContext
 from .traffic.facts import BackwardFacts
 from .traffic.flash import fa2_backward_kernels
@@ -143,7 +143,7 @@ def fa3_backward_tiles(d: int, causal: bool) -> tuple[int, int]:
 def ck_backward_tiles(d: int, dropout: float = 0.0, arch: str | None = None) -> tuple[int, int]:
     """CK/aiter's backward tiles (Q rows per step, K/V rows per workgroup) at head dim ``d``
     on ``arch`` (cdna3: gfx942, cdna4: gfx950; module docstring)."""
-    if arch in CK_ARCHS and dropout == 0 and d <= 192:  # aiter's assembly kernels
+    if ck_asm_backward(d, arch, dropout):  # aiter's assembly kernels
         if d <= 64:
             return 32, 192
         if d <= 128:

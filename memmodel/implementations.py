@@ -702,6 +702,24 @@ def ck_asm_forward(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -
     return (dtype == "bf16" and d == 128) or (dtype == "fp8" and (d == 128 or (d == 256 and arch == "cdna4")))
 
 
+def ck_asm_backward(d: int, arch: str | None, dropout: float = 0.0) -> bool:
+    """Whether aiter's assembly backward (``fmha_v3_bwd``: ``odo``, ``dqdkdv``, the dQ
+    conversion; ``csrc/cpp_itfs/mha_bwd.cu``) runs: fp16/bf16 on gfx942 or gfx950, no dropout,
+    head dims padded to 64, 128 or 192; elsewhere CK tile's backward."""
+    return arch in CK_ARCHS and dropout == 0 and d <= 192
+
+
+def pairs_causal_kv_blocks(impl: str | None, d: Any, arch: str | None, dropout: float = 0.0) -> bool:
+    """Whether ``impl``'s causal backward gives each workgroup two K/V blocks of a head, its
+    first and its last: aiter's assembly ``dqdkdv`` launches ⌈T_c / 2⌉ workgroups a head under a
+    causal mask (``gdx = (gdx + 1) / 2`` for its mask types 1 and 2 in ``fmha_v3_bwd``,
+    ``csrc/cpp_itfs/mha_bwd.cu``, ROCm/aiter at e4048607a5; which blocks a workgroup pairs is
+    in the assembly, taken as the forward's head and tail, :func:`pairs_causal_q_blocks`)."""
+    if impl != "ck":
+        return False
+    return all(ck_asm_backward(int(x), arch, dropout) for x in np.unique(np.asarray(d)).tolist())
+
+
 def ck_tiles(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -> tuple[int, int]:
     """CK/aiter's forward tiles (B_r, B_c) at head dim ``d`` (as given: CK tile runs it padded
     to 32, 64, 128 or 256; the assembly kernels only at 128 itself).
@@ -725,6 +743,16 @@ def ck_tiles(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -> tupl
             return 256, 64
         return (256, 64) if arch == "cdna3" else (256, 128)
     return (128, 64) if d <= 64 else (128, 128)
+
+
+def pairs_causal_q_blocks(impl: str | None, block_q: Any) -> bool:
+    """Whether ``impl``'s causal forward gives each workgroup two Q blocks of a head, its first
+    and its last (x and T_r − 1 − x), so every workgroup of a square causal grid does the same
+    work: aiter's assembly forward (its 256-row tiles, :func:`ck_tiles`) launches
+    ⌈T_r / 2⌉ workgroups a head under any mask (``tg_div = 2`` in ``get_grid_dim``,
+    ``csrc/cpp_itfs/mha_fwd.cu``, ROCm/aiter at e4048607a5: "merge the head and tail in seqlen_q
+    direction"). CK tile's forward and every other kernel here launch one CTA a Q block."""
+    return impl == "ck" and bool(np.all(np.asarray(block_q) >= 256))
 
 
 def ck_waves(d: int, block_q: int) -> int:

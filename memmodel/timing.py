@@ -298,8 +298,8 @@ def caveats(
         out.append(
             f"{profile.name} has no measured efficiency for ck (AMD's CK/aiter kernels were not measured on any "
             f"GPU): stand-in rule, its products run at {profile.name}'s dense {dtype} GEMM rate (compute.{key}, "
-            f"{kind}) and its softmax at the FP32 rate, one after the other; no CTA overhead, diagonal-block cost "
-            "or causal pairing of its Q blocks either (docs/implementations.md)."
+            f"{kind}) and its softmax at the FP32 rate, one after the other; no CTA overhead or diagonal-block cost "
+            "either (docs/implementations.md)."
             + _design_ratio_note(profile, impl.name)
         )
     elif not measured:
@@ -533,6 +533,7 @@ def cta_tail_factor(
     sm_count: int,
     ctas_per_sm: IntLike | None = None,
     one_cta_share: float | None = None,
+    paired: bool = False,
 ) -> Any:
     """Makespan of a FlashAttention-2 forward grid over the balanced time, ≥ 1.
 
@@ -551,9 +552,15 @@ def cta_tail_factor(
     the exact makespan is ⌈J/S⌉ jobs. Against an event simulation of the same schedule
     (tests/test_calibrated_time.py): close on the shapes of the H200 records, furthest off
     where causal CTAs fill about two waves (docs/model.md, "Time").
+
+    ``paired``: a causal grid whose CTAs each take a head's Q blocks x and T_r − 1 − x
+    (:func:`memmodel.implementations.pairs_causal_q_blocks`): ⌈T_r/2⌉ jobs a head, of the two
+    blocks' K/V blocks together, list-scheduled in grid order (:func:`paired_causal_tail`).
     """
     if getattr(workload, "seq_lens", None) is not None:
         return packed_tail_factor(workload, block_q, block_kv, sm_count, ctas_per_sm, one_cta_share)
+    if paired and workload.causal:
+        return paired_causal_tail(workload, block_q, block_kv, sm_count, ctas_per_sm, one_cta_share)
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     n, n_kv = f(workload.n), f(workload.n_kv_)
     bq, bkv = f(block_q), f(block_kv)
@@ -604,6 +611,64 @@ def cta_tail_factor(
             )(*(a[one_wave] for a in args[:6]))
             out = np.array(args[6], dtype=np.float64)
             out[one_wave] = exact
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def pair_head_tail(lengths: np.ndarray) -> np.ndarray:
+    """One head's CTA lengths (in launch order) when CTA x takes blocks x and T − 1 − x (the
+    middle one alone when T is odd): ⌈T/2⌉ jobs."""
+    t = lengths.size
+    x = np.arange(-(-t // 2))
+    partner = t - 1 - x
+    return lengths[x] + np.where(partner != x, lengths[partner], 0.0)
+
+
+def paired_lengths(n: int, n_kv: int, b_r: int, b_c: int, heads: int, window: int | None = None) -> np.ndarray:
+    """K/V blocks of each CTA of a causal grid whose CTA x takes a head's Q blocks x and
+    T_r − 1 − x (:func:`pair_head_tail`), in launch order: x fastest, then batch and head."""
+    return np.tile(pair_head_tail(_causal_lengths(n, n_kv, b_r, b_c, 1, window=window)), heads)
+
+
+@lru_cache(maxsize=65536)
+def _paired_tail(
+    n: int, n_kv: int, b_r: int, b_c: int, heads: int, sm_count: int, occ: int, share: float, window: int | None
+) -> float:
+    lengths = paired_lengths(n, n_kv, b_r, b_c, 1, window)
+    jobs = lengths.size * heads
+    if np.all(lengths == lengths[0]):  # a square grid: equal jobs, the wave quantisation
+        return float(equal_jobs_tail(jobs, sm_count, occ, share))
+    if jobs <= sm_count * max(occ, 1):
+        return _one_wave_factor(np.tile(lengths, heads), sm_count, occ, share)
+    if jobs > MAX_SCHEDULED_CTAS:  # many waves of near-equal jobs: the balanced time
+        return 1.0
+    return max(1.0, schedule_tail(np.tile(lengths, heads), sm_count * max(occ, 1)))
+
+
+def paired_causal_tail(
+    workload: Any,
+    block_q: IntLike,
+    block_kv: IntLike,
+    sm_count: int,
+    ctas_per_sm: IntLike | None = None,
+    one_cta_share: float | None = None,
+) -> Any:
+    """:func:`cta_tail_factor` of a causal grid of paired Q blocks (:func:`paired_lengths`):
+    under a square mask every CTA does T_c + 1 blocks' worth (B_r = B_c·k: the pair's blocks
+    add to T_r + 1 of B_r rows), so the tail is the wave quantisation of ⌈T_r/2⌉·B·H equal jobs;
+    otherwise the jobs are placed one by one (one wave) or list-scheduled in grid order."""
+    f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
+    occ = np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64)
+    share = float(one_cta_share) if one_cta_share else 1.0
+    args = np.broadcast_arrays(
+        f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), f(workload.batch) * f(workload.heads), occ
+    )
+    window = workload.window
+    out = np.vectorize(
+        lambda n_, nk_, bq_, bkv_, bh_, o_: _paired_tail(
+            int(n_), int(nk_), int(bq_), int(bkv_), int(bh_), int(sm_count), max(int(o_), 1), share, window
+        ),
+        otypes=[np.float64],
+    )(*args)
     return float(out) if np.ndim(out) == 0 else out
 
 
@@ -814,6 +879,7 @@ def backward_tail_factor(
     sm_count: int,
     ctas_per_sm: IntLike | None = None,
     one_cta_share: float | None = None,
+    paired: bool = False,
 ) -> Any:
     """Makespan of a FlashAttention-2-style backward grid over the balanced time, ≥ 1: one CTA
     per K/V block (``block_kv`` keys) of each head, walking the Q blocks (``block_q`` rows) that
@@ -822,7 +888,9 @@ def backward_tail_factor(
     steps with ⌈CTAs / slots⌉ (:func:`equal_jobs_tail`, at any grid size). Under a causal mask
     (or a window) the CTAs differ, a head's first K/V block seen by every Q block and its last by
     one: the CTAs are list-scheduled in launch order on the chip's CTA slots (at most
-    :data:`MAX_SCHEDULED_CTAS`; larger grids are taken to have no tail)."""
+    :data:`MAX_SCHEDULED_CTAS`; larger grids are taken to have no tail). ``paired``: each CTA
+    takes a head's K/V blocks j and T_c − 1 − j under a causal mask
+    (:func:`memmodel.implementations.pairs_causal_kv_blocks`): ⌈T_c/2⌉ jobs a head."""
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     jobs = f(kernel.ctas)
     occ = np.maximum(np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64), 1.0)
@@ -834,7 +902,10 @@ def backward_tail_factor(
 
     def one(n: float, n_kv: float, b_r: float, b_c: float, ctas: float, o: float, window: Any) -> float:
         lengths = _backward_lengths(int(n), int(n_kv), int(b_r), int(b_c), None if window is None else int(window))
-        return _scheduled_tail(lengths, int(round(ctas / max(len(lengths), 1))), int(sm_count * o))
+        repeats = int(round(ctas / max(len(lengths), 1)))
+        if paired and window is None:
+            lengths = pair_head_tail(lengths)
+        return _scheduled_tail(lengths, repeats, int(sm_count * o))
 
     window = workload.window
     args = np.broadcast_arrays(f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), jobs, occ)
@@ -1417,6 +1488,7 @@ def algorithm_time(
             profile.sm_count,
             occupancy,
             share,
+            paired=implementations.pairs_causal_q_blocks(implementation, facts.blocks.block_q),
         )
         if any(k.kind == SPLIT_KV and not k.figures_from for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
@@ -1475,6 +1547,9 @@ def algorithm_time(
             profile.sm_count,
             param(backward_facts.ctas_per_sm),
             share,
+            paired=implementations.pairs_causal_kv_blocks(
+                implementation, workload.d, getattr(profile, "arch_family", None), float(workload.dropout)
+            ),
         )
 
     def timed(k: Kernel, clock: Any = None) -> KernelTiming:

@@ -181,3 +181,40 @@ def test_cli_refuses_ck_with_the_fa1_variant_in_one_line(run):
     r = run("compare", "--gpu", "mi300x", "--impl", "ck", "--tiled", "fa1", "--n", "4096", "--d", "128")
     assert r.exit_code == 2
     assert r.stderr.strip().count("\n") == 0 and "--tiled fa2" in r.stderr
+
+
+def test_causal_forward_pairs_a_heads_first_and_last_q_blocks(amd):
+    from memmodel.implementations import pairs_causal_kv_blocks, pairs_causal_q_blocks
+    from memmodel.timing import cta_tail_factor, paired_lengths
+
+    mi300x, _ = amd
+    # aiter's get_grid_dim: tg_div = 2 under a mask, for the assembly kernels' 256-row tiles only
+    assert pairs_causal_q_blocks("ck", 256) and not pairs_causal_q_blocks("ck", 128)
+    assert not pairs_causal_q_blocks("sdpa-flash", 256)
+    # a square grid: Q block i sees 8(i + 1) blocks of 32 keys; i with 15 − i: 8 × 17 = 136 each
+    lengths = paired_lengths(4096, 4096, 256, 32, 1)
+    assert lengths.tolist() == [136.0] * 8
+    # odd T_r = 5 (1280 keys): 0+4, 1+3, and 2 alone: 8 + 40, 16 + 32, 24
+    assert paired_lengths(1280, 1280, 256, 32, 1).tolist() == [48.0, 48.0, 24.0]
+    # batch 1 × 32 heads × 4096 on 304 CUs: 256 equal paired jobs in one wave, the makespan one
+    # job over the balanced time: 136 / (256 × 136 / 304) = 304 / 256 = 1.1875
+    w = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16", causal=True)
+    assert cta_tail_factor(w, 256, 32, 304, 1, paired=True) == pytest.approx(304 / 256)
+    # unpaired, the 512 CTAs' last ones are the longest: (34816 − 128)/304 − 68/2 + 128 = 208.1
+    # over 34816/304 = 114.5: 1.817
+    assert cta_tail_factor(w, 256, 32, 304, 1) == pytest.approx(((34816 - 128) / 304 - 34 + 128) / (34816 / 304))
+    # the backward's dqdkdv pairs K/V blocks under a causal mask where the assembly kernels run
+    assert pairs_causal_kv_blocks("ck", 128, "cdna3") and not pairs_causal_kv_blocks("ck", 128, "cdna3", 0.1)
+    assert not pairs_causal_kv_blocks("ck", 256, "cdna3") and not pairs_causal_kv_blocks("fa3", 128, "cdna3")
+
+
+def test_paired_causal_forward_time_follows_the_paired_tail(amd):
+    mi300x, _ = amd
+    causal = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16", causal=True)
+    full = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16")
+    t_causal = compare(causal, mi300x, options_for("ck", causal, mi300x)).tiled.timing.kernels[0].time_s
+    t_full = compare(full, mi300x, options_for("ck", full, mi300x)).tiled.timing.kernels[0].time_s
+    # no mask: 512 CTAs on 304 CUs, two waves (tail 2 × 304 / 512 = 1.1875) of 128 blocks each;
+    # causal: 256 jobs of 136 blocks in one wave (1.1875 too); so the times go as the visited
+    # blocks a head, Σ_{i<16} 8(i + 1) = 1088 against 16 × 128 = 2048 (= 34816 / 65536)
+    assert float(t_causal) / float(t_full) == pytest.approx(34816 / 65536, rel=0.02)
