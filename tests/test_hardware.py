@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memmodel.errors import ProfileError
 from memmodel.hardware import available, load_file, load_profile, parse_profile
@@ -252,13 +254,17 @@ def test_derivation_needs_its_inputs_and_refuses_cycles(tmp_path):
         load_file(tmp_path / "a.yaml")
 
 
-def test_library_rates_cross_architectures_as_a_share_of_the_datasheet_bandwidth():
+def test_library_rates_cross_architectures_by_the_stream_rule():
     a100, h200 = load_profile("a100"), load_profile("h200")
-    # 2.039 TB/s over 4.8 TB/s of datasheet bandwidth
-    assert a100.kernel_rates.gemm_read_bytes_per_s == pytest.approx(
-        h200.kernel_rates.gemm_read_bytes_per_s * 2.039 / 4.8, rel=1e-3
-    )
+    # the H200 streams 4.528 of its 4.8 TB/s (0.943); the A100: 0.943 × 2.039 = 1.923 TB/s, and
+    # SMs × clock 108 × 1410 / (132 × 1980) = 0.5826 of the H200's. cuBLAS' read-bound product at
+    # 3.955 TB/s: 1/r = 1/1.923 + (1/3.955 − 1/4.528) / 0.5826 → 1.739 TB/s (the share rule: 1.680)
+    stream = 4.528e12 * 2.039 / 4.8
+    rest = (1 / h200.kernel_rates.gemm_read_bytes_per_s - 1 / 4.528e12) / (108 * 1410 / (132 * 1980))
+    assert a100.kernel_rates.gemm_read_bytes_per_s == pytest.approx(1 / (1 / stream + rest), rel=1e-3)
+    assert a100.kernel_rates.gemm_read_bytes_per_s == pytest.approx(1.739e12, rel=1e-3)
     assert a100.provenance["kernels.gemm.read_bandwidth"].kind == "derived"
+    assert "SMs × clock × 0.5826" in (a100.provenance["kernels.gemm.read_bandwidth"].note or "")
     note = a100.provenance["memory.hbm.bandwidth"].note or ""
     assert note.startswith("from h200, measured 2026-12-01, same-share rule") and "(0.943)" in note
 
@@ -487,3 +493,40 @@ def test_amd_profiles_keep_their_published_gemm_rates_and_transfer_the_rest():
     # the HBM stream share stays the H200's (no CDNA 3/4 stream figure published in reach): 5.3 × 0.943
     assert mi300x.kind_of("memory.hbm.bandwidth") == "derived"
     assert mi300x.figures["memory.hbm.bandwidth"] == pytest.approx(5.3e12 * 4.528 / 4.8, rel=2e-3)
+
+
+def test_stream_rule_keeps_a_latency_bound_kernel_on_a_gpu_of_the_same_sms():
+    from memmodel.hardware.derive import stream_rate
+
+    h100, h200 = load_profile("h100-sxm"), load_profile("h200")
+    # PyTorch's softmax over 8192 keys: 1.075 TB/s on the H200, well under its 4.528 TB/s
+    # stream. The H100 SXM has the H200's 132 SMs at 1980 MHz and 3.35 of its 4.8 TB/s:
+    # 1/r = 1/(4.528 × 3.35/4.8) + (1/1.075 − 1/4.528) → 0.975 TB/s, where the same share of
+    # the HBM gave 1.075 × 3.35/4.8 = 0.750
+    base = dict(h200.kernel_rates.softmax_bytes_per_s)[8192]
+    carried = dict(h100.kernel_rates.softmax_bytes_per_s)[8192]
+    assert carried == pytest.approx(1 / (1 / (4.528e12 * 3.35 / 4.8) + 1 / base - 1 / 4.528e12), rel=1e-3)
+    assert carried == pytest.approx(stream_rate(base, 4.528e12, 4.528e12 * 3.35 / 4.8, 1.0), rel=1e-4)
+    assert carried == pytest.approx(0.975e12, rel=2e-3)
+
+
+@given(
+    rate=st.floats(0.05, 1.0),
+    hbm=st.floats(0.05, 4.0),
+    sm_clock=st.floats(0.1, 4.0),
+)
+def test_stream_rule_properties(rate, hbm, sm_clock):
+    from memmodel.hardware.derive import stream_rate
+
+    base_stream = 1.0
+    # the same GPU: the rate itself
+    assert stream_rate(rate, base_stream, base_stream, 1.0) == pytest.approx(rate)
+    out = stream_rate(rate, base_stream, hbm, sm_clock)
+    # never above the target's stream, nor above the SM side's carried limit
+    assert out <= hbm * (1 + 1e-12)
+    rest = 1 / rate - 1 / base_stream
+    if rest > 0:
+        assert out <= sm_clock / rest * (1 + 1e-12)
+    # more HBM or more SMs × clock never slows it
+    assert stream_rate(rate, base_stream, hbm * 1.5, sm_clock) >= out
+    assert stream_rate(rate, base_stream, hbm, sm_clock * 1.5) >= out

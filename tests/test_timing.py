@@ -16,10 +16,13 @@ def test_handbook_example_times_on_a100():
     assert qk.time_s == pytest.approx(25_769_803_776 / 14.82e12 + launch)
     assert qk.bound == "matmul"
     # softmax: 134.2 MB at PyTorch's fp32 softmax rate for rows of 4096 (2.43 TB/s on the H200),
-    # the H200's measured share of its datasheet bandwidth carried to the A100 (transfer_from:
-    # h200): 1.032 TB/s, HBM-bound
+    # carried to the A100 by the stream rule (transfer_from: h200): its time per byte, 1/2.43,
+    # less the H200's streaming 1/4.528, over the SMs × clock ratio 0.5826, plus the A100's
+    # streaming 1/1.923: 1/(0.5200 + 0.3273) = 1.180 TB/s, HBM-bound
     rate = load_profile("a100").kernel_rates.softmax_fp32_rate(4096)
-    assert rate == pytest.approx(2.43e12 * 2.039e12 / 4.8e12, rel=1e-3)
+    assert rate == pytest.approx(
+        1 / (1 / 1.923e12 + (1 / 2.43e12 - 1 / 4.528e12) / (108 * 1410 / (132 * 1980))), rel=1e-3
+    )
     assert softmax.time_s == pytest.approx(134_217_728 / rate + launch)
     assert softmax.bound == "hbm"
     assert c.standard.timing.time_s == pytest.approx(qk.time_s + softmax.time_s + pv.time_s)

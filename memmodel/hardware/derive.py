@@ -30,8 +30,10 @@ from .schema import (
 #: How each figure carries over from a base profile to a sibling of the same architecture
 #: (first matching pattern wins). ``sm-clock``: per SM per clock (× SMs × clock);
 #: ``clock``: per clock (× clock); ``cycles``: a fixed number of cycles (× base clock /
-#: clock); ``hbm``: the same share of the datasheet HBM bandwidth; ``l2``: the same share of
-#: the L2; ``same``: dimensionless, or fixed in nanoseconds.
+#: clock); ``hbm``: the same share of the datasheet HBM bandwidth; ``stream``: a library
+#: kernel's rate, its time per byte split into streaming (``hbm``) and the rest (``sm-clock``,
+#: :func:`stream_rate`); ``l2``: the same share of the L2; ``same``: dimensionless, or fixed in
+#: nanoseconds.
 DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("compute.mma_sync.one_cta_share", "same"),
     ("compute.*", "sm-clock"),
@@ -48,7 +50,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.combine_time*", "cycles"),
     ("memory.hbm.bandwidth", "hbm"),
     ("memory.hbm.write_bandwidth", "hbm"),
-    ("kernels.*", "hbm"),
+    ("kernels.*", "stream"),
     ("memory.l2.effective_capacity", "l2"),
     ("memory.l2.reuse", "same"),
     ("memory.l2.wave_drift", "same"),
@@ -107,6 +109,8 @@ RULE_TEXT = {
     "clock": "per clock, × clock",
     "cycles": "the same cycles, × base clock / clock",
     "hbm": "the same share of the datasheet HBM bandwidth",
+    "stream": "time per byte split into streaming at the measured share of the datasheet HBM bandwidth and the "
+    "rest per SM per clock (÷ SMs × clock)",
     "l2": "the same share of the L2",
     "same": "carried over as is",
     "power-clock": "the sustained clock scaled by the cube root of the power per SM, at most the boost clock",
@@ -147,8 +151,8 @@ POWER_CLOCK_FALLBACK = "same"
 _DERIVE_INPUTS = ("sm_count", "clock", "memory.hbm.datasheet_bandwidth", "memory.l2.capacity")
 
 #: The rates of PyTorch's and cuBLAS' memory-bound library kernels (softmax, products over S,
-#: elementwise, dropout, reductions): ``transfer_from`` carries them to any GPU as the same
-#: share of the datasheet HBM bandwidth
+#: elementwise, dropout, reductions): ``transfer_from`` carries them to any GPU by the ``stream``
+#: rule (:func:`stream_rate`), as ``derive_from`` does
 LIBRARY_FIELDS = "kernels.*"
 
 
@@ -210,13 +214,18 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
                 derived_any = True
                 continue
             rule = POWER_CLOCK_FALLBACK
-        factor = scale[rule]
         prov = base.provenance.get(fpath)
         what = f"{base.name}'s {prov.text if prov else value}" + (f" ({prov.kind})" if prov and prov.kind else "")
-        note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
+        if rule == "stream":
+            new_value = _stream_scaled(value, base, scale, FIELDS[fpath][0])
+            note = f"{RULE_TEXT[rule]}{_stream_factors(scale)}: from {what}"
+        else:
+            factor = scale[rule]
+            new_value = _scaled(value, factor, FIELDS[fpath][0])
+            note = f"{RULE_TEXT[rule]}" + (f" (× {factor:.4g})" if rule != "same" else "") + f": from {what}"
         if host_set(fpath):
             note = host_note(base, fpath, prov.text if prov else str(value))
-        _put(out, fpath, {"value": _scaled(value, factor, FIELDS[fpath][0]), "source": "derived", "note": note}, where)
+        _put(out, fpath, {"value": new_value, "source": "derived", "note": note}, where)
         derived_any = True
     if derived_any:
         sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}
@@ -269,6 +278,13 @@ def _copy(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _stream_factors(scale: Mapping[str, float]) -> str:
+    """The factors the ``stream`` rule used, for a figure's note."""
+    if "sm-clock" not in scale:
+        return f" (no SM count or clock: the hbm rule, × {scale['hbm']:.4g})"
+    return f" (HBM × {scale['hbm']:.4g}, SMs × clock × {scale['sm-clock']:.4g})"
+
+
 def _rule_scales(base: Profile, sm_count: float | None, clock: float | None, hbm_datasheet: float) -> dict[str, float]:
     """The factor of each rule of :data:`RULE_TEXT` from ``base`` to a GPU of these figures
     (without SM count or clock, only the ``hbm`` and ``same`` rules)."""
@@ -278,6 +294,33 @@ def _rule_scales(base: Profile, sm_count: float | None, clock: float | None, hbm
         scale["clock"] = clock / base.figures["clock"]
         scale["cycles"] = base.figures["clock"] / clock
     return scale
+
+
+def stream_rate(rate: float, base_stream: float, stream: float, sm_clock: float) -> float:
+    """A library kernel's rate (bytes/s) carried from a GPU where it was measured at ``rate``
+    with ``base_stream`` its streaming rate (the measured HBM bandwidth) to one streaming at
+    ``stream`` whose SMs × clock are ``sm_clock`` times the base's: its time per byte is the
+    streaming time plus what the SMs add (issue, latency with the bytes a row keeps in flight),
+    1/r = 1/stream + (1/rate − 1/base_stream) / sm_clock. A kernel at the streaming rate scales
+    with the HBM; one far below it, with the SMs."""
+    rest = max(1.0 / rate - 1.0 / base_stream, 0.0)
+    return 1.0 / (1.0 / stream + rest / sm_clock)
+
+
+def _stream_scaled(value: Any, base: Profile, scale: Mapping[str, float], kind: Any) -> Any:
+    """``value`` (a rate or a curve of rates) of ``base`` by :func:`stream_rate` (the ``stream``
+    rule), where the target's SMs and clock are known (``scale["sm-clock"]``); else the ``hbm`` rule."""
+    if "sm-clock" not in scale or kind != "bandwidth":
+        return _scaled(value, scale["hbm"], kind)
+    base_stream = base.figures["memory.hbm.bandwidth"]
+    stream = base_stream * scale["hbm"]
+
+    def one(rate: float) -> float:
+        return stream_rate(rate, base_stream, stream, scale["sm-clock"])
+
+    if isinstance(value, tuple):
+        return {x: units.quantity(one(y), kind) for x, y in value}
+    return units.quantity(one(value), kind)
 
 
 def _scaled(value: Any, factor: float, kind: Any) -> Any:
@@ -318,7 +361,7 @@ def _deep_copy(node: Any) -> Any:
 
 #: What ``transfer_from`` (a measured GPU of another architecture) carries, besides the shares of
 #: :data:`~.schema.SHARE_FIGURES` (each datasheet peak × the share of its own peak the measured GPU
-#: reaches, at most 1) and the library kernels' rates (:data:`LIBRARY_FIELDS`, the ``hbm`` rule):
+#: reaches, at most 1) and the library kernels' rates (:data:`LIBRARY_FIELDS`, the ``stream`` rule):
 #: ``mma-share``: on an architecture where ``mma.sync`` is not the tensor cores' native path, the
 #: share of the native rate it reaches on the measured GPU; figures fixed in time, by ``same``;
 #: on a GPU of the same vendor, the implementations' and NCCL's figures by :data:`DERIVE_RULES`.
@@ -551,17 +594,20 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             rule = POWER_CLOCK_FALLBACK
         if fpath in TRANSFER_SAME or fpath.startswith("host."):
             pass  # every GPU: fixed times, and what the host (CPU, torch) sets; a library call's only to its vendor
-        elif glob_match(fpath, LIBRARY_FIELDS) and rule == "hbm":
+        elif glob_match(fpath, LIBRARY_FIELDS) and rule in ("hbm", "stream"):
             pass  # every GPU: the library kernels' share of the HBM bandwidth
         elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
             continue
         elif fpath.startswith("interconnect.") and not has_links:
             continue
-        if rule is None or rule not in scale:
+        if rule is None or (rule not in scale and rule != "stream"):
             continue
-        factor = scale[rule]
         prov = base.provenance.get(fpath)
-        new = _scaled(value, factor, FIELDS[fpath][0])
+        if rule == "stream":
+            new = _stream_scaled(value, base, scale, FIELDS[fpath][0])
+        else:
+            factor = scale[rule]
+            new = _scaled(value, factor, FIELDS[fpath][0])
         caveat = "" if same_vendor else f" ({base.vendor}'s figure, taken the same on {vendor}: not measured)"
         if host_set(fpath):
             put(fpath, new, host_note(base, fpath, prov.text if prov else str(value)) + caveat)
@@ -570,7 +616,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
             fpath,
             new,
             f"from {base.name}, {_measured_on(base, fpath)}, {RULE_TEXT[rule]}"
-            + (f" (× {factor:.4g})" if rule != "same" else "")
+            + (_stream_factors(scale) if rule == "stream" else (f" (× {factor:.4g})" if rule != "same" else ""))
             + f": {prov.text if prov else value}{caveat}",
         )
     if same_vendor:
