@@ -299,8 +299,7 @@ def caveats(
             f"{profile.name} has no measured efficiency for ck (AMD's CK/aiter kernels were not measured on any "
             f"GPU): stand-in rule, its products run at {profile.name}'s dense {dtype} GEMM rate (compute.{key}, "
             f"{kind}) and its softmax at the FP32 rate, one after the other; no CTA overhead or diagonal-block cost "
-            "either (docs/implementations.md)."
-            + _design_ratio_note(profile, impl.name)
+            "either (docs/implementations.md)." + _design_ratio_note(profile, impl.name)
         )
     elif not measured:
         out.append(
