@@ -451,6 +451,7 @@ def exchange_start_share(c: Any, w: Workload, profile: Profile) -> float:
         int(params.get("ctas_per_sm") or 1),
         share,
         need,
+        paired=implementations.pairs_causal_q_blocks(c.options.implementation, int(params["block_q"])),
     )
 
 

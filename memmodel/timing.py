@@ -753,6 +753,7 @@ def idle_share(
     ctas_per_sm: int | None,
     one_cta_share: float | None,
     idle_sms: int,
+    paired: bool = False,
 ) -> float:
     """The share of a FlashAttention-2 forward grid's time after which ``idle_sms`` of the SMs
     hold none of its CTAs (1.0: not before its end): when a kernel waiting on another stream
@@ -763,7 +764,8 @@ def idle_share(
     S·⌈J/S⌉ − J SMs given one fewer finish first, at the time of :func:`cta_tail_factor`'s
     SM with that many (a last CTA alone at ``one_cta_share``), and are idle from then on; with
     J < S, S − J SMs are idle from the start. With masking the SMs run dry one by one after the
-    last CTA starts: taken to be at the balanced time (total work / S), 1 / the tail factor.
+    last CTA starts: taken to be at the balanced time (total work / S), 1 / the tail factor
+    (``paired``: of a grid whose CTAs take two Q blocks each, :func:`paired_causal_tail`).
 
     Example (H200, 132 SMs, 2 CTAs/SM, one CTA alone at 0.83): 4 heads of 8192 at d = 128 are
     4 · 64 = 256 CTAs: 8 SMs get one (not 16 or more: 1.0); 8 heads are 512 CTAs: 16 SMs get 3,
@@ -774,7 +776,7 @@ def idle_share(
     if need > s:
         return 1.0
     if workload.causal:
-        tail = cta_tail_factor(workload, block_q, block_kv, s, ctas_per_sm, one_cta_share)
+        tail = cta_tail_factor(workload, block_q, block_kv, s, ctas_per_sm, one_cta_share, paired=paired)
         return float(min(1.0, 1.0 / max(float(tail), 1.0)))
     jobs = int(workload.batch) * int(workload.heads) * -(-int(workload.n) // int(block_q))
     lo, hi = jobs // s, -(-jobs // s)

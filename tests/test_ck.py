@@ -218,3 +218,13 @@ def test_paired_causal_forward_time_follows_the_paired_tail(amd):
     # causal: 256 jobs of 136 blocks in one wave (1.1875 too); so the times go as the visited
     # blocks a head, Σ_{i<16} 8(i + 1) = 1088 against 16 × 128 = 2048 (= 34816 / 65536)
     assert float(t_causal) / float(t_full) == pytest.approx(34816 / 65536, rel=0.02)
+
+
+def test_ring_steps_start_their_exchange_on_the_paired_grid(amd):
+    from memmodel.timing import idle_share
+
+    # 256 paired jobs in one wave of 304 CUs: 48 CUs are idle from the start; with masking the
+    # share is 1 / the tail factor, 256 / 304 paired (1 / 1.1875), 114.5 / 208.1 unpaired
+    w = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16", causal=True)
+    assert idle_share(w, 256, 32, 304, 1, None, 8, paired=True) == pytest.approx(256 / 304)
+    assert idle_share(w, 256, 32, 304, 1, None, 8) == pytest.approx((34816 / 304) / ((34816 - 128) / 304 - 34 + 128))
