@@ -652,9 +652,9 @@ def paired_causal_tail(
     one_cta_share: float | None = None,
 ) -> Any:
     """:func:`cta_tail_factor` of a causal grid of paired Q blocks (:func:`paired_lengths`):
-    under a square mask every CTA does T_c + 1 blocks' worth (B_r = B_c·k: the pair's blocks
-    add to T_r + 1 of B_r rows), so the tail is the wave quantisation of ⌈T_r/2⌉·B·H equal jobs;
-    otherwise the jobs are placed one by one (one wave) or list-scheduled in grid order."""
+    under a square mask the K/V blocks of Q blocks x and T_r − 1 − x add to (T_r + 1)·B_r/B_c
+    for every x, so the tail is the wave quantisation of ⌈T_r/2⌉·B·H equal jobs; otherwise the
+    jobs are placed one by one (one wave) or list-scheduled in grid order."""
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     occ = np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64)
     share = float(one_cta_share) if one_cta_share else 1.0

@@ -595,7 +595,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         if fpath in TRANSFER_SAME or fpath.startswith("host."):
             pass  # every GPU: fixed times, and what the host (CPU, torch) sets; a library call's only to its vendor
         elif glob_match(fpath, LIBRARY_FIELDS) and rule in ("hbm", "stream"):
-            pass  # every GPU: the library kernels' share of the HBM bandwidth
+            pass  # every GPU: the library kernels' rates (the stream rule)
         elif not (same_vendor and any(glob_match(fpath, p) for p in (*TRANSFER_SAME_VENDOR, LIBRARY_FIELDS))):
             continue
         elif fpath.startswith("interconnect.") and not has_links:
