@@ -25,7 +25,7 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,20 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: no published figure (tflops or time_ms)")
         if p["heads"] % p["kv_heads"]:
             raise ValueError(f"{where}: kv_heads must divide heads")
+    for key, src in sources.items():
+        loop = src.get("loop")
+        if loop is None:
+            continue
+        where = f"{path} -> sources.{key}.loop"
+        idle = loop.get("idle_before", [])
+        for field_name in ("idle_before", "busy_before"):
+            names = loop.get(field_name, [])
+            if not isinstance(names, list) or any(name not in impls for name in names):
+                raise ValueError(f"{where}: {field_name} must list implementations of the file ({', '.join(impls)})")
+        if idle and not (isinstance(loop.get("calls"), int) and loop["calls"] > 0):
+            raise ValueError(f"{where}: calls must be a positive integer where a loop starts idle")
+        if not isinstance(loop.get("warmup", 0), int) or loop.get("warmup", 0) < 0:
+            raise ValueError(f"{where}: warmup must be a non-negative integer")
     return data
 
 
@@ -131,8 +145,36 @@ def why_not_modelled(point: dict[str, Any], mapping: dict[str, Any] | None) -> s
     return None
 
 
-def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tuple[float, list[str]]:
-    """memmodel's time (s) of ``point``'s pass with the options its implementation maps to."""
+def loop_share(boost_s: float, sustained_s: float, after_s: float | None, loop: dict[str, Any], idle: bool) -> float:
+    """The mean time of one timed call of a source's loop (``loop``: ``warmup`` calls, then
+    ``calls`` timed back to back, their mean; torch.utils.benchmark's ``Timer.timeit``), from its
+    time at the boost clocks and at the clocks the power limit leaves: a loop started ``idle``
+    (the source sleeps before it) runs at boost until ``after_s`` of busy time, then at the
+    sustained clocks; one started right after other timed loops (``busy_before``) at the
+    sustained clocks throughout."""
+    if after_s is None or sustained_s <= boost_s:
+        return boost_s
+    if not idle:
+        return sustained_s
+    calls = int(loop["calls"])
+    at_boost = min(max(after_s / boost_s - int(loop.get("warmup", 0)), 0.0), float(calls))
+    return (at_boost * boost_s + (calls - at_boost) * sustained_s) / calls
+
+
+def _by_pass(c: Any, algorithm: str) -> dict[str, float]:
+    ev = c.standard if algorithm == "standard" else c.tiled
+    out = {"forward": 0.0, "backward": 0.0}
+    for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
+        out[kernel.pass_] += float(timing.time_s)
+    return out
+
+
+def predict(
+    point: dict[str, Any], mapping: dict[str, Any], profile: Any, loop: dict[str, Any] | None = None
+) -> tuple[float, list[str]]:
+    """memmodel's time (s) of ``point``'s pass with the options its implementation maps to. With
+    its source's ``loop`` (how the source timed it), the forward kernels' clocks are the loop's
+    (:func:`loop_share`); else memmodel's default (``--clocks benchmark``)."""
     w = Workload(
         n=point["n"],
         d=point["d"],
@@ -148,11 +190,20 @@ def predict(point: dict[str, Any], mapping: dict[str, Any], profile: Any) -> tup
         return predict_traced(point, traced, profile, backward)
     impl = mapping.get("impl") or "auto"
     opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward)
-    c = compare(w, profile, opts, standard=mapping.get("standard", "algorithm0"))
-    ev = c.standard if mapping["algorithm"] == "standard" else c.tiled
-    by_pass = {"forward": 0.0, "backward": 0.0}
-    for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
-        by_pass[kernel.pass_] += float(timing.time_s)
+    standard = mapping.get("standard", "algorithm0")
+    c = compare(w, profile, opts, standard=standard)
+    by_pass = _by_pass(c, mapping["algorithm"])
+    if loop is not None:
+        boost = _by_pass(compare(w, profile, replace(opts, clocks="boost"), standard=standard), mapping["algorithm"])
+        held = _by_pass(compare(w, profile, replace(opts, clocks="sustained"), standard=standard), mapping["algorithm"])
+        fall = profile.implementation(opts.implementation).clocks_fall if opts.implementation else None
+        after = float(fall[1]) if fall is not None and fall[1] is not None else None
+        idle = point["impl"] in loop.get("idle_before", ())
+        if idle or point["impl"] in loop.get("busy_before", ()):
+            by_pass = {
+                "forward": loop_share(boost["forward"], held["forward"], after, loop, idle),
+                "backward": boost["backward"],
+            }
     t = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]
     return t, list(c.caveats)
 
@@ -214,7 +265,7 @@ def score(
         else:
             assert mapping is not None
             try:
-                t, s.caveats = predict(point, mapping, profile)
+                t, s.caveats = predict(point, mapping, profile, src.get("loop"))
             except MemmodelError as e:
                 s.not_modelled = f"memmodel refuses it: {e}"
             else:

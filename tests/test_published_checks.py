@@ -141,3 +141,44 @@ def test_aiter_points_are_scored_by_ck_and_a_proxy_does_not_replace_it():
     assert any("no measured efficiency for ck" in c for c in plain.caveats)
     (proxied,) = pc.score(data, proxies={"aiter": "sdpa-flash"})
     assert proxied.proxy is None and proxied.error == plain.error
+
+
+def test_a_loop_started_idle_runs_at_boost_until_the_clocks_fall():
+    loop = {"warmup": 2, "calls": 100}
+    # 1 ms a call at boost, 1/0.872 ms held, the clocks falling after 34.67 ms of busy time: 34.67
+    # calls at boost, 2 of them warm-up, so 32.67 of the 100 timed: (32.67 × 1 + 67.33 / 0.872) / 100
+    mean = pc.loop_share(1e-3, 1e-3 / 0.872, 34.67e-3, loop, idle=True)
+    assert mean == pytest.approx((32.67 * 1e-3 + 67.33 * 1e-3 / 0.872) / 100)
+    # started busy: held throughout; no fall measured, or no slower held time: boost
+    assert pc.loop_share(1e-3, 2e-3, 34.67e-3, loop, idle=False) == 2e-3
+    assert pc.loop_share(1e-3, 2e-3, None, loop, idle=True) == 1e-3
+    assert pc.loop_share(1e-3, 1e-3, 1e-3, loop, idle=False) == 1e-3
+    # a loop shorter than the reaction: all at boost
+    assert pc.loop_share(1e-4, 2e-4, 34.67e-3, loop, idle=True) == pytest.approx(1e-4)
+
+
+def test_the_fa3_papers_cudnn_loop_starts_idle_and_its_fa2_keeps_the_default_clocks():
+    data = pc.load_checks(CHECKS)
+    loop = data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"]
+    assert "cudnn" in loop["idle_before"] and "fa2" not in loop["idle_before"] + loop.get("busy_before", [])
+    cudnn = _point(data, "h100-sxm-cudnn-fwd-full-d128-n8192-b2-h16-fa3paper")
+    fa2 = _point(data, "h100-sxm-fa2-fwd-full-d128-n8192-b2-h16-fa3paper")
+    with_loop, default = pc.score(dict(data, points=[cudnn, fa2]))
+    bare = dict(data, sources={k: {f: v for f, v in s.items() if f != "loop"} for k, s in data["sources"].items()})
+    cudnn_bare, fa2_bare = pc.score(dict(bare, points=[cudnn, fa2]))
+    # cuDNN's 100 calls of about 1.7 ms: about 18 at boost after the 2 warm-up, the rest at 0.872
+    assert with_loop.predicted_time_s > cudnn_bare.predicted_time_s * 1.05
+    assert default.predicted_time_s == fa2_bare.predicted_time_s
+
+
+def test_a_bad_loop_is_refused_with_its_source(tmp_path):
+    data = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"]["idle_before"] = ["nonesuch"]
+    path = tmp_path / "checks.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sources\.fa3-paper-h100-fwd-fp16\.loop: idle_before must list"):
+        pc.load_checks(path)
+    data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"] = {"idle_before": ["cudnn"]}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="calls must be a positive integer"):
+        pc.load_checks(path)
