@@ -73,7 +73,7 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.efficiency", "same"),
     ("implementations.*.split_efficiency", "same"),
     ("implementations.*.uneven_efficiency", "same"),
-    ("implementations.*.combine_bandwidth", "hbm"),
+    ("implementations.*.combine_bandwidth", "stream"),
     ("implementations.*.efficiency_*", "same"),
     ("implementations.*.uneven_causal_slowdown_d*", "same"),
     ("implementations.*.backward_efficiency", "same"),
