@@ -715,9 +715,15 @@ def pairs_causal_kv_blocks(impl: str | None, d: Any, arch: str | None, dropout: 
     causal mask (``gdx = (gdx + 1) / 2`` for its mask types 1 and 2 in ``fmha_v3_bwd``,
     ``csrc/cpp_itfs/mha_bwd.cu``, ROCm/aiter at e4048607a5; which blocks a workgroup pairs is
     in the assembly, taken as the forward's head and tail, :func:`pairs_causal_q_blocks`)."""
+    return bool(np.all(paired_kv_blocks(impl, d, arch, dropout)))
+
+
+def paired_kv_blocks(impl: str | None, d: Any, arch: str | None, dropout: float = 0.0) -> Any:
+    """:func:`pairs_causal_kv_blocks` element by element over head dims ``d`` (a grid's)."""
+    ds = np.asarray(d)
     if impl != "ck":
-        return False
-    return all(ck_asm_backward(int(x), arch, dropout) for x in np.unique(np.asarray(d)).tolist())
+        return np.zeros(ds.shape, dtype=bool)
+    return np.vectorize(lambda x: ck_asm_backward(int(x), arch, dropout), otypes=[bool])(ds)
 
 
 def ck_tiles(d: int, dtype: str, arch: str | None, dropout: float = 0.0) -> tuple[int, int]:
@@ -752,7 +758,12 @@ def pairs_causal_q_blocks(impl: str | None, block_q: Any) -> bool:
     ⌈T_r / 2⌉ workgroups a head under any mask (``tg_div = 2`` in ``get_grid_dim``,
     ``csrc/cpp_itfs/mha_fwd.cu``, ROCm/aiter at e4048607a5: "merge the head and tail in seqlen_q
     direction"). CK tile's forward and every other kernel here launch one CTA a Q block."""
-    return impl == "ck" and bool(np.all(np.asarray(block_q) >= 256))
+    return bool(np.all(paired_q_blocks(impl, block_q)))
+
+
+def paired_q_blocks(impl: str | None, block_q: Any) -> Any:
+    """:func:`pairs_causal_q_blocks` element by element (a grid's tiles may differ by head dim)."""
+    return np.asarray(block_q) >= 256 if impl == "ck" else np.zeros(np.shape(block_q), dtype=bool)
 
 
 def ck_waves(d: int, block_q: int) -> int:

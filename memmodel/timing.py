@@ -880,7 +880,7 @@ def backward_tail_factor(
     sm_count: int,
     ctas_per_sm: IntLike | None = None,
     one_cta_share: float | None = None,
-    paired: bool = False,
+    paired: Any = False,
 ) -> Any:
     """Makespan of a FlashAttention-2-style backward grid over the balanced time, ≥ 1: one CTA
     per K/V block (``block_kv`` keys) of each head, walking the Q blocks (``block_q`` rows) that
@@ -891,7 +891,7 @@ def backward_tail_factor(
     one: the CTAs are list-scheduled in launch order on the chip's CTA slots (at most
     :data:`MAX_SCHEDULED_CTAS`; larger grids are taken to have no tail). ``paired``: each CTA
     takes a head's K/V blocks j and T_c − 1 − j under a causal mask
-    (:func:`memmodel.implementations.pairs_causal_kv_blocks`): ⌈T_c/2⌉ jobs a head."""
+    (:func:`memmodel.implementations.paired_kv_blocks`, element by element): ⌈T_c/2⌉ jobs a head."""
     f = lambda v: np.asarray(intmath.to_float(v), dtype=np.float64)  # noqa: E731
     jobs = f(kernel.ctas)
     occ = np.maximum(np.asarray(ctas_per_sm if ctas_per_sm is not None else 1, dtype=np.float64), 1.0)
@@ -901,15 +901,17 @@ def backward_tail_factor(
     if not masked:
         return equal_jobs_tail(jobs, sm_count, occ, one_cta_share)
 
-    def one(n: float, n_kv: float, b_r: float, b_c: float, ctas: float, o: float, window: Any) -> float:
+    def one(n: float, n_kv: float, b_r: float, b_c: float, ctas: float, o: float, pair: bool, window: Any) -> float:
         lengths = _backward_lengths(int(n), int(n_kv), int(b_r), int(b_c), None if window is None else int(window))
         repeats = int(round(ctas / max(len(lengths), 1)))
-        if paired and window is None:
+        if pair and window is None:
             lengths = pair_head_tail(lengths)
         return _scheduled_tail(lengths, repeats, int(sm_count * o))
 
     window = workload.window
-    args = np.broadcast_arrays(f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), jobs, occ)
+    args = np.broadcast_arrays(
+        f(workload.n), f(workload.n_kv_), f(block_q), f(block_kv), jobs, occ, np.asarray(paired, dtype=bool)
+    )
     out = np.vectorize(lambda *a: one(*a, window), otypes=[np.float64])(*args)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -1489,8 +1491,20 @@ def algorithm_time(
             profile.sm_count,
             occupancy,
             share,
-            paired=implementations.pairs_causal_q_blocks(implementation, facts.blocks.block_q),
         )
+        paired = implementations.paired_q_blocks(implementation, facts.blocks.block_q)
+        if np.any(paired):  # aiter's causal grid (a grid's tiles differ by head dim: element by element)
+            both = cta_tail_factor(
+                workload,
+                np.asarray(facts.blocks.block_q),
+                np.asarray(facts.blocks.block_kv),
+                profile.sm_count,
+                occupancy,
+                share,
+                paired=True,
+            )
+            tail = np.where(paired, both, tail)
+            tail = float(tail) if np.ndim(tail) == 0 else tail
         if any(k.kind == SPLIT_KV and not k.figures_from for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
         slow = uneven_causal_slowdown(
@@ -1548,7 +1562,7 @@ def algorithm_time(
             profile.sm_count,
             param(backward_facts.ctas_per_sm),
             share,
-            paired=implementations.pairs_causal_kv_blocks(
+            paired=implementations.paired_kv_blocks(
                 implementation, workload.d, getattr(profile, "arch_family", None), float(workload.dropout)
             ),
         )

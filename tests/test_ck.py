@@ -228,3 +228,19 @@ def test_ring_steps_start_their_exchange_on_the_paired_grid(amd):
     w = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16", causal=True)
     assert idle_share(w, 256, 32, 304, 1, None, 8, paired=True) == pytest.approx(256 / 304)
     assert idle_share(w, 256, 32, 304, 1, None, 8) == pytest.approx((34816 / 304) / ((34816 - 128) / 304 - 34 + 128))
+
+
+def test_a_sweep_pairs_each_head_dim_as_its_own_compare_does(amd):
+    from memmodel.sweep import Grid, evaluate
+
+    # d = 64 runs CK tile (128-row tiles, no pairing), d = 128 the assembly kernels (paired), d = 256
+    # CK tile's forward and, past 192, CK tile's backward: one grid must time each as compare does
+    g = Grid(n=(4096,), d=(64, 128, 256), heads=(32,), kv_heads=(8,), dtypes=("bf16",), gpus=("mi300x",),
+             impls=("ck",), causal=(True,), backward=(True,))  # fmt: skip
+    rows = [r for r in evaluate(g).rows() if r["algorithm"] == "tiled"]
+    assert [r["d"] for r in rows] == [64, 128, 256]
+    mi300x, _ = amd
+    for r in rows:
+        w = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=r["d"], dtype="bf16", causal=True)
+        c = compare(w, mi300x, options_for("ck", w, mi300x, backward=True))
+        assert r["predicted_time_s"] == pytest.approx(float(c.tiled.timing.time_s), rel=1e-9), r["d"]
