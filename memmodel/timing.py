@@ -636,11 +636,9 @@ def _paired_tail(
     jobs = lengths.size * heads
     if np.all(lengths == lengths[0]):  # a square grid: equal jobs, the wave quantisation
         return float(equal_jobs_tail(jobs, sm_count, occ, share))
-    if jobs <= sm_count * max(occ, 1):
-        return _one_wave_factor(np.tile(lengths, heads), sm_count, occ, share)
     if jobs > MAX_SCHEDULED_CTAS:  # many waves of near-equal jobs: the balanced time
         return 1.0
-    return max(1.0, schedule_tail(np.tile(lengths, heads), sm_count * max(occ, 1)))
+    return _jobs_tail(np.tile(lengths, heads), sm_count, occ, share)
 
 
 def paired_causal_tail(
@@ -704,12 +702,17 @@ def _packed_tail(
     share: float,
 ) -> float:
     lengths = packed_lengths(seq_lens, b_r, b_c, heads, causal, window)
-    lengths = lengths[lengths > 0]
+    return _jobs_tail(lengths[lengths > 0], sm_count, occ, share)
+
+
+def _jobs_tail(lengths: np.ndarray, sm_count: int, occ: int, share: float) -> float:
+    """Makespan over the balanced time of CTAs of these lengths in grid order: placed one by one
+    within one wave (:func:`_one_wave_factor`), else list-scheduled, each next CTA going to the
+    SM that frees up first."""
     if float(lengths.sum()) <= 0:
         return 1.0
     if lengths.size <= sm_count * max(occ, 1) and lengths.size <= MAX_PLACED_CTAS:
         return _one_wave_factor(lengths, sm_count, occ, share)
-    # list scheduling in grid order: each next CTA goes to the SM that frees up first
     return max(1.0, schedule_tail(lengths.astype(np.float64), sm_count))
 
 
