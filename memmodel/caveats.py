@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import intmath
+from . import implementations, intmath
 from .frozen import frozen
 from .timing import caveats as profile_caveats
 from .timing import clock_caveat
@@ -333,6 +333,8 @@ def schedule_caveats(plan: TiledPlan, variant: str, facts: TiledFacts) -> list[C
     slots = f(facts.concurrent_ctas)
     jobs = heads * np.ceil(f(workload.n) / np.maximum(f(facts.blocks.block_q), 1.0))
     tail = (heads >= 2) & (jobs > slots) & (jobs <= 4 * slots)
+    # aiter's paired grid: equal jobs under a square mask, the tail is the wave quantisation
+    tail = tail & ~implementations.paired_q_blocks(opts.model_implementation, facts.blocks.block_q)
     if np.any(tail):
         out.append(
             Caveat(

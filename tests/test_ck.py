@@ -244,3 +244,15 @@ def test_a_sweep_pairs_each_head_dim_as_its_own_compare_does(amd):
         w = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=r["d"], dtype="bf16", causal=True)
         c = compare(w, mi300x, options_for("ck", w, mi300x, backward=True))
         assert r["predicted_time_s"] == pytest.approx(float(c.tiled.timing.time_s), rel=1e-9), r["d"]
+
+
+def test_the_paired_grid_is_not_flagged_for_an_estimated_causal_tail(amd):
+    mi300x, _ = amd
+    # 32 heads × 16 Q blocks = 512 CTAs on 304 slots: a FlashAttention-2 grid's tail is estimated and
+    # says so; aiter's pairs are 256 equal jobs, whose tail is exact. CK tile (d = 64) is not paired.
+    paired = Workload(batch=1, heads=32, kv_heads=8, n=4096, d=128, dtype="bf16", causal=True)
+    tile = Workload(batch=2, heads=32, kv_heads=8, n=4096, d=64, dtype="bf16", causal=True)
+    said = " ".join(compare(paired, mi300x, options_for("ck", paired, mi300x)).caveats)
+    assert "fill 2 to 4 waves" not in said
+    said = " ".join(compare(tile, mi300x, options_for("ck", tile, mi300x)).caveats)
+    assert "fill 2 to 4 waves" in said
