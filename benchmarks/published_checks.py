@@ -193,17 +193,16 @@ def predict(
     standard = mapping.get("standard", "algorithm0")
     c = compare(w, profile, opts, standard=standard)
     by_pass = _by_pass(c, mapping["algorithm"])
-    if loop is not None:
+    idle = loop is not None and point["impl"] in loop.get("idle_before", ())
+    if loop is not None and (idle or point["impl"] in loop.get("busy_before", ())):
         boost = _by_pass(compare(w, profile, replace(opts, clocks="boost"), standard=standard), mapping["algorithm"])
         held = _by_pass(compare(w, profile, replace(opts, clocks="sustained"), standard=standard), mapping["algorithm"])
         fall = profile.implementation(opts.implementation).clocks_fall if opts.implementation else None
         after = float(fall[1]) if fall is not None and fall[1] is not None else None
-        idle = point["impl"] in loop.get("idle_before", ())
-        if idle or point["impl"] in loop.get("busy_before", ()):
-            by_pass = {
-                "forward": loop_share(boost["forward"], held["forward"], after, loop, idle),
-                "backward": boost["backward"],
-            }
+        by_pass = {
+            "forward": loop_share(boost["forward"], held["forward"], after, loop, idle),
+            "backward": boost["backward"],
+        }
     t = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]
     return t, list(c.caveats)
 
