@@ -45,7 +45,19 @@ PASSES = ("forward", "backward", "fwd+bwd")
 REQUIRED = ("id", "source", "fig", "gpu", "impl", "dtype", "batch", "heads", "kv_heads", "n", "d", "causal", "pass")
 SOURCE_REQUIRED = ("citation", "url", "setup", "flops_convention", "reading")
 #: families by memmodel profile name (one family per GPU today; siblings would share one)
-FAMILIES = {"a100": "A100", "h100-sxm": "H100", "h200": "H200", "b200": "B200", "mi300x": "MI300X", "mi355x": "MI355X"}
+FAMILIES = {
+    "a100": "A100",
+    "h100-sxm": "H100",
+    "h200": "H200",
+    "b200": "B200",
+    "gb200": "B200",  # the B200 of an NVL72 rack: the same GPU at another power limit
+    "b300": "B300",
+    "gb300": "B300",  # Blackwell Ultra in an NVL72 rack
+    "mi300x": "MI300X",
+    "mi355x": "MI355X",
+}
+#: the statistics a source's loop may take of its timed calls
+STATISTICS = ("mean", "median")
 
 
 def convention_flops(point: dict[str, Any], convention: str) -> float:
@@ -102,6 +114,8 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: calls must be a positive integer where a loop starts idle")
         if not isinstance(loop.get("warmup", 0), int) or loop.get("warmup", 0) < 0:
             raise ValueError(f"{where}: warmup must be a non-negative integer")
+        if loop.get("statistic", "mean") not in STATISTICS:
+            raise ValueError(f"{where}: statistic must be one of {', '.join(STATISTICS)}")
     return data
 
 
@@ -146,18 +160,28 @@ def why_not_modelled(point: dict[str, Any], mapping: dict[str, Any] | None) -> s
 
 
 def loop_share(boost_s: float, sustained_s: float, after_s: float | None, loop: dict[str, Any], idle: bool) -> float:
-    """The mean time of one timed call of a source's loop (``loop``: ``warmup`` calls, then
-    ``calls`` timed back to back, their mean; torch.utils.benchmark's ``Timer.timeit``), from its
-    time at the boost clocks and at the clocks the power limit leaves: a loop started ``idle``
-    (the source sleeps before it) runs at boost until ``after_s`` of busy time, then at the
-    sustained clocks; one started right after other timed loops (``busy_before``) at the
-    sustained clocks throughout."""
+    """The time of one timed call of a source's loop as the source reports it (``loop``:
+    ``warmup`` calls, then ``calls`` timed back to back, their ``statistic``: the mean, as
+    torch.utils.benchmark's ``Timer.timeit``, or the median), from its time at the boost clocks
+    and at the clocks the power limit leaves: a loop started ``idle`` (the source sleeps before
+    it) runs at boost until ``after_s`` of busy time, then at the sustained clocks; one started
+    right after other timed loops (``busy_before``) at the sustained clocks throughout."""
     if after_s is None or sustained_s <= boost_s:
         return boost_s
     if not idle:
         return sustained_s
     calls = int(loop["calls"])
     at_boost = min(max(after_s / boost_s - int(loop.get("warmup", 0)), 0.0), float(calls))
+    if loop.get("statistic", "mean") == "median":
+        # the calls in order: the whole ones at boost, the one the clocks fall in (its share at
+        # boost), the rest held; the boost calls are the fastest, so this is the sorted list
+        whole = int(at_boost)
+        times = [boost_s] * whole
+        if whole < calls:
+            part = at_boost - whole
+            times.append(part * boost_s + (1.0 - part) * sustained_s)
+            times += [sustained_s] * (calls - whole - 1)
+        return float(statistics.median(times))
     return (at_boost * boost_s + (calls - at_boost) * sustained_s) / calls
 
 

@@ -157,6 +157,43 @@ def test_a_loop_started_idle_runs_at_boost_until_the_clocks_fall():
     assert pc.loop_share(1e-4, 2e-4, 34.67e-3, loop, idle=True) == pytest.approx(1e-4)
 
 
+def test_a_loop_that_reports_the_median_takes_the_middle_call():
+    # 5 timed calls after 5 warm-up, 1 ms at boost, 2 ms held, the clocks falling after 7.5 ms
+    # of busy time: calls 6 and 7 at boost, call 8 half at boost (1.5 ms), calls 9 and 10 held:
+    # the sorted times 1, 1, 1.5, 2, 2 ms, their median 1.5 ms (their mean would be 1.5 ms too)
+    loop = {"warmup": 5, "calls": 5, "statistic": "median"}
+    assert pc.loop_share(1e-3, 2e-3, 7.5e-3, loop, idle=True) == pytest.approx(1.5e-3)
+    # the clocks falling after 8 ms: 1, 1, 1, 2, 2 ms: the median 1 ms, the mean 1.4 ms
+    assert pc.loop_share(1e-3, 2e-3, 8e-3, loop, idle=True) == pytest.approx(1e-3)
+    assert pc.loop_share(1e-3, 2e-3, 8e-3, dict(loop, statistic="mean"), idle=True) == pytest.approx(1.4e-3)
+    # after 6 ms: 1, 2, 2, 2, 2 ms: the median held
+    assert pc.loop_share(1e-3, 2e-3, 6e-3, loop, idle=True) == pytest.approx(2e-3)
+
+
+def test_the_cudnn_frontend_points_are_cudnn_and_flash_attn_4_on_h200_gb200_and_gb300():
+    data = pc.load_checks(CHECKS)
+    src = data["sources"]["cudnn-frontend-llama31"]
+    assert src["loop"] == {"warmup": 5, "calls": 5, "statistic": "median", "idle_before": ["cudnn", "fa4", "fa4-sm90"]}
+    points = [p for p in data["points"] if p["source"] == "cudnn-frontend-llama31"]
+    # 3 GPUs x 5 lengths x 2 masks: cuDNN bf16 forward and backward, its fp8 forward, and
+    # flash-attn-4 bf16 forward and backward = 5 points each: 150
+    assert len(points) == 150
+    assert {p["gpu"] for p in points} == {"h200", "gb200", "gb300"}
+    assert {p["impl"] for p in points if p["gpu"] == "h200"} == {"cudnn", "fa4-sm90"}
+    assert {p["impl"] for p in points if p["gpu"] == "gb200"} == {"cudnn", "fa4"}
+    assert data["implementations"]["fa4-sm90"]["impl"] == "fa3"
+    one = _point(data, "h200-cudnn-fwd-causal-d128-n32768-b2-h64kv8-cudnnfe")
+    # the CSV's row: 56.813 ms, 619 TFLOP/s = 4 x 2 x 32768^2 x 64 x 128 / 2 / 56.813 ms
+    (scored,) = pc.score(dict(data, points=[one]))
+    assert scored.published_time_s == pytest.approx(56.813e-3)
+    assert scored.published_tflops == pytest.approx(619.3, abs=0.1)
+    assert scored.family == "H200" and scored.error is not None
+    (gb,) = pc.score(dict(data, points=[_point(data, "gb200-fa4-bwd-full-d128-n8192-b2-h64kv8-cudnnfe")]))
+    assert gb.family == "B200" and gb.not_modelled is None
+    (ultra,) = pc.score(dict(data, points=[_point(data, "gb300-cudnn-fwd-full-d128-n4096-b2-h64kv8-fp8-cudnnfe")]))
+    assert ultra.family == "B300" and ultra.error is not None
+
+
 def test_the_fa3_papers_cudnn_loop_starts_idle_and_its_fa2_keeps_the_default_clocks():
     data = pc.load_checks(CHECKS)
     loop = data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"]
@@ -177,6 +214,10 @@ def test_a_bad_loop_is_refused_with_its_source(tmp_path):
     path = tmp_path / "checks.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ValueError, match=r"sources\.fa3-paper-h100-fwd-fp16\.loop: idle_before must list"):
+        pc.load_checks(path)
+    data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"] = {"calls": 5, "statistic": "mode"}
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="statistic must be one of mean, median"):
         pc.load_checks(path)
     data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"] = {"idle_before": ["cudnn"]}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
