@@ -58,15 +58,23 @@ FAMILIES = {
 }
 #: the statistics a source's loop may take of its timed calls
 STATISTICS = ("mean", "median")
+#: how a source timed a call: ``events``, CUDA events around it (memmodel's kernel time, launches
+#: included); ``device``, the summed device time of its kernels (CUPTI through torch.profiler),
+#: which no launch overhead enters
+TIMERS = ("events", "device")
 
 
 def convention_flops(point: dict[str, Any], convention: str) -> float:
-    """FLOPs of ``point`` as its source counts them. ``fa``: forward 4·N²·d per query head and
-    batch element, causal ½, backward 2.5×, forward + backward 3.5× (flash-attn's
-    ``benchmarks/benchmark_flash_attention.py``; HipKittens' ``test_python.py`` the same)."""
+    """FLOPs of ``point`` as its source counts them. ``fa``: forward 4·N·N_kv·d per query head
+    and batch element (N_kv = N unless the point gives ``n_kv``), causal ½ where the mask is
+    square, backward 2.5×, forward + backward 3.5× (flash-attn's
+    ``benchmarks/benchmark_flash_attention.py``; HipKittens' ``test_python.py`` and cudnn-frontend's
+    benchmarks the same)."""
     if convention != "fa":
         raise ValueError(f"unknown FLOP convention {convention!r}")
-    forward = 4 * point["batch"] * point["n"] ** 2 * point["heads"] * point["d"] / (2 if point["causal"] else 1)
+    n, n_kv = point["n"], point.get("n_kv", point["n"])
+    halved = point["causal"] and n == n_kv
+    forward = 4 * point["batch"] * n * n_kv * point["heads"] * point["d"] / (2 if halved else 1)
     return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
 
 
@@ -100,6 +108,8 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: no published figure (tflops or time_ms)")
         if p["heads"] % p["kv_heads"]:
             raise ValueError(f"{where}: kv_heads must divide heads")
+        if "n_kv" in p and not (isinstance(p["n_kv"], int) and p["n_kv"] >= 1):
+            raise ValueError(f"{where}: n_kv must be a positive integer")
     for key, src in sources.items():
         loop = src.get("loop")
         if loop is None:
@@ -116,6 +126,9 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: warmup must be a non-negative integer")
         if loop.get("statistic", "mean") not in STATISTICS:
             raise ValueError(f"{where}: statistic must be one of {', '.join(STATISTICS)}")
+    for key, src in sources.items():
+        if src.get("timer", "events") not in TIMERS:
+            raise ValueError(f"{path} -> sources.{key}: timer must be one of {', '.join(TIMERS)}")
     return data
 
 
@@ -185,22 +198,32 @@ def loop_share(boost_s: float, sustained_s: float, after_s: float | None, loop: 
     return (at_boost * boost_s + (calls - at_boost) * sustained_s) / calls
 
 
-def _by_pass(c: Any, algorithm: str) -> dict[str, float]:
+def _by_pass(c: Any, algorithm: str, device: bool = False) -> dict[str, float]:
+    """Seconds of each pass; ``device``: each kernel's own, without its launch overhead (what a
+    source timing the summed device time of the kernels sees)."""
     ev = c.standard if algorithm == "standard" else c.tiled
     out = {"forward": 0.0, "backward": 0.0}
     for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
-        out[kernel.pass_] += float(timing.time_s)
+        launch = float(timing.terms.get("launch", 0.0)) if device else 0.0
+        out[kernel.pass_] += float(timing.time_s) - launch
     return out
 
 
 def predict(
-    point: dict[str, Any], mapping: dict[str, Any], profile: Any, loop: dict[str, Any] | None = None
+    point: dict[str, Any],
+    mapping: dict[str, Any],
+    profile: Any,
+    loop: dict[str, Any] | None = None,
+    timer: str = "events",
 ) -> tuple[float, list[str]]:
     """memmodel's time (s) of ``point``'s pass with the options its implementation maps to. With
     its source's ``loop`` (how the source timed it), the forward kernels' clocks are the loop's
-    (:func:`loop_share`); else memmodel's default (``--clocks benchmark``)."""
+    (:func:`loop_share`); else memmodel's default (``--clocks benchmark``). ``timer`` (the
+    source's, :data:`TIMERS`): ``device`` leaves the launch overheads out."""
+    device = timer == "device"
     w = Workload(
         n=point["n"],
+        n_kv=point.get("n_kv"),
         d=point["d"],
         batch=point["batch"],
         heads=point["heads"],
@@ -216,11 +239,15 @@ def predict(
     opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward)
     standard = mapping.get("standard", "algorithm0")
     c = compare(w, profile, opts, standard=standard)
-    by_pass = _by_pass(c, mapping["algorithm"])
+    by_pass = _by_pass(c, mapping["algorithm"], device)
     idle = loop is not None and point["impl"] in loop.get("idle_before", ())
     if loop is not None and (idle or point["impl"] in loop.get("busy_before", ())):
-        boost = _by_pass(compare(w, profile, replace(opts, clocks="boost"), standard=standard), mapping["algorithm"])
-        held = _by_pass(compare(w, profile, replace(opts, clocks="sustained"), standard=standard), mapping["algorithm"])
+        boost = _by_pass(
+            compare(w, profile, replace(opts, clocks="boost"), standard=standard), mapping["algorithm"], device
+        )
+        held = _by_pass(
+            compare(w, profile, replace(opts, clocks="sustained"), standard=standard), mapping["algorithm"], device
+        )
         fall = profile.implementation(opts.implementation).clocks_fall if opts.implementation else None
         after = float(fall[1]) if fall is not None and fall[1] is not None else None
         by_pass = {
@@ -288,7 +315,7 @@ def score(
         else:
             assert mapping is not None
             try:
-                t, s.caveats = predict(point, mapping, profile, src.get("loop"))
+                t, s.caveats = predict(point, mapping, profile, src.get("loop"), src.get("timer", "events"))
             except MemmodelError as e:
                 s.not_modelled = f"memmodel refuses it: {e}"
             else:

@@ -194,6 +194,40 @@ def test_the_cudnn_frontend_points_are_cudnn_and_flash_attn_4_on_h200_gb200_and_
     assert ultra.family == "B300" and ultra.error is not None
 
 
+def test_a_device_timed_source_leaves_the_launches_out_and_a_decode_counts_its_keys():
+    data = pc.load_checks(CHECKS)
+    assert data["sources"]["cudnn-frontend-decode"]["timer"] == "device"
+    one = _point(data, "h200-cudnn-decode-llama31-d128-kv32k-b8-h64kv8-cudnnfe")
+    # 4 x 8 x 1 x 32768 x 64 x 128 = 8.59e12 FLOP (no causal half: one query row) in 0.250238 ms
+    assert pc.convention_flops(one, "fa") == 4 * 8 * 32768 * 64 * 128
+    (device,) = pc.score(dict(data, points=[one]))
+    assert device.published_tflops == pytest.approx(34.33, abs=0.01)
+    events = dict(data, sources=dict(data["sources"]))
+    events["sources"]["cudnn-frontend-decode"] = {
+        k: v for k, v in data["sources"]["cudnn-frontend-decode"].items() if k != "timer"
+    }
+    (evented,) = pc.score(dict(events, points=[one]))
+    # the split-KV kernel (two launches: sdpa-cudnn's extra_launches) and its combine (one): three
+    # of the H200's launch overheads apart
+    gap = evented.predicted_time_s - device.predicted_time_s
+    profile = pc.load_profile("h200")
+    assert gap == pytest.approx(3 * profile.launch_overhead_s, rel=1e-6)
+
+
+def test_a_bad_timer_or_n_kv_is_refused(tmp_path):
+    data = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    data["sources"]["cudnn-frontend-decode"]["timer"] = "wall"
+    path = tmp_path / "checks.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"sources\.cudnn-frontend-decode: timer must be one of events, device"):
+        pc.load_checks(path)
+    data["sources"]["cudnn-frontend-decode"]["timer"] = "device"
+    data["points"][-1]["n_kv"] = 0
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="n_kv must be a positive integer"):
+        pc.load_checks(path)
+
+
 def test_the_fa3_papers_cudnn_loop_starts_idle_and_its_fa2_keeps_the_default_clocks():
     data = pc.load_checks(CHECKS)
     loop = data["sources"]["fa3-paper-h100-fwd-fp16"]["loop"]
