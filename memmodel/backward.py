@@ -41,8 +41,9 @@ library's backward kernel has its own launch rule. The rules, from the sources:
   its K/V head, converted after (:func:`memmodel.traffic.flash_backward.fa3_backward`).
 * ``fa4`` (FlashAttention-4's Blackwell backward, ``_flash_attn_bwd`` in
   ``flash_attn/cute/interface.py`` and ``flash_bwd_sm100.py``): 128 × 128 at every head dim,
-  one CTA per K/V block, CTA pairs (2-CTA tcgen05 MMA) from d = 128, whose halved Q and dO
-  loads are not modelled; FA3's kernels under FA4's names (:func:`memmodel.traffic.flash_backward.fa4_backward`).
+  one CTA per K/V block, CTA pairs (2-CTA tcgen05 MMA) from d = 128, each CTA of a pair loading
+  half of the Q and dO tiles and adding half of the pair's one dQ partial; FA3's kernels under
+  FA4's names (:func:`memmodel.traffic.flash_backward.fa4_backward`).
 * ``ck`` (CK/aiter): aiter's assembly backward (``fmha_v3_bwd`` in ``csrc/cpp_itfs/mha_bwd.cu``;
   fp16/bf16, no dropout or bias, head dims padded to 64, 128 or 192; tiles from
   ``hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv``, Q rows per step ts_qo × K/V rows per
@@ -61,12 +62,13 @@ library's backward kernel has its own launch rule. The rules, from the sources:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .frozen import frozen
-from .implementations import ck_asm_backward, padded_head_dim
+from .implementations import ck_asm_backward, fa4_backward_pair, padded_head_dim, per_element
 from .traffic.blocks import TileContext
 from .traffic.facts import BackwardFacts
 from .traffic.flash import fa2_backward_kernels
@@ -180,7 +182,7 @@ _SOURCES = {
     "sdpa-efficient": "cutlassB.h (sm80 dispatch)",
     "sdpa-cudnn": "cuDNN's L2 traffic on an H200 (its names say 64x64xD)",
     "fa3": "flash_attn.cute _tile_size_bwd_sm90",
-    "fa4": "flash_attn.cute _flash_attn_bwd, SM100 (128 x 128; CTA pairs from d = 128 not modelled)",
+    "fa4": "flash_attn.cute _flash_attn_bwd, SM100 (128 x 128; CTA pairs from d = 128)",
     "ck": "aiter hsa/<arch>/fmha_v3_bwd/fmha_bwd_dqdkdv.csv (CK tile fmha_bwd.py where no assembly kernel runs)",
 }
 
@@ -225,6 +227,11 @@ def backward_plan(
         tiles = BackwardTiles(tiles.block_q, tiles.block_kv, ctas_per_sm, tiles.source + "; CTAs/SM given")
     exec_d = padded_head_dim(impl, workload.d)
     ctx = backward_context(workload, tiles, profile.sm_count, exec_d=exec_d)
+    if impl == "fa4":
+        # its CTA pairs from d = 128 share each Q and dO tile load and the dQ partial
+        pair = per_element(fa4_backward_pair, exec_d)
+        if np.any(np.asarray(pair) > 1):
+            ctx = dataclasses.replace(ctx, cta_pair=pair)
     in_rf: Any = False
     if impl == "sdpa-efficient":
         # dK, dV stay in registers where the head dim fits the Q block (per row of a grid)

@@ -555,6 +555,23 @@ def fa4_two_cta(d: int, causal: bool, rows: int) -> bool:
     return d == 256 or (not causal and d in (128, 192) and rows > 2 * FA4_TILE)
 
 
+def fa4_forward_pair(d: int, causal: bool, rows: int, group: int, windowed: bool) -> int:
+    """CTAs that share each K/V tile load in FA4's forward: 2 where it runs as CTA pairs
+    (:func:`fa4_two_cta`; ``_flash_attn_fwd`` also asks for no sliding window and, with its GQA
+    packing, a group that divides the 128-row Q tile), each CTA of a pair loading half of the K/V
+    tile both MMAs read (``cta_group::2``); else 1. ``rows``: the kernel's packed query rows."""
+    two = fa4_two_cta(d, causal, rows) and not windowed and (d == 256 or FA4_TILE % max(group, 1) == 0)
+    return 2 if two else 1
+
+
+def fa4_backward_pair(d: int) -> int:
+    """CTAs that share each Q and dO tile load in FA4's backward (``_flash_attn_bwd`` on SM100:
+    ``use_2cta_instrs`` from head dim 128, and at 256 its dedicated kernel): 2, each loading half
+    of the tile (the pair's products span its 2 × 128 keys) and adding half of the pair's one dQ
+    partial; else 1."""
+    return 2 if d >= 128 else 1
+
+
 #: FA4's ``_TUNING_CONFIG`` (``flash_fwd_sm100.py``): (2-CTA, causal, padded d, SM103) ->
 #: (``ex2_emu_freq``, ``ex2_emu_res``, ``ex2_emu_start_frg``) for 16-bit inputs
 FA4_EX2_TUNING: dict[tuple[bool, bool, int, bool], tuple[int, int, int]] = {

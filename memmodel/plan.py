@@ -216,6 +216,18 @@ def plan_tiled(
         spilled = _fa2_spill_bytes(kernel_w, blocks, profile, varlen)
         if spilled is not None:
             ctx = dataclasses.replace(ctx, spill_bytes_per_cta=spilled)
+    if impl == "fa4":
+        # its CTA pairs (2-CTA tcgen05) share each K/V tile load, per element on a grid
+        pair = implementations.per_element(
+            lambda d, rows, group: implementations.fa4_forward_pair(
+                d, bool(kernel_w.causal), rows, group, kernel_w.window is not None
+            ),
+            exec_d,
+            kernel_w.n,
+            workload.group,
+        )
+        if np.any(np.asarray(pair) > 1):
+            ctx = dataclasses.replace(ctx, cta_pair=pair)
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
         ctx = dataclasses.replace(ctx, **fp8)

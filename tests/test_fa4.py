@@ -98,6 +98,54 @@ def test_backward_kernels_and_tiles():
     assert c.tiled.traffic.facts.backward.block_kv == 128
 
 
+def _transfer(c, kernel, tensor, rw="read"):
+    (t,) = [
+        t
+        for t in c.tiled.traffic.transfers
+        if t.kernel == kernel and t.tensor == tensor and t.direction == rw and t.level == "l2"
+    ]
+    return t
+
+
+def test_cta_pairs_halve_the_forwards_k_v_requests_where_they_run():
+    b200 = load_profile("b200")
+    # 2 x 16 heads x 4096 rows, d 128, not causal: pairs run (4096 > 256 rows); B_r = 256 so
+    # T_r = 16 and K's requests are T_r · B·H·N_kv·d·e / 2 = 16 · 2·16·4096·128·2 / 2 = 268,435,456 bytes
+    w = bf16()
+    c = compare(w, b200, options_for("fa4", w, b200))
+    k = _transfer(c, "fa2_fwd", "K")
+    assert k.bytes == 16 * 2 * 16 * 4096 * 128 * 2 // 2
+    assert "CTA pairs" in k.formula
+    # causal: no pairs (use_2cta_instrs asks for not causal), whole tiles requested
+    wc = bf16(causal=True)
+    kc = _transfer(compare(wc, b200, options_for("fa4", wc, b200)), "fa2_fwd", "K")
+    assert "CTA pairs" not in kc.formula
+    # 256 rows or fewer (one CTA's two Q tiles): no pairs
+    ws = bf16(n=256, batch=64)
+    ks = _transfer(compare(ws, b200, options_for("fa4", ws, b200)), "fa2_fwd", "K")
+    assert "CTA pairs" not in ks.formula
+
+
+def test_cta_pairs_halve_the_backwards_q_do_and_dq_traffic_from_d128():
+    b200 = load_profile("b200")
+    w = bf16()
+    c = compare(w, b200, options_for("fa4", w, b200, backward=True))
+    # T_c = 4096 / 128 = 32 blocks: Q requested T_c · B·H·N·d·e / 2 = 32 · 2·16·4096·128·2 / 2 bytes
+    assert _transfer(c, "fa4_bwd", "Q").bytes == 32 * 2 * 16 * 4096 * 128 * 2 // 2
+    assert _transfer(c, "fa4_bwd", "dO").bytes == 32 * 2 * 16 * 4096 * 128 * 2 // 2
+    # the dQ accumulator's fp32 adds, halved; the row statistics loaded by both CTAs
+    assert _transfer(c, "fa4_bwd", "dQacc").bytes == 32 * 2 * 16 * 4096 * 128 * 4 // 2
+    assert _transfer(c, "fa4_bwd", "lse").bytes == 32 * 2 * 16 * 4096 * 4
+    # d = 64: no pairs
+    w64 = bf16(d=64)
+    c64 = compare(w64, b200, options_for("fa4", w64, b200, backward=True))
+    assert _transfer(c64, "fa4_bwd", "Q").bytes == 32 * 2 * 16 * 4096 * 64 * 2
+    # FA3's backward on the H200 keeps every CTA's own loads
+    h200 = load_profile("h200")
+    c3 = compare(w, h200, options_for("fa3", w, h200, backward=True))
+    assert "CTA pairs" not in _transfer(c3, "fa3_bwd", "Q").formula
+
+
 def test_figures_by_the_same_design_rule():
     h200, b200, b300 = load_profile("h200"), load_profile("b200"), load_profile("b300")
     for p in (b200, b300):

@@ -371,6 +371,10 @@ class TileContext:
     #: HBM bytes each forward CTA writes beyond O and the logsumexp: its spilled registers
     #: (PyTorch's FlashAttention-2 build, ``Implementation.spill_write_bytes_at``; 0: none counted)
     spill_bytes_per_cta: IntLike = 0
+    #: CTAs of a cluster that share one load of a tile both read (FA4's CTA pairs, 2-CTA
+    #: ``tcgen05``: each loads half): the forward's K and V requests, the backward's Q, dO and dQ
+    #: accumulator ones divide by it (1: every CTA loads its own)
+    cta_pair: IntLike = 1
 
     @cached_property
     def all_pairs(self) -> IntLike:

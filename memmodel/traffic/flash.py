@@ -126,12 +126,40 @@ def fa2_forward_kernel(
     return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
 
 
+def at_most(hbm: IntLike, requested: IntLike, cta_pair: IntLike) -> IntLike:
+    """``hbm`` no more than ``requested`` where CTA pairs halved the requests (``cta_pair`` > 1:
+    a pair's half-tile loads bring in no more than they ask for); as it is elsewhere."""
+    pairs = np.asarray(cta_pair)
+    if not np.any(pairs > 1):
+        return hbm
+    capped = intmath.minimum(hbm, requested)
+    if pairs.ndim == 0:
+        return capped
+    out = np.where(pairs > 1, np.asarray(capped), np.asarray(hbm))
+    return out.astype(np.int64)
+
+
+def pair_note(cta_pair: IntLike, shared: str) -> str:
+    """The ledger formula's suffix where CTA pairs share each load of ``shared`` (''
+    where none do)."""
+    pairs = np.asarray(cta_pair)
+    if not np.any(pairs > 1):
+        return ""
+    where = "" if np.all(pairs > 1) else " where pairs run"
+    return f" / 2 (CTA pairs: each loads half of a {shared} tile{where})"
+
+
 def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike) -> Kernel:
-    """The forward kernel's ledger, its K/V's HBM reads found."""
+    """The forward kernel's ledger, its K/V's HBM reads found. Where CTA pairs share each K/V
+    tile (:attr:`TileContext.cta_pair`) each CTA requests half of it: the L2 and shared-memory
+    bytes halve, the HBM reads (the K/V each request brings in) at most what is requested."""
     w, b = ctx.w, ctx.blocks
     ekv = w.kv_element_bytes
     bh = intmath.mul(w.batch, w.heads)
     visited = ctx.visited
+    kv_req = intmath.ceil_div(kv_req, ctx.cta_pair)
+    kv_hbm = at_most(kv_hbm, kv_req, ctx.cta_pair)
+    paired = pair_note(ctx.cta_pair, "K/V")
     # the K_j, V_j tiles are read from shared memory ``smem_reads`` times per CTA: by every
     # warp (mma.sync: 4 warps, each its own rows) or by every warp group (wgmma: 64 rows each)
     k = KernelBuilder(name)
@@ -142,7 +170,7 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         "input",
         kv_req,
         kv_hbm,
-        f"T_r · B·H·N_kv·d·{e_kv}" + visited_share(w),
+        f"T_r · B·H·N_kv·d·{e_kv}" + visited_share(w) + paired,
         intmath.mul(ctx.smem_reads, kv_req),
     )
     k.read(
@@ -150,7 +178,7 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         "input",
         as_v(w, kv_req),
         as_v(w, kv_hbm),
-        f"T_r · B·H·N_kv·{w.dv_sym}·{e_kv}" + visited_share(w),
+        f"T_r · B·H·N_kv·{w.dv_sym}·{e_kv}" + visited_share(w) + paired,
         intmath.mul(ctx.smem_reads, as_v(w, kv_req)),
     )
     if ctx.v_transpose:

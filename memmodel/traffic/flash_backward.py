@@ -22,7 +22,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, as_v, tile_context
-from .flash import per_wave_stream, tile_reread_hbm, visited_share, window_reread_hbm
+from .flash import at_most, pair_note, per_wave_stream, tile_reread_hbm, visited_share, window_reread_hbm
 from .ledger import Kernel, KernelBuilder, only_where, param, present_kernels
 
 #: ``flash_api.cpp``: sequence lengths of the D and dQ-accumulator buffers round up to 128
@@ -233,6 +233,10 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     kernels.append(pre.build(softmax_flops=intmath.mul(2, bh, w.n, w.d_v_), op="elementwise"))
 
     req = lambda nbytes: intmath.scaled(intmath.mul(b.t_c, nbytes), visited, pairs)  # noqa: E731
+    # CTA pairs (FA4 from d = 128): each CTA of a pair loads half of the Q and dO tiles and adds
+    # half of the pair's one dQ partial; both load the row statistics
+    paired = lambda nbytes: intmath.ceil_div(req(nbytes), ctx.cta_pair)  # noqa: E731
+    halved = pair_note(ctx.cta_pair, "Q, dO or dQ")
     # a head's Q side: Q (d) and dO (d_v) rows, the dQ accumulator, lse and D
     per_head = intmath.add(
         intmath.mul(w.n, w.d_kv, e), intmath.mul(w.n, d_r, ACC_BYTES), intmath.mul(2, w.n, STAT_BYTES)
@@ -268,30 +272,32 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
     main.read("K", "input", kv_q_heads, kv_hbm, "B·H·N_kv·d·e (per query head)")
     main.read("V", "input", as_v(w, kv_q_heads), as_v(w, kv_hbm), f"B·H·N_kv·{dv}·e (per query head)")
     suffix = " · visited" if w.causal else ""
-    for tensor, role, nbytes, formula in (
-        ("Q", "input", q, "B·H·N·d·e"),
-        ("dO", "input", o, f"B·H·N·{dv}·e"),
-        ("lse", "state", stat, "B·H·N·4"),
-        ("D", "state", stat, "B·H·N·4"),
+    for tensor, role, nbytes, formula, shared in (
+        ("Q", "input", q, "B·H·N·d·e", True),
+        ("dO", "input", o, f"B·H·N·{dv}·e", True),
+        ("lse", "state", stat, "B·H·N·4", False),
+        ("D", "state", stat, "B·H·N·4", False),
     ):
+        asked = paired(nbytes) if shared else req(nbytes)
         main.read(
             tensor,
             role,
-            req(nbytes),
-            q_side_hbm(nbytes, req(nbytes)),
-            f"T_c · {formula}{suffix}",
+            asked,
+            at_most(q_side_hbm(nbytes, req(nbytes)), asked, ctx.cta_pair),
+            f"T_c · {formula}{suffix}" + (halved if shared else ""),
         )
     # dQ_i += dS K_j by atomicAdd: every visited pair adds a B_r × d_r fp32 tile in L2; the
     # accumulator is read from HBM on first touch and written back once
-    acc_req = req(intmath.mul(bh, w.n, d_r, ACC_BYTES))
+    acc_req = paired(intmath.mul(bh, w.n, d_r, ACC_BYTES))
     acc_hbm = q_side_hbm(acc, acc_req)
     if l2c.xcds > 1 and l2c.mode != "off":
         # the XCD view: a head's CTAs (one per K/V block) sit on different XCDs, round-robin, and add
         # into the same dQ tiles at the same step: each add finds its line in another XCD's slice,
         # whose write-back and re-fetch go through the MALL (docs/model.md, "The MALL level")
         acc_hbm = acc_req
-    main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}")
-    main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}", hbm=acc_hbm)
+    acc_hbm = at_most(acc_hbm, acc_req, ctx.cta_pair)
+    main.read("dQacc", "state", acc_req, acc_hbm, f"T_c · B·H·N·d_r·4 (atomic add){suffix}{halved}")
+    main.write("dQacc", "state", acc_req, f"T_c · B·H·N·d_r·4 (atomic add){suffix}{halved}", hbm=acc_hbm)
     main.write("dK", "output", kv_q_heads, "B·H·N_kv·d·e")
     main.write("dV", "output", as_v(w, kv_q_heads), f"B·H·N_kv·{dv}·e")
     scores = ctx.exec_scores  # as executed: whole tiles, the kernel's head dims
