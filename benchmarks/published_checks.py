@@ -73,6 +73,12 @@ def convention_flops(point: dict[str, Any], convention: str) -> float:
     if convention != "fa":
         raise ValueError(f"unknown FLOP convention {convention!r}")
     n, n_kv = point["n"], point.get("n_kv", point["n"])
+    window = point.get("window")
+    if window is not None:
+        # a sliding window of W keys (itself and the W − 1 before): Σ_i min(i + 1, W) scores a row
+        w = min(int(window), n)
+        forward = 4 * point["batch"] * point["heads"] * point["d"] * (n * w - w * (w - 1) // 2)
+        return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
     halved = point["causal"] and n == n_kv
     forward = 4 * point["batch"] * n * n_kv * point["heads"] * point["d"] / (2 if halved else 1)
     return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
@@ -110,6 +116,8 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: kv_heads must divide heads")
         if "n_kv" in p and not (isinstance(p["n_kv"], int) and p["n_kv"] >= 1):
             raise ValueError(f"{where}: n_kv must be a positive integer")
+        if "window" in p and not (isinstance(p["window"], int) and p["window"] >= 1 and p["causal"]):
+            raise ValueError(f"{where}: window must be a positive integer, on a causal point")
     for key, src in sources.items():
         loop = src.get("loop")
         if loop is None:
@@ -224,6 +232,7 @@ def predict(
     w = Workload(
         n=point["n"],
         n_kv=point.get("n_kv"),
+        window=point.get("window"),
         d=point["d"],
         batch=point["batch"],
         heads=point["heads"],

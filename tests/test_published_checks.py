@@ -124,7 +124,8 @@ def test_a_proxy_is_opt_in_and_labelled():
 
 def test_fa4_points_are_scored_by_fa4():
     data = pc.load_checks(CHECKS)
-    points = [p for p in data["points"] if p["impl"] == "fa4"]
+    # the windowed ones are refused (no --window for fa4: not modelled, with the reason)
+    points = [p for p in data["points"] if p["impl"] == "fa4" and "window" not in p]
     scored = pc.score(dict(data, points=points), proxies={"fa4": "fa3"})
     assert scored and all(s.not_modelled is None and s.proxy is None and s.error is not None for s in scored)
 
@@ -214,6 +215,17 @@ def test_a_device_timed_source_leaves_the_launches_out_and_a_decode_counts_its_k
     assert gap == pytest.approx(3 * profile.launch_overhead_s, rel=1e-6)
 
 
+def test_a_windowed_point_counts_its_band_and_says_what_memmodel_cannot_express():
+    data = pc.load_checks(CHECKS)
+    one = _point(data, "h200-cudnn-fwd-window128-d64-n32768-b2-h128-cudnnfe")
+    # 4 x 2 x 128 x 64 x (32768 x 128 - 128 x 127 / 2) = 2.7435e11 FLOP in 2.030 ms: 135.1 TFLOP/s,
+    # the CSV's "135.000" (its count rounds the same)
+    assert pc.convention_flops(one, "fa") == 4 * 2 * 128 * 64 * (32768 * 128 - 128 * 127 // 2)
+    (scored,) = pc.score(dict(data, points=[one]))
+    assert scored.published_tflops == pytest.approx(135.15, abs=0.01)
+    assert scored.not_modelled is not None and "sliding window" in scored.not_modelled
+
+
 def test_a_bad_timer_or_n_kv_is_refused(tmp_path):
     data = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
     data["sources"]["cudnn-frontend-decode"]["timer"] = "wall"
@@ -225,6 +237,12 @@ def test_a_bad_timer_or_n_kv_is_refused(tmp_path):
     data["points"][-1]["n_kv"] = 0
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ValueError, match="n_kv must be a positive integer"):
+        pc.load_checks(path)
+    data["points"][-1].pop("n_kv")
+    decode = next(i for i, q in enumerate(data["points"]) if q["source"] == "cudnn-frontend-decode")
+    data["points"][decode]["window"] = 128  # a decode point, not causal
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="window must be a positive integer, on a causal point"):
         pc.load_checks(path)
 
 
