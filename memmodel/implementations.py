@@ -338,9 +338,11 @@ def tiles(
     profile: Profile | None = None,
     n_kv: int | None = None,
     dtype: str = "bf16",
+    local: bool = False,
 ) -> tuple[int, int]:
     """(B_r, B_c) an implementation runs with at head dimension ``d`` (given blocks win;
-    ``n_kv``, the keys, where the kernel's tile depends on them: None, a long sequence).
+    ``n_kv``, the keys, where the kernel's tile depends on them: None, a long sequence;
+    ``local``: a sliding window, where the kernel's tile depends on it).
 
     * PyTorch's FlashAttention-2 (sm80 kernels, also on sm90; ``flash_fwd_launch_template.h``):
       d ≤ 64: 128×128 (128×64 with dropout); d ≤ 128: 128×64 (128×32 with dropout); d ≤ 192:
@@ -375,7 +377,7 @@ def tiles(
     elif impl == "sdpa-math":
         bq, bkv = 128, 128  # cuBLAS's output tiles (the products are its batched GEMMs)
     elif impl == "fa3":
-        bq, bkv = fa3_tiles(int(p), causal, DTYPE_BYTES.get(dtype, 2))
+        bq, bkv = fa3_tiles(int(p), causal, DTYPE_BYTES.get(dtype, 2), local)
     elif impl == "fa4":
         bq, bkv = fa4_tiles(int(p))
     elif impl == "ck":
@@ -410,10 +412,11 @@ def tiles(
     return block_q or bq, block_kv or bkv
 
 
-def fa3_tiles(d: int, causal: bool, element_bytes: int = 2) -> tuple[int, int]:
+def fa3_tiles(d: int, causal: bool, element_bytes: int = 2, local: bool = False) -> tuple[int, int]:
     """FlashAttention-3's forward tiles (B_r, B_c) at the head dim its kernel runs (its Hopper
-    forward in ``flash_attn.cute``, fp16/bf16, no sliding window): 192×128 up to d = 64 (three
-    consumer warpgroups), 192×144 up to 96 (192×128 causal), 128×128 up to 192, 128×80 at 256.
+    forward in ``flash_attn.cute``, fp16/bf16): 192×128 up to d = 64 (three consumer warpgroups),
+    192×144 up to 96 (192×128 causal or with a sliding window), 128×128 up to 128, 128×128 up to
+    192 (128×96 with a window: ``local``), 128×80 at 256 (128×64 with a window).
     fp8 (``element_bytes`` 1): the C++ FA3's ``tile_size_fwd_sm90`` with ``element_size = 1``
     (``hopper/tile_size.h`` at :data:`FA4_COMMIT`; flash_attn.cute runs fp8 on Blackwell only):
     192×160 up to d = 64, 192×128 up to 96, 128×224 up to 128, 128×160 up to 192, 128×128 at 256
@@ -423,10 +426,12 @@ def fa3_tiles(d: int, causal: bool, element_bytes: int = 2) -> tuple[int, int]:
     if d <= 64:
         return 192, 128
     if d <= 96:
-        return (192, 128) if causal else (192, 144)
-    if d <= 192:
+        return (192, 128) if causal or local else (192, 144)
+    if d <= 128:
         return 128, 128
-    return 128, 80
+    if d <= 192:
+        return (128, 96) if local else (128, 128)
+    return (128, 64) if local else (128, 80)
 
 
 #: FA3's fp8 forward tiles by the largest head dim each covers (``tile_size_fwd_sm90``,
@@ -1170,9 +1175,18 @@ def workload_tiles(
             lambda d, n: block_q or fa4_tiles(int(padded_head_dim(impl, d)), n)[0], workload.d, workload.n
         )
         return bq_fa4, block_kv or FA4_TILE
+    local = workload.window is not None
     if not workload.is_grid:
         bq, bkv = tiles(
-            impl, int(workload.d), causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype
+            impl,
+            int(workload.d),
+            causal,
+            block_q,
+            block_kv,
+            dropout=dropout,
+            profile=profile,
+            dtype=workload.dtype,
+            local=local,
         )
         if impl == "sdpa-cudnn" and block_q is None and int(workload.n) <= DECODE_ROWS:
             bq = DECODE_ROWS
@@ -1182,7 +1196,15 @@ def workload_tiles(
     bkv_arr = np.zeros(d.shape, dtype=np.int64)
     for value in np.unique(d):
         bq, bkv = tiles(
-            impl, int(value), causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype
+            impl,
+            int(value),
+            causal,
+            block_q,
+            block_kv,
+            dropout=dropout,
+            profile=profile,
+            dtype=workload.dtype,
+            local=local,
         )
         bq_arr = np.where(d == value, bq, bq_arr)
         bkv_arr = np.where(d == value, bkv, bkv_arr)

@@ -241,6 +241,11 @@ WINDOW_KERNELS = VariantKernels(
         "flex": "FlexAttention under a sliding-window BlockMask (create_block_mask of a causal mask_mod with "
         "q − kv < W): the blocks inside the band, the mask_mod on those its edges cut",
         "paper": "the FlashAttention paper's algorithm over the blocks inside the window",
+        "fa3": "FlashAttention-3's local kernels (its Hopper forward and backward as flash_attn.cute runs them, "
+        "flash_attn_func(window_size=(W − 1, 0))): the blocks inside the band, the mask applied on the blocks "
+        "its two edges cut, none on the blocks between",
+        "fa4": "FlashAttention-4's local kernels (flash_attn.cute on SM100, flash_attn_func(window_size=(W − 1, "
+        "0))): the blocks inside the band, the mask on the blocks its edges cut, no CTA pairs",
     },
     "AMD's local attention kernels (CK/aiter) are not modelled; --impl paper shows the paper's algorithm over the "
     "window's blocks",

@@ -1378,7 +1378,9 @@ def fa4_emulated(workload: Any, profile: Profile) -> Any:
     kw = implementations.kernel_workload(workload, "fa4")
     packed = bool(np.any(np.asarray(kw.n) != np.asarray(workload.n)))
     cap = implementations._capability(profile)
-    causal = bool(workload.causal)
+    # a sliding window runs its local kernel, which flash_attn.cute does not count as causal
+    # (_resolve_causal_local_window: causal False, local True)
+    causal = bool(workload.causal) and workload.window is None
 
     def one(d: int, rows: int) -> float:
         p = int(implementations.padded_head_dim("fa4", d))

@@ -412,3 +412,50 @@ def test_the_causal_mask_counts_atens_split_launches():
     assert mask.launches == 4
     small = parse_case("impl=standard,batch=2,heads=32,n=4096,d=64,dtype=fp16,causal=1")
     assert next(k for k in predicted_kernels(small, load_profile("h200")) if k.name == "mask").launches == 1
+
+
+def _l2_read(c, kernel, tensor):
+    (t,) = [
+        t
+        for t in c.tiled.traffic.transfers
+        if t.kernel == kernel and t.tensor == tensor and t.direction == "read" and t.level == "l2"
+    ]
+    return t.bytes
+
+
+def test_fa3_and_fa4_run_their_local_kernels_over_the_band():
+    h200, b200 = load_profile("h200"), load_profile("b200")
+    # d 128, 1024 rows, a 128-key window: FA3's 128 x 128 tiles; Q block i (rows 128i..128i+127)
+    # sees keys 128i-127..128i+127: blocks i-1 and i (block 0 alone for i = 0), 1 + 7 x 2 = 15
+    # visited, each cut by an edge (all masked); K requested 15 x 128 keys x 128 x 2 bytes = 491,520
+    w = Workload(n=1024, d=128, dtype="bf16", causal=True, window=128)
+    c = compare(w, h200, impl="fa3")
+    assert _l2_read(c, "fa2_fwd", "K") == 15 * 128 * 128 * 2
+    (fwd,) = [k for k in c.tiled.traffic.kernels if k.name == "fa2_fwd"]
+    assert fwd.diagonal_blocks == 15
+    # FA4: its 256-row CTAs (two Q tiles) over the same band, with no CTA pairs (local)
+    c4 = compare(w.with_(batch=4, heads=32), b200, impl="fa4")
+    (t,) = [t for t in c4.tiled.traffic.transfers if t.kernel == "fa2_fwd" and t.tensor == "K" and t.level == "l2"]
+    assert "CTA pairs" not in t.formula
+    # the whole causal grid visits far more: windows cut FA3's K requests
+    assert _l2_read(compare(w.with_(window=None), h200, impl="fa3"), "fa2_fwd", "K") > 2 * _l2_read(c, "fa2_fwd", "K")
+
+
+@pytest.mark.parametrize(("d", "tile"), [(64, (192, 128)), (96, (192, 128)), (192, (128, 96)), (256, (128, 64))])
+def test_fa3_takes_its_local_tiles(d, tile):
+    # flash_attn.cute _tile_size_fwd_sm90(is_local=True): 192 x 128 to d 96, 128 x 96 to 192, 128 x 64 at 256
+    from memmodel.implementations import workload_tiles
+
+    assert (
+        workload_tiles("fa3", Workload(n=8192, d=d, dtype="bf16", causal=True, window=1024), None, None, None) == tile
+    )
+
+
+def test_fa4_local_kernel_takes_the_non_causal_exp_tuning():
+    from memmodel.implementations import fa4_exp_emulated_share
+    from memmodel.timing import fa4_emulated
+
+    b200 = load_profile("b200")
+    w = Workload(n=8192, d=64, batch=2, heads=16, dtype="bf16", causal=True, window=1024)
+    # flash_attn.cute resolves window_size=(W - 1, 0) to local, not causal: its tuning key is not causal
+    assert fa4_emulated(w, b200) == fa4_exp_emulated_share(64, False, 8192, 10.0, False)
