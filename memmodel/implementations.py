@@ -1176,18 +1176,14 @@ def workload_tiles(
         )
         return bq_fa4, block_kv or FA4_TILE
     local = workload.window is not None
-    if not workload.is_grid:
-        bq, bkv = tiles(
-            impl,
-            int(workload.d),
-            causal,
-            block_q,
-            block_kv,
-            dropout=dropout,
-            profile=profile,
-            dtype=workload.dtype,
-            local=local,
+
+    def at(d: int) -> tuple[int, int]:
+        return tiles(
+            impl, d, causal, block_q, block_kv, dropout=dropout, profile=profile, dtype=workload.dtype, local=local
         )
+
+    if not workload.is_grid:
+        bq, bkv = at(int(workload.d))
         if impl == "sdpa-cudnn" and block_q is None and int(workload.n) <= DECODE_ROWS:
             bq = DECODE_ROWS
         return bq, bkv
@@ -1195,17 +1191,7 @@ def workload_tiles(
     bq_arr = np.zeros(d.shape, dtype=np.int64)
     bkv_arr = np.zeros(d.shape, dtype=np.int64)
     for value in np.unique(d):
-        bq, bkv = tiles(
-            impl,
-            int(value),
-            causal,
-            block_q,
-            block_kv,
-            dropout=dropout,
-            profile=profile,
-            dtype=workload.dtype,
-            local=local,
-        )
+        bq, bkv = at(int(value))
         bq_arr = np.where(d == value, bq, bq_arr)
         bkv_arr = np.where(d == value, bkv, bkv_arr)
     if impl == "sdpa-cudnn" and block_q is None:
