@@ -191,7 +191,14 @@ def plan_tiled(
         # the kernel stages its tiles its own way (CK/aiter: Q in registers): no footprint check
         footprint = tile_footprint_bytes(options.block_q, options.block_kv, kernel_w)
         sram = max(float(sram), float(np.max(np.asarray(intmath.to_float(footprint)))))
-    blocks = block_sizes(kernel_w, sram, options.block_q, options.block_kv)
+    try:
+        blocks = block_sizes(kernel_w, sram, options.block_q, options.block_kv)
+    except WorkloadError as err:
+        # an implementation's own tiles at a head dim it does not run: say that first, not only the SRAM
+        why = implementations.unsupported(impl, workload, profile) if spec is not None else None
+        if why and "head dims" in why:
+            raise WorkloadError(f"--impl {impl}: {why}; {err}, or --impl paper for the paper's algorithm") from None
+        raise
     ctx = tile_context(
         kernel_w,
         blocks,

@@ -147,6 +147,11 @@ def test_compare_with_given_blocks_and_a_profile_path(run):
             "choose smaller blocks",
         ),
         (["--n", "64", "--d", "100000"], "head dimension d=100000 is too large"),
+        # an implementation's own tiles at a head dim it does not run: the head dim is named first
+        (
+            ["--n", "4096", "--d", "512", "--dtype", "bf16", "--gpu", "h100-sxm", "--impl", "sdpa-flash"],
+            "--impl sdpa-flash: sdpa-flash runs head dims up to 256 (got d=512); blocks",
+        ),
         (["--n", "64", "--d", "64", "--format", "xml"], "Invalid value for '--format'"),
         (["--d", "64"], "Missing option '--n'"),
         (["--n", "64", "--d", "64", "--bogus"], "--bogus"),
