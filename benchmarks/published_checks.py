@@ -34,7 +34,7 @@ import yaml
 from memmodel import MemmodelError, Workload, compare, load_profile
 from memmodel.implementations import IMPLEMENTATIONS
 from memmodel.options import options_for
-from memmodel.validated import time_range
+from memmodel.validated import VALIDATED, time_range
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ROOT / "validation" / "published" / "checks.yaml"
@@ -56,6 +56,11 @@ FAMILIES = {
     "mi300x": "MI300X",
     "mi355x": "MI355X",
 }
+#: the rate classes (memmodel.hardware.Profile.rate_class) whose time range these points give: no
+#: record of ours measures a GPU of them (scripts/update_validated.py)
+PUBLISHED_CLASSES = ("same-architecture", "other-architecture")
+#: a time's range: from the first to the last decile of its class's errors, as for the records
+RANGE_QUANTILES = (0.1, 0.9)
 #: the statistics a source's loop may take of its timed calls
 STATISTICS = ("mean", "median")
 #: how a source timed a call: ``events``, CUDA events around it (memmodel's kernel time, launches
@@ -157,6 +162,12 @@ class Scored:
     #: whether the published time lies in the range memmodel gives the prediction (its
     #: profile's rate class: memmodel.validated.time_range); None where it gives none
     in_range: bool | None = None
+    #: the profile's rate class (measured, same-architecture, other-architecture, datasheet)
+    rate_class: str | None = None
+    #: whether the published time lies in the range its class would have without this GPU
+    #: family's own points (leave one family out: the range a GPU nobody measured gets; the
+    #: measured class's range comes from our records alone, so there it is ``in_range``)
+    blind_in_range: bool | None = None
 
     @property
     def family(self) -> str:
@@ -331,10 +342,93 @@ def score(
                 s.predicted_time_s = t
                 s.predicted_tflops = flops / t / 1e12
                 s.error = (t - t_pub) / t_pub
+                s.rate_class = profile.rate_class
                 span = time_range(profile.rate_class, t)
                 s.in_range = None if span is None else bool(span[0] <= t_pub <= span[1])
         out.append(s)
+    _blind_ranges(out)
     return out
+
+
+def weighted_quantile(values: list[float], weights: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` where each counts ``weights`` times: each value sits at
+    the middle of its share of the total weight, linear in between (equal weights: the
+    midpoint rule, n values at (i + 1/2) / n)."""
+    if not values or len(values) != len(weights) or any(w <= 0 for w in weights):
+        raise ValueError("weighted_quantile takes as many positive weights as values, at least one")
+    pairs = sorted(zip(values, weights))
+    total = sum(w for _, w in pairs)
+    at, cum = [], 0.0
+    for _, w in pairs:
+        at.append((cum + w / 2) / total)
+        cum += w
+    if q <= at[0]:
+        return pairs[0][0]
+    for i in range(1, len(at)):
+        if q <= at[i]:
+            t = (q - at[i - 1]) / (at[i] - at[i - 1])
+            return pairs[i - 1][0] + t * (pairs[i][0] - pairs[i - 1][0])
+    return pairs[-1][0]
+
+
+def class_errors(scored: list[Scored]) -> dict[str, dict[str, list[float]]]:
+    """The signed errors of the scored points (no proxy) of each class in
+    :data:`PUBLISHED_CLASSES`, by GPU family."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for s in scored:
+        if s.error is None or s.proxy or s.rate_class not in PUBLISHED_CLASSES:
+            continue
+        out.setdefault(s.rate_class, {}).setdefault(s.family, []).append(s.error)
+    return out
+
+
+def class_range(by_family: dict[str, list[float]], exclude: str | None = None) -> dict[str, Any] | None:
+    """A class's time range from its families' errors (``exclude``'s left out): the first
+    decile, median and last decile with every family weighing the same however many points it
+    has (a GPU nobody measured is one more family, not one more point), the count and the
+    points per family; None where no family is left."""
+    families = {f: e for f, e in sorted(by_family.items()) if f != exclude and e}
+    if not families:
+        return None
+    values = [v for e in families.values() for v in e]
+    weights = [1.0 / len(e) for e in families.values() for _ in e]
+    low, high = (weighted_quantile(values, weights, q) for q in RANGE_QUANTILES)
+    return {
+        "low": low,
+        "median": weighted_quantile(values, weights, 0.5),
+        "high": high,
+        "count": len(values),
+        "families": {f: len(e) for f, e in families.items()},
+    }
+
+
+def _stand_in(rate_class: str) -> dict[str, Any] | None:
+    """The range memmodel gives a class none of whose GPUs is measured or published: the
+    datasheet class's spread about its median, as validated.json keeps it."""
+    try:
+        data = json.loads(VALIDATED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    entry = data.get("time_ranges", {}).get(rate_class, {})
+    stand_in = entry.get("stand_in") or (entry if not entry.get("count") else None)
+    return stand_in if stand_in and "low" in stand_in and "high" in stand_in else None
+
+
+def _blind_ranges(scored: list[Scored]) -> None:
+    """Set each scored point's ``blind_in_range``: its class's range from the other families'
+    points (:func:`class_range` leaving its own out; the stand-in where none is left)."""
+    errors = class_errors(scored)
+    for s in scored:
+        if s.error is None or s.predicted_time_s is None:
+            continue
+        if s.rate_class not in PUBLISHED_CLASSES:
+            s.blind_in_range = s.in_range
+            continue
+        span = class_range(errors.get(s.rate_class, {}), exclude=s.family) or _stand_in(s.rate_class)
+        if span is None:
+            continue
+        t = s.predicted_time_s
+        s.blind_in_range = bool(t / (1.0 + span["high"]) <= s.published_time_s <= t / (1.0 + span["low"]))
 
 
 def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, Any]]:
@@ -366,10 +460,11 @@ def summary(scored: list[Scored], *, by_pass: bool = False) -> list[dict[str, An
                 "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
                 "max_abs_error": max(abs(e) for e in errs) if errs else None,
                 "median_signed_error": statistics.median(errs) if errs else None,
+                # the share in the range a GPU of this family gets with its own points left out
                 "in_range": (
-                    sum(bool(s.in_range) for s in items if s.in_range is not None)
-                    / max(1, sum(s.in_range is not None for s in items))
-                    if any(s.in_range is not None for s in items)
+                    sum(bool(s.blind_in_range) for s in items if s.blind_in_range is not None)
+                    / max(1, sum(s.blind_in_range is not None for s in items))
+                    if any(s.blind_in_range is not None for s in items)
                     else None
                 ),
             }
@@ -414,6 +509,20 @@ def print_table(scored: list[Scored]) -> None:
     _print_summary(summary(scored))
     print("\nBy pass:")
     _print_summary(summary(scored, by_pass=True))
+    print(
+        "\nin range: the published time inside the range memmodel gives the prediction, that range taken from the"
+        " class's other GPU families (a derived or transferred profile's range comes from these points: each family"
+        " is judged by the others'; the measured H200's from our records alone)"
+    )
+    errors = class_errors(scored)
+    for cls in PUBLISHED_CLASSES:
+        r = class_range(errors.get(cls, {}))
+        if r is not None:
+            fams = ", ".join(f"{f} {n}" for f, n in r["families"].items())
+            print(
+                f"{cls} range from these points: {_pct(r['low'])} to {_pct(r['high'])}, median {_pct(r['median'])}"
+                f" ({fams}; every family weighs the same)"
+            )
 
 
 def _print_summary(rows: list[dict[str, Any]]) -> None:
@@ -449,6 +558,8 @@ def to_json(scored: list[Scored]) -> dict[str, Any]:
                 "predicted_tflops": s.predicted_tflops,
                 "error": s.error,
                 "published_in_range": s.in_range,
+                "published_in_blind_range": s.blind_in_range,
+                "rate_class": s.rate_class,
                 "not_modelled": s.not_modelled,
                 "proxy": s.proxy,
                 "caveats": s.caveats,

@@ -267,9 +267,14 @@ def time_ranges() -> dict[str, Any]:
     """How far a time of each rate class (:attr:`memmodel.hardware.Profile.rate_class`) is
     from what is measured: the first and last decile of the signed errors. ``measured``: the
     validation records with the profile they were measured with; ``datasheet``: the same
-    records with the H200's datasheet figures alone. No GPU of the two classes between was
-    measured: they take the datasheet class's spread about its median (the transfer rules take
-    the measured shares, which removes the datasheet's bias but not the spread)."""
+    records with the H200's datasheet figures alone. No record of ours measures a GPU of the two
+    classes between (``same-architecture``, derived; ``other-architecture``, transferred): their
+    ranges come from the published kernel times held back as blind checks
+    (``validation/published/``, scored by ``benchmarks/published_checks.py`` with the model as it
+    is), every GPU family weighing the same; a class none of whose GPUs is published takes the
+    datasheet class's spread about its median (the transfer rules take the measured shares,
+    which removes the datasheet's bias but not the spread), kept as ``stand_in`` either way.
+    The published points judge the model, never fit it: they size the range its times carry."""
     from memmodel.cli.validate import recorded_profile
     from memmodel.hardware import load_file
 
@@ -292,15 +297,47 @@ def time_ranges() -> dict[str, Any]:
         }
     ds = out["datasheet"]
     centred = {k: round((1 + ds[k]) / (1 + ds["median"]) - 1, 4) for k in ("low", "high")}
-    for cls in ("same-architecture", "other-architecture"):
+    stand_in = {
+        **centred,
+        "median": 0.0,
+        "count": 0,
+        "records": 0,
+        "basis": "no GPU of this class measured: the datasheet class's spread about its median stands in",
+    }
+    checks = published_checks()
+    errors = checks.class_errors(checks.score(checks.load_checks()))
+    for cls in checks.PUBLISHED_CLASSES:
+        found = checks.class_range(errors.get(cls, {}))
+        if found is None:
+            out[cls] = {**stand_in, "stand_in": stand_in}
+            continue
+        families = ", ".join(f"{f} {n}" for f, n in found["families"].items())
         out[cls] = {
-            **centred,
-            "median": 0.0,
-            "count": 0,
+            **{k: round(found[k], 4) for k in ("low", "median", "high")},
+            "count": found["count"],
             "records": 0,
-            "basis": "no GPU of this class measured: the datasheet class's spread about its median stands in",
+            "families": found["families"],
+            "basis": f"published kernel times of GPUs of this class held back as blind checks ({PUBLISHED}: "
+            f"{families}), every family weighing the same; never fitted to",
+            "stand_in": stand_in,
         }
     return out
+
+
+#: the published kernel times that size the derived and transferred classes' ranges
+PUBLISHED = "validation/published/checks.yaml"
+
+
+def published_checks() -> Any:
+    """benchmarks/published_checks.py as a module (the scorer of :data:`PUBLISHED`)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("published_checks", REPO / "benchmarks" / "published_checks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("published_checks", module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def mode_errors(folder: str = CHECKS) -> tuple[dict[str, list[float]], list[str]]:

@@ -275,3 +275,65 @@ def test_a_bad_loop_is_refused_with_its_source(tmp_path):
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ValueError, match="calls must be a positive integer"):
         pc.load_checks(path)
+
+
+def test_a_weighted_quantile_sits_each_value_at_the_middle_of_its_weight():
+    # equal weights: 4 values at 1/8, 3/8, 5/8, 7/8; the median halfway between 2 and 3
+    assert pc.weighted_quantile([4.0, 1.0, 3.0, 2.0], [1.0] * 4, 0.5) == pytest.approx(2.5)
+    # the 0.1 quantile lies below the first midpoint (1/8): the smallest value
+    assert pc.weighted_quantile([1.0, 2.0, 3.0, 4.0], [1.0] * 4, 0.1) == 1.0
+    # weights 3 and 1: midpoints at 3/8 and 7/8; q = 0.5 is a quarter of the way: 0 + 0.25 · 4 = 1
+    assert pc.weighted_quantile([0.0, 4.0], [3.0, 1.0], 0.5) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        pc.weighted_quantile([1.0], [0.0], 0.5)
+
+
+@pytest.mark.parametrize(
+    ("extra", "median"),
+    [
+        (0, 0.5),  # A's 0.0 at 1/4, B's 1.0 at 3/4: halfway
+        # B's eight points weigh 1/8 each: A's 0.0 at 1/4, B's first 1.0 at (1 + 1/16) / 2 = 0.53125;
+        # q = 0.5 lies 0.25 / 0.28125 of the way. With a weight per point it would be 1.0
+        (7, 0.25 / 0.28125),
+    ],
+)
+def test_a_class_range_weighs_every_family_the_same_and_leaves_one_out(extra, median):
+    # family A: one error 0.0; family B: 1 + extra errors of 1.0; each family weighs one half
+    by_family = {"A": [0.0], "B": [1.0] * (1 + extra)}
+    r = pc.class_range(by_family)
+    assert r["median"] == pytest.approx(median)
+    assert r["low"] == 0.0 and r["high"] == 1.0  # the deciles lie past both midpoints (1/4, 3/4)
+    assert r["count"] == 2 + extra and r["families"] == {"A": 1, "B": 1 + extra}
+    # leaving B out: A's error alone
+    assert pc.class_range(by_family, exclude="B")["median"] == 0.0
+    assert pc.class_range({"A": [0.1]}, exclude="A") is None
+
+
+def test_a_derived_or_transferred_profile_takes_its_range_from_the_published_points():
+    from memmodel.validated import time_range_errors
+
+    for cls in pc.PUBLISHED_CLASSES:
+        errors = time_range_errors(cls)
+        assert errors["count"] > 0, cls
+        assert "validation/published/checks.yaml" in errors["basis"]
+        assert errors["low"] < errors["median"] < errors["high"]
+    # the measured class keeps our records alone
+    assert "validation records" in time_range_errors("measured")["basis"]
+
+
+def test_each_family_is_judged_by_the_range_the_others_give():
+    data = pc.load_checks()
+    points = [p for p in data["points"] if p["gpu"] == "mi300x"][:8] + [
+        p for p in data["points"] if p["gpu"] == "a100" and p["impl"] == "fa2"
+    ][:8]
+    scored = pc.score({**data, "points": points})
+    by = pc.class_errors(scored)["other-architecture"]
+    assert set(by) == {"A100", "MI300X"}
+    for s in scored:
+        if s.error is None:
+            continue
+        other = pc.class_range(by, exclude=s.family)
+        assert set(other["families"]) == {"A100", "MI300X"} - {s.family}
+        t = s.predicted_time_s
+        inside = t / (1 + other["high"]) <= s.published_time_s <= t / (1 + other["low"])
+        assert s.blind_in_range is inside
