@@ -1298,8 +1298,10 @@ def kernel_time(
             # units and the FMA pipe at once; the pipes overlap, the busiest one bounds
             fma = arr["softmax"] + (arr["exp_fma"] if "exp_fma" in arr else 0.0)
             total = np.maximum(arr["matmul"], np.maximum(arr["exp"], fma))
-        elif impl is not None and impl.softmax_overlap:
-            # one tile's softmax runs while another tile's products do (FlashAttention-3, cuDNN)
+        elif impl is not None and impl.softmax_overlap and profile.arch_family not in MMA_SYNC_NATIVE:
+            # one tile's softmax runs while another tile's products do (FlashAttention-3, cuDNN); on
+            # an mma.sync architecture there is no asynchronous warpgroup MMA to overlap them with:
+            # its kernels are timed as FlashAttention-2's (the same-instruction rule, docs/profiles.md)
             total = np.maximum(arr["matmul"], arr["exp"] + arr["softmax"])
         else:
             total = arr["matmul"] + arr["exp"] + arr["softmax"]

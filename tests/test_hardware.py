@@ -530,3 +530,41 @@ def test_stream_rule_properties(rate, hbm, sm_clock):
     # more HBM or more SMs × clock never slows it
     assert stream_rate(rate, base_stream, hbm * 1.5, sm_clock) >= out
     assert stream_rate(rate, base_stream, hbm, sm_clock * 1.5) >= out
+
+
+def test_an_mma_sync_gpu_takes_flashattention_2s_efficiencies_for_kernels_measured_with_wgmma():
+    """The same-instruction rule: cuDNN, Triton and flex were measured on the H200 as wgmma
+    kernels; on an Ampere or Ada GPU their kernels are mma.sync ones of FlashAttention-2's
+    algorithm, so they take sdpa-flash's measured efficiencies there, and keep their own on
+    Hopper (derived) and Blackwell (transferred, not an mma.sync architecture)."""
+    h200 = load_profile("h200")
+    flash = h200.implementation("sdpa-flash")
+    for name in ("a100", "l40s", "rtx4090"):
+        p = load_profile(name)
+        for impl in ("sdpa-cudnn", "triton", "flex"):
+            figures = p.implementation(impl)
+            assert figures.efficiency == flash.efficiency, (name, impl)
+            assert "same-instruction rule" in p.provenance[f"implementations.{impl}.efficiency"].note
+        assert p.implementation("sdpa-cudnn").backward_efficiency == flash.backward_efficiency
+        # at d = 128: sdpa-flash's 1.066, not cuDNN's own 0.896 (its H200 wgmma kernels)
+        assert dict(p.implementation("sdpa-cudnn").efficiency)[128] == pytest.approx(1.066)
+    for name in ("h100-sxm", "b200"):
+        cudnn = load_profile(name).implementation("sdpa-cudnn")
+        assert cudnn.efficiency == h200.implementation("sdpa-cudnn").efficiency, name
+
+
+def test_on_an_mma_sync_gpu_cudnns_softmax_follows_its_products():
+    """cuDNN overlaps one tile's softmax with another's products on Hopper (asynchronous wgmma);
+    on an A100 its kernels are timed as FlashAttention-2's: the compute terms add up."""
+    from memmodel import Workload, compare
+    from memmodel.options import options_for
+
+    w = Workload(batch=2, heads=16, n=4096, d=128, dtype="bf16")
+    for name, serial in (("a100", True), ("h100-sxm", False)):
+        p = load_profile(name)
+        k = compare(w, p, options_for("sdpa-cudnn", w, p)).tiled.timing.kernels[-1]
+        t = k.terms
+        added = t["matmul"] + t["exp"] + t["softmax"] + t.get("cta", 0.0)
+        overlapped = max(t["matmul"], t["exp"] + t["softmax"]) + t.get("cta", 0.0)
+        assert t["compute"] == pytest.approx(added if serial else overlapped, rel=1e-9), name
+        assert added > overlapped  # the two rules differ here

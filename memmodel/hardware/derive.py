@@ -23,6 +23,8 @@ from .schema import (
     SAME_DESIGN,
     SAME_FAMILY,
     SAME_FAMILY_SOURCE,
+    SAME_INSTRUCTION,
+    SAME_INSTRUCTION_FIGURES,
     SHARE_FIGURES,
     field_error,
 )
@@ -469,6 +471,29 @@ def _same_design(
                 )
 
 
+def _same_instruction(data: Mapping[str, Any], base: Profile, family: str | None, put: Any) -> None:
+    """The same-instruction rule (:data:`~.schema.SAME_INSTRUCTION`): on a GPU whose native
+    tensor-core path is ``mma.sync`` (``family``), transferred from one where it is not, each
+    listed implementation's efficiencies are ``base``'s measured ones of its ``mma.sync`` kernel
+    of the same algorithm, where the profile gives none of its own."""
+    if family not in MMA_SYNC_NATIVE or base.arch_family in MMA_SYNC_NATIVE:
+        return
+    for impl, src in SAME_INSTRUCTION.items():
+        for name in SAME_INSTRUCTION_FIGURES:
+            source, target = f"implementations.{src}.{name}", f"implementations.{impl}.{name}"
+            if _leaf(data, target) is not None or base.kind_of(source) != "measured" or target not in FIELDS:
+                continue
+            prov = base.provenance.get(source)
+            put(
+                target,
+                _scaled(base.figures[source], 1.0, FIELDS[target][0]),
+                f"from {base.name}, {_measured_on(base, source)}, same-instruction rule: {impl}'s kernels on "
+                f"{family or 'this architecture'} are mma.sync kernels of FlashAttention-2's algorithm, not the "
+                f"{base.arch_family or base.name} kernels measured as {impl}: {src}'s {name} on {base.name} "
+                f"(docs/implementations.md): {prov.text if prov else base.figures[source]}",
+            )
+
+
 def _design_ratio(data: Mapping[str, Any], base: Profile, put: Any) -> None:
     """The design-ratio rule (:data:`~.schema.DESIGN_RATIO`): an implementation of another vendor
     with no efficiency of its own, forward or backward, takes as its backward efficiency the
@@ -621,6 +646,7 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
         )
     if same_vendor:
         _same_design(data, out, base, when, scale, put)
+        _same_instruction(data, base, family, put)
     else:
         _design_ratio(data, base, put)
     sources = dict(out["sources"]) if isinstance(out.get("sources"), Mapping) else {}

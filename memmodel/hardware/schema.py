@@ -190,6 +190,19 @@ SAME_DESIGN: dict[str, tuple[tuple[float, float], tuple[tuple[str, tuple[str, ..
     "fa4": ((10.0, 11.0), (("fa3", None), ("sdpa-cudnn", ("sustained_share", "sustained_after")))),
 }
 
+#: Implementations whose efficiencies the measured GPU gives for kernels of its native tensor-core
+#: path (wgmma on a Hopper GPU) and that run, on an architecture whose native path is mma.sync
+#: (Ampere, Ada: :data:`MMA_SYNC_NATIVE`), kernels of that class instead (``transfer_from``'s
+#: same-instruction rule): there they take the efficiencies of the measured GPU's ``mma.sync``
+#: kernel of the same algorithm (FlashAttention-2's: sdpa-flash), never their own wgmma kernels',
+#: and are timed as it is, the softmax after the products (no asynchronous warpgroup MMA to
+#: overlap them with: ``memmodel.timing``). cuDNN's sm80 kernels, Triton's and FlexAttention's
+#: code for sm80 are all FlashAttention-2's algorithm on mma.sync.
+SAME_INSTRUCTION: dict[str, str] = {"sdpa-cudnn": "sdpa-flash", "triton": "sdpa-flash", "flex": "sdpa-flash"}
+#: the figures the same-instruction rule takes: the fused kernels' efficiencies against the
+#: instruction's rate (their other figures, in seconds and bytes, keep their own rules)
+SAME_INSTRUCTION_FIGURES = ("efficiency", "backward_efficiency", "uneven_efficiency")
+
 #: Implementations of another vendor that run FlashAttention-2's algorithm and were measured on
 #: no GPU (``transfer_from``'s design-ratio rule): their forward runs at the profile's GEMM rate
 #: (no efficiency figure), and their backward at the ratio of backward to forward efficiency the
