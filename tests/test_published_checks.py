@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKS = REPO / "validation" / "published" / "checks.yaml"
@@ -337,3 +339,17 @@ def test_each_family_is_judged_by_the_range_the_others_give():
         t = s.predicted_time_s
         inside = t / (1 + other["high"]) <= s.published_time_s <= t / (1 + other["low"])
         assert s.blind_in_range is inside
+
+
+errors_ = st.lists(st.floats(min_value=-0.9, max_value=3.0, allow_nan=False), min_size=1, max_size=12)
+
+
+@given(st.dictionaries(st.sampled_from(["A100", "B200", "MI300X", "MI355X"]), errors_, min_size=1, max_size=4))
+def test_a_class_range_lies_within_its_errors_in_order(by_family):
+    r = pc.class_range(by_family)
+    values = [v for e in by_family.values() for v in e]
+    assert min(values) <= r["low"] <= r["median"] <= r["high"] <= max(values)
+    assert r["count"] == len(values)
+    for family in by_family:
+        left = {f: e for f, e in by_family.items() if f != family}
+        assert pc.class_range(by_family, exclude=family) == (pc.class_range(left) if left else None)
