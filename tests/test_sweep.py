@@ -197,6 +197,13 @@ def test_sweep_table(run):
     assert out.startswith("Sweep · gpu a100 · dtype fp16 · batch 1 · heads 1 · tiled fa2")
     assert "HBM std" in out and "bound s/t" in out and "hbm/" in out
     assert len([line for line in out.splitlines() if re.match(r"\s*(64|128)\s+\d+", line)]) == 2 * 5
+    # the range every time carries, once under the table: p / (1 + high) to p / (1 + low) of the
+    # transferred class's errors (memmodel/data/validated.json)
+    from memmodel.validated import time_range_errors
+
+    errors = time_range_errors("other-architecture")
+    low, high = 1 / (1 + errors["high"]), 1 / (1 + errors["low"])
+    assert f"time: measured within {low:.2f}–{high:.2f}× of these" in out
 
 
 def test_sweep_option_errors(run):

@@ -553,6 +553,27 @@ def _print_table(result: Any, stream: Any) -> None:
     columns = [(h, "right") for h in headers[:-1]] + [(headers[-1], "left")]
     con.print(terminal.table(None, columns, formatted))
     con.print("[dim]s/t: standard / tiled (above 1: tiled moves fewer bytes, is faster)[/]", soft_wrap=True)
+    spread = _range_factors(result)
+    if spread is not None:
+        con.print(
+            f"[dim]time: measured within {spread[0]:.2f}–{spread[1]:.2f}× of these (the first to last decile of the "
+            "errors of the profile's class, docs/accuracy.md; each row's range: --format csv or json)[/]",
+            soft_wrap=True,
+        )
+
+
+def _range_factors(result: Any) -> tuple[float, float] | None:
+    """The factors a sweep's time ranges put around its times (one per profile class and timing
+    mode, so the same on every row), or None where the rows carry no range."""
+    import numpy as np
+
+    t = np.asarray(result.column("predicted_time_s"), dtype=np.float64)
+    lo = np.asarray(result.column("predicted_time_low_s"), dtype=np.float64)
+    hi = np.asarray(result.column("predicted_time_high_s"), dtype=np.float64)
+    ok = np.isfinite(lo) & np.isfinite(hi) & (t > 0)
+    if not ok.any():
+        return None
+    return float(lo[ok][0] / t[ok][0]), float(hi[ok][0] / t[ok][0])
 
 
 def _layer_kinds(
