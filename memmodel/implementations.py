@@ -976,10 +976,18 @@ def refusal(impl: str, why: str) -> str | None:
     )
 
 
-def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str | None:
+def head_dim_unsupported(impl: str, d: int) -> str | None:
+    """Why ``impl`` does not run head dim ``d`` (past its largest), or None."""
     spec = IMPLEMENTATIONS[impl]
     if spec.max_head_dim is not None and d > spec.max_head_dim:
         return f"{impl} runs head dims up to {spec.max_head_dim} (got d={d})"
+    return None
+
+
+def _unsupported(impl: str, d: int, dtype: str, profile: Profile | None) -> str | None:
+    spec = IMPLEMENTATIONS[impl]
+    if too_wide := head_dim_unsupported(impl, d):
+        return too_wide
     if dtype not in spec.dtypes:
         return f"{impl} runs {', '.join(spec.dtypes)} (got {dtype})"
     cap = _capability(profile)

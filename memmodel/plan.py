@@ -195,8 +195,8 @@ def plan_tiled(
         blocks = block_sizes(kernel_w, sram, options.block_q, options.block_kv)
     except WorkloadError as err:
         # an implementation's own tiles at a head dim it does not run: say that first, not only the SRAM
-        why = implementations.unsupported(impl, workload, profile) if spec is not None else None
-        if why and "head dims" in why:
+        why = implementations.head_dim_unsupported(impl, int(np.max(np.asarray(workload.d)))) if spec else None
+        if why:
             raise WorkloadError(f"--impl {impl}: {why}; {err}, or --impl paper for the paper's algorithm") from None
         raise
     ctx = tile_context(
