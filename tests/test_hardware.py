@@ -305,6 +305,9 @@ def test_rates_and_caveats_say_how_much_to_trust_a_time(run):
     assert not any("mma.sync" in line for line in caveats(load_profile("a100"), "sdpa-flash", "fp16", 128))
     r = run("hardware", "sources", "--format", "markdown")
     assert r.exit_code == 0 and "| h100-sxm | derived from profile h200" in r.stdout
+    # under the table, once per kind of profile, where its times' range comes from
+    assert "The ranges, by kind of profile: measured: steps of the validation records" in r.stdout
+    assert "transferred: published kernel times of GPUs of this class" in r.stdout
 
 
 def test_link_curves_derive_only_to_parts_that_give_their_own_links():

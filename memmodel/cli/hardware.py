@@ -106,6 +106,7 @@ def sources_cmd(*, fmt: str) -> None:
     (reported as caveats)."""
     from ..hardware import SOURCE_KINDS, available, load_file
     from ..hardware.derive import TRANSFERRED
+    from ..hardware.profile import RATE_LABELS
     from ..implementations import default_for
     from ..timing import caveats, rate_sources
     from ..validated import time_range_errors
@@ -160,13 +161,25 @@ def sources_cmd(*, fmt: str) -> None:
         ranged = r["time_range"]
         spread = f"{1 / (1 + ranged['high']):.2f}–{1 / (1 + ranged['low']):.2f}" if ranged else "—"
         table.append([r["name"], r["rates"], spread, *counts, f"{r['default_impl']}: {notes}"])
+    # where each class's range comes from, once (the records, or published kernel times)
+    bases = {r["rate_class"]: r["time_range"] for r in rows if r.get("time_range")}
+    footnote = [
+        f"{RATE_LABELS[cls]}: {ranged['basis']}"
+        + (f" ({ranged['count']} errors)" if ranged.get("count") and not ranged.get("families") else "")
+        for cls, ranged in sorted(bases.items(), key=lambda kv: list(RATE_LABELS).index(kv[0]))
+    ]
     if fmt == "markdown":
         click.echo("| " + " | ".join(header) + " |")
         click.echo("| " + " | ".join("---" for _ in header) + " |")
         for row in table:
             click.echo("| " + " | ".join(x.replace("|", "\\|") for x in row) + " |")
+        if footnote:
+            click.echo("\nThe ranges, by kind of profile: " + "; ".join(footnote) + ".")
         return
-    terminal.console().print(terminal.table(None, [(h, "left") for h in header], [tuple(r) for r in table]))
+    con = terminal.console()
+    con.print(terminal.table(None, [(h, "left") for h in header], [tuple(r) for r in table]))
+    for line in footnote:
+        con.print(f"[dim]{terminal.escape(line)}[/]", soft_wrap=True)
 
 
 @hardware_group.command("show")
