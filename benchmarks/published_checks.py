@@ -74,19 +74,23 @@ def convention_flops(point: dict[str, Any], convention: str) -> float:
     and batch element (N_kv = N unless the point gives ``n_kv``), causal ½ where the mask is
     square, backward 2.5×, forward + backward 3.5× (flash-attn's
     ``benchmarks/benchmark_flash_attention.py``; HipKittens' ``test_python.py`` and cudnn-frontend's
-    benchmarks the same)."""
+    benchmarks the same). A point with V's head dim apart (``d_v``) counts its products as
+    cudnn-frontend's benchmark does: forward 2·scores·(d + d_v), backward 2·scores·(3·d + 2·d_v)
+    (the same as the above where d_v = d)."""
     if convention != "fa":
         raise ValueError(f"unknown FLOP convention {convention!r}")
     n, n_kv = point["n"], point.get("n_kv", point["n"])
+    d, d_v = point["d"], point.get("d_v", point["d"])
     window = point.get("window")
     if window is not None:
         # a sliding window of W keys (itself and the W − 1 before): Σ_i min(i + 1, W) scores a row
         w = min(int(window), n)
-        forward = 4 * point["batch"] * point["heads"] * point["d"] * (n * w - w * (w - 1) // 2)
-        return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
-    halved = point["causal"] and n == n_kv
-    forward = 4 * point["batch"] * n * n_kv * point["heads"] * point["d"] / (2 if halved else 1)
-    return forward * {"forward": 1.0, "backward": 2.5, "fwd+bwd": 3.5}[point["pass"]]
+        scores = point["batch"] * point["heads"] * (n * w - w * (w - 1) // 2)
+    else:
+        halved = point["causal"] and n == n_kv
+        scores = point["batch"] * n * n_kv * point["heads"] / (2 if halved else 1)
+    per_pass = {"forward": d + d_v, "backward": 3 * d + 2 * d_v, "fwd+bwd": 4 * d + 3 * d_v}
+    return 2 * scores * per_pass[point["pass"]]
 
 
 def load_checks(path: Path = CHECKS) -> dict[str, Any]:
@@ -123,6 +127,8 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: n_kv must be a positive integer")
         if "window" in p and not (isinstance(p["window"], int) and p["window"] >= 1 and p["causal"]):
             raise ValueError(f"{where}: window must be a positive integer, on a causal point")
+        if "d_v" in p and not (isinstance(p["d_v"], int) and p["d_v"] >= 1):
+            raise ValueError(f"{where}: d_v must be a positive integer")
     for key, src in sources.items():
         loop = src.get("loop")
         if loop is None:
@@ -245,6 +251,7 @@ def predict(
         n_kv=point.get("n_kv"),
         window=point.get("window"),
         d=point["d"],
+        d_v=point.get("d_v"),
         batch=point["batch"],
         heads=point["heads"],
         kv_heads=point["kv_heads"],

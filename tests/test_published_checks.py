@@ -81,6 +81,23 @@ def test_the_fa_flop_convention_pinned():
     assert pc.convention_flops(causal, "fa") == 343_597_383_680
 
 
+def test_a_point_with_vs_own_head_dim_counts_and_runs_it():
+    """d_v (MLA prefill: Q·K at 192, P·V at 128): cudnn-frontend's FLOP count and memmodel's --d-v."""
+    p = {"n": 4096, "d": 192, "d_v": 128, "batch": 2, "heads": 128, "causal": False, "pass": "forward"}
+    # forward: 2 · B·H·N² · (d + d_v) = 2 · 2·128·4096² · 320 = 2**33 · 320 = 2748779069440
+    assert pc.convention_flops(p, "fa") == 2_748_779_069_440
+    # backward: 2 · B·H·N² · (3·192 + 2·128) = 2**33 · 832 = 7146825580544
+    assert pc.convention_flops(dict(p, **{"pass": "backward"}), "fa") == 7_146_825_580_544
+    data = pc.load_checks(CHECKS)
+    base = _point(data, "h200-cudnn-fwd-full-d128-n2048-b2-h64kv8-cudnnfe")
+    point = dict(base, id="x", d=192, d_v=128, heads=128, kv_heads=128, n=4096, batch=2)
+    one = {**data, "points": [point]}
+    [s] = pc.score(one)
+    assert s.error is not None and s.not_modelled is None
+    [wide] = pc.score({**data, "points": [dict(point, d_v=192)]})
+    assert wide.predicted_time_s > s.predicted_time_s  # V at 192 moves more and multiplies more
+
+
 def test_the_scorer_scores_one_point_and_lists_one_it_cannot_express():
     data = pc.load_checks(CHECKS)
     modelled = _point(data, "h100-sxm-fa3-fwd-full-d128-n4096-b4-h16-fa3paper")
@@ -245,6 +262,11 @@ def test_a_bad_timer_or_n_kv_is_refused(tmp_path):
     data["points"][decode]["window"] = 128  # a decode point, not causal
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(ValueError, match="window must be a positive integer, on a causal point"):
+        pc.load_checks(path)
+    data["points"][decode].pop("window")
+    data["points"][decode]["d_v"] = 0
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="d_v must be a positive integer"):
         pc.load_checks(path)
 
 
