@@ -143,10 +143,13 @@ def test_a_proxy_is_opt_in_and_labelled():
 
 def test_fa4_points_are_scored_by_fa4():
     data = pc.load_checks(CHECKS)
-    # the windowed ones are refused (no --window for fa4: not modelled, with the reason)
-    points = [p for p in data["points"] if p["impl"] == "fa4" and "window" not in p]
+    points = [p for p in data["points"] if p["impl"] == "fa4" and "d_v" not in p]
     scored = pc.score(dict(data, points=points), proxies={"fa4": "fa3"})
     assert scored and all(s.not_modelled is None and s.proxy is None and s.error is not None for s in scored)
+    # DeepSeek's (192, 128) heads: FA4's kernel for them is not modelled, and the point says so
+    deepseek = [p for p in data["points"] if p["impl"] == "fa4" and "d_v" in p]
+    refused = pc.score(dict(data, points=deepseek))
+    assert refused and all("(192, 128) DeepSeek kernel is not modelled" in (s.not_modelled or "") for s in refused)
 
 
 def test_aiter_points_are_scored_by_ck_and_a_proxy_does_not_replace_it():
