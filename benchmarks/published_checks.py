@@ -311,14 +311,22 @@ def predict_traced(
 
 
 def score(
-    data: dict[str, Any], *, gpu: str | None = None, impl: str | None = None, proxies: dict[str, str] | None = None
+    data: dict[str, Any],
+    *,
+    gpu: str | None = None,
+    impl: str | None = None,
+    source: str | None = None,
+    proxies: dict[str, str] | None = None,
 ) -> list[Scored]:
-    """Score every point (those of ``gpu`` / ``impl`` if given). ``proxies`` maps a published
-    implementation to a stand-in memmodel ``--impl`` used where its own mapping cannot be run."""
+    """Score every point (those of ``gpu`` / ``impl`` / ``source`` if given). ``proxies`` maps a
+    published implementation to a stand-in memmodel ``--impl`` used where its own mapping cannot be
+    run. A filter leaves the other families out of each family's blind range as well."""
+    if source is not None and source not in data["sources"]:
+        raise ValueError(f"unknown source {source!r}: the file has {', '.join(data['sources'])}")
     out: list[Scored] = []
     profiles: dict[str, Any] = {}
     for point in data["points"]:
-        if (gpu and point["gpu"] != gpu) or (impl and point["impl"] != impl):
+        if (gpu and point["gpu"] != gpu) or (impl and point["impl"] != impl) or (source and point["source"] != source):
             continue
         src = data["sources"][point["source"]]
         flops = convention_flops(point, src["flops_convention"])
@@ -487,7 +495,7 @@ def _abs_pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.1f}%"
 
 
-def print_table(scored: list[Scored]) -> None:
+def print_table(scored: list[Scored], *, filtered: bool = False) -> None:
     head = f"{'id':<58} {'pass':<8} {'published':>13} {'predicted':>13} {'error':>8}"
     print(head)
     print("-" * len(head))
@@ -520,6 +528,7 @@ def print_table(scored: list[Scored]) -> None:
         "\nin range: the published time inside the range memmodel gives the prediction, that range taken from the"
         " class's other GPU families (a derived or transferred profile's range comes from these points: each family"
         " is judged by the others'; the measured H200's from our records alone)"
+        + (" — this run is filtered: the ranges come from the points shown only" if filtered else "")
     )
     errors = class_errors(scored)
     for cls in PUBLISHED_CLASSES:
@@ -585,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", help="only this GPU (profile name as in the file, e.g. h100-sxm)")
     ap.add_argument("--impl", help="only this published implementation (e.g. fa3, cudnn, standard)")
     ap.add_argument(
+        "--source", help="only this source's points (a key of the file's sources, e.g. cudnn-frontend-wan22)"
+    )
+    ap.add_argument(
         "--proxy",
         action="append",
         default=[],
@@ -599,12 +611,15 @@ def main(argv: list[str] | None = None) -> int:
         if not sep or not name or not option:
             ap.error(f"--proxy takes IMPL=OPTION, got {item!r}")
         proxies[name] = option
-    scored = score(load_checks(args.checks), gpu=args.gpu, impl=args.impl, proxies=proxies)
+    data = load_checks(args.checks)
+    if args.source is not None and args.source not in data["sources"]:
+        ap.error(f"unknown source {args.source!r}: the file has {', '.join(data['sources'])}")
+    scored = score(data, gpu=args.gpu, impl=args.impl, source=args.source, proxies=proxies)
     if args.format == "json":
         json.dump(to_json(scored), sys.stdout, indent=1)
         print()
     else:
-        print_table(scored)
+        print_table(scored, filtered=any((args.gpu, args.impl, args.source)))
     return 0
 
 

@@ -378,3 +378,15 @@ def test_a_class_range_lies_within_its_errors_in_order(by_family):
     for family in by_family:
         left = {f: e for f, e in by_family.items() if f != family}
         assert pc.class_range(by_family, exclude=family) == (pc.class_range(left) if left else None)
+
+
+def test_a_run_can_take_one_source_and_refuses_one_the_file_lacks():
+    data = pc.load_checks(CHECKS)
+    scored = pc.score(data, source="cudnn-frontend-ardit-a100pcie")
+    # the autoregressive DiT on the A100 PCIe: cuDNN and flash-attn 2 at five query lengths
+    assert len(scored) == 10 and {s.point["source"] for s in scored} == {"cudnn-frontend-ardit-a100pcie"}
+    with pytest.raises(ValueError, match="unknown source 'nowhere'"):
+        pc.score(data, source="nowhere")
+    with pytest.raises(SystemExit) as exit_:
+        pc.main(["--source", "nowhere"])
+    assert exit_.value.code == 2
