@@ -1491,26 +1491,11 @@ def algorithm_time(
     facts = algorithm.facts  # a tiled algorithm's blocks, occupancy and splits (None: standard)
     if workload is not None and algorithm.variant == "fa2":
         occupancy = param(facts.ctas_per_sm)
-        tail = cta_tail_factor(
-            workload,
-            np.asarray(facts.blocks.block_q),
-            np.asarray(facts.blocks.block_kv),
-            profile.sm_count,
-            occupancy,
-            share,
-        )
+        grid = (workload, np.asarray(facts.blocks.block_q), np.asarray(facts.blocks.block_kv), profile.sm_count)
+        tail = cta_tail_factor(*grid, occupancy, share)
         paired = implementations.paired_q_blocks(implementation, facts.blocks.block_q)
         if np.any(paired):  # aiter's causal grid (a grid's tiles differ by head dim: element by element)
-            both = cta_tail_factor(
-                workload,
-                np.asarray(facts.blocks.block_q),
-                np.asarray(facts.blocks.block_kv),
-                profile.sm_count,
-                occupancy,
-                share,
-                paired=True,
-            )
-            tail = np.where(paired, both, tail)
+            tail = np.where(paired, cta_tail_factor(*grid, occupancy, share, paired=True), tail)
             tail = float(tail) if np.ndim(tail) == 0 else tail
         if any(k.kind == SPLIT_KV and not k.figures_from for k in algorithm.kernels):
             split_tail = split_tail_factor(workload, param(facts.splits), profile.sm_count, occupancy, share)
