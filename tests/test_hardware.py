@@ -498,6 +498,20 @@ def test_amd_profiles_keep_their_published_gemm_rates_and_transfer_the_rest():
     assert mi300x.figures["memory.hbm.bandwidth"] == pytest.approx(5.3e12 * 4.528 / 4.8, rel=2e-3)
 
 
+def test_an_fp8_kernels_share_stays_on_its_architecture():
+    """An fp8 kernel's efficiency as a share of its 16-bit one is a Hopper kernel's trait (an 8-bit
+    wgmma takes V transposed): a Hopper sibling takes it as is, a Blackwell GPU neither by transfer
+    nor, for FA4, by the same-design rule from FA3."""
+    h200 = load_profile("h200")
+    share = h200.implementation("fa3").fp8_share
+    assert share is not None and 0.3 < share < 1.0
+    assert load_profile("h100-sxm").implementation("fa3").fp8_share == share
+    for name in ("b200", "gb300"):
+        blackwell = load_profile(name)
+        assert all(f.fp8_share is None for f in blackwell.implementation_figures.values())
+        assert "implementations.fa4.fp8_share" not in blackwell.figures
+
+
 def test_stream_rule_keeps_a_latency_bound_kernel_on_a_gpu_of_the_same_sms():
     from memmodel.hardware.derive import stream_rate
 

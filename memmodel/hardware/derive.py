@@ -368,6 +368,14 @@ def _deep_copy(node: Any) -> Any:
 #: share of the native rate it reaches on the measured GPU; figures fixed in time, by ``same``;
 #: on a GPU of the same vendor, the implementations' and NCCL's figures by :data:`DERIVE_RULES`.
 TRANSFER_SAME = ("launch_overhead", "event_overhead")
+#: The figures an architecture's own kernels set, not carried to another architecture (by
+#: ``transfer_from``, nor by the same-design rule): an fp8 kernel's efficiency as a share of its
+#: 16-bit one. On Hopper an 8-bit ``wgmma`` takes both operands K-major from shared memory, so the
+#: P·V product needs V transposed inside the kernel (FlashAttention-3, Shah et al. 2024, section 3.3;
+#: Colfax Research, "Adding FP8 to FlashAttention", 2024), a cost the 16-bit kernels do not pay;
+#: Blackwell's ``tcgen05.mma`` takes 8-bit operands of either majorness (PTX ISA 8.7, the
+#: instruction descriptor of ``.kind::f8f6f4``: its transpose-A and transpose-B bits)
+TRANSFER_ARCH_OWN = ("implementations.*.fp8_share",)
 #: The source id every transferred figure cites (its kind is ``derived``)
 TRANSFERRED = "transferred"
 #: The figures only a GPU of the same vendor takes (the same kernels and libraries run there)
@@ -455,6 +463,8 @@ def _same_design(
                 target = f"implementations.{impl}.{rest}"
                 if (only is not None and rest not in only) or _leaf(out, target) is not None:
                     continue
+                if any(glob_match(target, p) for p in TRANSFER_ARCH_OWN):
+                    continue  # the measured architecture's kernels' own trait
                 rule = derive_rule(target)
                 rule = POWER_CLOCK_FALLBACK if rule == "power-clock" else rule
                 if rule is None or rule not in scale or target not in FIELDS:
@@ -614,6 +624,8 @@ def transfer(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, An
     for fpath, value in base.figures.items():
         if _leaf(data, fpath) is not None or fpath.startswith("datasheet.") or base.kind_of(fpath) != "measured":
             continue
+        if any(glob_match(fpath, p) for p in TRANSFER_ARCH_OWN):
+            continue  # the measured architecture's kernels' own trait
         rule = "same" if fpath in TRANSFER_SAME else derive_rule(fpath)
         if rule == "power-clock":  # one architecture's rule: across architectures carried as is
             rule = POWER_CLOCK_FALLBACK
