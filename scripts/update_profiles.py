@@ -144,6 +144,11 @@ def with_links(text: str) -> str:
         data = fp8_cast.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / fp8_cast.RECORD, "rt") if line.strip()]
         )
+    from memmodel.calibration import cudnn_fp8
+
+    fp8_lines = cudnn_fp8.load(ROOT)
+    if fp8_lines:  # cuDNN's fp8 forward against its bf16 one, fitted on the profile as built
+        data = cudnn_fp8.apply(data, fp8_lines)
     from memmodel.calibration import aten_paths
 
     if (ROOT / aten_paths.RECORD).exists():  # ATen's casts, gathers and fp32 softmax (memmodel trace)
