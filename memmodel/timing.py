@@ -1123,9 +1123,10 @@ def kernel_time(
     else:
         figures = KernelFigures()
     eff, masked, local = figures.efficiency, figures.masked_block_cost, figures.local_block_cost
-    if eff is not None and forward and dtype == "fp8" and measured.fp8_share is not None:
-        # measured: its fp8 kernel keeps this share of its 16-bit efficiency (scales, e4m3 layouts)
-        eff = eff * measured.fp8_share
+    fp8_share = measured.fp8_share_at(hd if hd is not None else 128) if dtype == "fp8" else None
+    if eff is not None and forward and fp8_share is not None:
+        # measured: its fp8 kernel keeps this share of its 16-bit efficiency (scales, e4m3 layouts), by head dim
+        eff = eff * fp8_share
     masked_columns = figures.uneven_efficiency
     if eff is not None and masked_columns is not None and np.any(uneven):
         # a head dim no kernel is built for: the built one's kernel, its padded columns masked

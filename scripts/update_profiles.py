@@ -144,11 +144,6 @@ def with_links(text: str) -> str:
         data = fp8_cast.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / fp8_cast.RECORD, "rt") if line.strip()]
         )
-    from memmodel.calibration import cudnn_fp8
-
-    fp8_lines = cudnn_fp8.load(ROOT)
-    if fp8_lines:  # cuDNN's fp8 forward against its bf16 one, fitted on the profile as built
-        data = cudnn_fp8.apply(data, fp8_lines)
     from memmodel.calibration import aten_paths
 
     if (ROOT / aten_paths.RECORD).exists():  # ATen's casts, gathers and fp32 softmax (memmodel trace)
@@ -181,6 +176,11 @@ def with_links(text: str) -> str:
         data = host.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / host.RECORD, "rt") if line.strip()], event
         )
+    from memmodel.calibration import cudnn_fp8
+
+    fp8_lines = cudnn_fp8.load(ROOT)
+    if fp8_lines:  # cuDNN's fp8 forward against its bf16 one, fitted on the profile complete (its small kernels' floors too)
+        data = cudnn_fp8.apply(data, fp8_lines)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

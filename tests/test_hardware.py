@@ -503,12 +503,12 @@ def test_an_fp8_kernels_share_stays_on_its_architecture():
     wgmma takes V transposed): a Hopper sibling takes it as is, a Blackwell GPU neither by transfer
     nor, for FA4, by the same-design rule from FA3."""
     h200 = load_profile("h200")
-    share = h200.implementation("fa3").fp8_share
+    share = h200.implementation("fa3").fp8_share_at(128)
     assert share is not None and 0.3 < share < 1.0
-    assert load_profile("h100-sxm").implementation("fa3").fp8_share == share
+    assert load_profile("h100-sxm").implementation("fa3").fp8_share_at(128) == share
     for name in ("b200", "gb300"):
         blackwell = load_profile(name)
-        assert all(f.fp8_share is None for f in blackwell.implementation_figures.values())
+        assert all(f.fp8_share_at(128) is None for f in blackwell.implementation_figures.values())
         assert "implementations.fa4.fp8_share" not in blackwell.figures
 
 

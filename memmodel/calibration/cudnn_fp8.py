@@ -49,10 +49,10 @@ def spec(row: Mapping[str, Any]) -> str:
 
 
 def measured_s(row: Mapping[str, Any]) -> float | None:
-    """The attention kernel's seconds in one call (the profiler's longest kernel), else the call's."""
-    kernels = [k for k in row.get("kernels") or [] if k.get("us")]
-    if kernels:
-        return max(float(k["us"]) for k in kernels) * 1e-6
+    """A call's seconds: CUDA events around back-to-back ``execute`` calls, the median of 15 runs
+    (the GPU's pace: a call's kernels and the gaps between them). The profiler's one-call kernel
+    list is kept beside it but not used: one sample, and CUPTI named the runtime-compiled kernels
+    of a graph built after another was freed by the freed one's names."""
     t = row.get("time_s")
     return float(t) if t else None
 
@@ -81,32 +81,52 @@ def load(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in gzip.open(path, "rt") if line.strip()]
 
 
-def fit(lines: Iterable[Mapping[str, Any]], profile: Any) -> tuple[float | None, list[tuple[str, float, float]]]:
-    """The share, and each probe kernel's (spec, predicted, measured) seconds at it; None where the
-    probe has no pair."""
-    from .serving import _golden, _planned, predicted
+def predicted_s(planned: Any, profile: Any) -> float:
+    """The model's time of a planned call: its kernels (the memset and the attention kernel) with
+    the launch overhead between them, as calls queued back to back run."""
+    from ..timing import algorithm_time
+
+    t = algorithm_time(
+        planned.traffic, profile, planned.dtype, planned.implementation, planned.head_dim, planned.workload
+    )
+    return float(t.time_s)
+
+
+def head_dim_of(spec_text: str) -> int:
+    """The Q·K head dim of a probe spec (its ``d=``)."""
+    return int(next(part for part in spec_text.split(",") if part.startswith("d="))[2:])
+
+
+def fit(lines: Iterable[Mapping[str, Any]], profile: Any) -> tuple[tuple[tuple[int, float], ...], list[Any]]:
+    """The share by head dim (a curve: one figure at each head dim the probe ran) and each probe
+    call's (spec, predicted, measured) seconds at it; an empty curve where the probe has no pair."""
+    from .serving import _golden, _planned
 
     found = pairs(lines)
     if not found:
-        return None, []
+        return (), []
     base = profile.with_implementation_figures("sdpa-cudnn", fp8_share=None)
     plans = {s: _planned(s, "", base) for b, _, f, _ in found for s in (b, f)}
-    bf16 = {b: predicted(plans[b], KERNEL, base) / mb for b, mb, _, _ in found}
+    bf16 = {b: predicted_s(plans[b], base) / mb for b, mb, _, _ in found}
 
-    def at(share: float) -> Any:
-        return base.with_implementation_figures("sdpa-cudnn", fp8_share=share)
+    def at(curve: tuple[tuple[int, float], ...]) -> Any:
+        return base.with_implementation_figures("sdpa-cudnn", fp8_share=curve)
 
-    def loss(x: float) -> float:
-        p = at(math.exp(x))
-        return sum(math.log(predicted(plans[f], KERNEL, p) / mf / bf16[b]) ** 2 for b, _, f, mf in found)
+    curve = []
+    for d in sorted({head_dim_of(b) for b, _, _, _ in found}):
+        mine = [(b, f, mf) for b, _, f, mf in found if head_dim_of(b) == d]
 
-    share = float(f"{math.exp(_golden(loss, math.log(RANGE[0]), math.log(RANGE[1]))):.4g}")
-    p = at(share)
+        def loss(x: float, mine: list = mine) -> float:
+            p = at(((1, math.exp(x)),))
+            return sum(math.log(predicted_s(plans[f], p) / mf / bf16[b]) ** 2 for b, f, mf in mine)
+
+        curve.append((d, float(f"{math.exp(_golden(loss, math.log(RANGE[0]), math.log(RANGE[1]))):.4g}")))
+    p = at(tuple(curve))
     rows = []
     for b, mb, f, mf in found:
-        rows.append((b, predicted(plans[b], KERNEL, p), mb))
-        rows.append((f, predicted(plans[f], KERNEL, p), mf))
-    return share, rows
+        rows.append((b, predicted_s(plans[b], p), mb))
+        rows.append((f, predicted_s(plans[f], p), mf))
+    return tuple(curve), rows
 
 
 def apply(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -116,16 +136,16 @@ def apply(data: dict[str, Any], lines: list[Mapping[str, Any]]) -> dict[str, Any
     from .serving import cite
 
     share, _ = fit(lines, parse_profile(data, "<profile being built>"))
-    if share is None:
+    if not share:
         return data
     n = len(pairs(lines))
     figures = (data.setdefault("implementations", {})).setdefault("sdpa-cudnn", {})
     figures["fp8_share"] = {
-        "value": share,
+        "value": {d: v for d, v in share},
         "source": SOURCE,
-        "note": "cuDNN's fp8 attention forward (the sdpa_fp8 graph): its efficiency as a share of its bf16 one, the "
-        f"share that makes each fp8 kernel's predicted over measured time what the bf16 kernel's is at {n} shapes "
-        f"(d 64 to 256, causal and not; CUPTI kernel times): {__name__}",
+        "note": "cuDNN's fp8 attention forward (the sdpa_fp8 graph): its efficiency as a share of its bf16 one, by "
+        "head dim: at each, the share that makes the fp8 call's predicted over measured time what the bf16 call's is "
+        f"at the same shapes ({n} shapes, d 64 to 256, causal and not; calls queued back to back): {__name__}",
     }
     env = next((r for r in lines if r.get("section") == "env"), {})
     software = f", cuDNN {env.get('cudnn_backend', '?')}, cudnn-frontend {env.get('cudnn_frontend', '?')}"

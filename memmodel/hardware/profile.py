@@ -396,9 +396,10 @@ class ImplementationFigures:
     #: rows over a paged cache (every block partial, the page lookup element by element), by the
     #: K/V block a step loads: a latency floor under its products' rate
     template_step_time_s: Curve = ()
-    #: its fp8 forward kernel's efficiency as a share of its 16-bit one (None: the same share of
-    #: the fp8 peak as of the 16-bit peak)
-    fp8_share: float | None = None
+    #: its fp8 forward kernel's efficiency as a share of its 16-bit one, by head dim (one figure
+    #: for every head dim is the curve ((1, share),); a number given here is taken so too; None or
+    #: empty: the same share of the fp8 peak as of the 16-bit peak): :meth:`fp8_share_at`
+    fp8_share: Any = ()
     #: its forward kernel's rate once the clocks have fallen under the power limit, as a share
     #: of its rate before, and the seconds of it run back to back after which they fall
     sustained_share: float | None = None
@@ -410,6 +411,16 @@ class ImplementationFigures:
     #: host seconds of one forward call that splits K/V (a decode: the split plan, its buffers and
     #: the combine's launch); None: ``call_host_s``
     split_call_host_s: float | None = None
+
+    def fp8_share_at(self, head_dim: Any) -> Any:
+        """Its fp8 forward's share of its 16-bit efficiency at ``head_dim`` (linear in log2 between
+        the head dims measured, clamped at the ends); None where not measured."""
+        share = self.fp8_share
+        if share is None or (isinstance(share, tuple) and not share):
+            return None
+        if not isinstance(share, tuple):
+            return float(share)
+        return interpolate_log2(share, head_dim)
 
     def efficiency_at(self, head_dim: Any, tile: tuple[Any, Any] | None = None) -> Any:
         """The forward efficiency at ``head_dim`` (linear in log2 between measured head dims,

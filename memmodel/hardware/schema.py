@@ -105,6 +105,7 @@ IMPLEMENTATION_CURVES: dict[str, str] = {
     "varlen_spill_write_causal": "varlen_spill_write_causal_bytes",
     "local_spill_write": "local_spill_write_bytes",
     "varlen_local_spill_write": "varlen_local_spill_write_bytes",
+    "fp8_share": "fp8_share",
 }
 #: the per-CTA spill writes (:data:`IMPLEMENTATION_CURVES`): bytes, used only at the head dims measured
 SPILL_CURVES = (
@@ -121,7 +122,6 @@ IMPLEMENTATION_VALUES: dict[str, str] = {
     "sustained_share": "sustained_share",
     "sustained_after": "sustained_after_s",
     "hbm_share": "hbm_share",
-    "fp8_share": "fp8_share",
     "mask_key_time": "mask_key_time_s",
     "co_resident_cost": "co_resident_cost",
     "contiguous_step_share": "contiguous_step_share",
@@ -430,6 +430,7 @@ SHARES_OF_ONE = {
 #: curves that may also be one figure (the same at every key)
 SCALAR_OR_CURVE = {
     *(f"implementations.{name}.cta_bandwidth" for name in _NAMES),
+    *(f"implementations.{name}.fp8_share" for name in _NAMES),
     "kernels.gemm.unaligned_read_bandwidth",
     "kernels.gemm.unaligned_write_bandwidth",
 }
