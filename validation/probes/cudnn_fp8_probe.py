@@ -6,7 +6,10 @@ V and O) at its 16-bit efficiency over the fp8 tensor-core peak. PyTorch's SDPA 
 fp8 kernel's efficiency as a share of the bf16 one (``implementations.sdpa-cudnn.fp8_share``) is
 measured, not assumed. NVIDIA's published cuDNN fp8 figures stay blind checks.
 
-    PYTHONPATH=<nvidia-cudnn-frontend> python validation/probes/cudnn_fp8_probe.py OUT.jsonl
+    PYTHONPATH=<nvidia-cudnn-frontend> python validation/probes/cudnn_fp8_probe.py OUT.jsonl [CASES.txt]
+
+With CASES.txt (``memmodel validate``'s case lines, ``impl=sdpa-cudnn,...,dtype=bf16|fp8``: a check set
+whose predictions were committed first) it runs those shapes instead of its own.
 
 One JSON line a shape and dtype: the graph's time a call (CUDA events around back-to-back
 ``execute`` calls, the median of 15 such runs), the kernels the profiler saw in one call, and for fp8
@@ -145,7 +148,31 @@ def kernels(fn) -> list[dict]:
     ]
 
 
-def main(out: str) -> None:
+def shapes_of(path: str) -> tuple:
+    """The (batch, heads, kv_heads, tokens, d_qk, d_v, causal) shapes of a cases file's lines, in order."""
+    out = []
+    for line in open(path):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        f = dict(part.split("=", 1) for part in line.split(","))
+        d = int(f["d"])
+        heads = int(f.get("heads", 1))
+        shape = (
+            int(f.get("batch", 1)),
+            heads,
+            int(f.get("kv_heads", heads)),
+            int(f["n"]),
+            d,
+            int(f.get("d_v", d)),
+            f.get("causal", "0") in ("1", "true", "True"),
+        )
+        if shape not in out:
+            out.append(shape)
+    return tuple(out)
+
+
+def main(out: str, shapes: tuple = SHAPES) -> None:
     torch.zeros(1, device="cuda")  # the CUDA context (and PyTorch's libcudnn) before the frontend's
     import cudnn
 
@@ -161,7 +188,7 @@ def main(out: str) -> None:
             "cudnn_backend": cudnn.backend_version(),
         }
         f.write(json.dumps(env) + "\n")
-        for b, h, hk, n, dq, dv, causal in SHAPES:
+        for b, h, hk, n, dq, dv, causal in shapes:
             row = {
                 "section": "sdpa",
                 "batch": b,
@@ -193,4 +220,7 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "cudnn-fp8-probe.jsonl")
+    main(
+        sys.argv[1] if len(sys.argv) > 1 else "cudnn-fp8-probe.jsonl",
+        shapes_of(sys.argv[2]) if len(sys.argv) > 2 else SHAPES,
+    )
