@@ -145,10 +145,21 @@ def fp8_lines(w: Any, impl: str | None, profile: Any) -> list[str]:
         out.append(f"--dtype fp8 as {FP8_FORWARD.get(name, name)}.")
         prov = profile.provenance.get("compute.fp8")
         kind = prov.kind if prov is not None and prov.kind else "datasheet"
-        if impl is not None and profile.implementation(impl).efficiency:
+        figures = profile.implementation(impl) if impl is not None else None
+        if figures is not None and figures.efficiency:
+            share = figures.fp8_share_at(w.d)
+            field = f"implementations.{impl}.fp8_share"
+            fp8_prov = profile.provenance.get(field)
+            kept = (
+                f" × {share:.2f}, what its fp8 kernel keeps of that at d={w.d} ({field}, "
+                f"{fp8_prov.kind if fp8_prov is not None and fp8_prov.kind else 'given'}; "
+                f"memmodel hardware show {profile.name} says where it comes from)"
+                if share is not None
+                else " (no fp8 run of it was measured)"
+            )
             out.append(
                 f"Same-share rule: {impl}'s fp8 products run at {profile.name}'s fp8 tensor rate (compute.fp8, {kind}) "
-                f"× the share of its instructions' peak {impl} reached at fp16/bf16 (no fp8 run of it was measured); "
+                f"× the share of its instructions' peak {impl} reached at fp16/bf16{kept}; "
                 "its exponentials and softmax at the rates they have at bf16."
             )
         else:

@@ -179,7 +179,8 @@ def with_links(text: str) -> str:
     from memmodel.calibration import cudnn_fp8
 
     fp8_lines = cudnn_fp8.load(ROOT)
-    if fp8_lines:  # cuDNN's fp8 forward against its bf16 one, fitted on the profile complete (its small kernels' floors too)
+    # cuDNN's fp8 forward against its bf16 one, fitted on the profile complete (its small kernels' floors too)
+    if fp8_lines:
         data = cudnn_fp8.apply(data, fp8_lines)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))

@@ -3,6 +3,7 @@ the fit, and what the share does to a prediction."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,22 @@ def test_the_share_slows_only_cudnns_fp8_forward():
     assert t16[0] == pytest.approx(t16[1])
     # compute-bound at 8192 keys: half the efficiency, close to twice the time
     assert 1.8 < t8[1] / t8[0] <= 2.0
+
+
+def test_the_caveat_names_the_share_where_one_applies_and_says_so_where_none_does():
+    from click.testing import CliRunner
+
+    from memmodel.cli import cli
+
+    def caveat(gpu):
+        args = ["-q", "compare", "--n", "8192", "--d", "192", "--d-v", "128", "--heads", "32"]
+        run = CliRunner().invoke(
+            cli, [*args, "--dtype", "fp8", "--impl", "sdpa-cudnn", "--gpu", gpu, "--format", "json"]
+        )
+        assert run.exit_code == 0, run.output
+        return next(c for c in json.loads(run.output)["caveats"] if c.startswith("Same-share rule"))
+
+    share = H200.implementation("sdpa-cudnn").fp8_share_at(192)
+    assert f"× {share:.2f}, what its fp8 kernel keeps of that at d=192" in caveat("h200")
+    assert "implementations.sdpa-cudnn.fp8_share, derived" in caveat("h100-sxm")  # same architecture: carried
+    assert "(no fp8 run of it was measured)" in caveat("b200")  # Hopper's share stays on Hopper
