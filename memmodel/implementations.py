@@ -112,6 +112,10 @@ class Implementation:
     #: splits K/V across CTAs when decoding (FlashAttention-2's heuristic); False: one split
     #: unless ``--splits`` says otherwise (FA4's ``flash_attn_func``: ``num_splits=1``)
     splits_kv: bool = True
+    #: whose rule picks the split count of a decode (one query token): "fa2" (FlashAttention-2's
+    #: wave-efficiency heuristic, :func:`~memmodel.traffic.decode.num_splits_heuristic`) or
+    #: "cudnn" (cuDNN's decode grid as measured, :func:`~memmodel.traffic.decode.cudnn_decode_splits`)
+    decode_splits: str = "fa2"
     #: (d, d_v) pairs of a value head dim apart from Q's it runs (None: any pair within its head
     #: dims; (): V at Q's head dim only)
     value_head_dims: tuple[tuple[int, int], ...] | None = ()
@@ -154,6 +158,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         dtypes=("fp16", "bf16", "fp8"),
         capability=(8.0, 12.1),
         packs_gqa_decode=True,
+        decode_splits="cudnn",
         extra_launches=1,
         causal_schedule="cudnn",
         value_head_dims=None,

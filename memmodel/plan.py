@@ -36,7 +36,7 @@ from .traffic.blocks import (
     tile_context,
     tile_footprint_bytes,
 )
-from .traffic.decode import choose_splits
+from .traffic.decode import choose_splits, cudnn_decode_value_ctas
 from .traffic.facts import TiledFacts
 from .traffic.flash import fa1, fa2, forward_facts
 from .traffic.ledger import AlgorithmTraffic
@@ -155,6 +155,18 @@ class TiledPlan:
         return self.options.model_implementation
 
 
+#: the architectures cuDNN's decode grid (:func:`~memmodel.traffic.decode.cudnn_decode_splits`) was
+#: read on: a kernel's launch rule stays on its architecture (Blackwell's cuDNN runs kernels of its
+#: own; there FlashAttention-2's heuristic stands in, as before)
+CUDNN_DECODE_ARCHS = ("hopper",)
+
+
+def decode_split_rule(spec: Any, profile: Profile) -> str:
+    """Whose rule picks a decode's split count for implementation ``spec`` on ``profile``."""
+    rule = spec.decode_splits if spec is not None else "fa2"
+    return rule if rule != "cudnn" or profile.arch_family in CUDNN_DECODE_ARCHS else "fa2"
+
+
 def plan_tiled(
     workload: Workload,
     profile: Profile,
@@ -173,7 +185,9 @@ def plan_tiled(
     # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
     prefill = bool(spec is not None and spec.splits_prefill)
     splits: IntLike = (
-        options.splits if options.splits is not None else choose_splits(workload, profile.sm_count, prefill=prefill)
+        options.splits
+        if options.splits is not None
+        else choose_splits(workload, profile.sm_count, prefill=prefill, rule=decode_split_rule(spec, profile))
     )
     kernel_w = kernel_workload(workload, impl)
     kv_cast = workload.kv_dtype is not None and kv_cache_path(impl, workload.kv_dtype) == "cast"
@@ -235,6 +249,10 @@ def plan_tiled(
         )
         if np.any(np.asarray(pair) > 1):
             ctx = dataclasses.replace(ctx, cta_pair=pair)
+    if decode_split_rule(spec, profile) == "cudnn" and np.any(np.asarray(workload.n) == 1):
+        # cuDNN's decode above d 128: two CTAs a split, each half of O's columns (traffic.decode)
+        halves = np.where(np.asarray(workload.n) == 1, np.asarray(cudnn_decode_value_ctas(exec_d)), 1)
+        ctx = dataclasses.replace(ctx, value_ctas=int(halves) if halves.ndim == 0 else halves.astype(np.int64))
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
         ctx = dataclasses.replace(ctx, **fp8)

@@ -77,13 +77,18 @@ def test_the_facts_of_a_training_step_carry_the_backward_tiles():
 
 
 def test_decoding_plans_the_kernel_workload_and_its_splits():
-    opts = options_for("auto", DECODE, H200)
+    opts = options_for("sdpa-flash", DECODE, H200)
     p = plan_tiled(DECODE, H200, opts)
     # FlashAttention-2 packs the group's 32 / 8 = 4 query heads as the rows of a K/V head
     assert (p.workload.n, p.workload.heads, p.given.n) == (4, 8, 1)
     assert p.exec_d == 128 and p.splits == 2 and p.facts.splits == 2
     t = planned_traffic(p)
     assert t.params["splits"] == 2 and [k.kind for k in t.kernels] == [SPLIT_KV, "combine"]
+    # cuDNN (what auto picks): 16 × 8 = 128 (batch, K/V head) pairs pass half of 132 SMs: one split,
+    # as the zero-shot record's Nsight grid (1, 8, 16) shows
+    auto = plan_tiled(DECODE, H200, options_for("auto", DECODE, H200))
+    assert auto.options.model_implementation == "sdpa-cudnn" and auto.splits == 1
+    assert SPLIT_KV not in [k.kind for k in planned_traffic(auto).kernels]
 
 
 def test_fa1_facts_have_no_splits():

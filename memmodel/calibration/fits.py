@@ -14,10 +14,11 @@ import numpy as np
 
 from ..cases import Case
 from ..hardware import Profile, interpolate_log2
-from ..implementations import padded_head_dim
+from ..implementations import get, padded_head_dim
 from ..implementations import tiles as tiles_for
 from ..model import compare
 from ..options import options_for, with_options
+from ..plan import decode_split_rule
 from ..scoring import BACKWARD_MAIN, KERNEL_PATTERNS, _compare, case_options, predicted_kernels, runner_layout_copies
 from ..timing import kernel_time
 from ..workload import Workload
@@ -356,8 +357,8 @@ def _split_view(impl: str, w: Workload, profile: Profile) -> dict[str, float] | 
 def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str]]:
     """The split-KV path's figures, from the decoding references (:data:`DECODE_REFERENCES`)
     and the split prefill ones (:data:`SPLIT_REFERENCES`), each CTA's bytes counted as the time
-    model counts them (FlashAttention-2's split count; cuDNN's own split is not public: assumed
-    the same; the CTAs its occupancy runs at once):
+    model counts them (FlashAttention-2's split count; cuDNN's decode grid as the profiler showed it on
+    the H200, :func:`memmodel.traffic.decode.cudnn_decode_splits`; the CTAs its occupancy runs at once):
 
     * ``cta_bandwidth`` (bytes one split-KV CTA streams per second, by head dim): the slope of
       the split kernel's time (the step's, less the combine's) between the two lengths of the
@@ -421,7 +422,12 @@ def cta_figures(m: dict[str, Any], profile: Profile) -> dict[str, tuple[Any, str
             if per_kernel
             else "the step's CUDA-event time"
         )
-        note = f"decoding references, fp16, FlashAttention-2's split count, {what}, at each head dim: " + " | ".join(
+        counted = (
+            "cuDNN's decode grid"
+            if decode_split_rule(get(impl), profile) == "cudnn"
+            else "FlashAttention-2's split count"
+        )
+        note = f"decoding references, fp16, {counted}, {what}, at each head dim: " + " | ".join(
             f"d = {d}: {refs(d)}" for d in sorted(fitted)
         )
         out[f"implementations.{impl}.cta_bandwidth"] = (

@@ -375,6 +375,10 @@ class TileContext:
     #: ``tcgen05``: each loads half): the forward's K and V requests, the backward's Q, dO and dQ
     #: accumulator ones divide by it (1: every CTA loads its own)
     cta_pair: IntLike = 1
+    #: CTAs a split-KV split's V columns are cut across (cuDNN's decode above d 128: two, each
+    #: computing half of O's columns over all of K, :data:`~.decode.CUDNN_DECODE_VALUE_CTAS`):
+    #: each requests the chunk's K, and its share of V (1: one CTA a split)
+    value_ctas: IntLike = 1
 
     @cached_property
     def all_pairs(self) -> IntLike:

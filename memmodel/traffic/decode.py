@@ -53,15 +53,61 @@ def num_splits_heuristic(work_ctas: int, sm_slots: int, kv_blocks: int, max_spli
     return next(s for s in sorted(eff) if eff[s] >= 0.85 * best)
 
 
-def choose_splits(w: Workload, sm_count: int, block_q: int = 64, *, prefill: bool = False) -> IntLike:
+#: cuDNN's decode grid, read off the profiler on the H200 (``validation/h200/cudnn-decode-probe``:
+#: PyTorch's cuDNN SDPA at one query token runs an sm80 ``flash_fprop_wmma`` kernel, 16 query rows
+#: by 128 keys a tile, on a grid of (CTAs of the splits, K/V heads, batch), and
+#: ``lean_reduction_kernel`` as its combine). Its twelve grids, d 128 and 256, batch 1 to 128, 2k to
+#: 32k keys, and the decodes of our other H200 records (batch × K/V heads 8 to 256, d 64 to 256), all
+#: follow one rule: no split once batch × K/V heads pass half the SMs (96 and 128 run one split, 64
+#: run four); else the splits fill a target of this many CTAs per SM (rounded down to a power of two:
+#: 256 on 132 SMs), at most a quarter of that target, each split at least one tile of
+#: :data:`CUDNN_DECODE_TILE_KEYS` keys, every count a power of two (48 pairs take 4). That the target
+#: follows the SM count is assumed (one GPU measured).
+CUDNN_DECODE_CTAS_PER_SM = 2
+CUDNN_DECODE_TILE_KEYS = 128
+#: above d 128 each split runs as two CTAs, each computing half of O's columns over all of K: the
+#: grid has twice the splits, the combine reads the partial O of the splits alone (half what two CTAs
+#: a split would write), and L2 serves K twice (its requests, measured by Nsight Compute, about 1.85
+#: times the K/V bytes where d 128's are 1.55); at batch 128 a grid of 2 with no combine
+CUDNN_DECODE_VALUE_CTAS = 2
+
+
+def _pow2_floor(x: float) -> int:
+    """The largest power of two ≤ ``x`` (1 below 2)."""
+    return 1 << (int(x).bit_length() - 1) if x >= 2 else 1
+
+
+def cudnn_decode_splits(batch: int, kv_heads: int, n_kv: int, sm_count: int) -> int:
+    """cuDNN's split count of a decode (:data:`CUDNN_DECODE_CTAS_PER_SM`): on 132 SMs, 64 for one
+    request over 2 K/V heads and 8k keys, 16 for 8 requests, 4 for 32, 1 for 48 and more."""
+    if batch * kv_heads * 2 > sm_count:
+        return 1
+    target = _pow2_floor(sm_count * CUDNN_DECODE_CTAS_PER_SM)
+    fill = _pow2_floor(target / max(batch * kv_heads, 1))
+    return max(1, min(fill, _pow2_floor(n_kv / CUDNN_DECODE_TILE_KEYS), target // 4))
+
+
+def cudnn_decode_value_ctas(d: IntLike) -> IntLike:
+    """CTAs each split of cuDNN's decode runs as (:data:`CUDNN_DECODE_VALUE_CTAS` above d 128)."""
+    if intmath.is_array(d):
+        return np.where(np.asarray(d) > 128, CUDNN_DECODE_VALUE_CTAS, 1).astype(np.int64)
+    return CUDNN_DECODE_VALUE_CTAS if d > 128 else 1
+
+
+def choose_splits(
+    w: Workload, sm_count: int, block_q: int = 64, *, prefill: bool = False, rule: str = "fa2"
+) -> IntLike:
     """FA2's split count for ``w``: decoding (n = 1) always takes the heuristic; with ``prefill``
     (PyTorch's FlashAttention-2, whose forward entry point applies the same rule to every sequence
     length when dropout is off) so does n > 1, counting its Q blocks of 64 rows. 1 otherwise (give
-    ``splits`` to model another kernel's split-KV prefill)."""
+    ``splits`` to model another kernel's split-KV prefill). With ``rule="cudnn"`` a decode takes
+    cuDNN's grid instead (:func:`cudnn_decode_splits`)."""
 
     def one(b: int, h: int, hk: int, n: int, nkv: int, d: int, drop: float) -> int:
         if n != 1 and not (prefill and drop == 0.0):
             return 1
+        if rule == "cudnn" and n == 1:
+            return cudnn_decode_splits(b, hk, nkv, sm_count)
         rows, heads = (h // hk, hk) if (h > hk and n == 1) else (n, h)
         return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // int(split_block_kv(d))))
 
@@ -113,7 +159,12 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         if np.all(swapped | (np.asarray(w.n) == 1))
         else f"⌈N/64⌉ · B·H·N_kv·d·{e_kv}" + (" · visited_split" if w.causal else "")
     )
-    k.read("K", "input", kv_req, kv_unique if l2.mode != "off" else kv_req, kv_formula)
+    halves = ctx.value_ctas  # cuDNN's decode above d 128: each of a split's CTAs requests all of K
+    k_req = intmath.mul(kv_req, halves) if np.any(np.asarray(halves) > 1) else kv_req
+    if np.any(np.asarray(halves) > 1):
+        kv_formula = f"{kv_formula} · value CTAs"
+    k.read("K", "input", k_req, kv_unique if l2.mode != "off" else k_req, kv_formula)
+    kv_formula = kv_formula.replace(" · value CTAs", "")
     v_formula = kv_formula.replace("·d·e", f"·{dv}·e")
     k.read("V", "input", as_v(w, kv_req), as_v(w, kv_unique if l2.mode != "off" else kv_req), v_formula)
     k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{dv}·4")
@@ -128,9 +179,12 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
         heads.astype(np.int64) if heads.ndim else int(heads),
         splits,
         intmath.ceil_div(rows.astype(np.int64) if rows.ndim else int(rows), 64),
+        halves,
     )
+    # S = QKᵀ once per value CTA of a split (each needs every score of its rows), PV once in all
+    products = intmath.add(intmath.mul(2, scores, w.d, halves), intmath.mul(2, scores, w.d_v_))
     split = k.build(
-        matmul_flops=intmath.mul(4, scores, w.d) if w.d_v is None else intmath.mul(2, scores, w.d_kv),
+        matmul_flops=products,
         softmax_flops=softmax,
         exp_ops=scores,
         concurrent_ctas=intmath.minimum(ctas, ctx.concurrent),

@@ -1,0 +1,116 @@
+"""cuDNN's decode grid as the profiler saw it on the H200 (``validation/h200/cudnn-decode-probe``):
+the split count, the two CTAs a split above d 128, and the combine's bytes they imply."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memmodel import load_profile
+from memmodel.cases import parse_case
+from memmodel.model import compare
+from memmodel.options import options_for
+from memmodel.traffic.decode import choose_splits, cudnn_decode_splits, cudnn_decode_value_ctas
+from memmodel.workload import Workload
+
+from .conftest import REPO
+
+H200 = load_profile("h200")
+PROBE = REPO / "validation" / "h200" / "cudnn-decode-probe"
+
+
+def _grids() -> list[tuple[int, int, int]]:
+    """The (x, y, z) grid of each cuDNN decode kernel launch, in the order the probe ran them."""
+    with gzip.open(PROBE / "cudnn-decode-probe.ncu.csv.gz", "rt") as f:
+        rows = csv.reader(line for line in f if line.startswith('"'))
+        head = next(rows)
+        name, grid, ident = head.index("Kernel Name"), head.index("Grid Size"), head.index("ID")
+        seen: dict[str, tuple[int, int, int]] = {}
+        for row in rows:
+            if "flash_fprop_wmma" in row[name] and row[ident] not in seen:
+                x, y, z = (int(v) for v in row[grid].strip("()").split(","))
+                seen[row[ident]] = (x, y, z)
+    return [seen[k] for k in sorted(seen, key=int)]
+
+
+def _cases() -> list[str]:
+    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-probe.txt").read_text().splitlines()
+    return [line for line in lines if line.startswith("impl=sdpa-cudnn")]
+
+
+def test_the_rule_gives_every_grid_the_probe_saw():
+    cases, grids = _cases(), _grids()
+    assert len(cases) == len(grids) == 12
+    for case, (x, y, z) in zip(cases, grids, strict=True):
+        w = parse_case(case).workload()
+        assert (y, z) == (w.kv_heads_, w.batch)  # (CTAs of the splits, K/V heads, batch)
+        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count)
+        assert splits * cudnn_decode_value_ctas(w.d) == x, case
+
+
+def test_the_pinned_grids():
+    # 132 SMs: a target of 256 CTAs (2 a SM, a power of two), splits at most 64, one 128-key tile each
+    assert cudnn_decode_splits(1, 2, 8192, 132) == 64  # 256 / 2 = 128 > 64: the cap
+    assert cudnn_decode_splits(1, 2, 2048, 132) == 16  # 2048 / 128 tiles
+    assert cudnn_decode_splits(8, 2, 8192, 132) == 16  # 256 / 16
+    assert cudnn_decode_splits(128, 2, 2048, 132) == 1
+    assert cudnn_decode_splits(1, 8, 100, 132) == 1  # not one whole tile: no split
+    assert cudnn_decode_splits(1, 8, 65536, 108) == 16  # 108 SMs: 216 -> a target of 128, / 8
+    # grids of our other H200 records' decodes (Nsight Compute): (batch, K/V heads) -> splits
+    for (b, hk), want in {(6, 8): 4, (8, 8): 4, (16, 4): 4, (16, 2): 8, (4, 8): 8, (1, 8): 32}.items():
+        assert cudnn_decode_splits(b, hk, 4096, 132) == want, (b, hk)
+    for b, hk in ((12, 8), (24, 4), (16, 8), (32, 8)):  # 96 to 256 pairs: past half the SMs, one split
+        assert cudnn_decode_splits(b, hk, 65536, 132) == 1
+    assert (cudnn_decode_value_ctas(128), cudnn_decode_value_ctas(256)) == (1, 2)
+
+
+@given(
+    batch=st.integers(1, 512),
+    kv_heads=st.integers(1, 64),
+    n_kv=st.integers(1, 1 << 20),
+    sms=st.integers(16, 200),
+)
+def test_splits_are_powers_of_two_that_fill_at_most_the_target(batch, kv_heads, n_kv, sms):
+    s = cudnn_decode_splits(batch, kv_heads, n_kv, sms)
+    assert s >= 1 and s & (s - 1) == 0
+    if s > 1:
+        assert batch * kv_heads * 2 <= sms
+        target = 1 << ((2 * sms).bit_length() - 1)
+        assert s * batch * kv_heads <= target and s <= target // 4 and n_kv >= 128 * s
+
+
+def test_cudnn_decodes_take_its_rule_and_flash_keeps_fa2s():
+    w = Workload(n=1, n_kv=8192, d=256, batch=1, heads=32, kv_heads=2, dtype="bf16")
+    assert choose_splits(w, 132, rule="cudnn") == 64
+    assert choose_splits(w, 132) != 64  # FlashAttention-2's wave heuristic
+    c = compare(w, H200, options_for("sdpa-cudnn", w, H200))
+    split = next(k for k in c.tiled.traffic.kernels if k.kind == "split_kv")
+    combine = next(k for k in c.tiled.traffic.kernels if k.kind == "combine")
+    assert int(split.ctas) == 64 * 2 * 2  # splits × K/V heads × two value CTAs
+    # the combine reads each split's partial O once, fp32: 64 · 32 heads · 256 · 4 B, and its lse 64 · 32 · 4 B
+    reads = sum(
+        t.bytes
+        for t in c.tiled.traffic.transfers
+        if t.kernel == combine.name and t.level == "l2" and t.direction == "read"
+    )
+    assert reads == 64 * 32 * 256 * 4 + 64 * 32 * 4
+    # L2 serves K once to each value CTA: twice K's bytes, V's once (2 · 8192 · 256 · 2 B per K/V head)
+    k_req = sum(
+        t.bytes for t in c.tiled.traffic.transfers if t.kernel == split.name and t.level == "l2" and t.tensor == "K"
+    )
+    v_req = sum(
+        t.bytes for t in c.tiled.traffic.transfers if t.kernel == split.name and t.level == "l2" and t.tensor == "V"
+    )
+    assert (k_req, v_req) == (2 * 2 * 8192 * 256 * 2, 2 * 8192 * 256 * 2)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_at_and_below_d_128_one_cta_a_split(d):
+    w = Workload(n=1, n_kv=8192, d=d, batch=1, heads=16, kv_heads=2, dtype="bf16")
+    c = compare(w, H200, options_for("sdpa-cudnn", w, H200))
+    split = next(k for k in c.tiled.traffic.kernels if k.kind == "split_kv")
+    assert int(split.ctas) == 64 * 2
