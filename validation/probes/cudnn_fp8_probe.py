@@ -25,6 +25,7 @@ import statistics
 import sys
 
 import torch
+from probe_timing import kernel_names  # run from validation/probes, as the other probes
 
 SHAPES = (  # batch, heads, kv_heads, tokens, d_qk, d_v, causal
     (1, 32, 8, 4096, 128, 128, False),
@@ -135,19 +136,6 @@ def per_call(fn, target_s: float = 2e-3, runs: int = 15) -> float:
     return statistics.median(times)
 
 
-def kernels(fn) -> list[dict]:
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [
-        {"name": e.key[:200], "us": e.device_time_total / max(e.count, 1)}
-        for e in prof.key_averages()
-        if e.device_time_total > 0
-    ]
-
-
 def shapes_of(path: str) -> tuple:
     """The (batch, heads, kv_heads, tokens, d_qk, d_v, causal) shapes of a cases file's lines, in order."""
     out = []
@@ -205,7 +193,7 @@ def main(out: str, shapes: tuple = SHAPES) -> None:
                 try:
                     g = Graph(cudnn, handle, dtype, b, h, hk, n, dq, dv, causal)
                     line["time_s"] = per_call(g)
-                    line["kernels"] = kernels(g)
+                    line["kernels"] = kernel_names(g)
                     if dtype == "bf16":
                         ref = g.out.float()
                     elif ref is not None:
