@@ -253,6 +253,11 @@ def plan_tiled(
         # cuDNN's decode above d 128: two CTAs a split, each half of O's columns (traffic.decode)
         halves = np.where(np.asarray(workload.n) == 1, np.asarray(cudnn_decode_value_ctas(exec_d)), 1)
         ctx = dataclasses.replace(ctx, value_ctas=int(halves) if halves.ndim == 0 else halves.astype(np.int64))
+        if not options.backward:
+            # and at one split the same kernel, writing O itself (no combine): Nsight on the H200,
+            # validation/h200/cudnn-decode-rate-probe (batch x K/V heads past half the SMs)
+            one = (np.asarray(workload.n) == 1).astype(np.int64)
+            ctx = dataclasses.replace(ctx, direct_decode=int(one) if one.ndim == 0 else one)
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
         ctx = dataclasses.replace(ctx, **fp8)

@@ -176,6 +176,11 @@ def with_links(text: str) -> str:
         data = host.apply(
             data, [json.loads(line) for line in gzip.open(ROOT / host.RECORD, "rt") if line.strip()], event
         )
+    from memmodel.calibration import cudnn_decode
+
+    decode_records = cudnn_decode.load(ROOT)
+    if decode_records:  # cuDNN's decode kernel's rate and fixed cost, from its probes' kernel durations
+        data = cudnn_decode.apply(data, decode_records)
     from memmodel.calibration import cudnn_fp8
 
     fp8_lines = cudnn_fp8.load(ROOT)

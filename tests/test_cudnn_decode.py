@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -23,9 +24,9 @@ H200 = load_profile("h200")
 PROBE = REPO / "validation" / "h200" / "cudnn-decode-probe"
 
 
-def _grids() -> list[tuple[int, int, int]]:
+def _grids(trace: Any = None) -> list[tuple[int, int, int]]:
     """The (x, y, z) grid of each cuDNN decode kernel launch, in the order the probe ran them."""
-    with gzip.open(PROBE / "cudnn-decode-probe.ncu.csv.gz", "rt") as f:
+    with gzip.open(trace or PROBE / "cudnn-decode-probe.ncu.csv.gz", "rt") as f:
         rows = csv.reader(line for line in f if line.startswith('"'))
         head = next(rows)
         name, grid, ident = head.index("Kernel Name"), head.index("Grid Size"), head.index("ID")
@@ -114,3 +115,69 @@ def test_at_and_below_d_128_one_cta_a_split(d):
     c = compare(w, H200, options_for("sdpa-cudnn", w, H200))
     split = next(k for k in c.tiled.traffic.kernels if k.kind == "split_kv")
     assert int(split.ctas) == 64 * 2
+
+
+RATE_PROBE = REPO / "validation" / "h200" / "cudnn-decode-rate-probe"
+
+
+def test_the_rule_gives_every_grid_the_rate_probe_saw_unsplit_ones_too():
+    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-rate-probe.txt").read_text().splitlines()
+    cases = [line for line in lines if line.startswith("impl=sdpa-cudnn")]
+    grids = _grids(RATE_PROBE / "cudnn-decode-rate-probe.ncu.csv.gz")
+    assert len(cases) == len(grids) == 16
+    for case, (x, y, z) in zip(cases, grids, strict=True):
+        w = parse_case(case).workload()
+        assert (y, z) == (w.kv_heads_, w.batch)
+        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count)
+        assert splits * cudnn_decode_value_ctas(w.d) == x, case
+    # batch x K/V heads 16 x 8 and 64 x 2 pass half the SMs: one split, the same decode kernel
+    assert [g for c, g in zip(cases, grids) if "batch=16," in c or "batch=64," in c] == [(1, 8, 16), (2, 2, 64)]
+
+
+def test_an_unsplit_cudnn_decode_is_its_decode_kernel_writing_o_itself():
+    # 64 requests over 2 K/V heads, d 256, 4096 keys: one split, two CTAs a (request, K/V head) each
+    # computing half of O's columns over all of K (Nsight: grid (2, 2, 64), no lean_reduction_kernel)
+    w = Workload(n=1, n_kv=4096, d=256, heads=16, kv_heads=2, batch=64, dtype="bf16")
+    (kernel,) = compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels
+    assert kernel.name == "fa2_splitkv" and kernel.ctas == 2 * 2 * 64
+    kv = 64 * 2 * 4096 * 256 * 2  # K (and V) of every request, once from HBM: 268,435,456 bytes each
+    reads = {t.tensor: t.bytes for t in kernel.transfers if t.level == "l2" and t.direction == "read"}
+    assert reads["K"] == 2 * kv and reads["V"] == kv  # each CTA requests all of K, half of V
+    writes = {t.tensor: t.bytes for t in kernel.transfers if t.level == "hbm" and t.direction == "write"}
+    assert writes == {"O": 64 * 16 * 256 * 2, "lse": 64 * 16 * 4}
+    # the measured kernel (CUPTI, validation/h200/cudnn-decode-rate-probe): 154.7 us
+    t = next(k for k in compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.timing.kernels)
+    assert float(t.time_s) - float(t.terms["launch"]) == pytest.approx(154.7e-6, rel=0.10)
+
+
+def test_a_grid_runs_the_split_kernels_and_the_unsplit_one_row_by_row():
+    import numpy as np
+
+    w = Workload(n=1, n_kv=4096, d=256, heads=16, kv_heads=2, batch=np.array([1, 64]), dtype="bf16")
+    kernels = {k.name: k for k in compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels}
+    assert set(kernels) == {"fa2_splitkv", "fa2_combine"}
+    # row 0: 32 splits (4096 / 128 keys) x 2 K/V heads x 2 value CTAs; row 1: (2, 2, 64) unsplit
+    assert list(kernels["fa2_splitkv"].ctas) == [32 * 2 * 2, 2 * 2 * 64]
+    assert list(np.asarray(kernels["fa2_combine"].present)) == [True, False]
+    one = Workload(n=1, n_kv=4096, d=256, heads=16, kv_heads=2, batch=64, dtype="bf16")
+    (alone,) = compare(one, H200, options_for("sdpa-cudnn", one, H200)).tiled.traffic.kernels
+    assert int(np.asarray(kernels["fa2_splitkv"].bytes(level="hbm"))[1]) == int(alone.bytes(level="hbm"))
+
+
+def test_the_decode_rate_is_fitted_to_the_probes_kernel_durations():
+    from memmodel.calibration import cudnn_decode
+
+    found = cudnn_decode.rows(cudnn_decode.load(REPO))
+    assert len(found) == 16 + 12  # every cuDNN decode of the two probes with one decode kernel
+    figures = H200.implementation_figures["sdpa-cudnn"]
+    rates = dict(figures.cta_bandwidth_bytes_per_s)
+    assert set(rates) == {64, 128, 256} and H200.provenance["implementations.sdpa-cudnn.cta_bandwidth"].source == (
+        cudnn_decode.SOURCE
+    )
+    # one CTA an SM, d 128: 64 CTAs read 134 MB in 43.4 us (CUPTI), ~2.1 MB a CTA: about 50 GB/s each,
+    # three times the 18 GB/s the calibration's two-CTA references gave
+    assert 45e9 < rates[128] < 60e9
+    spec = "impl=sdpa-cudnn,batch=1,heads=8,kv_heads=1,n=1,n_kv=262144,d=128,dtype=bf16"
+    from memmodel.calibration.serving import _planned, predicted
+
+    assert predicted(_planned(spec, "", H200), "fa2_splitkv", H200) == pytest.approx(43.4e-6, rel=0.05)

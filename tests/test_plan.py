@@ -85,10 +85,14 @@ def test_decoding_plans_the_kernel_workload_and_its_splits():
     t = planned_traffic(p)
     assert t.params["splits"] == 2 and [k.kind for k in t.kernels] == [SPLIT_KV, "combine"]
     # cuDNN (what auto picks): 16 × 8 = 128 (batch, K/V head) pairs pass half of 132 SMs: one split,
-    # as the zero-shot record's Nsight grid (1, 8, 16) shows
+    # as the zero-shot record's Nsight grid (1, 8, 16) shows, of the same decode kernel, which then
+    # writes O itself: no combine (validation/h200/cudnn-decode-rate-probe, batch 16 and 64)
     auto = plan_tiled(DECODE, H200, options_for("auto", DECODE, H200))
     assert auto.options.model_implementation == "sdpa-cudnn" and auto.splits == 1
-    assert SPLIT_KV not in [k.kind for k in planned_traffic(auto).kernels]
+    (kernel,) = planned_traffic(auto).kernels
+    assert kernel.kind == SPLIT_KV and kernel.ctas == 16 * 8
+    written = {t.tensor: t.role for t in kernel.transfers if t.level == "hbm" and t.direction == "write"}
+    assert written == {"O": "output", "lse": "state"}
 
 
 def test_fa1_facts_have_no_splits():

@@ -379,6 +379,9 @@ class TileContext:
     #: computing half of O's columns over all of K, :data:`~.decode.CUDNN_DECODE_VALUE_CTAS`):
     #: each requests the chunk's K, and its share of V (1: one CTA a split)
     value_ctas: IntLike = 1
+    #: 1 where a decode runs its split-KV kernel even unsplit (cuDNN's decode on Hopper: at one split
+    #: its ``flash_fprop_wmma`` kernel writes O itself and no combine runs); 0: the plain forward
+    direct_decode: IntLike = 0
 
     @cached_property
     def all_pairs(self) -> IntLike:

@@ -9,6 +9,8 @@ Q block ("ngroups swapped"), so each K/V head is requested once, not once per qu
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import intmath
@@ -128,7 +130,22 @@ def choose_splits(
     return one(int(w.batch), int(w.heads), int(w.kv_heads_), int(w.n), int(w.n_kv_), int(w.d), drop)
 
 
-def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kernel]:
+def _where(rows: np.ndarray, x: IntLike) -> np.ndarray:
+    """``x`` on ``rows`` of a grid, 0 elsewhere."""
+    return np.where(rows, np.asarray(x), 0).astype(np.int64)
+
+
+def _where_not(rows: np.ndarray, x: IntLike) -> IntLike:
+    """``x`` off ``rows`` (0 on them; 0 where every row is one)."""
+    if rows.all():
+        return 0
+    return np.where(rows, 0, np.asarray(x)).astype(np.int64)
+
+
+def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike, direct: Any = False) -> list[Kernel]:
+    """The split-KV kernel and its combine. ``direct`` (true, or true on rows of a grid): the
+    split kernel runs unsplit and writes O and the logsumexp itself (cuDNN's decode at one split);
+    its partials are then none, and the combine runs on no such row (the caller drops it)."""
     w = ctx.w
     e, ekv = w.element_bytes, w.kv_element_bytes  # Q rows; K/V rows (an FP8 K/V cache: 1 byte)
     bh = intmath.mul(w.batch, w.heads)
@@ -149,6 +166,9 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     dv = w.dv_sym  # V, the partial O and O at V's head dim
     partial_o = intmath.mul(bh, splits, w.n, w.d_v_, ACC_BYTES)
     partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
+    direct = np.asarray(direct, dtype=bool)
+    if direct.any():
+        partial_o, partial_lse = (_where_not(direct, x) for x in (partial_o, partial_lse))
     k = KernelBuilder("fa2_splitkv")
     k.read("Q", "input", q, q, "B·H·N·d·e")
     # decoding: each K/V head once across the splits; a split prefill: once per Q block of 64
@@ -167,8 +187,15 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike) -> list[Kern
     kv_formula = kv_formula.replace(" · value CTAs", "")
     v_formula = kv_formula.replace("·d·e", f"·{dv}·e")
     k.read("V", "input", as_v(w, kv_req), as_v(w, kv_unique if l2.mode != "off" else kv_req), v_formula)
-    k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{dv}·4")
-    k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
+    if not direct.all():
+        k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{dv}·4")
+        k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
+    if direct.any():
+        o_direct, lse_direct = w.o_bytes(), intmath.mul(bh, w.n, STAT_BYTES)
+        if not direct.all():
+            o_direct, lse_direct = (_where(direct, x) for x in (o_direct, lse_direct))
+        k.write("O", "output", o_direct, f"B·H·N·{dv}·e_O" if w.out_element_bytes != e else f"B·H·N·{dv}·e")
+        k.write("lse", "state", lse_direct, "B·H·N·4")
     scores = intmath.scaled(intmath.mul(bh, w.n, w.n_kv_), visited, all_blocks)
     softmax = intmath.mul(4, scores)
     if ctx.dequant_flops:  # an FP8 K/V cache converted in the kernel: every K and V element loaded

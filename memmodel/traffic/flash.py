@@ -869,15 +869,21 @@ def fa2(
         splits = 1
     if facts is None:
         facts = forward_facts(ctx, l2, splits)
-    if intmath.is_array(splits):
+    # a decode whose split-KV kernel runs unsplit too (cuDNN's on Hopper): that kernel, no combine
+    direct = np.asarray(ctx.direct_decode).astype(bool) & (np.asarray(splits) == 1)
+    if intmath.is_array(splits) or direct.ndim:
         # a grid: the rows of one split count run the split-KV kernels, the others the plain one
         split = np.asarray(splits) > 1
+        split_kernel, combine = split_kv_kernels(ctx, l2, splits, direct=direct)
         kernels = present_kernels(
-            only_where(fa2_forward_kernel(ctx, l2, facts=facts), ~split),
-            *(only_where(k, split) for k in split_kv_kernels(ctx, l2, splits)),
+            only_where(fa2_forward_kernel(ctx, l2, facts=facts), ~(split | direct)),
+            only_where(split_kernel, split | direct),
+            only_where(combine, split),
         )
     elif int(splits) > 1:
         kernels = split_kv_kernels(ctx, l2, splits)
+    elif direct:
+        kernels = split_kv_kernels(ctx, l2, splits, direct=True)[:1]
     else:
         kernels = [fa2_forward_kernel(ctx, l2, facts=facts)]
     if backward:

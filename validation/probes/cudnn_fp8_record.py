@@ -42,9 +42,7 @@ def main(argv: list[str]) -> int:
     lines = read_lines(probe)
     env = next((r for r in lines if r.get("section") == "env"), {})
     rows = [r for r in lines if r.get("section") == "sdpa"]
-    specs = [
-        line.strip() for line in cases_file.read_text().splitlines() if line.strip() and not line.startswith("#")
-    ]
+    specs = [line.strip() for line in cases_file.read_text().splitlines() if line.strip() and not line.startswith("#")]
     if len(specs) != len(rows):
         print(f"{probe}: {len(rows)} probe lines, but {cases_file} has {len(specs)} cases", file=sys.stderr)
         return 1
