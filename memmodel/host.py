@@ -313,9 +313,11 @@ def kernel_launches(kernel: Any, implementation: str | None) -> Any:
     ones its implementation adds before it: cuDNN's memset), zero on a grid's rows where it does
     not run: the count :func:`memmodel.timing.kernel_time` pays a ``launch_overhead`` for."""
     from .implementations import get
+    from .traffic.ledger import SPLIT_KV
 
     fused = kernel.overlap == "serial-compute"
-    spec = get(kernel.figures_from or implementation) if fused else None
+    # cuDNN's memset comes before its attention kernel, not before its decode's split kernel
+    spec = get(kernel.figures_from or implementation) if fused and kernel.kind != SPLIT_KV else None
     n = np.asarray(kernel.launches, dtype=np.float64) + (spec.extra_launches if spec is not None else 0)
     if np.ndim(kernel.present):
         n = np.where(kernel.present, n, 0.0)

@@ -79,7 +79,8 @@ class Implementation:
     #: not only when decoding
     splits_prefill: bool = False
     #: launches it makes before each pass's attention kernel besides it (cuDNN: a memset,
-    #: listed by PyTorch's profiler on an H200), each costing a launch overhead
+    #: listed by PyTorch's profiler on an H200; none before a decode's split kernel), each costing a
+    #: launch overhead
     extra_launches: int = 0
     #: whose measured causal re-read curves its causal forward reads (``traffic.l2.CAUSAL_CURVES``):
     #: "fa2" (grid Q block fastest, then batch, then head; each CTA walks K/V from its diagonal

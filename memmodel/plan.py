@@ -36,7 +36,7 @@ from .traffic.blocks import (
     tile_context,
     tile_footprint_bytes,
 )
-from .traffic.decode import choose_splits, cudnn_decode_value_ctas
+from .traffic.decode import CUDNN_DECODE_TILE_ROWS, choose_splits, cudnn_decode_resident, cudnn_decode_value_ctas
 from .traffic.facts import TiledFacts
 from .traffic.flash import fa1, fa2, forward_facts
 from .traffic.ledger import AlgorithmTraffic
@@ -258,6 +258,18 @@ def plan_tiled(
             # validation/h200/cudnn-decode-rate-probe (batch x K/V heads past half the SMs)
             one = (np.asarray(workload.n) == 1).astype(np.int64)
             ctx = dataclasses.replace(ctx, direct_decode=int(one) if one.ndim == 0 else one)
+        decode = np.asarray(workload.n) == 1
+        tile_rows = np.where(decode, CUDNN_DECODE_TILE_ROWS, 0)
+        # its decode kernel's own occupancy (Nsight's limits on the H200), not the forward tile's
+        per_sm = np.where(decode, np.asarray(cudnn_decode_resident(exec_d)), np.asarray(ctx.ctas_per_sm))
+        at_once = np.where(decode, per_sm * profile.sm_count, np.asarray(ctx.concurrent))
+
+        def one(x: np.ndarray) -> Any:
+            return int(x) if x.ndim == 0 else x.astype(np.int64)
+
+        ctx = dataclasses.replace(
+            ctx, decode_tile_rows=one(tile_rows), ctas_per_sm=one(per_sm), concurrent=one(at_once)
+        )
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
         ctx = dataclasses.replace(ctx, **fp8)

@@ -1267,8 +1267,14 @@ def kernel_time(
         # measured: one split-KV CTA streams K/V at this rate (its loads wait on each other)
         ctas = np.asarray(intmath.to_float(kernel.concurrent_ctas), dtype=np.float64)
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
+        # each of a (split, K/V head)'s row tiles streams the whole chunk
+        hbm = hbm * np.asarray(intmath.to_float(kernel.row_tiles), dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
+        if measured.co_resident_cost:
+            # measured: each further CTA on an SM slows every CTA there by this share
+            sharing = np.ceil(np.maximum(ctas, 1.0) / float(profile.sm_count))
+            lat = lat * (1.0 + measured.co_resident_cost * (sharing - 1.0))
         terms["latency"] = float(lat) if lat.ndim == 0 else lat
     elif np.any(in_flight > 0):
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
@@ -1327,7 +1333,10 @@ def kernel_time(
     names = list(candidates)
     largest, index = _largest(list(candidates.values()))
     launches = np.asarray(intmath.to_float(kernel.launches), dtype=np.float64)
-    launch = (profile.launch_overhead_s or 0.0) * (launches + (impl.extra_launches if impl is not None else 0))
+    # the launches the implementation makes before its attention kernel (cuDNN's memset): none before a
+    # decode's split kernel (the records' profiler lists none)
+    extra = impl.extra_launches if impl is not None and kernel.kind != SPLIT_KV else 0
+    launch = (profile.launch_overhead_s or 0.0) * (launches + extra)
     launch = float(launch) if np.ndim(launch) == 0 else launch
     time = largest + launch
     if np.any(launch):

@@ -7,6 +7,7 @@ import csv
 import gzip
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +16,12 @@ from memmodel import load_profile
 from memmodel.cases import parse_case
 from memmodel.model import compare
 from memmodel.options import options_for
-from memmodel.traffic.decode import choose_splits, cudnn_decode_splits, cudnn_decode_value_ctas
+from memmodel.traffic.decode import (
+    choose_splits,
+    cudnn_decode_resident,
+    cudnn_decode_splits,
+    cudnn_decode_value_ctas,
+)
 from memmodel.workload import Workload
 
 from .conftest import REPO
@@ -168,7 +174,7 @@ def test_the_decode_rate_is_fitted_to_the_probes_kernel_durations():
     from memmodel.calibration import cudnn_decode
 
     found = cudnn_decode.rows(cudnn_decode.load(REPO))
-    assert len(found) == 16 + 12  # every cuDNN decode of the two probes with one decode kernel
+    assert len(found) == 16 + 12 + 10  # every cuDNN decode of the three probes with one decode kernel
     figures = H200.implementation_figures["sdpa-cudnn"]
     rates = dict(figures.cta_bandwidth_bytes_per_s)
     assert set(rates) == {64, 128, 256} and H200.provenance["implementations.sdpa-cudnn.cta_bandwidth"].source == (
@@ -181,3 +187,56 @@ def test_the_decode_rate_is_fitted_to_the_probes_kernel_durations():
     from memmodel.calibration.serving import _planned, predicted
 
     assert predicted(_planned(spec, "", H200), "fa2_splitkv", H200) == pytest.approx(43.4e-6, rel=0.05)
+
+
+GROUPS_PROBE = REPO / "validation" / "h200" / "cudnn-decode-groups-probe"
+
+
+def test_a_group_past_the_16_row_tile_counts_each_tile_in_the_grid():
+    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-groups-probe.txt").read_text().splitlines()
+    cases = [line for line in lines if line.startswith("impl=sdpa-cudnn")]
+    grids = _grids(GROUPS_PROBE / "cudnn-decode-groups-probe.ncu.csv.gz")
+    assert len(cases) == len(grids) == 10
+    for case, (x, y, z) in zip(cases, grids, strict=True):
+        w = parse_case(case).workload()
+        group = w.heads // w.kv_heads_
+        tiles = -(-group // 16)
+        assert (y, z) == (w.kv_heads_ * tiles, w.batch), case  # Nsight's y: K/V heads x 16-row tiles
+        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count, group)
+        assert splits * cudnn_decode_value_ctas(w.d) == x, case
+        (kernel, *_) = compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels
+        assert kernel.ctas == x * y * z and kernel.row_tiles == tiles, case
+    # pinned: 40 requests x 3 tiles = 120 units, 240 > 132 SMs: unsplit; 16 x 3 = 48: 256 / 48 -> 4
+    assert cudnn_decode_splits(40, 1, 8192, 132, 40) == 1 and cudnn_decode_splits(16, 1, 8192, 132, 40) == 4
+    assert cudnn_decode_splits(16, 1, 8192, 132, 16) == 16  # one tile: 256 / 16
+
+
+def test_each_tile_requests_the_whole_chunk():
+    # 32 heads over 1 K/V head, one request, 32768 keys, d 128: two 16-row tiles of 64 splits each read
+    # the split's K and V: L2 requests twice the 16.8 MB of K/V, HBM once
+    w = Workload(n=1, n_kv=32768, d=128, heads=32, kv_heads=1, dtype="bf16")
+    kernel = compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels[0]
+    kv = 32768 * 128 * 2  # 8,388,608 bytes of K (and of V)
+    reads = {t.tensor: (t.level, t.bytes) for t in kernel.transfers if t.direction == "read" and t.level == "l2"}
+    assert reads["K"][1] == reads["V"][1] == 2 * kv
+    hbm = {t.tensor: t.bytes for t in kernel.transfers if t.direction == "read" and t.level == "hbm"}
+    assert hbm["K"] == hbm["V"] == kv
+
+
+def test_the_decode_kernels_own_occupancy_and_no_memset_launch():
+    from memmodel.host import kernel_launches
+
+    assert [cudnn_decode_resident(d) for d in (64, 128, 256)] == [4, 2, 2]
+    assert list(cudnn_decode_resident(np.array([48, 96, 256]))) == [4, 2, 2]
+    w = Workload(n=1, n_kv=8192, d=64, heads=16, kv_heads=4, batch=8, dtype="bf16")
+    split, combine = compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels
+    # 8 x 4 units: 256 / 32 = 8 splits, 256 CTAs, 4 an SM at d 64: all 256 at once (528 slots)
+    assert split.ctas == 256 and split.concurrent_ctas == 256
+    assert kernel_launches(split, "sdpa-cudnn") == 1.0 and kernel_launches(combine, "sdpa-cudnn") == 1.0
+    prefill = Workload(n=2048, d=64, heads=16, batch=8, dtype="bf16")
+    fwd = next(
+        k
+        for k in compare(prefill, H200, options_for("sdpa-cudnn", prefill, H200)).tiled.traffic.kernels
+        if k.name == "fa2_fwd"
+    )
+    assert kernel_launches(fwd, "sdpa-cudnn") == 2.0  # its memset's launch before it

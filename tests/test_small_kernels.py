@@ -162,7 +162,7 @@ def test_cudnn_launches_its_memset_before_a_prefill_only():
             k.name for k in compare(w, H200, impl="sdpa-cudnn", backward=bool(kw.get("n", 1) > 1)).tiled.traffic.kernels
         ]
 
-    assert names(n=1, batch=64) == ["fa2_fwd"]  # one decode kernel, unsplit
+    assert names(n=1, batch=64) == ["fa2_splitkv"]  # its decode kernel, unsplit: no combine
     assert names(n=1, batch=1) == ["fa2_splitkv", "fa2_combine"]
     prefill = names(n=4096, batch=1)
     assert prefill[:2] == ["cudnn_zero", "fa2_fwd"] and prefill.count("cudnn_bwd_zero") == 1

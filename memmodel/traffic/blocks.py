@@ -382,6 +382,10 @@ class TileContext:
     #: 1 where a decode runs its split-KV kernel even unsplit (cuDNN's decode on Hopper: at one split
     #: its ``flash_fprop_wmma`` kernel writes O itself and no combine runs); 0: the plain forward
     direct_decode: IntLike = 0
+    #: the query rows a CTA of a decode kernel of its own holds (cuDNN's on Hopper, 16:
+    #: :data:`~.decode.CUDNN_DECODE_TILE_ROWS`), each such CTA streaming its split's whole K/V
+    #: chunk; 0: FlashAttention-2's split kernel, Q blocks of 64 rows
+    decode_tile_rows: IntLike = 0
 
     @cached_property
     def all_pairs(self) -> IntLike:

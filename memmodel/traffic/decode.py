@@ -67,6 +67,11 @@ def num_splits_heuristic(work_ctas: int, sm_slots: int, kv_blocks: int, max_spli
 #: follows the SM count is assumed (one GPU measured).
 CUDNN_DECODE_CTAS_PER_SM = 2
 CUDNN_DECODE_TILE_KEYS = 128
+#: the query rows a CTA of cuDNN's decode holds: a GQA group of more heads runs that many CTAs a
+#: (split, K/V head), each over the split's whole K/V chunk, and counts as that many units in the
+#: grid rule (``validation/h200/cudnn-decode-groups-probe``: 17 to 32 heads over one K/V head run
+#: grid (64, 2, 1), 40 heads three, 96 heads six; Nsight's y is K/V heads x these tiles)
+CUDNN_DECODE_TILE_ROWS = 16
 #: above d 128 each split runs as two CTAs, each computing half of O's columns over all of K: the
 #: grid has twice the splits, the combine reads the partial O of the splits alone (half what two CTAs
 #: a split would write), and L2 serves K twice (its requests, measured by Nsight Compute, about 1.85
@@ -79,14 +84,30 @@ def _pow2_floor(x: float) -> int:
     return 1 << (int(x).bit_length() - 1) if x >= 2 else 1
 
 
-def cudnn_decode_splits(batch: int, kv_heads: int, n_kv: int, sm_count: int) -> int:
+def cudnn_decode_splits(batch: int, kv_heads: int, n_kv: int, sm_count: int, group: int = 1) -> int:
     """cuDNN's split count of a decode (:data:`CUDNN_DECODE_CTAS_PER_SM`): on 132 SMs, 64 for one
-    request over 2 K/V heads and 8k keys, 16 for 8 requests, 4 for 32, 1 for 48 and more."""
-    if batch * kv_heads * 2 > sm_count:
+    request over 2 K/V heads and 8k keys, 16 for 8 requests, 4 for 32, 1 for 48 and more; a group
+    of more query heads than a tile's rows counts each (K/V head, tile) (:data:`CUDNN_DECODE_TILE_ROWS`)."""
+    units = batch * kv_heads * -(-max(group, 1) // CUDNN_DECODE_TILE_ROWS)
+    if units * 2 > sm_count:
         return 1
     target = _pow2_floor(sm_count * CUDNN_DECODE_CTAS_PER_SM)
-    fill = _pow2_floor(target / max(batch * kv_heads, 1))
+    fill = _pow2_floor(target / max(units, 1))
     return max(1, min(fill, _pow2_floor(n_kv / CUDNN_DECODE_TILE_KEYS), target // 4))
+
+
+#: CTAs of cuDNN's decode kernel an SM holds at once, by head dim (Nsight Compute's occupancy limits on
+#: the H200, ``validation/h200/cudnn-decode-rate-probe``: 4 at d 64, 2 at d 128 and 256)
+CUDNN_DECODE_RESIDENT = ((64, 4), (128, 2))
+
+
+def cudnn_decode_resident(d: IntLike) -> IntLike:
+    """CTAs of cuDNN's decode kernel an SM holds at once at head dim ``d`` (:data:`CUDNN_DECODE_RESIDENT`:
+    4 up to d 64, 2 above)."""
+    small, large = CUDNN_DECODE_RESIDENT[0][1], CUDNN_DECODE_RESIDENT[1][1]
+    if intmath.is_array(d):
+        return np.where(np.asarray(d) <= CUDNN_DECODE_RESIDENT[0][0], small, large).astype(np.int64)
+    return small if d <= CUDNN_DECODE_RESIDENT[0][0] else large
 
 
 def cudnn_decode_value_ctas(d: IntLike) -> IntLike:
@@ -109,7 +130,7 @@ def choose_splits(
         if n != 1 and not (prefill and drop == 0.0):
             return 1
         if rule == "cudnn" and n == 1:
-            return cudnn_decode_splits(b, hk, nkv, sm_count)
+            return cudnn_decode_splits(b, hk, nkv, sm_count, h // hk if h > hk else 1)
         rows, heads = (h // hk, hk) if (h > hk and n == 1) else (n, h)
         return num_splits_heuristic(b * heads * -(-rows // block_q), sm_count * 2, -(-nkv // int(split_block_kv(d))))
 
@@ -160,8 +181,21 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike, direct: Any 
     q_blocks = intmath.ceil_div(w.n, 64)
     visited = visited_blocks(w.n, w.n_kv_, 64, bc, bool(w.causal), w.window)
     all_blocks = intmath.mul(q_blocks, intmath.ceil_div(w.n_kv_, bc))
-    kv_per_q_head = intmath.scaled(intmath.mul(bh, w.n_kv_, w.d, ekv, q_blocks), visited, all_blocks)
-    kv_req = np.where(swapped, np.asarray(kv_unique), np.asarray(kv_per_q_head))
+    heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
+    rows = np.where(swapped, np.asarray(intmath.mul(w.group, w.n)), np.asarray(w.n))  # Q rows per CTA row
+    # the CTAs of one (split, head) by the query rows each holds: FlashAttention-2's Q blocks of 64;
+    # a decode kernel's own tile (cuDNN's: 16 rows, ``decode_tile_rows``), each such CTA requesting
+    # the split's whole K/V chunk for its rows
+    own = np.asarray(ctx.decode_tile_rows)
+    tile = np.where(own > 0, own, 64)
+    row_ctas = (-(-rows // tile)).astype(np.int64)
+    row_tiles = np.where(own > 0, row_ctas, 1).astype(np.int64)
+    kv_per_q_head = intmath.scaled(
+        intmath.mul(bh, w.n_kv_, w.d, ekv, np.where(own > 0, row_ctas, np.asarray(q_blocks)).astype(np.int64)),
+        visited,
+        all_blocks,
+    )
+    kv_req = np.where(swapped, np.asarray(kv_unique) * row_tiles, np.asarray(kv_per_q_head))
     kv_req = int(kv_req) if np.ndim(kv_req) == 0 else kv_req.astype(np.int64)
     dv = w.dv_sym  # V, the partial O and O at V's head dim
     partial_o = intmath.mul(bh, splits, w.n, w.d_v_, ACC_BYTES)
@@ -200,12 +234,10 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike, direct: Any 
     softmax = intmath.mul(4, scores)
     if ctx.dequant_flops:  # an FP8 K/V cache converted in the kernel: every K and V element loaded
         softmax = intmath.add(softmax, intmath.mul(ctx.dequant_flops, 2, intmath.ceil_div(kv_req, ekv)))
-    heads = np.where(swapped, np.asarray(intmath.mul(w.batch, w.kv_heads_)), np.asarray(bh))
-    rows = np.where(swapped, np.asarray(intmath.mul(w.group, w.n)), np.asarray(w.n))  # Q rows per CTA row
     ctas = intmath.mul(
         heads.astype(np.int64) if heads.ndim else int(heads),
         splits,
-        intmath.ceil_div(rows.astype(np.int64) if rows.ndim else int(rows), 64),
+        row_ctas if row_ctas.ndim else int(row_ctas),
         halves,
     )
     # S = QKᵀ once per value CTA of a split (each needs every score of its rows), PV once in all
@@ -223,6 +255,7 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike, direct: Any 
         bytes_in_flight_per_cta=intmath.mul(split_block_kv(w.d), w.d_kv, ekv),
         overlap="serial-compute",
         kind=SPLIT_KV,
+        row_tiles=row_tiles if row_tiles.ndim else int(row_tiles),
     )
     c = KernelBuilder("fa2_combine")
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), f"B·H·splits·N·{dv}·4")

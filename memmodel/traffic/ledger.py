@@ -221,6 +221,9 @@ class Kernel:
     #: a library's split-KV kernel: the K/V block its CTAs load a step (flex's BLOCK_N), for a
     #: per-CTA step time measured by block (``implementations.<name>.block_step_time``); 0 none
     kv_block: IntLike = 0
+    #: a decode's split-KV CTAs of one (split, K/V head), each holding some of the group's query rows
+    #: and streaming the split's whole K/V chunk (cuDNN's decode past 16 heads a group); 1: one
+    row_tiles: IntLike = 1
     #: the bytes one CTA of such a kernel loads a step (flex: BLOCK_N rows of K and of V), paid at
     #: the implementation's per-CTA rate (``implementations.<name>.cta_bandwidth``) beside the
     #: block's step time; 0 none
