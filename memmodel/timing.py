@@ -1269,8 +1269,11 @@ def kernel_time(
         hbm = np.asarray(intmath.to_float(kernel.bytes(level="hbm")))
         # each of a (split, K/V head)'s row tiles streams the whole chunk
         hbm = hbm * np.asarray(intmath.to_float(kernel.row_tiles), dtype=np.float64)
+        # in whole waves: each CTA's share of the bytes, once for every wave of the grid
+        total = np.maximum(np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64), ctas)
         with np.errstate(divide="ignore", invalid="ignore"):
-            lat = np.where(ctas > 0, hbm / np.where(ctas > 0, ctas, 1.0) / cta_rate, 0.0)
+            waves = np.ceil(total / np.where(ctas > 0, ctas, 1.0))
+            lat = np.where(ctas > 0, hbm / np.where(total > 0, total, 1.0) * waves / cta_rate, 0.0)
         if measured.co_resident_cost:
             # measured: each further CTA on an SM slows every CTA there by this share
             sharing = np.ceil(np.maximum(ctas, 1.0) / float(profile.sm_count))
