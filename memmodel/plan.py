@@ -253,22 +253,22 @@ def plan_tiled(
         # cuDNN's decode above d 128: two CTAs a split, each half of O's columns (traffic.decode)
         halves = np.where(np.asarray(workload.n) == 1, np.asarray(cudnn_decode_value_ctas(exec_d)), 1)
         ctx = dataclasses.replace(ctx, value_ctas=int(halves) if halves.ndim == 0 else halves.astype(np.int64))
+        decode = np.asarray(workload.n) == 1
+
+        def as_ints(x: np.ndarray) -> Any:
+            return int(x) if x.ndim == 0 else x.astype(np.int64)
+
         if not options.backward:
             # and at one split the same kernel, writing O itself (no combine): Nsight on the H200,
             # validation/h200/cudnn-decode-rate-probe (batch x K/V heads past half the SMs)
-            one = (np.asarray(workload.n) == 1).astype(np.int64)
-            ctx = dataclasses.replace(ctx, direct_decode=int(one) if one.ndim == 0 else one)
-        decode = np.asarray(workload.n) == 1
-        tile_rows = np.where(decode, CUDNN_DECODE_TILE_ROWS, 0)
-        # its decode kernel's own occupancy (Nsight's limits on the H200), not the forward tile's
+            ctx = dataclasses.replace(ctx, direct_decode=as_ints(decode))
+        # its 16-row tiles, and its own occupancy (Nsight's limits on the H200), not the forward tile's
         per_sm = np.where(decode, np.asarray(cudnn_decode_resident(exec_d)), np.asarray(ctx.ctas_per_sm))
-        at_once = np.where(decode, per_sm * profile.sm_count, np.asarray(ctx.concurrent))
-
-        def one(x: np.ndarray) -> Any:
-            return int(x) if x.ndim == 0 else x.astype(np.int64)
-
         ctx = dataclasses.replace(
-            ctx, decode_tile_rows=one(tile_rows), ctas_per_sm=one(per_sm), concurrent=one(at_once)
+            ctx,
+            decode_tile_rows=as_ints(np.where(decode, CUDNN_DECODE_TILE_ROWS, 0)),
+            ctas_per_sm=as_ints(per_sm),
+            concurrent=as_ints(np.where(decode, per_sm * profile.sm_count, np.asarray(ctx.concurrent))),
         )
     fp8 = fp8_tile_fields(impl, kernel_w)  # FA3's V transpose, scale tensors, in-kernel dequantisation
     if fp8:
