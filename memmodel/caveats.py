@@ -68,6 +68,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + schedule_caveats(plan, traffic.variant, facts)
         + (window_caveats(plan, facts) if traffic.variant == "fa2" else [])
         + interpolated_backward_caveats(plan)
+        + cudnn_decode_caveats(plan)
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
@@ -294,6 +295,31 @@ def window_caveats(plan: TiledPlan, facts: TiledFacts) -> list[Caveat]:
             "window rule counts as hits partly miss, so the forward's HBM bytes are a lower bound; "
             + _on_the_h200("window_band", "on the H200 such kernels' HBM bytes came out")
             + ".",
+        )
+    ]
+
+
+def cudnn_decode_caveats(plan: TiledPlan) -> list[Caveat]:
+    """cuDNN's decode on an architecture its decode kernel was not read on (:data:`memmodel.plan.
+    CUDNN_DECODE_ARCHS`): timed with FlashAttention-2's split count and the measured GPU's decode
+    kernel's figures, neither seen there."""
+    from .plan import CUDNN_DECODE_ARCHS, decode_split_rule
+
+    w, profile = plan.given, plan.profile
+    spec = implementations.get(plan.options.model_implementation)
+    if spec is None or spec.decode_splits != "cudnn" or plan.options.backward:
+        return []
+    decoding = np.asarray(w.n) == 1
+    if not np.any(decoding) or decode_split_rule(spec, profile) == "cudnn":
+        return []
+    arch = (profile.arch_family or profile.name).capitalize()
+    read = "/".join(a.capitalize() for a in CUDNN_DECODE_ARCHS)
+    return [
+        Caveat(
+            "",
+            f"{rows_prefix(decoding)}cuDNN's decode on {arch}: its grid and rates were measured on {read} "
+            f"(an sm80 decode kernel with its own split count); here FlashAttention-2's split count runs at "
+            f"those rates, neither measured on {arch}.",
         )
     ]
 

@@ -240,3 +240,18 @@ def test_the_decode_kernels_own_occupancy_and_no_memset_launch():
         if k.name == "fa2_fwd"
     )
     assert kernel_launches(fwd, "sdpa-cudnn") == 2.0  # its memset's launch before it
+
+
+def test_a_cudnn_decode_off_hopper_says_what_it_borrows(run):
+    args = ("compare", "--n", "1", "--n-kv", "8192", "--d", "128", "--heads", "32", "--kv-heads", "8")
+    args += ("--impl", "sdpa-cudnn", "--dtype", "bf16", "--gpu")
+    b200 = run(*args, "b200")
+    assert b200.exit_code == 0
+    (line,) = [x for x in b200.stderr.splitlines() if "cuDNN's decode on" in x]
+    assert "cuDNN's decode on Blackwell: its grid and rates were measured on Hopper" in line
+    # where its grid was read (Hopper: the H200 and the H100s derived from it), nothing borrowed
+    for gpu in ("h200", "h100-sxm"):
+        assert "cuDNN's decode on" not in run(*args, gpu).stderr
+    # a prefill is not a decode
+    prefill = run("compare", "--n", "4096", *args[3:], "b200")
+    assert prefill.exit_code == 0 and "cuDNN's decode on" not in prefill.stderr
