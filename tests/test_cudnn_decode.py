@@ -30,9 +30,30 @@ H200 = load_profile("h200")
 PROBE = REPO / "validation" / "h200" / "cudnn-decode-probe"
 
 
-def _grids(trace: Any = None) -> list[tuple[int, int, int]]:
+#: every Nsight-traced set of cuDNN decodes: (cases file, its Nsight Compute table, cases)
+TRACED = {
+    "grid probe": ("h200-cudnn-decode-probe.txt", PROBE / "cudnn-decode-probe.ncu.csv.gz", 12),
+    "rate probe": (
+        "h200-cudnn-decode-rate-probe.txt",
+        REPO / "validation/h200/cudnn-decode-rate-probe/cudnn-decode-rate-probe.ncu.csv.gz",
+        16,
+    ),
+    "groups probe": (
+        "h200-cudnn-decode-groups-probe.txt",
+        REPO / "validation/h200/cudnn-decode-groups-probe/cudnn-decode-groups-probe.ncu.csv.gz",
+        10,
+    ),
+    "blind check": (
+        "h200-cudnn-decode-check.txt",
+        REPO / "validation/h200/final/h200-cudnn-decode-check.ncu.csv.gz",
+        16,
+    ),
+}
+
+
+def _grids(trace: Any) -> list[tuple[int, int, int]]:
     """The (x, y, z) grid of each cuDNN decode kernel launch, in the order the probe ran them."""
-    with gzip.open(trace or PROBE / "cudnn-decode-probe.ncu.csv.gz", "rt") as f:
+    with gzip.open(trace, "rt") as f:
         rows = csv.reader(line for line in f if line.startswith('"'))
         head = next(rows)
         name, grid, ident = head.index("Kernel Name"), head.index("Grid Size"), head.index("ID")
@@ -44,19 +65,33 @@ def _grids(trace: Any = None) -> list[tuple[int, int, int]]:
     return [seen[k] for k in sorted(seen, key=int)]
 
 
-def _cases() -> list[str]:
-    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-probe.txt").read_text().splitlines()
-    return [line for line in lines if line.startswith("impl=sdpa-cudnn")]
+def _traced(which: str) -> list[tuple[str, tuple[int, int, int]]]:
+    """(case, its decode kernel's Nsight grid) of a traced set, checked to pair one to one."""
+    cases_file, trace, count = TRACED[which]
+    lines = (REPO / "validation" / "cases" / cases_file).read_text().splitlines()
+    cases = [line for line in lines if line.startswith("impl=sdpa-cudnn")]
+    grids = _grids(trace)
+    assert len(cases) == len(grids) == count
+    return list(zip(cases, grids, strict=True))
 
 
-def test_the_rule_gives_every_grid_the_probe_saw():
-    cases, grids = _cases(), _grids()
-    assert len(cases) == len(grids) == 12
-    for case, (x, y, z) in zip(cases, grids, strict=True):
+@pytest.mark.parametrize("which", list(TRACED))
+def test_the_rule_and_the_model_give_every_grid_nsight_saw(which):
+    for case, (x, y, z) in _traced(which):
         w = parse_case(case).workload()
-        assert (y, z) == (w.kv_heads_, w.batch)  # (CTAs of the splits, K/V heads, batch)
-        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count)
-        assert splits * cudnn_decode_value_ctas(w.d) == x, case
+        group = w.heads // w.kv_heads_
+        tiles = -(-group // 16)
+        assert (y, z) == (w.kv_heads_ * tiles, w.batch), case  # Nsight's y: K/V heads x 16-row tiles
+        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count, group)
+        assert splits * cudnn_decode_value_ctas(w.d) == x, case  # x: the splits' CTAs
+        kernel = next(k for k in compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels)
+        assert kernel.ctas == x * y * z and kernel.row_tiles == tiles, case
+
+
+def test_unsplit_grids_are_the_same_decode_kernel():
+    # batch x K/V heads 16 x 8 and 64 x 2 pass half the SMs: one split, the same decode kernel
+    pairs = _traced("rate probe")
+    assert [g for c, g in pairs if "batch=16," in c or "batch=64," in c] == [(1, 8, 16), (2, 2, 64)]
 
 
 def test_the_pinned_grids():
@@ -123,23 +158,6 @@ def test_at_and_below_d_128_one_cta_a_split(d):
     assert int(split.ctas) == 64 * 2
 
 
-RATE_PROBE = REPO / "validation" / "h200" / "cudnn-decode-rate-probe"
-
-
-def test_the_rule_gives_every_grid_the_rate_probe_saw_unsplit_ones_too():
-    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-rate-probe.txt").read_text().splitlines()
-    cases = [line for line in lines if line.startswith("impl=sdpa-cudnn")]
-    grids = _grids(RATE_PROBE / "cudnn-decode-rate-probe.ncu.csv.gz")
-    assert len(cases) == len(grids) == 16
-    for case, (x, y, z) in zip(cases, grids, strict=True):
-        w = parse_case(case).workload()
-        assert (y, z) == (w.kv_heads_, w.batch)
-        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count)
-        assert splits * cudnn_decode_value_ctas(w.d) == x, case
-    # batch x K/V heads 16 x 8 and 64 x 2 pass half the SMs: one split, the same decode kernel
-    assert [g for c, g in zip(cases, grids) if "batch=16," in c or "batch=64," in c] == [(1, 8, 16), (2, 2, 64)]
-
-
 def test_an_unsplit_cudnn_decode_is_its_decode_kernel_writing_o_itself():
     # 64 requests over 2 K/V heads, d 256, 4096 keys: one split, two CTAs a (request, K/V head) each
     # computing half of O's columns over all of K (Nsight: grid (2, 2, 64), no lean_reduction_kernel)
@@ -189,23 +207,7 @@ def test_the_decode_rate_is_fitted_to_the_probes_kernel_durations():
     assert predicted(_planned(spec, "", H200), "fa2_splitkv", H200) == pytest.approx(43.4e-6, rel=0.05)
 
 
-GROUPS_PROBE = REPO / "validation" / "h200" / "cudnn-decode-groups-probe"
-
-
-def test_a_group_past_the_16_row_tile_counts_each_tile_in_the_grid():
-    lines = (REPO / "validation" / "cases" / "h200-cudnn-decode-groups-probe.txt").read_text().splitlines()
-    cases = [line for line in lines if line.startswith("impl=sdpa-cudnn")]
-    grids = _grids(GROUPS_PROBE / "cudnn-decode-groups-probe.ncu.csv.gz")
-    assert len(cases) == len(grids) == 10
-    for case, (x, y, z) in zip(cases, grids, strict=True):
-        w = parse_case(case).workload()
-        group = w.heads // w.kv_heads_
-        tiles = -(-group // 16)
-        assert (y, z) == (w.kv_heads_ * tiles, w.batch), case  # Nsight's y: K/V heads x 16-row tiles
-        splits = cudnn_decode_splits(w.batch, w.kv_heads_, w.n_kv_, H200.sm_count, group)
-        assert splits * cudnn_decode_value_ctas(w.d) == x, case
-        (kernel, *_) = compare(w, H200, options_for("sdpa-cudnn", w, H200)).tiled.traffic.kernels
-        assert kernel.ctas == x * y * z and kernel.row_tiles == tiles, case
+def test_pinned_grids_of_groups_past_the_tile():
     # pinned: 40 requests x 3 tiles = 120 units, 240 > 132 SMs: unsplit; 16 x 3 = 48: 256 / 48 -> 4
     assert cudnn_decode_splits(40, 1, 8192, 132, 40) == 1 and cudnn_decode_splits(16, 1, 8192, 132, 40) == 4
     assert cudnn_decode_splits(16, 1, 8192, 132, 16) == 16  # one tile: 256 / 16

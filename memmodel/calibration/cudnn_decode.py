@@ -24,8 +24,6 @@ HBM does (a grid of 256 CTAs streams at the HBM rate calibrate measured), at d 2
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -56,7 +54,9 @@ CO_RESIDENT_MAX = 1.0
 
 def load(root: Path) -> list[dict[str, Any]]:
     """The probes' records (those present)."""
-    return [json.load(gzip.open(root / r, "rt")) for r in RECORDS if (root / r).exists()]
+    from ..fileio import read_json
+
+    return [read_json(root / r, what="cuDNN decode probe record") for r in RECORDS if (root / r).exists()]
 
 
 def rows(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, int, float]]:
