@@ -67,6 +67,9 @@ STATISTICS = ("mean", "median")
 #: included); ``device``, the summed device time of its kernels (CUPTI through torch.profiler),
 #: which no launch overhead enters
 TIMERS = ("events", "device")
+#: what a source's ``options`` may give an implementation (:func:`memmodel.options_for`'s): what
+#: its script passed the kernel beside the shape (FA4's ``num_splits=0``: ``splits: auto``)
+SOURCE_OPTIONS = frozenset({"splits"})
 
 
 def convention_flops(point: dict[str, Any], convention: str) -> float:
@@ -148,6 +151,15 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
     for key, src in sources.items():
         if src.get("timer", "events") not in TIMERS:
             raise ValueError(f"{path} -> sources.{key}: timer must be one of {', '.join(TIMERS)}")
+        given = src.get("options", {})
+        if not isinstance(given, dict) or any(
+            name not in impls or not isinstance(opts, dict) or set(opts) - SOURCE_OPTIONS
+            for name, opts in given.items()
+        ):
+            raise ValueError(
+                f"{path} -> sources.{key}.options: a mapping of the file's implementations to options "
+                f"({', '.join(sorted(SOURCE_OPTIONS))})"
+            )
     return data
 
 
@@ -240,11 +252,13 @@ def predict(
     profile: Any,
     loop: dict[str, Any] | None = None,
     timer: str = "events",
+    given: dict[str, Any] | None = None,
 ) -> tuple[float, list[str]]:
     """memmodel's time (s) of ``point``'s pass with the options its implementation maps to. With
     its source's ``loop`` (how the source timed it), the forward kernels' clocks are the loop's
     (:func:`loop_share`); else memmodel's default (``--clocks benchmark``). ``timer`` (the
-    source's, :data:`TIMERS`): ``device`` leaves the launch overheads out."""
+    source's, :data:`TIMERS`): ``device`` leaves the launch overheads out. ``given``: options
+    the source's script passed the implementation (its ``options``, e.g. FA4's split heuristic)."""
     device = timer == "device"
     w = Workload(
         n=point["n"],
@@ -263,7 +277,7 @@ def predict(
     if traced and point["source"] in traced["sources"]:
         return predict_traced(point, traced, profile, backward)
     impl = mapping.get("impl") or "auto"
-    opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward)
+    opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward, **(given or {}))
     standard = mapping.get("standard", "algorithm0")
     c = compare(w, profile, opts, standard=standard)
     by_pass = _by_pass(c, mapping["algorithm"], device)
@@ -350,7 +364,8 @@ def score(
         else:
             assert mapping is not None
             try:
-                t, s.caveats = predict(point, mapping, profile, src.get("loop"), src.get("timer", "events"))
+                given = src.get("options", {}).get(point["impl"])
+                t, s.caveats = predict(point, mapping, profile, src.get("loop"), src.get("timer", "events"), given)
             except MemmodelError as e:
                 s.not_modelled = f"memmodel refuses it: {e}"
             else:

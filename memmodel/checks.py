@@ -40,7 +40,9 @@ def check_comparison(c: Comparison) -> list[str]:
     ctas_problem(c)
     w = c.workload
     splits = c.options.splits
-    warning = splits_warning(splits, w.n, w.batch, w.heads, c.profile, grid=w.is_grid) if splits else None
+    # FlashAttention-2's rule; auto is each implementation's own, FA4 splits any grid it is asked to
+    fa2_rule = isinstance(splits, int) and c.options.model_implementation != "fa4"
+    warning = splits_warning(splits, w.n, w.batch, w.heads, c.profile, grid=w.is_grid) if fa2_rule else None
     return [warning] if warning else []
 
 

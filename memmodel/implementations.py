@@ -560,6 +560,22 @@ def fa4_tiles(d: int, rows: int | None = None) -> tuple[int, int]:
     return (FA4_TILE if one else 2 * FA4_TILE), FA4_TILE
 
 
+#: the most K/V splits FA4's heuristic picks (``num_splits_heuristic(..., 128)``)
+FA4_MAX_SPLITS = 128
+
+
+def fa4_num_splits(m_blocks: int, sm_count: int, kv_blocks: int) -> int:
+    """The K/V splits FA4's forward runs when asked for its heuristic (``num_splits`` < 1:
+    ``flash_attn_func(..., num_splits=0)``; its default, 1, never splits): none over 4 or fewer
+    K/V blocks of 128 keys, else as many as the SMs hold of its ``m_blocks`` CTAs (batch × heads
+    × Q tiles of 2 × 128 packed rows, one where they fit one), at most 128 and at most one a K/V
+    block (``_get_fwd_config`` and ``num_splits_heuristic``, flash_attn/cute/interface.py,
+    flash-attn-4 4.0.0b36 and FA4_COMMIT alike)."""
+    if kv_blocks <= 4 or m_blocks <= 0:
+        return 1
+    return max(1, min(sm_count // m_blocks, FA4_MAX_SPLITS, kv_blocks))
+
+
 def fa4_two_cta(d: int, causal: bool, rows: int) -> bool:
     """Whether FA4's forward runs as CTA pairs (``use_2cta_instrs``: not causal, d padded to
     128 or 192, more than two Q tiles of packed rows; always at d = 256)."""

@@ -26,6 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .workload import Workload
 
 
+#: ``Options.splits``: the implementation's own split heuristic
+SPLITS_AUTO = "auto"
+
+
 @frozen
 class Options:
     """How to model: the tiled variant, its blocks, the L2 mode, which passes, and the
@@ -36,7 +40,9 @@ class Options:
     block_kv: int | None = None
     l2: str = "on"
     backward: bool = False
-    splits: int | None = None
+    #: K/V splits of the forward: a count, ``"auto"`` (the implementation's own heuristic where
+    #: it has one it runs only when asked: FA4's ``num_splits=0``), or None (its default)
+    splits: int | str | None = None
     ctas_per_sm: int | None = None
     kv_order: str = "reverse"  # how a forward CTA walks its K/V blocks: FA2 "reverse", Triton "forward"
     #: how long the GPU has been busy (:data:`memmodel.timing.CLOCKS`): benchmark, boost, sustained
@@ -63,8 +69,11 @@ class Options:
                 if value.dtype.kind not in "iu" or np.any(value < 1):
                     raise WorkloadError("ctas-per-sm must be positive integers")
                 continue
+            if name == "splits" and value == SPLITS_AUTO:
+                continue
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer (got {value!r})")
+                accepted = f" or {SPLITS_AUTO!r}" if name == "splits" else ""
+                raise WorkloadError(f"{name.replace('_', '-')} must be a positive integer{accepted} (got {value!r})")
         if self.clocks not in CLOCK_MODES:
             raise WorkloadError(f"unknown clocks mode {self.clocks!r}: accepted are {', '.join(CLOCK_MODES)}")
         check_timing(self.timing)

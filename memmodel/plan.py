@@ -26,7 +26,7 @@ from .implementations import (
     smem_reads,
 )
 from .intmath import IntLike
-from .options import Options
+from .options import SPLITS_AUTO, Options
 from .traffic import l2 as l2m
 from .traffic.blocks import (
     BlockSizes,
@@ -184,9 +184,11 @@ def plan_tiled(
     # the split count follows the workload as the caller gives it (decoding: n = 1), then the
     # kernel sees it as it runs it (decoding with GQA: the group's heads as rows)
     prefill = bool(spec is not None and spec.splits_prefill)
+    # --splits auto: the implementation's own heuristic (FA4's, asked for); a count: that count
+    given = None if options.splits == SPLITS_AUTO else options.splits
     splits: IntLike = (
-        options.splits
-        if options.splits is not None
+        given
+        if given is not None
         else choose_splits(workload, profile.sm_count, prefill=prefill, rule=decode_split_rule(spec, profile))
     )
     kernel_w = kernel_workload(workload, impl)
@@ -284,23 +286,29 @@ def plan_tiled(
     if options.tiled == "fa1":
         facts = TiledFacts(ctx.blocks, ctx.ctas_per_sm, ctx.concurrent)
         return TiledPlan(workload, kernel_w, profile, options, spec, exec_d, blocks, ctx, 1, base, used, facts)
-    if options.splits is not None:
+    if given is not None:
         from .traffic.decode import split_block_kv
 
-        blocks_kv = np.asarray(intmath.ceil_div(kernel_w.n_kv_, split_block_kv(kernel_w.d)))
-        if np.any(blocks_kv < options.splits):
+        block = implementations.FA4_TILE if impl == "fa4" else split_block_kv(kernel_w.d)
+        blocks_kv = np.asarray(intmath.ceil_div(kernel_w.n_kv_, block))
+        if np.any(blocks_kv < given):
             most = int(np.min(blocks_kv))
-            raise WorkloadError(
-                f"--splits {options.splits} is more than the {most} K/V blocks to split: choose at most {most}"
-            )
+            raise WorkloadError(f"--splits {given} is more than the {most} K/V blocks to split: choose at most {most}")
     if options.backward and not prefill:
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)
         splits = 1
-    if spec is not None and not spec.splits_kv and options.splits is None:
-        splits = 1  # FA4's flash_attn_func: num_splits=1 unless asked
+    if spec is not None and not spec.splits_kv and given is None:
+        # FA4's flash_attn_func: num_splits=1 unless asked; asked for its heuristic, that
+        splits = fa4_auto_splits(kernel_w, blocks.block_q, profile) if options.splits == SPLITS_AUTO else 1
+        if options.backward:
+            splits = 1  # its training forward (the logsumexp saved) as above
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
+    if impl == "fa4" and np.any(np.asarray(splits) > 1):
+        # a split forward runs no CTA pairs (``use_2cta_instrs`` asks ``not is_split_kv``)
+        pair = np.where(np.asarray(splits) > 1, 1, np.asarray(ctx.cta_pair))
+        ctx = dataclasses.replace(ctx, cta_pair=int(pair) if pair.ndim == 0 else pair.astype(np.int64))
     facts = forward_facts(ctx, used, splits)
     backward = None
     if options.backward:
@@ -325,6 +333,20 @@ def plan_tiled(
         backward,
         xcd_l2(profile, options.l2) if l2 is None else None,
         kv_cast,
+    )
+
+
+def fa4_auto_splits(kernel_w: Workload, block_q: IntLike, profile: Profile) -> IntLike:
+    """FA4's split count when asked for its heuristic (:func:`~memmodel.implementations.fa4_num_splits`),
+    per element on a grid: its CTAs (B × heads × Q tiles of ``block_q`` packed rows) against the
+    K/V blocks of 128 keys it loads (a sliding window's: the window and one Q tile)."""
+    loaded = kernel_w.n_kv_
+    if kernel_w.window is not None:
+        loaded = intmath.minimum(loaded, intmath.add(kernel_w.window, implementations.FA4_TILE))
+    m_blocks = intmath.mul(kernel_w.batch, kernel_w.heads, intmath.ceil_div(kernel_w.n, block_q))
+    kv_blocks = intmath.ceil_div(loaded, implementations.FA4_TILE)
+    return implementations.per_element(
+        lambda m, kv: implementations.fa4_num_splits(m, profile.sm_count, kv), m_blocks, kv_blocks
     )
 
 
@@ -398,7 +420,9 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
         )
     if options.tiled == "fa1":
         return fa1(plan.tile, plan.l2, backward=options.backward)
-    forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts)
+    # FA4 splits K/V with its forward kernel itself (each CTA a chunk), not FA2's split kernel
+    own = plan.implementation == "fa4"
+    forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts, split_by_forward=own)
     cudnn = plan.implementation == "sdpa-cudnn"
     if cudnn:  # the SDPA call's memsets before cuDNN's kernels
         from .traffic.flash_backward import with_cudnn_memsets

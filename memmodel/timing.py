@@ -1504,7 +1504,11 @@ def algorithm_time(
     facts = algorithm.facts  # a tiled algorithm's blocks, occupancy and splits (None: standard)
     if workload is not None and algorithm.variant == "fa2":
         occupancy = param(facts.ctas_per_sm)
-        grid = (workload, np.asarray(facts.blocks.block_q), np.asarray(facts.blocks.block_kv), profile.sm_count)
+        jobs = workload
+        if spec is not None and spec.name == "fa4" and np.any(np.asarray(param(facts.splits)) > 1):
+            # FA4's split forward: a CTA per (Q tile, K/V chunk), each of its Q tile's work / splits
+            jobs = workload.with_(batch=intmath.mul(workload.batch, param(facts.splits)))
+        grid = (jobs, np.asarray(facts.blocks.block_q), np.asarray(facts.blocks.block_kv), profile.sm_count)
         tail = cta_tail_factor(*grid, occupancy, share)
         paired = implementations.paired_q_blocks(implementation, facts.blocks.block_q)
         if np.any(paired):  # aiter's causal grid (a grid's tiles differ by head dim: element by element)

@@ -8,10 +8,18 @@ import json
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memmodel import units
 from memmodel.hardware import load_profile
-from memmodel.implementations import FA4_PROFILES, fa4_exp_emulated_share, kernel_workload
+from memmodel.implementations import (
+    FA4_MAX_SPLITS,
+    FA4_PROFILES,
+    fa4_exp_emulated_share,
+    fa4_num_splits,
+    kernel_workload,
+)
 from memmodel.model import compare
 from memmodel.options import options_for
 from memmodel.timing import kernel_time
@@ -68,6 +76,80 @@ def test_no_k_v_split_when_decoding():
         options_for("fa4", bf16(n=1, n_kv=65536, heads=32, kv_heads=8), load_profile("b200")),
     )
     assert [k.name for k in c.tiled.traffic.kernels] == ["fa2_fwd"]
+
+
+@pytest.mark.parametrize(
+    ("m_blocks", "kv_blocks", "want"),
+    [
+        (36, 486, 4),  # 148 // 36 = 4 (9 heads x 4 Q tiles of 256 rows over 62208 keys)
+        (72, 486, 2),  # 148 // 72 = 2
+        (144, 486, 1),  # 148 // 144 = 1: one wave already
+        (1, 486, 128),  # at most 128
+        (2, 20, 20),  # at most one a K/V block: 148 // 2 = 74 > 20
+        (2, 4, 1),  # 4 K/V blocks or fewer: never split
+        (300, 486, 1),  # more CTAs than SMs: 148 // 300 = 0, no split
+    ],
+)
+def test_fa4_split_heuristic(m_blocks, kv_blocks, want):
+    assert fa4_num_splits(m_blocks, 148, kv_blocks) == want
+
+
+@given(st.integers(1, 2000), st.integers(1, 5000), st.integers(1, 200))
+def test_fa4_splits_fill_at_most_one_wave(m_blocks, kv_blocks, sm_count):
+    s = fa4_num_splits(m_blocks, sm_count, kv_blocks)
+    assert 1 <= s <= min(FA4_MAX_SPLITS, max(kv_blocks, 1))
+    if s > 1:  # a split grid never spills into a second wave
+        assert m_blocks * s <= sm_count
+
+
+def ardit(n=1024):
+    # cudnn-frontend's auto_regressive_dit: one frame's queries over 62208 cached keys
+    return Workload(dtype="bf16", batch=1, heads=9, n=n, n_kv=62208, d=128)
+
+
+def test_splits_auto_runs_fa4s_own_heuristic_with_its_forward_kernel_and_a_combine():
+    gb200 = load_profile("gb200")
+    c = compare(ardit(), gb200, options_for("fa4", ardit(), gb200, splits="auto"))
+    fwd, combine = c.tiled.traffic.kernels
+    assert (fwd.name, combine.name) == ("fa2_fwd", "fa4_combine")
+    assert c.tiled.traffic.params["splits"] == 4  # 9 heads x 4 Q tiles = 36 CTAs: 148 // 36
+    assert int(fwd.ctas) == 9 * 4 * 4
+    out = {t.tensor: t for t in fwd.transfers if t.level == "l2" and t.direction == "write"}
+    assert "O" not in out  # O and the logsumexp go to fp32 partials
+    assert int(out["O_partial"].bytes) == 9 * 4 * 1024 * 128 * 4  # B·H·splits·N·d·4 = 18,874,368
+    assert int(out["lse_partial"].bytes) == 9 * 4 * 1024 * 4
+    k = next(t for t in fwd.transfers if t.tensor == "K" and t.level == "l2")
+    # no CTA pairs in a split forward: every CTA requests its K tiles whole, T_r·B·H·N_kv·d·e
+    assert int(k.bytes) == 4 * 9 * 62208 * 128 * 2
+    assert combine.figures_from == "sdpa-flash"  # FlashAttention-2's measured combine figures
+    # the same products either way, the split only spreads them over the SMs
+    plain = compare(ardit(), gb200, options_for("fa4", ardit(), gb200))
+    assert [k.name for k in plain.tiled.traffic.kernels] == ["fa2_fwd"]
+    assert int(plain.tiled.traffic.kernels[0].matmul_flops) == int(fwd.matmul_flops)
+    assert c.tiled.timing.time_s < 0.5 * plain.tiled.timing.time_s  # 36 CTAs on 148 SMs, split 4 ways
+
+
+def test_splits_auto_leaves_a_grid_that_fills_the_gpu_unsplit():
+    gb200 = load_profile("gb200")
+    c = compare(ardit(4096), gb200, options_for("fa4", ardit(4096), gb200, splits="auto"))
+    assert [k.name for k in c.tiled.traffic.kernels] == ["fa2_fwd"]  # 144 CTAs: 148 // 144 = 1
+
+
+def test_splits_flag_takes_auto_or_a_count(run):
+    args = ["compare", "--gpu", "gb200", "--impl", "fa4", "--n", "1024", "--n-kv", "62208", "--d", "128"]
+    args += ["--heads", "9", "--dtype", "bf16", "--format", "json"]
+
+    def splits(*more):
+        algorithms = json.loads(run(*args, *more).stdout)["algorithms"]
+        return next(a for a in algorithms if a["name"] == "tiled")["params"]["splits"]
+
+    assert splits("--splits", "auto") == 4
+    assert splits("--splits", "2") == 2
+    assert splits() == 1  # flash_attn_func's default: num_splits=1
+    for bad in ("0", "-1", "many", "1.5"):
+        r = run(*args, "--splits", bad)
+        assert r.exit_code == 2 and "Traceback" not in r.stderr
+        assert "neither a positive integer nor auto" in r.stderr
 
 
 def test_forward_compute_is_the_busiest_pipe_with_lazy_rescale():

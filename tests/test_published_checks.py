@@ -390,3 +390,35 @@ def test_a_run_can_take_one_source_and_refuses_one_the_file_lacks():
     with pytest.raises(SystemExit) as exit_:
         pc.main(["--source", "nowhere"])
     assert exit_.value.code == 2
+
+
+def test_a_sources_options_reach_its_implementation_and_bad_ones_are_refused(tmp_path):
+    data = pc.load_checks(CHECKS)
+    # cudnn-frontend's benchmark passes flash-attn-4 num_splits=0 (its split heuristic): 9 heads of
+    # 4 Q tiles = 36 CTAs split 4 ways on the GB200's 148 SMs, against FA4's own default of one
+    assert data["sources"]["cudnn-frontend-ardit"]["options"] == {"fa4": {"splits": "auto"}}
+    one = _point(data, "gb200-fa4-fwd-full-d128-n1024-kv62208-b1-h9-ardit-cudnnfe")
+    (split,) = pc.score(dict(data, points=[one]))
+    plain = dict(data, sources=dict(data["sources"]))
+    plain["sources"]["cudnn-frontend-ardit"] = {
+        k: v for k, v in data["sources"]["cudnn-frontend-ardit"].items() if k != "options"
+    }
+    (unsplit,) = pc.score(dict(plain, points=[one]))
+    assert split.predicted_time_s < 0.5 * unsplit.predicted_time_s
+    raw = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    path = tmp_path / "checks.yaml"
+    for bad in ({"fa4": {"tiles": 3}}, {"nope": {"splits": "auto"}}, ["splits"]):
+        raw["sources"]["cudnn-frontend-ardit"]["options"] = bad
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        with pytest.raises(ValueError, match=r"sources\.cudnn-frontend-ardit\.options: a mapping"):
+            pc.load_checks(path)
+
+
+def test_the_fa3_papers_standard_forward_is_traced_as_its_script_wrote_it():
+    data = pc.load_checks(CHECKS)
+    traced = data["implementations"]["standard"]["trace"]
+    assert "fa3-paper-h100-fwd-fp16" in traced["sources"]  # attention_pytorch, forward only
+    assert "fa3-paper-h100-bwd-fp16-d128" not in traced["sources"]  # no script of the time: --standard eager
+    one = _point(data, "h100-sxm-standard-fwd-full-d64-n512-b32-h32-fa3paper")
+    (scored,) = pc.score(dict(data, points=[one]))
+    assert scored.not_modelled is None and scored.predicted_time_s > 0

@@ -65,6 +65,31 @@ class FiniteFloatRange(click.FloatRange):
 POSITIVE = PositiveInt()
 
 
+class SplitsParam(click.ParamType):
+    """``--splits``: a positive integer or ``auto`` (the implementation's own heuristic)."""
+
+    name = "integer|auto"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        text = str(value).strip()
+        if text.lower() == "auto":
+            return "auto"
+        if not text.lstrip("+").isdigit() or int(text) < 1:
+            shown = f"{text[:12]}… ({len(text)} characters)" if len(text) > 40 else repr(text)
+            self.fail(
+                f"{shown} is neither a positive integer nor auto (the implementation's own heuristic)", param, ctx
+            )
+        return POSITIVE.convert(text, param, ctx)
+
+
+SPLITS = SplitsParam()
+
+
 class Option(click.Option):
     """A click option that refuses to be given twice when it takes one value.
 
@@ -383,9 +408,11 @@ def model_options(func: F) -> F:
         ),
         option(
             "--splits",
-            type=POSITIVE,
+            type=SPLITS,
             default=None,
-            help="Split-KV chunks for fa2 (default: FlashAttention-2's heuristic).",
+            help="K/V splits of the forward (split-KV): a count, or auto for the implementation's own heuristic "
+            "(FA4: flash_attn_func's num_splits=0; its default, 1, never splits). Default: FlashAttention-2's "
+            "heuristic for fa2 and sdpa-flash, none for fa4.",
         ),
         option(
             "--ctas-per-sm",

@@ -257,16 +257,38 @@ def split_kv_kernels(ctx: TileContext, l2: l2m.L2, splits: IntLike, direct: Any 
         kind=SPLIT_KV,
         row_tiles=row_tiles if row_tiles.ndim else int(row_tiles),
     )
-    c = KernelBuilder("fa2_combine")
+    return [split, combine_kernel(w, l2, splits, partial_o=partial_o, partial_lse=partial_lse)]
+
+
+def combine_kernel(
+    w: Workload,
+    l2: l2m.L2,
+    splits: IntLike,
+    name: str = "fa2_combine",
+    *,
+    partial_o: IntLike | None = None,
+    partial_lse: IntLike | None = None,
+    figures_from: str = "",
+) -> Kernel:
+    """The kernel that reduces a split-KV kernel's fp32 partial O and logsumexp (``splits`` of
+    each, the L2 still holding what it can of them) into O and the logsumexp. ``figures_from``:
+    the implementation whose measured combine figures time it, where it is another's kernel."""
+    bh = intmath.mul(w.batch, w.heads)
+    dv = w.dv_sym
+    if partial_o is None:
+        partial_o = intmath.mul(bh, splits, w.n, w.d_v_, ACC_BYTES)
+    if partial_lse is None:
+        partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
+    c = KernelBuilder(name)
     c.read("O_partial", "intermediate", partial_o, l2m.carried_over(partial_o, l2), f"B·H·splits·N·{dv}·4")
     c.read("lse_partial", "intermediate", partial_lse, l2m.carried_over(partial_lse, l2), "B·H·splits·N·4")
     o = w.o_bytes()
-    c.write("O", "output", o, f"B·H·N·{dv}·e_O" if w.out_element_bytes != e else f"B·H·N·{dv}·e")
+    c.write("O", "output", o, f"B·H·N·{dv}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{dv}·e")
     c.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
-    combine = c.build(
+    return c.build(
         softmax_flops=intmath.mul(3, bh, splits, w.n, w.d_v_),
         exp_ops=intmath.mul(bh, splits, w.n),
         splits=splits,
         kind=COMBINE,
+        figures_from=figures_from,
     )
-    return [split, combine]

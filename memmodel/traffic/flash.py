@@ -33,7 +33,7 @@ from ..intmath import IntLike
 from ..workload import ACC_BYTES, STAT_BYTES, Workload
 from . import l2 as l2m
 from .blocks import BlockSizes, TileContext, as_v, tile_context, window_kv_bytes
-from .decode import split_kv_kernels
+from .decode import combine_kernel, split_kv_kernels
 from .facts import TiledFacts
 from .ledger import (
     FORWARD_GRID,
@@ -64,9 +64,12 @@ def fa2_forward_kernel(
     *,
     streams_q: bool = True,
     facts: TiledFacts | None = None,
+    splits: IntLike = 1,
 ) -> Kernel:
     """The FlashAttention-2-style forward kernel; ``facts`` (:func:`forward_facts`): the waves'
-    drift, the GQA row and the causal live K/V, where the caller found them already."""
+    drift, the GQA row and the causal live K/V, where the caller found them already. ``splits``
+    (> 1: FA4's split forward): each Q tile's K/V in that many chunks, a CTA each, writing partial
+    O and logsumexp in fp32 for a combine kernel."""
     w, b = ctx.w, ctx.blocks
     e, ekv = w.element_bytes, w.kv_element_bytes  # Q, O rows; K/V rows (an FP8 K/V cache: 1 byte)
     bh = intmath.mul(w.batch, w.heads)
@@ -96,7 +99,7 @@ def fa2_forward_kernel(
         # past batch 1 a GQA group's query heads are a batch of Q blocks apart in launch order
         row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
         kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
-        return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
+        return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm, splits)
     kv_hbm = tile_reread_hbm(
         kv_unique,
         kv_req,
@@ -123,7 +126,7 @@ def fa2_forward_kernel(
         kv_hbm = int(kv_hbm) if np.ndim(kv_hbm) == 0 else kv_hbm.astype(np.int64)
     row = gqa_row_bytes(ctx, l2c) if facts is None else facts.gqa_row_bytes
     kv_hbm = cross_head_hbm(ctx, l2c, kv_hbm, kv_unique, kv_req, row)
-    return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm)
+    return _fa2_forward_ledger(ctx, name, q, kv_req, kv_hbm, splits)
 
 
 def at_most(hbm: IntLike, requested: IntLike, cta_pair: IntLike) -> IntLike:
@@ -149,10 +152,13 @@ def pair_note(cta_pair: IntLike, shared: str) -> str:
     return f" / 2 (CTA pairs: each loads half of a {shared} tile{where})"
 
 
-def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike) -> Kernel:
+def _fa2_forward_ledger(
+    ctx: TileContext, name: str, q: IntLike, kv_req: IntLike, kv_hbm: IntLike, splits: IntLike = 1
+) -> Kernel:
     """The forward kernel's ledger, its K/V's HBM reads found. Where CTA pairs share each K/V
     tile (:attr:`TileContext.cta_pair`) each CTA requests half of it: the L2 and shared-memory
-    bytes halve, the HBM reads (the K/V each request brings in) at most what is requested."""
+    bytes halve, the HBM reads (the K/V each request brings in) at most what is requested.
+    ``splits`` > 1: a CTA per chunk of each Q tile's K/V, O and the logsumexp in fp32 partials."""
     w, b = ctx.w, ctx.blocks
     ekv = w.kv_element_bytes
     bh = intmath.mul(w.batch, w.heads)
@@ -192,11 +198,27 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         # fp32 scale factors: FA3's q/k/v_descale (batch × K/V heads each), cuDNN's scalars
         nbytes = intmath.mul(count, STAT_BYTES)
         k.read(name, "input", nbytes, nbytes, "B·H_kv·4" if name.endswith("_descale") else "4")
-    o = w.o_bytes()
-    k.write(
-        "O", "output", o, f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e"
-    )
-    k.write("lse", "state", intmath.mul(bh, w.n, STAT_BYTES), "B·H·N·4")
+    split = np.asarray(splits) > 1
+    o, lse = w.o_bytes(), intmath.mul(bh, w.n, STAT_BYTES)
+    if split.any():
+        o, lse = (intmath.kept(np.where(split, 0, np.asarray(x)).astype(np.int64)) for x in (o, lse))
+    if not split.all():
+        k.write(
+            "O",
+            "output",
+            o,
+            f"B·H·N·{w.dv_sym}·e_O" if w.out_element_bytes != w.element_bytes else f"B·H·N·{w.dv_sym}·e",
+        )
+        k.write("lse", "state", lse, "B·H·N·4")
+    if split.any():
+        partial_o = intmath.mul(bh, splits, w.n, w.d_v_, ACC_BYTES)
+        partial_lse = intmath.mul(bh, splits, w.n, STAT_BYTES)
+        if not split.all():
+            partial_o, partial_lse = (
+                np.where(split, np.asarray(x), 0).astype(np.int64) for x in (partial_o, partial_lse)
+            )
+        k.write("O_partial", "intermediate", partial_o, f"B·H·splits·N·{w.dv_sym}·4")
+        k.write("lse_partial", "intermediate", partial_lse, "B·H·splits·N·4")
     if np.any(np.asarray(ctx.spill_bytes_per_cta) > 0):
         # spilled registers a CTA writes back (PyTorch's FlashAttention-2 build: measured per CTA)
         k.write("spills", "state", intmath.mul(bh, b.t_r, ctx.spill_bytes_per_cta), "B·H·T_r·spill (measured)")
@@ -205,7 +227,8 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
     t_c_visited = intmath.ceil_div(visited, b.t_r)
     scores = ctx.exec_scores  # as executed: whole tiles, the kernel's head dims
     d = ctx.exec_dv_  # the O updates run at V's head dim
-    softmax = intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, 1)))
+    # each split normalises its own partial O (the combine rescales them)
+    softmax = intmath.add(intmath.mul(3, scores), intmath.mul(bh, w.n, d, intmath.add(t_c_visited, splits)))
     if ctx.dequant_flops:
         # an FP8 K/V cache converted in the kernel: every K and V element each CTA loads
         softmax = intmath.add(softmax, intmath.mul(ctx.dequant_flops, 2, intmath.ceil_div(kv_req, ekv)))
@@ -216,10 +239,10 @@ def _fa2_forward_ledger(ctx: TileContext, name: str, q: IntLike, kv_req: IntLike
         softmax_flops=softmax,
         rescale_flops=intmath.mul(bh, w.n, d, t_c_visited),
         exp_ops=intmath.add(scores, intmath.mul(bh, w.n, t_c_visited)),
-        concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r)),
+        concurrent_ctas=intmath.minimum(ctx.concurrent, intmath.mul(bh, b.t_r, splits)),
         bytes_in_flight_per_cta=intmath.mul(b.block_kv, w.d_kv, ekv),
         overlap="serial-compute",
-        ctas=intmath.mul(bh, b.t_r),
+        ctas=intmath.mul(bh, b.t_r, splits),
         blocks=intmath.mul(bh, visited),
         diagonal_blocks=intmath.mul(bh, ctx.diagonal),
         local_blocks=intmath.mul(bh, ctx.local_blocks),
@@ -862,13 +885,24 @@ def fa2(
     backward: bool = False,
     splits: IntLike = 1,
     facts: TiledFacts | None = None,
+    split_by_forward: bool = False,
 ) -> AlgorithmTraffic:
     """FA2's forward (split-KV where ``splits`` > 1) and, with ``backward``, the paper's backward;
-    ``facts``: :func:`forward_facts` where the caller has them."""
+    ``facts``: :func:`forward_facts` where the caller has them. ``split_by_forward``: the forward
+    kernel itself takes the splits, each CTA a chunk of its Q tile's K/V, its partial results in
+    fp32 for a combine kernel (FA4's ``num_splits``), in place of FlashAttention-2's split kernel."""
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     if facts is None:
         facts = forward_facts(ctx, l2, splits)
+    if split_by_forward and np.any(np.asarray(splits) > 1):
+        kernels = [fa2_forward_kernel(ctx, l2, facts=facts, splits=splits)]
+        combine = combine_kernel(ctx.w, l2, splits, "fa4_combine", figures_from="sdpa-flash")
+        split = np.asarray(splits) > 1
+        kernels += present_kernels(combine if not split.ndim or split.all() else only_where(combine, split))
+        if backward:
+            kernels += fa2_backward_kernels(ctx, l2)
+        return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=facts.to_params(), facts=facts)
     # a decode whose split-KV kernel runs unsplit too (cuDNN's on Hopper): that kernel, no combine
     direct = np.asarray(ctx.direct_decode).astype(bool) & (np.asarray(splits) == 1)
     if intmath.is_array(splits) or direct.ndim:
