@@ -69,6 +69,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + (window_caveats(plan, facts) if traffic.variant == "fa2" else [])
         + interpolated_backward_caveats(plan)
         + cudnn_decode_caveats(plan)
+        + fa4_split_caveats(plan)
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
@@ -320,6 +321,41 @@ def cudnn_decode_caveats(plan: TiledPlan) -> list[Caveat]:
             f"{rows_prefix(decoding)}cuDNN's decode on {arch}: its grid and rates were measured on {read} "
             f"(an sm80 decode kernel with its own split count); here FlashAttention-2's split count runs at "
             f"those rates, neither measured on {arch}.",
+        )
+    ]
+
+
+def fa4_split_caveats(plan: TiledPlan) -> list[Caveat]:
+    """FA4's forward and its splits: a grid left unsplit (its default, ``num_splits=1``) where its
+    heuristic would split it (``num_splits=0``, :func:`memmodel.plan.fa4_auto_splits`); a split one's
+    combine, a kernel of FA4's own timed at FlashAttention-2's measured combine figures."""
+    from .plan import fa4_auto_splits
+
+    opts = plan.options
+    if opts.model_implementation != "fa4" or opts.backward:
+        return []
+    splits = np.asarray(plan.splits)
+    if np.any(splits > 1):
+        return [
+            Caveat(
+                "",
+                f"{rows_prefix(splits > 1)}FA4's split forward: its combine kernel (flash_attn.cute's "
+                "_flash_attn_fwd_combine) is timed at FlashAttention-2's measured combine figures; neither its "
+                "split forward nor its combine was measured.",
+            )
+        ]
+    if opts.splits is not None:
+        return []
+    auto = np.asarray(fa4_auto_splits(plan.workload, plan.blocks.block_q, plan.profile))
+    if not np.any(auto > 1):
+        return []
+    most = int(np.max(auto))
+    return [
+        Caveat(
+            "",
+            f"{rows_prefix(auto > 1)}FA4 as flash_attn_func runs it by default (num_splits=1): its CTAs fill "
+            f"part of {plan.profile.name}'s {plan.profile.sm_count} SMs. Called with num_splits=0 (as "
+            f"cudnn-frontend's benchmark calls it) its heuristic splits the keys up to {most} ways: --splits auto.",
         )
     ]
 

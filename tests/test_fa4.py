@@ -348,3 +348,20 @@ def test_sustained_clocks_slow_compute_bound_times_by_the_rule():
     slow = compare(w, p, options_for("sdpa-cudnn", w, p, clocks="sustained")).tiled.timing.time_s
     assert slow > boost * 1.3  # 1 / 0.7236 on the forward's compute
     assert json.dumps({"t": slow})
+
+
+def test_a_grid_fa4_would_split_says_so_and_a_split_one_names_its_stand_in_combine(run):
+    args = ["compare", "--gpu", "gb200", "--impl", "fa4", "--n", "1024", "--n-kv", "62208", "--d", "128"]
+    args += ["--heads", "9", "--dtype", "bf16"]
+    plain = run(*args)
+    assert plain.exit_code == 0
+    assert "num_splits=0" in plain.stderr and "up to 4 ways: --splits auto" in plain.stderr
+    split = run(*args, "--splits", "auto")
+    assert "num_splits=0" not in split.stderr
+    assert "timed at FlashAttention-2's measured combine figures" in split.stderr
+    # a grid that fills the GPU: nothing to say
+    full = run(
+        "compare", "--gpu", "gb200", "--impl", "fa4", "--n", "8192", "--d", "128", "--heads", "32", "--dtype", "bf16"
+    )
+    assert full.exit_code == 0
+    assert "num_splits" not in full.stderr and "split forward" not in full.stderr
