@@ -193,3 +193,42 @@ def test_rescore_reads_a_compressed_trace(run, tmp_path):
     r = run("validate", "--rescore", str(tmp_path / "rec.json"), "--gpu", "h200")
     assert r.exit_code == 2
     assert "rec.ncu.csv.gz: not a gzip file" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_extra_ncu_metrics_are_checked_deduplicated_and_put_on_the_command_line(monkeypatch, tmp_path):
+    import subprocess
+
+    from memmodel.gpu import validate as gv
+    from memmodel.gpu.ncu import METRICS, command, extra_metrics
+
+    assert extra_metrics("lts__t_sectors_op_red.sum, lts__t_sectors_op_red.sum,dram__bytes_read.sum") == (
+        "lts__t_sectors_op_red.sum",  # once, and dram__bytes_read.sum is collected already
+    )
+    for bad in ("", " , ", "lts_x.sum", "lts__x; rm -rf /", "LTS__T.sum"):
+        with pytest.raises(ValueError):
+            extra_metrics(bad)
+    line = command(["python3", "x.py"], metrics=("lts__t_sectors_op_atom.sum",))
+    assert line[line.index("--metrics") + 1] == ",".join((*METRICS, "lts__t_sectors_op_atom.sum"))
+    # measure_bytes hands them to ncu
+    seen = {}
+
+    def fake_run(args, **kw):
+        seen["args"] = args
+        return subprocess.CompletedProcess(args, 1, "", "ncu: no GPU")
+
+    monkeypatch.setattr(gv.shutil, "which", lambda name: "/usr/bin/ncu")
+    monkeypatch.setattr(gv.subprocess, "run", fake_run)
+    record = gv.Record(tmp_path / "r.json", "cpu", load_profile("h200"), "memmodel validate")
+    case = parse_case("impl=sdpa-flash,n=1024,d=64")
+    gv.measure_bytes([case], load_profile("h200"), record, 1, ("lts__t_sectors_op_red.sum",))
+    assert "lts__t_sectors_op_red.sum" in seen["args"][seen["args"].index("--metrics") + 1]
+    assert record.data["ncu"]["status"] == "failed"
+
+
+def test_ncu_metrics_need_ncu_and_real_names(run):
+    case = ["--case", "impl=sdpa-flash,n=1024,d=64"]
+    r = run("validate", "--ncu-metrics", "lts__t_sectors_op_red.sum", *case)
+    assert r.exit_code == 2 and "--ncu-metrics needs --ncu" in r.stderr
+    r = run("validate", "--ncu", "--ncu-metrics", "not a metric", *case)
+    assert r.exit_code == 2 and "is not an Nsight Compute metric name" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -46,6 +46,14 @@ from .options import Command, check_outputs, choice, echo_predictions, force_opt
     "--ncu", is_flag=True, help="Also measure HBM and L2 bytes with Nsight Compute and compare them with the model."
 )
 @option(
+    "--ncu-metrics",
+    "ncu_metrics",
+    default=None,
+    metavar="M1,M2,...",
+    help="With --ncu: more Nsight Compute metrics to collect for every kernel (e.g. lts__t_sectors_op_red.sum, "
+    "lts__t_sectors_op_atom.sum): kept in the trace beside the record, not scored.",
+)
+@option(
     "--placements",
     type=click.IntRange(1, 8),
     default=1,
@@ -133,6 +141,7 @@ def validate_cmd(
     cases_file: str | None,
     impls: tuple[str, ...],
     ncu: bool,
+    ncu_metrics: str | None,
     placements: int,
     reps: int,
     output: str | None,
@@ -158,6 +167,16 @@ def validate_cmd(
         raise click.UsageError("several records print one table: not with --gpus, --output or --plot")
     if placements > 1 and not ncu:
         raise click.UsageError("--placements needs --ncu: placements are profiled with Nsight Compute")
+    extra: tuple[str, ...] = ()
+    if ncu_metrics is not None:
+        if not ncu:
+            raise click.UsageError("--ncu-metrics needs --ncu: the metrics are Nsight Compute's")
+        from ..gpu.ncu import extra_metrics
+
+        try:
+            extra = extra_metrics(ncu_metrics)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--ncu-metrics'") from None
     if gpus > 1 and (ncu or placements > 1):
         raise click.UsageError("--ncu and --placements profile one GPU's kernels: not with --gpus")
     if gpus > 1:
@@ -267,6 +286,7 @@ def validate_cmd(
                 on_progress=update,
                 predictions=predictions,
                 host_probe=host_probe,
+                ncu_metrics=extra,
             )
     except KeyboardInterrupt:
         record.save()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,9 +66,37 @@ def kernel_filter(impls: list[str]) -> str | None:
     return "|".join([BEGIN, END, *sorted({NCU_KERNELS[i] for i in impls})])
 
 
-def command(python_args: list[str], *, cache_control: str = "all", kernel_regex: str | None = None) -> list[str]:
+#: what an extra metric's name looks like (``unit__counter.rollup``, e.g. ``lts__t_sectors_op_red.sum``;
+#: ``ncu --query-metrics`` lists a GPU's): letters, digits and underscores, a double underscore after
+#: the unit, dots before the rollup and suffixes
+METRIC_NAME = re.compile(r"^[a-z][a-z0-9_]*__[a-z0-9_]+(\.[a-z0-9_]+)*$")
+
+
+def extra_metrics(text: str) -> tuple[str, ...]:
+    """``--ncu-metrics`` (comma-separated metric names) as a tuple, each checked against
+    :data:`METRIC_NAME`, the ones :data:`METRICS` collects already left out; ValueError naming
+    the first that is not a metric name."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError("no metric names: give one or more, comma-separated (e.g. lts__t_sectors_op_red.sum)")
+    for name in names:
+        if not METRIC_NAME.match(name):
+            raise ValueError(
+                f"{name[:60]!r} is not an Nsight Compute metric name (unit__counter.rollup, e.g. "
+                "lts__t_sectors_op_red.sum; ncu --query-metrics lists them)"
+            )
+    return tuple(dict.fromkeys(n for n in names if n not in METRICS))
+
+
+def command(
+    python_args: list[str],
+    *,
+    cache_control: str = "all",
+    kernel_regex: str | None = None,
+    metrics: tuple[str, ...] = (),
+) -> list[str]:
     """The ncu command line over ``python_args``; ``kernel_regex``: profile only the kernels
-    whose function name matches it."""
+    whose function name matches it; ``metrics``: collected beside :data:`METRICS`."""
     return [
         "ncu",
         *(["--kernel-name", f"regex:{kernel_regex}"] if kernel_regex else []),
@@ -79,7 +108,7 @@ def command(python_args: list[str], *, cache_control: str = "all", kernel_regex:
         "--cache-control",
         cache_control,
         "--metrics",
-        ",".join(METRICS),
+        ",".join((*METRICS, *metrics)),
         *python_args,
     ]
 

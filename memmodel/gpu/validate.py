@@ -93,13 +93,15 @@ def run_validation(
     on_progress: Callable[[int, str], None] | None = None,
     predictions: dict[str, dict[str, Any]] | None = None,
     host_probe: bool = False,
+    ncu_metrics: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Time every case on the GPU (and with ``ncu`` measure the bytes of the ordinary ones),
     each entry saved in ``record`` as it finishes. Trace cases are predicted by
     :func:`memmodel.trace_scoring.trace_prediction`, or taken from ``predictions`` (case id ->
     prediction) where the caller traced them already. ``host_probe``: measure this machine's
     host dispatch first (:mod:`.calibrate_host`, kept in the record's ``host_probe``) and predict
-    the call, queued and graph times with it (the kernel times are the profile's either way)."""
+    the call, queued and graph times with it (the kernel times are the profile's either way).
+    ``ncu_metrics``: Nsight Compute metrics collected beside the bytes (kept in the raw trace)."""
     from .paged_run import grouped
     from .run import require_cuda, time_case
     from .trace_run import time_trace_case
@@ -152,16 +154,19 @@ def run_validation(
         if on_progress:
             on_progress(done, "Nsight Compute")
         profiled = [c for c in cases if isinstance(c, Case) and record.case(c.id)["status"] == "ok"]
-        measure_bytes(profiled, profile, record, placements)
+        measure_bytes(profiled, profile, record, placements, ncu_metrics)
     if on_progress:
         on_progress(total, "done")
     record.save()
     return record.data
 
 
-def measure_bytes(cases: list[Case], profile: Profile, record: Record, placements: int = 1) -> None:
+def measure_bytes(
+    cases: list[Case], profile: Profile, record: Record, placements: int = 1, metrics: tuple[str, ...] = ()
+) -> None:
     """One ncu process over all cases, each profiled with its inputs at ``placements``
-    placements; scores attached to each case's entry."""
+    placements; scores attached to each case's entry. ``metrics``: collected beside the bytes,
+    kept in the raw trace beside the record and listed in its ``ncu.metrics``."""
     from .ncu import NcuParseError, command, kernel_filter, parse_csv, split_placements
 
     if shutil.which("ncu") is None:
@@ -175,6 +180,7 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record, placement
         args = command(
             [sys.executable, "-m", "memmodel.gpu.run", "ncu", str(Path(tmp) / "ncu.jsonl")],
             kernel_regex=kernel_filter([c.impl for c in cases]),
+            metrics=metrics,
         )
         proc = subprocess.run(args, capture_output=True, text=True, env=env)
         if proc.returncode != 0 or "ERR_NVGPUCTRPERM" in proc.stdout + proc.stderr:
@@ -191,7 +197,7 @@ def measure_bytes(cases: list[Case], profile: Profile, record: Record, placement
             record.data["ncu"] = {"status": "failed", "reason": str(exc)}
             record.save()
             return
-    record.data["ncu"] = {"status": "ok", "metrics": list(_metrics()), "placements": placements}
+    record.data["ncu"] = {"status": "ok", "metrics": [*_metrics(), *metrics], "placements": placements}
     for case in cases:
         entry = record.case(case.id)
         score_placements(entry, case, groups[case.id], profile)
