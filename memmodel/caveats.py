@@ -70,6 +70,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + interpolated_backward_caveats(plan)
         + cudnn_decode_caveats(plan)
         + fa4_split_caveats(plan)
+        + light_load_caveats(plan, traffic)
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
         + [Caveat("profile", line) for line in figures]
@@ -321,6 +322,32 @@ def cudnn_decode_caveats(plan: TiledPlan) -> list[Caveat]:
             f"{rows_prefix(decoding)}cuDNN's decode on {arch}: its grid and rates were measured on {read} "
             f"(an sm80 decode kernel with its own split count); here FlashAttention-2's split count runs at "
             f"those rates, neither measured on {arch}.",
+        )
+    ]
+
+
+def light_load_caveats(plan: TiledPlan, traffic: AlgorithmTraffic) -> list[Caveat]:
+    """Where a fused kernel busies fewer SMs than the load a profile's compute rates were measured
+    under (``clock_under_load``) and the light-load rule raises its clock (:func:`memmodel.timing.
+    light_load_boost`): the rule and that it is not measured."""
+    from .timing import light_load_boost
+
+    profile, dtype = plan.profile, str(plan.given.dtype)
+    loaded = profile.clock_under_load_hz.get(dtype)
+    if not loaded or not profile.clock_hz:
+        return []
+    boosts = [light_load_boost(k, profile, dtype) for k in traffic.kernels if k.overlap == "serial-compute"]
+    boosts = [np.asarray(b, dtype=np.float64) for b in boosts if b is not None]
+    if not boosts or not any(np.any(b > 1.0) for b in boosts):
+        return []
+    most = max(float(np.max(b)) for b in boosts)
+    return [
+        Caveat(
+            "",
+            f"Light load: a kernel's CTAs busy fewer of {profile.name}'s {profile.sm_count} compute units than the GEMM its "
+            f"rates were measured with ({loaded / 1e6:.0f} MHz under that load, peak {profile.clock_hz / 1e6:.0f} MHz): "
+            f"its clock taken to rise as power ∝ busy units × f³ allows, up to {most * loaded / 1e6:.0f} MHz "
+            "(the power-clock rule, docs/model.md; no light-load clock was measured).",
         )
     ]
 

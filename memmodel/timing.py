@@ -1136,6 +1136,9 @@ def kernel_time(
     slowed = clock is not None and fused and forward  # the clocks the power limit leaves
     if slowed:
         scale = scale / np.asarray(clock, dtype=np.float64)
+    boost = light_load_boost(kernel, profile, dtype) if fused else None
+    if boost is not None:  # fewer SMs busy than the measured load: faster clocks
+        scale = scale / boost
     if masked is not None and np.any(np.asarray(kernel.diagonal_blocks) > 0):
         # a diagonal block costs 1 + masked plain blocks (the mask is applied element by element)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
@@ -1159,7 +1162,8 @@ def kernel_time(
         # a sliding-window forward's every block costs 1 + local plain blocks (its mask, applied to each)
         blocks = np.maximum(np.asarray(intmath.to_float(kernel.blocks), dtype=np.float64), 1.0)
         scale = scale * (1.0 + local * np.asarray(intmath.to_float(kernel.local_blocks)) / blocks)
-    if eff is not None or tail is not None or masked is not None or slowed or windowed or checked or paged:
+    rescaled = slowed or boost is not None
+    if eff is not None or tail is not None or masked is not None or rescaled or windowed or checked or paged:
         compute = {k: np.asarray(v, dtype=np.float64) * scale for k, v in compute.items()}
         compute = {k: float(v) if v.ndim == 0 else v for k, v in compute.items()}
     if fused:
@@ -1169,8 +1173,10 @@ def kernel_time(
         exchange = exchange_terms(kernel, profile)
         if exchange:
             xs = np.asarray(tail if tail is not None else 1.0, dtype=np.float64)
-            if slowed:
+            if clock is not None and forward:
                 xs = xs / np.asarray(clock, dtype=np.float64)
+            if boost is not None:
+                xs = xs / boost
             for key, value in exchange.items():
                 out = np.asarray(value, dtype=np.float64) * xs
                 compute[key] = float(out) if out.ndim == 0 else out
@@ -1363,6 +1369,29 @@ def kernel_time(
     if time.ndim == 0:
         return KernelTiming(kernel.name, terms, float(time), names[int(index)])
     return KernelTiming(kernel.name, terms, time, None, index, tuple(names))
+
+
+def light_load_boost(kernel: Kernel, profile: Profile, dtype: str) -> Any:
+    """How much faster than its measured rate a fused kernel computes on a GPU whose compute rates
+    were measured at a clock under a load that fills it (``clock_under_load``, AMD's MAF GEMMs):
+    a grid of fewer CTAs than SMs busies a share u of them, and the power they draw at the loaded
+    clock lets the clock rise, by the power-clock rule (power ∝ busy SMs × f³, as
+    :func:`memmodel.hardware.derive.power_clock` carries a GPU's clocks to a sibling's power per
+    SM), to the loaded clock × u^(−1/3), at most the peak clock. None where the profile gives no
+    such clock for ``dtype`` or the grid fills every SM (the last wave of a larger grid is not
+    counted)."""
+    from .hardware.derive import POWER_CLOCK_EXPONENT
+
+    loaded = profile.clock_under_load_hz.get(dtype)
+    if not loaded or not profile.clock_hz:
+        return None
+    ctas = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64)
+    busy = np.clip(ctas / float(profile.sm_count), 1e-9, 1.0)
+    if not np.any(busy < 1.0):
+        return None
+    out = np.minimum(float(profile.clock_hz) / loaded, busy ** (-POWER_CLOCK_EXPONENT))
+    out = np.where(ctas > 0, out, 1.0)
+    return float(out) if out.ndim == 0 else out
 
 
 def _covers(figures: Any, kernel: Kernel) -> bool:

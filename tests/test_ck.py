@@ -13,6 +13,8 @@ from memmodel.backward import backward_tile_rule
 from memmodel.implementations import ROCM_DEFAULT_NOTE, default_for, occupancy, smem_reads, tiles, unsupported
 from memmodel.options import options_for
 
+from .conftest import REPO
+
 
 @pytest.fixture(scope="module")
 def amd():
@@ -256,3 +258,51 @@ def test_the_paired_grid_is_not_flagged_for_an_estimated_causal_tail(amd):
     assert "fill 2 to 4 waves" not in said
     said = " ".join(compare(tile, mi300x, options_for("ck", tile, mi300x)).caveats)
     assert "fill 2 to 4 waves" in said
+
+
+def test_light_load_clock_rule_pins_the_power_clock_law():
+    from types import SimpleNamespace
+
+    from memmodel.timing import light_load_boost
+
+    mi300x = load_profile("mi300x")
+    # AMD's MAF: bf16 at 1207 MHz under a GEMM that fills the 304 CUs, peak 2100 MHz
+    assert mi300x.clock_under_load_hz["bf16"] == pytest.approx(1207e6)
+    # 128 of 304 CUs busy: (304 / 128) ** (1/3) = 1.3338
+    assert light_load_boost(SimpleNamespace(ctas=128), mi300x, "bf16") == pytest.approx((304 / 128) ** (1 / 3))
+    # 10 CTAs: (30.4) ** (1/3) = 3.12, capped at the peak: 2100 / 1207 = 1.7398
+    assert light_load_boost(SimpleNamespace(ctas=10), mi300x, "bf16") == pytest.approx(2100 / 1207)
+    assert light_load_boost(SimpleNamespace(ctas=304), mi300x, "bf16") is None  # the grid fills the GPU
+    assert light_load_boost(SimpleNamespace(ctas=128), mi300x, "fp32") is None  # no loaded clock for fp32
+    assert light_load_boost(SimpleNamespace(ctas=128), load_profile("h200"), "bf16") is None  # no such figure
+
+
+def test_a_grid_of_fewer_ctas_than_cus_computes_faster_by_the_rule(amd):
+    import dataclasses
+
+    mi300x, _ = amd
+    w = Workload(n=1024, d=128, batch=1, heads=32, kv_heads=8, dtype="bf16")
+    plain = dataclasses.replace(mi300x, clock_under_load_hz={})
+    fast = compare(w, mi300x, options_for("ck", w, mi300x)).tiled.timing.kernels[0]
+    slow = compare(w, plain, options_for("ck", w, plain)).tiled.timing.kernels[0]
+    # aiter's 256-row tiles: 4 × 32 = 128 workgroups on 304 CUs; the products' time / 1.3338
+    assert slow.terms["matmul"] / fast.terms["matmul"] == pytest.approx((304 / 128) ** (1 / 3))
+    big = Workload(n=8192, d=128, batch=4, heads=32, kv_heads=8, dtype="bf16")
+    a = compare(big, mi300x, options_for("ck", big, mi300x)).tiled.timing.time_s
+    b = compare(big, plain, options_for("ck", big, plain)).tiled.timing.time_s
+    assert a == pytest.approx(b)  # 1024 workgroups: the GPU is full, nothing changes
+
+
+def test_a_loaded_clock_above_the_peak_or_without_it_is_refused(tmp_path):
+    from memmodel.errors import MemmodelError
+
+    src = (REPO / "memmodel" / "hardware" / "profiles" / "mi300x.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "fast.yaml"
+    bad.write_text(src.replace("bf16: {value: 1207 MHz", "bf16: {value: 2500 MHz"), encoding="utf-8")
+    with pytest.raises(MemmodelError, match=r"clock_under_load\.bf16: 2500 MHz is above the peak clock \(2100 MHz\)"):
+        load_profile(str(bad))
+    lines = [ln for ln in src.splitlines() if not ln.startswith("clock: ")]
+    none = tmp_path / "noclock.yaml"
+    none.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(MemmodelError, match=r"clock_under_load\.fp16: needs clock"):
+        load_profile(str(none))

@@ -37,6 +37,7 @@ from .schema import (
     HOST_ZERO,
     IMPLEMENTATION_CURVES,
     IMPLEMENTATION_VALUES,
+    LOADED_CLOCK_DTYPES,
     MALL_FIELDS,
     MAX_EFFICIENCY,
     MMA_SYNC_DTYPES,
@@ -182,6 +183,7 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
             d: values[f"compute.mma_sync.{d}"] for d in MMA_SYNC_DTYPES if f"compute.mma_sync.{d}" in values
         },
         mma_sync_one_cta_share=values.get("compute.mma_sync.one_cta_share"),
+        clock_under_load_hz=_loaded_clocks(where, values),
         kernel_rates=KernelRates(
             gemm_read_bytes_per_s=values.get("kernels.gemm.read_bandwidth"),
             gemm_write_bytes_per_s=values.get("kernels.gemm.write_bandwidth"),
@@ -230,6 +232,26 @@ def parse_profile(data: object, where: str = "<profile>", *, path: Path | None =
         l2_xcds=xcds,
         host=_host(values),
     )
+
+
+def _loaded_clocks(where: str, values: Mapping[str, float]) -> dict[str, float]:
+    """``clock_under_load.<dtype>``: each a clock no higher than the peak ``clock`` (which it needs:
+    the light-load rule raises a kernel's clock from it toward the peak)."""
+    out = {d: values[f"clock_under_load.{d}"] for d in LOADED_CLOCK_DTYPES if f"clock_under_load.{d}" in values}
+    if not out:
+        return out
+    peak = values.get("clock")
+    first = next(iter(out))
+    if peak is None:
+        raise field_error(where, f"clock_under_load.{first}", "needs clock (the peak engine clock) beside it")
+    for dtype, hz in out.items():
+        if hz > peak:
+            raise field_error(
+                where,
+                f"clock_under_load.{dtype}",
+                f"{hz / 1e6:g} MHz is above the peak clock ({peak / 1e6:g} MHz): a clock under load is at most the peak",
+            )
+    return out
 
 
 def _host(values: Mapping[str, float]) -> HostFigures | None:

@@ -637,6 +637,9 @@ class Profile:
     event_overhead_s: float | None = None
     #: dtype -> tensor-core peak of warp-level ``mma.sync`` instructions, where measured
     mma_sync_flops_per_s: Mapping[str, float] = field(default_factory=dict)
+    #: dtype -> the engine clock (Hz) its compute rate was measured at under a GEMM load that
+    #: fills the GPU (``clock_under_load.<dtype>``), where the profile gives it: the light-load rule
+    clock_under_load_hz: Mapping[str, float] = field(default_factory=dict)
     #: ``mma.sync`` rate of an SM holding one CTA of 4 warps, as a share of its rate with two
     #: (measured by calibrate; None: not measured, taken as 1)
     mma_sync_one_cta_share: float | None = None

@@ -64,6 +64,8 @@ MALL_FIELDS = ("memory.mall.capacity", "memory.mall.bandwidth", "memory.mall.lat
 
 #: Dtypes with a compute peak; ``fp32`` is required, the others are optional.
 COMPUTE_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+#: the dtypes a profile may give its clock under a dense GEMM load for (``clock_under_load.<dtype>``)
+LOADED_CLOCK_DTYPES = ("fp16", "bf16", "fp8")
 #: Tiles (B_r, B_c) a profile may hold an implementation's efficiency at besides its default
 #: tiles (``implementations.<name>.efficiency_<B_r>x<B_c>``)
 TILE_EFFICIENCY_TILES = ((64, 64), (64, 128), (128, 64), (128, 128))
@@ -249,6 +251,10 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     "clock": ("frequency", False),
     #: the board's power limit (TDP) as its datasheet gives it: the clock rule under the power limit
     "tdp": ("power", False),
+    #: the engine clock the compute rates were measured at, under a dense GEMM load that fills the
+    #: GPU, by dtype (AMD's MAF table: 1207 MHz bf16 on the MI300X, of its 2100 MHz peak): a kernel
+    #: that busies fewer SMs/CUs runs faster clocks (the light-load rule, memmodel.timing)
+    **{f"clock_under_load.{d}": ("frequency", False) for d in LOADED_CLOCK_DTYPES},
     "launch_overhead": ("time", False),
     "event_overhead": ("time", False),
     **{f"host.{leaf}": ("ratio" if leaf.endswith("launch_share") else "time", False) for leaf in HOST_FIGURES},
@@ -449,6 +455,7 @@ TEXT_FIELDS = {
 }
 SECTIONS = {
     "host",
+    "clock_under_load",
     "memory",
     "memory.hbm",
     "memory.l2",
