@@ -1380,11 +1380,11 @@ def light_load_boost(kernel: Kernel, profile: Profile, dtype: str) -> Any:
     SM), to the loaded clock × u^(−1/3), at most the peak clock. None where the profile gives no
     such clock for ``dtype`` or the grid fills every SM (the last wave of a larger grid is not
     counted)."""
-    from .hardware.derive import POWER_CLOCK_EXPONENT
-
     loaded = profile.clock_under_load_hz.get(dtype)
     if not loaded or not profile.clock_hz:
         return None
+    from .hardware.derive import POWER_CLOCK_EXPONENT
+
     ctas = np.asarray(intmath.to_float(kernel.ctas), dtype=np.float64)
     busy = np.clip(ctas / float(profile.sm_count), 1e-9, 1.0)
     if not np.any(busy < 1.0):
