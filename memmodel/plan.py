@@ -294,15 +294,13 @@ def plan_tiled(
         if np.any(blocks_kv < given):
             most = int(np.min(blocks_kv))
             raise WorkloadError(f"--splits {given} is more than the {most} K/V blocks to split: choose at most {most}")
+    if spec is not None and not spec.splits_kv and given is None:
+        # FA4's flash_attn_func: num_splits=1 unless asked; asked for its heuristic, that
+        splits = fa4_auto_splits(kernel_w, blocks.block_q, profile) if options.splits == SPLITS_AUTO else 1
     if options.backward and not prefill:
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)
         splits = 1
-    if spec is not None and not spec.splits_kv and given is None:
-        # FA4's flash_attn_func: num_splits=1 unless asked; asked for its heuristic, that
-        splits = fa4_auto_splits(kernel_w, blocks.block_q, profile) if options.splits == SPLITS_AUTO else 1
-        if options.backward:
-            splits = 1  # its training forward (the logsumexp saved) as above
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     if impl == "fa4" and np.any(np.asarray(splits) > 1):
