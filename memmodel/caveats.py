@@ -70,6 +70,7 @@ def tiled_caveat_classes(plan: TiledPlan, traffic: AlgorithmTraffic, timing: Alg
         + interpolated_backward_caveats(plan)
         + cudnn_decode_caveats(plan)
         + fa4_split_caveats(plan)
+        + cudnn_split_caveats(plan)
         + light_load_caveats(plan, traffic)
         + flex_spill_caveats(plan)
         + flex_replay_caveats(plan)
@@ -348,6 +349,26 @@ def light_load_caveats(plan: TiledPlan, traffic: AlgorithmTraffic) -> list[Cavea
             f"rates were measured with ({loaded / 1e6:.0f} MHz under that load, peak {profile.clock_hz / 1e6:.0f} MHz): "
             f"its clock taken to rise as power ∝ busy units × f³ allows, up to {most * loaded / 1e6:.0f} MHz "
             "(the power-clock rule, docs/model.md; no light-load clock was measured).",
+        )
+    ]
+
+
+def cudnn_split_caveats(plan: TiledPlan) -> list[Caveat]:
+    """cuDNN's SM100 forward split by its frontend planner's rule (a stand-in for its closed
+    backend's choice), and its combine timed at FlashAttention-2's measured combine figures."""
+    if plan.options.model_implementation != "sdpa-cudnn" or plan.options.backward:
+        return []
+    splits = np.asarray(plan.splits)
+    if not np.any(splits > 1) or not implementations.splits_by_forward("sdpa-cudnn", plan.blocks.block_q):
+        return []
+    most = int(np.max(splits))
+    return [
+        Caveat(
+            "",
+            f"{rows_prefix(splits > 1)}cuDNN's SM100 forward fills {plan.profile.name}'s {plan.profile.sm_count} SMs "
+            f"by splitting the keys (up to {most} ways) by the rule cudnn-frontend's planner applies to its open-source "
+            "SM100 kernels of this design (choose_split_kv): a stand-in, since the backend's own choice is closed; its "
+            "combine is timed at FlashAttention-2's measured combine figures (docs/implementations.md).",
         )
     ]
 

@@ -134,6 +134,10 @@ class Implementation:
     paged: str = ""
     #: runs only a paged KV cache (FlashInfer's paged wrappers: refused without a page size)
     paged_only: bool = False
+    #: ((lowest, highest) compute capability, implementation): on those GPUs its 16-bit forward
+    #: kernel is that implementation's design and takes its figures where the profile measured
+    #: none of its own there (:func:`forward_design`; cuDNN on Blackwell: FA4's)
+    forward_design: tuple[tuple[float, float], str] | None = None
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -163,6 +167,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         extra_launches=1,
         causal_schedule="cudnn",
         value_head_dims=None,
+        forward_design=(FA4_CAPABILITY, "fa4"),
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",
@@ -356,7 +361,8 @@ def tiles(
       memory (H100/H200: 228 KiB ≥ 4·d·(64 + 2·64) bytes), else 128×64 (A100).
     * memory-efficient (CUTLASS): 64×64 for d ≤ 64, 64×128 for d ≤ 128, 32×128 above.
     * cuDNN: 128×128, 128 query rows per CTA against 128 keys (its kernel names say 64 rows;
-      why 128: docs/implementations.md).
+      why 128: docs/implementations.md); on Blackwell (compute capability 10.x) at d ≤ 128 in
+      16 bits, 256×128 (:func:`cudnn_tiles`).
     * FlashAttention-3 (its Hopper kernels as ``flash_attn.cute`` launches them,
       ``_tile_size_fwd_sm90`` in ``flash_attn/cute/interface.py``): 192×128 for d ≤ 64;
       192×144 for d ≤ 96 (192×128 causal); 128×128 for d ≤ 192; 128×80 for d = 256. A CTA
@@ -377,7 +383,7 @@ def tiles(
     elif impl == "sdpa-efficient":
         bq, bkv = (64, 64) if d <= 64 else ((64, 128) if d <= 128 else (32, 128))
     elif impl == "sdpa-cudnn":
-        bq, bkv = 128, 128
+        bq, bkv = cudnn_tiles(int(p), profile, dtype)
     elif impl == "flashmla":
         bq, bkv = MLA_TILE, MLA_TILE
     elif impl == "sdpa-math":
@@ -901,6 +907,100 @@ def _capability(profile: Profile | None) -> float | None:
 
 #: rows of FlashInfer's Hopper MLA CTA tile and tokens of its K/V tile (``mla_hopper.cuh``)
 MLA_TILE = 64
+
+#: cuDNN's knob-7 forward on Blackwell (``cudnn_generated_oss_sdpa_sm100_flash_fprop_f16_knob_7_
+#: 128x128x{64,128}``, the kernel cudnn-frontend's open-source SM100 prefill engine compiles,
+#: ``include/cudnn_frontend/experimental/sm100_sdpa_prefill_engine.h`` at :data:`CUDNN_FE_COMMIT`):
+#: ``Tiles_Q = 2`` Q tiles of ``TILE_M = 128`` rows per CTA, one softmax warpgroup each
+CUDNN_SM100_ROWS = 256
+#: the cudnn-frontend commit read for cuDNN's Blackwell forward (2026-05-08)
+CUDNN_FE_COMMIT = "3929da2ef4c1dba1bb8acb68727b9134f26f40c0"
+
+
+def cudnn_tiles(d: int, profile: Profile | None = None, dtype: str = "bf16") -> tuple[int, int]:
+    """cuDNN's forward tiles (B_r, B_c) at padded head dim ``d``: 128×128 (its Hopper kernels,
+    ``..._sm90_flash_fprop_wgmma_f16_knob_7_64x128x{d}``: two 64-row consumer warpgroups, the
+    128-row tile cudnn-frontend's SM90 engine launches, ``TILE_M * 2``); on Blackwell (compute
+    capability 10.x) in 16 bits at d ≤ 128, :data:`CUDNN_SM100_ROWS` × 128: its SM100 engine's
+    CTA takes two 128-row Q tiles against 128-key blocks (``ctas_in_q_dim = div_up(S_q, TILE_M
+    * Tiles_Q)``), so each K/V block is read once per 256 query rows. FP8 and d > 128 on
+    Blackwell (no source read) keep 128×128."""
+    cap = _capability(profile)
+    lo, hi = FA4_CAPABILITY
+    if cap is not None and lo <= cap <= hi and dtype in ("fp16", "bf16") and d <= 128:
+        return CUDNN_SM100_ROWS, 128
+    return 128, 128
+
+
+#: cuDNN's split rule for its SM100 forward (:func:`cudnn_sm100_splits`), as cudnn-frontend's
+#: planner states it for its open-source SM100 prefill kernels (``python/cudnn/sdpa/fwd/heuristics.py``,
+#: ``choose_split_kv``, pull requests 658, 675 and 692, August 2026): a split keeps at least this
+#: many K/V tiles; a CTA's fixed cost, in K/V tiles of its loop; what one split's partials cost the
+#: combine, per wave of its rows, in K/V tiles; and at least this much a partial, in K/V tiles
+CUDNN_SPLIT_MIN_TILES = 2
+CUDNN_SPLIT_CTA_COST = 21.0
+CUDNN_SPLIT_COMBINE_COST = 0.1
+CUDNN_SPLIT_COMBINE_FLOOR = 0.35
+
+
+def cudnn_sm100_splits(ctas: int, kv_tiles: int, rows: int, sm_count: int) -> int:
+    """How many K/V chunks cuDNN's SM100 forward cuts each Q tile into (1: no split), by the
+    cost its frontend's planner minimises over powers of two s up to the first ≥ the SM count
+    (and at most ``kv_tiles`` / :data:`CUDNN_SPLIT_MIN_TILES`): whole waves of ``ctas`` × s CTAs,
+    each walking ⌈kv_tiles / s⌉ tiles plus :data:`CUDNN_SPLIT_CTA_COST`, plus s partials for the
+    combine over ``rows`` output rows (S_q × H × B) at :data:`CUDNN_SPLIT_COMBINE_COST` a wave of
+    them, at least :data:`CUDNN_SPLIT_COMBINE_FLOOR`; unsplit, no combine. A grid that fills the
+    SMs stays whole; one under a wave splits until it fills it. cuDNN's own backend is closed: this
+    is the rule NVIDIA wrote for the open-source kernels of the same design, a stand-in
+    (docs/implementations.md)."""
+    if ctas <= 0 or kv_tiles <= 1 or sm_count <= 0:
+        return 1
+    top = min(1 << max(0, (sm_count - 1).bit_length()), max(1, kv_tiles // CUDNN_SPLIT_MIN_TILES))
+    combine_waves = max(1, -(-max(0, rows) // sm_count))
+    per_partial = max(combine_waves * CUDNN_SPLIT_COMBINE_COST, CUDNN_SPLIT_COMBINE_FLOOR)
+    best, best_cost = 1, -(-ctas // sm_count) * (kv_tiles + CUDNN_SPLIT_CTA_COST)
+    s = 2
+    while s <= top:
+        cost = -(-ctas * s // sm_count) * (-(-kv_tiles // s) + CUDNN_SPLIT_CTA_COST) + s * per_partial
+        if cost < best_cost:
+            best, best_cost = s, cost
+        s *= 2
+    return best
+
+
+def splits_by_forward(impl: str | None, block_q: Any = None) -> bool:
+    """Whether ``impl``'s forward kernel takes its K/V splits itself (each CTA a chunk of its Q
+    tile's keys, fp32 partials for a combine kernel) rather than FlashAttention-2's split kernel:
+    FA4's, and cuDNN's SM100 kernel (its :data:`CUDNN_SM100_ROWS`-row tiles ``block_q`` say so)."""
+    if impl == "fa4":
+        return True
+    return impl == "sdpa-cudnn" and block_q is not None and bool(np.all(np.asarray(block_q) == CUDNN_SM100_ROWS))
+
+
+def forward_design(impl: str | None, profile: Profile | None, dtype: str) -> str | None:
+    """The implementation whose figures ``impl``'s 16-bit forward kernel takes on ``profile``
+    (:attr:`Implementation.forward_design`): its design's, where the GPU's compute capability is
+    in the design's range, the profile measured no efficiency of ``impl``'s own and gives the
+    design's; None otherwise (its own figures). cuDNN's Blackwell forward is FA4's design
+    (docs/implementations.md): the SM100 engine's kernel runs two softmax warpgroups (one per
+    128-row Q tile), a correction warpgroup that rescales O in tensor memory only where a
+    warp's row maxima moved, and MMA, load and store warps issuing ``tcgen05.mma`` into tensor
+    memory, where its Hopper kernels, whose figures a Blackwell profile carries, are ``wgmma``
+    warpgroups with no correction warpgroup."""
+    spec = get(impl)
+    if spec is None or spec.forward_design is None or dtype not in ("fp16", "bf16") or profile is None:
+        return None
+    (lo, hi), design = spec.forward_design
+    cap = _capability(profile)
+    if cap is None or not lo <= cap <= hi:
+        return None
+    if profile.kind_of(f"implementations.{spec.name}.efficiency") == "measured":
+        return None
+    if profile.implementation(design).efficiency is None:
+        return None
+    return design
+
+
 #: what every refusal over V's head dim says (:func:`refusal` refuses on it)
 DV_REFUSED = "V's head dim"
 

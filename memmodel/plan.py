@@ -297,6 +297,9 @@ def plan_tiled(
     if spec is not None and not spec.splits_kv and given is None:
         # FA4's flash_attn_func: num_splits=1 unless asked; asked for its heuristic, that
         splits = fa4_auto_splits(kernel_w, blocks.block_q, profile) if options.splits == SPLITS_AUTO else 1
+    elif given is None and implementations.splits_by_forward(impl, blocks.block_q):
+        # cuDNN's SM100 forward over prefill rows: its planner's split rule (a stand-in for its backend's)
+        splits = cudnn_sm100_auto_splits(kernel_w, blocks.block_q, profile)
     if options.backward and not prefill:
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)
@@ -345,6 +348,25 @@ def fa4_auto_splits(kernel_w: Workload, block_q: IntLike, profile: Profile) -> I
     kv_blocks = intmath.ceil_div(loaded, implementations.FA4_TILE)
     return implementations.per_element(
         lambda m, kv: implementations.fa4_num_splits(m, profile.sm_count, kv), m_blocks, kv_blocks
+    )
+
+
+def cudnn_sm100_auto_splits(kernel_w: Workload, block_q: IntLike, profile: Profile) -> IntLike:
+    """cuDNN's SM100 forward split count (:func:`~memmodel.implementations.cudnn_sm100_splits`),
+    per element on a grid: its CTAs (B × heads × Q tiles of ``block_q`` rows) against the K/V
+    tiles of 128 keys, the combine over B × heads × N rows; 1 on decoding rows (N ≤ 16), which
+    keep the decode rule."""
+    ctas = intmath.mul(kernel_w.batch, kernel_w.heads, intmath.ceil_div(kernel_w.n, block_q))
+    kv_tiles = intmath.ceil_div(kernel_w.n_kv_, 128)
+    rows = intmath.mul(kernel_w.batch, kernel_w.heads, kernel_w.n)
+    return implementations.per_element(
+        lambda c, kv, r, n: (
+            1 if n <= implementations.DECODE_ROWS else implementations.cudnn_sm100_splits(c, kv, r, profile.sm_count)
+        ),
+        ctas,
+        kv_tiles,
+        rows,
+        kernel_w.n,
     )
 
 
@@ -418,9 +440,11 @@ def _planned_traffic(plan: TiledPlan) -> AlgorithmTraffic:
         )
     if options.tiled == "fa1":
         return fa1(plan.tile, plan.l2, backward=options.backward)
-    # FA4 splits K/V with its forward kernel itself (each CTA a chunk), not FA2's split kernel
-    own = plan.implementation == "fa4"
-    forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts, split_by_forward=own)
+    # FA4 and cuDNN's SM100 kernel split K/V with the forward kernel itself (each CTA a chunk), not
+    # FA2's split kernel
+    own = implementations.splits_by_forward(plan.implementation, plan.blocks.block_q)
+    combine = "cudnn_combine" if plan.implementation == "sdpa-cudnn" else "fa4_combine"
+    forward = fa2(plan.tile, plan.l2, splits=plan.splits, facts=plan.facts, split_by_forward=own, combine=combine)
     cudnn = plan.implementation == "sdpa-cudnn"
     if cudnn:  # the SDPA call's memsets before cuDNN's kernels
         from .traffic.flash_backward import with_cudnn_memsets

@@ -258,6 +258,15 @@ def caveats(
             "two is taken to run at the full rate"
             + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
+    design = implementations.forward_design(impl.name, profile, dtype)
+    if design is not None:
+        out.append(
+            f"{impl.name}'s forward on {profile.name} (compute capability {profile.compute_capability}) is taken as "
+            f"{design}'s design, not the Hopper kernels its own figures were measured on: its forward kernel takes "
+            f"{design}'s efficiency and CTA cost and skips O's rescale where no row maximum moved; at d ≤ 128 in 16 "
+            f"bits it runs two 128-row Q tiles a CTA (cudnn-frontend's SM100 engine; docs/implementations.md). "
+            "Its backward keeps its own figures."
+        )
     figures = profile.implementation(impl.name)
     transferred = bool(impl.rates_from and figures.efficiency is None)
     if transferred:
@@ -1094,7 +1103,15 @@ def kernel_time(
         per = mine.kv_convert_flops if mine is not None and mine.kv_convert_flops is not None else None
         per = implementations.KV_DEQUANT_FLOPS if per is None else per
         softmax_flops = softmax_flops + intmath.to_float(kernel.converted_elements) * per
-    if impl is not None and impl.lazy_rescale and forward:
+    # a forward kernel of another implementation's design on this GPU (cuDNN's on Blackwell: FA4's)
+    design = (
+        implementations.forward_design(implementation, profile, dtype)
+        if impl is not None and forward and kernel.kind == FORWARD_GRID
+        else None
+    )
+    design_spec = implementations.get(design)
+    lazy = impl is not None and (impl.lazy_rescale or (design_spec is not None and design_spec.lazy_rescale))
+    if lazy and forward:
         # O is rescaled only where a row's maximum jumps past the threshold: taken as never
         softmax_flops = softmax_flops - intmath.to_float(kernel.rescale_flops)
     exps = intmath.to_float(kernel.exp_ops)
@@ -1118,6 +1135,8 @@ def kernel_time(
         measured = profile.implementation_figures[own]
     elif impl is not None and impl.rates_from and measured.efficiency is None:
         measured = profile.implementation(impl.rates_from)
+    elif design is not None:
+        measured = profile.implementation(design)
     if impl and hd is not None:
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
     else:
@@ -1534,8 +1553,12 @@ def algorithm_time(
     if workload is not None and algorithm.variant == "fa2":
         occupancy = param(facts.ctas_per_sm)
         jobs = workload
-        if spec is not None and spec.name == "fa4" and np.any(np.asarray(param(facts.splits)) > 1):
-            # FA4's split forward: a CTA per (Q tile, K/V chunk), each of its Q tile's work / splits
+        if (
+            spec is not None
+            and implementations.splits_by_forward(spec.name, facts.blocks.block_q)
+            and np.any(np.asarray(param(facts.splits)) > 1)
+        ):
+            # FA4's (cuDNN's SM100) split forward: a CTA per (Q tile, K/V chunk), each its Q tile's work / splits
             jobs = workload.with_(batch=intmath.mul(workload.batch, param(facts.splits)))
         grid = (jobs, np.asarray(facts.blocks.block_q), np.asarray(facts.blocks.block_kv), profile.sm_count)
         tail = cta_tail_factor(*grid, occupancy, share)

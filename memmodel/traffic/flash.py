@@ -886,20 +886,22 @@ def fa2(
     splits: IntLike = 1,
     facts: TiledFacts | None = None,
     split_by_forward: bool = False,
+    combine: str = "fa4_combine",
 ) -> AlgorithmTraffic:
     """FA2's forward (split-KV where ``splits`` > 1) and, with ``backward``, the paper's backward;
     ``facts``: :func:`forward_facts` where the caller has them. ``split_by_forward``: the forward
     kernel itself takes the splits, each CTA a chunk of its Q tile's K/V, its partial results in
-    fp32 for a combine kernel (FA4's ``num_splits``), in place of FlashAttention-2's split kernel."""
+    fp32 for a combine kernel named ``combine`` (FA4's ``num_splits``; cuDNN's SM100 split), in place
+    of FlashAttention-2's split kernel."""
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     if facts is None:
         facts = forward_facts(ctx, l2, splits)
     if split_by_forward and np.any(np.asarray(splits) > 1):
         kernels = [fa2_forward_kernel(ctx, l2, facts=facts, splits=splits)]
-        combine = combine_kernel(ctx.w, l2, splits, "fa4_combine", figures_from="sdpa-flash")
+        reduce = combine_kernel(ctx.w, l2, splits, combine, figures_from="sdpa-flash")
         split = np.asarray(splits) > 1
-        kernels += present_kernels(combine if not split.ndim or split.all() else only_where(combine, split))
+        kernels += present_kernels(reduce if not split.ndim or split.all() else only_where(reduce, split))
         if backward:
             kernels += fa2_backward_kernels(ctx, l2)
         return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=facts.to_params(), facts=facts)
