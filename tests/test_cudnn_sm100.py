@@ -191,3 +191,17 @@ def test_the_cli_names_the_design_and_the_split_rule(run):
         "bf16",
     )
     assert h.exit_code == 0 and "fa4's design" not in h.stderr and "choose_split_kv" not in h.stderr
+
+
+@pytest.mark.parametrize(
+    ("gpu", "sms", "mhz"),
+    [("gb200", 148, 2062), ("b200", 148, 1980), ("b300", 148, 1980), ("gb300", 160, 1907)],
+)
+def test_blackwell_l2_bandwidth_is_the_gb200_measurement_at_memmodels_method(gpu, sms, mhz):
+    # gpu-l2-cache on a GB200: 18.86 TB/s (20-83 MB); x 9.265 / 9.8 (our H200 calibration over the
+    # same benchmark's H200) = 17.83 TB/s at 148 SMs x 2062 MHz, re-clocked per SM: b200 and b300
+    # 17.83 x (148 x 1980) / (148 x 2062) = 17.12 TB/s, gb300 x (160 x 1907) / (148 x 2062) = 17.83
+    per_sm_clock = 18.856e12 * 9.265 / 9.8 / (148 * 2062e6)
+    profile = load_profile(gpu)
+    assert profile.l2.bandwidth_bytes_per_s == pytest.approx(per_sm_clock * sms * mhz * 1e6, rel=2e-3)
+    assert profile.kind_of("memory.l2.bandwidth") == "published"
