@@ -358,14 +358,14 @@ def cudnn_split_caveats(plan: TiledPlan) -> list[Caveat]:
     backend's choice), and its combine timed at FlashAttention-2's measured combine figures."""
     if plan.options.model_implementation != "sdpa-cudnn" or plan.options.backward:
         return []
-    splits = np.asarray(plan.splits)
-    if not np.any(splits > 1) or not implementations.splits_by_forward("sdpa-cudnn", plan.blocks.block_q):
+    split = (np.asarray(plan.splits) > 1) & implementations.splits_by_forward("sdpa-cudnn", plan.blocks.block_q)
+    if not np.any(split):
         return []
-    most = int(np.max(splits))
+    most = int(np.max(np.where(split, np.asarray(plan.splits), 1)))
     return [
         Caveat(
             "",
-            f"{rows_prefix(splits > 1)}cuDNN's SM100 forward fills {plan.profile.name}'s {plan.profile.sm_count} SMs "
+            f"{rows_prefix(split)}cuDNN's SM100 forward fills {plan.profile.name}'s {plan.profile.sm_count} SMs "
             f"by splitting the keys (up to {most} ways) by the rule cudnn-frontend's planner applies to its open-source "
             "SM100 kernels of this design (choose_split_kv): a stand-in, since the backend's own choice is closed; its "
             "combine is timed at FlashAttention-2's measured combine figures (docs/implementations.md).",

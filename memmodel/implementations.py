@@ -968,13 +968,17 @@ def cudnn_sm100_splits(ctas: int, kv_tiles: int, rows: int, sm_count: int) -> in
     return best
 
 
-def splits_by_forward(impl: str | None, block_q: Any = None) -> bool:
+def splits_by_forward(impl: str | None, block_q: Any = None) -> Any:
     """Whether ``impl``'s forward kernel takes its K/V splits itself (each CTA a chunk of its Q
     tile's keys, fp32 partials for a combine kernel) rather than FlashAttention-2's split kernel:
-    FA4's, and cuDNN's SM100 kernel (its :data:`CUDNN_SM100_ROWS`-row tiles ``block_q`` say so)."""
+    FA4's, and cuDNN's SM100 kernel, on the rows its :data:`CUDNN_SM100_ROWS`-row tiles ``block_q``
+    run (a bool, or a bool array on a grid whose tiles differ: its decoding rows keep theirs)."""
     if impl == "fa4":
         return True
-    return impl == "sdpa-cudnn" and block_q is not None and bool(np.all(np.asarray(block_q) == CUDNN_SM100_ROWS))
+    if impl != "sdpa-cudnn" or block_q is None:
+        return False
+    mine = np.asarray(block_q) == CUDNN_SM100_ROWS
+    return bool(mine) if mine.ndim == 0 else mine
 
 
 def forward_design(impl: str | None, profile: Profile | None, dtype: str) -> str | None:

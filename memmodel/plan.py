@@ -297,9 +297,11 @@ def plan_tiled(
     if spec is not None and not spec.splits_kv and given is None:
         # FA4's flash_attn_func: num_splits=1 unless asked; asked for its heuristic, that
         splits = fa4_auto_splits(kernel_w, blocks.block_q, profile) if options.splits == SPLITS_AUTO else 1
-    elif given is None and implementations.splits_by_forward(impl, blocks.block_q):
-        # cuDNN's SM100 forward over prefill rows: its planner's split rule (a stand-in for its backend's)
-        splits = cudnn_sm100_auto_splits(kernel_w, blocks.block_q, profile)
+    elif given is None and np.any(by_forward := implementations.splits_by_forward(impl, blocks.block_q)):
+        # cuDNN's SM100 forward over prefill rows: its planner's split rule (a stand-in for its
+        # backend's); a grid's decoding rows keep the decode rule's
+        mine = cudnn_sm100_auto_splits(kernel_w, blocks.block_q, profile)
+        splits = mine if np.all(by_forward) else np.where(by_forward, mine, splits).astype(np.int64)
     if options.backward and not prefill:
         # training runs the plain forward kernel (it must save the logsumexp); FlashAttention-2
         # splits its training forward as any other (the combine writes the logsumexp)

@@ -1553,13 +1553,11 @@ def algorithm_time(
     if workload is not None and algorithm.variant == "fa2":
         occupancy = param(facts.ctas_per_sm)
         jobs = workload
-        if (
-            spec is not None
-            and implementations.splits_by_forward(spec.name, facts.blocks.block_q)
-            and np.any(np.asarray(param(facts.splits)) > 1)
-        ):
+        by_forward = implementations.splits_by_forward(spec.name if spec is not None else None, facts.blocks.block_q)
+        if np.any(by_forward) and np.any(np.asarray(param(facts.splits)) > 1):
             # FA4's (cuDNN's SM100) split forward: a CTA per (Q tile, K/V chunk), each its Q tile's work / splits
-            jobs = workload.with_(batch=intmath.mul(workload.batch, param(facts.splits)))
+            own = np.where(by_forward, np.asarray(param(facts.splits)), 1)
+            jobs = workload.with_(batch=intmath.mul(workload.batch, int(own) if own.ndim == 0 else own))
         grid = (jobs, np.asarray(facts.blocks.block_q), np.asarray(facts.blocks.block_kv), profile.sm_count)
         tail = cta_tail_factor(*grid, occupancy, share)
         paired = implementations.paired_q_blocks(implementation, facts.blocks.block_q)

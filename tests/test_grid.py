@@ -194,6 +194,19 @@ def test_kernels_of_some_rows_only():
     assert_rows_are_scalar_calls(mesh, "h200", "fp16", "sdpa-flash", splits=4)
 
 
+def test_cudnn_sm100_rows_split_as_each_would_alone():
+    """cuDNN on Blackwell: prefill rows at its 256-row tiles split by its own rule (the forward
+    kernel's chunks and cudnn_combine) beside decoding rows (FlashAttention-2's split-KV kernel
+    stands in) and rows at d 256 (128-row tiles): each row what it gives alone."""
+    PROFILES.setdefault("gb200", load_profile("gb200"))
+    mesh = _grid(
+        {"n": (1, 985, 4096), "n_kv": (62208,), "d": (128, 256), "batch": (1,), "heads": (9,), "kv_heads": (9, 3)},
+        False,
+    )
+    assert_rows_are_scalar_calls(mesh, "gb200", "bf16", "sdpa-cudnn")
+    assert_rows_are_scalar_calls(mesh, "gb200", "bf16", "sdpa-cudnn", backward=True)
+
+
 def test_auto_refuses_a_grid_of_head_dims_pytorch_runs_apart():
     p = PROFILES["h200"]
     w = Workload(n=1024, d=np.array([64, 128, 256]), dtype="fp32")

@@ -885,19 +885,38 @@ def fa2(
     backward: bool = False,
     splits: IntLike = 1,
     facts: TiledFacts | None = None,
-    split_by_forward: bool = False,
+    split_by_forward: Any = False,
     combine: str = "fa4_combine",
 ) -> AlgorithmTraffic:
     """FA2's forward (split-KV where ``splits`` > 1) and, with ``backward``, the paper's backward;
     ``facts``: :func:`forward_facts` where the caller has them. ``split_by_forward``: the forward
     kernel itself takes the splits, each CTA a chunk of its Q tile's K/V, its partial results in
     fp32 for a combine kernel named ``combine`` (FA4's ``num_splits``; cuDNN's SM100 split), in place
-    of FlashAttention-2's split kernel."""
+    of FlashAttention-2's split kernel; a bool array on a grid: those rows so, the others as
+    FlashAttention-2's."""
     if intmath.is_array(splits) and np.all(np.asarray(splits) == 1):
         splits = 1
     if facts is None:
         facts = forward_facts(ctx, l2, splits)
-    if split_by_forward and np.any(np.asarray(splits) > 1):
+    by_forward = np.asarray(split_by_forward, dtype=bool)
+    if by_forward.any() and not by_forward.all() and np.any(np.asarray(splits) > 1):
+        # a grid whose rows split two ways: the forward's own where it takes them, FA2's kernels elsewhere
+        split = np.asarray(splits) > 1
+        own, other = split & by_forward, split & ~by_forward
+        direct = np.asarray(ctx.direct_decode).astype(bool) & ~split
+        split_kernel, fa2_combine = split_kv_kernels(ctx, l2, splits, direct=direct)
+        reduce = combine_kernel(ctx.w, l2, splits, combine, figures_from="sdpa-flash")
+        forward_splits = np.where(own, np.asarray(splits), 1).astype(np.int64)
+        kernels = present_kernels(
+            only_where(fa2_forward_kernel(ctx, l2, facts=facts, splits=forward_splits), ~(other | direct)),
+            only_where(split_kernel, other | direct),
+            only_where(fa2_combine, other),
+            only_where(reduce, own),
+        )
+        if backward:
+            kernels += fa2_backward_kernels(ctx, l2)
+        return AlgorithmTraffic("tiled", "fa2", tuple(kernels), params=facts.to_params(), facts=facts)
+    if by_forward.all() and np.any(np.asarray(splits) > 1):
         kernels = [fa2_forward_kernel(ctx, l2, facts=facts, splits=splits)]
         reduce = combine_kernel(ctx.w, l2, splits, combine, figures_from="sdpa-flash")
         split = np.asarray(splits) > 1
