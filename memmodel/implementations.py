@@ -26,6 +26,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: compute capabilities FA4's SM100 kernels run on (``arch // 10 in [10, 11]`` in ``interface.py``)
 FA4_CAPABILITY = (10.0, 11.0)
+#: the largest head dim of cuDNN's SM100 knob-7 forward read (``..._128x128x{64,128}``): its
+#: 256-row tiles and FA4's design (:func:`cudnn_tiles`, :func:`forward_design`) stop there
+CUDNN_SM100_MAX_D = 128
 
 #: Tiled variants: FA1 (outer loop over K/V, a CTA per head) and FA2 (outer loop over Q).
 TILED_VARIANTS = ("fa1", "fa2")
@@ -134,10 +137,11 @@ class Implementation:
     paged: str = ""
     #: runs only a paged KV cache (FlashInfer's paged wrappers: refused without a page size)
     paged_only: bool = False
-    #: ((lowest, highest) compute capability, implementation): on those GPUs its 16-bit forward
-    #: kernel is that implementation's design and takes its figures where the profile measured
-    #: none of its own there (:func:`forward_design`; cuDNN on Blackwell: FA4's)
-    forward_design: tuple[tuple[float, float], str] | None = None
+    #: ((lowest, highest) compute capability, implementation, largest head dim): on those GPUs its
+    #: 16-bit forward kernel up to that head dim is that implementation's design and takes its
+    #: figures where the profile measured none of its own there (:func:`forward_design`; cuDNN on
+    #: Blackwell: FA4's, at d ≤ 128)
+    forward_design: tuple[tuple[float, float], str, int] | None = None
 
 
 IMPLEMENTATIONS: dict[str, Implementation] = {
@@ -167,7 +171,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
         extra_launches=1,
         causal_schedule="cudnn",
         value_head_dims=None,
-        forward_design=(FA4_CAPABILITY, "fa4"),
+        forward_design=(FA4_CAPABILITY, "fa4", CUDNN_SM100_MAX_D),
     ),
     "sdpa-efficient": Implementation(
         "sdpa-efficient",
@@ -927,7 +931,7 @@ def cudnn_tiles(d: int, profile: Profile | None = None, dtype: str = "bf16") -> 
     Blackwell (no source read) keep 128×128."""
     cap = _capability(profile)
     lo, hi = FA4_CAPABILITY
-    if cap is not None and lo <= cap <= hi and dtype in ("fp16", "bf16") and d <= 128:
+    if cap is not None and lo <= cap <= hi and dtype in ("fp16", "bf16") and d <= CUDNN_SM100_MAX_D:
         return CUDNN_SM100_ROWS, 128
     return 128, 128
 
@@ -981,11 +985,12 @@ def splits_by_forward(impl: str | None, block_q: Any = None) -> Any:
     return bool(mine) if mine.ndim == 0 else mine
 
 
-def forward_design(impl: str | None, profile: Profile | None, dtype: str) -> str | None:
+def forward_design(impl: str | None, profile: Profile | None, dtype: str, head_dim: Any = None) -> Any:
     """The implementation whose figures ``impl``'s 16-bit forward kernel takes on ``profile``
-    (:attr:`Implementation.forward_design`): its design's, where the GPU's compute capability is
-    in the design's range, the profile measured no efficiency of ``impl``'s own and gives the
-    design's; None otherwise (its own figures). cuDNN's Blackwell forward is FA4's design
+    (:attr:`Implementation.forward_design`) and where: (its design, the rows of ``head_dim``, the
+    head dim the kernel runs, at most the design's largest: True, or a bool array on a grid)
+    where the GPU's compute capability is in the design's range, the profile measured no
+    efficiency of ``impl``'s own and gives the design's; None otherwise (its own figures). cuDNN's Blackwell forward is FA4's design
     (docs/implementations.md): the SM100 engine's kernel runs two softmax warpgroups (one per
     128-row Q tile), a correction warpgroup that rescales O in tensor memory only where a
     warp's row maxima moved, and MMA, load and store warps issuing ``tcgen05.mma`` into tensor
@@ -994,7 +999,7 @@ def forward_design(impl: str | None, profile: Profile | None, dtype: str) -> str
     spec = get(impl)
     if spec is None or spec.forward_design is None or dtype not in ("fp16", "bf16") or profile is None:
         return None
-    (lo, hi), design = spec.forward_design
+    (lo, hi), design, largest = spec.forward_design
     cap = _capability(profile)
     if cap is None or not lo <= cap <= hi:
         return None
@@ -1002,7 +1007,10 @@ def forward_design(impl: str | None, profile: Profile | None, dtype: str) -> str
         return None
     if profile.implementation(design).efficiency is None:
         return None
-    return design
+    rows = True if head_dim is None else np.asarray(head_dim) <= largest
+    if not np.any(rows):
+        return None
+    return design, (bool(rows) if np.ndim(rows) == 0 else rows)
 
 
 #: what every refusal over V's head dim says (:func:`refusal` refuses on it)

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import field
+from dataclasses import fields as dataclass_fields
 from functools import cached_property, lru_cache
 from typing import Any, Union
 
@@ -258,14 +259,15 @@ def caveats(
             "two is taken to run at the full rate"
             + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
-    design = implementations.forward_design(impl.name, profile, dtype)
-    if design is not None:
+    found = implementations.forward_design(impl.name, profile, dtype, head_dim)
+    if found is not None:
+        design, largest = found[0], impl.forward_design[2] if impl.forward_design is not None else None
         out.append(
-            f"{impl.name}'s forward on {profile.name} (compute capability {profile.compute_capability}) is taken as "
-            f"{design}'s design, not the Hopper kernels its own figures were measured on: its forward kernel takes "
-            f"{design}'s efficiency and CTA cost and skips O's rescale where no row maximum moved; at d ≤ 128 in 16 "
-            f"bits it runs two 128-row Q tiles a CTA (cudnn-frontend's SM100 engine; docs/implementations.md). "
-            "Its backward keeps its own figures."
+            f"{impl.name}'s forward on {profile.name} (compute capability {profile.compute_capability}) up to d "
+            f"{largest} in 16 bits is taken as {design}'s design, not the Hopper kernels its own figures were "
+            f"measured on: two 128-row Q tiles a CTA (cudnn-frontend's SM100 engine), {design}'s efficiency and CTA "
+            "cost, O rescaled only where a row maximum moved (docs/implementations.md). Its backward, fp8 and larger "
+            "head dims keep its own figures."
         )
     figures = profile.implementation(impl.name)
     transferred = bool(impl.rates_from and figures.efficiency is None)
@@ -1052,6 +1054,30 @@ def exchange_terms(kernel: Kernel, profile: Profile) -> dict[str, Seconds]:
     return out
 
 
+#: what a figure a kernel lacks stands for (:func:`_figures_where`): an efficiency or share of 1,
+#: a rate without limit, otherwise no cost
+_NO_FIGURE = {
+    "efficiency": 1.0,
+    "uneven_efficiency": 1.0,
+    "dropout_scores_per_s": np.inf,
+    "cta_bandwidth_bytes_per_s": np.inf,
+}
+
+
+def _figures_where(rows: Any, theirs: KernelFigures, own: KernelFigures) -> KernelFigures:
+    """``theirs`` on ``rows`` (a bool array), ``own`` elsewhere: a grid whose rows take two
+    implementations' figures; a figure one of them lacks stands in as :data:`_NO_FIGURE` says."""
+    out: dict[str, Any] = {}
+    for f in dataclass_fields(KernelFigures):
+        a, b = getattr(theirs, f.name), getattr(own, f.name)
+        if a is None and b is None:
+            out[f.name] = None
+            continue
+        none = _NO_FIGURE.get(f.name, 0.0)
+        out[f.name] = np.where(rows, none if a is None else a, none if b is None else b)
+    return KernelFigures(**out)
+
+
 def matmul_peak(profile: Profile, dtype: str, instructions: str) -> tuple[float, str | None]:
     """The products' rate for ``instructions`` ("mma_sync" or "native"), and a caveat where
     it stands in for a figure the profile lacks."""
@@ -1103,17 +1129,21 @@ def kernel_time(
         per = mine.kv_convert_flops if mine is not None and mine.kv_convert_flops is not None else None
         per = implementations.KV_DEQUANT_FLOPS if per is None else per
         softmax_flops = softmax_flops + intmath.to_float(kernel.converted_elements) * per
-    # a forward kernel of another implementation's design on this GPU (cuDNN's on Blackwell: FA4's)
-    design = (
-        implementations.forward_design(implementation, profile, dtype)
+    # a forward kernel of another implementation's design on this GPU, on the rows of head dims it
+    # covers (cuDNN's on Blackwell up to d 128: FA4's)
+    found = (
+        implementations.forward_design(implementation, profile, dtype, head_dim)
         if impl is not None and forward and kernel.kind == FORWARD_GRID
         else None
     )
+    design, design_rows = found if found is not None else (None, False)
     design_spec = implementations.get(design)
-    lazy = impl is not None and (impl.lazy_rescale or (design_spec is not None and design_spec.lazy_rescale))
-    if lazy and forward:
+    if impl is not None and impl.lazy_rescale and forward:
         # O is rescaled only where a row's maximum jumps past the threshold: taken as never
         softmax_flops = softmax_flops - intmath.to_float(kernel.rescale_flops)
+    elif design_spec is not None and design_spec.lazy_rescale:
+        rescaled_o = np.where(design_rows, np.asarray(intmath.to_float(kernel.rescale_flops), dtype=np.float64), 0.0)
+        softmax_flops = softmax_flops - (float(rescaled_o) if rescaled_o.ndim == 0 else rescaled_o)
     exps = intmath.to_float(kernel.exp_ops)
     emulate = impl is not None and impl.exp_emulation and forward and exp_emulated is not None
     share = np.asarray(exp_emulated, dtype=np.float64) if emulate else 0.0
@@ -1135,10 +1165,13 @@ def kernel_time(
         measured = profile.implementation_figures[own]
     elif impl is not None and impl.rates_from and measured.efficiency is None:
         measured = profile.implementation(impl.rates_from)
-    elif design is not None:
+    elif design is not None and np.all(design_rows):
         measured = profile.implementation(design)
     if impl and hd is not None:
         figures = measured.kernel(hd, backward=not forward, split=split, tile=tile, uneven=uneven is not None)
+        if design is not None and not np.all(design_rows):  # a grid: the design's rows take its figures
+            theirs = profile.implementation(design).kernel(hd, backward=False, split=split, tile=tile, uneven=False)
+            figures = _figures_where(design_rows, theirs, figures)
     else:
         figures = KernelFigures()
     eff, masked, local = figures.efficiency, figures.masked_block_cost, figures.local_block_cost

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 from hypothesis import given
@@ -53,7 +54,11 @@ def test_tiles_by_architecture_head_dim_and_dtype(gpu, d, dtype, want):
 
 def test_forward_design_is_fa4s_on_blackwell_in_16_bits_only():
     b200 = load_profile("b200")
-    assert forward_design("sdpa-cudnn", b200, "bf16") == "fa4"
+    assert forward_design("sdpa-cudnn", b200, "bf16") == ("fa4", True)
+    assert forward_design("sdpa-cudnn", b200, "bf16", 128) == ("fa4", True)
+    assert forward_design("sdpa-cudnn", b200, "bf16", 256) is None  # no source read above d 128
+    design, rows = forward_design("sdpa-cudnn", b200, "bf16", np.array([64, 128, 192, 256]))
+    assert design == "fa4" and rows.tolist() == [True, True, False, False]
     assert forward_design("sdpa-cudnn", b200, "fp8") is None
     assert forward_design("sdpa-cudnn", load_profile("h200"), "bf16") is None
     assert forward_design("sdpa-flash", b200, "bf16") is None
@@ -72,7 +77,7 @@ def test_a_profile_that_measured_cudnn_keeps_its_own_figures(tmp_path):
     own = load_profile(str(mine))
     assert own.kind_of("implementations.sdpa-cudnn.efficiency") == "measured"
     assert forward_design("sdpa-cudnn", own, "bf16") is None
-    assert forward_design("sdpa-cudnn", b200, "bf16") == "fa4"
+    assert forward_design("sdpa-cudnn", b200, "bf16") == ("fa4", True)
 
 
 def test_forward_takes_fa4s_figures_and_runs_as_fa4_does_on_a_long_grid():
