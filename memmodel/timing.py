@@ -260,8 +260,8 @@ def caveats(
             + (f" (on an H200 it runs at about {one:.2f} of it)." if (one := reference("one_cta_share")) else ".")
         )
     found = implementations.forward_design(impl.name, profile, dtype, head_dim)
-    if found is not None:
-        design, largest = found[0], impl.forward_design[2] if impl.forward_design is not None else None
+    if found is not None and impl.forward_design is not None:
+        design, largest = found[0], impl.forward_design[2]
         out.append(
             f"{impl.name}'s forward on {profile.name} (compute capability {profile.compute_capability}) up to d "
             f"{largest} in 16 bits is taken as {design}'s design, not the Hopper kernels its own figures were "
