@@ -152,6 +152,20 @@ def test_loader_refuses_bad_fields_naming_file_and_field(dotted, value, delete, 
         parse_profile(data, "x.yaml")
 
 
+@pytest.mark.parametrize(
+    ("share", "message"),
+    [(1.2, r"'1.2' is not in \(0, 1\]: a share of memory.hbm.bandwidth"), (0, "must be a positive"), (-0.5, "positive")],
+)
+def test_loader_refuses_an_hbm_share_outside_zero_to_one(share, message):
+    """A kernel's loads cannot stream faster than memory.hbm.bandwidth itself, nor not at all."""
+    data = yaml.safe_load((HARDWARE / "h200.yaml").read_text())
+    data["implementations"]["flashinfer"]["hbm_share"] = {"value": share, "source": "measured-serving-kernels"}
+    with pytest.raises(ProfileError, match=r"x.yaml -> implementations.flashinfer.hbm_share: .*" + message):
+        parse_profile(data, "x.yaml")
+    data["implementations"]["flashinfer"]["hbm_share"] = {"value": 1.0, "source": "measured-serving-kernels"}
+    assert parse_profile(data, "x.yaml").implementation("flashinfer").hbm_share == 1.0  # the whole bandwidth: allowed
+
+
 def test_loader_refuses_a_file_that_is_not_a_mapping(tmp_path: Path):
     f = tmp_path / "list.yaml"
     f.write_text("- 1\n- 2\n")

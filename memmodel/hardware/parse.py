@@ -500,6 +500,10 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
         if not 0 < values[fpath] <= 1:
             text = provenance[fpath].text
             raise field_error(where, fpath, f"{text!r} is not in (0, 1]: a share of the rate before the clocks fall")
+    for fpath in (f for f in values if f.endswith(".hbm_share")):
+        if not 0 < values[fpath] <= 1:
+            text = provenance[fpath].text
+            raise field_error(where, fpath, f"{text!r} is not in (0, 1]: a share of memory.hbm.bandwidth")
     for fpath in (f for f in values if f.endswith(".sustained_after")):
         if values[fpath] <= 0:
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
