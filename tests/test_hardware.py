@@ -154,7 +154,11 @@ def test_loader_refuses_bad_fields_naming_file_and_field(dotted, value, delete, 
 
 @pytest.mark.parametrize(
     ("share", "message"),
-    [(1.2, r"'1.2' is not in \(0, 1\]: a share of memory.hbm.bandwidth"), (0, "must be a positive"), (-0.5, "positive")],
+    [
+        (1.2, r"'1.2' is not in \(0, 1\]: a share of memory.hbm.bandwidth"),
+        (0, "must be a positive"),
+        (-0.5, "positive"),
+    ],
 )
 def test_loader_refuses_an_hbm_share_outside_zero_to_one(share, message):
     """A kernel's loads cannot stream faster than memory.hbm.bandwidth itself, nor not at all."""

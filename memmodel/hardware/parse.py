@@ -466,6 +466,10 @@ def _parse_sources(raw: object, where: str) -> dict[str, Source]:
     return out
 
 
+#: implementation figures that are a share of a whole, by the end of their path: at most 1
+_SHARES_OF_A_WHOLE = {".sustained_share": "the rate before the clocks fall", ".hbm_share": "memory.hbm.bandwidth"}
+
+
 def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[str, Provenance]) -> None:
     # the datasheet peaks first: a transferred figure's error is its peak's, as the user wrote it
     for fpath, value in sorted(values.items(), key=lambda item: not item[0].startswith("datasheet.")):
@@ -496,14 +500,10 @@ def _check_floors(where: str, values: Mapping[str, float], provenance: Mapping[s
     if share is not None and share > 1:
         text = provenance["compute.mma_sync.one_cta_share"].text
         raise field_error(where, "compute.mma_sync.one_cta_share", f"{text!r} is above 1: one CTA cannot outrun two")
-    for fpath in (f for f in values if f.endswith(".sustained_share")):
-        if not 0 < values[fpath] <= 1:
-            text = provenance[fpath].text
-            raise field_error(where, fpath, f"{text!r} is not in (0, 1]: a share of the rate before the clocks fall")
-    for fpath in (f for f in values if f.endswith(".hbm_share")):
-        if not 0 < values[fpath] <= 1:
-            text = provenance[fpath].text
-            raise field_error(where, fpath, f"{text!r} is not in (0, 1]: a share of memory.hbm.bandwidth")
+    for fpath, value in values.items():
+        whole = next((what for end, what in _SHARES_OF_A_WHOLE.items() if fpath.endswith(end)), None)
+        if whole is not None and not 0 < value <= 1:
+            raise field_error(where, fpath, f"{provenance[fpath].text!r} is not in (0, 1]: a share of {whole}")
     for fpath in (f for f in values if f.endswith(".sustained_after")):
         if values[fpath] <= 0:
             raise field_error(where, fpath, f"{provenance[fpath].text!r} must be above 0")
