@@ -47,6 +47,7 @@ SOURCE_REQUIRED = ("citation", "url", "setup", "flops_convention", "reading")
 #: families by memmodel profile name (one family per GPU today; siblings would share one)
 FAMILIES = {
     "a100": "A100",
+    "a100-pcie": "A100",  # the A100's 300 W PCIe card
     "h100-sxm": "H100",
     "h200": "H200",
     "b200": "B200",

@@ -393,6 +393,8 @@ DEVICE_PROFILES = (
     ("H100", "h100-sxm"),
     ("A100-SXM4-40GB", "a100-40gb"),
     ("A100-PCIE-40GB", "a100-40gb"),
+    ("A100 80GB PCIe", "a100-pcie"),
+    ("A100-PCIE-80GB", "a100-pcie"),
     ("A100", "a100"),
     ("L40S", "l40s"),
     ("L4", "l4"),

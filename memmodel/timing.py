@@ -376,10 +376,18 @@ def rate_sources(profile: Profile) -> str:
     """Which kind of figures a prediction on ``profile`` rests on, in a few words."""
     kinds = {profile.kind_of(f) for f in ("compute.fp16", "compute.fp32", "memory.hbm.bandwidth")}
     if profile.derived_from:
-        return next(
+        derived = next(
             (s.title for s in profile.sources.values() if s.kind == "derived"),
             f"derived from profile {profile.derived_from}",
         )
+        if profile.base_class == "other-architecture":
+            return (
+                f"{derived}, whose own rates are transferred from another architecture: expect large errors "
+                "(tens of percent; see docs/accuracy.md)"
+            )
+        if profile.base_class == "datasheet":
+            return f"{derived}, whose own rates are datasheet figures: expect large errors (tens of percent)"
+        return derived
     if profile.transferred_from:
         title = profile.sources.get(TRANSFERRED)
         return (

@@ -35,6 +35,8 @@ REQUIRED = [
     "rtx-pro-6000",
     "mi325x",
     "mi355x",
+    # the A100's 300 W PCIe card, derived from a100 (NVIDIA's published A100 rows ran on one)
+    "a100-pcie",
 ]
 PROFILES = sorted(HARDWARE.glob("*.yaml"))
 
@@ -478,8 +480,8 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
     (wheel,) = (tmp_path / "dist").glob("memmodel-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     bundled = {f"memmodel/hardware/profiles/{p.name}" for p in PROFILES}
-    # 21 = the 12 profiles before issue 28 + its 9 (REQUIRED names every one)
-    assert len(bundled) == len(REQUIRED) == 21 and bundled <= names
+    # 22 = the 12 profiles before issue 28 + its 9 + the A100 PCIe (REQUIRED names every one)
+    assert len(bundled) == len(REQUIRED) == 22 and bundled <= names
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")
     code = "from memmodel.hardware import available, bundled_dir; print(bundled_dir(), len(available()))"
     out = subprocess.run(
@@ -489,7 +491,7 @@ def test_the_wheel_holds_the_bundled_profiles(tmp_path: Path):
         capture_output=True,
         text=True,
     )
-    assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "21"], out.stderr
+    assert out.stdout.split() == [str(tmp_path / "site" / "memmodel" / "hardware" / "profiles"), "22"], out.stderr
 
 
 def test_amd_profiles_keep_their_published_gemm_rates_and_transfer_the_rest():
@@ -604,3 +606,19 @@ def test_on_an_mma_sync_gpu_cudnns_softmax_follows_its_products():
         overlapped = max(t["matmul"], t["exp"] + t["softmax"]) + t.get("cta", 0.0)
         assert t["compute"] == pytest.approx(added if serial else overlapped, rel=1e-9), name
         assert added > overlapped  # the two rules differ here
+
+
+def test_a_profile_derived_from_a_transferred_one_rests_on_what_its_base_rests_on():
+    """a100-pcie derives from a100, itself transferred from the H200: its times take the
+    other-architecture class's range, and its rates line says why; a sibling of the measured H200
+    stays same-architecture."""
+    pcie = load_profile("a100-pcie")
+    assert (pcie.derived_from, pcie.base_class, pcie.rate_class) == ("a100", "other-architecture", "other-architecture")
+    assert load_profile("h100-pcie").rate_class == "same-architecture"
+    # the power-clock rule from a100's cuDNN share (the H200's 0.872, carried over):
+    # 0.872 × ((300 W / 108) / (400 W / 108))^(1/3) = 0.872 × 0.90856 = 0.7923
+    assert pcie.implementation("sdpa-cudnn").clocks_fall[0] == pytest.approx(0.7923, abs=1e-4)
+    # HBM at a100's share of its datasheet bandwidth: 1.923 / 2.039 of 1935 GB/s = 1.825 TB/s
+    assert pcie.figures["memory.hbm.bandwidth"] == pytest.approx(1.825e12, rel=2e-3)
+    note = pcie.provenance["implementations.sdpa-cudnn.sustained_share"].note
+    assert "a100's share 0.872 (derived)" in note and "measured" not in note

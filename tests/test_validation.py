@@ -61,6 +61,8 @@ def test_profile_for_device():
     assert profile_for_device("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert profile_for_device("NVIDIA H100 PCIe") == "h100-pcie"
     assert profile_for_device("NVIDIA A100-SXM4-40GB") == "a100-40gb"
+    assert profile_for_device("NVIDIA A100 80GB PCIe") == "a100-pcie"  # torch's name for the 300 W card
+    assert profile_for_device("NVIDIA A100-SXM4-80GB") == "a100"
     assert profile_for_device("Some Future GPU") is None
 
 

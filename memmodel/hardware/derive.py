@@ -209,7 +209,7 @@ def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]
         if fpath.startswith("interconnect.") and _leaf(data, "interconnect.bandwidth") is None:
             continue  # a part without links of its own (H100 PCIe) takes no measured link curve
         if rule == "power-clock":
-            clocked = power_clock(base, float(value), inputs["sm_count"], inputs["clock"], tdp)
+            clocked = power_clock(base, float(value), inputs["sm_count"], inputs["clock"], tdp, base.kind_of(fpath))
             if clocked is not None:
                 share, note = clocked
                 _put(out, fpath, {"value": round(share, 4), "source": "derived", "note": note}, where)
@@ -246,13 +246,13 @@ POWER_CLOCK_EXPONENT = 1.0 / 3.0
 
 
 def power_clock(
-    base: Profile, share: float, sm_count: float, clock: float, tdp: float | None
+    base: Profile, share: float, sm_count: float, clock: float, tdp: float | None, kind: str | None = "measured"
 ) -> tuple[float, str] | None:
     """The share of its boost ``clock`` a sibling of ``base`` keeps under its power limit, from
-    ``base``'s measured ``share`` (its sustained clock over its boost clock): ``base``'s sustained
-    clock × ((tdp / SMs) / (base TDP / base SMs))^(1/3), at most the boost clock; and the note
-    saying so. None where either TDP or ``base``'s clock is missing (the figure is then carried
-    as it is)."""
+    ``base``'s ``share`` (its sustained clock over its boost clock; ``kind``: how ``base`` has it,
+    measured or itself derived): ``base``'s sustained clock × ((tdp / SMs) / (base TDP / base
+    SMs))^(1/3), at most the boost clock; and the note saying so. None where either TDP or
+    ``base``'s clock is missing (the figure is then carried as it is)."""
     base_tdp, base_clock = base.figures.get("tdp"), base.figures.get("clock")
     if tdp is None or not base_tdp or not base_clock or not sm_count or not clock:
         return None
@@ -262,7 +262,8 @@ def power_clock(
     out = sustained / clock
     capped = " (capped at the boost clock)" if sustained >= clock else ""
     note = (
-        f"power-clock rule: {base.name}'s measured share {share:.3f} of its {base_clock / 1e6:.0f} MHz = a sustained "
+        f"power-clock rule: {base.name}'s {'measured ' if kind == 'measured' else ''}share {share:.3f}"
+        f"{'' if kind == 'measured' else f' ({kind})'} of its {base_clock / 1e6:.0f} MHz = a sustained "
         f"{base_sustained / 1e6:.0f} MHz at {base_tdp:.0f} W over {base.figures['sm_count']:.0f} SMs; × "
         f"(({tdp:.0f} W / {sm_count:.0f} SMs) / ({base_tdp:.0f} W / {base.figures['sm_count']:.0f} SMs))^(1/3) = × "
         f"{per_sm**POWER_CLOCK_EXPONENT:.4f} -> {sustained / 1e6:.0f} MHz{capped}, over this GPU's boost "

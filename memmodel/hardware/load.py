@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,8 @@ def load_file(path: str | os.PathLike[str], origin: str = "file", _chain: tuple[
             base = _base_profile(data[given[0]], given[0], where, p, _chain)
             data = transfer(data, where, base)
         data = same_family(data, base)
+        if given == ["derive_from"]:
+            return replace(parse_profile(data, where, path=p, origin=origin), base_class=base.rate_class)
     return parse_profile(data, where, path=p, origin=origin)
 
 

@@ -651,6 +651,9 @@ class Profile:
     compute_capability: str | None = None
     #: the profile whose figures this one's missing ones were derived from (``derive_from``)
     derived_from: str | None = None
+    #: that profile's :attr:`rate_class` (set where the profile is loaded): a sibling derived
+    #: from a transferred or datasheet-only profile rests on what its base rests on
+    base_class: str | None = None
     #: the measured profile of another architecture whose shares of the datasheet peaks this
     #: one's achieved figures are (``transfer_from``)
     transferred_from: str | None = None
@@ -692,9 +695,10 @@ class Profile:
         """What this profile's rates rest on, the classes a time's range is taken from:
         ``measured`` (calibrated on this GPU), ``same-architecture`` (derived from a measured
         sibling), ``other-architecture`` (a measured GPU's shares of the datasheet peaks),
-        ``datasheet`` (the datasheet peaks as they are)."""
+        ``datasheet`` (the datasheet peaks as they are). A profile derived from a sibling that is
+        itself transferred or datasheet-only rests on what the sibling rests on."""
         if self.derived_from:
-            return "same-architecture"
+            return self.base_class if self.base_class in ("other-architecture", "datasheet") else "same-architecture"
         if self.transferred_from:
             return "other-architecture"
         if self.kind_of("memory.hbm.bandwidth") == "measured":
