@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,15 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
     for key, src in sources.items():
         if src.get("timer", "events") not in TIMERS:
             raise ValueError(f"{path} -> sources.{key}: timer must be one of {', '.join(TIMERS)}")
+        skipped = src.get("uncounted", {})
+        if not isinstance(skipped, dict) or any(
+            name not in impls or not isinstance(kernels, list) or not all(isinstance(k, str) for k in kernels)
+            for name, kernels in skipped.items()
+        ):
+            raise ValueError(
+                f"{path} -> sources.{key}.uncounted: a mapping of the file's implementations to lists of "
+                "memmodel's kernel names"
+            )
         given = src.get("options", {})
         if not isinstance(given, dict) or any(
             name not in impls or not isinstance(opts, dict) or set(opts) - SOURCE_OPTIONS
@@ -236,12 +246,15 @@ def loop_share(boost_s: float, sustained_s: float, after_s: float | None, loop: 
     return (at_boost * boost_s + (calls - at_boost) * sustained_s) / calls
 
 
-def _by_pass(c: Any, algorithm: str, device: bool = False) -> dict[str, float]:
+def _by_pass(c: Any, algorithm: str, device: bool = False, uncounted: Sequence[str] = ()) -> dict[str, float]:
     """Seconds of each pass; ``device``: each kernel's own, without its launch overhead (what a
-    source timing the summed device time of the kernels sees)."""
+    source timing the summed device time of the kernels sees); ``uncounted``: memmodel's kernels
+    the source's timer leaves out (a kernel-name filter that passes no memset, say)."""
     ev = c.standard if algorithm == "standard" else c.tiled
     out = {"forward": 0.0, "backward": 0.0}
     for kernel, timing in zip(ev.traffic.kernels, ev.timing.kernels):
+        if kernel.name in uncounted:
+            continue
         launch = float(timing.terms.get("launch", 0.0)) if device else 0.0
         out[kernel.pass_] += float(timing.time_s) - launch
     return out
@@ -254,12 +267,14 @@ def predict(
     loop: dict[str, Any] | None = None,
     timer: str = "events",
     given: dict[str, Any] | None = None,
+    uncounted: Sequence[str] = (),
 ) -> tuple[float, list[str]]:
     """memmodel's time (s) of ``point``'s pass with the options its implementation maps to. With
     its source's ``loop`` (how the source timed it), the forward kernels' clocks are the loop's
     (:func:`loop_share`); else memmodel's default (``--clocks benchmark``). ``timer`` (the
     source's, :data:`TIMERS`): ``device`` leaves the launch overheads out. ``given``: options
-    the source's script passed the implementation (its ``options``, e.g. FA4's split heuristic)."""
+    the source's script passed the implementation (its ``options``, e.g. FA4's split heuristic).
+    ``uncounted``: memmodel's kernels the source's timer does not count (its ``uncounted``)."""
     device = timer == "device"
     w = Workload(
         n=point["n"],
@@ -281,14 +296,20 @@ def predict(
     opts = options_for(impl, w, profile, tiled=mapping.get("tiled", "fa2"), backward=backward, **(given or {}))
     standard = mapping.get("standard", "algorithm0")
     c = compare(w, profile, opts, standard=standard)
-    by_pass = _by_pass(c, mapping["algorithm"], device)
+    by_pass = _by_pass(c, mapping["algorithm"], device, uncounted)
     idle = loop is not None and point["impl"] in loop.get("idle_before", ())
     if loop is not None and (idle or point["impl"] in loop.get("busy_before", ())):
         boost = _by_pass(
-            compare(w, profile, replace(opts, clocks="boost"), standard=standard), mapping["algorithm"], device
+            compare(w, profile, replace(opts, clocks="boost"), standard=standard),
+            mapping["algorithm"],
+            device,
+            uncounted,
         )
         held = _by_pass(
-            compare(w, profile, replace(opts, clocks="sustained"), standard=standard), mapping["algorithm"], device
+            compare(w, profile, replace(opts, clocks="sustained"), standard=standard),
+            mapping["algorithm"],
+            device,
+            uncounted,
         )
         fall = profile.implementation(opts.implementation).clocks_fall if opts.implementation else None
         after = float(fall[1]) if fall is not None and fall[1] is not None else None
@@ -366,7 +387,10 @@ def score(
             assert mapping is not None
             try:
                 given = src.get("options", {}).get(point["impl"])
-                t, s.caveats = predict(point, mapping, profile, src.get("loop"), src.get("timer", "events"), given)
+                skip = src.get("uncounted", {}).get(point["impl"], ())
+                t, s.caveats = predict(
+                    point, mapping, profile, src.get("loop"), src.get("timer", "events"), given, skip
+                )
             except MemmodelError as e:
                 s.not_modelled = f"memmodel refuses it: {e}"
             else:

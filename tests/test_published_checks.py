@@ -414,6 +414,29 @@ def test_a_sources_options_reach_its_implementation_and_bad_ones_are_refused(tmp
             pc.load_checks(path)
 
 
+def test_kernels_a_sources_timer_does_not_count_are_left_out_and_bad_lists_refused(tmp_path):
+    data = pc.load_checks(CHECKS)
+    # cudnn-frontend's name filters pass no "Memset (Device)": cuDNN's forward memset (cudnn_zero) is
+    # not in its points, and nothing else is
+    assert data["sources"]["cudnn-frontend-llama31"]["uncounted"] == {"cudnn": ["cudnn_zero", "cudnn_bwd_zero"]}
+    one = _point(data, "h200-cudnn-fwd-causal-d128-n2048-b2-h64kv8-cudnnfe")
+    (left_out,) = pc.score(dict(data, points=[one]))
+    counted = dict(data, sources=dict(data["sources"]))
+    counted["sources"]["cudnn-frontend-llama31"] = {
+        k: v for k, v in data["sources"]["cudnn-frontend-llama31"].items() if k != "uncounted"
+    }
+    (whole,) = pc.score(dict(counted, points=[one]))
+    # the memset's own time under the device timer: its 2.308 us on the H200 less the 1.38 us launch
+    assert whole.predicted_time_s - left_out.predicted_time_s == pytest.approx(0.928e-6, rel=0.01)
+    raw = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    path = tmp_path / "checks.yaml"
+    for bad in ({"cudnn": "cudnn_zero"}, {"nope": ["cudnn_zero"]}, ["cudnn_zero"]):
+        raw["sources"]["cudnn-frontend-llama31"]["uncounted"] = bad
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        with pytest.raises(ValueError, match=r"sources\.cudnn-frontend-llama31\.uncounted: a mapping"):
+            pc.load_checks(path)
+
+
 def test_the_fa3_papers_standard_forward_is_traced_as_its_script_wrote_it():
     data = pc.load_checks(CHECKS)
     traced = data["implementations"]["standard"]["trace"]
