@@ -263,7 +263,7 @@ def power_clock(
     capped = " (capped at the boost clock)" if sustained >= clock else ""
     note = (
         f"power-clock rule: {base.name}'s {'measured ' if kind == 'measured' else ''}share {share:.3f}"
-        f"{'' if kind == 'measured' else f' ({kind})'} of its {base_clock / 1e6:.0f} MHz = a sustained "
+        f"{f' ({kind})' if kind not in (None, 'measured') else ''} of its {base_clock / 1e6:.0f} MHz = a sustained "
         f"{base_sustained / 1e6:.0f} MHz at {base_tdp:.0f} W over {base.figures['sm_count']:.0f} SMs; × "
         f"(({tdp:.0f} W / {sm_count:.0f} SMs) / ({base_tdp:.0f} W / {base.figures['sm_count']:.0f} SMs))^(1/3) = × "
         f"{per_sm**POWER_CLOCK_EXPONENT:.4f} -> {sustained / 1e6:.0f} MHz{capped}, over this GPU's boost "
