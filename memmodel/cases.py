@@ -386,9 +386,13 @@ def default_cases(*, with_triton: bool = True) -> list[Case]:
     return [parse_case(s) for s in specs]
 
 
-#: device name (as torch reports it) -> bundled profile
+#: device name (as torch reports it) -> bundled profile; the first fragment the name contains
+#: wins, so a part's longer names come before the shorter names they contain (GB200 before
+#: B200, H200 before H20, H100 NVL and PCIe before H100)
 DEVICE_PROFILES = (
     ("H200", "h200"),
+    ("H20", "h20"),
+    ("H100 NVL", "h100-nvl"),
     ("H100 PCIe", "h100-pcie"),
     ("H100", "h100-sxm"),
     ("A100-SXM4-40GB", "a100-40gb"),
@@ -400,9 +404,16 @@ DEVICE_PROFILES = (
     ("L4", "l4"),
     ("A10", "a10"),
     ("RTX 4090", "rtx4090"),
+    ("RTX 5090", "rtx5090"),
+    ("RTX PRO 6000", "rtx-pro-6000"),
     ("V100", "v100"),
     ("MI300X", "mi300x"),
+    ("MI325X", "mi325x"),
+    ("MI355X", "mi355x"),
+    ("GB200", "gb200"),
     ("B200", "b200"),
+    ("GB300", "gb300"),
+    ("B300", "b300"),
 )
 
 

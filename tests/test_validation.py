@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from memmodel.cases import Case, default_cases, parse_case, profile_for_device
+from memmodel.cases import DEVICE_PROFILES, Case, default_cases, parse_case, profile_for_device
 from memmodel.errors import WorkloadError
 from memmodel.fileio import read_json, read_text
 from memmodel.gpu.ncu import NcuParseError, parse_csv, split_by_marker
-from memmodel.hardware import load_profile
+from memmodel.hardware import available, load_profile
 from memmodel.scoring import measured_ctas_per_sm, score_case, summarize_record
 
 from .conftest import REPO
@@ -63,7 +63,25 @@ def test_profile_for_device():
     assert profile_for_device("NVIDIA A100-SXM4-40GB") == "a100-40gb"
     assert profile_for_device("NVIDIA A100 80GB PCIe") == "a100-pcie"  # torch's name for the 300 W card
     assert profile_for_device("NVIDIA A100-SXM4-80GB") == "a100"
+    # the GPUs of issue 28's item 4 by the names torch gives them: none falls to a shorter name's profile
+    names = {
+        "NVIDIA H20": "h20",
+        "NVIDIA H100 NVL": "h100-nvl",
+        "NVIDIA GB200": "gb200",
+        "NVIDIA B200": "b200",
+        "NVIDIA GB300": "gb300",
+        "NVIDIA B300 SXM6 AC": "b300",
+        "NVIDIA GeForce RTX 5090": "rtx5090",
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000",
+        "AMD Instinct MI300X": "mi300x",
+        "AMD Instinct MI325X": "mi325x",
+        "AMD Instinct MI355X": "mi355x",
+    }
+    assert {name: profile_for_device(name) for name in names} == names
     assert profile_for_device("Some Future GPU") is None
+    # every fragment reaches its own profile (no earlier, shorter fragment shadows it), a bundled one
+    assert all(profile_for_device(f"NVIDIA {fragment}") == profile for fragment, profile in DEVICE_PROFILES)
+    assert {profile for _, profile in DEVICE_PROFILES} <= set(available())
 
 
 def test_parse_a_real_ncu_trace_and_split_it_by_marker():
