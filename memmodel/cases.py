@@ -386,10 +386,10 @@ def default_cases(*, with_triton: bool = True) -> list[Case]:
     return [parse_case(s) for s in specs]
 
 
-#: device name (as torch reports it) -> bundled profile; the first fragment the name contains
-#: wins, so a part's longer names come before the shorter names they contain (GB200 before
-#: B200, H200 before H20, H100 NVL and PCIe before H100)
-DEVICE_PROFILES = (
+#: device name (as torch reports it) -> bundled profile (None: none fits, say so); the first
+#: fragment the name contains wins, so a part's longer names come before the shorter names they
+#: contain (GB200 before B200, H200 before H20, H100 NVL and PCIe before H100, L40 before L4)
+DEVICE_PROFILES: tuple[tuple[str, str | None], ...] = (
     ("H200", "h200"),
     ("H20", "h20"),
     ("H100 NVL", "h100-nvl"),
@@ -401,6 +401,7 @@ DEVICE_PROFILES = (
     ("A100-PCIE-80GB", "a100-pcie"),
     ("A100", "a100"),
     ("L40S", "l40s"),
+    ("L40", None),  # the L40: neither the L40S (higher tensor rates and clocks) nor the 72 W L4
     ("L4", "l4"),
     ("A10", "a10"),
     ("RTX 4090", "rtx4090"),

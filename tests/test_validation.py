@@ -81,7 +81,8 @@ def test_profile_for_device():
     assert profile_for_device("Some Future GPU") is None
     # every fragment reaches its own profile (no earlier, shorter fragment shadows it), a bundled one
     assert all(profile_for_device(f"NVIDIA {fragment}") == profile for fragment, profile in DEVICE_PROFILES)
-    assert {profile for _, profile in DEVICE_PROFILES} <= set(available())
+    assert {profile for _, profile in DEVICE_PROFILES} - {None} <= set(available())
+    assert profile_for_device("NVIDIA L40") is None and profile_for_device("NVIDIA L4") == "l4"
 
 
 def test_parse_a_real_ncu_trace_and_split_it_by_marker():
