@@ -9,8 +9,13 @@ and GB200 rows show no fall where the model has one. This probe times, on one GP
 
 * ``back-to-back``: the call repeated with nothing between (the reference: the fall as calibrate measures it);
 * ``sleep-G``: the call, then ``time.sleep(G ms)``, for G in 2, 5, 10, 20, 50;
-* ``cudnn-frontend``: ten iterations as that script runs them: ``torch.randn`` inputs, the flush buffer's
-  ``zero_()``, ``torch.profiler.profile(activities=[CUDA])`` around the call, ``torch.cuda.synchronize()``.
+* ``cudnn-frontend``: ten iterations as that script runs them with ``--profile_pass fwd``: ``torch.randn``
+  inputs, the flush buffer's ``zero_()``, ``torch.profiler.profile(activities=[CUDA])`` around the call,
+  ``torch.cuda.synchronize()``;
+* ``cudnn-frontend-both``: ten iterations as NVIDIA's published configs run it (``profile_pass="both"`` in
+  ``benchmark/attention_training/configs/*.py``): inputs that need gradients and a random ``dO``, then the flush
+  and the profiled forward, then the flush again and the profiled backward (``out.backward(dO)``), each
+  synchronised; its line adds ``bwd_times_ms``, the backward's CUDA-event times.
 
 Each call is PyTorch's cuDNN attention forward (bf16, non-causal) of ``SHAPE`` (about 13 ms on an H200), timed
 with CUDA events; the host's wall time from one call's end to the next one's start is the gap. A record line
@@ -20,6 +25,11 @@ per pattern: ``{"pattern", "gap_ms", "times_ms", "gaps_ms", "clocks_mhz"}`` (the
 What the model as it is predicts (written before any run): every pattern falls as ``back-to-back`` does, to
 0.872 of the first calls' rate from the third or fourth call on (3 × 13 ms of busy time past 35 ms), gaps or
 not.
+
+For ``cudnn-frontend-both`` (added 2026-12-05 after the H100 run, before any run of it; the published-check
+scorer as it is, ``loop_share``): the timed forwards (iterations 6–10) run at the whole back-to-back fall
+where five warm-up forwards pass ``sustained_after`` (35 ms: calls of 13 and 50 ms), at boost where they do
+not (3 ms calls); the backward never slows (no backward kernel has a sustained share).
 
     python3 validation/probes/loop_gap_probe.py OUT.jsonl [BATCH]
 
@@ -106,6 +116,29 @@ def main(argv: list[str]) -> int:
         return t
 
     pattern("cudnn-frontend", None, cudnn_frontend_iteration)
+
+    bwd_times: list[float] = []
+
+    def cudnn_frontend_both() -> float:
+        qi, ki, vi = (
+            torch.randn(b, n, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True).transpose(1, 2)
+            for _ in range(3)
+        )
+        d_out = torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+        flush.zero_()
+        outs: list = []
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            t = timed(lambda: outs.append(call(qi, ki, vi)))
+            torch.cuda.synchronize()
+        flush.zero_()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            bwd_times.append(timed(lambda: outs[0].backward(d_out)))
+            torch.cuda.synchronize()
+        return t
+
+    pattern("cudnn-frontend-both", None, cudnn_frontend_both)
+    with open(out, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"pattern": "cudnn-frontend-both-backward", "bwd_times_ms": bwd_times}) + "\n")
     env = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "shape": [b, h, n, d]}
     with open(out, "a", encoding="utf-8") as f:
         f.write(json.dumps({"env": env}) + "\n")
