@@ -22,7 +22,9 @@ A benchmark, not a test: it prints figures and always exits 0 unless the data fi
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from memmodel import MemmodelError, Workload, compare, load_profile
@@ -72,6 +75,15 @@ TIMERS = ("events", "device")
 #: what a source's ``options`` may give an implementation (:func:`memmodel.options_for`'s): what
 #: its script passed the kernel beside the shape (FA4's ``num_splits=0``: ``splits: auto``)
 SOURCE_OPTIONS = frozenset({"splits"})
+#: what a source's loop runs between its timed calls (its ``between``), and the probe records that
+#: measured the clocks under it (``validation/probes/loop_gap_probe.py``, the pattern of that name,
+#: beside the same call run back to back): ``cudnn-frontend``, new inputs by ``torch.randn``, an
+#: L2-flush buffer's ``zero_()`` and a torch profiler started and stopped around each timed call;
+#: ``cudnn-frontend-both``, the same with the backward run (flushed and profiled) after each forward
+BETWEEN = {
+    "cudnn-frontend": "validation/h200/loop-gap/loop-gap-h200-b*.jsonl.gz",
+    "cudnn-frontend-both": "validation/h200/loop-gap/loop-gap-h200-b*.jsonl.gz",
+}
 
 
 def convention_flops(point: dict[str, Any], convention: str) -> float:
@@ -150,6 +162,8 @@ def load_checks(path: Path = CHECKS) -> dict[str, Any]:
             raise ValueError(f"{where}: warmup must be a non-negative integer")
         if loop.get("statistic", "mean") not in STATISTICS:
             raise ValueError(f"{where}: statistic must be one of {', '.join(STATISTICS)}")
+        if "between" in loop and loop["between"] not in BETWEEN:
+            raise ValueError(f"{where}: between must be one of {', '.join(BETWEEN)}")
     for key, src in sources.items():
         if src.get("timer", "events") not in TIMERS:
             raise ValueError(f"{path} -> sources.{key}: timer must be one of {', '.join(TIMERS)}")
@@ -220,17 +234,95 @@ def why_not_modelled(point: dict[str, Any], mapping: dict[str, Any] | None) -> s
     return None
 
 
-def loop_share(boost_s: float, sustained_s: float, after_s: float | None, loop: dict[str, Any], idle: bool) -> float:
+def _statistic(times: Sequence[float], name: str) -> float:
+    return float(statistics.median(times) if name == "median" else statistics.fmean(times))
+
+
+def between_falls(loop: dict[str, Any], root: Path = ROOT) -> list[tuple[float, float]]:
+    """(a call's time at boost in s, the share of its back-to-back fall the loop's timed calls show)
+    for each probe record of the host work ``loop["between"]`` names (:data:`BETWEEN`), by call
+    length. Sorted by call time; [] without records. In each record:
+
+    * the boost time is the faster of the back-to-back calls' 2nd to 4th and the ``sleep-50``
+      calls' (50 ms of idle between calls: a call long enough to fall within itself keeps its
+      boost time there, not back to back), its median;
+    * the whole fall is that against the median of the last ten back-to-back calls;
+    * the loop's calls may cost more than the plain call at the same clocks (a training forward,
+      which keeps what its backward needs): that extra is the loop's second call less the boost
+      time, where the clock read after that call is the record's highest; the median over the
+      records where it is, added to every record's boost time;
+    * the share seen is the loop's ``statistic`` of its timed calls (after ``warmup``) against
+      that boost time, over the whole fall, within [0, 1]."""
+    import gzip
+
+    warmup, calls, stat = int(loop.get("warmup", 0)), int(loop["calls"]), loop.get("statistic", "mean")
+    read = []
+    for path in sorted(root.glob(BETWEEN[loop["between"]])):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            rows = {r["pattern"]: r for r in map(json.loads, f) if "pattern" in r}
+        b2b, idle, under = (rows[k] for k in ("back-to-back", "sleep-50", loop["between"]))
+        times = under["times_ms"]
+        if len(times) < warmup + calls:
+            raise ValueError(f"{path}: {len(times)} calls, the loop times {warmup} + {calls}")
+        boost = min(statistics.median(b2b["times_ms"][1:4]), statistics.median(idle["times_ms"][1:4]))
+        whole = 1.0 - boost / statistics.median(b2b["times_ms"][-10:])
+        top = max(c for r in rows.values() for c in r.get("clocks_mhz") or [0] if c)
+        extra = times[1] - boost if (under.get("clocks_mhz") or [None, None])[1] == top else None
+        read.append((boost, whole, times[warmup : warmup + calls], extra))
+    extras = [e for *_, e in read if e is not None]
+    extra = statistics.median(extras) if extras else 0.0
+    out = []
+    for boost, whole, timed, _ in read:
+        start = boost + extra
+        seen = 1.0 - start / _statistic(timed, stat)
+        out.append((start / 1e3, min(max(seen / whole, 0.0), 1.0) if whole > 0 else 0.0))
+    return sorted(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_falls(between: str, warmup: int, calls: int, statistic: str) -> tuple[tuple[float, float], ...]:
+    loop = {"between": between, "warmup": warmup, "calls": calls, "statistic": statistic}
+    return tuple(between_falls(loop))
+
+
+def _falls(loop: dict[str, Any]) -> tuple[tuple[float, float], ...] | None:
+    """:func:`between_falls` of ``loop`` (read once a run), None for a loop without ``between``."""
+    if "between" not in loop:
+        return None
+    return _cached_falls(loop["between"], int(loop.get("warmup", 0)), int(loop["calls"]), loop.get("statistic", "mean"))
+
+
+def between_share(falls: Sequence[tuple[float, float]], call_s: float) -> float:
+    """The share of a call's fall :func:`between_falls` gives at ``call_s``: linear in the call
+    time's logarithm between the measured lengths, the nearest one's beyond them."""
+    if not falls:
+        raise ValueError("no probe record measured the clocks under this loop")
+    xs = [math.log(t) for t, _ in falls]
+    return float(np.interp(math.log(call_s), xs, [f for _, f in falls]))
+
+
+def loop_share(
+    boost_s: float,
+    sustained_s: float,
+    after_s: float | None,
+    loop: dict[str, Any],
+    idle: bool,
+    falls: Sequence[tuple[float, float]] | None = None,
+) -> float:
     """The time of one timed call of a source's loop as the source reports it (``loop``:
     ``warmup`` calls, then ``calls`` timed back to back, their ``statistic``: the mean, as
     torch.utils.benchmark's ``Timer.timeit``, or the median), from its time at the boost clocks
     and at the clocks the power limit leaves: a loop started ``idle`` (the source sleeps before
     it) runs at boost until ``after_s`` of busy time, then at the sustained clocks; one started
-    right after other timed loops (``busy_before``) at the sustained clocks throughout."""
+    right after other timed loops (``busy_before``) at the sustained clocks throughout. A loop
+    with host work between its calls (``between``; ``falls``, :func:`between_falls`) started
+    idle falls by the share of the whole fall its probe saw at this call's length."""
     if after_s is None or sustained_s <= boost_s:
         return boost_s
     if not idle:
         return sustained_s
+    if falls is not None:
+        return boost_s + between_share(falls, boost_s) * (sustained_s - boost_s)
     calls = int(loop["calls"])
     at_boost = min(max(after_s / boost_s - int(loop.get("warmup", 0)), 0.0), float(calls))
     if loop.get("statistic", "mean") == "median":
@@ -314,7 +406,7 @@ def predict(
         fall = profile.implementation(opts.implementation).clocks_fall if opts.implementation else None
         after = float(fall[1]) if fall is not None and fall[1] is not None else None
         by_pass = {
-            "forward": loop_share(boost["forward"], held["forward"], after, loop, idle),
+            "forward": loop_share(boost["forward"], held["forward"], after, loop, idle, _falls(loop)),
             "backward": boost["backward"],
         }
     t = by_pass["forward"] + by_pass["backward"] if point["pass"] == "fwd+bwd" else by_pass[point["pass"]]

@@ -6,6 +6,7 @@ the checks are blind, never fitted to."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 from pathlib import Path
 
@@ -193,10 +194,85 @@ def test_a_loop_that_reports_the_median_takes_the_middle_call():
     assert pc.loop_share(1e-3, 2e-3, 6e-3, loop, idle=True) == pytest.approx(2e-3)
 
 
+def _loop_record(path: Path, b2b: list[float], idle: list[float], under: list[float], clocks: list[float]) -> None:
+    import gzip
+    import json
+
+    rows = [
+        {"pattern": "back-to-back", "times_ms": b2b, "clocks_mhz": [1980.0] * len(b2b)},
+        {"pattern": "sleep-50", "times_ms": idle, "clocks_mhz": [1980.0] * len(idle)},
+        {"pattern": "cudnn-frontend-both", "times_ms": under, "clocks_mhz": clocks},
+        {"pattern": "cudnn-frontend-both-backward", "bwd_times_ms": [1.0] * 10},
+    ]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_a_loop_with_work_between_its_calls_falls_by_the_share_its_probe_saw(tmp_path, monkeypatch):
+    monkeypatch.setitem(pc.BETWEEN, "cudnn-frontend-both", "rec-*.jsonl.gz")
+    loop = {"between": "cudnn-frontend-both", "warmup": 5, "calls": 5, "statistic": "median"}
+    # a 10 ms call: back to back 10 ms (calls 2-4), its last ten 12.5 ms: the whole fall 1 - 10/12.5 = 0.2;
+    # the loop's second call 10.5 ms at the top clock: 0.5 ms extra, its boost 10.5 ms; its timed calls'
+    # median 11.5 ms: 1 - 10.5/11.5 = 0.08696 of its time, over 0.2: 0.4348 of the whole fall
+    _loop_record(
+        tmp_path / "rec-a.jsonl.gz",
+        [11.0, 10.0, 10.0, 10.0] + [12.5] * 26,
+        [10.2] * 30,
+        [50.0, 10.5, 11.0, 11.2, 11.3, 11.4, 11.5, 11.6, 11.5, 11.5],
+        [1980.0, 1980.0] + [1800.0] * 8,
+    )
+    # a 40 ms call whose loop starts fallen (its second call read at 1700 MHz): the extra is taken from
+    # the other record (0.5 ms); boost min(44, 40) = 40 ms + 0.5; back to back's last ten 45 ms: the whole
+    # fall 1 - 40/45 = 0.1111; timed median 42 ms: 1 - 40.5/42 = 0.03571, over 0.1111: 0.3214
+    _loop_record(
+        tmp_path / "rec-b.jsonl.gz",
+        [40.0, 44.0, 44.0, 44.0] + [45.0] * 26,
+        [41.0, 40.0, 40.0, 40.0] + [40.0] * 26,
+        [90.0, 43.0, 43.0, 42.0, 42.0, 42.0, 42.0, 42.0, 41.0, 41.0],
+        [1700.0] * 10,
+    )
+    falls = pc.between_falls(loop, root=tmp_path)
+    assert [t for t, _ in falls] == pytest.approx([10.5e-3, 40.5e-3])
+    assert [f for _, f in falls] == pytest.approx([0.4348, 0.3214], abs=1e-4)
+    # linear in the log of the call's time between them; the nearest one's beyond
+    mid = math.sqrt(10.5e-3 * 40.5e-3)
+    assert pc.between_share(falls, mid) == pytest.approx((0.4348 + 0.3214) / 2, abs=1e-4)
+    assert pc.between_share(falls, 1e-3) == pytest.approx(0.4348, abs=1e-4)
+    assert pc.between_share(falls, 1.0) == pytest.approx(0.3214, abs=1e-4)
+    # the loop's time: boost + share x (held - boost), for a loop started idle; busy: held
+    t = pc.loop_share(10.5e-3, 12e-3, 35e-3, loop, idle=True, falls=falls)
+    assert t == pytest.approx(10.5e-3 + 0.4348 * 1.5e-3, rel=1e-4)
+    assert pc.loop_share(10.5e-3, 12e-3, 35e-3, loop, idle=False, falls=falls) == 12e-3
+
+
+def test_the_h200_loop_gap_records_give_no_fall_at_short_calls_and_part_of_it_at_long_ones():
+    loop = {"between": "cudnn-frontend-both", "warmup": 5, "calls": 5, "statistic": "median"}
+    falls = pc.between_falls(loop)
+    # validation/h200/loop-gap/: calls of about 3.9, 13.4 and 52.4 ms (a training forward, 0.5 ms above
+    # the plain call); the forward in NVIDIA's loop keeps most of its clocks at the shortest
+    assert [round(t * 1e3, 1) for t, _ in falls] == [3.9, 13.4, 52.4]
+    assert falls[0][1] < 0.1 and all(0.45 < f < 0.65 for _, f in falls[1:])
+
+
+def test_a_loop_names_only_known_work_between_its_calls(tmp_path):
+    data = yaml.safe_load(CHECKS.read_text(encoding="utf-8"))
+    data["sources"]["cudnn-frontend-llama31"]["loop"]["between"] = "a nap"
+    bad = tmp_path / "checks.yaml"
+    bad.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(ValueError, match="between must be one of cudnn-frontend, cudnn-frontend-both"):
+        pc.load_checks(bad)
+
+
 def test_the_cudnn_frontend_points_are_cudnn_and_flash_attn_4_on_h200_gb200_and_gb300():
     data = pc.load_checks(CHECKS)
     src = data["sources"]["cudnn-frontend-llama31"]
-    assert src["loop"] == {"warmup": 5, "calls": 5, "statistic": "median", "idle_before": ["cudnn", "fa4", "fa4-sm90"]}
+    assert src["loop"] == {
+        "warmup": 5,
+        "calls": 5,
+        "statistic": "median",
+        "between": "cudnn-frontend-both",
+        "idle_before": ["cudnn", "fa4", "fa4-sm90"],
+    }
     points = [p for p in data["points"] if p["source"] == "cudnn-frontend-llama31"]
     # 3 GPUs x 5 lengths x 2 masks: cuDNN bf16 forward and backward, its fp8 forward, and
     # flash-attn-4 bf16 forward and backward = 5 points each: 150
