@@ -279,7 +279,7 @@ def between_falls(loop: dict[str, Any], root: Path = ROOT) -> list[tuple[float, 
     return sorted(out)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_falls(between: str, warmup: int, calls: int, statistic: str) -> tuple[tuple[float, float], ...]:
     loop = {"between": between, "warmup": warmup, "calls": calls, "statistic": statistic}
     return tuple(between_falls(loop))
