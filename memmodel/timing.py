@@ -338,6 +338,20 @@ def caveats(
     return out
 
 
+def narrow_v_efficiency(eff: Any, figures: KernelFigures, kernel: Kernel) -> Any:
+    """A fused backward's efficiency where V's head dim is below Q's (``kernel.narrow_v``):
+    the kernel's own measured figure at its head dim, with the causal mask (blocks on the
+    diagonal) or without, where the profile has it; ``eff`` elsewhere (element by element)."""
+    nan = np.nan
+    full = np.asarray(figures.dv_efficiency if figures.dv_efficiency is not None else nan, dtype=np.float64)
+    causal = np.asarray(figures.dv_causal_efficiency if figures.dv_causal_efficiency is not None else nan)
+    masked = np.asarray(intmath.to_float(kernel.diagonal_blocks), dtype=np.float64) > 0
+    own = np.where(masked, causal.astype(np.float64), full)
+    use = np.asarray(kernel.narrow_v, dtype=bool) & np.isfinite(own)
+    out = np.where(use, own, np.asarray(eff, dtype=np.float64))
+    return float(out) if out.ndim == 0 else out
+
+
 def _design_ratio_note(profile: Profile, name: str) -> str:
     """' Its backward ...' where ``profile``'s backward efficiency of ``name`` came by the
     design-ratio rule (another vendor's kernel of FlashAttention-2's algorithm), else ''."""
@@ -1066,6 +1080,8 @@ def exchange_terms(kernel: Kernel, profile: Profile) -> dict[str, Seconds]:
 #: a rate without limit, otherwise no cost
 _NO_FIGURE = {
     "efficiency": 1.0,
+    "dv_efficiency": np.nan,
+    "dv_causal_efficiency": np.nan,
     "uneven_efficiency": 1.0,
     "dropout_scores_per_s": np.inf,
     "cta_bandwidth_bytes_per_s": np.inf,
@@ -1183,6 +1199,8 @@ def kernel_time(
     else:
         figures = KernelFigures()
     eff, masked, local = figures.efficiency, figures.masked_block_cost, figures.local_block_cost
+    if eff is not None and not forward and np.any(np.asarray(kernel.narrow_v)):
+        eff = narrow_v_efficiency(eff, figures, kernel)
     fp8_share = measured.fp8_share_at(hd if hd is not None else 128) if dtype == "fp8" else None
     if eff is not None and forward and fp8_share is not None:
         # measured: its fp8 kernel keeps this share of its 16-bit efficiency (scales, e4m3 layouts), by head dim

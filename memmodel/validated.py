@@ -40,7 +40,6 @@ CHECKED = {
     "fa2_uneven": "forward kernel time of FlashAttention-2's causal uneven kernel (packed rows, ragged lengths)",
     "flex_spills": "backward HBM bytes of FlexAttention's masked template at head dims 65 to 128 (its registers spill)",
     "window_band": "forward HBM bytes of FlashAttention-2's sliding window where the K/V its CTAs hold reaches the L2's knee",
-    "cudnn_backward_interpolated": "backward kernel time of cuDNN's non-causal backward where its efficiency is interpolated",
 }
 
 

@@ -187,6 +187,11 @@ def with_links(text: str) -> str:
     # cuDNN's fp8 forward against its bf16 one, fitted on the profile complete (its small kernels' floors too)
     if fp8_lines:
         data = cudnn_fp8.apply(data, fp8_lines)
+    from memmodel.calibration import cudnn_bwd_dims
+
+    bwd_records = cudnn_bwd_dims.load(ROOT)
+    if bwd_records:  # cuDNN's backward at d 192 and with V's head dim below Q's, from its probes' kernels
+        data = cudnn_bwd_dims.apply(data, bwd_records)
     if NCCL.exists():  # last: the SMs NCCL holds are fitted with the model on the profile complete
         data = apply(data, read_json(NCCL))
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100000, allow_unicode=True)

@@ -47,8 +47,8 @@ def p_ok(stem: str) -> bool:
 
 
 #: classes whose error is of the backward pass (its bytes; its kernel's time where also TIMED), and of a kernel's time
-BACKWARD = ("causal_backward", "mea_backward", "flex_spills", "cudnn_backward_interpolated")
-TIMED = ("causal_tail", "fa2_uneven", "cudnn_backward_interpolated")
+BACKWARD = ("causal_backward", "mea_backward", "flex_spills")
+TIMED = ("causal_tail", "fa2_uneven")
 #: classes whose errors the file also gives by kind of grid
 GROUPED = ("causal_curve_fa2", "causal_curve_cudnn")
 

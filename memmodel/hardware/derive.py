@@ -79,6 +79,8 @@ DERIVE_RULES: tuple[tuple[str, str], ...] = (
     ("implementations.*.efficiency_*", "same"),
     ("implementations.*.uneven_causal_slowdown_d*", "same"),
     ("implementations.*.backward_efficiency", "same"),
+    ("implementations.*.backward_dv_efficiency", "same"),
+    ("implementations.*.backward_dv_causal_efficiency", "same"),
     ("implementations.*.backward_masked_block_cost", "same"),
     ("implementations.*.masked_block_cost", "same"),
     ("implementations.*.checked_step_cost", "same"),
@@ -376,7 +378,12 @@ TRANSFER_SAME = ("launch_overhead", "event_overhead")
 #: Colfax Research, "Adding FP8 to FlashAttention", 2024), a cost the 16-bit kernels do not pay;
 #: Blackwell's ``tcgen05.mma`` takes 8-bit operands of either majorness (PTX ISA 8.7, the
 #: instruction descriptor of ``.kind::f8f6f4``: its transpose-A and transpose-B bits)
-TRANSFER_ARCH_OWN = ("implementations.*.fp8_share",)
+TRANSFER_ARCH_OWN = (
+    "implementations.*.fp8_share",
+    # one Hopper kernel's traits where V's head dim is below Q's (memmodel.calibration.cudnn_bwd_dims)
+    "implementations.*.backward_dv_efficiency",
+    "implementations.*.backward_dv_causal_efficiency",
+)
 #: The source id every transferred figure cites (its kind is ``derived``)
 TRANSFERRED = "transferred"
 #: The figures only a GPU of the same vendor takes (the same kernels and libraries run there)

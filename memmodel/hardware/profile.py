@@ -269,6 +269,19 @@ class KernelRates:
         return interpolate_log2(self.softmax_bytes_per_s, row_length)
 
 
+def _measured_only(curve: Curve, head_dim: Any) -> Any:
+    """``curve`` at ``head_dim`` where it was measured there, NaN at another head dim of a grid,
+    None where no head dim asked for is one measured (or no curve)."""
+    if not curve:
+        return None
+    d = np.asarray(head_dim, dtype=np.float64)
+    inside = np.isin(d, [x for x, _ in curve])
+    if not np.any(inside):
+        return None
+    out = np.where(inside, np.asarray(interpolate_log2(curve, d), dtype=np.float64), np.nan)
+    return float(out) if out.ndim == 0 else out
+
+
 @frozen
 class KernelFigures:
     """One fused kernel's measured figures at its head dim (:meth:`ImplementationFigures.kernel`):
@@ -276,6 +289,10 @@ class KernelFigures:
 
     #: the share of the model's compute rate the kernel reaches
     efficiency: Any = None
+    #: a backward kernel's where V's head dim is below Q's, without the causal mask and with it
+    #: (where measured at this head dim; None elsewhere: ``efficiency`` stands)
+    dv_efficiency: Any = None
+    dv_causal_efficiency: Any = None
     #: what a head dim no kernel is built for keeps of the built one's rate (asked for only)
     uneven_efficiency: Any = None
     #: extra cost of a block on the causal diagonal, in plain blocks
@@ -314,6 +331,10 @@ class ImplementationFigures:
     tile_efficiency: Mapping[tuple[int, int], Curve] = field(default_factory=dict)
     #: its fused backward kernel's efficiency
     backward_efficiency: Curve = ()
+    #: the same where V's head dim is below Q's (MLA prefill's 192 / 128), by Q's head dim, without
+    #: the causal mask and with it; used only at the head dims measured
+    backward_dv_efficiency: Curve = ()
+    backward_dv_causal_efficiency: Curve = ()
     #: its causal forward's time where the launch is not even (FlashAttention-2's ``Is_even_MN``
     #: false: a packed row, lengths not multiples of its tiles) over the even kernel's, by the Q
     #: blocks of a row: {head dim measured: curve}
@@ -487,6 +508,8 @@ class ImplementationFigures:
             eff = own if own is not None else eff
         return KernelFigures(
             efficiency=eff,
+            dv_efficiency=_measured_only(self.backward_dv_efficiency, head_dim) if backward else None,
+            dv_causal_efficiency=_measured_only(self.backward_dv_causal_efficiency, head_dim) if backward else None,
             uneven_efficiency=at(self.uneven_efficiency, head_dim) if uneven and not backward else None,
             masked_block_cost=at(self.backward_masked_block_cost if backward else self.masked_block_cost, head_dim),
             checked_step_cost=at(self.backward_checked_step_cost if backward else self.checked_step_cost, head_dim),

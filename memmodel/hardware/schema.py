@@ -83,6 +83,8 @@ MMA_SYNC_DTYPES = ("fp16", "bf16")
 IMPLEMENTATION_CURVES: dict[str, str] = {
     "efficiency": "efficiency",
     "backward_efficiency": "backward_efficiency",
+    "backward_dv_efficiency": "backward_dv_efficiency",
+    "backward_dv_causal_efficiency": "backward_dv_causal_efficiency",
     "cta_bandwidth": "cta_bandwidth_bytes_per_s",
     "cta_overhead": "cta_overhead_s",
     "masked_block_cost": "masked_block_cost",
@@ -342,6 +344,10 @@ FIELDS: dict[str, tuple[Kind, bool]] = {
     **{f"implementations.{name}.uneven_efficiency": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.split_cta_overhead": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.backward_efficiency": ("ratio", False) for name in _NAMES},
+    #: its fused backward's efficiency where V's head dim is below Q's (MLA prefill's 192 / 128), by Q's
+    #: head dim, without the causal mask and with it: in place of ``backward_efficiency`` there
+    **{f"implementations.{name}.backward_dv_efficiency": ("ratio", False) for name in _NAMES},
+    **{f"implementations.{name}.backward_dv_causal_efficiency": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.backward_cta_overhead": ("time", False) for name in _NAMES},
     **{f"implementations.{name}.backward_masked_block_cost": ("ratio", False) for name in _NAMES},
     **{f"implementations.{name}.sustained_share": ("ratio", False) for name in _NAMES},

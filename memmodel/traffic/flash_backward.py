@@ -197,6 +197,14 @@ def accumulator_head_dim(d: IntLike) -> IntLike:
     )
 
 
+def _narrow_v(ctx: TileContext) -> Any:
+    """Whether V's head dim is below Q's as the kernel runs them (on a grid, element by element)."""
+    if ctx.w.d_v is None:
+        return False
+    narrow = np.asarray(intmath.to_float(ctx.exec_dv_)) < np.asarray(intmath.to_float(ctx.exec_d))
+    return bool(narrow) if narrow.ndim == 0 else narrow
+
+
 def _dropout_flops(w: Workload, scores: IntLike) -> IntLike:
     # regenerating the mask: per score a compare and the 1/(1 − p) scale
     return intmath.mul(2, scores) if w.dropout > 0 else 0
@@ -316,6 +324,7 @@ def fa2_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
             blocks=intmath.mul(bh, visited),
             diagonal_blocks=intmath.mul(bh, ctx.diagonal),
             dropout_scores=scores if w.dropout > 0 else 0,  # the forward's mask, drawn again
+            narrow_v=_narrow_v(ctx),
         )
     )
 
@@ -595,6 +604,7 @@ def cudnn_backward(w: Workload, ctx: TileContext, l2: l2m.L2) -> list[Kernel]:
                 blocks=k.blocks,
                 diagonal_blocks=k.diagonal_blocks,
                 dropout_scores=k.dropout_scores,
+                narrow_v=k.narrow_v,
             )
         )
     return out + group_sum_kernels(w, l2)

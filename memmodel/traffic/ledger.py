@@ -156,6 +156,9 @@ class Kernel:
     ctas: IntLike = 0
     blocks: IntLike = 0
     diagonal_blocks: IntLike = 0
+    #: a backward kernel whose V head dim is below Q's as it runs them (MLA prefill's 192 / 128;
+    #: an array on a grid): such kernels may run at an efficiency of their own
+    narrow_v: Any = False
     #: blocks a sliding-window forward masks element by element besides the diagonal's
     local_blocks: IntLike = 0
     #: steps bounds-checked because the lengths are not multiples of the kernel's tiles (flex's
