@@ -299,6 +299,8 @@ def parse_case(text: str) -> Case:
                 fields[key] = int(value)
             except ValueError:
                 raise WorkloadError(f"case {key}={value!r} is not an integer") from None
+            if abs(fields[key]) > 2**63 - 1:
+                raise WorkloadError(f"case {key}={value}: past int64 (at most {2**63 - 1})")
         else:
             raise WorkloadError(f"unknown case key {key!r}: accepted are {_KEYS}")
     if model is not None:

@@ -87,6 +87,8 @@ def read_json(
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(not_json or f"{os.fspath(path)}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise error(not_json or f"{os.fspath(path)}: not a record memmodel reads (its JSON nests too deep)") from None
 
 
 def for_file(path: str | os.PathLike[str], text: str) -> str | bytes:

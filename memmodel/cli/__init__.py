@@ -75,6 +75,12 @@ class MemmodelGroup(click.Group):
                 raise
             terminal.error(f"a result is too large to compute ({exc}); use smaller sizes")
             sys.exit(2)
+        except MemoryError as exc:
+            if debug:
+                raise
+            why = str(exc).split(" for an array", 1)[0] if str(exc) else "out of memory"
+            terminal.error(f"the sizes asked for need more memory than this machine has ({why}); use smaller sizes")
+            sys.exit(2)
         except BrokenPipeError:
             sys.exit(0)
         except OSError as exc:  # the system refused: a full disk, stdout on /dev/full, ...

@@ -42,6 +42,20 @@ def context_parallel_options(func: F) -> F:
     )(func)
 
 
+#: the most GPUs --context-parallel splits a sequence over (the step's per-GPU ledger is P × P
+#: messages: past this a run takes minutes and gigabytes)
+MAX_CONTEXT_PARALLEL = 1024
+
+
+def check_context_parallel(values: Any) -> None:
+    """Each P of ``values`` (one or a grid's) is 1 to :data:`MAX_CONTEXT_PARALLEL`, or a usage error."""
+    from ..errors import WorkloadError
+
+    for p in [values] if isinstance(values, int) else list(values or ()):
+        if p < 1 or p > MAX_CONTEXT_PARALLEL:
+            raise WorkloadError(f"--context-parallel must be 1 to {MAX_CONTEXT_PARALLEL} GPUs (got {p})")
+
+
 def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str, int | None]:
     """(P, scheme, Ulysses degree) from a command's keyword arguments; --cp-scheme or
     --ulysses-degree without P is a usage error."""
@@ -55,8 +69,7 @@ def pop_context_parallel(kw: dict[str, Any]) -> tuple[int | None, str, int | Non
                 f"{'--cp-scheme' if scheme is not None else '--ulysses-degree'} needs --context-parallel P"
             )
         return None, "ring", None
-    if p < 1:
-        raise WorkloadError(f"--context-parallel must be at least 1 (got {p})")
+    check_context_parallel(p)
     return p, scheme or "ring", u
 
 

@@ -372,6 +372,14 @@ def sweep_cmd(
         raise WorkloadError(f"{'--cp-scheme' if cp_scheme else '--ulysses-degree'} needs --context-parallel P")
     if ulysses_degree and "hybrid" not in (cp_scheme or ()):
         raise WorkloadError("--ulysses-degree goes with --cp-scheme hybrid (Ulysses inside groups, a ring across them)")
+    if context_parallel:
+        from .parallel import check_context_parallel
+
+        check_context_parallel(context_parallel)
+        if plot:
+            raise WorkloadError(
+                "--plot with --context-parallel is not drawn: use --output FILE.csv and plot its columns"
+            )
     if context_parallel and timing != "kernel":
         from ..errors import TimingError
 

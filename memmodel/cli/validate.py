@@ -219,7 +219,15 @@ def validate_cmd(
 
         text = read_text(cases_file, what="file of case specs")
         # one or more specs per line, separated by spaces, or one trace case; '#' starts a comment
-        cases += read_cases(text, cases_file)
+        found = read_cases(text, cases_file)
+        if not found:
+            from ..errors import WorkloadError
+
+            raise WorkloadError(
+                f"{cases_file}: no case in it (only blank lines or comments); a line holds case specs, e.g. "
+                "impl=sdpa-flash,n=4096,d=64,dtype=bf16"
+            )
+        cases += found
     if not cases:
         cases = default_cases()
     if impls:
@@ -232,6 +240,11 @@ def validate_cmd(
                 click.echo(c.id)
         return
     if predict_only:
+        given = [name for name, on in (("--output", output), ("--plot", plot_path), ("--format", fmt != "table")) if on]
+        if given:
+            raise click.UsageError(
+                f"--predict prints its prediction lines (redirect them to a file): not with {given[0]}"
+            )
         from ..scoring import prediction_line
         from ..trace_scoring import trace_prediction_line
 

@@ -345,7 +345,7 @@ def load_function(target: str) -> tuple[Callable[..., Any], str]:
     sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: one line naming it
+    except (Exception, SystemExit) as exc:  # the user's file: one line naming it
         first = (str(exc).strip().splitlines() or [""])[0]
         raise TraceError(f"{path_text}: importing it raised {exc.__class__.__name__}: {first}") from None
     finally:

@@ -287,7 +287,7 @@ def build_module(build: Callable[[], Any], label: str) -> torch.nn.Module:
     try:
         with _quiet(), torch.device("meta"):
             module = build()
-    except Exception as exc:  # the user's code: one line naming it
+    except (Exception, SystemExit) as exc:  # the user's code: one line naming it
         raise TraceError(f"{label} raised {exc.__class__.__name__} building the module: {_one_line(exc)}") from None
     if not isinstance(module, torch.nn.Module):
         raise TraceError(
@@ -366,7 +366,7 @@ def record(
                 result = fn(**fakes)
         except TraceError:
             raise
-        except Exception as exc:  # the user's code, on fake tensors: one line naming it
+        except (Exception, SystemExit) as exc:  # the user's code, on fake tensors: one line naming it
             raise TraceError(_failure(label, "", exc)) from None
         leaves = [t for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor)]
         if not leaves:
@@ -387,7 +387,7 @@ def record(
             try:
                 with _quiet(), _Rewrites(recorder), recorder:
                     grads = torch.autograd.grad(first, [t for _, t in wanted], d_out, allow_unused=True)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:
                 raise TraceError(_failure(label, "'s backward", exc)) from None
             grad_outputs = {_storage(d_out): "dO"}
             grad_inputs = {_storage(g): f"d{k}" for (k, _), g in zip(wanted, grads) if g is not None}
