@@ -79,3 +79,31 @@ def test_predict_refuses_options_it_would_ignore(run, tmp_path, extra):
 def test_a_case_integer_past_int64_is_refused(run, value):
     err = _one_error_line(run("validate", "--list", "--case", f"impl=sdpa-flash,n={value},d=64"))
     assert f"case n={value}: past int64" in err
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-1.0", "true", '"3"'])
+def test_a_record_whose_measured_time_is_not_a_time_is_refused(run, tmp_path, value):
+    import gzip
+    import json
+
+    from .conftest import REPO
+
+    record = json.load(gzip.open(REPO / "validation/h200/cudnn-bwd-d192-check/cudnn-bwd-d192-check.json.gz"))
+    record["cases"][0]["timing"]["kernels"]["forward"] = "__X__"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(record).replace('"__X__"', value), encoding="utf-8")
+    err = _one_error_line(run("validate", "--rescore", str(bad)))
+    assert "cases[0].timing.kernels.forward" in err and "is not a time" in err
+
+
+def test_derive_from_takes_a_sibling_of_the_same_architecture(run, tmp_path):
+    profile = tmp_path / "ampere.yaml"
+    profile.write_text(
+        "name: my-ampere\nfull_name: test\nderive_from: h200\ncompute_capability: '8.0'\n"
+        "sm_count: {value: 108, source: ds}\nclock: {value: 1410 MHz, source: ds}\n"
+        "memory:\n  hbm: {datasheet_bandwidth: {value: 2 TB/s, source: ds}, capacity: {value: 80 GB, source: ds}}\n"
+        "  l2: {capacity: {value: 40 MB, source: ds}}\nsources:\n  ds: {title: datasheet, kind: datasheet}\n",
+        encoding="utf-8",
+    )
+    err = _one_error_line(run("hardware", "validate", str(profile)))
+    assert "derive_from: 'h200' is hopper, this profile ampere" in err and "transfer_from" in err

@@ -484,6 +484,35 @@ def _record_problem(data: dict[str, Any], *, need_profile: bool) -> str | None:
             isinstance(entry, dict) and isinstance(entry.get("case"), dict) and isinstance(entry["case"].get("id"), str)
         ):
             return f"cases[{i}] has no case.id"
+        bad = _bad_time(entry.get("timing"), f"cases[{i}].timing")
+        if bad:
+            return bad
+    return None
+
+
+def _bad_time(value: Any, where: str, is_time: bool = False) -> str | None:
+    """The first measured time under ``where`` that is not a finite number of seconds ≥ 0 (NaN,
+    infinite, negative, a string, true), as a message; None where all are. Times are the keys
+    ending in ``_s`` and the values of a ``kernels`` mapping."""
+    import math
+
+    if is_time:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        return (
+            None
+            if ok or value is None
+            else f"{where}: {value!r} is not a time (a finite number of seconds, at least 0)"
+        )
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _bad_time(item, f"{where}.{key}", is_time=str(key).endswith("_s") or where.endswith(".kernels"))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for j, item in enumerate(value):
+            found = _bad_time(item, f"{where}[{j}]")
+            if found:
+                return found
     return None
 
 

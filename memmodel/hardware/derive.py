@@ -191,6 +191,15 @@ def derive_rule(fpath: str) -> str | None:
 def derive(data: Mapping[str, Any], where: str, base: Profile) -> dict[str, Any]:
     """``data`` (a profile's YAML naming ``derive_from``) with every figure it lacks derived
     from ``base`` by :data:`DERIVE_RULES`; each derived figure's note says rule and inputs."""
+    cc = data.get("compute_capability")
+    family = arch_family(cc if isinstance(cc, str) else None)
+    if family is not None and base.arch_family is not None and family != base.arch_family:
+        raise field_error(
+            where,
+            "derive_from",
+            f"{base.name!r} is {base.arch_family}, this profile {family} (compute_capability {cc}): derive_from takes "
+            "a sibling of the same architecture; for another, transfer_from",
+        )
     out = _copy(data)
     inputs: dict[str, float] = {}
     for fpath in _DERIVE_INPUTS:
