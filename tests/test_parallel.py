@@ -172,7 +172,7 @@ def test_compare_json_contract(run):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--context-parallel", "0"), "--context-parallel must be at least 1 (got 0)"),
+        (("--context-parallel", "0"), "--context-parallel must be 1 to 1024 GPUs (got 0)"),
         (("--cp-scheme", "ring"), "--cp-scheme needs --context-parallel P"),
         (("--context-parallel", "3", "--cp-scheme", "ulysses"), "--heads (8) must be a multiple of 3"),
         (("--context-parallel", "3", "--causal"), "--n (16384) must be a multiple of 6"),
