@@ -342,11 +342,12 @@ def narrow_v_efficiency(eff: Any, figures: KernelFigures, kernel: Kernel) -> Any
     """A fused backward's efficiency where V's head dim is below Q's (``kernel.narrow_v``):
     the kernel's own measured figure at its head dim, with the causal mask (blocks on the
     diagonal) or without, where the profile has it; ``eff`` elsewhere (element by element)."""
-    nan = np.nan
-    full = np.asarray(figures.dv_efficiency if figures.dv_efficiency is not None else nan, dtype=np.float64)
-    causal = np.asarray(figures.dv_causal_efficiency if figures.dv_causal_efficiency is not None else nan)
+
+    def at(x: Any) -> np.ndarray:
+        return np.asarray(np.nan if x is None else x, dtype=np.float64)
+
     masked = np.asarray(intmath.to_float(kernel.diagonal_blocks), dtype=np.float64) > 0
-    own = np.where(masked, causal.astype(np.float64), full)
+    own = np.where(masked, at(figures.dv_causal_efficiency), at(figures.dv_efficiency))
     use = np.asarray(kernel.narrow_v, dtype=bool) & np.isfinite(own)
     out = np.where(use, own, np.asarray(eff, dtype=np.float64))
     return float(out) if out.ndim == 0 else out
