@@ -102,7 +102,6 @@ def fit(found: list[tuple[Any, float]], profile: Any) -> tuple[dict[str, dict[in
     """The figures by head dim (``backward_efficiency``: only the head dims new to the profile;
     ``backward_dv_efficiency``, ``backward_dv_causal_efficiency``) and each row's (case,
     predicted, measured) seconds with them."""
-    have = {int(d) for d, _ in profile.implementation(IMPL).backward_efficiency}
     plain = {int(d): e for d, e in profile.implementation(IMPL).backward_efficiency}
     out: dict[str, dict[int, float]] = {"backward_efficiency": {}, "backward_dv_efficiency": {}}
     out["backward_dv_causal_efficiency"] = {}
@@ -118,7 +117,7 @@ def fit(found: list[tuple[Any, float]], profile: Any) -> tuple[dict[str, dict[in
 
         return loss
 
-    for d in sorted({_exec_d(c) for c, _ in found} - have):
+    for d in sorted({_exec_d(c) for c, _ in found} - set(plain)):
         mine = [(c, m) for c, m in found if _exec_d(c) == d and not _narrow(c)]
         if mine:
             out["backward_efficiency"][d] = _fitted(loss_of(mine, lambda e, d=d: with_plain({d: e})))
